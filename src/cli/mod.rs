@@ -1,0 +1,124 @@
+//! The `outbox-relay` command line: subcommands of DESIGN.md, "CLI".
+
+mod relay;
+
+use std::process::ExitCode;
+
+use clap::{CommandFactory as _, Parser, Subcommand};
+
+use crate::config::{ConfigError, DatabaseArgs, RelayArgs};
+
+#[derive(Debug, Parser)]
+#[command(
+    name = "outbox-relay",
+    version,
+    about = "A transactional outbox for order workflows on PostgreSQL."
+)]
+pub struct Cli {
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Apply pending database migrations (also done at the start of serve, relay and demo).
+    Migrate {
+        #[command(flatten)]
+        db: DatabaseArgs,
+    },
+    /// Run the worker pool: claim jobs and perform their effects until SIGTERM/SIGINT.
+    Relay {
+        #[command(flatten)]
+        db: DatabaseArgs,
+        #[command(flatten)]
+        args: Box<RelayArgs>,
+    },
+}
+
+/// Exit status for bad configuration or arguments (as clap uses for usage errors).
+const EXIT_USAGE: u8 = 2;
+
+/// Parses the command line, runs the command, and maps errors to exit codes:
+/// 0 on success (a clean shutdown included), 2 for bad arguments or
+/// configuration, 1 for anything that failed while running.
+pub fn main() -> ExitCode {
+    let cli = match Cli::try_parse() {
+        Ok(cli) => cli,
+        Err(error) => return usage_error(error),
+    };
+    crate::telemetry::init_tracing();
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(runtime) => runtime,
+        Err(error) => {
+            eprintln!("error: cannot start the async runtime: {error}");
+            return ExitCode::FAILURE;
+        }
+    };
+    match runtime.block_on(run(cli)) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(error) if error.downcast_ref::<ConfigError>().is_some() => {
+            eprintln!("error: {error}");
+            ExitCode::from(EXIT_USAGE)
+        }
+        Err(error) => {
+            eprintln!("error: {error:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+async fn run(cli: Cli) -> anyhow::Result<()> {
+    match cli.command {
+        Command::Migrate { db } => {
+            let url = db.database_url.clone();
+            tokio::task::spawn_blocking(move || crate::db::migrate_url(&url)).await??;
+            println!("migrations applied");
+            Ok(())
+        }
+        Command::Relay { db, args } => relay::run(db, *args).await,
+    }
+}
+
+/// Prints clap's error, adding the environment variable a bad value came from,
+/// so `RELAY_LEASE=soon` is reported as such and not only as `--lease`.
+fn usage_error(error: clap::Error) -> ExitCode {
+    use clap::error::{ContextKind, ContextValue, ErrorKind};
+    let code = match error.kind() {
+        ErrorKind::DisplayHelp | ErrorKind::DisplayVersion => {
+            let _ = error.print();
+            return ExitCode::SUCCESS;
+        }
+        _ => EXIT_USAGE,
+    };
+    let _ = error.print();
+    if let (Some(ContextValue::String(arg)), Some(ContextValue::String(value))) = (
+        error.get(ContextKind::InvalidArg),
+        error.get(ContextKind::InvalidValue),
+    ) && let Some(env) = env_var_of(arg)
+        && std::env::var(&env).is_ok_and(|v| &v == value)
+    {
+        eprintln!("note: the value {value:?} came from the environment variable {env}");
+    }
+    ExitCode::from(code)
+}
+
+/// The environment variable behind a flag as clap names it (`--lease <LEASE>`).
+fn env_var_of(arg: &str) -> Option<String> {
+    let long = arg.trim_start_matches("--").split([' ', '=']).next()?;
+    let command = Cli::command();
+    let mut pending = vec![command];
+    while let Some(cmd) = pending.pop() {
+        for a in cmd.get_arguments() {
+            if a.get_long() == Some(long)
+                && let Some(env) = a.get_env()
+            {
+                return Some(env.to_string_lossy().into_owned());
+            }
+        }
+        pending.extend(cmd.get_subcommands().cloned());
+    }
+    None
+}

@@ -1,0 +1,297 @@
+//! Typed settings from flags and the environment (DESIGN.md, "CLI"), validated
+//! at start. Every flag also reads its environment variable; a bad value is a
+//! clear error naming the flag, the variable and the value.
+
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use clap::Args;
+
+use crate::effects::EffectKind;
+use crate::effects::email::EmailConfig;
+use crate::effects::webhook::WebhookConfig;
+use crate::relay::{self, BackoffPolicy, RelaySettings};
+
+pub const DEFAULT_API_ADDR: &str = "127.0.0.1:8080";
+pub const DEFAULT_METRICS_ADDR: &str = "127.0.0.1:9187";
+pub const DEFAULT_PUBLIC_BASE_URL: &str = "http://127.0.0.1:8080";
+pub const DEFAULT_WEBHOOK_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// Parses a human duration: `500ms`, `30s`, `5m`, `1h`, `7d`.
+pub fn parse_duration(raw: &str) -> Result<Duration, String> {
+    humantime::parse_duration(raw.trim())
+        .map_err(|e| format!("{e} (expected a duration such as 500ms, 30s, 5m, 1h or 7d)"))
+}
+
+/// A duration that must be more than zero.
+pub fn parse_positive_duration(raw: &str) -> Result<Duration, String> {
+    let d = parse_duration(raw)?;
+    if d.is_zero() {
+        return Err("must be more than zero".into());
+    }
+    Ok(d)
+}
+
+/// A PostgreSQL URL (`postgres://` or `postgresql://`).
+pub fn parse_database_url(raw: &str) -> Result<String, String> {
+    let url = url::Url::parse(raw).map_err(|e| format!("not a URL: {e}"))?;
+    match url.scheme() {
+        "postgres" | "postgresql" => Ok(raw.to_owned()),
+        other => Err(format!(
+            "scheme {other:?} is not postgres:// or postgresql://"
+        )),
+    }
+}
+
+/// An `http://` or `https://` URL.
+pub fn parse_http_url(raw: &str) -> Result<url::Url, String> {
+    let url = url::Url::parse(raw).map_err(|e| format!("not a URL: {e}"))?;
+    match url.scheme() {
+        "http" | "https" if url.host().is_some() => Ok(url),
+        "http" | "https" => Err("has no host".into()),
+        other => Err(format!("scheme {other:?} is not http:// or https://")),
+    }
+}
+
+pub fn parse_socket_addr(raw: &str) -> Result<SocketAddr, String> {
+    raw.parse()
+        .map_err(|e| format!("{e} (expected host:port such as 127.0.0.1:8080)"))
+}
+
+/// A whole number from 1 to 100,000.
+pub fn parse_count(raw: &str) -> Result<usize, String> {
+    let n: usize = raw
+        .trim()
+        .parse()
+        .map_err(|_| "expected a whole number".to_owned())?;
+    if !(1..=100_000).contains(&n) {
+        return Err("must be between 1 and 100000".into());
+    }
+    Ok(n)
+}
+
+fn parse_max_attempts(raw: &str) -> Result<i32, String> {
+    let n: i32 = raw
+        .trim()
+        .parse()
+        .map_err(|_| "expected a whole number".to_owned())?;
+    if !(1..=1000).contains(&n) {
+        return Err("must be between 1 and 1000".into());
+    }
+    Ok(n)
+}
+
+fn parse_kind(raw: &str) -> Result<EffectKind, String> {
+    raw.trim().parse()
+}
+
+#[derive(Debug, Clone, Args)]
+pub struct DatabaseArgs {
+    /// PostgreSQL URL.
+    #[arg(long, env = "DATABASE_URL", value_parser = parse_database_url, hide_env_values = true)]
+    pub database_url: String,
+}
+
+/// `max_attempts` given to jobs enqueued by this process.
+#[derive(Debug, Clone, Args)]
+pub struct EnqueueArgs {
+    /// max_attempts for new jobs.
+    #[arg(long, env = "JOB_MAX_ATTEMPTS", default_value_t = crate::outbox::DEFAULT_MAX_ATTEMPTS, value_parser = parse_max_attempts)]
+    pub max_attempts: i32,
+}
+
+/// Everything `relay` reads.
+#[derive(Debug, Clone, Args)]
+pub struct RelayArgs {
+    /// Job kinds this relay claims, comma-separated (default: all).
+    #[arg(long, env = "RELAY_KINDS", value_delimiter = ',', value_parser = parse_kind)]
+    pub kinds: Vec<EffectKind>,
+    /// Effects in flight at most.
+    #[arg(long, env = "RELAY_CONCURRENCY", default_value_t = relay::DEFAULT_CONCURRENCY, value_parser = parse_count)]
+    pub concurrency: usize,
+    /// Jobs per claim at most.
+    #[arg(long = "batch-size", env = "RELAY_BATCH_SIZE", default_value_t = relay::DEFAULT_BATCH_SIZE, value_parser = parse_count)]
+    pub batch_size: usize,
+    /// Lease length: a job whose worker stops renewing it is reaped after this.
+    #[arg(long, env = "RELAY_LEASE", default_value = "60s", value_parser = parse_positive_duration)]
+    pub lease: Duration,
+    /// First retry delay.
+    #[arg(long, env = "RELAY_BACKOFF_BASE", default_value = "1s", value_parser = parse_positive_duration)]
+    pub backoff_base: Duration,
+    /// Longest retry delay.
+    #[arg(long, env = "RELAY_BACKOFF_MAX", default_value = "1h", value_parser = parse_positive_duration)]
+    pub backoff_max: Duration,
+    /// Fallback poll when no NOTIFY arrives.
+    #[arg(long, env = "RELAY_POLL_INTERVAL", default_value = "1s", value_parser = parse_positive_duration)]
+    pub poll_interval: Duration,
+    /// How long in-flight effects may finish after SIGTERM/SIGINT.
+    #[arg(long, env = "RELAY_SHUTDOWN_GRACE", default_value = "30s", value_parser = parse_duration)]
+    pub shutdown_grace: Duration,
+    /// locked_by value (default: hostname-pid).
+    #[arg(long, env = "RELAY_WORKER_ID")]
+    pub worker_id: Option<String>,
+    /// Address of /metrics and /healthz.
+    #[arg(long, env = "METRICS_ADDR", default_value = DEFAULT_METRICS_ADDR, value_parser = parse_socket_addr)]
+    pub metrics_addr: SocketAddr,
+    #[command(flatten)]
+    pub effects: EffectArgs,
+}
+
+/// Settings of the effects (mail, webhook, links).
+#[derive(Debug, Clone, Args)]
+pub struct EffectArgs {
+    /// SMTP transport: smtp://host:port (plain), smtps://user:pass@host or smtp://...?tls=required.
+    #[arg(long, env = "SMTP_URL", hide_env_values = true)]
+    pub smtp_url: Option<String>,
+    /// Sender of the confirmation email, e.g. "Shop <orders@example.com>".
+    #[arg(long, env = "MAIL_FROM")]
+    pub mail_from: Option<String>,
+    /// Order webhook target.
+    #[arg(long, env = "WEBHOOK_URL", value_parser = parse_http_url)]
+    pub webhook_url: Option<url::Url>,
+    /// HMAC-SHA256 key for X-Signature.
+    #[arg(long, env = "WEBHOOK_SECRET", hide_env_values = true)]
+    pub webhook_secret: Option<String>,
+    /// Total time for one webhook call (the connect timeout is 5s).
+    #[arg(long, env = "WEBHOOK_TIMEOUT", default_value = "30s", value_parser = parse_positive_duration)]
+    pub webhook_timeout: Duration,
+    /// Base for links in emails.
+    #[arg(long, env = "PUBLIC_BASE_URL", default_value = DEFAULT_PUBLIC_BASE_URL, value_parser = parse_http_url)]
+    pub public_base_url: url::Url,
+}
+
+/// A configuration a relay cannot start with.
+#[derive(Debug, thiserror::Error)]
+#[error("{0}")]
+pub struct ConfigError(pub String);
+
+impl RelayArgs {
+    /// The kinds to claim: `--kinds`, or every known kind.
+    pub fn kinds(&self) -> Vec<EffectKind> {
+        if self.kinds.is_empty() {
+            EffectKind::ALL.to_vec()
+        } else {
+            let mut kinds = self.kinds.clone();
+            kinds.dedup();
+            kinds
+        }
+    }
+
+    pub fn settings(&self) -> Result<RelaySettings, ConfigError> {
+        if self.backoff_base > self.backoff_max {
+            return Err(ConfigError(format!(
+                "RELAY_BACKOFF_BASE ({}) is larger than RELAY_BACKOFF_MAX ({})",
+                humantime::format_duration(self.backoff_base),
+                humantime::format_duration(self.backoff_max)
+            )));
+        }
+        if self.lease < Duration::from_secs(1) {
+            return Err(ConfigError(format!(
+                "RELAY_LEASE ({}) must be at least 1s",
+                humantime::format_duration(self.lease)
+            )));
+        }
+        let worker_id = self.worker_id.clone().unwrap_or_else(default_worker_id);
+        let mut settings = RelaySettings::new(
+            worker_id,
+            self.kinds().iter().map(|k| k.as_str().to_owned()).collect(),
+        )
+        .with_lease(self.lease);
+        settings.concurrency = self.concurrency;
+        settings.batch_size = self.batch_size;
+        settings.poll_interval = self.poll_interval;
+        settings.shutdown_grace = self.shutdown_grace;
+        settings.backoff = BackoffPolicy {
+            base: self.backoff_base,
+            max: self.backoff_max,
+        };
+        Ok(settings)
+    }
+}
+
+impl EffectArgs {
+    /// The mail settings, required when the relay handles confirmation_email.
+    pub fn email(&self, needed: bool) -> Result<Option<EmailConfig>, ConfigError> {
+        if !needed {
+            return Ok(None);
+        }
+        let smtp_url = self.smtp_url.clone().ok_or_else(|| {
+            ConfigError(
+                "SMTP_URL is not set, but this relay handles confirmation_email \
+                 (set SMTP_URL and MAIL_FROM, or leave confirmation_email out of --kinds)"
+                    .into(),
+            )
+        })?;
+        let mail_from = self.mail_from.clone().ok_or_else(|| {
+            ConfigError("MAIL_FROM is not set, but this relay handles confirmation_email".into())
+        })?;
+        Ok(Some(EmailConfig {
+            smtp_url,
+            mail_from,
+            public_base_url: self.public_base_url.to_string(),
+        }))
+    }
+
+    /// The webhook settings, required when the relay handles order_webhook.
+    pub fn webhook(&self, needed: bool) -> Result<Option<WebhookConfig>, ConfigError> {
+        if !needed {
+            return Ok(None);
+        }
+        let url = self.webhook_url.clone().ok_or_else(|| {
+            ConfigError(
+                "WEBHOOK_URL is not set, but this relay handles order_webhook \
+                 (set WEBHOOK_URL and WEBHOOK_SECRET, or leave order_webhook out of --kinds)"
+                    .into(),
+            )
+        })?;
+        let secret = self
+            .webhook_secret
+            .clone()
+            .filter(|s| !s.is_empty())
+            .ok_or_else(|| {
+                ConfigError(
+                    "WEBHOOK_SECRET is not set, but this relay handles order_webhook".into(),
+                )
+            })?;
+        Ok(Some(WebhookConfig {
+            url,
+            secret,
+            timeout: self.webhook_timeout,
+        }))
+    }
+}
+
+/// `hostname-pid`, the default `locked_by`.
+pub fn default_worker_id() -> String {
+    let host = std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .ok()
+        .or_else(|| std::env::var("HOSTNAME").ok())
+        .map(|h| h.trim().to_owned())
+        .filter(|h| !h.is_empty())
+        .unwrap_or_else(|| "relay".to_owned());
+    format!("{host}-{}", std::process::id())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn durations_are_human() {
+        assert_eq!(parse_duration("30s"), Ok(Duration::from_secs(30)));
+        assert_eq!(parse_duration("5m"), Ok(Duration::from_secs(300)));
+        assert_eq!(parse_duration("7d"), Ok(Duration::from_secs(7 * 86400)));
+        assert_eq!(parse_duration("250ms"), Ok(Duration::from_millis(250)));
+        assert!(parse_duration("soon").is_err());
+        assert!(parse_positive_duration("0s").is_err());
+    }
+
+    #[test]
+    fn urls_are_checked_for_their_scheme() {
+        assert!(parse_database_url("postgres://u@localhost/db").is_ok());
+        assert!(parse_database_url("mysql://u@localhost/db").is_err());
+        assert!(parse_database_url("not a url").is_err());
+        assert!(parse_http_url("https://hooks.example.com/x").is_ok());
+        assert!(parse_http_url("ftp://example.com").is_err());
+    }
+}

@@ -1,0 +1,32 @@
+//! outbox-relay: a transactional outbox for order workflows on PostgreSQL.
+//!
+//! An order service writes an order and the jobs that must follow it in one
+//! transaction ([`orders::place_order`], or [`outbox::enqueue`] inside any
+//! caller's Diesel transaction). A relay ([`relay::Relay`]) claims due jobs with
+//! `FOR UPDATE SKIP LOCKED`, performs their effects ([`effects`]) and records the
+//! outcome with a fenced update, so a worker that lost its lease changes nothing.
+//!
+//! # Layout
+//!
+//! - [`config`]: typed settings from flags and the environment, validated at start.
+//! - [`db`]: the r2d2 pool, embedded migrations, running Diesel off the async threads.
+//! - [`orders`]: `NewOrder` and its newtypes, parsed at the edge; `place_order`.
+//! - [`outbox`]: the jobs table: enqueue, claim, finish (fenced), heartbeat, reap, admin.
+//!   Queue SQL lives in `src/outbox/sql/`, one statement a file.
+//! - [`relay`]: the worker pool: producer, executors, completer, heartbeat, reaper,
+//!   LISTEN/NOTIFY wake-ups, graceful shutdown, and the retry policy.
+//! - [`effects`]: the typed effects behind one interface and their error classes.
+//! - [`api`]: the order HTTP API (axum).
+//! - [`telemetry`]: tracing subscriber and Prometheus metrics.
+//! - [`cli`]: the `outbox-relay` subcommands.
+
+pub mod cli;
+pub mod config;
+pub mod db;
+pub mod effects;
+pub mod orders;
+pub mod outbox;
+pub mod relay;
+pub mod schema;
+pub mod shutdown;
+pub mod telemetry;

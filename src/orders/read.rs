@@ -1,0 +1,96 @@
+//! Reading an order back: the order, its items and its jobs.
+
+use chrono::{DateTime, Utc};
+use diesel::prelude::*;
+use serde::Serialize;
+
+use crate::schema::{jobs, order_items, orders};
+
+#[derive(Debug, Clone, Queryable, Selectable, Serialize)]
+#[diesel(table_name = orders)]
+pub struct OrderHeader {
+    pub id: i64,
+    pub customer_email: String,
+    pub customer_name: String,
+    pub currency: String,
+    pub total_cents: i64,
+    pub created_at: DateTime<Utc>,
+}
+
+#[derive(Debug, Clone, Queryable, Selectable, Serialize)]
+#[diesel(table_name = order_items)]
+pub struct OrderItem {
+    #[serde(skip)]
+    pub id: i64,
+    pub sku: String,
+    pub name: String,
+    pub quantity: i32,
+    pub unit_price_cents: i64,
+}
+
+impl OrderItem {
+    pub fn line_total_cents(&self) -> i64 {
+        i64::from(self.quantity).saturating_mul(self.unit_price_cents)
+    }
+}
+
+/// A job as shown with its order.
+#[derive(Debug, Clone, Queryable, Selectable, Serialize)]
+#[diesel(table_name = jobs)]
+pub struct OrderJob {
+    pub id: i64,
+    pub kind: String,
+    pub status: String,
+    pub attempts: i32,
+    pub max_attempts: i32,
+    pub run_after: DateTime<Utc>,
+    pub finished_at: Option<DateTime<Utc>>,
+    pub last_error: Option<String>,
+}
+
+/// An order with its items, as effects and the API see it.
+#[derive(Debug, Clone, Serialize)]
+pub struct Order {
+    pub id: i64,
+    pub customer_email: String,
+    pub customer_name: String,
+    pub currency: String,
+    pub total_cents: i64,
+    pub created_at: DateTime<Utc>,
+    pub items: Vec<OrderItem>,
+}
+
+/// Loads an order and its items; `None` when no such order exists.
+pub fn load_order(conn: &mut PgConnection, order_id: i64) -> QueryResult<Option<Order>> {
+    let Some(header) = orders::table
+        .find(order_id)
+        .select(OrderHeader::as_select())
+        .first(conn)
+        .optional()?
+    else {
+        return Ok(None);
+    };
+    let items = order_items::table
+        .filter(order_items::order_id.eq(order_id))
+        .order(order_items::id)
+        .select(OrderItem::as_select())
+        .load(conn)?;
+    Ok(Some(Order {
+        id: header.id,
+        customer_email: header.customer_email,
+        customer_name: header.customer_name,
+        currency: header.currency,
+        total_cents: header.total_cents,
+        created_at: header.created_at,
+        items,
+    }))
+}
+
+/// The jobs of one order, oldest first.
+pub fn load_order_jobs(conn: &mut PgConnection, order_id: i64) -> QueryResult<Vec<OrderJob>> {
+    jobs::table
+        .filter(jobs::order_id.eq(order_id))
+        .order(jobs::id)
+        .select(OrderJob::as_select())
+        .load(conn)
+}

@@ -1,0 +1,218 @@
+//! Operator actions and read-outs: stats, listing, retrying failed jobs, pruning.
+
+use std::time::Duration;
+
+use chrono::{DateTime, Utc};
+use diesel::prelude::*;
+use diesel::sql_types::{BigInt, Double, Nullable, Text};
+use serde::Serialize;
+
+use super::JobStatus;
+use super::claim::millis;
+use crate::schema::jobs;
+
+/// One kind's counts.
+#[derive(Debug, Clone, QueryableByName, Serialize, PartialEq)]
+pub struct KindStats {
+    #[diesel(sql_type = Text)]
+    pub kind: String,
+    #[diesel(sql_type = BigInt)]
+    pub pending: i64,
+    #[diesel(sql_type = BigInt)]
+    pub processing: i64,
+    #[diesel(sql_type = BigInt)]
+    pub done: i64,
+    #[diesel(sql_type = BigInt)]
+    pub failed: i64,
+    #[diesel(sql_type = BigInt)]
+    pub expired_leases: i64,
+    #[diesel(sql_type = Nullable<Double>)]
+    pub oldest_due_pending_seconds: Option<f64>,
+}
+
+#[derive(Debug, Clone, Default, Serialize, PartialEq)]
+pub struct QueueStats {
+    pub kinds: Vec<KindStats>,
+}
+
+impl QueueStats {
+    pub fn count(&self, status: JobStatus) -> i64 {
+        self.kinds
+            .iter()
+            .map(|k| match status {
+                JobStatus::Pending => k.pending,
+                JobStatus::Processing => k.processing,
+                JobStatus::Done => k.done,
+                JobStatus::Failed => k.failed,
+            })
+            .sum()
+    }
+    pub fn expired_leases(&self) -> i64 {
+        self.kinds.iter().map(|k| k.expired_leases).sum()
+    }
+    pub fn oldest_due_pending_seconds(&self) -> Option<f64> {
+        self.kinds
+            .iter()
+            .filter_map(|k| k.oldest_due_pending_seconds)
+            .reduce(f64::max)
+    }
+}
+
+pub fn queue_stats(conn: &mut PgConnection) -> QueryResult<QueueStats> {
+    let kinds = diesel::sql_query(include_str!("sql/queue_stats.sql")).load(conn)?;
+    Ok(QueueStats { kinds })
+}
+
+/// Jobs by status, cheaply enough to refresh every few seconds for a gauge.
+pub fn queue_depth(conn: &mut PgConnection) -> QueryResult<Vec<(String, i64)>> {
+    jobs::table
+        .group_by(jobs::status)
+        .select((jobs::status, diesel::dsl::count_star()))
+        .load(conn)
+}
+
+/// A job as operators see it.
+#[derive(Debug, Clone, Queryable, Selectable, Serialize)]
+#[diesel(table_name = jobs)]
+pub struct JobRow {
+    pub id: i64,
+    pub order_id: Option<i64>,
+    pub kind: String,
+    pub status: String,
+    pub attempts: i32,
+    pub max_attempts: i32,
+    pub run_after: DateTime<Utc>,
+    pub locked_by: Option<String>,
+    pub lease_expires_at: Option<DateTime<Utc>>,
+    pub created_at: DateTime<Utc>,
+    pub finished_at: Option<DateTime<Utc>>,
+    pub last_error: Option<String>,
+}
+
+#[derive(Debug, Clone, Default)]
+pub struct JobFilter {
+    pub status: Option<JobStatus>,
+    pub kind: Option<String>,
+    pub order_id: Option<i64>,
+    pub limit: i64,
+}
+
+/// Newest first.
+pub fn list_jobs(conn: &mut PgConnection, filter: &JobFilter) -> QueryResult<Vec<JobRow>> {
+    let mut query = jobs::table
+        .select(JobRow::as_select())
+        .order(jobs::id.desc())
+        .limit(filter.limit.max(1))
+        .into_boxed();
+    if let Some(status) = filter.status {
+        query = query.filter(jobs::status.eq(status.as_str()));
+    }
+    if let Some(kind) = &filter.kind {
+        query = query.filter(jobs::kind.eq(kind.clone()));
+    }
+    if let Some(order_id) = filter.order_id {
+        query = query.filter(jobs::order_id.eq(order_id));
+    }
+    query.load(conn)
+}
+
+/// Which failed jobs to put back.
+#[derive(Debug, Clone)]
+pub enum RetrySelection {
+    Ids(Vec<i64>),
+    AllFailed { kind: Option<String> },
+}
+
+/// Failed jobs back to `pending`, due now, attempts reset. `last_error` is kept
+/// until the next attempt overwrites it. Returns the ids retried and the ids
+/// refused because they were not `failed` (or do not exist).
+pub fn retry_failed_jobs(
+    conn: &mut PgConnection,
+    selection: &RetrySelection,
+) -> QueryResult<(Vec<i64>, Vec<i64>)> {
+    conn.transaction(|conn| {
+        let target = jobs::table.filter(jobs::status.eq(JobStatus::Failed.as_str()));
+        let reset = (
+            jobs::status.eq(JobStatus::Pending.as_str()),
+            jobs::attempts.eq(0),
+            jobs::run_after.eq(diesel::dsl::now),
+            jobs::finished_at.eq(None::<DateTime<Utc>>),
+            jobs::locked_by.eq(None::<String>),
+            jobs::locked_at.eq(None::<DateTime<Utc>>),
+            jobs::lease_expires_at.eq(None::<DateTime<Utc>>),
+        );
+        match selection {
+            RetrySelection::Ids(ids) => {
+                let retried: Vec<i64> = diesel::update(target.filter(jobs::id.eq_any(ids)))
+                    .set(reset)
+                    .returning(jobs::id)
+                    .get_results(conn)?;
+                let refused = ids
+                    .iter()
+                    .copied()
+                    .filter(|id| !retried.contains(id))
+                    .collect();
+                Ok((retried, refused))
+            }
+            RetrySelection::AllFailed { kind } => {
+                let retried = match kind {
+                    Some(kind) => diesel::update(target.filter(jobs::kind.eq(kind)))
+                        .set(reset)
+                        .returning(jobs::id)
+                        .get_results(conn)?,
+                    None => diesel::update(target)
+                        .set(reset)
+                        .returning(jobs::id)
+                        .get_results(conn)?,
+                };
+                Ok((retried, Vec::new()))
+            }
+        }
+    })
+}
+
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
+pub struct PruneReport {
+    pub deleted: u64,
+    pub batches: u64,
+}
+
+/// Deletes done jobs that finished more than `older_than` ago, `batch` rows per
+/// transaction. `progress` is called after each batch with the running total.
+pub fn prune_done_jobs(
+    conn: &mut PgConnection,
+    older_than: Duration,
+    batch: i64,
+    mut progress: impl FnMut(u64),
+) -> QueryResult<PruneReport> {
+    let mut report = PruneReport::default();
+    loop {
+        let deleted = diesel::sql_query(include_str!("sql/prune_done_jobs.sql"))
+            .bind::<BigInt, _>(millis(older_than))
+            .bind::<BigInt, _>(batch.max(1))
+            .execute(conn)?;
+        report.batches += 1;
+        report.deleted += deleted as u64;
+        progress(report.deleted);
+        if (deleted as i64) < batch.max(1) {
+            return Ok(report);
+        }
+    }
+}
+
+/// How many done jobs `prune_done_jobs` would delete (by the database's clock,
+/// as the prune itself).
+pub fn count_prunable(conn: &mut PgConnection, older_than: Duration) -> QueryResult<i64> {
+    #[derive(QueryableByName)]
+    struct Count {
+        #[diesel(sql_type = BigInt)]
+        n: i64,
+    }
+    let row: Count = diesel::sql_query(
+        "SELECT count(*) AS n FROM jobs \
+         WHERE status = 'done' AND finished_at < now() - $1 * interval '1 millisecond'",
+    )
+    .bind::<BigInt, _>(millis(older_than))
+    .get_result(conn)?;
+    Ok(row.n)
+}

@@ -1,0 +1,170 @@
+//! The jobs table: enqueue, claim, finish (fenced), heartbeat, reap, admin.
+//!
+//! Plain CRUD uses Diesel's DSL. The queue statements, whose safety under many
+//! concurrent workers is the point, are raw SQL in `sql/`, one statement a file,
+//! each opening with a comment on the index it relies on and why it is safe.
+
+mod admin;
+mod claim;
+mod finish;
+mod lease;
+mod reap;
+
+use chrono::{DateTime, Utc};
+use diesel::prelude::*;
+use diesel::sql_types::Text;
+use serde::Serialize;
+
+pub use admin::{
+    JobFilter, JobRow, KindStats, PruneReport, QueueStats, RetrySelection, count_prunable,
+    list_jobs, prune_done_jobs, queue_depth, queue_stats, retry_failed_jobs,
+};
+pub use claim::{ClaimRequest, ClaimedJob, claim_jobs};
+pub use finish::{Finish, FinishReport, LocalWrite, Outcome, finish_jobs};
+pub use lease::{JobLease, extend_leases, release_jobs};
+pub use reap::{ReapReport, reap_expired_leases};
+
+use crate::schema::jobs;
+
+/// The channel `enqueue` notifies and relays LISTEN on. The payload is the job's kind.
+pub const NOTIFY_CHANNEL: &str = "outbox_jobs";
+
+/// `max_attempts` for jobs enqueued without one (`JOB_MAX_ATTEMPTS`).
+pub const DEFAULT_MAX_ATTEMPTS: i32 = 8;
+
+/// The statuses of DESIGN.md; the `jobs_status_valid` CHECK constraint holds the same set.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum JobStatus {
+    Pending,
+    Processing,
+    Done,
+    Failed,
+}
+
+impl JobStatus {
+    pub const ALL: [JobStatus; 4] = [
+        JobStatus::Pending,
+        JobStatus::Processing,
+        JobStatus::Done,
+        JobStatus::Failed,
+    ];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            JobStatus::Pending => "pending",
+            JobStatus::Processing => "processing",
+            JobStatus::Done => "done",
+            JobStatus::Failed => "failed",
+        }
+    }
+}
+
+impl std::str::FromStr for JobStatus {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        JobStatus::ALL
+            .into_iter()
+            .find(|status| status.as_str() == s)
+            .ok_or_else(|| {
+                format!("unknown status {s:?} (expected pending, processing, done or failed)")
+            })
+    }
+}
+
+impl std::fmt::Display for JobStatus {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// A job to enqueue. Build with [`NewJob::new`] and the setters.
+#[derive(Debug, Clone, Insertable)]
+#[diesel(table_name = jobs)]
+pub struct NewJob {
+    kind: String,
+    payload: serde_json::Value,
+    order_id: Option<i64>,
+    run_after: Option<DateTime<Utc>>,
+    max_attempts: i32,
+}
+
+impl NewJob {
+    pub fn new(kind: impl Into<String>, payload: serde_json::Value) -> Self {
+        NewJob {
+            kind: kind.into(),
+            payload,
+            order_id: None,
+            run_after: None,
+            max_attempts: DEFAULT_MAX_ATTEMPTS,
+        }
+    }
+    pub fn order_id(mut self, order_id: i64) -> Self {
+        self.order_id = Some(order_id);
+        self
+    }
+    /// Not before this time (default: due at once).
+    pub fn run_after(mut self, at: DateTime<Utc>) -> Self {
+        self.run_after = Some(at);
+        self
+    }
+    pub fn max_attempts(mut self, max_attempts: i32) -> Self {
+        self.max_attempts = max_attempts.max(1);
+        self
+    }
+    pub fn kind(&self) -> &str {
+        &self.kind
+    }
+}
+
+/// Inserts one job and notifies relays, inside whatever transaction `conn` is in:
+/// if the caller's transaction rolls back, the job and the notification vanish
+/// with it. Returns the job's id.
+///
+/// ```no_run
+/// use diesel::Connection as _;
+/// use outbox_relay::outbox::{enqueue, NewJob};
+///
+/// # fn demo(conn: &mut diesel::PgConnection) -> diesel::QueryResult<()> {
+/// conn.transaction(|conn| {
+///     // ... your own writes on `conn` ...
+///     let job_id = enqueue(conn, &NewJob::new("noop", serde_json::json!({"hello": "world"})))?;
+///     println!("enqueued job {job_id}");
+///     Ok(())
+/// })
+/// # }
+/// ```
+pub fn enqueue(conn: &mut PgConnection, job: &NewJob) -> QueryResult<i64> {
+    let id = diesel::insert_into(jobs::table)
+        .values(job)
+        .returning(jobs::id)
+        .get_result(conn)?;
+    notify(conn, &job.kind)?;
+    Ok(id)
+}
+
+/// Inserts several jobs with one statement and one NOTIFY per distinct kind.
+pub fn enqueue_many(conn: &mut PgConnection, new_jobs: &[NewJob]) -> QueryResult<Vec<i64>> {
+    if new_jobs.is_empty() {
+        return Ok(Vec::new());
+    }
+    let ids = diesel::insert_into(jobs::table)
+        .values(new_jobs)
+        .returning(jobs::id)
+        .get_results(conn)?;
+    let mut kinds: Vec<&str> = new_jobs.iter().map(|j| j.kind.as_str()).collect();
+    kinds.sort_unstable();
+    kinds.dedup();
+    for kind in kinds {
+        notify(conn, kind)?;
+    }
+    Ok(ids)
+}
+
+fn notify(conn: &mut PgConnection, kind: &str) -> QueryResult<()> {
+    diesel::sql_query("SELECT pg_notify($1, $2)")
+        .bind::<Text, _>(NOTIFY_CHANNEL)
+        .bind::<Text, _>(kind)
+        .execute(conn)
+        .map(drop)
+}

@@ -1,0 +1,32 @@
+-- Claims up to $1 due jobs of the kinds in $2 for worker $3, leasing them for $4 ms.
+--
+-- Index: jobs_claim_idx ON jobs (run_after, id) WHERE status = 'pending'. The
+-- ORDER BY below is exactly that index's key, so PostgreSQL walks the index from
+-- its oldest due entry and stops after $1 rows; done and failed rows are not in
+-- the partial index at all (an ORDER BY id would walk the primary key through
+-- every finished row instead, about ten times slower on a large table).
+--
+-- Concurrency: FOR UPDATE SKIP LOCKED makes each worker lock the rows it picks
+-- and skip rows another worker has locked, so two workers never claim one job
+-- and neither waits on the other. The claim, the lease and attempts + 1 are one
+-- statement: there is no moment where a job is locked but not yet marked.
+-- The new attempts value is the job's fencing token.
+WITH picked AS (
+    SELECT id
+    FROM jobs
+    WHERE status = 'pending'
+      AND run_after <= now()
+      AND kind = ANY($2)
+    ORDER BY run_after, id
+    LIMIT $1
+    FOR UPDATE SKIP LOCKED
+)
+UPDATE jobs AS j
+SET status = 'processing',
+    locked_by = $3,
+    locked_at = now(),
+    lease_expires_at = now() + $4 * interval '1 millisecond',
+    attempts = j.attempts + 1
+FROM picked
+WHERE j.id = picked.id
+RETURNING j.id, j.order_id, j.kind, j.payload, j.attempts, j.max_attempts, j.created_at

@@ -1,0 +1,18 @@
+-- Picks up to $1 processing jobs whose lease has expired: their worker died,
+-- hung, or lost the database for longer than the lease.
+--
+-- Index: jobs_lease_idx ON jobs (lease_expires_at) WHERE status = 'processing';
+-- the ORDER BY matches it, so only expired rows are read.
+--
+-- Concurrency: every relay runs the reaper. FOR UPDATE SKIP LOCKED gives each
+-- expired job to exactly one reaper, and the rows stay locked until the same
+-- transaction has moved them out of 'processing' (update_reaped_jobs.sql). A
+-- worker that comes back and tries to finish such a job is fenced out: the
+-- reaper clears locked_by, and the next claim changes attempts.
+SELECT id, attempts, max_attempts, locked_by
+FROM jobs
+WHERE status = 'processing'
+  AND lease_expires_at < now()
+ORDER BY lease_expires_at
+LIMIT $1
+FOR UPDATE SKIP LOCKED

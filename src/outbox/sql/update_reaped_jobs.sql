@@ -1,0 +1,21 @@
+-- Moves reaped jobs ($1 ids) to $2 statuses ('pending' with a $3 ms backoff, or
+-- 'failed' when out of attempts), with $4 as last_error.
+--
+-- Index: the primary key. Runs in the reaper's transaction, which holds the row
+-- locks taken by select_expired_leases.sql; the status and lease guard only
+-- restate what those locks already guarantee.
+UPDATE jobs AS j
+SET status = r.status,
+    run_after = CASE WHEN r.status = 'pending'
+                     THEN now() + r.delay_ms * interval '1 millisecond'
+                     ELSE j.run_after END,
+    finished_at = CASE WHEN r.status = 'pending' THEN NULL ELSE now() END,
+    last_error = r.error,
+    locked_by = NULL,
+    locked_at = NULL,
+    lease_expires_at = NULL
+FROM unnest($1::bigint[], $2::text[], $3::bigint[], $4::text[])
+     AS r(id, status, delay_ms, error)
+WHERE j.id = r.id
+  AND j.status = 'processing'
+  AND j.lease_expires_at < now()

@@ -1,0 +1,317 @@
+//! The relay: a tokio worker pool that claims jobs and performs their effects.
+//!
+//! Split by role, as River does:
+//! - [`producer`]: claims due jobs, never more than there are free slots, and
+//!   wakes on NOTIFY ([`listener`]) or the poll interval;
+//! - [`executor`]: runs one job's effect and turns its result into an outcome
+//!   ([`backoff::decide`]);
+//! - [`completer`]: writes outcomes in fenced batches;
+//! - [`heartbeat`]: extends the leases of everything in flight, one UPDATE for all;
+//! - [`reaper`]: puts jobs whose lease expired (a dead worker's) back in the queue.
+//!
+//! Shutdown is a [`CancellationToken`] passed down and `select!`ed on.
+
+pub mod backoff;
+mod completer;
+mod executor;
+mod heartbeat;
+mod listener;
+mod producer;
+mod reaper;
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use tokio::sync::{Notify, Semaphore, mpsc};
+use tokio_util::sync::CancellationToken;
+
+pub use backoff::{BackoffPolicy, decide, next_run_at};
+
+use crate::db::PgPool;
+use crate::effects::Executor;
+use crate::outbox::JobLease;
+
+pub const DEFAULT_CONCURRENCY: usize = 16;
+pub const DEFAULT_BATCH_SIZE: usize = 16;
+pub const DEFAULT_LEASE: Duration = Duration::from_secs(60);
+pub const DEFAULT_POLL_INTERVAL: Duration = Duration::from_secs(1);
+pub const DEFAULT_SHUTDOWN_GRACE: Duration = Duration::from_secs(30);
+/// Most outcomes written by one completer statement.
+const MAX_COMPLETION_BATCH: usize = 512;
+/// Most expired leases one reaper transaction handles.
+const REAP_BATCH: i64 = 500;
+
+/// How a relay behaves; [`crate::config`] fills it from flags and the environment.
+#[derive(Debug, Clone)]
+pub struct RelaySettings {
+    /// `locked_by` on the jobs this relay claims; unique per live relay.
+    pub worker_id: String,
+    /// Kinds this relay claims (`--kinds`).
+    pub kinds: Vec<String>,
+    /// Effects in flight at most.
+    pub concurrency: usize,
+    /// Jobs per claim at most (never more than the free slots).
+    pub batch_size: usize,
+    /// How long a claimed job is ours without a heartbeat.
+    pub lease: Duration,
+    /// Fallback poll when no NOTIFY arrives.
+    pub poll_interval: Duration,
+    /// How long in-flight effects may run on after shutdown is asked for.
+    pub shutdown_grace: Duration,
+    pub backoff: BackoffPolicy,
+    /// Heartbeat period; a third of the lease, so two can be missed.
+    pub heartbeat_interval: Duration,
+    /// Reaper period; half the lease, as DESIGN.md asks.
+    pub reap_interval: Duration,
+    /// Wake on LISTEN/NOTIFY (off only in tests and benchmarks of polling).
+    pub listen: bool,
+}
+
+impl RelaySettings {
+    pub fn new(worker_id: impl Into<String>, kinds: Vec<String>) -> Self {
+        RelaySettings {
+            worker_id: worker_id.into(),
+            kinds,
+            concurrency: DEFAULT_CONCURRENCY,
+            batch_size: DEFAULT_BATCH_SIZE,
+            lease: DEFAULT_LEASE,
+            poll_interval: DEFAULT_POLL_INTERVAL,
+            shutdown_grace: DEFAULT_SHUTDOWN_GRACE,
+            backoff: BackoffPolicy::default(),
+            heartbeat_interval: DEFAULT_LEASE / 3,
+            reap_interval: DEFAULT_LEASE / 2,
+            listen: true,
+        }
+    }
+
+    /// Sets the lease and the heartbeat and reaper periods that derive from it.
+    pub fn with_lease(mut self, lease: Duration) -> Self {
+        self.lease = lease;
+        self.heartbeat_interval = lease / 3;
+        self.reap_interval = lease / 2;
+        self
+    }
+
+    fn validate(&self) -> anyhow::Result<()> {
+        anyhow::ensure!(
+            !self.worker_id.is_empty(),
+            "the worker id must not be empty"
+        );
+        anyhow::ensure!(
+            !self.kinds.is_empty(),
+            "the relay must handle at least one kind"
+        );
+        anyhow::ensure!(self.concurrency > 0, "concurrency must be at least 1");
+        anyhow::ensure!(self.batch_size > 0, "the batch size must be at least 1");
+        anyhow::ensure!(
+            self.lease >= Duration::from_millis(100),
+            "the lease must be at least 100ms"
+        );
+        anyhow::ensure!(
+            !self.heartbeat_interval.is_zero(),
+            "the heartbeat interval must be positive"
+        );
+        anyhow::ensure!(
+            !self.reap_interval.is_zero(),
+            "the reap interval must be positive"
+        );
+        anyhow::ensure!(
+            !self.poll_interval.is_zero(),
+            "the poll interval must be positive"
+        );
+        Ok(())
+    }
+}
+
+/// Counters a relay keeps for itself (tests and `bench` read them; Prometheus
+/// gets the same numbers through the `metrics` facade).
+#[derive(Debug, Default)]
+pub struct RelayStats {
+    pub claimed: AtomicU64,
+    pub done: AtomicU64,
+    pub retried: AtomicU64,
+    pub failed: AtomicU64,
+    pub lease_lost: AtomicU64,
+    pub released: AtomicU64,
+    pub reaped: AtomicU64,
+    pub claims: AtomicU64,
+}
+
+impl RelayStats {
+    pub fn get(counter: &AtomicU64) -> u64 {
+        counter.load(Ordering::Relaxed)
+    }
+    fn add(counter: &AtomicU64, n: u64) {
+        counter.fetch_add(n, Ordering::Relaxed);
+    }
+}
+
+/// A job this relay holds, from claim until its outcome is written.
+#[derive(Debug, Clone)]
+struct InFlight {
+    attempt: i32,
+    kind: String,
+}
+
+/// State the relay's tasks share.
+struct Shared {
+    pool: PgPool,
+    settings: RelaySettings,
+    executor: Arc<dyn Executor>,
+    /// Claimed jobs whose outcome is not yet written. The heartbeat extends
+    /// exactly these leases; the completer removes a job once its write landed.
+    in_flight: Mutex<HashMap<i64, InFlight>>,
+    /// One permit per effect slot; held from claim until the effect returns.
+    slots: Arc<Semaphore>,
+    /// Woken by the listener; the producer waits on it when the queue is empty.
+    wake: Arc<Notify>,
+    stats: Arc<RelayStats>,
+}
+
+impl Shared {
+    fn in_flight(&self) -> std::sync::MutexGuard<'_, HashMap<i64, InFlight>> {
+        // A panic while holding this lock cannot leave the map half-updated
+        // (single inserts and removes), so a poisoned lock is still usable.
+        self.in_flight.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn leases(&self) -> Vec<JobLease> {
+        self.in_flight()
+            .iter()
+            .map(|(id, f)| JobLease {
+                job_id: *id,
+                attempt: f.attempt,
+            })
+            .collect()
+    }
+}
+
+/// A relay, ready to run. See the module docs for its parts.
+pub struct Relay {
+    shared: Arc<Shared>,
+    database_url: String,
+}
+
+impl std::fmt::Debug for Relay {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Relay")
+            .field("settings", &self.shared.settings)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Relay {
+    pub fn new(
+        pool: PgPool,
+        database_url: impl Into<String>,
+        settings: RelaySettings,
+        executor: Arc<dyn Executor>,
+    ) -> anyhow::Result<Relay> {
+        settings.validate()?;
+        Ok(Relay {
+            shared: Arc::new(Shared {
+                pool,
+                slots: Arc::new(Semaphore::new(settings.concurrency)),
+                settings,
+                executor,
+                in_flight: Mutex::new(HashMap::new()),
+                wake: Arc::new(Notify::new()),
+                stats: Arc::new(RelayStats::default()),
+            }),
+            database_url: database_url.into(),
+        })
+    }
+
+    pub fn stats(&self) -> Arc<RelayStats> {
+        Arc::clone(&self.shared.stats)
+    }
+
+    /// Runs until `shutdown` is cancelled, then stops claiming, gives in-flight
+    /// effects `shutdown_grace` to finish, interrupts the rest (their jobs go back
+    /// to `pending`, the attempt counted), writes every outcome, and returns.
+    pub async fn run_until_stopped(self, shutdown: CancellationToken) -> anyhow::Result<()> {
+        let shared = self.shared;
+        let settings = &shared.settings;
+        tracing::info!(
+            worker_id = %settings.worker_id,
+            kinds = ?settings.kinds,
+            concurrency = settings.concurrency,
+            batch_size = settings.batch_size,
+            lease = ?settings.lease,
+            "relay started"
+        );
+
+        // Background tasks outlive the producer: in-flight jobs still need
+        // heartbeats while they finish, and their outcomes still need writing.
+        let background = CancellationToken::new();
+        let mut tasks = tokio::task::JoinSet::new();
+        if settings.listen {
+            tasks.spawn(listener::listen_for_jobs(
+                self.database_url.clone(),
+                settings.kinds.clone(),
+                Arc::clone(&shared.wake),
+                background.clone(),
+            ));
+        }
+        tasks.spawn(heartbeat::run(Arc::clone(&shared), background.clone()));
+        tasks.spawn(reaper::run(Arc::clone(&shared), background.clone()));
+
+        let (completions, completed) = mpsc::channel(settings.concurrency * 2 + 64);
+        let completer_stop = CancellationToken::new();
+        let completer = tokio::spawn(completer::run(
+            Arc::clone(&shared),
+            completed,
+            completer_stop.clone(),
+        ));
+
+        let interrupt = CancellationToken::new();
+        producer::run(
+            Arc::clone(&shared),
+            completions,
+            shutdown,
+            interrupt.clone(),
+        )
+        .await;
+
+        // Every permit back means every effect has returned and handed its
+        // outcome to the completer.
+        let all = u32::try_from(settings.concurrency).unwrap_or(u32::MAX);
+        let drained =
+            tokio::time::timeout(settings.shutdown_grace, shared.slots.acquire_many(all)).await;
+        if drained.is_err() {
+            let running = settings.concurrency - shared.slots.available_permits();
+            tracing::warn!(
+                running,
+                grace = ?settings.shutdown_grace,
+                "shutdown grace elapsed; interrupting the remaining effects"
+            );
+            interrupt.cancel();
+            let _ = shared.slots.acquire_many(all).await;
+        }
+
+        // The completer exits once every sender is gone and the channel is empty.
+        // If the database is down it keeps retrying; give it a bounded while.
+        let mut completer = completer;
+        if tokio::time::timeout(
+            settings.shutdown_grace.max(Duration::from_secs(5)),
+            &mut completer,
+        )
+        .await
+        .is_err()
+        {
+            tracing::error!(
+                unwritten = shared.in_flight().len(),
+                "could not write all outcomes before exiting; their leases will expire and the reaper will requeue them"
+            );
+            completer_stop.cancel();
+            let _ = completer.await;
+        }
+
+        background.cancel();
+        while tasks.join_next().await.is_some() {}
+        tracing::info!(worker_id = %settings.worker_id, "relay stopped");
+        Ok(())
+    }
+}

@@ -1,0 +1,56 @@
+//! The reaper: jobs whose lease expired go back to `pending`, or to `failed`.
+
+use std::sync::Arc;
+
+use tokio_util::sync::CancellationToken;
+
+use super::{REAP_BATCH, RelayStats, Shared};
+use crate::db::run_blocking;
+use crate::outbox::reap_expired_leases;
+
+/// Reaps at every `reap_interval` (and once at start), until `stop`. Safe on
+/// every relay at once: the reap query skips rows another reaper holds.
+pub(super) async fn run(shared: Arc<Shared>, stop: CancellationToken) {
+    let mut ticks = tokio::time::interval(shared.settings.reap_interval);
+    ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tokio::select! {
+            () = stop.cancelled() => return,
+            _ = ticks.tick() => {}
+        }
+        // A full batch means there may be more: go again at once.
+        loop {
+            let policy = shared.settings.backoff;
+            let result = run_blocking(&shared.pool, move |conn| {
+                Ok(reap_expired_leases(conn, REAP_BATCH, |attempt| {
+                    policy.jittered_delay(attempt)
+                })?)
+            })
+            .await;
+            match result {
+                Ok(report) if report.total() > 0 => {
+                    RelayStats::add(&shared.stats.reaped, report.total() as u64);
+                    metrics::counter!("outbox_jobs_reaped_total", "outcome" => "requeued")
+                        .increment(report.requeued as u64);
+                    metrics::counter!("outbox_jobs_reaped_total", "outcome" => "failed")
+                        .increment(report.failed as u64);
+                    tracing::warn!(
+                        requeued = report.requeued,
+                        failed = report.failed,
+                        "reaped expired leases"
+                    );
+                    if report.total() < REAP_BATCH as usize {
+                        break;
+                    }
+                    // Reaped jobs are due again: wake this relay's producer.
+                    shared.wake.notify_one();
+                }
+                Ok(_) => break,
+                Err(error) => {
+                    tracing::warn!(error = %error, "reaping expired leases failed; will try again");
+                    break;
+                }
+            }
+        }
+    }
+}

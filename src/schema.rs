@@ -1,0 +1,58 @@
+//! Diesel table definitions for the tables in `migrations/`.
+
+diesel::table! {
+    orders (id) {
+        id -> Int8,
+        customer_email -> Text,
+        customer_name -> Text,
+        currency -> Bpchar,
+        total_cents -> Int8,
+        idempotency_key -> Nullable<Text>,
+        request_hash -> Nullable<Text>,
+        created_at -> Timestamptz,
+    }
+}
+
+diesel::table! {
+    order_items (id) {
+        id -> Int8,
+        order_id -> Int8,
+        sku -> Text,
+        name -> Text,
+        quantity -> Int4,
+        unit_price_cents -> Int8,
+    }
+}
+
+diesel::table! {
+    jobs (id) {
+        id -> Int8,
+        order_id -> Nullable<Int8>,
+        kind -> Text,
+        payload -> Jsonb,
+        status -> Text,
+        run_after -> Timestamptz,
+        attempts -> Int4,
+        max_attempts -> Int4,
+        locked_by -> Nullable<Text>,
+        locked_at -> Nullable<Timestamptz>,
+        lease_expires_at -> Nullable<Timestamptz>,
+        created_at -> Timestamptz,
+        finished_at -> Nullable<Timestamptz>,
+        last_error -> Nullable<Text>,
+    }
+}
+
+diesel::table! {
+    receipts (order_id) {
+        order_id -> Int8,
+        pdf -> Bytea,
+        created_at -> Timestamptz,
+    }
+}
+
+diesel::joinable!(order_items -> orders (order_id));
+diesel::joinable!(jobs -> orders (order_id));
+diesel::joinable!(receipts -> orders (order_id));
+
+diesel::allow_tables_to_appear_in_same_query!(orders, order_items, jobs, receipts);

@@ -1,0 +1,97 @@
+//! Configuration errors of the real binary: clear, named, non-zero, no panic.
+
+use std::process::{Command, Output};
+
+fn relay_with(env: &[(&str, &str)], args: &[&str]) -> Output {
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_outbox-relay"));
+    cmd.arg("relay").args(args);
+    for var in [
+        "DATABASE_URL",
+        "SMTP_URL",
+        "MAIL_FROM",
+        "WEBHOOK_URL",
+        "WEBHOOK_SECRET",
+        "RELAY_LEASE",
+        "RELAY_KINDS",
+        "RELAY_CONCURRENCY",
+        "METRICS_ADDR",
+    ] {
+        cmd.env_remove(var);
+    }
+    cmd.envs(env.iter().copied());
+    cmd.output().expect("run outbox-relay")
+}
+
+fn stderr(output: &Output) -> String {
+    String::from_utf8_lossy(&output.stderr).into_owned()
+}
+
+const DB: (&str, &str) = ("DATABASE_URL", "postgres://postgres@127.0.0.1:5432/nowhere");
+
+#[test]
+fn a_bad_duration_in_the_environment_names_the_variable_and_the_value() {
+    let out = relay_with(&[DB, ("RELAY_LEASE", "soon")], &["--kinds", "noop"]);
+    let err = stderr(&out);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(
+        err.contains("soon") && err.contains("--lease") && err.contains("RELAY_LEASE"),
+        "{err}"
+    );
+    assert!(!err.contains("panicked"), "{err}");
+}
+
+#[test]
+fn a_bad_flag_value_names_the_flag_and_the_value() {
+    let out = relay_with(&[DB], &["--kinds", "noop", "--concurrency", "lots"]);
+    let err = stderr(&out);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(
+        err.contains("lots") && err.contains("--concurrency"),
+        "{err}"
+    );
+}
+
+#[test]
+fn an_unknown_kind_is_refused_by_name() {
+    let out = relay_with(&[DB], &["--kinds", "noop,fax"]);
+    let err = stderr(&out);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(err.contains("fax"), "{err}");
+}
+
+#[test]
+fn an_unparsable_database_url_is_refused() {
+    let out = relay_with(
+        &[("DATABASE_URL", "mysql://localhost/x")],
+        &["--kinds", "noop"],
+    );
+    let err = stderr(&out);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(
+        err.contains("DATABASE_URL") && err.contains("mysql"),
+        "{err}"
+    );
+}
+
+#[test]
+fn a_relay_handling_webhooks_without_webhook_url_refuses_to_start() {
+    let out = relay_with(&[DB], &["--kinds", "order_webhook"]);
+    let err = stderr(&out);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(err.contains("WEBHOOK_URL is not set"), "{err}");
+}
+
+#[test]
+fn a_relay_handling_email_without_smtp_url_refuses_to_start() {
+    let out = relay_with(
+        &[
+            DB,
+            ("WEBHOOK_URL", "http://127.0.0.1:9/hook"),
+            ("WEBHOOK_SECRET", "s"),
+        ],
+        &[],
+    );
+    let err = stderr(&out);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(err.contains("SMTP_URL is not set"), "{err}");
+}

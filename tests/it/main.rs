@@ -1,0 +1,9 @@
+//! The one integration test binary. Each test gets its own database cloned
+//! from a migrated template (see `support::db`), so tests run in parallel.
+
+mod support;
+
+mod cli_config;
+mod orders;
+mod outbox;
+mod relay;

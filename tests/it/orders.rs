@@ -1,0 +1,139 @@
+//! Placing orders: one transaction for the order, its items and its jobs.
+
+use diesel::prelude::*;
+use outbox_relay::orders::{
+    IdempotencyKey, PlaceOrderError, Placement, load_order, load_order_jobs, place_order,
+};
+use outbox_relay::outbox::{NewJob, enqueue};
+use outbox_relay::schema::{jobs, order_items, orders};
+
+use crate::support::{TestDb, order_json, sample_order};
+
+#[test]
+fn placing_an_order_writes_the_order_its_items_and_three_jobs_together() {
+    let db = TestDb::new();
+    let mut conn = db.conn();
+
+    let placed = place_order(&mut conn, &sample_order(), None, 5).expect("placed");
+
+    let Placement::Created(order_id) = placed else {
+        panic!("expected a new order, got {placed:?}")
+    };
+    let order = load_order(&mut conn, order_id)
+        .expect("query")
+        .expect("order exists");
+    assert_eq!(order.total_cents, 2 * 450 + 1200);
+    assert_eq!(order.items.len(), 2);
+    let jobs = load_order_jobs(&mut conn, order_id).expect("jobs");
+    let mut kinds: Vec<_> = jobs.iter().map(|j| j.kind.as_str()).collect();
+    kinds.sort_unstable();
+    assert_eq!(
+        kinds,
+        ["confirmation_email", "order_webhook", "receipt_pdf"]
+    );
+    assert!(
+        jobs.iter()
+            .all(|j| j.status == "pending" && j.attempts == 0 && j.max_attempts == 5)
+    );
+}
+
+#[test]
+fn a_failure_after_the_order_insert_leaves_nothing_behind() {
+    let db = TestDb::new();
+    let mut conn = db.conn();
+
+    let result =
+        outbox_relay::orders::place_order_with_hook_for_tests(&mut conn, &sample_order(), |conn| {
+            // The order row is there inside the transaction...
+            let n: i64 = orders::table.count().get_result(conn)?;
+            assert_eq!(n, 1);
+            // ...and then something fails half-way.
+            Err(diesel::result::Error::RollbackTransaction)
+        });
+
+    assert!(result.is_err());
+    assert_eq!(
+        orders::table
+            .count()
+            .get_result::<i64>(&mut conn)
+            .expect("count"),
+        0
+    );
+    assert_eq!(
+        order_items::table
+            .count()
+            .get_result::<i64>(&mut conn)
+            .expect("count"),
+        0
+    );
+    assert_eq!(
+        jobs::table
+            .count()
+            .get_result::<i64>(&mut conn)
+            .expect("count"),
+        0
+    );
+}
+
+#[test]
+fn an_enqueue_inside_a_callers_transaction_that_rolls_back_leaves_no_job() {
+    let db = TestDb::new();
+    let mut conn = db.conn();
+
+    let result: Result<(), diesel::result::Error> = conn.transaction(|conn| {
+        enqueue(conn, &NewJob::new("noop", serde_json::json!({})))?;
+        Err(diesel::result::Error::RollbackTransaction)
+    });
+    assert!(result.is_err());
+    assert_eq!(
+        jobs::table
+            .count()
+            .get_result::<i64>(&mut conn)
+            .expect("count"),
+        0
+    );
+
+    conn.transaction(|conn| enqueue(conn, &NewJob::new("noop", serde_json::json!({}))))
+        .expect("committed enqueue");
+    assert_eq!(
+        jobs::table
+            .count()
+            .get_result::<i64>(&mut conn)
+            .expect("count"),
+        1
+    );
+}
+
+#[test]
+fn the_same_idempotency_key_returns_the_same_order_and_a_different_body_conflicts() {
+    let db = TestDb::new();
+    let mut conn = db.conn();
+    let key = IdempotencyKey::parse("order-abc-1").expect("valid key");
+
+    let first = place_order(&mut conn, &sample_order(), Some(&key), 8).expect("first");
+    let again = place_order(&mut conn, &sample_order(), Some(&key), 8).expect("again");
+    let other = outbox_relay::orders::NewOrder::parse(&order_json("Someone Else")).expect("valid");
+    let conflict = place_order(&mut conn, &other, Some(&key), 8);
+
+    let Placement::Created(id) = first else {
+        panic!("{first:?}")
+    };
+    assert_eq!(again, Placement::Existing(id));
+    assert!(
+        matches!(conflict, Err(PlaceOrderError::IdempotencyConflict { existing_order_id }) if existing_order_id == id)
+    );
+    assert_eq!(
+        orders::table
+            .count()
+            .get_result::<i64>(&mut conn)
+            .expect("count"),
+        1
+    );
+    assert_eq!(
+        jobs::table
+            .count()
+            .get_result::<i64>(&mut conn)
+            .expect("count"),
+        3
+    );
+}

@@ -1,0 +1,413 @@
+//! The queue statements on their own: claim, fencing, reaping, release, admin.
+
+use std::collections::HashSet;
+use std::time::Duration;
+
+use diesel::prelude::*;
+use diesel::sql_types::Text;
+use outbox_relay::outbox::{
+    ClaimRequest, Finish, JobLease, LocalWrite, NewJob, Outcome, claim_jobs, enqueue_many,
+    extend_leases, finish_jobs, reap_expired_leases, release_jobs,
+};
+use outbox_relay::schema::jobs;
+
+use crate::support::{TestDb, count};
+
+fn noops(conn: &mut PgConnection, n: usize) -> Vec<i64> {
+    let batch: Vec<NewJob> = (0..n)
+        .map(|i| NewJob::new("noop", serde_json::json!({ "i": i })))
+        .collect();
+    enqueue_many(conn, &batch).expect("enqueue")
+}
+
+fn claim(
+    conn: &mut PgConnection,
+    worker: &str,
+    limit: i64,
+    lease: Duration,
+) -> Vec<outbox_relay::outbox::ClaimedJob> {
+    let kinds = vec!["noop".to_owned()];
+    claim_jobs(
+        conn,
+        &ClaimRequest {
+            worker_id: worker,
+            kinds: &kinds,
+            limit,
+            lease,
+        },
+    )
+    .expect("claim")
+}
+
+/// Makes every processing job's lease expired, as if its worker had died long ago.
+fn expire_leases(conn: &mut PgConnection) {
+    diesel::sql_query("UPDATE jobs SET lease_expires_at = now() - interval '1 second' WHERE status = 'processing'")
+        .execute(conn)
+        .expect("expire leases");
+}
+
+#[derive(QueryableByName)]
+struct PlanLine {
+    #[diesel(sql_type = Text, column_name = "QUERY PLAN")]
+    line: String,
+}
+
+/// The claim's plan, on a table where most rows are finished: an index scan of
+/// jobs_claim_idx in (run_after, id) order, stopped by the LIMIT, with no sort
+/// and no walk of the primary key. Seen on PostgreSQL 15:
+///
+/// ```text
+/// Update on jobs j
+///   CTE picked
+///     ->  Limit
+///           ->  LockRows
+///                 ->  Index Scan using jobs_claim_idx on jobs
+///                       Index Cond: (run_after <= now())
+///                       Filter: (kind = ANY ('{noop}'::text[]))
+///   ->  Nested Loop
+///         ->  CTE Scan on picked
+///         ->  Index Scan using jobs_pkey on jobs j
+///               Index Cond: (id = picked.id)
+/// ```
+#[test]
+fn the_claim_reads_its_partial_index_in_order_and_skips_finished_rows() {
+    let db = TestDb::new();
+    let mut conn = db.conn();
+    diesel::sql_query(
+        "INSERT INTO jobs (kind, status, finished_at) \
+         SELECT 'noop', 'done', now() FROM generate_series(1, 20000)",
+    )
+    .execute(&mut conn)
+    .expect("done rows");
+    noops(&mut conn, 200);
+    diesel::sql_query("ANALYZE jobs")
+        .execute(&mut conn)
+        .expect("analyze");
+
+    let explain = format!(
+        "EXPLAIN {}",
+        include_str!("../../src/outbox/sql/claim_jobs.sql")
+            .replace("$1", "16")
+            .replace("$2", "ARRAY['noop']")
+            .replace("$3", "'w'")
+            .replace("$4", "60000")
+    );
+    let plan: Vec<String> = diesel::sql_query(explain)
+        .load::<PlanLine>(&mut conn)
+        .expect("explain")
+        .into_iter()
+        .map(|l| l.line)
+        .collect();
+    let plan = plan.join("\n");
+    println!("{plan}");
+    assert!(
+        plan.contains("Index Scan using jobs_claim_idx"),
+        "claim does not use its index:\n{plan}"
+    );
+    assert!(
+        !plan.contains("Sort"),
+        "claim sorts instead of reading the index in order:\n{plan}"
+    );
+    assert!(!plan.contains("Seq Scan"), "claim scans the table:\n{plan}");
+}
+
+#[test]
+fn a_claim_takes_due_jobs_of_its_kinds_oldest_first_and_counts_the_attempt() {
+    let db = TestDb::new();
+    let mut conn = db.conn();
+    let ids = noops(&mut conn, 5);
+    enqueue_many(&mut conn, &[NewJob::new("other", serde_json::json!({}))]).expect("other kind");
+    enqueue_many(
+        &mut conn,
+        &[NewJob::new("noop", serde_json::json!({}))
+            .run_after(chrono::Utc::now() + chrono::Duration::hours(1))],
+    )
+    .expect("future job");
+
+    let claimed = claim(&mut conn, "w1", 3, Duration::from_secs(60));
+    assert_eq!(claimed.iter().map(|j| j.id).collect::<Vec<_>>().len(), 3);
+    assert!(
+        claimed
+            .iter()
+            .all(|j| j.attempt == 1 && ids[..3].contains(&j.id))
+    );
+
+    let rest = claim(&mut conn, "w2", 100, Duration::from_secs(60));
+    let rest_ids: HashSet<i64> = rest.iter().map(|j| j.id).collect();
+    assert_eq!(
+        rest_ids,
+        ids[3..].iter().copied().collect(),
+        "only due noop jobs are claimed"
+    );
+    let (locked_by, lease): (Option<String>, Option<chrono::DateTime<chrono::Utc>>) = jobs::table
+        .find(ids[4])
+        .select((jobs::locked_by, jobs::lease_expires_at))
+        .first(&mut conn)
+        .expect("job");
+    assert_eq!(locked_by.as_deref(), Some("w2"));
+    assert!(lease.expect("lease set") > chrono::Utc::now() + chrono::Duration::seconds(50));
+}
+
+#[test]
+fn concurrent_claims_never_hand_out_the_same_job() {
+    let db = TestDb::new();
+    noops(&mut db.conn(), 3000);
+
+    let threads: Vec<_> = (0..6)
+        .map(|w| {
+            let url = db.url.clone();
+            std::thread::spawn(move || {
+                let mut conn = PgConnection::establish(&url).expect("connect");
+                let mut mine = Vec::new();
+                loop {
+                    let got = claim(&mut conn, &format!("w{w}"), 7, Duration::from_secs(60));
+                    if got.is_empty() {
+                        return mine;
+                    }
+                    mine.extend(got.into_iter().map(|j| j.id));
+                }
+            })
+        })
+        .collect();
+    let mut all = Vec::new();
+    for t in threads {
+        all.extend(t.join().expect("claimer thread"));
+    }
+    let unique: HashSet<i64> = all.iter().copied().collect();
+    assert_eq!(all.len(), 3000, "every job claimed");
+    assert_eq!(unique.len(), 3000, "no job claimed twice");
+}
+
+#[test]
+fn a_zombies_late_completion_and_failure_change_nothing() {
+    let db = TestDb::new();
+    let mut conn = db.conn();
+    let id = noops(&mut conn, 1)[0];
+
+    let zombie = claim(&mut conn, "zombie", 1, Duration::from_secs(60)).remove(0);
+    expire_leases(&mut conn);
+    let reaped = reap_expired_leases(&mut conn, 100, |_| Duration::ZERO).expect("reap");
+    assert_eq!(reaped.requeued, 1);
+    let owner = claim(&mut conn, "owner", 1, Duration::from_secs(60)).remove(0);
+    assert_eq!((owner.id, owner.attempt), (id, 2));
+
+    let done = Finish {
+        job_id: id,
+        attempt: zombie.attempt,
+        outcome: Outcome::Done { local: None },
+    };
+    let failed = Finish {
+        job_id: id,
+        attempt: zombie.attempt,
+        outcome: Outcome::Failed {
+            error: "late".into(),
+        },
+    };
+    let receipt = Finish {
+        job_id: id,
+        attempt: zombie.attempt,
+        outcome: Outcome::Done {
+            local: Some(LocalWrite::Receipt {
+                order_id: 1,
+                pdf: vec![1],
+            }),
+        },
+    };
+    for late in [done, failed, receipt] {
+        let report = finish_jobs(&mut conn, "zombie", &[late]).expect("finish");
+        assert_eq!(report.applied, Vec::<i64>::new());
+        assert_eq!(report.lost, vec![id]);
+    }
+    // Even with the right worker name, the old attempt number is fenced out.
+    let stale = Finish {
+        job_id: id,
+        attempt: 1,
+        outcome: Outcome::Done { local: None },
+    };
+    assert_eq!(
+        finish_jobs(&mut conn, "owner", &[stale])
+            .expect("finish")
+            .lost,
+        vec![id]
+    );
+    assert!(
+        extend_leases(
+            &mut conn,
+            "zombie",
+            &[JobLease {
+                job_id: id,
+                attempt: 1
+            }],
+            Duration::from_secs(60)
+        )
+        .expect("heartbeat")
+        .is_empty()
+    );
+
+    let (status, locked_by): (String, Option<String>) = jobs::table
+        .find(id)
+        .select((jobs::status, jobs::locked_by))
+        .first(&mut conn)
+        .expect("job");
+    assert_eq!(
+        (status.as_str(), locked_by.as_deref()),
+        ("processing", Some("owner"))
+    );
+
+    let ok = Finish {
+        job_id: id,
+        attempt: 2,
+        outcome: Outcome::Done { local: None },
+    };
+    assert_eq!(
+        finish_jobs(&mut conn, "owner", &[ok])
+            .expect("finish")
+            .applied,
+        vec![id]
+    );
+    assert_eq!(count(&mut conn, "done"), 1);
+}
+
+#[test]
+fn an_expired_lease_is_reaped_to_pending_or_to_failed_when_out_of_attempts() {
+    let db = TestDb::new();
+    let mut conn = db.conn();
+    let with_attempts_left = enqueue_many(
+        &mut conn,
+        &[NewJob::new("noop", serde_json::json!({})).max_attempts(3)],
+    )
+    .expect("enqueue")[0];
+    let on_last_attempt = enqueue_many(
+        &mut conn,
+        &[NewJob::new("noop", serde_json::json!({})).max_attempts(1)],
+    )
+    .expect("enqueue")[0];
+    let healthy = noops(&mut conn, 1)[0];
+    claim(&mut conn, "dead", 2, Duration::from_secs(60));
+    expire_leases(&mut conn);
+    claim(&mut conn, "alive", 1, Duration::from_secs(60));
+
+    let report = reap_expired_leases(&mut conn, 100, |_| Duration::from_secs(5)).expect("reap");
+    assert_eq!((report.requeued, report.failed), (1, 1));
+    let rows: Vec<(i64, String, Option<String>, chrono::DateTime<chrono::Utc>)> = jobs::table
+        .select((jobs::id, jobs::status, jobs::last_error, jobs::run_after))
+        .order(jobs::id)
+        .load(&mut conn)
+        .expect("jobs");
+    let by_id = |id: i64| rows.iter().find(|r| r.0 == id).expect("row").clone();
+
+    let requeued = by_id(with_attempts_left);
+    assert_eq!(requeued.1, "pending");
+    assert!(
+        requeued
+            .2
+            .as_deref()
+            .is_some_and(|e| e.contains("lease expired") && e.contains("dead"))
+    );
+    assert!(
+        requeued.3 > chrono::Utc::now() + chrono::Duration::seconds(3),
+        "requeued with backoff"
+    );
+    let failed = by_id(on_last_attempt);
+    assert_eq!(failed.1, "failed");
+    assert!(
+        failed
+            .2
+            .as_deref()
+            .is_some_and(|e| e.contains("no attempts left"))
+    );
+    assert_eq!(by_id(healthy).1, "processing", "a live lease is left alone");
+    assert_eq!(
+        reap_expired_leases(&mut conn, 100, |_| Duration::ZERO)
+            .expect("reap")
+            .total(),
+        0
+    );
+}
+
+#[test]
+fn released_jobs_go_back_to_pending_without_spending_an_attempt() {
+    let db = TestDb::new();
+    let mut conn = db.conn();
+    noops(&mut conn, 2);
+    let claimed = claim(&mut conn, "w", 2, Duration::from_secs(60));
+    let leases: Vec<JobLease> = claimed
+        .iter()
+        .map(|j| JobLease {
+            job_id: j.id,
+            attempt: j.attempt,
+        })
+        .collect();
+
+    assert!(
+        release_jobs(&mut conn, "someone-else", &leases)
+            .expect("release")
+            .is_empty()
+    );
+    assert_eq!(
+        release_jobs(&mut conn, "w", &leases)
+            .expect("release")
+            .len(),
+        2
+    );
+
+    let rows: Vec<(String, i32, Option<String>)> = jobs::table
+        .select((jobs::status, jobs::attempts, jobs::locked_by))
+        .load(&mut conn)
+        .expect("jobs");
+    assert!(
+        rows.iter().all(|r| r == &("pending".to_owned(), 0, None)),
+        "{rows:?}"
+    );
+}
+
+#[test]
+fn a_retry_outcome_schedules_the_job_and_keeps_the_error() {
+    let db = TestDb::new();
+    let mut conn = db.conn();
+    let id = noops(&mut conn, 1)[0];
+    let job = claim(&mut conn, "w", 1, Duration::from_secs(60)).remove(0);
+
+    let retry = Finish {
+        job_id: id,
+        attempt: job.attempt,
+        outcome: Outcome::Retry {
+            delay: Duration::from_secs(30),
+            error: "503 from receiver".into(),
+        },
+    };
+    assert_eq!(
+        finish_jobs(&mut conn, "w", &[retry])
+            .expect("finish")
+            .applied,
+        vec![id]
+    );
+
+    let (status, run_after, last_error, locked_by): (
+        String,
+        chrono::DateTime<chrono::Utc>,
+        Option<String>,
+        Option<String>,
+    ) = jobs::table
+        .find(id)
+        .select((
+            jobs::status,
+            jobs::run_after,
+            jobs::last_error,
+            jobs::locked_by,
+        ))
+        .first(&mut conn)
+        .expect("job");
+    assert_eq!(status, "pending");
+    assert_eq!(last_error.as_deref(), Some("503 from receiver"));
+    assert_eq!(locked_by, None);
+    let wait = run_after - chrono::Utc::now();
+    assert!(
+        wait > chrono::Duration::seconds(25) && wait <= chrono::Duration::seconds(31),
+        "{wait}"
+    );
+    assert!(
+        claim(&mut conn, "w", 1, Duration::from_secs(60)).is_empty(),
+        "not due yet"
+    );
+}

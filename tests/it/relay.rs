@@ -1,0 +1,451 @@
+//! The relay end to end in-process: exactly once under concurrency, retries,
+//! leases, heartbeats, shutdown and wake-ups.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use diesel::prelude::*;
+use outbox_relay::effects::{EffectError, Effects, receipt::ReceiptSettings};
+use outbox_relay::outbox::{ClaimRequest, NewJob, claim_jobs, enqueue, enqueue_many};
+use outbox_relay::relay::RelayStats;
+use outbox_relay::schema::jobs;
+
+use crate::support::{
+    TestDb, count, executor, init_tracing, spawn_relay, test_settings, wait_until,
+};
+
+fn enqueue_noops(conn: &mut PgConnection, n: usize, max_attempts: i32) -> Vec<i64> {
+    let batch: Vec<NewJob> = (0..n)
+        .map(|i| NewJob::new("noop", serde_json::json!({ "i": i })).max_attempts(max_attempts))
+        .collect();
+    let mut ids = Vec::with_capacity(n);
+    for chunk in batch.chunks(1000) {
+        ids.extend(enqueue_many(conn, chunk).expect("enqueue"));
+    }
+    ids
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn eight_relays_run_each_of_two_thousand_jobs_exactly_once() {
+    init_tracing();
+    let db = TestDb::new();
+    let mut conn = db.conn();
+    let ids = enqueue_noops(&mut conn, 2000, 8);
+    let runs: Arc<Mutex<HashMap<i64, usize>>> = Arc::default();
+
+    let relays: Vec<_> = (0..8)
+        .map(|w| {
+            let runs = Arc::clone(&runs);
+            let mut settings = test_settings(&format!("worker-{w}"), &["noop"]);
+            settings.concurrency = 8;
+            settings.batch_size = 4;
+            spawn_relay(
+                &db,
+                settings,
+                executor(move |job| {
+                    *runs.lock().expect("runs").entry(job.id).or_default() += 1;
+                    async { Ok(None) }
+                }),
+            )
+        })
+        .collect();
+
+    wait_until("all 2000 jobs done", Duration::from_secs(120), || {
+        count(&mut conn, "done") == 2000
+    })
+    .await;
+    let per_relay: Vec<u64> = relays
+        .iter()
+        .map(|r| RelayStats::get(&r.stats.done))
+        .collect();
+    for relay in relays {
+        relay.stop().await;
+    }
+
+    let runs = runs.lock().expect("runs");
+    assert_eq!(runs.len(), 2000, "every job ran");
+    assert!(runs.values().all(|&n| n == 1), "some job ran twice");
+    assert!(ids.iter().all(|id| runs.contains_key(id)));
+    assert_eq!(per_relay.iter().sum::<u64>(), 2000);
+    assert!(
+        per_relay.iter().filter(|&&n| n > 0).count() >= 2,
+        "work was shared: {per_relay:?}"
+    );
+    let attempts: Vec<i32> = jobs::table
+        .select(jobs::attempts)
+        .load(&mut conn)
+        .expect("attempts");
+    assert!(attempts.iter().all(|&a| a == 1));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_retryable_failure_backs_off_with_growing_capped_delays_until_the_last_attempt_fails() {
+    init_tracing();
+    let db = TestDb::new();
+    let mut conn = db.conn();
+    let id = enqueue(
+        &mut conn,
+        &NewJob::new("noop", serde_json::json!({})).max_attempts(5),
+    )
+    .expect("enqueue");
+    let started: Arc<Mutex<Vec<Instant>>> = Arc::default();
+    let mut settings = test_settings("w", &["noop"]);
+    settings.poll_interval = Duration::from_millis(10);
+    settings.backoff.base = Duration::from_millis(200);
+    settings.backoff.max = Duration::from_millis(800);
+    let log = Arc::clone(&started);
+    let relay = spawn_relay(
+        &db,
+        settings,
+        executor(move |_job| {
+            log.lock().expect("log").push(Instant::now());
+            async { Err(EffectError::retryable("receiver said 503")) }
+        }),
+    );
+
+    wait_until("the job to fail", Duration::from_secs(30), || {
+        count(&mut conn, "failed") == 1
+    })
+    .await;
+    relay.stop().await;
+
+    let started = started.lock().expect("log");
+    assert_eq!(started.len(), 5, "one run per attempt");
+    let gaps: Vec<Duration> = started.windows(2).map(|w| w[1] - w[0]).collect();
+    // Equal jitter: the delay after attempt n lies in [d/2, d) with d = 200ms * 2^(n-1), capped at 800ms.
+    let bounds = [(100, 200), (200, 400), (400, 800), (400, 800)];
+    for (gap, (low, high)) in gaps.iter().zip(bounds) {
+        let slack = Duration::from_millis(250); // poll interval, claim and scheduling
+        assert!(*gap >= Duration::from_millis(low), "gaps {gaps:?}");
+        assert!(*gap <= Duration::from_millis(high) + slack, "gaps {gaps:?}");
+    }
+    let (attempts, last_error): (i32, Option<String>) = jobs::table
+        .find(id)
+        .select((jobs::attempts, jobs::last_error))
+        .first(&mut conn)
+        .expect("job");
+    assert_eq!(attempts, 5);
+    let last_error = last_error.expect("last_error set");
+    assert!(
+        last_error.contains("no attempts left") && last_error.contains("receiver said 503"),
+        "{last_error}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_permanent_error_fails_the_job_after_one_attempt() {
+    let db = TestDb::new();
+    let mut conn = db.conn();
+    let id = enqueue(&mut conn, &NewJob::new("noop", serde_json::json!({}))).expect("enqueue");
+    let relay = spawn_relay(
+        &db,
+        test_settings("w", &["noop"]),
+        executor(|_| async { Err(EffectError::permanent("550 5.1.1 mailbox unavailable")) }),
+    );
+
+    wait_until("the job to fail", Duration::from_secs(20), || {
+        count(&mut conn, "failed") == 1
+    })
+    .await;
+    relay.stop().await;
+
+    let (attempts, last_error): (i32, Option<String>) = jobs::table
+        .find(id)
+        .select((jobs::attempts, jobs::last_error))
+        .first(&mut conn)
+        .expect("job");
+    assert_eq!(attempts, 1);
+    assert!(last_error.is_some_and(|e| e.contains("550 5.1.1")));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_payload_that_does_not_decode_fails_its_job_without_hurting_the_worker() {
+    let db = TestDb::new();
+    let mut conn = db.conn();
+    let bad = enqueue(
+        &mut conn,
+        &NewJob::new("receipt_pdf", serde_json::json!({"order": "x"})),
+    )
+    .expect("enqueue");
+    let unknown = enqueue(&mut conn, &NewJob::new("fax", serde_json::json!({}))).expect("enqueue");
+    let good = enqueue(&mut conn, &NewJob::new("noop", serde_json::json!({}))).expect("enqueue");
+    let pool = db.pool(4);
+    let effects = Arc::new(Effects::new(pool, None, None, ReceiptSettings::default()));
+    let relay = spawn_relay(
+        &db,
+        test_settings("w", &["receipt_pdf", "noop", "fax"]),
+        effects,
+    );
+
+    wait_until("all jobs finished", Duration::from_secs(20), || {
+        count(&mut conn, "failed") == 2 && count(&mut conn, "done") == 1
+    })
+    .await;
+    relay.stop().await;
+
+    let rows: HashMap<i64, (String, Option<String>)> = jobs::table
+        .select((jobs::id, jobs::status, jobs::last_error))
+        .load::<(i64, String, Option<String>)>(&mut conn)
+        .expect("jobs")
+        .into_iter()
+        .map(|(id, s, e)| (id, (s, e)))
+        .collect();
+    assert!(
+        rows[&bad]
+            .1
+            .as_deref()
+            .is_some_and(|e| e.contains("does not decode")),
+        "{:?}",
+        rows[&bad]
+    );
+    assert!(
+        rows[&unknown]
+            .1
+            .as_deref()
+            .is_some_and(|e| e.contains("unknown job kind")),
+        "{:?}",
+        rows[&unknown]
+    );
+    assert_eq!(rows[&good].0, "done");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_dead_workers_job_is_reaped_and_finished_by_another_relay() {
+    init_tracing();
+    let db = TestDb::new();
+    let mut conn = db.conn();
+    let id = enqueue(
+        &mut conn,
+        &NewJob::new("noop", serde_json::json!({})).max_attempts(3),
+    )
+    .expect("enqueue");
+    let last = enqueue(
+        &mut conn,
+        &NewJob::new("noop", serde_json::json!({})).max_attempts(1),
+    )
+    .expect("enqueue");
+    // A worker claims both with a short lease and dies.
+    let kinds = vec!["noop".to_owned()];
+    let claimed = claim_jobs(
+        &mut conn,
+        &ClaimRequest {
+            worker_id: "crashed",
+            kinds: &kinds,
+            limit: 2,
+            lease: Duration::from_millis(300),
+        },
+    )
+    .expect("claim");
+    assert_eq!(claimed.len(), 2);
+
+    let mut settings = test_settings("survivor", &["noop"]);
+    settings.reap_interval = Duration::from_millis(100);
+    let relay = spawn_relay(&db, settings, executor(|_| async { Ok(None) }));
+
+    wait_until(
+        "the dead worker's jobs to end",
+        Duration::from_secs(20),
+        || count(&mut conn, "done") == 1 && count(&mut conn, "failed") == 1,
+    )
+    .await;
+    relay.stop().await;
+
+    let (status, attempts, locked_by): (String, i32, Option<String>) = jobs::table
+        .find(id)
+        .select((jobs::status, jobs::attempts, jobs::locked_by))
+        .first(&mut conn)
+        .expect("job");
+    assert_eq!(
+        (status.as_str(), attempts, locked_by.as_deref()),
+        ("done", 2, Some("survivor"))
+    );
+    let (status, error): (String, Option<String>) = jobs::table
+        .find(last)
+        .select((jobs::status, jobs::last_error))
+        .first(&mut conn)
+        .expect("job");
+    assert_eq!(status, "failed");
+    assert!(error.is_some_and(|e| e.contains("lease expired") && e.contains("crashed")));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_heartbeat_keeps_a_long_effects_lease_alive() {
+    init_tracing();
+    let db = TestDb::new();
+    let mut conn = db.conn();
+    let id = enqueue(&mut conn, &NewJob::new("noop", serde_json::json!({}))).expect("enqueue");
+    let runs = Arc::new(AtomicUsize::new(0));
+
+    // The effect takes five leases' worth of time; the relay's own reaper and a
+    // second, idle relay's reaper both run all along.
+    let lease = Duration::from_millis(400);
+    let mut settings = test_settings("slow", &["noop"]);
+    settings = settings.with_lease(lease);
+    settings.reap_interval = Duration::from_millis(50);
+    let counter = Arc::clone(&runs);
+    let relay = spawn_relay(
+        &db,
+        settings,
+        executor(move |_| {
+            counter.fetch_add(1, Ordering::SeqCst);
+            async {
+                tokio::time::sleep(Duration::from_millis(2000)).await;
+                Ok(None)
+            }
+        }),
+    );
+    let mut watcher = test_settings("watcher", &["other"]).with_lease(lease);
+    watcher.reap_interval = Duration::from_millis(50);
+    let other = spawn_relay(&db, watcher, executor(|_| async { Ok(None) }));
+
+    wait_until("the long job to finish", Duration::from_secs(20), || {
+        count(&mut conn, "done") == 1
+    })
+    .await;
+    relay.stop().await;
+    other.stop().await;
+
+    assert_eq!(runs.load(Ordering::SeqCst), 1, "the job ran once");
+    let attempts: i32 = jobs::table
+        .find(id)
+        .select(jobs::attempts)
+        .first(&mut conn)
+        .expect("job");
+    assert_eq!(attempts, 1, "never reaped");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn shutdown_finishes_in_flight_effects_and_leaves_unclaimed_jobs_untouched() {
+    init_tracing();
+    let db = TestDb::new();
+    let mut conn = db.conn();
+    enqueue_noops(&mut conn, 10, 8);
+    let started = Arc::new(AtomicUsize::new(0));
+    let mut settings = test_settings("w", &["noop"]);
+    settings.concurrency = 3;
+    settings.batch_size = 3;
+    let seen = Arc::clone(&started);
+    let relay = spawn_relay(
+        &db,
+        settings,
+        executor(move |_| {
+            seen.fetch_add(1, Ordering::SeqCst);
+            async {
+                tokio::time::sleep(Duration::from_millis(600)).await;
+                Ok(None)
+            }
+        }),
+    );
+
+    wait_until("three effects in flight", Duration::from_secs(10), || {
+        started.load(Ordering::SeqCst) == 3
+    })
+    .await;
+    relay.stop().await;
+
+    let counts = crate::support::status_counts(&mut conn);
+    assert_eq!(
+        counts.get("done"),
+        Some(&3),
+        "in-flight effects finished: {counts:?}"
+    );
+    assert_eq!(
+        counts.get("pending"),
+        Some(&7),
+        "the rest untouched: {counts:?}"
+    );
+    assert_eq!(
+        counts.get("processing"),
+        None,
+        "nothing left claimed: {counts:?}"
+    );
+    let attempts: Vec<i32> = jobs::table
+        .filter(jobs::status.eq("pending"))
+        .select(jobs::attempts)
+        .load(&mut conn)
+        .expect("jobs");
+    assert!(
+        attempts.iter().all(|&a| a == 0),
+        "no attempt spent on unstarted jobs"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_effect_still_running_after_the_grace_period_is_interrupted_and_requeued() {
+    let db = TestDb::new();
+    let mut conn = db.conn();
+    let id = enqueue(&mut conn, &NewJob::new("noop", serde_json::json!({}))).expect("enqueue");
+    let started = Arc::new(AtomicUsize::new(0));
+    let mut settings = test_settings("w", &["noop"]);
+    settings.shutdown_grace = Duration::from_millis(200);
+    settings.backoff.base = Duration::from_secs(1);
+    let seen = Arc::clone(&started);
+    let relay = spawn_relay(
+        &db,
+        settings,
+        executor(move |_| {
+            seen.fetch_add(1, Ordering::SeqCst);
+            async {
+                tokio::time::sleep(Duration::from_secs(3600)).await;
+                Ok(None)
+            }
+        }),
+    );
+    wait_until("the effect to start", Duration::from_secs(10), || {
+        started.load(Ordering::SeqCst) == 1
+    })
+    .await;
+    let stopping = Instant::now();
+    relay.stop().await;
+    assert!(
+        stopping.elapsed() < Duration::from_secs(5),
+        "shutdown took {:?}",
+        stopping.elapsed()
+    );
+
+    let (status, attempts, error): (String, i32, Option<String>) = jobs::table
+        .find(id)
+        .select((jobs::status, jobs::attempts, jobs::last_error))
+        .first(&mut conn)
+        .expect("job");
+    assert_eq!((status.as_str(), attempts), ("pending", 1));
+    assert!(error.is_some_and(|e| e.contains("interrupted")));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_notify_wakes_an_idle_relay_long_before_the_poll_interval() {
+    init_tracing();
+    let db = TestDb::new();
+    let mut conn = db.conn();
+    let started: Arc<Mutex<Option<Instant>>> = Arc::default();
+    let mut settings = test_settings("w", &["noop"]);
+    settings.poll_interval = Duration::from_secs(30);
+    let seen = Arc::clone(&started);
+    let relay = spawn_relay(
+        &db,
+        settings,
+        executor(move |_| {
+            *seen.lock().expect("lock") = Some(Instant::now());
+            async { Ok(None) }
+        }),
+    );
+    // Let the relay go idle: listener connected, first (empty) claim done.
+    tokio::time::sleep(Duration::from_millis(500)).await;
+
+    let enqueued = Instant::now();
+    conn.transaction(|conn| enqueue(conn, &NewJob::new("noop", serde_json::json!({}))))
+        .expect("enqueue");
+    wait_until("the job to start", Duration::from_secs(10), || {
+        started.lock().expect("lock").is_some()
+    })
+    .await;
+    let latency = started.lock().expect("lock").expect("started") - enqueued;
+    relay.stop().await;
+
+    assert!(
+        latency < Duration::from_secs(2),
+        "woken after {latency:?}, poll interval is 30s"
+    );
+}

@@ -1,0 +1,172 @@
+//! A fresh database per test, cloned from a migrated template.
+//!
+//! The template is built once per migration set (its name carries a hash of
+//! `migrations/`), under an advisory lock so that parallel test processes do
+//! not race to build it, and under a temporary name that is renamed only when
+//! complete, so a crash half-way never leaves a broken template behind.
+
+use std::sync::atomic::{AtomicU32, Ordering};
+
+use diesel::prelude::*;
+use diesel::sql_types::{BigInt, Text};
+use outbox_relay::db::{self, PgPool};
+
+pub const DEFAULT_ADMIN_URL: &str = "postgres://postgres@127.0.0.1:5432/postgres";
+
+pub fn admin_url() -> String {
+    std::env::var("DATABASE_URL").unwrap_or_else(|_| DEFAULT_ADMIN_URL.to_owned())
+}
+
+/// `base` with its database name replaced.
+pub fn url_for(base: &str, database: &str) -> String {
+    let mut url = url::Url::parse(base).expect("DATABASE_URL is a URL");
+    url.set_path(&format!("/{database}"));
+    url.to_string()
+}
+
+fn admin_conn() -> PgConnection {
+    let url = admin_url();
+    PgConnection::establish(&url).unwrap_or_else(|e| {
+        panic!(
+            "cannot connect to {} (set DATABASE_URL): {e}",
+            db::redact_url(&url)
+        )
+    })
+}
+
+fn migrations_hash() -> String {
+    use sha2::Digest as _;
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("migrations");
+    let mut files: Vec<_> = walk(&dir);
+    files.sort();
+    let mut hasher = sha2::Sha256::new();
+    for file in files {
+        hasher.update(file.to_string_lossy().as_bytes());
+        hasher.update(std::fs::read(&file).expect("readable migration"));
+    }
+    hex::encode(&hasher.finalize()[..6])
+}
+
+fn walk(dir: &std::path::Path) -> Vec<std::path::PathBuf> {
+    let mut out = Vec::new();
+    for entry in std::fs::read_dir(dir).expect("migrations dir").flatten() {
+        let path = entry.path();
+        if path.is_dir() {
+            out.extend(walk(&path));
+        } else {
+            out.push(path);
+        }
+    }
+    out
+}
+
+#[derive(QueryableByName)]
+struct Exists {
+    #[diesel(sql_type = BigInt)]
+    n: i64,
+}
+
+fn database_exists(conn: &mut PgConnection, name: &str) -> bool {
+    diesel::sql_query("SELECT count(*) AS n FROM pg_database WHERE datname = $1")
+        .bind::<Text, _>(name)
+        .get_result::<Exists>(conn)
+        .expect("query pg_database")
+        .n
+        > 0
+}
+
+fn template_name() -> String {
+    static NAME: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+    NAME.get_or_init(|| {
+        let name = format!("outbox_tpl_{}", migrations_hash());
+        let mut conn = admin_conn();
+        diesel::sql_query("SELECT pg_advisory_lock(727274)")
+            .execute(&mut conn)
+            .expect("template lock");
+        if !database_exists(&mut conn, &name) {
+            let building = format!("{name}_building");
+            diesel::sql_query(format!("DROP DATABASE IF EXISTS {building} WITH (FORCE)"))
+                .execute(&mut conn)
+                .expect("drop stale template");
+            diesel::sql_query(format!("CREATE DATABASE {building}"))
+                .execute(&mut conn)
+                .expect("create template");
+            {
+                let mut tpl = PgConnection::establish(&url_for(&admin_url(), &building))
+                    .expect("connect to template");
+                db::run_migrations(&mut tpl).expect("migrate template");
+            }
+            diesel::sql_query(format!("ALTER DATABASE {building} RENAME TO {name}"))
+                .execute(&mut conn)
+                .expect("publish template");
+        }
+        diesel::sql_query("SELECT pg_advisory_unlock(727274)")
+            .execute(&mut conn)
+            .expect("template unlock");
+        name
+    })
+    .clone()
+}
+
+/// A database of its own for one test, dropped when the value is.
+#[derive(Debug)]
+pub struct TestDb {
+    pub name: String,
+    pub url: String,
+}
+
+impl TestDb {
+    pub fn new() -> TestDb {
+        static COUNTER: AtomicU32 = AtomicU32::new(0);
+        let template = template_name();
+        let name = format!(
+            "outbox_test_{}_{}_{}",
+            std::process::id(),
+            COUNTER.fetch_add(1, Ordering::Relaxed),
+            fastrand::u32(..)
+        );
+        let mut conn = admin_conn();
+        // CREATE DATABASE ... TEMPLATE fails if anyone is connected to the
+        // template at that instant (another process publishing it): retry.
+        let mut tries = 0;
+        loop {
+            match diesel::sql_query(format!("CREATE DATABASE {name} TEMPLATE {template}"))
+                .execute(&mut conn)
+            {
+                Ok(_) => break,
+                Err(e) if tries < 20 => {
+                    tries += 1;
+                    eprintln!("create {name} from {template} failed ({e}); retrying");
+                    std::thread::sleep(std::time::Duration::from_millis(100));
+                }
+                Err(e) => panic!("cannot create test database {name}: {e}"),
+            }
+        }
+        let url = url_for(&admin_url(), &name);
+        TestDb { name, url }
+    }
+
+    pub fn conn(&self) -> PgConnection {
+        PgConnection::establish(&self.url).expect("connect to test database")
+    }
+
+    pub fn pool(&self, size: u32) -> PgPool {
+        db::build_pool(&self.url, size, false)
+    }
+}
+
+impl Drop for TestDb {
+    fn drop(&mut self) {
+        if std::env::var_os("KEEP_TEST_DB").is_some() {
+            eprintln!("keeping test database {}", self.name);
+            return;
+        }
+        if let Ok(mut conn) = PgConnection::establish(&admin_url()) {
+            let _ = diesel::sql_query(format!(
+                "DROP DATABASE IF EXISTS {} WITH (FORCE)",
+                self.name
+            ))
+            .execute(&mut conn);
+        }
+    }
+}

@@ -1,0 +1,142 @@
+//! Shared test support: isolated databases, factories, a relay harness.
+
+pub mod db;
+
+use std::collections::HashMap;
+use std::future::Future;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use diesel::prelude::*;
+use outbox_relay::effects::{BoxFuture, EffectResult, Executor};
+use outbox_relay::orders::NewOrder;
+use outbox_relay::outbox::ClaimedJob;
+use outbox_relay::relay::{Relay, RelaySettings, RelayStats};
+use tokio_util::sync::CancellationToken;
+
+pub use self::db::TestDb;
+
+/// `TEST_LOG=1` shows the traces of the code under test.
+pub fn init_tracing() {
+    if std::env::var_os("TEST_LOG").is_some() {
+        let _ = tracing_subscriber::fmt()
+            .with_env_filter(
+                tracing_subscriber::EnvFilter::try_from_default_env()
+                    .unwrap_or_else(|_| "debug,hyper=info,h2=info".into()),
+            )
+            .with_test_writer()
+            .try_init();
+    }
+}
+
+pub fn order_json(name: &str) -> serde_json::Value {
+    serde_json::json!({
+        "customer_email": "ada@example.com",
+        "customer_name": name,
+        "currency": "EUR",
+        "items": [
+            {"sku": "TEA-1", "name": "Green tea", "quantity": 2, "unit_price_cents": 450},
+            {"sku": "MUG-2", "name": "Mug", "quantity": 1, "unit_price_cents": 1200}
+        ]
+    })
+}
+
+pub fn sample_order() -> NewOrder {
+    NewOrder::parse(&order_json("Ada Lovelace")).expect("sample order is valid")
+}
+
+/// Jobs by status.
+pub fn status_counts(conn: &mut PgConnection) -> HashMap<String, i64> {
+    use outbox_relay::schema::jobs;
+    jobs::table
+        .group_by(jobs::status)
+        .select((jobs::status, diesel::dsl::count_star()))
+        .load::<(String, i64)>(conn)
+        .expect("count jobs")
+        .into_iter()
+        .collect()
+}
+
+pub fn count(conn: &mut PgConnection, status: &str) -> i64 {
+    status_counts(conn).get(status).copied().unwrap_or(0)
+}
+
+/// Polls `check` until it returns true; panics with `what` after `timeout`.
+pub async fn wait_until(what: &str, timeout: Duration, mut check: impl FnMut() -> bool) {
+    let deadline = Instant::now() + timeout;
+    while !check() {
+        assert!(
+            Instant::now() < deadline,
+            "timed out after {timeout:?} waiting for {what}"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+/// An executor made of a closure: tests script what each job does.
+pub struct FnExecutor<F>(pub F);
+
+impl<F, Fut> Executor for FnExecutor<F>
+where
+    F: Fn(ClaimedJob) -> Fut + Send + Sync + 'static,
+    Fut: Future<Output = EffectResult> + Send + 'static,
+{
+    fn execute<'a>(&'a self, job: &'a ClaimedJob) -> BoxFuture<'a, EffectResult> {
+        Box::pin((self.0)(job.clone()))
+    }
+}
+
+pub fn executor<F, Fut>(f: F) -> Arc<dyn Executor>
+where
+    F: Fn(ClaimedJob) -> Fut + Send + Sync + 'static,
+    Fut: Future<Output = EffectResult> + Send + 'static,
+{
+    Arc::new(FnExecutor(f))
+}
+
+/// Relay settings for tests: fast polls and short leases.
+pub fn test_settings(worker: &str, kinds: &[&str]) -> RelaySettings {
+    let mut settings = RelaySettings::new(worker, kinds.iter().map(|k| (*k).to_owned()).collect())
+        .with_lease(Duration::from_secs(30));
+    settings.poll_interval = Duration::from_millis(100);
+    settings.shutdown_grace = Duration::from_secs(10);
+    settings.backoff.base = Duration::from_millis(10);
+    settings.backoff.max = Duration::from_millis(100);
+    settings
+}
+
+/// A relay running in this process.
+pub struct RunningRelay {
+    pub shutdown: CancellationToken,
+    pub stats: Arc<RelayStats>,
+    handle: tokio::task::JoinHandle<anyhow::Result<()>>,
+}
+
+impl RunningRelay {
+    /// Asks for shutdown and waits for the relay to return.
+    pub async fn stop(self) {
+        self.shutdown.cancel();
+        tokio::time::timeout(Duration::from_secs(60), self.handle)
+            .await
+            .expect("relay stops within 60s")
+            .expect("relay task did not panic")
+            .expect("relay returned Ok");
+    }
+}
+
+pub fn spawn_relay(
+    db: &TestDb,
+    settings: RelaySettings,
+    executor: Arc<dyn Executor>,
+) -> RunningRelay {
+    let pool = db.pool(u32::try_from(settings.concurrency).unwrap_or(16) + 4);
+    let relay = Relay::new(pool, db.url.clone(), settings, executor).expect("valid relay settings");
+    let stats = relay.stats();
+    let shutdown = CancellationToken::new();
+    let handle = tokio::spawn(relay.run_until_stopped(shutdown.clone()));
+    RunningRelay {
+        shutdown,
+        stats,
+        handle,
+    }
+}
