@@ -1,6 +1,7 @@
 //! The producer: claims due jobs into free slots and starts their effects.
 
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use tokio::sync::{OwnedSemaphorePermit, mpsc};
@@ -10,8 +11,15 @@ use super::{InFlight, RelayStats, Shared, executor};
 use crate::db::run_blocking;
 use crate::outbox::{ClaimRequest, ClaimedJob, Finish, JobLease, claim_jobs, release_jobs};
 
-/// Claims and starts jobs until `shutdown`. Each claim asks for at most the
-/// number of free slots, so a job is never claimed without a slot to run it in.
+/// Claims and starts jobs until `shutdown`.
+///
+/// Every claim holds one slot permit per job it asks for, so a job is never
+/// claimed without a slot to run it in. Claims run as tasks of their own: while
+/// the queue is full, as many claims are in flight as there are free batches of
+/// slots (`concurrency / batch_size`), which is what lets a relay at batch 1
+/// keep up with the same number of plain claim loops. Once a claim comes back
+/// short, the queue is empty for us: no new claim starts until a NOTIFY, the
+/// poll interval, or a reaped job wakes the producer.
 pub(super) async fn run(
     shared: Arc<Shared>,
     completions: mpsc::Sender<Finish>,
@@ -19,15 +27,31 @@ pub(super) async fn run(
     interrupt: CancellationToken,
 ) {
     let settings = &shared.settings;
-    let mut claim_failing = false;
+    let state = Arc::new(ClaimState::default());
+    let mut claims = tokio::task::JoinSet::new();
     loop {
+        // Reap finished claim tasks so the set does not grow without bound.
+        while claims.try_join_next().is_some() {}
+
+        if state.queue_empty.load(Ordering::Acquire) || state.failing.load(Ordering::Acquire) {
+            let timeout = if state.failing.load(Ordering::Acquire) {
+                settings.poll_interval.min(Duration::from_secs(1))
+            } else {
+                settings.poll_interval
+            };
+            if wait(&shared, &shutdown, timeout).await {
+                break;
+            }
+            state.queue_empty.store(false, Ordering::Release);
+        }
+
         // Wait for one free slot, then take whatever else is free without waiting.
         let first = tokio::select! {
             biased;
-            () = shutdown.cancelled() => return,
+            () = shutdown.cancelled() => break,
             permit = Arc::clone(&shared.slots).acquire_owned() => match permit {
                 Ok(permit) => permit,
-                Err(_) => return, // the semaphore is never closed; treat as shutdown
+                Err(_) => break, // the semaphore is never closed; treat as shutdown
             },
         };
         let mut permits = vec![first];
@@ -37,58 +61,76 @@ pub(super) async fn run(
                 Err(_) => break,
             }
         }
+        // An empty queue seen while we waited for the slot: do not claim blindly.
+        if state.queue_empty.load(Ordering::Acquire) {
+            drop(permits);
+            continue;
+        }
+        claims.spawn(claim_and_start(
+            Arc::clone(&shared),
+            Arc::clone(&state),
+            permits,
+            completions.clone(),
+            shutdown.clone(),
+            interrupt.clone(),
+        ));
+        // Let the claim task run before deciding whether to claim again, so an
+        // empty queue is noticed before we fire more claims at it.
+        tokio::task::yield_now().await;
+    }
+    // Claims still in flight finish (and release what they got) before we return.
+    while claims.join_next().await.is_some() {}
+}
 
-        let wanted = permits.len();
-        let claimed = claim(&shared, wanted).await;
-        let jobs = match claimed {
-            Ok(jobs) => {
-                if claim_failing {
-                    tracing::info!("claiming works again");
-                    claim_failing = false;
-                }
-                jobs
-            }
-            Err(error) => {
-                // Never read a database error as "no job": say so, back off, retry.
-                if !claim_failing {
-                    tracing::warn!(error = %error, "claiming jobs failed; retrying");
-                    claim_failing = true;
-                }
-                metrics::counter!("outbox_claim_errors_total").increment(1);
-                drop(permits);
-                if wait(
-                    &shared,
-                    &shutdown,
-                    settings.poll_interval.min(Duration::from_secs(1)),
-                )
-                .await
-                {
-                    return;
-                }
-                continue;
-            }
-        };
+/// What the claim tasks tell the producer.
+#[derive(Debug, Default)]
+struct ClaimState {
+    /// The last claim came back short: nothing more is due for us right now.
+    queue_empty: AtomicBool,
+    /// Claims are failing (database unreachable): back off before the next.
+    failing: AtomicBool,
+}
 
-        if shutdown.is_cancelled() && !jobs.is_empty() {
-            // Claimed while shutdown was asked for: hand them back untouched.
-            release(&shared, &jobs).await;
+async fn claim_and_start(
+    shared: Arc<Shared>,
+    state: Arc<ClaimState>,
+    mut permits: Vec<OwnedSemaphorePermit>,
+    completions: mpsc::Sender<Finish>,
+    shutdown: CancellationToken,
+    interrupt: CancellationToken,
+) {
+    let wanted = permits.len();
+    let jobs = match claim(&shared, wanted).await {
+        Ok(jobs) => {
+            if state.failing.swap(false, Ordering::AcqRel) {
+                tracing::info!("claiming works again");
+            }
+            jobs
+        }
+        Err(error) => {
+            // Never read a database error as "no job": say so, back off, retry.
+            if !state.failing.swap(true, Ordering::AcqRel) {
+                tracing::warn!(error = %error, "claiming jobs failed; retrying");
+            }
+            metrics::counter!("outbox_claim_errors_total").increment(1);
             return;
         }
-
-        let got = jobs.len();
-        metrics::histogram!("outbox_claim_batch_size").record(got as f64);
-        RelayStats::add(&shared.stats.claims, 1);
-        RelayStats::add(&shared.stats.claimed, got as u64);
-        start(&shared, jobs, &mut permits, &completions, &interrupt);
-        drop(permits); // slots we asked for but found no job for
-
-        if got < wanted {
-            // The queue has nothing more due for us: sleep until a NOTIFY or the poll.
-            if wait(&shared, &shutdown, settings.poll_interval).await {
-                return;
-            }
-        }
+    };
+    if jobs.len() < wanted {
+        state.queue_empty.store(true, Ordering::Release);
     }
+    if jobs.is_empty() {
+        return;
+    }
+    if shutdown.is_cancelled() {
+        // Claimed while shutdown was asked for: hand them back untouched.
+        release(&shared, &jobs).await;
+        return;
+    }
+    metrics::histogram!("outbox_claim_batch_size").record(jobs.len() as f64);
+    RelayStats::add(&shared.stats.claims, 1);
+    RelayStats::add(&shared.stats.claimed, jobs.len() as u64);
+    start(&shared, jobs, &mut permits, &completions, &interrupt);
 }
 
 async fn claim(shared: &Arc<Shared>, limit: usize) -> Result<Vec<ClaimedJob>, crate::db::DbError> {
