@@ -20,13 +20,16 @@
 //! - [`telemetry`]: tracing subscriber and Prometheus metrics.
 //! - [`cli`]: the `outbox-relay` subcommands.
 
+pub mod bench;
 pub mod cli;
 pub mod config;
 pub mod db;
 pub mod effects;
 pub mod orders;
 pub mod outbox;
+pub mod private_pg;
 pub mod relay;
 pub mod schema;
+pub mod scratch;
 pub mod shutdown;
 pub mod telemetry;

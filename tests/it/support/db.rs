@@ -13,8 +13,32 @@ use outbox_relay::db::{self, PgPool};
 
 pub const DEFAULT_ADMIN_URL: &str = "postgres://postgres@127.0.0.1:5432/postgres";
 
+/// The server the tests use: `DATABASE_URL` when set; otherwise the local
+/// server on the default port when one answers; otherwise a private server
+/// started from the machine's PostgreSQL installation under `target/test-pg`
+/// (the demo's launcher), which is left running for the next run.
 pub fn admin_url() -> String {
-    std::env::var("DATABASE_URL").unwrap_or_else(|_| DEFAULT_ADMIN_URL.to_owned())
+    static URL: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+    URL.get_or_init(|| {
+        if let Ok(url) = std::env::var("DATABASE_URL") {
+            return url;
+        }
+        if PgConnection::establish(DEFAULT_ADMIN_URL).is_ok() {
+            return DEFAULT_ADMIN_URL.to_owned();
+        }
+        let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("target/test-pg");
+        let server = outbox_relay::private_pg::PrivatePostgres::start_persistent(&root)
+            .unwrap_or_else(|e| {
+                panic!("no DATABASE_URL, no local server, and no private one: {e}")
+            });
+        eprintln!(
+            "tests use a private PostgreSQL on port {} ({})",
+            server.port(),
+            root.display()
+        );
+        server.url()
+    })
+    .clone()
 }
 
 /// `base` with its database name replaced.
