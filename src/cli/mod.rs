@@ -33,6 +33,12 @@ pub enum Command {
         #[command(flatten)]
         args: Box<RelayArgs>,
     },
+    /// Measure drain throughput against the raw-SQL ceiling, enqueue-to-start
+    /// latency, and the relay's RSS, CPU, transactions and WAL per job.
+    Bench {
+        #[command(flatten)]
+        args: Box<crate::bench::BenchArgs>,
+    },
 }
 
 /// Exit status for bad configuration or arguments (as clap uses for usage errors).
@@ -79,6 +85,7 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
             Ok(())
         }
         Command::Relay { db, args } => relay::run(db, *args).await,
+        Command::Bench { args } => crate::bench::run(*args).await,
     }
 }
 

@@ -56,13 +56,13 @@ async fn eight_relays_run_each_of_two_thousand_jobs_exactly_once() {
         count(&mut conn, "done") == 2000
     })
     .await;
-    let per_relay: Vec<u64> = relays
-        .iter()
-        .map(|r| RelayStats::get(&r.stats.done))
-        .collect();
+    // Counters are read after the relays stopped: a completer bumps its counter
+    // just after its write commits, so "2000 done in the table" can be seen first.
+    let stats: Vec<_> = relays.iter().map(|r| Arc::clone(&r.stats)).collect();
     for relay in relays {
         relay.stop().await;
     }
+    let per_relay: Vec<u64> = stats.iter().map(|s| RelayStats::get(&s.done)).collect();
 
     let runs = runs.lock().expect("runs");
     assert_eq!(runs.len(), 2000, "every job ran");

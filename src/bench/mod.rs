@@ -1,0 +1,185 @@
+//! `outbox-relay bench`: drain throughput of the real relay next to the raw-SQL
+//! ceiling of the same design, measured side by side in one run, plus
+//! enqueue-to-start latency and the relay's costs (RSS, CPU, transactions, WAL).
+//!
+//! Machines are noisy; the figures worth quoting are the ratios between runs
+//! made minutes apart on the same machine, which this command prints.
+
+mod ceiling;
+mod drain;
+mod latency;
+mod report;
+mod stats;
+
+use std::time::Duration;
+
+use anyhow::Context as _;
+use clap::Args;
+use diesel::prelude::*;
+
+use crate::config::{parse_count, parse_database_url};
+use crate::scratch::ScratchDatabase;
+
+pub use report::BenchReport;
+
+#[derive(Debug, Clone, Args)]
+pub struct BenchArgs {
+    /// Server to create the scratch database on (it is dropped at the end).
+    #[arg(long, env = "DATABASE_URL", value_parser = parse_database_url, hide_env_values = true,
+          default_value = "postgres://postgres@127.0.0.1:5432/postgres")]
+    pub database_url: String,
+    /// `noop` jobs to drain in each throughput run.
+    #[arg(long, default_value_t = 200_000, value_parser = parse_jobs)]
+    pub jobs: usize,
+    /// The relay's effects in flight (RELAY_CONCURRENCY of the relay under test).
+    #[arg(long, default_value_t = crate::relay::DEFAULT_CONCURRENCY, value_parser = parse_count)]
+    pub concurrency: usize,
+    /// Jobs per claim, for the relay and the ceiling alike.
+    #[arg(long, default_value_t = crate::relay::DEFAULT_BATCH_SIZE, value_parser = parse_count)]
+    pub batch: usize,
+    /// Parallel claim loops of the raw-SQL ceiling.
+    #[arg(long, default_value_t = 8, value_parser = parse_count)]
+    pub ceiling_workers: usize,
+    /// Jobs enqueued one at a time for the latency run (0 skips it).
+    #[arg(long, default_value_t = 1000)]
+    pub latency_samples: usize,
+    /// Pause between latency samples.
+    #[arg(long, default_value = "3ms", value_parser = crate::config::parse_duration)]
+    pub latency_interval: Duration,
+    /// Runs of each throughput measurement; the median is reported.
+    #[arg(long, default_value_t = 1, value_parser = parse_count)]
+    pub repeat: usize,
+}
+
+fn parse_jobs(raw: &str) -> Result<usize, String> {
+    let n: usize = raw
+        .trim()
+        .parse()
+        .map_err(|_| "expected a whole number".to_owned())?;
+    if !(100..=10_000_000).contains(&n) {
+        return Err("must be between 100 and 10000000".into());
+    }
+    Ok(n)
+}
+
+pub async fn run(args: BenchArgs) -> anyhow::Result<()> {
+    let admin = args.database_url.clone();
+    let scratch = tokio::task::spawn_blocking(move || -> anyhow::Result<ScratchDatabase> {
+        let scratch = ScratchDatabase::create(&admin, "outbox_bench")?;
+        crate::db::migrate_url(&scratch.url)?;
+        Ok(scratch)
+    })
+    .await??;
+    eprintln!(
+        "bench: scratch database {} ({} jobs per run, batch {}, relay concurrency {}, ceiling workers {})",
+        scratch.name, args.jobs, args.batch, args.concurrency, args.ceiling_workers
+    );
+
+    let mut report = BenchReport::new(&args);
+    for round in 1..=args.repeat {
+        eprintln!("bench: round {round} of {}", args.repeat);
+        let ceiling = ceiling::measure(&scratch.url, &args)
+            .await
+            .context("measuring the ceiling")?;
+        eprintln!("  ceiling: {:.0} jobs/s", ceiling.jobs_per_second());
+        report.ceiling.push(ceiling);
+        let relay = drain::measure(&scratch.url, &args, args.batch)
+            .await
+            .context("draining with the relay")?;
+        eprintln!("  relay:   {:.0} jobs/s", relay.jobs_per_second());
+        report.relay.push(relay);
+        if args.batch != 1 {
+            let ceiling1 = ceiling::measure_at(&scratch.url, &args, 1).await?;
+            eprintln!(
+                "  ceiling (batch 1): {:.0} jobs/s",
+                ceiling1.jobs_per_second()
+            );
+            report.ceiling_batch1.push(ceiling1);
+            let relay1 = drain::measure(&scratch.url, &args, 1).await?;
+            eprintln!(
+                "  relay (batch 1):   {:.0} jobs/s",
+                relay1.jobs_per_second()
+            );
+            report.relay_batch1.push(relay1);
+        }
+    }
+    if args.latency_samples > 0 {
+        report.latency = Some(
+            latency::measure(&scratch.url, &args)
+                .await
+                .context("measuring latency")?,
+        );
+    }
+    println!("{}", report.table());
+    println!("{}", serde_json::to_string(&report.json())?);
+    drop(scratch);
+    Ok(())
+}
+
+/// Inserts `n` due `noop` jobs in one transaction and returns the database's
+/// clock at commit: every drain is timed from the moment its jobs became visible.
+fn enqueue_noops(
+    conn: &mut PgConnection,
+    n: usize,
+) -> anyhow::Result<chrono::DateTime<chrono::Utc>> {
+    use diesel::sql_types::{BigInt, Timestamptz};
+    #[derive(QueryableByName)]
+    struct Now {
+        #[diesel(sql_type = Timestamptz)]
+        now: chrono::DateTime<chrono::Utc>,
+    }
+    diesel::sql_query("TRUNCATE jobs").execute(conn)?;
+    // Start from a clean table: no dead tuples left by the previous run.
+    diesel::sql_query("VACUUM jobs").execute(conn)?;
+    conn.transaction(|conn| {
+        diesel::sql_query(
+            "INSERT INTO jobs (kind, payload) SELECT 'noop', '{}'::jsonb FROM generate_series(1, $1)",
+        )
+        .bind::<BigInt, _>(i64::try_from(n).unwrap_or(i64::MAX))
+        .execute(conn)?;
+        // Statistics for the new rows, in the same transaction (ANALYZE samples
+        // rows its own transaction inserted), so that no drain starts on a
+        // planner that has never seen the table; autovacuum would get there too,
+        // but not within one timed run.
+        diesel::sql_query("ANALYZE jobs").execute(conn)?;
+        diesel::sql_query("SELECT pg_notify('outbox_jobs', 'noop')").execute(conn)?;
+        diesel::QueryResult::Ok(())
+    })?;
+    let now: Now = diesel::sql_query("SELECT clock_timestamp() AS now").get_result(conn)?;
+    Ok(now.now)
+}
+
+/// Seconds from `start` to the last `finished_at`, both by the database's clock.
+fn drain_seconds(
+    conn: &mut PgConnection,
+    start: chrono::DateTime<chrono::Utc>,
+) -> anyhow::Result<f64> {
+    use diesel::sql_types::{Double, Timestamptz};
+    #[derive(QueryableByName)]
+    struct Elapsed {
+        #[diesel(sql_type = Double)]
+        seconds: f64,
+    }
+    let row: Elapsed = diesel::sql_query(
+        "SELECT extract(epoch FROM max(finished_at) - $1)::float8 AS seconds FROM jobs",
+    )
+    .bind::<Timestamptz, _>(start)
+    .get_result(conn)?;
+    Ok(row.seconds)
+}
+
+/// True once no job is pending or processing (two partial-index probes).
+fn drained(conn: &mut PgConnection) -> anyhow::Result<bool> {
+    use diesel::sql_types::Bool;
+    #[derive(QueryableByName)]
+    struct Busy {
+        #[diesel(sql_type = Bool)]
+        busy: bool,
+    }
+    let row: Busy = diesel::sql_query(
+        "SELECT EXISTS (SELECT 1 FROM jobs WHERE status = 'pending') \
+             OR EXISTS (SELECT 1 FROM jobs WHERE status = 'processing') AS busy",
+    )
+    .get_result(conn)?;
+    Ok(!row.busy)
+}

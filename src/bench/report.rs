@@ -1,0 +1,210 @@
+//! The bench's results: a readable table and one JSON line.
+
+use serde_json::json;
+
+use super::BenchArgs;
+use super::stats::ServerCounters;
+
+#[derive(Debug, Clone)]
+pub struct DrainRun {
+    pub jobs: usize,
+    pub batch: usize,
+    pub seconds: f64,
+    pub server: ServerCounters,
+    pub relay_peak_rss_kib: Option<u64>,
+    /// CPU seconds of the relay process (the ceiling: of this process).
+    pub cpu_seconds: Option<f64>,
+}
+
+impl DrainRun {
+    pub fn new(
+        jobs: usize,
+        batch: usize,
+        seconds: f64,
+        server: ServerCounters,
+        relay_peak_rss_kib: Option<u64>,
+        cpu_seconds: Option<f64>,
+    ) -> Self {
+        DrainRun {
+            jobs,
+            batch,
+            seconds,
+            server,
+            relay_peak_rss_kib,
+            cpu_seconds,
+        }
+    }
+
+    pub fn jobs_per_second(&self) -> f64 {
+        if self.seconds > 0.0 {
+            self.jobs as f64 / self.seconds
+        } else {
+            0.0
+        }
+    }
+    fn per_job(&self, total: i64) -> f64 {
+        total as f64 / self.jobs.max(1) as f64
+    }
+    fn cpu_per_10k(&self) -> Option<f64> {
+        self.cpu_seconds
+            .map(|c| c * 10_000.0 / self.jobs.max(1) as f64)
+    }
+}
+
+#[derive(Debug, Clone)]
+pub struct Latency {
+    pub samples: usize,
+    pub p50_ms: f64,
+    pub p95_ms: f64,
+    pub p99_ms: f64,
+    pub max_ms: f64,
+}
+
+impl Latency {
+    pub fn from_sorted_micros(sorted: &[u64]) -> Latency {
+        let pick = |q: f64| -> f64 {
+            if sorted.is_empty() {
+                return f64::NAN;
+            }
+            // Nearest rank.
+            let rank = ((q * sorted.len() as f64).ceil() as usize).clamp(1, sorted.len());
+            sorted[rank - 1] as f64 / 1000.0
+        };
+        Latency {
+            samples: sorted.len(),
+            p50_ms: pick(0.50),
+            p95_ms: pick(0.95),
+            p99_ms: pick(0.99),
+            max_ms: pick(1.0),
+        }
+    }
+}
+
+#[derive(Debug, Clone)]
+pub struct BenchReport {
+    pub jobs: usize,
+    pub batch: usize,
+    pub concurrency: usize,
+    pub ceiling_workers: usize,
+    pub ceiling: Vec<DrainRun>,
+    pub relay: Vec<DrainRun>,
+    pub ceiling_batch1: Vec<DrainRun>,
+    pub relay_batch1: Vec<DrainRun>,
+    pub latency: Option<Latency>,
+}
+
+/// The run with the median throughput.
+fn median(runs: &[DrainRun]) -> Option<&DrainRun> {
+    let mut sorted: Vec<&DrainRun> = runs.iter().collect();
+    sorted.sort_by(|a, b| a.jobs_per_second().total_cmp(&b.jobs_per_second()));
+    sorted.get(sorted.len() / 2).copied()
+}
+
+impl BenchReport {
+    pub fn new(args: &BenchArgs) -> Self {
+        BenchReport {
+            jobs: args.jobs,
+            batch: args.batch,
+            concurrency: args.concurrency,
+            ceiling_workers: args.ceiling_workers,
+            ceiling: Vec::new(),
+            relay: Vec::new(),
+            ceiling_batch1: Vec::new(),
+            relay_batch1: Vec::new(),
+            latency: None,
+        }
+    }
+
+    fn pairs(&self) -> Vec<(usize, Option<&DrainRun>, Option<&DrainRun>)> {
+        let mut pairs = vec![(self.batch, median(&self.relay), median(&self.ceiling))];
+        if !self.relay_batch1.is_empty() {
+            pairs.push((1, median(&self.relay_batch1), median(&self.ceiling_batch1)));
+        }
+        pairs
+    }
+
+    pub fn table(&self) -> String {
+        let mut out = String::new();
+        out.push_str(&format!(
+            "\noutbox-relay bench: {} noop jobs per run, relay concurrency {}, ceiling {} workers\n\n",
+            self.jobs, self.concurrency, self.ceiling_workers
+        ));
+        out.push_str(&format!(
+            "{:<22} {:>6} {:>10} {:>8} {:>9} {:>10} {:>11} {:>9}\n",
+            "run", "batch", "jobs/s", "ratio", "xact/job", "WAL B/job", "CPU s/10k", "RSS MiB"
+        ));
+        for (batch, relay, ceiling) in self.pairs() {
+            let ceiling_rate = ceiling.map(DrainRun::jobs_per_second).unwrap_or(0.0);
+            for (name, run) in [("raw SQL ceiling", ceiling), ("relay", relay)] {
+                let Some(run) = run else { continue };
+                let ratio = if ceiling_rate > 0.0 {
+                    run.jobs_per_second() / ceiling_rate
+                } else {
+                    f64::NAN
+                };
+                out.push_str(&format!(
+                    "{:<22} {:>6} {:>10.0} {:>7.2}x {:>9.2} {:>10.0} {:>11} {:>9}\n",
+                    name,
+                    batch,
+                    run.jobs_per_second(),
+                    ratio,
+                    run.per_job(run.server.transactions),
+                    run.per_job(run.server.wal_bytes),
+                    run.cpu_per_10k()
+                        .map(|c| format!("{c:.2}"))
+                        .unwrap_or_else(|| "-".into()),
+                    run.relay_peak_rss_kib
+                        .map(|k| format!("{:.1}", k as f64 / 1024.0))
+                        .unwrap_or_else(|| "-".into()),
+                ));
+            }
+        }
+        if let Some(l) = &self.latency {
+            out.push_str(&format!(
+                "\nenqueue-to-start latency ({} jobs, one per transaction, idle relay, LISTEN/NOTIFY):\n  p50 {:.2} ms   p95 {:.2} ms   p99 {:.2} ms   max {:.2} ms\n",
+                l.samples, l.p50_ms, l.p95_ms, l.p99_ms, l.max_ms
+            ));
+        }
+        out.push_str(
+            "\nCPU s/10k: the relay process's CPU (ceiling: the bench process's own client CPU).\n",
+        );
+        out
+    }
+
+    pub fn json(&self) -> serde_json::Value {
+        let run = |r: Option<&DrainRun>| {
+            r.map(|r| {
+                json!({
+                    "batch": r.batch,
+                    "jobs_per_second": r.jobs_per_second(),
+                    "seconds": r.seconds,
+                    "transactions_per_job": r.per_job(r.server.transactions),
+                    "wal_bytes_per_job": r.per_job(r.server.wal_bytes),
+                    "cpu_seconds_per_10k_jobs": r.cpu_per_10k(),
+                    "peak_rss_mib": r.relay_peak_rss_kib.map(|k| k as f64 / 1024.0),
+                })
+            })
+        };
+        let pairs: Vec<_> = self
+            .pairs()
+            .into_iter()
+            .map(|(batch, relay, ceiling)| {
+                let ratio = match (relay, ceiling) {
+                    (Some(r), Some(c)) if c.jobs_per_second() > 0.0 => Some(r.jobs_per_second() / c.jobs_per_second()),
+                    _ => None,
+                };
+                json!({ "batch": batch, "relay": run(relay), "ceiling": run(ceiling), "relay_over_ceiling": ratio })
+            })
+            .collect();
+        json!({
+            "bench": "outbox-relay",
+            "jobs": self.jobs,
+            "concurrency": self.concurrency,
+            "ceiling_workers": self.ceiling_workers,
+            "drain": pairs,
+            "latency_ms": self.latency.as_ref().map(|l| json!({
+                "samples": l.samples, "p50": l.p50_ms, "p95": l.p95_ms, "p99": l.p99_ms, "max": l.max_ms
+            })),
+        })
+    }
+}
