@@ -1,6 +1,7 @@
 //! Shared test support: isolated databases, factories, a relay harness.
 
 pub mod db;
+pub mod http;
 
 use std::collections::HashMap;
 use std::future::Future;
