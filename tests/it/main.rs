@@ -4,6 +4,7 @@
 mod support;
 
 mod cli_config;
+mod effects_email;
 mod effects_webhook;
 mod orders;
 mod outbox;

@@ -2,6 +2,7 @@
 
 pub mod db;
 pub mod http;
+pub mod smtp;
 
 use std::collections::HashMap;
 use std::future::Future;
