@@ -5,6 +5,7 @@ mod support;
 
 mod cli_config;
 mod effects_email;
+mod effects_receipt;
 mod effects_webhook;
 mod orders;
 mod outbox;
