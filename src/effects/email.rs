@@ -301,7 +301,7 @@ fn display_name(raw: &str) -> Option<String> {
 
 /// `raw` with its password replaced, or a placeholder if it does not parse
 /// (an unparsable URL may still hold a password).
-fn redact_url(raw: &str) -> String {
+pub fn redact_url(raw: &str) -> String {
     match url::Url::parse(raw) {
         Ok(mut url) => {
             if url.password().is_some() {
