@@ -376,6 +376,21 @@ mod tests {
     }
 
     #[tokio::test]
+    async fn tls_smtp_urls_build_a_transport_with_lettres_own_crypto_provider() {
+        for smtp_url in [
+            "smtps://u:p@smtp.example.com",
+            "smtp://u:p@smtp.example.com:587?tls=required",
+            "smtp://smtp.example.com?tls=opportunistic",
+        ] {
+            Mailer::new(&EmailConfig {
+                smtp_url: smtp_url.to_owned(),
+                ..config()
+            })
+            .unwrap_or_else(|e| panic!("{smtp_url}: {e:#}"));
+        }
+    }
+
+    #[tokio::test]
     async fn debug_output_hides_the_smtp_password() {
         let config = config();
         let mailer = Mailer::new(&config).expect("valid config");
