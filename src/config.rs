@@ -137,8 +137,8 @@ pub struct RelayArgs {
     pub effects: EffectArgs,
 }
 
-/// Settings of the effects (mail, webhook, links).
-#[derive(Debug, Clone, Args)]
+/// Settings of the effects (mail, webhook, links). `Debug` hides the secrets.
+#[derive(Clone, Args)]
 pub struct EffectArgs {
     /// SMTP transport: smtp://host:port (plain), smtps://user:pass@host or smtp://...?tls=required.
     #[arg(long, env = "SMTP_URL", hide_env_values = true)]
@@ -158,6 +158,34 @@ pub struct EffectArgs {
     /// Base for links in emails.
     #[arg(long, env = "PUBLIC_BASE_URL", default_value = DEFAULT_PUBLIC_BASE_URL, value_parser = parse_http_url)]
     pub public_base_url: url::Url,
+}
+
+impl std::fmt::Debug for EffectArgs {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("EffectArgs")
+            .field(
+                "smtp_url",
+                &self
+                    .smtp_url
+                    .as_deref()
+                    .map(crate::effects::email::redact_url),
+            )
+            .field("mail_from", &self.mail_from)
+            .field(
+                "webhook_url",
+                &self
+                    .webhook_url
+                    .as_ref()
+                    .map(|u| u.origin().ascii_serialization()),
+            )
+            .field(
+                "webhook_secret",
+                &self.webhook_secret.as_ref().map(|_| "***"),
+            )
+            .field("webhook_timeout", &self.webhook_timeout)
+            .field("public_base_url", &self.public_base_url.as_str())
+            .finish()
+    }
 }
 
 /// A configuration a relay cannot start with.
@@ -284,6 +312,23 @@ mod tests {
         assert_eq!(parse_duration("250ms"), Ok(Duration::from_millis(250)));
         assert!(parse_duration("soon").is_err());
         assert!(parse_positive_duration("0s").is_err());
+    }
+
+    #[test]
+    fn effect_settings_print_without_their_secrets() {
+        let args = EffectArgs {
+            smtp_url: Some("smtps://mailer:pw-hunter2@smtp.example.com".into()),
+            mail_from: Some("Shop <orders@example.com>".into()),
+            webhook_url: parse_http_url("https://hooks.example.com/t/tok-abc123").ok(),
+            webhook_secret: Some("whsec-hunter2".into()),
+            webhook_timeout: DEFAULT_WEBHOOK_TIMEOUT,
+            public_base_url: parse_http_url(DEFAULT_PUBLIC_BASE_URL).expect("default URL"),
+        };
+        let shown = format!("{args:?}");
+        for secret in ["hunter2", "tok-abc123"] {
+            assert!(!shown.contains(secret), "{shown}");
+        }
+        assert!(shown.contains("smtp.example.com"), "{shown}");
     }
 
     #[test]

@@ -24,7 +24,8 @@ pub async fn run(db_args: DatabaseArgs, args: RelayArgs) -> anyhow::Result<()> {
         .as_ref()
         .map(email::Mailer::new)
         .transpose()
-        .map_err(|e| ConfigError(format!("SMTP_URL: {e:#}")))?;
+        // Mailer::new names the variable at fault (SMTP_URL, MAIL_FROM, PUBLIC_BASE_URL).
+        .map_err(|e| ConfigError(format!("{e:#}")))?;
     let sender = webhook
         .as_ref()
         .map(webhook::WebhookSender::new)

@@ -4,6 +4,9 @@
 mod support;
 
 mod cli_config;
+mod effects_email;
+mod effects_receipt;
+mod effects_webhook;
 mod orders;
 mod outbox;
 mod relay;

@@ -1,6 +1,8 @@
 //! Shared test support: isolated databases, factories, a relay harness.
 
 pub mod db;
+pub mod http;
+pub mod smtp;
 
 use std::collections::HashMap;
 use std::future::Future;

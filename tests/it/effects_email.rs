@@ -1,0 +1,305 @@
+//! confirmation_email end to end: a real relay, lettre, and an SMTP server on port 0.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use diesel::prelude::*;
+use outbox_relay::effects::email::{EmailConfig, Mailer};
+use outbox_relay::effects::receipt::ReceiptSettings;
+use outbox_relay::effects::{EffectError, Effects, Executor};
+use outbox_relay::orders::{NewOrder, Order, load_order, place_order};
+use outbox_relay::schema::jobs;
+
+use crate::support::smtp::{Mail, SmtpSink};
+use crate::support::{
+    RunningRelay, TestDb, count, init_tracing, order_json, spawn_relay, test_settings, wait_until,
+};
+
+const MAIL_FROM: &str = "Outbox Shop <orders@shop.example>";
+
+fn mailer_for(smtp_url: String) -> Mailer {
+    Mailer::new(&EmailConfig {
+        smtp_url,
+        mail_from: MAIL_FROM.to_owned(),
+        public_base_url: "https://shop.example/".to_owned(),
+    })
+    .expect("mailer")
+}
+
+/// Places one order; returns its id and the id of its confirmation_email job.
+fn place(conn: &mut PgConnection, name: &str, max_attempts: i32) -> (i64, i64) {
+    let order = NewOrder::parse(&order_json(name)).expect("valid order");
+    let order_id = place_order(conn, &order, None, max_attempts)
+        .expect("place order")
+        .order_id();
+    let job_id = jobs::table
+        .filter(jobs::order_id.eq(order_id))
+        .filter(jobs::kind.eq("confirmation_email"))
+        .select(jobs::id)
+        .first(conn)
+        .expect("confirmation_email job");
+    (order_id, job_id)
+}
+
+fn email_relay(db: &TestDb, mailer: Mailer) -> RunningRelay {
+    let effects: Arc<dyn Executor> = Arc::new(Effects::new(
+        db.pool(4),
+        Some(mailer),
+        None,
+        ReceiptSettings::default(),
+    ));
+    spawn_relay(
+        db,
+        test_settings("mail-relay", &["confirmation_email"]),
+        effects,
+    )
+}
+
+fn job(conn: &mut PgConnection, id: i64) -> (String, i32, Option<String>) {
+    jobs::table
+        .find(id)
+        .select((jobs::status, jobs::attempts, jobs::last_error))
+        .first(conn)
+        .expect("job row")
+}
+
+fn message_id(mail: &Mail) -> String {
+    mail.header("message-id").expect("Message-ID header")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn each_order_gets_one_confirmation_with_both_parts_and_a_job_derived_message_id() {
+    init_tracing();
+    let db = TestDb::new();
+    let mut conn = db.conn();
+    let sink = SmtpSink::start().await;
+    let placed = [
+        place(&mut conn, "Ada Lovelace", 8),
+        place(&mut conn, "Иванов Пётр", 8),
+    ];
+
+    let relay = email_relay(&db, mailer_for(sink.url()));
+    wait_until("both confirmations sent", Duration::from_secs(20), || {
+        count(&mut conn, "done") == 2
+    })
+    .await;
+    relay.stop().await;
+
+    let mails = sink.mails();
+    assert_eq!(mails.len(), 2, "one message per order");
+    for ((order_id, job_id), name) in placed.iter().zip(["Ada Lovelace", "Иванов Пётр"]) {
+        let expected_id = format!("<job-{job_id}.confirmation@shop.example>");
+        let mail = mails
+            .iter()
+            .find(|m| message_id(m) == expected_id)
+            .unwrap_or_else(|| panic!("no message with Message-ID {expected_id}"));
+        assert!(mail.accepted());
+        assert_eq!(mail.rcpt_to, vec!["TO:<ada@example.com>".to_owned()]);
+        assert_eq!(mail.mail_from, "FROM:<orders@shop.example>");
+        let subject = mail.header("subject").expect("Subject");
+        assert!(subject.contains(&format!("#{order_id}")), "{subject}");
+        let content_type = mail.header("content-type").expect("Content-Type");
+        assert!(
+            content_type.starts_with("multipart/alternative"),
+            "{content_type}"
+        );
+
+        let receipt = format!("https://shop.example/orders/{order_id}/receipt.pdf");
+        let text = mail.part("text/plain").expect("text part");
+        let html = mail.part("text/html").expect("HTML part");
+        // minijinja's HTML escaping writes `/` as `&#x2f;`, which HTML decodes.
+        let html = html.replace("&#x2f;", "/");
+        for part in [&text, &html] {
+            assert!(part.contains(&format!("Hello {name},")), "{part}");
+            assert!(part.contains(&format!("#{order_id}")), "{part}");
+            assert!(
+                part.contains("Green tea") && part.contains("TEA-1"),
+                "{part}"
+            );
+            assert!(
+                part.contains("4.50 EUR") && part.contains("9.00 EUR"),
+                "{part}"
+            );
+            assert!(part.contains("Mug") && part.contains("12.00 EUR"), "{part}");
+            assert!(part.contains("21.00 EUR"), "{part}");
+            assert!(part.contains(&receipt), "{part}");
+        }
+        assert!(text.contains("2 × Green tea"), "{text}");
+        assert!(html.contains(&format!("href=\"{receipt}\"")), "{html}");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_451_is_retried_and_the_retry_carries_the_same_message_id() {
+    init_tracing();
+    let db = TestDb::new();
+    let mut conn = db.conn();
+    let sink = SmtpSink::start().await;
+    sink.answer_data_with(["451 4.3.0 Mail server temporarily rejected message"]);
+    let (_, job_id) = place(&mut conn, "Ada Lovelace", 8);
+
+    let relay = email_relay(&db, mailer_for(sink.url()));
+    wait_until("the confirmation is sent", Duration::from_secs(20), || {
+        count(&mut conn, "done") == 1
+    })
+    .await;
+    relay.stop().await;
+
+    let (status, attempts, _) = job(&mut conn, job_id);
+    assert_eq!((status.as_str(), attempts), ("done", 2));
+    let mails = sink.mails();
+    assert_eq!(mails.len(), 2, "the deferred attempt and the retry");
+    assert!(!mails[0].accepted() && mails[1].accepted());
+    let expected = format!("<job-{job_id}.confirmation@shop.example>");
+    assert_eq!(message_id(&mails[0]), expected);
+    assert_eq!(message_id(&mails[1]), expected);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_550_for_the_recipient_fails_the_job_after_one_attempt_quoting_the_server() {
+    init_tracing();
+    let db = TestDb::new();
+    let mut conn = db.conn();
+    let sink = SmtpSink::start().await;
+    sink.answer_rcpt_with("550 5.1.1 <ada@example.com>: Recipient address rejected: User unknown");
+    let (_, job_id) = place(&mut conn, "Ada Lovelace", 8);
+
+    let relay = email_relay(&db, mailer_for(sink.url()));
+    wait_until("the confirmation failed", Duration::from_secs(20), || {
+        count(&mut conn, "failed") == 1
+    })
+    .await;
+    relay.stop().await;
+
+    let (_, attempts, last_error) = job(&mut conn, job_id);
+    assert_eq!(attempts, 1);
+    let error = last_error.expect("last_error");
+    assert!(error.contains("550"), "{error}");
+    assert!(
+        error.contains("Recipient address rejected: User unknown"),
+        "{error}"
+    );
+    assert!(sink.accepted().is_empty());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_smtp_password_never_reaches_last_error_even_when_the_server_echoes_it() {
+    init_tracing();
+    let db = TestDb::new();
+    let mut conn = db.conn();
+    let sink = SmtpSink::start().await;
+    sink.answer_auth_with("535 5.7.8 Authentication failed for shop / hunter2-s3cret");
+    let (_, job_id) = place(&mut conn, "Ada Lovelace", 2);
+
+    let url = format!("smtp://shop:hunter2-s3cret@127.0.0.1:{}", sink.port());
+    let relay = email_relay(&db, mailer_for(url));
+    wait_until("the confirmation failed", Duration::from_secs(20), || {
+        count(&mut conn, "failed") == 1
+    })
+    .await;
+    relay.stop().await;
+
+    let (_, attempts, last_error) = job(&mut conn, job_id);
+    assert_eq!(
+        attempts, 2,
+        "refused credentials are retried: the relay's config may be fixed"
+    );
+    let error = last_error.expect("last_error");
+    assert!(error.contains("535"), "{error}");
+    assert!(!error.contains("hunter2-s3cret"), "{error}");
+}
+
+fn order_with(conn: &mut PgConnection, name: &str, email: &str) -> Order {
+    let (order_id, _) = place(conn, "placeholder", 8);
+    let mut order = load_order(conn, order_id)
+        .expect("load order")
+        .expect("order exists");
+    // Set past validation on purpose: the mailer must hold even for data that
+    // did not come through NewOrder::parse (old rows, other writers).
+    order.customer_name = name.to_owned();
+    order.customer_email = email.to_owned();
+    order
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn customer_text_is_escaped_in_html_and_cannot_add_headers() {
+    init_tracing();
+    let db = TestDb::new();
+    let mut conn = db.conn();
+    let sink = SmtpSink::start().await;
+    let mut order = order_with(
+        &mut conn,
+        "<script>alert(1)</script>\r\nBcc: victim@evil.example",
+        "ada@example.com",
+    );
+    order.items[0].name = "Tea <img src=x onerror=alert(2)>".to_owned();
+
+    mailer_for(sink.url())
+        .send_confirmation(4242, &order)
+        .await
+        .expect("sent");
+
+    let mails = sink.accepted();
+    assert_eq!(mails.len(), 1);
+    let mail = &mails[0];
+    assert_eq!(mail.rcpt_to, vec!["TO:<ada@example.com>".to_owned()]);
+    let names: Vec<String> = mail
+        .headers()
+        .into_iter()
+        .map(|(n, _)| n.to_ascii_lowercase())
+        .collect();
+    assert!(!names.contains(&"bcc".to_owned()), "{names:?}");
+    assert_eq!(names.iter().filter(|n| *n == "to").count(), 1, "{names:?}");
+    let head = mail.data.split("\r\n\r\n").next().unwrap_or_default();
+    assert!(!head.contains("victim@evil.example"), "{head}");
+
+    let html = mail.part("text/html").expect("HTML part");
+    assert!(
+        !html.contains("<script>") && !html.contains("<img"),
+        "{html}"
+    );
+    assert!(
+        html.contains("&lt;script&gt;alert(1)&lt;&#x2f;script&gt;"),
+        "{html}"
+    );
+    assert!(html.contains("Tea &lt;img"), "{html}");
+    assert_eq!(message_id(mail), "<job-4242.confirmation@shop.example>");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_address_that_does_not_parse_is_permanent_and_nothing_is_sent() {
+    let db = TestDb::new();
+    let mut conn = db.conn();
+    let sink = SmtpSink::start().await;
+    let order = order_with(&mut conn, "Ada", "ada at example dot com");
+
+    let error = mailer_for(sink.url())
+        .send_confirmation(1, &order)
+        .await
+        .expect_err("refused");
+
+    assert!(matches!(error, EffectError::Permanent { .. }), "{error:?}");
+    assert!(
+        error.to_string().contains("not an email address"),
+        "{error}"
+    );
+    assert!(sink.mails().is_empty());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_refused_connection_is_retryable() {
+    let db = TestDb::new();
+    let mut conn = db.conn();
+    let order = order_with(&mut conn, "Ada", "ada@example.com");
+    let port = {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+        listener.local_addr().expect("addr").port()
+    };
+
+    let error = mailer_for(format!("smtp://127.0.0.1:{port}"))
+        .send_confirmation(1, &order)
+        .await
+        .expect_err("nothing listens");
+
+    assert!(matches!(error, EffectError::Retryable { .. }), "{error:?}");
+}

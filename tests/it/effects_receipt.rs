@@ -1,0 +1,203 @@
+//! receipt_pdf end to end: the relay renders the receipt and stores it with the
+//! job's completion; the stored PDF is read back with a PDF library.
+//!
+//! `RECEIPT_SAMPLE_DIR=/some/dir` keeps the PDFs this file renders, for a look.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+
+use diesel::prelude::*;
+use outbox_relay::effects::receipt::ReceiptSettings;
+use outbox_relay::effects::{EffectError, Effects, Executor};
+use outbox_relay::orders::{NewOrder, place_order};
+use outbox_relay::schema::{jobs, receipts};
+
+use crate::support::{
+    TestDb, count, executor, init_tracing, order_json, spawn_relay, test_settings, wait_until,
+};
+
+fn place(conn: &mut PgConnection, body: &serde_json::Value) -> (i64, i64) {
+    let order = NewOrder::parse(body).expect("valid order");
+    let order_id = place_order(conn, &order, None, 8)
+        .expect("place order")
+        .order_id();
+    let job_id = jobs::table
+        .filter(jobs::order_id.eq(order_id))
+        .filter(jobs::kind.eq("receipt_pdf"))
+        .select(jobs::id)
+        .first(conn)
+        .expect("receipt_pdf job");
+    (order_id, job_id)
+}
+
+fn stored_receipts(conn: &mut PgConnection) -> Vec<(i64, Vec<u8>)> {
+    receipts::table
+        .select((receipts::order_id, receipts::pdf))
+        .order(receipts::order_id)
+        .load(conn)
+        .expect("receipts")
+}
+
+fn text_of(pdf: &[u8]) -> String {
+    pdf_extract::extract_text_from_mem(pdf).expect("the receipt is a readable PDF")
+}
+
+fn keep_sample(name: &str, pdf: &[u8]) {
+    if let Some(dir) = std::env::var_os("RECEIPT_SAMPLE_DIR") {
+        let path = std::path::Path::new(&dir).join(name);
+        std::fs::write(&path, pdf).expect("write sample receipt");
+        eprintln!("kept {}", path.display());
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_stored_receipt_shows_order_items_total_and_an_international_customer() {
+    init_tracing();
+    let db = TestDb::new();
+    let mut conn = db.conn();
+    let (euro_order, _) = place(&mut conn, &order_json("Иванов Пётр"));
+    let (yen_order, _) = place(
+        &mut conn,
+        &serde_json::json!({
+            "customer_email": "giorgos@example.gr",
+            "customer_name": "Γιώργος Παπαδόπουλος",
+            "currency": "JPY",
+            "items": [
+                {"sku": "SAKE-720", "name": "Junmai sake 720 ml", "quantity": 3, "unit_price_cents": 2800},
+                {"sku": "BOX-1", "name": "Gift box «Überraschung»", "quantity": 1, "unit_price_cents": 500}
+            ]
+        }),
+    );
+    let effects: Arc<dyn Executor> = Arc::new(Effects::new(
+        db.pool(4),
+        None,
+        None,
+        ReceiptSettings::default(),
+    ));
+    let relay = spawn_relay(&db, test_settings("receipts", &["receipt_pdf"]), effects);
+
+    wait_until("both receipts rendered", Duration::from_secs(30), || {
+        count(&mut conn, "done") == 2
+    })
+    .await;
+    relay.stop().await;
+
+    let stored = stored_receipts(&mut conn);
+    assert_eq!(
+        stored.iter().map(|r| r.0).collect::<Vec<_>>(),
+        vec![euro_order, yen_order]
+    );
+    for (order_id, pdf) in &stored {
+        assert!(pdf.starts_with(b"%PDF-"), "order {order_id}");
+        assert!(pdf.len() < 200_000, "fonts are subset: {} bytes", pdf.len());
+        keep_sample(&format!("receipt-{order_id}.pdf"), pdf);
+    }
+
+    let euro = text_of(&stored[0].1);
+    for expected in [
+        "Outbox Relay Demo Shop",
+        &format!("#{euro_order}"),
+        "Иванов Пётр",
+        "ada@example.com",
+        "Green tea",
+        "TEA-1",
+        "4.50 EUR",
+        "9.00 EUR",
+        "Mug",
+        "12.00 EUR",
+        "21.00 EUR",
+    ] {
+        assert!(euro.contains(expected), "{expected:?} not in:\n{euro}");
+    }
+
+    let yen = text_of(&stored[1].1);
+    for expected in [
+        &format!("#{yen_order}"),
+        "Γιώργος Παπαδόπουλος",
+        "Junmai sake 720 ml",
+        "2,800 JPY",
+        "8,400 JPY",
+        "Gift box «Überraschung»",
+        "8,900 JPY",
+    ] {
+        assert!(yen.contains(expected), "{expected:?} not in:\n{yen}");
+    }
+    assert!(!yen.contains("8,900.00"), "JPY has no minor unit:\n{yen}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_retried_or_rerun_receipt_job_never_stores_a_second_receipt() {
+    init_tracing();
+    let db = TestDb::new();
+    let mut conn = db.conn();
+    let (order_id, job_id) = place(&mut conn, &order_json("Zoë Ångström"));
+    let effects = Arc::new(Effects::new(
+        db.pool(4),
+        None,
+        None,
+        ReceiptSettings::default(),
+    ));
+    // The first attempt renders a receipt, then "loses" its completion: the
+    // rendered PDF must go nowhere and the retry must store exactly one.
+    let failed_once = Arc::new(AtomicBool::new(false));
+    let relay = spawn_relay(
+        &db,
+        test_settings("receipts", &["receipt_pdf"]),
+        executor(move |job| {
+            let effects = Arc::clone(&effects);
+            let failed_once = Arc::clone(&failed_once);
+            async move {
+                let rendered = effects.execute(&job).await?;
+                assert!(rendered.is_some(), "a receipt job returns its PDF to store");
+                if !failed_once.swap(true, Ordering::SeqCst) {
+                    return Err(EffectError::retryable("worker lost after rendering"));
+                }
+                Ok(rendered)
+            }
+        }),
+    );
+
+    wait_until("the receipt job is done", Duration::from_secs(30), || {
+        count(&mut conn, "done") == 1
+    })
+    .await;
+    let attempts: i32 = jobs::table
+        .find(job_id)
+        .select(jobs::attempts)
+        .first(&mut conn)
+        .expect("attempts");
+    assert_eq!(attempts, 2);
+    let first = stored_receipts(&mut conn);
+    assert_eq!(first.len(), 1);
+    assert_eq!(first[0].0, order_id);
+
+    // An operator runs the finished job again.
+    diesel::update(jobs::table.find(job_id))
+        .set((
+            jobs::status.eq("pending"),
+            jobs::attempts.eq(0),
+            jobs::finished_at.eq(None::<chrono::DateTime<chrono::Utc>>),
+            jobs::run_after.eq(diesel::dsl::now),
+        ))
+        .execute(&mut conn)
+        .expect("re-queue the job");
+    wait_until("the re-run is done", Duration::from_secs(30), || {
+        let (status, attempts): (String, i32) = jobs::table
+            .find(job_id)
+            .select((jobs::status, jobs::attempts))
+            .first(&mut conn)
+            .expect("job");
+        status == "done" && attempts == 1
+    })
+    .await;
+    relay.stop().await;
+
+    let after = stored_receipts(&mut conn);
+    assert_eq!(after.len(), 1, "still exactly one receipt");
+    assert_eq!(
+        after[0].1, first[0].1,
+        "the first receipt is kept as it was"
+    );
+    assert!(text_of(&after[0].1).contains("Zoë Ångström"));
+}

@@ -1,0 +1,307 @@
+//! order_webhook end to end: a real relay, a real HTTP receiver on port 0.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use chrono::{DateTime, Utc};
+use diesel::prelude::*;
+use hmac::{Hmac, Mac};
+use outbox_relay::effects::EffectError;
+use outbox_relay::effects::receipt::ReceiptSettings;
+use outbox_relay::effects::webhook::{WebhookConfig, WebhookSender};
+use outbox_relay::effects::{Effects, Executor};
+use outbox_relay::orders::{NewOrder, load_order, place_order};
+use outbox_relay::schema::jobs;
+use sha2::Sha256;
+
+use crate::support::http::{Answer, HttpSink, Recorded};
+use crate::support::{
+    RunningRelay, TestDb, count, init_tracing, order_json, spawn_relay, test_settings, wait_until,
+};
+
+const SECRET: &str = "whsec-test-0123456789";
+
+fn sender(sink: &HttpSink, timeout: Duration) -> WebhookSender {
+    WebhookSender::new(&WebhookConfig {
+        url: sink.url(),
+        secret: SECRET.to_owned(),
+        timeout,
+    })
+    .expect("webhook sender")
+}
+
+/// Places one order; returns its id and the id of its order_webhook job.
+fn place(conn: &mut PgConnection, max_attempts: i32) -> (i64, i64) {
+    let order = NewOrder::parse(&order_json("Ada Lovelace")).expect("valid order");
+    let order_id = place_order(conn, &order, None, max_attempts)
+        .expect("place order")
+        .order_id();
+    let job_id = jobs::table
+        .filter(jobs::order_id.eq(order_id))
+        .filter(jobs::kind.eq("order_webhook"))
+        .select(jobs::id)
+        .first(conn)
+        .expect("order_webhook job");
+    (order_id, job_id)
+}
+
+fn webhook_relay(db: &TestDb, sender: WebhookSender) -> RunningRelay {
+    let effects: Arc<dyn Executor> = Arc::new(Effects::new(
+        db.pool(4),
+        None,
+        Some(sender),
+        ReceiptSettings::default(),
+    ));
+    spawn_relay(
+        db,
+        test_settings("webhook-relay", &["order_webhook"]),
+        effects,
+    )
+}
+
+#[derive(Debug, Queryable)]
+struct JobState {
+    status: String,
+    attempts: i32,
+    last_error: Option<String>,
+    run_after: DateTime<Utc>,
+}
+
+fn job(conn: &mut PgConnection, id: i64) -> JobState {
+    jobs::table
+        .find(id)
+        .select((
+            jobs::status,
+            jobs::attempts,
+            jobs::last_error,
+            jobs::run_after,
+        ))
+        .first(conn)
+        .expect("job row")
+}
+
+/// Checks `X-Signature` with an HMAC computed here, not by the code under test.
+fn assert_signed(request: &Recorded) {
+    let header = request.header("x-signature").expect("X-Signature header");
+    let hex_sig = header
+        .strip_prefix("sha256=")
+        .unwrap_or_else(|| panic!("X-Signature {header:?} starts with sha256="));
+    let mut mac = Hmac::<Sha256>::new_from_slice(SECRET.as_bytes()).expect("HMAC key");
+    mac.update(&request.body);
+    mac.verify_slice(&hex::decode(hex_sig).expect("hex signature"))
+        .expect("signature verifies against the body");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_delivered_webhook_is_signed_json_with_a_stable_idempotency_key() {
+    init_tracing();
+    let db = TestDb::new();
+    let mut conn = db.conn();
+    let sink = HttpSink::start([], Answer::status(204)).await;
+    let (order_id, job_id) = place(&mut conn, 8);
+
+    let relay = webhook_relay(&db, sender(&sink, Duration::from_secs(5)));
+    wait_until("the webhook job is done", Duration::from_secs(20), || {
+        count(&mut conn, "done") == 1
+    })
+    .await;
+    relay.stop().await;
+
+    let requests = sink.requests();
+    assert_eq!(requests.len(), 1);
+    let request = &requests[0];
+    assert_eq!(request.method, "POST");
+    assert_eq!(request.path, "/hooks/orders");
+    assert_eq!(request.header("content-type"), Some("application/json"));
+    let expected_key = format!("order-webhook-{job_id}");
+    assert_eq!(
+        request.header("idempotency-key"),
+        Some(expected_key.as_str())
+    );
+    let agent = request.header("user-agent").expect("User-Agent");
+    assert!(agent.starts_with("outbox-relay/"), "{agent}");
+    assert_signed(request);
+
+    let body = request.json();
+    assert_eq!(body["event"], "order.placed");
+    let order = &body["order"];
+    assert_eq!(order["id"], order_id);
+    assert_eq!(order["customer_name"], "Ada Lovelace");
+    assert_eq!(order["currency"], "EUR");
+    assert_eq!(order["total_cents"], 2100);
+    assert_eq!(order["items"].as_array().map(Vec::len), Some(2));
+    assert_eq!(order["items"][0]["sku"], "TEA-1");
+    assert_eq!(order["items"][0]["quantity"], 2);
+    assert_eq!(order["items"][0]["unit_price_cents"], 450);
+    assert_eq!(order["items"][0]["line_total_cents"], 900);
+    let job = job(&mut conn, job_id);
+    assert_eq!((job.status.as_str(), job.attempts), ("done", 1));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_500_then_200_is_retried_and_done_after_two_attempts_with_the_same_key_and_body() {
+    init_tracing();
+    let db = TestDb::new();
+    let mut conn = db.conn();
+    let sink = HttpSink::start(
+        [Answer::status(500).body("database is down")],
+        Answer::status(200),
+    )
+    .await;
+    let (_, job_id) = place(&mut conn, 8);
+
+    let relay = webhook_relay(&db, sender(&sink, Duration::from_secs(5)));
+    wait_until("the webhook job is done", Duration::from_secs(20), || {
+        count(&mut conn, "done") == 1
+    })
+    .await;
+    relay.stop().await;
+
+    let job = job(&mut conn, job_id);
+    assert_eq!((job.status.as_str(), job.attempts), ("done", 2));
+    let requests = sink.requests();
+    assert_eq!(requests.len(), 2);
+    let keys: Vec<_> = requests
+        .iter()
+        .map(|r| r.header("idempotency-key"))
+        .collect();
+    assert_eq!(keys[0], Some(format!("order-webhook-{job_id}").as_str()));
+    assert_eq!(keys[0], keys[1], "the same key on every attempt");
+    assert_eq!(
+        requests[0].body, requests[1].body,
+        "the same bytes on every attempt"
+    );
+    requests.iter().for_each(assert_signed);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_400_fails_the_job_after_one_attempt_with_the_status_and_a_short_excerpt() {
+    init_tracing();
+    let db = TestDb::new();
+    let mut conn = db.conn();
+    let long_body = format!(
+        "{{\"error\":\"customer_email rejected\",\"trace\":\"{}\"}}",
+        "ж".repeat(5000)
+    );
+    let sink = HttpSink::start([], Answer::status(400).body(long_body)).await;
+    let (_, job_id) = place(&mut conn, 8);
+
+    let relay = webhook_relay(&db, sender(&sink, Duration::from_secs(5)));
+    wait_until("the webhook job failed", Duration::from_secs(20), || {
+        count(&mut conn, "failed") == 1
+    })
+    .await;
+    relay.stop().await;
+
+    let job = job(&mut conn, job_id);
+    assert_eq!(job.attempts, 1);
+    assert_eq!(sink.requests().len(), 1);
+    let error = job.last_error.expect("last_error");
+    assert!(error.contains("400 Bad Request"), "{error}");
+    assert!(error.contains("customer_email rejected"), "{error}");
+    assert!(error.chars().count() < 400, "bounded: {error}");
+    assert!(!error.contains(SECRET));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_429_with_retry_after_holds_the_next_attempt_back_that_long() {
+    init_tracing();
+    let db = TestDb::new();
+    let mut conn = db.conn();
+    let sink = HttpSink::start(
+        [Answer::status(429).header("retry-after", "1")],
+        Answer::status(200),
+    )
+    .await;
+    let (_, job_id) = place(&mut conn, 8);
+
+    let relay = webhook_relay(&db, sender(&sink, Duration::from_secs(5)));
+    // The test backoff is at most 100ms, so a wait near a second is the receiver's.
+    wait_until("the 429 is recorded", Duration::from_secs(20), || {
+        let job = job(&mut conn, job_id);
+        job.status == "pending" && job.attempts == 1
+    })
+    .await;
+    let waiting = job(&mut conn, job_id);
+    let first = sink.requests()[0].at;
+    assert!(
+        waiting.run_after >= first + chrono::Duration::milliseconds(950),
+        "run_after {} is not a second after the 429 at {first}",
+        waiting.run_after
+    );
+    let error = waiting.last_error.expect("last_error");
+    assert!(error.contains("429 Too Many Requests"), "{error}");
+    assert!(error.contains("Retry-After 1s"), "{error}");
+
+    wait_until("the webhook job is done", Duration::from_secs(20), || {
+        count(&mut conn, "done") == 1
+    })
+    .await;
+    relay.stop().await;
+    let requests = sink.requests();
+    assert_eq!(requests.len(), 2);
+    let gap = requests[1].at - requests[0].at;
+    assert!(
+        gap >= chrono::Duration::milliseconds(950),
+        "retried after {gap}"
+    );
+    assert_eq!(job(&mut conn, job_id).attempts, 2);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_receiver_that_hangs_past_the_timeout_is_retried_until_attempts_run_out() {
+    init_tracing();
+    let db = TestDb::new();
+    let mut conn = db.conn();
+    let sink = HttpSink::start([], Answer::Hang(Duration::from_secs(30))).await;
+    let (_, job_id) = place(&mut conn, 2);
+
+    let started = Instant::now();
+    let relay = webhook_relay(&db, sender(&sink, Duration::from_millis(300)));
+    wait_until("the webhook job failed", Duration::from_secs(20), || {
+        count(&mut conn, "failed") == 1
+    })
+    .await;
+    relay.stop().await;
+
+    assert!(started.elapsed() < Duration::from_secs(10));
+    let job = job(&mut conn, job_id);
+    assert_eq!(job.attempts, 2, "the timeout was retried");
+    assert_eq!(sink.requests().len(), 2);
+    let error = job.last_error.expect("last_error");
+    assert!(
+        error.contains("no attempts left") && error.contains("timed out"),
+        "{error}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_refused_connection_is_retryable_and_names_only_the_origin() {
+    let db = TestDb::new();
+    let mut conn = db.conn();
+    let (order_id, _) = place(&mut conn, 8);
+    let order = load_order(&mut conn, order_id)
+        .expect("load order")
+        .expect("order exists");
+    // A port that was free a moment ago: nothing listens there now.
+    let port = {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+        listener.local_addr().expect("addr").port()
+    };
+    let sender = WebhookSender::new(&WebhookConfig {
+        url: url::Url::parse(&format!("http://127.0.0.1:{port}/hook/tok-SECRETPATH")).expect("url"),
+        secret: SECRET.to_owned(),
+        timeout: Duration::from_secs(5),
+    })
+    .expect("sender");
+
+    let error = sender
+        .deliver(1, &order)
+        .await
+        .expect_err("nothing listens");
+    let EffectError::Retryable { message, .. } = &error else {
+        panic!("not retryable: {error:?}");
+    };
+    assert!(message.contains("cannot connect"), "{message}");
+    assert!(!message.contains("SECRETPATH"), "{message}");
+}
