@@ -1,12 +1,15 @@
 //! The `outbox-relay` command line: subcommands of DESIGN.md, "CLI".
 
 mod relay;
+mod serve;
 
 use std::process::ExitCode;
 
 use clap::{CommandFactory as _, Parser, Subcommand};
 
 use crate::config::{ConfigError, DatabaseArgs, RelayArgs};
+
+pub use serve::ServeArgs;
 
 #[derive(Debug, Parser)]
 #[command(
@@ -32,6 +35,14 @@ pub enum Command {
         db: DatabaseArgs,
         #[command(flatten)]
         args: Box<RelayArgs>,
+    },
+    /// Serve the order HTTP API (POST /orders, GET /orders/{id}, its receipt, /healthz, /metrics)
+    /// until SIGTERM/SIGINT.
+    Serve {
+        #[command(flatten)]
+        db: DatabaseArgs,
+        #[command(flatten)]
+        args: ServeArgs,
     },
 }
 
@@ -79,6 +90,7 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
             Ok(())
         }
         Command::Relay { db, args } => relay::run(db, *args).await,
+        Command::Serve { db, args } => serve::run(db, args).await,
     }
 }
 

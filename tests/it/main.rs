@@ -3,6 +3,7 @@
 
 mod support;
 
+mod api;
 mod cli_config;
 mod orders;
 mod outbox;
