@@ -1,7 +1,9 @@
 //! The `outbox-relay` command line: subcommands of DESIGN.md, "CLI".
 
+mod jobs;
 mod relay;
 mod serve;
+mod table;
 
 use std::process::ExitCode;
 
@@ -9,6 +11,7 @@ use clap::{CommandFactory as _, Parser, Subcommand};
 
 use crate::config::{ConfigError, DatabaseArgs, RelayArgs};
 
+pub use jobs::JobsCommand;
 pub use serve::ServeArgs;
 
 #[derive(Debug, Parser)]
@@ -43,6 +46,11 @@ pub enum Command {
         db: DatabaseArgs,
         #[command(flatten)]
         args: ServeArgs,
+    },
+    /// Inspect and repair the jobs table: stats, list, retry, prune.
+    Jobs {
+        #[command(subcommand)]
+        command: JobsCommand,
     },
 }
 
@@ -91,6 +99,7 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
         }
         Command::Relay { db, args } => relay::run(db, *args).await,
         Command::Serve { db, args } => serve::run(db, args).await,
+        Command::Jobs { command } => jobs::run(command).await,
     }
 }
 

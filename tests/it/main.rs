@@ -5,6 +5,7 @@ mod support;
 
 mod api;
 mod cli_config;
+mod cli_jobs;
 mod orders;
 mod outbox;
 mod relay;
