@@ -6,6 +6,7 @@ mod support;
 mod api;
 mod cli_config;
 mod cli_jobs;
+mod metrics;
 mod orders;
 mod outbox;
 mod relay;
