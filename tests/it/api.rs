@@ -545,6 +545,31 @@ impl TableLock {
     fn release(mut self) {
         self.0.batch_execute("ROLLBACK").expect("release the lock");
     }
+
+    /// Waits until another session is queued behind this lock, i.e. until a
+    /// request has reached the database and holds its connection.
+    async fn wait_for_a_waiter(&mut self) {
+        #[derive(QueryableByName)]
+        struct Waiting {
+            #[diesel(sql_type = diesel::sql_types::BigInt)]
+            n: i64,
+        }
+        let conn = &mut self.0;
+        crate::support::wait_until(
+            "a request blocked on the lock",
+            Duration::from_secs(10),
+            || {
+                diesel::sql_query(
+                    "SELECT count(*) AS n FROM pg_locks \
+                 WHERE relation = 'orders'::regclass AND NOT granted",
+                )
+                .get_result::<Waiting>(conn)
+                .expect("pg_locks")
+                .n > 0
+            },
+        )
+        .await;
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -603,12 +628,11 @@ async fn requests_beyond_the_pool_wait_briefly_then_get_a_503() {
         ..test_api_settings()
     })
     .await;
-    let lock = TableLock::take(&app.db, "ACCESS EXCLUSIVE");
+    let mut lock = TableLock::take(&app.db, "ACCESS EXCLUSIVE");
     let client = app.client.clone();
     let blocked_url = app.url("/orders/1");
     let blocked = tokio::spawn(async move { client.get(blocked_url).send().await });
-    // Let the first request take the only connection.
-    tokio::time::sleep(Duration::from_millis(200)).await;
+    lock.wait_for_a_waiter().await;
 
     let error = error_of(app.get("/orders/2").await, StatusCode::SERVICE_UNAVAILABLE).await;
     assert_eq!(error["code"], "database_unavailable");
@@ -629,10 +653,10 @@ async fn shutdown_lets_an_in_flight_request_finish() {
         .await
         .expect("JSON");
     let url = app.url(&format!("/orders/{}", order["id"]));
-    let lock = TableLock::take(&app.db, "ACCESS EXCLUSIVE");
+    let mut lock = TableLock::take(&app.db, "ACCESS EXCLUSIVE");
     let client = app.client.clone();
     let in_flight = tokio::spawn(async move { client.get(url).send().await });
-    tokio::time::sleep(Duration::from_millis(200)).await;
+    lock.wait_for_a_waiter().await;
 
     app.shutdown.cancel();
     tokio::time::sleep(Duration::from_millis(200)).await;
