@@ -63,13 +63,79 @@ impl DbError {
 /// and a failed claim is simply retried (Diesel marks the broken connection and
 /// r2d2 drops it).
 pub fn build_pool(database_url: &str, size: u32, validate_on_checkout: bool) -> PgPool {
+    build_pool_with(
+        database_url,
+        &PoolOptions {
+            size,
+            validate_on_checkout,
+            ..PoolOptions::default()
+        },
+    )
+}
+
+/// What [`build_pool_with`] builds.
+#[derive(Debug, Clone)]
+pub struct PoolOptions {
+    pub size: u32,
+    pub validate_on_checkout: bool,
+    /// How long a checkout waits for a connection (including opening one)
+    /// before it fails with [`DbError::Unavailable`].
+    pub checkout_timeout: Duration,
+    /// `statement_timeout` set on every connection the pool opens; `None`
+    /// leaves the server's default. A bound here keeps a query stuck behind a
+    /// lock from holding a pooled connection (and a blocking thread) forever.
+    pub statement_timeout: Option<Duration>,
+}
+
+impl Default for PoolOptions {
+    fn default() -> Self {
+        PoolOptions {
+            size: 10,
+            validate_on_checkout: false,
+            checkout_timeout: DEFAULT_CHECKOUT_TIMEOUT,
+            statement_timeout: None,
+        }
+    }
+}
+
+/// [`build_pool`] with every knob.
+pub fn build_pool_with(database_url: &str, options: &PoolOptions) -> PgPool {
     let manager = ConnectionManager::<PgConnection>::new(database_url);
-    Pool::builder()
-        .max_size(size.max(1))
+    let mut builder = Pool::builder()
+        .max_size(options.size.max(1))
         .min_idle(Some(0))
-        .connection_timeout(DEFAULT_CHECKOUT_TIMEOUT)
-        .test_on_check_out(validate_on_checkout)
-        .build_unchecked(manager)
+        // r2d2 panics on a zero timeout.
+        .connection_timeout(options.checkout_timeout.max(Duration::from_millis(1)))
+        .test_on_check_out(options.validate_on_checkout);
+    if let Some(timeout) = options.statement_timeout {
+        builder = builder.connection_customizer(Box::new(StatementTimeout(timeout)));
+    }
+    builder.build_unchecked(manager)
+}
+
+/// Sets `statement_timeout` once per new connection.
+#[derive(Debug, Clone, Copy)]
+struct StatementTimeout(Duration);
+
+impl diesel::r2d2::CustomizeConnection<PgConnection, diesel::r2d2::Error> for StatementTimeout {
+    fn on_acquire(&self, conn: &mut PgConnection) -> Result<(), diesel::r2d2::Error> {
+        let millis = self.0.as_millis().max(1);
+        sql_query(format!("SET statement_timeout = {millis}"))
+            .execute(conn)
+            .map(drop)
+            .map_err(diesel::r2d2::Error::QueryError)
+    }
+}
+
+/// True when `error` is PostgreSQL cancelling a statement that ran past
+/// `statement_timeout` (SQLSTATE 57014). Diesel does not expose the SQLSTATE,
+/// so this reads the server's (English) message.
+pub fn is_statement_timeout(error: &DbError) -> bool {
+    matches!(
+        error,
+        DbError::Query(diesel::result::Error::DatabaseError(_, info))
+            if info.message().contains("statement timeout")
+    )
 }
 
 /// Applies pending migrations under an advisory lock. Safe to call from many

@@ -20,6 +20,7 @@
 //! - [`telemetry`]: tracing subscriber and Prometheus metrics.
 //! - [`cli`]: the `outbox-relay` subcommands.
 
+pub mod api;
 pub mod bench;
 pub mod cli;
 pub mod config;

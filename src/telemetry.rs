@@ -49,10 +49,126 @@ pub fn metrics_handle() -> PrometheusHandle {
             // Fails only if another recorder is installed; ours still renders
             // (empty) rather than taking the process down.
             let _ = metrics::set_global_recorder(recorder);
+            describe_metrics();
             handle
         })
         .clone()
 }
+
+/// `# HELP` lines for every metric this crate emits; the list the README shows.
+fn describe_metrics() {
+    use metrics::{Unit, describe_counter, describe_gauge, describe_histogram};
+    describe_counter!(
+        "outbox_jobs_claimed_total",
+        "Jobs claimed by this relay, by kind."
+    );
+    describe_counter!(
+        "outbox_jobs_finished_total",
+        "Attempts whose outcome was recorded, by kind and outcome (done, retried, failed)."
+    );
+    describe_counter!(
+        "outbox_lease_lost_total",
+        "Outcomes discarded because the job was reaped and taken over, by kind."
+    );
+    describe_counter!(
+        "outbox_jobs_reaped_total",
+        "Expired leases put back, by outcome (requeued, failed)."
+    );
+    describe_histogram!(
+        "outbox_effect_duration_seconds",
+        Unit::Seconds,
+        "Time one effect took, by kind."
+    );
+    describe_histogram!(
+        "outbox_claim_batch_size",
+        "Jobs returned by one claim statement."
+    );
+    describe_counter!("outbox_claim_errors_total", "Claim statements that failed.");
+    describe_gauge!(
+        "outbox_jobs",
+        "Jobs in the table by status, refreshed at most every few seconds."
+    );
+    describe_counter!(
+        "http_requests_total",
+        "HTTP requests answered, by method, route and status."
+    );
+    describe_histogram!(
+        "http_request_duration_seconds",
+        Unit::Seconds,
+        "Time to answer an HTTP request, by method, route and status."
+    );
+}
+
+/// Histograms keep their samples until someone drains them; a scrape does, but
+/// a process nobody scrapes would grow without bound. Runs until `shutdown`.
+pub async fn run_metrics_upkeep(shutdown: tokio_util::sync::CancellationToken) {
+    let handle = metrics_handle();
+    let mut tick = tokio::time::interval(std::time::Duration::from_secs(5));
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tokio::select! {
+            _ = shutdown.cancelled() => return,
+            _ = tick.tick() => handle.run_upkeep(),
+        }
+    }
+}
+
+/// The `outbox_jobs{status}` gauge, refreshed from the database on scrape when
+/// older than `ttl`, so many scrapers (or a fast one) cost at most one cheap
+/// query per `ttl`.
+#[derive(Debug)]
+pub struct QueueDepthGauge {
+    ttl: std::time::Duration,
+    /// When the last refresh was tried; the lock also makes concurrent scrapes
+    /// wait for one refresh instead of each running the query.
+    last_refresh: tokio::sync::Mutex<Option<std::time::Instant>>,
+}
+
+impl QueueDepthGauge {
+    /// How long a refresh may take before the scrape goes on with old values.
+    const REFRESH_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(2);
+
+    pub fn new(ttl: std::time::Duration) -> Self {
+        QueueDepthGauge {
+            ttl,
+            last_refresh: tokio::sync::Mutex::new(None),
+        }
+    }
+
+    /// Runs `load` if the gauge is stale and publishes its counts. A failed
+    /// refresh keeps the previous values and logs why; the next try waits a
+    /// full `ttl`, so a database outage is not hammered by scrapes.
+    pub async fn refresh_if_stale<F, Fut, E>(&self, load: F)
+    where
+        F: FnOnce() -> Fut,
+        Fut: std::future::Future<Output = Result<crate::outbox::QueueDepth, E>>,
+        E: std::fmt::Display,
+    {
+        let mut last = self.last_refresh.lock().await;
+        if last.is_some_and(|at| at.elapsed() < self.ttl) {
+            return;
+        }
+        *last = Some(std::time::Instant::now());
+        match tokio::time::timeout(Self::REFRESH_TIMEOUT, load()).await {
+            Ok(Ok(depth)) => {
+                for status in crate::outbox::JobStatus::ALL {
+                    metrics::gauge!("outbox_jobs", "status" => status.as_str())
+                        .set(depth.count(status) as f64);
+                }
+            }
+            Ok(Err(error)) => {
+                tracing::warn!(error = %error, "could not refresh the queue depth gauge");
+            }
+            Err(_) => tracing::warn!(
+                timeout = ?Self::REFRESH_TIMEOUT,
+                "could not refresh the queue depth gauge: the query timed out"
+            ),
+        }
+    }
+}
+
+/// How often the relay's `/metrics` re-counts the queue.
+pub const QUEUE_DEPTH_TTL: std::time::Duration = std::time::Duration::from_secs(5);
 
 /// Serves `/metrics` (Prometheus text) and `/healthz` (200 when the database
 /// answers, else 503) on `addr` until `shutdown`. The relay's sidecar endpoint.
@@ -64,8 +180,25 @@ pub async fn serve_metrics(
     use axum::routing::get;
 
     let handle = metrics_handle();
+    let gauge = std::sync::Arc::new(QueueDepthGauge::new(QUEUE_DEPTH_TTL));
+    let metrics_pool = pool.clone();
     let app = axum::Router::new()
-        .route("/metrics", get(move || std::future::ready(handle.render())))
+        .route(
+            "/metrics",
+            get(move || {
+                let (handle, gauge, pool) = (handle.clone(), gauge.clone(), metrics_pool.clone());
+                async move {
+                    gauge
+                        .refresh_if_stale(|| {
+                            crate::db::run_blocking(&pool, |conn| {
+                                Ok(crate::outbox::queue_depth(conn)?)
+                            })
+                        })
+                        .await;
+                    prometheus_text(handle.render())
+                }
+            }),
+        )
         .route(
             "/healthz",
             get(move || {
@@ -73,9 +206,21 @@ pub async fn serve_metrics(
                 async move { health(&pool).await }
             }),
         );
+    tokio::spawn(run_metrics_upkeep(shutdown.clone()));
     axum::serve(listener, app)
         .with_graceful_shutdown(async move { shutdown.cancelled().await })
         .await
+}
+
+/// Rendered metrics with the content type Prometheus expects.
+pub fn prometheus_text(body: String) -> impl axum::response::IntoResponse {
+    (
+        [(
+            axum::http::header::CONTENT_TYPE,
+            "text/plain; version=0.0.4; charset=utf-8",
+        )],
+        body,
+    )
 }
 
 /// `200 {"status":"ok"}` when a `SELECT 1` succeeds, else `503` with the reason.

@@ -1,12 +1,18 @@
 //! The `outbox-relay` command line: subcommands of DESIGN.md, "CLI".
 
+mod jobs;
 mod relay;
+mod serve;
+mod table;
 
 use std::process::ExitCode;
 
 use clap::{CommandFactory as _, Parser, Subcommand};
 
 use crate::config::{ConfigError, DatabaseArgs, RelayArgs};
+
+pub use jobs::JobsCommand;
+pub use serve::ServeArgs;
 
 #[derive(Debug, Parser)]
 #[command(
@@ -38,6 +44,19 @@ pub enum Command {
     Bench {
         #[command(flatten)]
         args: Box<crate::bench::BenchArgs>,
+    },
+    /// Serve the order HTTP API (POST /orders, GET /orders/{id}, its receipt, /healthz, /metrics)
+    /// until SIGTERM/SIGINT.
+    Serve {
+        #[command(flatten)]
+        db: DatabaseArgs,
+        #[command(flatten)]
+        args: ServeArgs,
+    },
+    /// Inspect and repair the jobs table: stats, list, retry, prune.
+    Jobs {
+        #[command(subcommand)]
+        command: JobsCommand,
     },
 }
 
@@ -86,6 +105,8 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
         }
         Command::Relay { db, args } => relay::run(db, *args).await,
         Command::Bench { args } => crate::bench::run(*args).await,
+        Command::Serve { db, args } => serve::run(db, args).await,
+        Command::Jobs { command } => jobs::run(command).await,
     }
 }
 

@@ -63,12 +63,34 @@ pub fn queue_stats(conn: &mut PgConnection) -> QueryResult<QueueStats> {
     Ok(QueueStats { kinds })
 }
 
+/// How many jobs are in each status.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, QueryableByName, Serialize)]
+pub struct QueueDepth {
+    #[diesel(sql_type = BigInt)]
+    pub pending: i64,
+    #[diesel(sql_type = BigInt)]
+    pub processing: i64,
+    #[diesel(sql_type = BigInt)]
+    pub done: i64,
+    #[diesel(sql_type = BigInt)]
+    pub failed: i64,
+}
+
+impl QueueDepth {
+    pub fn count(&self, status: JobStatus) -> i64 {
+        match status {
+            JobStatus::Pending => self.pending,
+            JobStatus::Processing => self.processing,
+            JobStatus::Done => self.done,
+            JobStatus::Failed => self.failed,
+        }
+    }
+}
+
 /// Jobs by status, cheaply enough to refresh every few seconds for a gauge.
-pub fn queue_depth(conn: &mut PgConnection) -> QueryResult<Vec<(String, i64)>> {
-    jobs::table
-        .group_by(jobs::status)
-        .select((jobs::status, diesel::dsl::count_star()))
-        .load(conn)
+/// See `sql/queue_depth.sql`.
+pub fn queue_depth(conn: &mut PgConnection) -> QueryResult<QueueDepth> {
+    diesel::sql_query(include_str!("sql/queue_depth.sql")).get_result(conn)
 }
 
 /// A job as operators see it.
@@ -123,13 +145,44 @@ pub enum RetrySelection {
     AllFailed { kind: Option<String> },
 }
 
+/// A job named to `retry_failed_jobs` that cannot be retried.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct RetryRefusal {
+    pub id: i64,
+    /// Its current status; `None` when no such job exists.
+    pub status: Option<String>,
+}
+
+impl std::fmt::Display for RetryRefusal {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match &self.status {
+            Some(status) => write!(f, "job {} is {status}, not failed", self.id),
+            None => write!(f, "job {} does not exist", self.id),
+        }
+    }
+}
+
+/// What `retry_failed_jobs` did.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+pub struct RetryReport {
+    /// Jobs put back to `pending`, in id order.
+    pub retried: Vec<i64>,
+    /// Named jobs that are not `failed`. When any is refused, nothing is retried.
+    pub refused: Vec<RetryRefusal>,
+}
+
 /// Failed jobs back to `pending`, due now, attempts reset. `last_error` is kept
-/// until the next attempt overwrites it. Returns the ids retried and the ids
-/// refused because they were not `failed` (or do not exist).
+/// until the next attempt overwrites it.
+///
+/// With explicit ids it is all or nothing: if any named job is not `failed` (or
+/// does not exist), nothing changes and the report lists the refusals, so an
+/// operator never half-applies a command they typed with a wrong id. The named
+/// rows are locked first, so a job cannot change status between the check and
+/// the update.
 pub fn retry_failed_jobs(
     conn: &mut PgConnection,
     selection: &RetrySelection,
-) -> QueryResult<(Vec<i64>, Vec<i64>)> {
+) -> QueryResult<RetryReport> {
     conn.transaction(|conn| {
         let target = jobs::table.filter(jobs::status.eq(JobStatus::Failed.as_str()));
         let reset = (
@@ -141,39 +194,68 @@ pub fn retry_failed_jobs(
             jobs::locked_at.eq(None::<DateTime<Utc>>),
             jobs::lease_expires_at.eq(None::<DateTime<Utc>>),
         );
-        match selection {
+        let mut retried: Vec<i64> = match selection {
             RetrySelection::Ids(ids) => {
-                let retried: Vec<i64> = diesel::update(target.filter(jobs::id.eq_any(ids)))
+                let mut ids = ids.clone();
+                ids.sort_unstable();
+                ids.dedup();
+                let found: Vec<(i64, String)> = jobs::table
+                    .filter(jobs::id.eq_any(&ids))
+                    .select((jobs::id, jobs::status))
+                    .order(jobs::id)
+                    .for_update()
+                    .load(conn)?;
+                let refused: Vec<RetryRefusal> = ids
+                    .iter()
+                    .filter_map(
+                        |id| match found.iter().find(|(found_id, _)| found_id == id) {
+                            Some((_, status)) if status == JobStatus::Failed.as_str() => None,
+                            Some((_, status)) => Some(RetryRefusal {
+                                id: *id,
+                                status: Some(status.clone()),
+                            }),
+                            None => Some(RetryRefusal {
+                                id: *id,
+                                status: None,
+                            }),
+                        },
+                    )
+                    .collect();
+                if !refused.is_empty() {
+                    return Ok(RetryReport {
+                        retried: Vec::new(),
+                        refused,
+                    });
+                }
+                diesel::update(target.filter(jobs::id.eq_any(&ids)))
                     .set(reset)
                     .returning(jobs::id)
-                    .get_results(conn)?;
-                let refused = ids
-                    .iter()
-                    .copied()
-                    .filter(|id| !retried.contains(id))
-                    .collect();
-                Ok((retried, refused))
+                    .get_results(conn)?
             }
-            RetrySelection::AllFailed { kind } => {
-                let retried = match kind {
-                    Some(kind) => diesel::update(target.filter(jobs::kind.eq(kind)))
-                        .set(reset)
-                        .returning(jobs::id)
-                        .get_results(conn)?,
-                    None => diesel::update(target)
-                        .set(reset)
-                        .returning(jobs::id)
-                        .get_results(conn)?,
-                };
-                Ok((retried, Vec::new()))
+            RetrySelection::AllFailed { kind: Some(kind) } => {
+                diesel::update(target.filter(jobs::kind.eq(kind)))
+                    .set(reset)
+                    .returning(jobs::id)
+                    .get_results(conn)?
             }
-        }
+            RetrySelection::AllFailed { kind: None } => diesel::update(target)
+                .set(reset)
+                .returning(jobs::id)
+                .get_results(conn)?,
+        };
+        retried.sort_unstable();
+        Ok(RetryReport {
+            retried,
+            refused: Vec::new(),
+        })
     })
 }
 
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
 pub struct PruneReport {
     pub deleted: u64,
+    /// Batches that deleted something (the final, short or empty one included
+    /// only when it deleted rows).
     pub batches: u64,
 }
 
@@ -191,9 +273,11 @@ pub fn prune_done_jobs(
             .bind::<BigInt, _>(millis(older_than))
             .bind::<BigInt, _>(batch.max(1))
             .execute(conn)?;
-        report.batches += 1;
-        report.deleted += deleted as u64;
-        progress(report.deleted);
+        if deleted > 0 {
+            report.batches += 1;
+            report.deleted += deleted as u64;
+            progress(report.deleted);
+        }
         if (deleted as i64) < batch.max(1) {
             return Ok(report);
         }

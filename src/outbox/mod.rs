@@ -16,8 +16,9 @@ use diesel::sql_types::Text;
 use serde::Serialize;
 
 pub use admin::{
-    JobFilter, JobRow, KindStats, PruneReport, QueueStats, RetrySelection, count_prunable,
-    list_jobs, prune_done_jobs, queue_depth, queue_stats, retry_failed_jobs,
+    JobFilter, JobRow, KindStats, PruneReport, QueueDepth, QueueStats, RetryRefusal, RetryReport,
+    RetrySelection, count_prunable, list_jobs, prune_done_jobs, queue_depth, queue_stats,
+    retry_failed_jobs,
 };
 pub use claim::{ClaimRequest, ClaimedJob, claim_jobs};
 pub use finish::{Finish, FinishReport, LocalWrite, Outcome, finish_jobs};

@@ -3,10 +3,13 @@
 
 mod support;
 
+mod api;
 mod cli_config;
+mod cli_jobs;
 mod effects_email;
 mod effects_receipt;
 mod effects_webhook;
+mod metrics;
 mod orders;
 mod outbox;
 mod relay;

@@ -1,5 +1,6 @@
 //! Shared test support: isolated databases, factories, a relay harness.
 
+pub mod app;
 pub mod db;
 pub mod http;
 pub mod smtp;

@@ -1,0 +1,195 @@
+//! The one error type of the API, and the one place that maps it to a status.
+//!
+//! Every rejection, from a wrong content type to a database outage, leaves as
+//! `{"error":{"code":"...","message":"...","field":"..."}}`; `field` is present
+//! on validation errors only.
+
+use std::time::Duration;
+
+use axum::Json;
+use axum::http::{HeaderValue, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use serde::Serialize;
+
+use crate::db::{DbError, is_statement_timeout};
+use crate::orders::ValidationError;
+
+/// How long a client should wait before retrying a 503.
+const RETRY_AFTER_SECONDS: &str = "1";
+
+#[derive(Debug, thiserror::Error)]
+pub enum ApiError {
+    #[error("expected Content-Type: application/json, got {}", got.as_deref().unwrap_or("none"))]
+    UnsupportedMediaType { got: Option<String> },
+    #[error("the body is larger than the limit of {limit} bytes")]
+    PayloadTooLarge { limit: usize },
+    #[error("the body could not be read: {0}")]
+    UnreadableBody(String),
+    #[error("the body is not valid JSON: {0}")]
+    MalformedJson(String),
+    #[error("the Idempotency-Key header {0}")]
+    InvalidIdempotencyKey(String),
+    #[error("{}", validation_message(.0))]
+    Validation(#[from] ValidationError),
+    #[error(
+        "this Idempotency-Key was already used with a different order; \
+         use a new key for a new order"
+    )]
+    IdempotencyConflict,
+    #[error("there is no order {0}")]
+    OrderNotFound(String),
+    #[error("the receipt of order {0} is not rendered yet; try again later")]
+    ReceiptNotReady(i64),
+    #[error("there is no {0} here")]
+    RouteNotFound(String),
+    #[error("{method} is not allowed on {path}")]
+    MethodNotAllowed { method: String, path: String },
+    /// The cause is logged, not shown: it may name hosts and users.
+    #[error("the database is unavailable; try again shortly")]
+    DatabaseUnavailable { cause: String },
+    /// A POST that timed out may still commit: retrying it with the same
+    /// Idempotency-Key returns the order if it did.
+    #[error(
+        "the request took longer than {}; if it placed an order, retrying with the same Idempotency-Key returns it",
+        humantime::format_duration(*.0)
+    )]
+    Timeout(Duration),
+    #[error("internal error")]
+    Internal(#[source] anyhow::Error),
+}
+
+fn validation_message(error: &ValidationError) -> String {
+    if error.field.is_empty() {
+        error.message.clone()
+    } else {
+        format!("{} {}", error.field, error.message)
+    }
+}
+
+/// The `error` object of a JSON error body.
+#[derive(Debug, Clone, Serialize)]
+pub struct ErrorBody {
+    pub code: &'static str,
+    pub message: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub field: Option<String>,
+}
+
+/// `{"error": {...}}`, fields in the order people read them.
+#[derive(Debug, Serialize)]
+struct ErrorEnvelope {
+    error: ErrorBody,
+}
+
+impl ApiError {
+    pub fn status(&self) -> StatusCode {
+        match self {
+            ApiError::UnsupportedMediaType { .. } => StatusCode::UNSUPPORTED_MEDIA_TYPE,
+            ApiError::PayloadTooLarge { .. } => StatusCode::PAYLOAD_TOO_LARGE,
+            ApiError::UnreadableBody(_)
+            | ApiError::MalformedJson(_)
+            | ApiError::InvalidIdempotencyKey(_) => StatusCode::BAD_REQUEST,
+            ApiError::Validation(_) => StatusCode::UNPROCESSABLE_ENTITY,
+            ApiError::IdempotencyConflict => StatusCode::CONFLICT,
+            ApiError::OrderNotFound(_)
+            | ApiError::ReceiptNotReady(_)
+            | ApiError::RouteNotFound(_) => StatusCode::NOT_FOUND,
+            ApiError::MethodNotAllowed { .. } => StatusCode::METHOD_NOT_ALLOWED,
+            ApiError::DatabaseUnavailable { .. } | ApiError::Timeout(_) => {
+                StatusCode::SERVICE_UNAVAILABLE
+            }
+            ApiError::Internal(_) => StatusCode::INTERNAL_SERVER_ERROR,
+        }
+    }
+
+    /// Stable, machine-readable; clients branch on this, not on the message.
+    pub fn code(&self) -> &'static str {
+        match self {
+            ApiError::UnsupportedMediaType { .. } => "unsupported_media_type",
+            ApiError::PayloadTooLarge { .. } => "payload_too_large",
+            ApiError::UnreadableBody(_) => "unreadable_body",
+            ApiError::MalformedJson(_) => "malformed_json",
+            ApiError::InvalidIdempotencyKey(_) => "invalid_idempotency_key",
+            ApiError::Validation(_) => "validation_failed",
+            ApiError::IdempotencyConflict => "idempotency_conflict",
+            ApiError::OrderNotFound(_) => "order_not_found",
+            ApiError::ReceiptNotReady(_) => "receipt_not_ready",
+            ApiError::RouteNotFound(_) => "not_found",
+            ApiError::MethodNotAllowed { .. } => "method_not_allowed",
+            ApiError::DatabaseUnavailable { .. } => "database_unavailable",
+            ApiError::Timeout(_) => "timeout",
+            ApiError::Internal(_) => "internal_error",
+        }
+    }
+
+    pub fn body(&self) -> ErrorBody {
+        ErrorBody {
+            code: self.code(),
+            message: self.to_string(),
+            field: match self {
+                ApiError::Validation(e) => Some(e.field.clone()),
+                _ => None,
+            },
+        }
+    }
+
+    /// The message with the causes that the client is not shown, for logs.
+    pub fn detail(&self) -> String {
+        match self {
+            ApiError::Internal(cause) => format!("{cause:#}"),
+            ApiError::DatabaseUnavailable { cause } => format!("{self}: {cause}"),
+            other => other.to_string(),
+        }
+    }
+
+    fn log(&self) {
+        match self {
+            ApiError::Internal(_) => tracing::error!(error = self.detail(), "request failed"),
+            ApiError::DatabaseUnavailable { .. } => {
+                tracing::warn!(
+                    error = self.detail(),
+                    "request failed: database unavailable"
+                )
+            }
+            ApiError::Timeout(limit) => tracing::warn!(?limit, "request timed out"),
+            rejected => {
+                tracing::debug!(code = rejected.code(), error = %rejected, "request rejected")
+            }
+        }
+    }
+}
+
+impl IntoResponse for ApiError {
+    fn into_response(self) -> Response {
+        self.log();
+        let status = self.status();
+        let mut response = (status, Json(ErrorEnvelope { error: self.body() })).into_response();
+        if status == StatusCode::SERVICE_UNAVAILABLE {
+            response.headers_mut().insert(
+                header::RETRY_AFTER,
+                HeaderValue::from_static(RETRY_AFTER_SECONDS),
+            );
+        }
+        response
+    }
+}
+
+impl From<DbError> for ApiError {
+    fn from(error: DbError) -> Self {
+        // A statement cancelled by the API's statement_timeout was rolled back:
+        // like an outage, it is worth retrying and wrote nothing.
+        if error.is_unavailable() || is_statement_timeout(&error) {
+            ApiError::DatabaseUnavailable {
+                cause: error.to_string(),
+            }
+        } else {
+            ApiError::Internal(anyhow::Error::new(error).context("database query"))
+        }
+    }
+}
+
+impl From<diesel::result::Error> for ApiError {
+    fn from(error: diesel::result::Error) -> Self {
+        ApiError::from(DbError::Query(error))
+    }
+}

@@ -1,0 +1,210 @@
+//! The order HTTP API (DESIGN.md, "HTTP API"), on axum.
+//!
+//! - `orders`: `POST /orders`, `GET /orders/{id}`, `GET /orders/{id}/receipt.pdf`;
+//! - `body`: reading a JSON body by hand, so every rejection is a JSON error;
+//! - [`error`]: [`ApiError`], the one error of every handler, and the one place
+//!   that maps it to a status and a body;
+//! - `ops`: `GET /healthz`, `GET /metrics`, unknown routes and methods;
+//! - `middleware`: the span, the HTTP metrics and the time limit of each request;
+//! - `state`: what handlers share, including the gate in front of the pool.
+//!
+//! Start one with [`Application::build`], then [`Application::run_until_stopped`]:
+//!
+//! ```no_run
+//! # async fn demo() -> std::io::Result<()> {
+//! use outbox_relay::api::{self, ApiSettings, Application};
+//!
+//! let settings = ApiSettings::default();
+//! let pool = api::connect("postgres://postgres@127.0.0.1/shop", &settings);
+//! let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
+//! let app = Application::build(pool, settings, listener)?;
+//! println!("listening on http://{}", app.local_addr());
+//! app.run_until_stopped(outbox_relay::shutdown::on_signals()).await
+//! # }
+//! ```
+
+mod body;
+pub mod error;
+mod middleware;
+mod ops;
+mod orders;
+mod state;
+
+use std::future::IntoFuture as _;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::Router;
+use axum::extract::DefaultBodyLimit;
+use axum::routing::{get, post};
+use tokio_util::sync::CancellationToken;
+use tower_http::trace::{DefaultOnResponse, TraceLayer};
+
+pub use body::MAX_BODY_BYTES;
+pub use error::ApiError;
+pub use orders::OrderView;
+
+use crate::db::{self, PgPool, PoolOptions};
+use crate::telemetry::{QueueDepthGauge, metrics_handle, run_metrics_upkeep};
+
+pub const DEFAULT_POOL_SIZE: u32 = 16;
+pub const DEFAULT_REQUEST_TIMEOUT: Duration = Duration::from_secs(10);
+pub const DEFAULT_DB_WAIT: Duration = Duration::from_secs(2);
+pub const DEFAULT_STATEMENT_TIMEOUT: Duration = Duration::from_secs(5);
+pub const DEFAULT_QUEUE_DEPTH_TTL: Duration = Duration::from_secs(5);
+pub const DEFAULT_SHUTDOWN_GRACE: Duration = Duration::from_secs(15);
+
+/// How the API behaves. The timeouts nest: a request waits at most `db_wait`
+/// for a connection, each statement runs at most `statement_timeout`, and the
+/// whole request at most `request_timeout`. Keeping `statement_timeout` well
+/// under `request_timeout` means a write stuck behind a lock is cancelled and
+/// rolled back by PostgreSQL (a 503 that wrote nothing) before the request
+/// itself would time out.
+#[derive(Debug, Clone)]
+pub struct ApiSettings {
+    /// `max_attempts` of the jobs of new orders (`JOB_MAX_ATTEMPTS`).
+    pub max_attempts: i32,
+    /// Longest a request may take, body upload included; past it, 503.
+    pub request_timeout: Duration,
+    /// Connections in the pool built by [`connect`], so database calls in
+    /// flight at most, so blocking threads the API occupies at most.
+    pub pool_size: u32,
+    /// Longest a request waits for a free connection, or for the database to
+    /// accept a new one, before it is answered 503.
+    pub db_wait: Duration,
+    /// `statement_timeout` of the API's connections.
+    pub statement_timeout: Duration,
+    /// How long `/metrics` reuses its count of jobs by status.
+    pub queue_depth_ttl: Duration,
+    /// After shutdown is asked for, how long in-flight requests may finish.
+    pub shutdown_grace: Duration,
+}
+
+impl Default for ApiSettings {
+    fn default() -> Self {
+        ApiSettings {
+            max_attempts: crate::outbox::DEFAULT_MAX_ATTEMPTS,
+            request_timeout: DEFAULT_REQUEST_TIMEOUT,
+            pool_size: DEFAULT_POOL_SIZE,
+            db_wait: DEFAULT_DB_WAIT,
+            statement_timeout: DEFAULT_STATEMENT_TIMEOUT,
+            queue_depth_ttl: DEFAULT_QUEUE_DEPTH_TTL,
+            shutdown_grace: DEFAULT_SHUTDOWN_GRACE,
+        }
+    }
+}
+
+/// The API's pool: validated on checkout (a request should not fail on a
+/// connection that died while idle), checkout bounded by `db_wait`,
+/// statements by `statement_timeout`.
+pub fn connect(database_url: &str, settings: &ApiSettings) -> PgPool {
+    db::build_pool_with(
+        database_url,
+        &PoolOptions {
+            size: settings.pool_size,
+            validate_on_checkout: true,
+            checkout_timeout: settings.db_wait,
+            statement_timeout: Some(settings.statement_timeout),
+        },
+    )
+}
+
+/// The routes and their layers, ready to serve.
+pub fn router(pool: PgPool, settings: ApiSettings) -> Router {
+    // Installs the recorder before the first request records anything.
+    let _ = metrics_handle();
+    let state = state::AppState {
+        db: state::Db::new(pool, settings.db_wait),
+        queue_depth: Arc::new(QueueDepthGauge::new(settings.queue_depth_ttl)),
+        settings: Arc::new(settings.clone()),
+    };
+    // Layers run outside-in in the reverse order of the calls: the span
+    // first, so metrics, timeouts and handlers all log inside it; metrics
+    // outside the time limit, so a timed-out request is counted as its 503.
+    Router::new()
+        .route("/orders", post(orders::place))
+        .route("/orders/{id}", get(orders::show))
+        .route("/orders/{id}/receipt.pdf", get(orders::receipt))
+        .route("/healthz", get(ops::healthz))
+        .route("/metrics", get(ops::metrics))
+        .fallback(ops::route_not_found)
+        .method_not_allowed_fallback(ops::method_not_allowed)
+        .layer(DefaultBodyLimit::max(MAX_BODY_BYTES))
+        .layer(axum::middleware::from_fn_with_state(
+            settings.request_timeout,
+            middleware::enforce_timeout,
+        ))
+        .layer(axum::middleware::from_fn(middleware::record_metrics))
+        .layer(
+            TraceLayer::new_for_http()
+                .make_span_with(middleware::request_span)
+                .on_response(
+                    DefaultOnResponse::new()
+                        .level(tracing::Level::INFO)
+                        .latency_unit(tower_http::LatencyUnit::Millis),
+                )
+                // ApiError logs 5xx with their cause; a second line says less.
+                .on_failure(()),
+        )
+        .with_state(state)
+}
+
+/// A bound, configured API, ready to run.
+#[derive(Debug)]
+pub struct Application {
+    listener: tokio::net::TcpListener,
+    local_addr: SocketAddr,
+    router: Router,
+    shutdown_grace: Duration,
+}
+
+impl Application {
+    /// Wires the API on `listener` (bind port 0 in tests and read
+    /// [`Application::local_addr`]). Nothing runs until `run_until_stopped`.
+    pub fn build(
+        pool: PgPool,
+        settings: ApiSettings,
+        listener: tokio::net::TcpListener,
+    ) -> std::io::Result<Application> {
+        let local_addr = listener.local_addr()?;
+        let shutdown_grace = settings.shutdown_grace;
+        Ok(Application {
+            listener,
+            local_addr,
+            router: router(pool, settings),
+            shutdown_grace,
+        })
+    }
+
+    pub fn local_addr(&self) -> SocketAddr {
+        self.local_addr
+    }
+
+    /// Serves until `shutdown` is cancelled, then stops accepting, lets
+    /// in-flight requests finish for up to `shutdown_grace`, and returns.
+    pub async fn run_until_stopped(self, shutdown: CancellationToken) -> std::io::Result<()> {
+        let upkeep = CancellationToken::new();
+        tokio::spawn(run_metrics_upkeep(upkeep.clone()));
+        tracing::info!(addr = %self.local_addr, "serving the order API");
+
+        let graceful = shutdown.clone();
+        let server = axum::serve(self.listener, self.router)
+            .with_graceful_shutdown(async move { graceful.cancelled().await })
+            .into_future();
+        let grace = self.shutdown_grace;
+        let result = tokio::select! {
+            result = server => result,
+            () = async {
+                shutdown.cancelled().await;
+                tokio::time::sleep(grace).await;
+            } => {
+                tracing::warn!(?grace, "in-flight requests did not finish within the grace period; stopping anyway");
+                Ok(())
+            }
+        };
+        upkeep.cancel();
+        tracing::info!("order API stopped");
+        result
+    }
+}

@@ -1,0 +1,167 @@
+//! `POST /orders`, `GET /orders/{id}`, `GET /orders/{id}/receipt.pdf`.
+
+use axum::Json;
+use axum::body::Bytes;
+use axum::extract::rejection::{BytesRejection, PathRejection};
+use axum::extract::{Path, State};
+use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use diesel::prelude::*;
+use serde::Serialize;
+
+use super::body;
+use super::error::ApiError;
+use super::state::AppState;
+use crate::orders::{
+    NewOrder, Order, OrderJob, PlaceOrderError, Placement, load_order, load_order_jobs, place_order,
+};
+use crate::schema::receipts;
+
+/// The order as the API shows it: the order's own fields at the top level,
+/// with its `items` and its `jobs`.
+#[derive(Debug, Serialize)]
+pub struct OrderView {
+    #[serde(flatten)]
+    pub order: Order,
+    pub jobs: Vec<OrderJob>,
+}
+
+/// Reads an order and its jobs under one snapshot, so the jobs shown are the
+/// jobs of the order shown.
+fn load_view(conn: &mut PgConnection, order_id: i64) -> Result<Option<OrderView>, ApiError> {
+    Ok(conn
+        .build_transaction()
+        .read_only()
+        .repeatable_read()
+        .run(|conn| {
+            let Some(order) = load_order(conn, order_id)? else {
+                return Ok(None);
+            };
+            let jobs = load_order_jobs(conn, order_id)?;
+            Ok::<_, diesel::result::Error>(Some(OrderView { order, jobs }))
+        })?)
+}
+
+fn location(order_id: i64) -> HeaderValue {
+    // Digits and slashes only: always a valid header value.
+    HeaderValue::from_str(&format!("/orders/{order_id}")).unwrap_or(HeaderValue::from_static("/"))
+}
+
+/// `POST /orders`. Checks run cheapest first, and all of them before anything
+/// touches the database: content type (415), Idempotency-Key (400), size
+/// (413), JSON syntax (400), fields (422). Then one transaction writes the
+/// order and its jobs, or, for a repeated key, finds the earlier order.
+pub(crate) async fn place(
+    State(state): State<AppState>,
+    headers: HeaderMap,
+    raw_body: Result<Bytes, BytesRejection>,
+) -> Result<Response, ApiError> {
+    body::require_json(&headers)?;
+    let key = body::idempotency_key(&headers)?;
+    let value = body::parse_json(raw_body)?;
+    let order = NewOrder::parse(&value)?;
+
+    let max_attempts = state.settings.max_attempts;
+    let keyed = key.is_some();
+    let (placement, view) = state
+        .db
+        .run(move |conn| {
+            let placement =
+                place_order(conn, &order, key.as_ref(), max_attempts).map_err(|e| match e {
+                    PlaceOrderError::IdempotencyConflict { .. } => ApiError::IdempotencyConflict,
+                    PlaceOrderError::Database(e) => ApiError::from(e),
+                })?;
+            let id = placement.order_id();
+            let view = load_view(conn, id)?.ok_or_else(|| {
+                ApiError::Internal(anyhow::anyhow!(
+                    "order {id} vanished right after placing it"
+                ))
+            })?;
+            Ok((placement, view))
+        })
+        .await?;
+
+    let status = match placement {
+        Placement::Created(id) => {
+            tracing::info!(order_id = id, keyed, "order placed");
+            StatusCode::CREATED
+        }
+        Placement::Existing(id) => {
+            tracing::info!(
+                order_id = id,
+                "order already placed with this Idempotency-Key"
+            );
+            StatusCode::OK
+        }
+    };
+    let id = placement.order_id();
+    Ok((status, [(header::LOCATION, location(id))], Json(view)).into_response())
+}
+
+/// `GET /orders/{id}`.
+pub(crate) async fn show(
+    State(state): State<AppState>,
+    id: Result<Path<String>, PathRejection>,
+) -> Result<Json<OrderView>, ApiError> {
+    let (raw, id) = order_id(id)?;
+    state
+        .db
+        .run(move |conn| load_view(conn, id))
+        .await?
+        .map(Json)
+        .ok_or(ApiError::OrderNotFound(raw))
+}
+
+/// `GET /orders/{id}/receipt.pdf`: the stored PDF, or 404 until the
+/// receipt_pdf job has written it.
+pub(crate) async fn receipt(
+    State(state): State<AppState>,
+    id: Result<Path<String>, PathRejection>,
+) -> Result<Response, ApiError> {
+    let (raw, id) = order_id(id)?;
+    let pdf = state
+        .db
+        .run(move |conn| {
+            let pdf: Option<Vec<u8>> = receipts::table
+                .find(id)
+                .select(receipts::pdf)
+                .first(conn)
+                .optional()?;
+            if let Some(pdf) = pdf {
+                return Ok(pdf);
+            }
+            let exists: bool =
+                diesel::select(diesel::dsl::exists(crate::schema::orders::table.find(id)))
+                    .get_result(conn)?;
+            if exists {
+                Err(ApiError::ReceiptNotReady(id))
+            } else {
+                Err(ApiError::OrderNotFound(raw))
+            }
+        })
+        .await?;
+    let disposition = HeaderValue::from_str(&format!("inline; filename=\"receipt-{id}.pdf\""))
+        .unwrap_or(HeaderValue::from_static("inline"));
+    Ok((
+        [
+            (
+                header::CONTENT_TYPE,
+                HeaderValue::from_static("application/pdf"),
+            ),
+            (header::CONTENT_DISPOSITION, disposition),
+        ],
+        pdf,
+    )
+        .into_response())
+}
+
+/// An order id from the path. Anything that is not a positive integer names
+/// no order, so it is a 404 like any unknown id.
+fn order_id(path: Result<Path<String>, PathRejection>) -> Result<(String, i64), ApiError> {
+    let Path(raw) = path.map_err(|_| ApiError::OrderNotFound("<unreadable id>".into()))?;
+    match raw.parse::<i64>() {
+        Ok(id) if id > 0 => Ok((raw, id)),
+        // Echoed back in the message: bounded, whatever the client sent.
+        _ => Err(ApiError::OrderNotFound(raw.chars().take(40).collect())),
+    }
+}

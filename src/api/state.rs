@@ -1,0 +1,73 @@
+//! What the handlers share, and the gate in front of the connection pool.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use diesel::PgConnection;
+use tokio::sync::Semaphore;
+
+use super::ApiSettings;
+use super::error::ApiError;
+use crate::db::{PgPool, run_blocking};
+use crate::telemetry::QueueDepthGauge;
+
+#[derive(Debug, Clone)]
+pub(crate) struct AppState {
+    pub db: Db,
+    pub settings: Arc<ApiSettings>,
+    pub queue_depth: Arc<QueueDepthGauge>,
+}
+
+/// The pool behind a semaphore with one permit per connection.
+///
+/// A request waits for a permit here, asynchronously and for at most `wait`,
+/// before it takes a blocking thread. So blocking threads busy with the
+/// database never outnumber the connections: a burst of requests queues on
+/// the semaphore (and gets a 503 after `wait`) instead of parking hundreds of
+/// blocking threads on r2d2's checkout, and the blocking pool is sized by the
+/// connection pool, whatever tokio's own limit is.
+#[derive(Debug, Clone)]
+pub(crate) struct Db {
+    pool: PgPool,
+    permits: Arc<Semaphore>,
+    /// How long a request waits for a permit before it is answered 503.
+    wait: Duration,
+}
+
+impl Db {
+    pub fn new(pool: PgPool, wait: Duration) -> Db {
+        let permits = Arc::new(Semaphore::new(pool.max_size() as usize));
+        Db {
+            pool,
+            permits,
+            wait,
+        }
+    }
+
+    /// Runs `f` with a connection on the blocking pool.
+    ///
+    /// The permit moves into the blocking task and is released when the task
+    /// ends, not when the request does: a request that times out does not free
+    /// a slot whose connection is still busy.
+    pub async fn run<T, F>(&self, f: F) -> Result<T, ApiError>
+    where
+        F: FnOnce(&mut PgConnection) -> Result<T, ApiError> + Send + 'static,
+        T: Send + 'static,
+    {
+        let permit = tokio::time::timeout(self.wait, Arc::clone(&self.permits).acquire_owned())
+            .await
+            .map_err(|_| ApiError::DatabaseUnavailable {
+                cause: format!(
+                    "all {} connections stayed busy for {}",
+                    self.pool.max_size(),
+                    humantime::format_duration(self.wait)
+                ),
+            })?
+            .map_err(|e| ApiError::Internal(e.into()))?;
+        run_blocking(&self.pool, move |conn| {
+            let _permit = permit;
+            Ok(f(conn))
+        })
+        .await?
+    }
+}

@@ -1,0 +1,43 @@
+//! `outbox-relay serve`: the order HTTP API.
+
+use std::net::SocketAddr;
+
+use anyhow::Context as _;
+use clap::Args;
+
+use crate::api::{self, ApiSettings, Application};
+use crate::config::{ConfigError, DEFAULT_API_ADDR, DatabaseArgs, EnqueueArgs, parse_socket_addr};
+use crate::db;
+
+/// Everything `serve` reads besides the database.
+#[derive(Debug, Clone, Args)]
+pub struct ServeArgs {
+    /// Address the API listens on.
+    #[arg(long = "api-addr", env = "API_ADDR", default_value = DEFAULT_API_ADDR, value_parser = parse_socket_addr)]
+    pub addr: SocketAddr,
+    #[command(flatten)]
+    pub enqueue: EnqueueArgs,
+}
+
+pub async fn run(db_args: DatabaseArgs, args: ServeArgs) -> anyhow::Result<()> {
+    // A port already taken is a deployment mistake: say so before migrating.
+    let listener = tokio::net::TcpListener::bind(args.addr)
+        .await
+        .map_err(|e| ConfigError(format!("API_ADDR {}: cannot listen: {e}", args.addr)))?;
+
+    let url = db_args.database_url.clone();
+    tokio::task::spawn_blocking(move || db::migrate_url(&url))
+        .await?
+        .context("migrating the database")?;
+
+    let settings = ApiSettings {
+        max_attempts: args.enqueue.max_attempts,
+        ..ApiSettings::default()
+    };
+    let pool = api::connect(&db_args.database_url, &settings);
+    let app = Application::build(pool, settings, listener)?;
+    // On stdout, for people and scripts that asked for port 0.
+    println!("serving the order API on http://{}", app.local_addr());
+    app.run_until_stopped(crate::shutdown::on_signals()).await?;
+    Ok(())
+}

@@ -1,0 +1,422 @@
+//! `outbox-relay jobs ...` as an operator runs it: the built binary against a
+//! real database.
+
+use std::process::{Command, Output};
+
+use diesel::prelude::*;
+use outbox_relay::orders::place_order;
+use outbox_relay::schema::jobs;
+use serde_json::Value;
+
+use crate::support::{TestDb, sample_order, status_counts};
+
+fn outbox_relay(database_url: Option<&str>, args: &[&str]) -> Output {
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_outbox-relay"));
+    cmd.args(args).env_remove("DATABASE_URL");
+    if let Some(url) = database_url {
+        cmd.env("DATABASE_URL", url);
+    }
+    cmd.output().expect("run outbox-relay")
+}
+
+fn jobs_cmd(db: &TestDb, args: &[&str]) -> Output {
+    let mut all = vec!["jobs"];
+    all.extend_from_slice(args);
+    outbox_relay(Some(&db.url), &all)
+}
+
+fn stdout(output: &Output) -> String {
+    String::from_utf8_lossy(&output.stdout).into_owned()
+}
+
+fn stderr(output: &Output) -> String {
+    String::from_utf8_lossy(&output.stderr).into_owned()
+}
+
+fn assert_ok(output: &Output) {
+    assert_eq!(
+        output.status.code(),
+        Some(0),
+        "stdout: {}\nstderr: {}",
+        stdout(output),
+        stderr(output)
+    );
+}
+
+/// Places `n` orders (three jobs each) and returns the job ids by order.
+fn seed_orders(conn: &mut PgConnection, n: usize) -> Vec<(i64, Vec<i64>)> {
+    (0..n)
+        .map(|_| {
+            let order_id = place_order(conn, &sample_order(), None, 8)
+                .expect("place order")
+                .order_id();
+            let ids = jobs::table
+                .filter(jobs::order_id.eq(order_id))
+                .order(jobs::id)
+                .select(jobs::id)
+                .load(conn)
+                .expect("jobs");
+            (order_id, ids)
+        })
+        .collect()
+}
+
+fn set_failed(conn: &mut PgConnection, id: i64, error: &str) {
+    diesel::update(jobs::table.find(id))
+        .set((
+            jobs::status.eq("failed"),
+            jobs::attempts.eq(8),
+            jobs::last_error.eq(error),
+            jobs::finished_at.eq(diesel::dsl::now),
+        ))
+        .execute(conn)
+        .expect("fail job");
+}
+
+fn set_done_days_ago(conn: &mut PgConnection, id: i64, days: i32) {
+    diesel::sql_query(format!(
+        "UPDATE jobs SET status = 'done', attempts = 1, \
+         finished_at = now() - interval '{days} days' WHERE id = {id}"
+    ))
+    .execute(conn)
+    .expect("finish job");
+}
+
+fn status_of(conn: &mut PgConnection, id: i64) -> (String, i32, Option<String>) {
+    jobs::table
+        .find(id)
+        .select((jobs::status, jobs::attempts, jobs::last_error))
+        .first(conn)
+        .expect("job")
+}
+
+/// A table row's cells (the table pads with spaces; no cell here has one).
+fn row<'a>(table: &'a str, first: &str) -> Vec<&'a str> {
+    table
+        .lines()
+        .map(|l| l.split_whitespace().collect::<Vec<_>>())
+        .find(|cells| cells.first() == Some(&first))
+        .unwrap_or_else(|| panic!("no row {first} in\n{table}"))
+}
+
+#[test]
+fn stats_shows_counts_by_kind_and_status_expired_leases_and_the_oldest_due_job() {
+    let db = TestDb::new();
+    let mut conn = db.conn();
+    let orders = seed_orders(&mut conn, 2);
+    let [email, receipt, webhook] = orders[0].1[..] else {
+        panic!("three jobs")
+    };
+    set_failed(&mut conn, email, "boom");
+    set_done_days_ago(&mut conn, receipt, 0);
+    diesel::sql_query(format!(
+        "UPDATE jobs SET status = 'processing', attempts = 1, locked_by = 'gone', \
+         locked_at = now() - interval '2 minutes', \
+         lease_expires_at = now() - interval '1 minute' WHERE id = {webhook}"
+    ))
+    .execute(&mut conn)
+    .expect("expire a lease");
+    diesel::sql_query(
+        "UPDATE jobs SET run_after = now() - interval '90 seconds' WHERE status = 'pending'",
+    )
+    .execute(&mut conn)
+    .expect("age pending jobs");
+
+    let out = jobs_cmd(&db, &["stats"]);
+
+    assert_ok(&out);
+    let table = stdout(&out);
+    assert!(table.starts_with("KIND"), "{table}");
+    assert!(
+        table.contains("EXPIRED LEASES") && table.contains("OLDEST DUE PENDING"),
+        "{table}"
+    );
+    // KIND PENDING PROCESSING DONE FAILED EXPIRED OLDEST
+    assert_eq!(
+        row(&table, "confirmation_email")[..6],
+        ["confirmation_email", "1", "0", "0", "1", "0"]
+    );
+    assert_eq!(
+        row(&table, "receipt_pdf")[..6],
+        ["receipt_pdf", "1", "0", "1", "0", "0"]
+    );
+    assert_eq!(
+        row(&table, "order_webhook")[..6],
+        ["order_webhook", "1", "1", "0", "0", "1"]
+    );
+    assert_eq!(
+        row(&table, "TOTAL")[..6],
+        ["TOTAL", "3", "1", "1", "1", "1"]
+    );
+    let oldest = row(&table, "TOTAL")[6..].join(" ");
+    assert!(oldest.starts_with("1m"), "about 90s: {oldest}");
+
+    let out = jobs_cmd(&db, &["stats", "--json"]);
+    assert_ok(&out);
+    let json: Value = serde_json::from_str(&stdout(&out)).expect("JSON");
+    assert_eq!(json["pending"], 3);
+    assert_eq!(json["expired_leases"], 1);
+    assert!(
+        json["oldest_due_pending_seconds"]
+            .as_f64()
+            .is_some_and(|s| s >= 89.0)
+    );
+    assert_eq!(json["kinds"].as_array().map(Vec::len), Some(3));
+}
+
+#[test]
+fn stats_of_an_empty_queue_says_so() {
+    let db = TestDb::new();
+    let out = jobs_cmd(&db, &["stats"]);
+    assert_ok(&out);
+    assert_eq!(stdout(&out).trim(), "no jobs");
+}
+
+#[test]
+fn list_filters_by_status_kind_and_order_and_prints_json_for_scripts() {
+    let db = TestDb::new();
+    let mut conn = db.conn();
+    let orders = seed_orders(&mut conn, 2);
+    let failed = orders[1].1[2];
+    let long_error = format!("webhook answered 500\n{}", "x".repeat(200));
+    set_failed(&mut conn, failed, &long_error);
+
+    let out = jobs_cmd(&db, &["list", "--status", "failed", "--json"]);
+    assert_ok(&out);
+    let rows: Value = serde_json::from_str(&stdout(&out)).expect("JSON");
+    let rows = rows.as_array().expect("array");
+    assert_eq!(rows.len(), 1);
+    assert_eq!(rows[0]["id"], failed);
+    assert_eq!(rows[0]["order_id"], orders[1].0);
+    assert_eq!(rows[0]["last_error"], long_error.as_str(), "untruncated");
+
+    let out = jobs_cmd(&db, &["list", "--order", &orders[0].0.to_string()]);
+    assert_ok(&out);
+    let table = stdout(&out);
+    assert!(table.starts_with("ID"), "{table}");
+    assert!(table.contains("LAST ERROR"), "{table}");
+    assert_eq!(table.lines().count(), 1 + 3, "{table}");
+
+    let out = jobs_cmd(&db, &["list", "--kind", "receipt_pdf", "--json"]);
+    assert_ok(&out);
+    let rows: Value = serde_json::from_str(&stdout(&out)).expect("JSON");
+    assert_eq!(rows.as_array().map(Vec::len), Some(2));
+
+    let out = jobs_cmd(&db, &["list"]);
+    assert_ok(&out);
+    let table = stdout(&out);
+    let failed_line = table
+        .lines()
+        .find(|l| l.contains("failed"))
+        .expect("failed row");
+    assert!(
+        failed_line.contains("webhook answered 500 x") && failed_line.ends_with('…'),
+        "one line, truncated: {failed_line}"
+    );
+    assert!(failed_line.contains("8/8"), "{failed_line}");
+
+    let out = jobs_cmd(&db, &["list", "--limit", "2"]);
+    assert_ok(&out);
+    assert_eq!(stdout(&out).lines().count(), 1 + 2);
+    assert!(stderr(&out).contains("--limit"), "{}", stderr(&out));
+}
+
+#[test]
+fn retry_puts_named_failed_jobs_back_to_pending_with_attempts_reset() {
+    let db = TestDb::new();
+    let mut conn = db.conn();
+    let orders = seed_orders(&mut conn, 1);
+    let (a, b) = (orders[0].1[0], orders[0].1[2]);
+    set_failed(&mut conn, a, "smtp 451");
+    set_failed(&mut conn, b, "webhook 500");
+
+    let out = jobs_cmd(&db, &["retry", &a.to_string(), &b.to_string()]);
+
+    assert_ok(&out);
+    assert!(stdout(&out).contains("retried 2 jobs"), "{}", stdout(&out));
+    assert_eq!(
+        status_of(&mut conn, a),
+        ("pending".into(), 0, Some("smtp 451".into())),
+        "last_error is kept until the next attempt"
+    );
+    assert_eq!(status_of(&mut conn, b).0, "pending");
+}
+
+#[test]
+fn retry_refuses_jobs_that_are_not_failed_and_changes_nothing() {
+    let db = TestDb::new();
+    let mut conn = db.conn();
+    let orders = seed_orders(&mut conn, 1);
+    let [failed, done, _pending] = orders[0].1[..] else {
+        panic!("three jobs")
+    };
+    set_failed(&mut conn, failed, "boom");
+    set_done_days_ago(&mut conn, done, 0);
+
+    let out = jobs_cmd(&db, &["retry", &failed.to_string(), &done.to_string()]);
+
+    assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
+    let err = stderr(&out);
+    assert!(
+        err.contains(&format!("job {done} is done, not failed")),
+        "{err}"
+    );
+    assert!(err.contains("nothing was changed"), "{err}");
+    assert_eq!(status_of(&mut conn, failed).0, "failed", "all or nothing");
+
+    let out = jobs_cmd(&db, &["retry", "424242"]);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(
+        stderr(&out).contains("job 424242 does not exist"),
+        "{}",
+        stderr(&out)
+    );
+}
+
+#[test]
+fn retry_failed_takes_every_failed_job_or_those_of_one_kind() {
+    let db = TestDb::new();
+    let mut conn = db.conn();
+    let orders = seed_orders(&mut conn, 2);
+    for (_, ids) in &orders {
+        set_failed(&mut conn, ids[0], "smtp");
+        set_failed(&mut conn, ids[2], "webhook");
+    }
+
+    let out = jobs_cmd(&db, &["retry", "--failed", "--kind", "order_webhook"]);
+    assert_ok(&out);
+    assert!(stdout(&out).contains("retried 2 jobs"), "{}", stdout(&out));
+    assert_eq!(status_counts(&mut conn).get("failed"), Some(&2));
+
+    let out = jobs_cmd(&db, &["retry", "--failed"]);
+    assert_ok(&out);
+    assert!(stdout(&out).contains("retried 2 jobs"), "{}", stdout(&out));
+
+    let out = jobs_cmd(&db, &["retry", "--failed"]);
+    assert_ok(&out);
+    assert!(stdout(&out).contains("no failed jobs"), "{}", stdout(&out));
+    assert_eq!(status_counts(&mut conn).get("failed"), None);
+}
+
+#[test]
+fn prune_dry_run_counts_and_deletes_nothing_then_prune_deletes_only_old_done_jobs() {
+    let db = TestDb::new();
+    let mut conn = db.conn();
+    let orders = seed_orders(&mut conn, 2);
+    for id in [orders[0].1[0], orders[0].1[1], orders[0].1[2]] {
+        set_done_days_ago(&mut conn, id, 10);
+    }
+    let recent = orders[1].1[0];
+    set_done_days_ago(&mut conn, recent, 1);
+    let old_failed = orders[1].1[1];
+    set_failed(&mut conn, old_failed, "boom");
+    diesel::sql_query(format!(
+        "UPDATE jobs SET finished_at = now() - interval '30 days' WHERE id = {old_failed}"
+    ))
+    .execute(&mut conn)
+    .expect("age the failed job");
+
+    let out = jobs_cmd(&db, &["prune", "--older-than", "7d", "--dry-run"]);
+    assert_ok(&out);
+    assert!(
+        stdout(&out).contains("would delete 3 done jobs that finished more than 7d ago"),
+        "{}",
+        stdout(&out)
+    );
+    assert_eq!(jobs::table.count().get_result::<i64>(&mut conn), Ok(6));
+
+    let out = jobs_cmd(&db, &["prune", "--older-than", "7d", "--batch-size", "1"]);
+    assert_ok(&out);
+    assert!(
+        stdout(&out).contains("deleted 3 done jobs that finished more than 7d ago, in 3 batches"),
+        "{}",
+        stdout(&out)
+    );
+    assert!(stderr(&out).contains("of ~3"), "progress: {}", stderr(&out));
+    let left: Vec<i64> = jobs::table
+        .select(jobs::id)
+        .order(jobs::id)
+        .load(&mut conn)
+        .expect("jobs");
+    assert_eq!(left, orders[1].1, "recent done and failed jobs stay");
+
+    let out = jobs_cmd(&db, &["prune", "--older-than", "7d"]);
+    assert_ok(&out);
+    assert!(
+        stdout(&out).contains("nothing to prune"),
+        "{}",
+        stdout(&out)
+    );
+}
+
+#[test]
+fn bad_arguments_are_refused_with_exit_2_naming_the_value() {
+    let db = TestDb::new();
+    let cases: &[(&[&str], &[&str])] = &[
+        (
+            &["prune", "--older-than", "soon"],
+            &["soon", "--older-than"],
+        ),
+        (&["prune", "--older-than", "0s"], &["0s", "--older-than"]),
+        (&["prune"], &["--older-than"]),
+        (&["list", "--status", "stuck"], &["stuck", "--status"]),
+        (&["list", "--limit", "0"], &["--limit"]),
+        (&["list", "--order", "abc"], &["abc", "--order"]),
+        (&["retry", "seven"], &["seven"]),
+        (&["retry"], &["--failed"]),
+        (&["retry", "5", "--failed"], &["--failed"]),
+        (&["retry", "--kind", "noop"], &["--failed"]),
+        (&["purge"], &["purge"]),
+    ];
+    for (args, mentions) in cases {
+        let out = jobs_cmd(&db, args);
+        let err = stderr(&out);
+        assert_eq!(out.status.code(), Some(2), "{args:?}: {err}");
+        for mention in *mentions {
+            assert!(
+                err.contains(mention),
+                "{args:?} should name {mention}: {err}"
+            );
+        }
+        assert!(!err.contains("panicked"), "{err}");
+    }
+}
+
+#[test]
+fn a_missing_or_unreachable_database_is_a_clear_error() {
+    let out = outbox_relay(None, &["jobs", "stats"]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(stderr(&out).contains("--database-url"), "{}", stderr(&out));
+
+    let out = outbox_relay(
+        Some("postgres://postgres@127.0.0.1:1/nowhere"),
+        &["jobs", "stats"],
+    );
+    assert_eq!(out.status.code(), Some(1));
+    let err = stderr(&out);
+    assert!(err.contains("connecting to postgres://"), "{err}");
+    assert!(!err.contains("panicked"), "{err}");
+}
+
+#[test]
+fn every_command_explains_itself_with_help() {
+    let cases: &[(&[&str], &str)] = &[
+        (&["jobs", "--help"], "prune"),
+        (&["jobs", "stats", "--help"], "expired leases"),
+        (&["jobs", "list", "--help"], "--status"),
+        (&["jobs", "retry", "--help"], "nothing changes"),
+        (&["jobs", "prune", "--help"], "--dry-run"),
+        (&["serve", "--help"], "API_ADDR"),
+        (&["serve", "--help"], "JOB_MAX_ATTEMPTS"),
+    ];
+    for (args, mention) in cases {
+        let out = outbox_relay(None, args);
+        assert_ok(&out);
+        let help = stdout(&out);
+        assert!(help.contains("Usage:"), "{args:?}: {help}");
+        assert!(
+            help.contains(mention),
+            "{args:?} should mention {mention}: {help}"
+        );
+    }
+}

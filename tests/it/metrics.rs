@@ -1,0 +1,182 @@
+//! Prometheus metrics: scraped over HTTP, seen moving when requests and jobs happen.
+
+use std::time::Duration;
+
+use outbox_relay::outbox::{NewJob, QueueDepth, enqueue, queue_depth};
+use reqwest::StatusCode;
+
+use crate::support::app::{http_client, spawn_app};
+use crate::support::{
+    TestDb, count, executor, order_json, sample_order, spawn_relay, test_settings, wait_until,
+};
+
+/// The `outbox_jobs` gauge is process-wide and each test's app re-counts it
+/// from its own database on scrape, so tests that read it take turns.
+static GAUGE: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+
+/// The sum of the samples of `name` whose labels include all of `labels`
+/// (0 when there is none yet).
+fn sample(text: &str, name: &str, labels: &[(&str, &str)]) -> f64 {
+    text.lines()
+        .filter(|line| !line.starts_with('#'))
+        .filter_map(|line| {
+            let (series, value) = line.rsplit_once(' ')?;
+            let (metric, rest) = series.split_once('{').unwrap_or((series, ""));
+            (metric == name
+                && labels
+                    .iter()
+                    .all(|(k, v)| rest.contains(&format!("{k}=\"{v}\""))))
+            .then(|| value.parse::<f64>().ok())
+            .flatten()
+        })
+        .sum()
+}
+
+async fn scrape(client: &reqwest::Client, url: &str) -> String {
+    let response = client.get(url).send().await.expect("GET /metrics");
+    assert_eq!(response.status(), StatusCode::OK);
+    let content_type = response.headers()["content-type"]
+        .to_str()
+        .expect("ASCII")
+        .to_owned();
+    assert!(content_type.starts_with("text/plain"), "{content_type}");
+    response.text().await.expect("metrics text")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn metrics_show_http_requests_and_job_counters_moving_after_a_job_runs() {
+    let _gauge = GAUGE.lock().await;
+    let app = spawn_app().await;
+    let metrics_url = app.url("/metrics");
+    // A kind no other test uses, so the job counters below are this test's alone.
+    const KIND: &str = "metrics_probe";
+    let before = scrape(&app.client, &metrics_url).await;
+    let created = [("method", "POST"), ("route", "/orders"), ("status", "201")];
+
+    let response = app.post_order(&order_json("Ada"), None).await;
+    assert_eq!(response.status(), StatusCode::CREATED);
+    let mut conn = app.db.conn();
+    enqueue(&mut conn, &NewJob::new(KIND, serde_json::json!({}))).expect("enqueue");
+    let relay = spawn_relay(
+        &app.db,
+        test_settings("metrics", &[KIND]),
+        executor(|_| async { Ok(None) }),
+    );
+    wait_until("the probe job done", Duration::from_secs(20), || {
+        count(&mut conn, "done") == 1
+    })
+    .await;
+    relay.stop().await;
+    let after = scrape(&app.client, &metrics_url).await;
+
+    let kind = [("kind", KIND)];
+    assert_eq!(sample(&before, "outbox_jobs_claimed_total", &kind), 0.0);
+    assert_eq!(sample(&after, "outbox_jobs_claimed_total", &kind), 1.0);
+    assert_eq!(
+        sample(
+            &after,
+            "outbox_jobs_finished_total",
+            &[("kind", KIND), ("outcome", "done")]
+        ),
+        1.0
+    );
+    assert_eq!(
+        sample(&after, "outbox_effect_duration_seconds_count", &kind),
+        1.0
+    );
+    assert!(sample(&after, "outbox_claim_batch_size_count", &[]) >= 1.0);
+    assert!(
+        sample(&after, "http_requests_total", &created)
+            >= sample(&before, "http_requests_total", &created) + 1.0,
+        "{after}"
+    );
+    assert!(sample(&after, "http_request_duration_seconds_count", &created) >= 1.0);
+    assert!(
+        after.contains("http_request_duration_seconds_bucket{"),
+        "a histogram: {after}"
+    );
+    assert!(
+        after.contains("# HELP outbox_jobs_finished_total"),
+        "described: {after}"
+    );
+
+    // The order's three jobs wait; the probe is done.
+    assert_eq!(sample(&after, "outbox_jobs", &[("status", "pending")]), 3.0);
+    assert_eq!(sample(&after, "outbox_jobs", &[("status", "done")]), 1.0);
+    assert_eq!(sample(&after, "outbox_jobs", &[("status", "failed")]), 0.0);
+    assert_eq!(
+        sample(&after, "outbox_jobs", &[("status", "processing")]),
+        0.0
+    );
+    app.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_relays_metrics_endpoint_serves_queue_depth_and_health() {
+    let _gauge = GAUGE.lock().await;
+    let db = TestDb::new();
+    let mut conn = db.conn();
+    outbox_relay::orders::place_order(&mut conn, &sample_order(), None, 8).expect("place");
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("bind");
+    let addr = listener.local_addr().expect("addr");
+    let shutdown = tokio_util::sync::CancellationToken::new();
+    let server = tokio::spawn(outbox_relay::telemetry::serve_metrics(
+        listener,
+        db.pool(2),
+        shutdown.clone(),
+    ));
+    let client = http_client();
+
+    let text = scrape(&client, &format!("http://{addr}/metrics")).await;
+    let health = client
+        .get(format!("http://{addr}/healthz"))
+        .send()
+        .await
+        .expect("GET /healthz");
+
+    assert_eq!(sample(&text, "outbox_jobs", &[("status", "pending")]), 3.0);
+    assert_eq!(health.status(), StatusCode::OK);
+    shutdown.cancel();
+    server.await.expect("task").expect("serve_metrics");
+}
+
+#[test]
+fn queue_depth_counts_jobs_by_status() {
+    let db = TestDb::new();
+    let mut conn = db.conn();
+    assert_eq!(queue_depth(&mut conn), Ok(QueueDepth::default()));
+    for _ in 0..2 {
+        outbox_relay::orders::place_order(&mut conn, &sample_order(), None, 8).expect("place");
+    }
+    use diesel::RunQueryDsl as _;
+    diesel::sql_query(
+        "UPDATE jobs SET status = 'done', finished_at = now() WHERE kind = 'receipt_pdf'",
+    )
+    .execute(&mut conn)
+    .expect("done");
+    diesel::sql_query(
+        "UPDATE jobs SET status = 'failed', finished_at = now() \
+         WHERE id = (SELECT min(id) FROM jobs WHERE kind = 'order_webhook')",
+    )
+    .execute(&mut conn)
+    .expect("failed");
+    diesel::sql_query(
+        "UPDATE jobs SET status = 'processing', locked_by = 'w', attempts = 1, \
+         lease_expires_at = now() + interval '1 minute' \
+         WHERE id = (SELECT min(id) FROM jobs WHERE kind = 'confirmation_email')",
+    )
+    .execute(&mut conn)
+    .expect("processing");
+
+    assert_eq!(
+        queue_depth(&mut conn),
+        Ok(QueueDepth {
+            pending: 2,
+            processing: 1,
+            done: 2,
+            failed: 1
+        })
+    );
+}

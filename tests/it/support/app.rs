@@ -1,0 +1,182 @@
+//! The order API over real HTTP, on port 0, against a database of its own.
+
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use diesel::prelude::*;
+use outbox_relay::api::{self, ApiSettings, Application};
+use outbox_relay::db::PgPool;
+use outbox_relay::schema::{jobs, order_items, orders};
+use reqwest::StatusCode;
+use serde_json::Value;
+use tokio_util::sync::CancellationToken;
+
+use super::TestDb;
+
+/// Settings for tests: the queue-depth gauge re-counted on every scrape, a
+/// short shutdown grace.
+pub fn test_api_settings() -> ApiSettings {
+    ApiSettings {
+        queue_depth_ttl: Duration::ZERO,
+        shutdown_grace: Duration::from_secs(5),
+        ..ApiSettings::default()
+    }
+}
+
+/// A running API and the database behind it.
+pub struct TestApp {
+    pub addr: SocketAddr,
+    pub db: TestDb,
+    pub client: reqwest::Client,
+    pub shutdown: CancellationToken,
+    handle: tokio::task::JoinHandle<std::io::Result<()>>,
+}
+
+pub async fn spawn_app() -> TestApp {
+    spawn_app_with(test_api_settings()).await
+}
+
+pub async fn spawn_app_with(settings: ApiSettings) -> TestApp {
+    let db = TestDb::new();
+    let pool = api::connect(&db.url, &settings);
+    spawn_app_on(db, pool, settings).await
+}
+
+/// The API on `pool`, which need not point at `db` (tests of a database outage
+/// give it a pool that cannot connect, and still count rows in `db`).
+pub async fn spawn_app_on(db: TestDb, pool: PgPool, settings: ApiSettings) -> TestApp {
+    super::init_tracing();
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("bind port 0");
+    let app = Application::build(pool, settings, listener).expect("build the API");
+    let addr = app.local_addr();
+    let shutdown = CancellationToken::new();
+    let handle = tokio::spawn(app.run_until_stopped(shutdown.clone()));
+    TestApp {
+        addr,
+        db,
+        client: http_client(),
+        shutdown,
+        handle,
+    }
+}
+
+/// A plain-HTTP client. reqwest is built without a default TLS crypto
+/// provider, and building a client needs one even for http://.
+pub fn http_client() -> reqwest::Client {
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    reqwest::Client::builder()
+        .no_proxy()
+        .timeout(Duration::from_secs(30))
+        .build()
+        .expect("HTTP client")
+}
+
+/// Rows in the order tables and the jobs table.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Rows {
+    pub orders: i64,
+    pub items: i64,
+    pub jobs: i64,
+}
+
+impl Rows {
+    pub const NONE: Rows = Rows {
+        orders: 0,
+        items: 0,
+        jobs: 0,
+    };
+}
+
+impl TestApp {
+    pub fn url(&self, path: &str) -> String {
+        format!("http://{}{path}", self.addr)
+    }
+
+    pub async fn post_order(&self, body: &Value, key: Option<&str>) -> reqwest::Response {
+        let bytes = serde_json::to_vec(body).expect("serialize body");
+        self.post_raw(Some("application/json"), bytes, key).await
+    }
+
+    pub async fn post_raw(
+        &self,
+        content_type: Option<&str>,
+        body: Vec<u8>,
+        key: Option<&str>,
+    ) -> reqwest::Response {
+        let mut request = self.client.post(self.url("/orders")).body(body);
+        if let Some(content_type) = content_type {
+            request = request.header("content-type", content_type);
+        }
+        if let Some(key) = key {
+            request = request.header("idempotency-key", key);
+        }
+        request.send().await.expect("POST /orders")
+    }
+
+    pub async fn get(&self, path: &str) -> reqwest::Response {
+        self.client
+            .get(self.url(path))
+            .send()
+            .await
+            .unwrap_or_else(|e| panic!("GET {path}: {e}"))
+    }
+
+    pub fn rows(&self) -> Rows {
+        let mut conn = self.db.conn();
+        Rows {
+            orders: orders::table.count().get_result(&mut conn).expect("count"),
+            items: order_items::table
+                .count()
+                .get_result(&mut conn)
+                .expect("count"),
+            jobs: jobs::table.count().get_result(&mut conn).expect("count"),
+        }
+    }
+
+    /// Asks for shutdown and waits for the server to return.
+    pub async fn stop(self) {
+        self.shutdown.cancel();
+        tokio::time::timeout(Duration::from_secs(30), self.handle)
+            .await
+            .expect("the API stops within 30s")
+            .expect("the API task did not panic")
+            .expect("the API returned Ok");
+    }
+}
+
+/// Asserts `response` is a JSON error with `status`, in the contract's shape,
+/// and returns its `error` object.
+pub async fn error_of(response: reqwest::Response, status: StatusCode) -> Value {
+    assert_eq!(response.status(), status, "status");
+    let content_type = response
+        .headers()
+        .get("content-type")
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or_default()
+        .to_owned();
+    assert!(
+        content_type.starts_with("application/json"),
+        "content type {content_type:?}"
+    );
+    let body: Value = response.json().await.expect("JSON error body");
+    let object = body.as_object().expect("a JSON object");
+    assert_eq!(object.len(), 1, "only an error key: {body}");
+    let error = &body["error"];
+    assert!(error["code"].is_string(), "error.code: {body}");
+    assert!(
+        error["message"].as_str().is_some_and(|m| !m.is_empty()),
+        "error.message: {body}"
+    );
+    let allowed = ["code", "message", "field"];
+    assert!(
+        error
+            .as_object()
+            .expect("error is an object")
+            .keys()
+            .all(|k| allowed.contains(&k.as_str())),
+        "unexpected keys: {body}"
+    );
+    error.clone()
+}
