@@ -18,7 +18,7 @@ pub async fn measure(url: &str, args: &BenchArgs) -> anyhow::Result<DrainRun> {
 pub async fn measure_at(url: &str, args: &BenchArgs, batch: usize) -> anyhow::Result<DrainRun> {
     let url = url.to_owned();
     let jobs = args.jobs;
-    let workers = args.ceiling_workers;
+    let workers = args.ceiling_workers(batch);
     tokio::task::spawn_blocking(move || run(&url, jobs, workers, batch)).await?
 }
 
@@ -72,14 +72,7 @@ fn run(url: &str, jobs: usize, workers: usize, batch: usize) -> anyhow::Result<D
     // Let the workers' backends publish their statistics before reading them.
     std::thread::sleep(Duration::from_millis(300));
     let after = stats::read(&mut conn, &name)?;
-    Ok(DrainRun::new(
-        jobs,
-        batch,
-        seconds,
-        after - before,
-        None,
-        cpu,
-    ))
+    Ok(DrainRun::new(jobs, batch, seconds, after - before, None, cpu).with_workers(workers))
 }
 
 pub(super) fn conn_database(conn: &mut PgConnection) -> anyhow::Result<String> {

@@ -37,9 +37,10 @@ pub struct BenchArgs {
     /// Jobs per claim, for the relay and the ceiling alike.
     #[arg(long, default_value_t = crate::relay::DEFAULT_BATCH_SIZE, value_parser = parse_count)]
     pub batch: usize,
-    /// Parallel claim loops of the raw-SQL ceiling.
-    #[arg(long, default_value_t = 8, value_parser = parse_count)]
-    pub ceiling_workers: usize,
+    /// Parallel claim loops of the raw-SQL ceiling (default: concurrency / batch,
+    /// so that the ceiling holds as many jobs in flight as the relay may).
+    #[arg(long, value_parser = parse_count)]
+    pub ceiling_workers: Option<usize>,
     /// Jobs enqueued one at a time for the latency run (0 skips it).
     #[arg(long, default_value_t = 1000)]
     pub latency_samples: usize,
@@ -49,6 +50,15 @@ pub struct BenchArgs {
     /// Runs of each throughput measurement; the median is reported.
     #[arg(long, default_value_t = 1, value_parser = parse_count)]
     pub repeat: usize,
+}
+
+impl BenchArgs {
+    /// Claim loops of the ceiling at `batch`.
+    pub fn ceiling_workers(&self, batch: usize) -> usize {
+        self.ceiling_workers
+            .unwrap_or_else(|| self.concurrency.div_ceil(batch.max(1)))
+            .max(1)
+    }
 }
 
 fn parse_jobs(raw: &str) -> Result<usize, String> {
@@ -71,8 +81,12 @@ pub async fn run(args: BenchArgs) -> anyhow::Result<()> {
     })
     .await??;
     eprintln!(
-        "bench: scratch database {} ({} jobs per run, batch {}, relay concurrency {}, ceiling workers {})",
-        scratch.name, args.jobs, args.batch, args.concurrency, args.ceiling_workers
+        "bench: scratch database {} ({} jobs per run, batch {}, relay concurrency {}, ceiling loops {})",
+        scratch.name,
+        args.jobs,
+        args.batch,
+        args.concurrency,
+        args.ceiling_workers(args.batch)
     );
 
     let mut report = BenchReport::new(&args);

@@ -14,6 +14,8 @@ pub struct DrainRun {
     pub relay_peak_rss_kib: Option<u64>,
     /// CPU seconds of the relay process (the ceiling: of this process).
     pub cpu_seconds: Option<f64>,
+    /// Claim loops (the ceiling only).
+    pub workers: Option<usize>,
 }
 
 impl DrainRun {
@@ -32,7 +34,13 @@ impl DrainRun {
             server,
             relay_peak_rss_kib,
             cpu_seconds,
+            workers: None,
         }
+    }
+
+    pub fn with_workers(mut self, workers: usize) -> Self {
+        self.workers = Some(workers);
+        self
     }
 
     pub fn jobs_per_second(&self) -> f64 {
@@ -85,7 +93,6 @@ pub struct BenchReport {
     pub jobs: usize,
     pub batch: usize,
     pub concurrency: usize,
-    pub ceiling_workers: usize,
     pub ceiling: Vec<DrainRun>,
     pub relay: Vec<DrainRun>,
     pub ceiling_batch1: Vec<DrainRun>,
@@ -106,7 +113,6 @@ impl BenchReport {
             jobs: args.jobs,
             batch: args.batch,
             concurrency: args.concurrency,
-            ceiling_workers: args.ceiling_workers,
             ceiling: Vec::new(),
             relay: Vec::new(),
             ceiling_batch1: Vec::new(),
@@ -126,24 +132,29 @@ impl BenchReport {
     pub fn table(&self) -> String {
         let mut out = String::new();
         out.push_str(&format!(
-            "\noutbox-relay bench: {} noop jobs per run, relay concurrency {}, ceiling {} workers\n\n",
-            self.jobs, self.concurrency, self.ceiling_workers
+            "\noutbox-relay bench: {} noop jobs per run, relay concurrency {}; the ceiling runs \
+             concurrency / batch claim loops, so both hold as many jobs in flight\n\n",
+            self.jobs, self.concurrency
         ));
         out.push_str(&format!(
-            "{:<22} {:>6} {:>10} {:>8} {:>9} {:>10} {:>11} {:>9}\n",
+            "{:<28} {:>6} {:>10} {:>8} {:>9} {:>10} {:>11} {:>9}\n",
             "run", "batch", "jobs/s", "ratio", "xact/job", "WAL B/job", "CPU s/10k", "RSS MiB"
         ));
         for (batch, relay, ceiling) in self.pairs() {
             let ceiling_rate = ceiling.map(DrainRun::jobs_per_second).unwrap_or(0.0);
             for (name, run) in [("raw SQL ceiling", ceiling), ("relay", relay)] {
                 let Some(run) = run else { continue };
+                let name = match run.workers {
+                    Some(w) => format!("{name} ({w} loops)"),
+                    None => name.to_owned(),
+                };
                 let ratio = if ceiling_rate > 0.0 {
                     run.jobs_per_second() / ceiling_rate
                 } else {
                     f64::NAN
                 };
                 out.push_str(&format!(
-                    "{:<22} {:>6} {:>10.0} {:>7.2}x {:>9.2} {:>10.0} {:>11} {:>9}\n",
+                    "{:<28} {:>6} {:>10.0} {:>7.2}x {:>9.2} {:>10.0} {:>11} {:>9}\n",
                     name,
                     batch,
                     run.jobs_per_second(),
@@ -182,6 +193,7 @@ impl BenchReport {
                     "wal_bytes_per_job": r.per_job(r.server.wal_bytes),
                     "cpu_seconds_per_10k_jobs": r.cpu_per_10k(),
                     "peak_rss_mib": r.relay_peak_rss_kib.map(|k| k as f64 / 1024.0),
+                    "claim_loops": r.workers,
                 })
             })
         };
@@ -200,7 +212,6 @@ impl BenchReport {
             "bench": "outbox-relay",
             "jobs": self.jobs,
             "concurrency": self.concurrency,
-            "ceiling_workers": self.ceiling_workers,
             "drain": pairs,
             "latency_ms": self.latency.as_ref().map(|l| json!({
                 "samples": l.samples, "p50": l.p50_ms, "p95": l.p95_ms, "p99": l.p99_ms, "max": l.max_ms
