@@ -411,3 +411,65 @@ fn a_retry_outcome_schedules_the_job_and_keeps_the_error() {
         "not due yet"
     );
 }
+
+/// A relay that claims one rare kind while another kind has a large backlog
+/// goes straight to its own jobs (jobs_kind_claim_idx) instead of stepping over
+/// the backlog; the ordered walk of jobs_claim_idx stays the plan for the
+/// backlog's own kind.
+#[test]
+fn a_claim_for_a_rare_kind_does_not_walk_another_kinds_backlog() {
+    let db = TestDb::new();
+    let mut conn = db.conn();
+    diesel::sql_query(
+        "INSERT INTO jobs (kind) SELECT 'order_webhook' FROM generate_series(1, 20000)",
+    )
+    .execute(&mut conn)
+    .expect("backlog");
+    diesel::sql_query(
+        "INSERT INTO jobs (kind) SELECT 'confirmation_email' FROM generate_series(1, 50)",
+    )
+    .execute(&mut conn)
+    .expect("rare kind");
+    diesel::sql_query("ANALYZE jobs")
+        .execute(&mut conn)
+        .expect("analyze");
+
+    let plan_for = |conn: &mut PgConnection, kinds: &str| -> String {
+        let explain = format!(
+            "EXPLAIN {}",
+            include_str!("../../src/outbox/sql/claim_jobs.sql")
+                .replace("$1", "16")
+                .replace("$2", kinds)
+                .replace("$3", "'w'")
+                .replace("$4", "60000")
+        );
+        diesel::sql_query(explain)
+            .load::<PlanLine>(conn)
+            .expect("explain")
+            .into_iter()
+            .map(|l| l.line)
+            .collect::<Vec<_>>()
+            .join("\n")
+    };
+    let rare = plan_for(&mut conn, "ARRAY['confirmation_email']");
+    assert!(rare.contains("jobs_kind_claim_idx"), "rare kind:\n{rare}");
+    let backlog = plan_for(&mut conn, "ARRAY['order_webhook']");
+    assert!(
+        backlog.contains("Index Scan using jobs_claim_idx") && !backlog.contains("Sort"),
+        "backlog kind:\n{backlog}"
+    );
+
+    let kinds = vec!["confirmation_email".to_owned()];
+    let claimed = claim_jobs(
+        &mut conn,
+        &ClaimRequest {
+            worker_id: "mail",
+            kinds: &kinds,
+            limit: 16,
+            lease: Duration::from_secs(60),
+        },
+    )
+    .expect("claim");
+    assert_eq!(claimed.len(), 16);
+    assert!(claimed.iter().all(|j| j.kind == "confirmation_email"));
+}
