@@ -5,6 +5,9 @@
 -- its oldest due entry and stops after $1 rows; done and failed rows are not in
 -- the partial index at all (an ORDER BY id would walk the primary key through
 -- every finished row instead, about ten times slower on a large table).
+-- A relay limited to a kind that is rare next to another kind's backlog gets
+-- jobs_kind_claim_idx (kind, run_after, id) instead, and sorts its few rows;
+-- the planner picks by the statistics (tests/it/outbox.rs shows both plans).
 --
 -- Concurrency: FOR UPDATE SKIP LOCKED makes each worker lock the rows it picks
 -- and skip rows another worker has locked, so two workers never claim one job
