@@ -442,10 +442,34 @@ async fn a_notify_wakes_an_idle_relay_long_before_the_poll_interval() {
     })
     .await;
     let latency = started.lock().expect("lock").expect("started") - enqueued;
+
+    // The batch path (what place_order uses) notifies too.
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    *started.lock().expect("lock") = None;
+    let batch_enqueued = Instant::now();
+    conn.transaction(|conn| {
+        enqueue_many(
+            conn,
+            &[
+                NewJob::new("other", serde_json::json!({})),
+                NewJob::new("noop", serde_json::json!({})),
+            ],
+        )
+    })
+    .expect("enqueue_many");
+    wait_until("the batch job to start", Duration::from_secs(10), || {
+        started.lock().expect("lock").is_some()
+    })
+    .await;
+    let batch_latency = started.lock().expect("lock").expect("started") - batch_enqueued;
     relay.stop().await;
 
     assert!(
         latency < Duration::from_secs(2),
         "woken after {latency:?}, poll interval is 30s"
+    );
+    assert!(
+        batch_latency < Duration::from_secs(2),
+        "woken after {batch_latency:?} by enqueue_many, poll interval is 30s"
     );
 }
