@@ -11,7 +11,14 @@ use tracing_subscriber::util::SubscriberInitExt as _;
 /// `LOG_FORMAT=json` gives JSON lines for log shippers. Logs go to stderr so
 /// that stdout stays for command output. Calling it twice is harmless.
 pub fn init_tracing() {
-    let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info"));
+    init_tracing_with_default("info");
+}
+
+/// [`init_tracing`] with another filter when `RUST_LOG` is unset (`bench`
+/// keeps its table readable with `warn`).
+pub fn init_tracing_with_default(default_filter: &str) {
+    let filter =
+        EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new(default_filter));
     let json = std::env::var("LOG_FORMAT").is_ok_and(|v| v.eq_ignore_ascii_case("json"));
     let registry = tracing_subscriber::registry().with(filter);
     let result = if json {

@@ -8,6 +8,7 @@
 mod ceiling;
 mod drain;
 mod latency;
+mod orders;
 mod report;
 mod stats;
 
@@ -47,6 +48,12 @@ pub struct BenchArgs {
     /// Pause between latency samples.
     #[arg(long, default_value = "3ms", value_parser = crate::config::parse_duration)]
     pub latency_interval: Duration,
+    /// Concurrent clients posting orders to the API (0 skips the placement run).
+    #[arg(long, default_value_t = 16)]
+    pub api_clients: usize,
+    /// How long each placement run lasts.
+    #[arg(long, default_value = "5s", value_parser = crate::config::parse_positive_duration)]
+    pub api_duration: Duration,
     /// Runs of each throughput measurement; the median is reported.
     #[arg(long, default_value_t = 1, value_parser = parse_count)]
     pub repeat: usize,
@@ -116,6 +123,16 @@ pub async fn run(args: BenchArgs) -> anyhow::Result<()> {
             );
             report.relay_batch1.push(relay1);
         }
+    }
+    if args.api_clients > 0 {
+        let placement = orders::measure(&scratch.url, &args)
+            .await
+            .context("measuring order placement")?;
+        eprintln!(
+            "  orders through the API: {:.0}/s",
+            placement.api_orders_per_second
+        );
+        report.placement = Some(placement);
     }
     if args.latency_samples > 0 {
         report.latency = Some(

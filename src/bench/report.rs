@@ -98,6 +98,7 @@ pub struct BenchReport {
     pub ceiling_batch1: Vec<DrainRun>,
     pub relay_batch1: Vec<DrainRun>,
     pub latency: Option<Latency>,
+    pub placement: Option<super::orders::Placement>,
 }
 
 /// The run with the median throughput.
@@ -118,6 +119,7 @@ impl BenchReport {
             ceiling_batch1: Vec::new(),
             relay_batch1: Vec::new(),
             latency: None,
+            placement: None,
         }
     }
 
@@ -176,6 +178,23 @@ impl BenchReport {
                 l.samples, l.p50_ms, l.p95_ms, l.p99_ms, l.max_ms
             ));
         }
+        if let Some(p) = &self.placement {
+            let ratio = p
+                .pgbench_orders_per_second
+                .map(|c| format!("{:.2}x", p.api_orders_per_second / c))
+                .unwrap_or_else(|| "-".into());
+            out.push_str(&format!(
+                "\norder placement, {} clients: API {:.0} orders/s ({} errors), \
+                 pgbench with the same inserts {} orders/s, ratio {}\n",
+                p.clients,
+                p.api_orders_per_second,
+                p.api_errors,
+                p.pgbench_orders_per_second
+                    .map(|c| format!("{c:.0}"))
+                    .unwrap_or_else(|| "-".into()),
+                ratio
+            ));
+        }
         out.push_str(
             "\nCPU s/10k: the relay process's CPU (ceiling: the bench process's own client CPU).\n",
         );
@@ -213,6 +232,13 @@ impl BenchReport {
             "jobs": self.jobs,
             "concurrency": self.concurrency,
             "drain": pairs,
+            "placement": self.placement.as_ref().map(|p| json!({
+                "clients": p.clients,
+                "api_orders_per_second": p.api_orders_per_second,
+                "api_errors": p.api_errors,
+                "pgbench_orders_per_second": p.pgbench_orders_per_second,
+                "api_over_pgbench": p.pgbench_orders_per_second.map(|c| p.api_orders_per_second / c),
+            })),
             "latency_ms": self.latency.as_ref().map(|l| json!({
                 "samples": l.samples, "p50": l.p50_ms, "p95": l.p95_ms, "p99": l.p99_ms, "max": l.max_ms
             })),

@@ -71,7 +71,10 @@ pub fn main() -> ExitCode {
         Ok(cli) => cli,
         Err(error) => return usage_error(error),
     };
-    crate::telemetry::init_tracing();
+    match cli.command {
+        Command::Bench { .. } => crate::telemetry::init_tracing_with_default("warn"),
+        _ => crate::telemetry::init_tracing(),
+    }
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()

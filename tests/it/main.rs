@@ -4,6 +4,7 @@
 mod support;
 
 mod api;
+mod bench;
 mod cli_config;
 mod cli_jobs;
 mod effects_email;

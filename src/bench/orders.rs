@@ -1,0 +1,166 @@
+//! Order placement through the API, next to its ceiling: pgbench running the
+//! same inserts (order, two items, three jobs, the NOTIFY) in one transaction
+//! per order, with as many clients, on the same database.
+
+use std::process::Command;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use anyhow::Context as _;
+use diesel::prelude::*;
+use tokio_util::sync::CancellationToken;
+
+use super::BenchArgs;
+use crate::api::{self, ApiSettings, Application};
+
+#[derive(Debug, Clone)]
+pub struct Placement {
+    pub clients: usize,
+    pub api_orders_per_second: f64,
+    pub api_errors: u64,
+    /// `None` when pgbench is not installed.
+    pub pgbench_orders_per_second: Option<f64>,
+}
+
+const ORDER: &str = r#"{"customer_email":"ada@example.com","customer_name":"Ada Lovelace","currency":"EUR","items":[{"sku":"TEA-1","name":"Green tea","quantity":2,"unit_price_cents":450},{"sku":"MUG-2","name":"Mug","quantity":1,"unit_price_cents":1200}]}"#;
+
+/// The same writes `place_order` makes for the order above, as one pgbench transaction.
+const PGBENCH_SCRIPT: &str = r"BEGIN;
+INSERT INTO orders (customer_email, customer_name, currency, total_cents) VALUES ('ada@example.com', 'Ada Lovelace', 'EUR', 2100) RETURNING id AS order_id \gset
+INSERT INTO order_items (order_id, sku, name, quantity, unit_price_cents) VALUES (:order_id, 'TEA-1', 'Green tea', 2, 450), (:order_id, 'MUG-2', 'Mug', 1, 1200);
+INSERT INTO jobs (order_id, kind, payload, max_attempts) VALUES (:order_id, 'confirmation_email', jsonb_build_object('order_id', :order_id), 8), (:order_id, 'receipt_pdf', jsonb_build_object('order_id', :order_id), 8), (:order_id, 'order_webhook', jsonb_build_object('order_id', :order_id), 8) RETURNING id;
+SELECT pg_notify('outbox_jobs', kind) FROM unnest(ARRAY['confirmation_email', 'order_webhook', 'receipt_pdf']) AS kind;
+COMMIT;
+";
+
+pub async fn measure(url: &str, args: &BenchArgs) -> anyhow::Result<Placement> {
+    let clients = args.api_clients;
+    let duration = args.api_duration;
+
+    truncate(url).await?;
+    let settings = ApiSettings {
+        pool_size: u32::try_from(clients).unwrap_or(16).clamp(1, 64),
+        ..ApiSettings::default()
+    };
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
+    let app = Application::build(api::connect(url, &settings), settings, listener)?;
+    let endpoint = format!("http://{}/orders", app.local_addr());
+    let stop = CancellationToken::new();
+    let server = tokio::spawn(app.run_until_stopped(stop.clone()));
+
+    crate::effects::webhook::ensure_crypto_provider();
+    let client = reqwest::Client::builder()
+        .pool_max_idle_per_host(clients)
+        .build()
+        .context("building the load generator's client")?;
+    // Warm-up: connections, prepared plans, the pool.
+    load(&client, &endpoint, clients, Duration::from_millis(500)).await;
+    truncate(url).await?;
+    let (ok, errors, elapsed) = load(&client, &endpoint, clients, duration).await;
+    stop.cancel();
+    server.await??;
+
+    truncate(url).await?;
+    let pgbench = tokio::task::spawn_blocking({
+        let url = url.to_owned();
+        move || pgbench(&url, clients, duration)
+    })
+    .await?;
+    let pgbench = match pgbench {
+        Ok(rate) => Some(rate),
+        Err(error) => {
+            eprintln!("  pgbench ceiling skipped: {error:#}");
+            None
+        }
+    };
+    Ok(Placement {
+        clients,
+        api_orders_per_second: ok as f64 / elapsed.as_secs_f64(),
+        api_errors: errors,
+        pgbench_orders_per_second: pgbench,
+    })
+}
+
+/// `clients` loops posting orders for `duration`; returns 201s, other answers, elapsed.
+async fn load(
+    client: &reqwest::Client,
+    endpoint: &str,
+    clients: usize,
+    duration: Duration,
+) -> (u64, u64, Duration) {
+    let ok = Arc::new(AtomicU64::new(0));
+    let errors = Arc::new(AtomicU64::new(0));
+    let started = Instant::now();
+    let deadline = started + duration;
+    let mut tasks = tokio::task::JoinSet::new();
+    for _ in 0..clients {
+        let (client, endpoint) = (client.clone(), endpoint.to_owned());
+        let (ok, errors) = (Arc::clone(&ok), Arc::clone(&errors));
+        tasks.spawn(async move {
+            while Instant::now() < deadline {
+                let sent = client
+                    .post(&endpoint)
+                    .header("content-type", "application/json")
+                    .body(ORDER)
+                    .send()
+                    .await;
+                match sent {
+                    Ok(response) if response.status() == reqwest::StatusCode::CREATED => {
+                        ok.fetch_add(1, Ordering::Relaxed);
+                    }
+                    _ => {
+                        errors.fetch_add(1, Ordering::Relaxed);
+                    }
+                }
+            }
+        });
+    }
+    while tasks.join_next().await.is_some() {}
+    (
+        ok.load(Ordering::Relaxed),
+        errors.load(Ordering::Relaxed),
+        started.elapsed(),
+    )
+}
+
+async fn truncate(url: &str) -> anyhow::Result<()> {
+    let url = url.to_owned();
+    tokio::task::spawn_blocking(move || -> anyhow::Result<()> {
+        let mut conn = PgConnection::establish(&url)?;
+        diesel::sql_query("TRUNCATE orders, order_items, jobs, receipts").execute(&mut conn)?;
+        diesel::sql_query("VACUUM ANALYZE orders").execute(&mut conn)?;
+        Ok(())
+    })
+    .await?
+}
+
+/// Orders per second of pgbench running [`PGBENCH_SCRIPT`] with `clients` clients.
+fn pgbench(url: &str, clients: usize, duration: Duration) -> anyhow::Result<f64> {
+    let script =
+        std::env::temp_dir().join(format!("outbox-relay-bench-{}.sql", std::process::id()));
+    std::fs::write(&script, PGBENCH_SCRIPT)?;
+    let output = Command::new("pgbench")
+        .args(["-n", "-c", &clients.to_string(), "-j", "2", "-T"])
+        .arg(duration.as_secs().max(1).to_string())
+        .arg("-f")
+        .arg(&script)
+        .arg(url)
+        .output()
+        .context("running pgbench (Debian: apt-get install postgresql-client)");
+    let _ = std::fs::remove_file(&script);
+    let output = output?;
+    anyhow::ensure!(
+        output.status.success(),
+        "pgbench failed: {}",
+        String::from_utf8_lossy(&output.stderr).trim()
+    );
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    stdout
+        .lines()
+        .find_map(|line| {
+            let rest = line.trim().strip_prefix("tps = ")?;
+            rest.split_whitespace().next()?.parse::<f64>().ok()
+        })
+        .context("pgbench printed no tps line")
+}
