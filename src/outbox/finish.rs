@@ -98,34 +98,54 @@ pub fn finish_jobs(
         }
     }
 
-    conn.transaction(|conn| {
-        let applied: Vec<IdRow> = diesel::sql_query(include_str!("sql/finish_jobs.sql"))
-            .bind::<Array<BigInt>, _>(&ids)
-            .bind::<Array<Integer>, _>(&attempts)
-            .bind::<Array<Text>, _>(&statuses)
-            .bind::<Array<BigInt>, _>(&delays)
-            .bind::<Array<Nullable<Text>>, _>(&errors)
-            .bind::<Text, _>(worker_id)
-            .load(conn)?;
-        let applied: HashSet<i64> = applied.into_iter().map(|row| row.id).collect();
-
-        for finish in finishes.iter().filter(|f| applied.contains(&f.job_id)) {
-            if let Outcome::Done {
-                local: Some(LocalWrite::Receipt { order_id, pdf }),
-            } = &finish.outcome
-            {
-                diesel::sql_query(include_str!("sql/insert_receipt.sql"))
-                    .bind::<BigInt, _>(order_id)
-                    .bind::<Bytea, _>(pdf)
-                    .execute(conn)?;
+    let update = diesel::sql_query(include_str!("sql/finish_jobs.sql"))
+        .bind::<Array<BigInt>, _>(&ids)
+        .bind::<Array<Integer>, _>(&attempts)
+        .bind::<Array<Text>, _>(&statuses)
+        .bind::<Array<BigInt>, _>(&delays)
+        .bind::<Array<Nullable<Text>>, _>(&errors)
+        .bind::<Text, _>(worker_id);
+    let has_local_writes = finishes.iter().any(|f| {
+        matches!(
+            f.outcome,
+            Outcome::Done {
+                local: Some(LocalWrite::Receipt { .. })
             }
-        }
+        )
+    });
+    // Without local writes the UPDATE is atomic on its own; a transaction
+    // would only add BEGIN and COMMIT round trips to the hot path.
+    let applied: HashSet<i64> = if has_local_writes {
+        conn.transaction(|conn| {
+            let applied: HashSet<i64> = update
+                .load::<IdRow>(conn)?
+                .into_iter()
+                .map(|r| r.id)
+                .collect();
+            for finish in finishes.iter().filter(|f| applied.contains(&f.job_id)) {
+                if let Outcome::Done {
+                    local: Some(LocalWrite::Receipt { order_id, pdf }),
+                } = &finish.outcome
+                {
+                    diesel::sql_query(include_str!("sql/insert_receipt.sql"))
+                        .bind::<BigInt, _>(order_id)
+                        .bind::<Bytea, _>(pdf)
+                        .execute(conn)?;
+                }
+            }
+            QueryResult::Ok(applied)
+        })?
+    } else {
+        update
+            .load::<IdRow>(conn)?
+            .into_iter()
+            .map(|r| r.id)
+            .collect()
+    };
 
-        let (applied_ids, lost): (Vec<i64>, Vec<i64>) =
-            ids.iter().partition(|id| applied.contains(id));
-        Ok(FinishReport {
-            applied: applied_ids,
-            lost,
-        })
+    let (applied_ids, lost): (Vec<i64>, Vec<i64>) = ids.iter().partition(|id| applied.contains(id));
+    Ok(FinishReport {
+        applied: applied_ids,
+        lost,
     })
 }

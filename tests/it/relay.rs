@@ -90,18 +90,46 @@ async fn a_retryable_failure_backs_off_with_growing_capped_delays_until_the_last
         &NewJob::new("noop", serde_json::json!({})).max_attempts(5),
     )
     .expect("enqueue");
-    let started: Arc<Mutex<Vec<Instant>>> = Arc::default();
+    // Each attempt notes when it started (this process's clock) and the job's
+    // row as the database has it then: locked_at of this claim, and run_after
+    // as the previous failure scheduled it.
+    type Seen = (
+        Instant,
+        chrono::DateTime<chrono::Utc>,
+        chrono::DateTime<chrono::Utc>,
+    );
+    let seen: Arc<Mutex<Vec<Seen>>> = Arc::default();
     let mut settings = test_settings("w", &["noop"]);
     settings.poll_interval = Duration::from_millis(10);
     settings.backoff.base = Duration::from_millis(200);
     settings.backoff.max = Duration::from_millis(800);
-    let log = Arc::clone(&started);
+    let log = Arc::clone(&seen);
+    let url = db.url.clone();
     let relay = spawn_relay(
         &db,
         settings,
-        executor(move |_job| {
-            log.lock().expect("log").push(Instant::now());
-            async { Err(EffectError::retryable("receiver said 503")) }
+        executor(move |job| {
+            let (log, url) = (Arc::clone(&log), url.clone());
+            async move {
+                let now = Instant::now();
+                let row = tokio::task::spawn_blocking(move || {
+                    let mut conn = PgConnection::establish(&url).expect("connect");
+                    jobs::table
+                        .find(job.id)
+                        .select((jobs::locked_at, jobs::run_after))
+                        .first::<(
+                            Option<chrono::DateTime<chrono::Utc>>,
+                            chrono::DateTime<chrono::Utc>,
+                        )>(&mut conn)
+                        .expect("job row")
+                })
+                .await
+                .expect("read row");
+                log.lock()
+                    .expect("log")
+                    .push((now, row.0.expect("locked_at set"), row.1));
+                Err(EffectError::retryable("receiver said 503"))
+            }
         }),
     );
 
@@ -111,15 +139,31 @@ async fn a_retryable_failure_backs_off_with_growing_capped_delays_until_the_last
     .await;
     relay.stop().await;
 
-    let started = started.lock().expect("log");
-    assert_eq!(started.len(), 5, "one run per attempt");
-    let gaps: Vec<Duration> = started.windows(2).map(|w| w[1] - w[0]).collect();
-    // Equal jitter: the delay after attempt n lies in [d/2, d) with d = 200ms * 2^(n-1), capped at 800ms.
+    let seen = seen.lock().expect("log");
+    assert_eq!(seen.len(), 5, "one run per attempt");
+    // Equal jitter: the delay after attempt n lies in [d/2, d) with
+    // d = 200ms * 2^(n-1), capped at 800ms.
     let bounds = [(100, 200), (200, 400), (400, 800), (400, 800)];
-    for (gap, (low, high)) in gaps.iter().zip(bounds) {
-        let slack = Duration::from_millis(250); // poll interval, claim and scheduling
-        assert!(*gap >= Duration::from_millis(low), "gaps {gaps:?}");
-        assert!(*gap <= Duration::from_millis(high) + slack, "gaps {gaps:?}");
+    for (n, (low, high)) in bounds.iter().enumerate() {
+        let (started, claimed_at, _) = seen[n];
+        let (next_started, _, scheduled) = seen[n + 1];
+        // Never early: the next attempt starts no sooner than the delay.
+        let gap = next_started - started;
+        assert!(
+            gap >= Duration::from_millis(*low),
+            "attempt {}: started again after {gap:?}",
+            n + 1
+        );
+        // The delay the failure wrote, measured on the database's clock from
+        // the claim; the slack covers the effect and the completer's write.
+        let delay = (scheduled - claimed_at)
+            .to_std()
+            .expect("run_after after the claim");
+        assert!(
+            delay >= Duration::from_millis(*low) && delay <= Duration::from_millis(*high + 150),
+            "attempt {}: run_after {delay:?} after the claim, expected {low}..{high}ms",
+            n + 1
+        );
     }
     let (attempts, last_error): (i32, Option<String>) = jobs::table
         .find(id)
