@@ -1,0 +1,3 @@
+//! `outbox-relay demo` and the local sinks it runs.
+
+pub mod sinks;
