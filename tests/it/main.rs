@@ -6,6 +6,7 @@ mod support;
 mod api;
 mod cli_config;
 mod cli_jobs;
+mod demo;
 mod effects_email;
 mod effects_receipt;
 mod effects_webhook;
