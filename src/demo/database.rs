@@ -62,6 +62,16 @@ impl DemoDatabase {
         }
     }
 
+    /// What [`DemoDatabase::remove`] removes, for the goodbye line.
+    pub fn name(&self) -> String {
+        match &self.backing {
+            Backing::Private(server) => {
+                format!("the private PostgreSQL on port {}", server.port())
+            }
+            Backing::Scratch(scratch) => format!("the scratch database {}", scratch.name),
+        }
+    }
+
     /// Stops the private server and deletes its files, or drops the scratch
     /// database; blocking work, done off the async threads.
     pub async fn remove(self) {

@@ -128,15 +128,6 @@ pub async fn run(args: DemoArgs) -> anyhow::Result<()> {
     let shutdown = crate::shutdown::on_signals();
     let started = Instant::now();
 
-    let root = args.out.clone();
-    let (out, cleared) = tokio::task::spawn_blocking(move || OutDir::prepare(&root)).await??;
-    if cleared > 0 {
-        println!(
-            "Removed {cleared} files of an earlier run from {}.",
-            out.root.display()
-        );
-    }
-
     match &args.database_url {
         None => println!("Starting a private PostgreSQL (initdb in a temporary directory)…"),
         Some(_) => println!("Creating a scratch database on DATABASE_URL's server…"),
@@ -158,11 +149,24 @@ pub async fn run(args: DemoArgs) -> anyhow::Result<()> {
         database.describe()
     );
 
-    let result = run_on(&args, &database.url, &out, &shutdown, started).await;
+    let root = args.out.clone();
+    let result = match tokio::task::spawn_blocking(move || OutDir::prepare(&root)).await {
+        Ok(Ok((out, cleared))) => {
+            if cleared > 0 {
+                println!(
+                    "Removed {cleared} files of an earlier run from {}.",
+                    out.root.display()
+                );
+            }
+            run_on(&args, &database.url, &out, &shutdown, started).await
+        }
+        Ok(Err(error)) => Err(error),
+        Err(error) => Err(error.into()),
+    };
     if shutdown.is_cancelled() {
         println!("Interrupted: stopping…");
     }
-    let removing = database.describe();
+    let removing = database.name();
     database.remove().await;
     match &result {
         Ok(()) => println!("Stopped; removed {removing}."),
@@ -484,24 +488,21 @@ impl Demo<'_> {
             .filter(|r| r.signature_valid == Some(true))
             .count();
         println!();
-        println!("What the relay produced, in {}:", out.root.display());
+        println!("What the relay produced is in {}/:", out.root.display());
         println!(
-            "  {:<34} {} confirmation emails as .eml files (open one in a mail client){}",
-            dir_label(&out.emails),
+            "  emails/    {} confirmation emails as .eml files; open one in a mail client{}",
             mails.len(),
             first_file(mails.iter().filter_map(|m| m.saved_as.as_deref()))
         );
         println!(
-            "  {:<34} {} webhook requests as JSON with their headers; {} of {} signatures valid (WEBHOOK_SECRET={WEBHOOK_SECRET}){}",
-            dir_label(&out.webhooks),
+            "  webhooks/  {} requests as JSON with their headers; {signed} of {} signatures valid \
+             (WEBHOOK_SECRET={WEBHOOK_SECRET}){}",
             requests.len(),
-            signed,
             requests.len(),
             first_file(requests.iter().filter_map(|r| r.saved_as.as_deref()))
         );
         println!(
-            "  {:<34} {} receipts fetched from GET /orders/{{id}}/receipt.pdf{}",
-            dir_label(&out.receipts),
+            "  receipts/  {} PDFs fetched from GET /orders/{{id}}/receipt.pdf{}",
             receipts.len(),
             first_file(receipts.iter().map(PathBuf::as_path))
         );
@@ -521,10 +522,11 @@ impl Demo<'_> {
             );
             println!("  curl {}/metrics", running.api_url);
         } else {
+            println!("Look further: the database is gone with the demo; to explore, run");
+            println!("  {exe} demo --keep-running");
             println!(
-                "Look further: `{exe} demo --keep-running` leaves the API ({}) and the relay up \
-                 until Ctrl-C, and prints the `jobs stats` command for its database.",
-                running.api_url
+                "which leaves the API and the relay up until Ctrl-C and prints the `jobs stats` \
+                 command for its database."
             );
         }
     }
@@ -695,15 +697,11 @@ async fn fetch_receipt(
     Ok(path)
 }
 
-fn dir_label(dir: &Path) -> String {
-    format!("{}/", dir.display())
-}
-
 fn first_file<'a>(mut paths: impl Iterator<Item = &'a Path>) -> String {
     paths
         .next()
         .and_then(Path::file_name)
-        .map(|name| format!(", e.g. {}", name.to_string_lossy()))
+        .map(|name| format!(" (e.g. {})", name.to_string_lossy()))
         .unwrap_or_default()
 }
 
