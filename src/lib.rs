@@ -18,6 +18,8 @@
 //! - [`effects`]: the typed effects behind one interface and their error classes.
 //! - [`api`]: the order HTTP API (axum).
 //! - [`telemetry`]: tracing subscriber and Prometheus metrics.
+//! - [`demo`]: `outbox-relay demo`, the whole system end to end with nothing to
+//!   set up, and the local SMTP and webhook sinks it (and the tests) use.
 //! - [`cli`]: the `outbox-relay` subcommands.
 
 pub mod api;
@@ -25,6 +27,7 @@ pub mod bench;
 pub mod cli;
 pub mod config;
 pub mod db;
+pub mod demo;
 pub mod effects;
 pub mod orders;
 pub mod outbox;

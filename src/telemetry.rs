@@ -3,9 +3,9 @@
 use std::sync::OnceLock;
 
 use metrics_exporter_prometheus::{PrometheusBuilder, PrometheusHandle};
-use tracing_subscriber::EnvFilter;
 use tracing_subscriber::layer::SubscriberExt as _;
 use tracing_subscriber::util::SubscriberInitExt as _;
+use tracing_subscriber::{EnvFilter, Registry, reload};
 
 /// Installs the global subscriber: `RUST_LOG` filters (default `info`),
 /// `LOG_FORMAT=json` gives JSON lines for log shippers. Logs go to stderr so
@@ -20,6 +20,7 @@ pub fn init_tracing_with_default(default_filter: &str) {
     let filter =
         EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new(default_filter));
     let json = std::env::var("LOG_FORMAT").is_ok_and(|v| v.eq_ignore_ascii_case("json"));
+    let (filter, handle) = reload::Layer::new(filter);
     let registry = tracing_subscriber::registry().with(filter);
     let result = if json {
         registry
@@ -37,7 +38,23 @@ pub fn init_tracing_with_default(default_filter: &str) {
             .try_init()
     };
     // Already initialised (tests, or a library user's own subscriber): keep theirs.
-    drop(result);
+    if result.is_ok() {
+        let _ = FILTER.set(handle);
+    }
+}
+
+static FILTER: OnceLock<reload::Handle<EnvFilter, Registry>> = OnceLock::new();
+
+/// Replaces the default `info` filter with `directives`, unless `RUST_LOG`
+/// chose one. For commands whose own output is the interface (`demo` draws a
+/// live table that log lines would tear), started after [`init_tracing`].
+pub fn set_default_log_filter(directives: &str) {
+    if std::env::var_os("RUST_LOG").is_some() {
+        return;
+    }
+    if let (Some(handle), Ok(filter)) = (FILTER.get(), EnvFilter::try_new(directives)) {
+        let _ = handle.reload(filter);
+    }
 }
 
 /// The process-wide Prometheus recorder, installed on first use.

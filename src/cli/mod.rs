@@ -58,6 +58,12 @@ pub enum Command {
         #[command(subcommand)]
         command: JobsCommand,
     },
+    /// Run everything end to end with nothing to set up: a private PostgreSQL (unless
+    /// DATABASE_URL is set), the API, a relay, local mail and webhook sinks, sample orders.
+    Demo {
+        #[command(flatten)]
+        args: Box<crate::demo::DemoArgs>,
+    },
 }
 
 /// Exit status for bad configuration or arguments (as clap uses for usage errors).
@@ -110,6 +116,7 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Bench { args } => crate::bench::run(*args).await,
         Command::Serve { db, args } => serve::run(db, args).await,
         Command::Jobs { command } => jobs::run(command).await,
+        Command::Demo { args } => crate::demo::run(*args).await,
     }
 }
 

@@ -7,6 +7,7 @@ mod api;
 mod bench;
 mod cli_config;
 mod cli_jobs;
+mod demo;
 mod effects_email;
 mod effects_receipt;
 mod effects_webhook;

@@ -1,0 +1,364 @@
+//! A real HTTP server standing in for a webhook receiver: it records every
+//! request and answers from a script (requests matching a rule first, then
+//! any request), then with a default answer. With a spool directory, each
+//! request is also written there as JSON: method, path, headers, body, the
+//! answer given and, when the sink knows the secret, whether `X-Signature`
+//! checks out.
+
+use std::collections::VecDeque;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Duration;
+
+use axum::body::Bytes;
+use axum::extract::State;
+use axum::http::{HeaderMap, HeaderName, HeaderValue, Method, StatusCode, Uri};
+use axum::response::{IntoResponse, Response};
+use chrono::{DateTime, Utc};
+use hmac::{Hmac, Mac as _};
+use sha2::Sha256;
+
+/// Path of [`WebhookSink::url`].
+pub const PATH: &str = "/hooks/orders";
+
+/// How the sink answers one request.
+#[derive(Debug, Clone)]
+pub enum Answer {
+    Reply {
+        status: u16,
+        headers: Vec<(&'static str, String)>,
+        body: String,
+    },
+    /// Waits this long before answering 200: longer than the client's timeout.
+    Hang(Duration),
+}
+
+impl Answer {
+    pub fn status(status: u16) -> Answer {
+        Answer::Reply {
+            status,
+            headers: Vec::new(),
+            body: String::new(),
+        }
+    }
+
+    pub fn header(mut self, name: &'static str, value: impl Into<String>) -> Answer {
+        if let Answer::Reply { headers, .. } = &mut self {
+            headers.push((name, value.into()));
+        }
+        self
+    }
+
+    pub fn body(mut self, text: impl Into<String>) -> Answer {
+        if let Answer::Reply { body, .. } = &mut self {
+            *body = text.into();
+        }
+        self
+    }
+
+    fn status_code(&self) -> u16 {
+        match self {
+            Answer::Reply { status, .. } => *status,
+            Answer::Hang(_) => 200,
+        }
+    }
+}
+
+/// One request as the sink received it.
+#[derive(Debug, Clone)]
+pub struct Recorded {
+    pub at: DateTime<Utc>,
+    pub method: Method,
+    pub path: String,
+    pub headers: HeaderMap,
+    pub body: Bytes,
+    /// The status the sink answered (or, for a hang, would have answered).
+    pub answered: u16,
+    /// `Some(true)` when `X-Signature` is the HMAC of the body with the
+    /// secret the sink was given; `None` when it was given none.
+    pub signature_valid: Option<bool>,
+    /// The JSON file it was written to, when the sink has a spool directory.
+    pub saved_as: Option<PathBuf>,
+}
+
+impl Recorded {
+    pub fn header(&self, name: &str) -> Option<&str> {
+        self.headers.get(name).and_then(|v| v.to_str().ok())
+    }
+}
+
+type Matcher = Box<dyn Fn(&[u8]) -> bool + Send + Sync>;
+
+/// Answers for the requests whose body `matches`, in order, before the general script.
+struct Rule {
+    matches: Matcher,
+    answers: VecDeque<Answer>,
+}
+
+struct Script {
+    rules: Vec<Rule>,
+    next: VecDeque<Answer>,
+    then: Answer,
+    secret: Option<Hmac<Sha256>>,
+    spool: Option<PathBuf>,
+    saved: u64,
+    requests: Vec<Recorded>,
+}
+
+#[derive(Clone)]
+struct Shared(Arc<Mutex<Script>>);
+
+impl Shared {
+    fn lock(&self) -> MutexGuard<'_, Script> {
+        // Critical sections only push and pop; a poisoned lock is still consistent.
+        self.0.lock().unwrap_or_else(|e| e.into_inner())
+    }
+}
+
+/// The running server, on a loopback port of its own; stops when dropped.
+pub struct WebhookSink {
+    addr: SocketAddr,
+    script: Shared,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl std::fmt::Debug for WebhookSink {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("WebhookSink")
+            .field("addr", &self.addr)
+            .finish_non_exhaustive()
+    }
+}
+
+impl WebhookSink {
+    /// Listens on `127.0.0.1` on a free port; answers with `script` in order,
+    /// then with `then` forever. With `spool`, every request is also written
+    /// there as `NNNN-<idempotency key>-<status>.json`.
+    pub async fn start(
+        script: impl IntoIterator<Item = Answer>,
+        then: Answer,
+        spool: Option<PathBuf>,
+    ) -> std::io::Result<WebhookSink> {
+        let script = Shared(Arc::new(Mutex::new(Script {
+            rules: Vec::new(),
+            next: script.into_iter().collect(),
+            then,
+            secret: None,
+            spool,
+            saved: 0,
+            requests: Vec::new(),
+        })));
+        let app = axum::Router::new()
+            .fallback(handle)
+            .with_state(script.clone());
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
+        let addr = listener.local_addr()?;
+        let task = tokio::spawn(async move {
+            if let Err(error) = axum::serve(listener, app).await {
+                tracing::warn!(error = %error, "webhook sink stopped");
+            }
+        });
+        Ok(WebhookSink { addr, script, task })
+    }
+
+    /// `http://127.0.0.1:{port}/hooks/orders`.
+    pub fn url(&self) -> url::Url {
+        url::Url::parse(&format!("http://{}{PATH}", self.addr))
+            .expect("a socket address and a fixed path make a valid URL")
+    }
+
+    /// Checks each request's `X-Signature` against an HMAC-SHA256 keyed with `secret`.
+    pub fn verify_signatures_with(&self, secret: &str) {
+        self.script.lock().secret = Hmac::<Sha256>::new_from_slice(secret.as_bytes()).ok();
+    }
+
+    /// Requests whose body satisfies `matches` get `answers`, in order, before
+    /// the general script applies to them (e.g. one order's webhook fails twice).
+    pub fn answer_matching_with(
+        &self,
+        matches: impl Fn(&[u8]) -> bool + Send + Sync + 'static,
+        answers: impl IntoIterator<Item = Answer>,
+    ) {
+        self.script.lock().rules.push(Rule {
+            matches: Box::new(matches),
+            answers: answers.into_iter().collect(),
+        });
+    }
+
+    pub fn requests(&self) -> Vec<Recorded> {
+        self.script.lock().requests.clone()
+    }
+}
+
+impl Drop for WebhookSink {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+async fn handle(
+    State(script): State<Shared>,
+    method: Method,
+    uri: Uri,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Response {
+    let (answer, mut recorded, spool) = {
+        let mut script = script.lock();
+        let ruled = script
+            .rules
+            .iter_mut()
+            .find(|rule| !rule.answers.is_empty() && (rule.matches)(&body))
+            .and_then(|rule| rule.answers.pop_front());
+        let answer = ruled
+            .or_else(|| script.next.pop_front())
+            .unwrap_or_else(|| script.then.clone());
+        let signature_valid = script.secret.clone().map(|mac| {
+            headers
+                .get("x-signature")
+                .and_then(|v| v.to_str().ok())
+                .and_then(|v| v.strip_prefix("sha256="))
+                .and_then(|hex| hex::decode(hex).ok())
+                .is_some_and(|sig| mac.chain_update(&body).verify_slice(&sig).is_ok())
+        });
+        let spool = script.spool.clone().map(|dir| {
+            script.saved += 1;
+            (dir, script.saved)
+        });
+        let recorded = Recorded {
+            at: Utc::now(),
+            method,
+            path: uri.path().to_owned(),
+            headers,
+            body,
+            answered: answer.status_code(),
+            signature_valid,
+            saved_as: None,
+        };
+        (answer, recorded, spool)
+    };
+    let answer = match spool {
+        Some((dir, n)) => {
+            let key = recorded.header("idempotency-key").unwrap_or("request");
+            let name = format!(
+                "{n:04}-{}-{}.json",
+                super::file_stem(key),
+                recorded.answered
+            );
+            match super::save(&dir, &name, to_json(&recorded)).await {
+                Ok(path) => {
+                    recorded.saved_as = Some(path);
+                    answer
+                }
+                Err(error) => {
+                    tracing::warn!(dir = %dir.display(), error = %error, "webhook sink: cannot save a request");
+                    recorded.answered = 500;
+                    Answer::status(500).body(format!("the sink cannot save the request: {error}"))
+                }
+            }
+        }
+        None => answer,
+    };
+    script.lock().requests.push(recorded);
+    respond(answer).await
+}
+
+async fn respond(answer: Answer) -> Response {
+    match answer {
+        Answer::Hang(wait) => {
+            tokio::time::sleep(wait).await;
+            StatusCode::OK.into_response()
+        }
+        Answer::Reply {
+            status,
+            headers,
+            body,
+        } => {
+            let status = StatusCode::from_u16(status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
+            let mut response = (status, body).into_response();
+            for (name, value) in headers {
+                if let (Ok(name), Ok(value)) = (
+                    HeaderName::from_bytes(name.as_bytes()),
+                    HeaderValue::from_str(&value),
+                ) {
+                    response.headers_mut().insert(name, value);
+                }
+            }
+            response
+        }
+    }
+}
+
+/// The request as a person would like to read it, in the order it happened
+/// (received, headers, body, answer); the body as JSON when it is JSON, as
+/// text otherwise.
+fn to_json(request: &Recorded) -> Vec<u8> {
+    let headers: serde_json::Map<String, serde_json::Value> = request
+        .headers
+        .iter()
+        .map(|(name, value)| {
+            (
+                name.as_str().to_owned(),
+                String::from_utf8_lossy(value.as_bytes())
+                    .into_owned()
+                    .into(),
+            )
+        })
+        .collect();
+    let body = serde_json::from_slice::<serde_json::Value>(&request.body)
+        .unwrap_or_else(|_| String::from_utf8_lossy(&request.body).into_owned().into());
+    // serde_json's maps sort their keys; the fields are written one by one to
+    // keep a reading order.
+    let fields: [(&str, serde_json::Value); 7] = [
+        ("received_at", request.at.to_rfc3339().into()),
+        ("method", request.method.as_str().into()),
+        ("path", request.path.clone().into()),
+        ("headers", headers.into()),
+        ("body", body),
+        ("answered", request.answered.into()),
+        ("signature_valid", request.signature_valid.into()),
+    ];
+    let mut text = String::from("{\n");
+    for (i, (name, value)) in fields.iter().enumerate() {
+        let value = serde_json::to_string_pretty(value)
+            .unwrap_or_else(|_| "null".to_owned())
+            .replace('\n', "\n  ");
+        let comma = if i + 1 < fields.len() { "," } else { "" };
+        text.push_str(&format!("  {name:?}: {value}{comma}\n"));
+    }
+    text.push_str("}\n");
+    text.into_bytes()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_saved_request_is_json_in_reading_order() {
+        let mut headers = HeaderMap::new();
+        headers.insert(
+            "idempotency-key",
+            HeaderValue::from_static("order-webhook-3"),
+        );
+        let request = Recorded {
+            at: Utc::now(),
+            method: Method::POST,
+            path: PATH.to_owned(),
+            headers,
+            body: Bytes::from_static(br#"{"event":"order.placed","order":{"id":1,"customer_name":"\u0410\u043d\u043d\u0430"}}"#),
+            answered: 500,
+            signature_valid: Some(true),
+            saved_as: None,
+        };
+        let text = String::from_utf8(to_json(&request)).unwrap_or_default();
+        let parsed: serde_json::Value = serde_json::from_str(&text).unwrap_or_default();
+        assert_eq!(parsed["body"]["order"]["customer_name"], "Анна", "{text}");
+        assert_eq!(parsed["headers"]["idempotency-key"], "order-webhook-3");
+        assert_eq!(parsed["answered"], 500);
+        let at = |key: &str| text.find(&format!("\"{key}\"")).unwrap_or(usize::MAX);
+        assert!(at("received_at") < at("headers") && at("headers") < at("body"));
+        assert!(at("body") < at("answered"), "{text}");
+    }
+}

@@ -1,0 +1,177 @@
+//! `outbox-relay demo` end to end, as a newcomer runs it: the built binary,
+//! a short run, and what it leaves in its out directory.
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use diesel::prelude::*;
+use diesel::sql_types::{BigInt, Text};
+
+use crate::support::db::admin_url;
+
+/// A directory of its own under the system's temporary directory, removed on drop.
+struct TempDir(PathBuf);
+
+impl TempDir {
+    fn new() -> TempDir {
+        let dir = std::env::temp_dir().join(format!(
+            "outbox-demo-test-{}-{}",
+            std::process::id(),
+            fastrand::u32(..)
+        ));
+        std::fs::create_dir_all(&dir).expect("create a temporary directory");
+        TempDir(dir)
+    }
+}
+
+impl Drop for TempDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+/// Files in `dir` with `extension`, sorted by name.
+fn files(dir: &Path, extension: &str) -> Vec<PathBuf> {
+    let mut found: Vec<PathBuf> = std::fs::read_dir(dir)
+        .unwrap_or_else(|e| panic!("{} is readable: {e}", dir.display()))
+        .flatten()
+        .map(|entry| entry.path())
+        .filter(|path| path.extension().is_some_and(|e| e == extension))
+        .collect();
+    found.sort();
+    found
+}
+
+#[derive(QueryableByName)]
+struct Count {
+    #[diesel(sql_type = BigInt)]
+    n: i64,
+}
+
+#[test]
+fn the_demo_leaves_emails_signed_webhooks_and_receipts_in_its_out_dir_and_drops_its_database() {
+    let tmp = TempDir::new();
+    let out = tmp.0.join("out");
+    let stdout_path = tmp.0.join("stdout.txt");
+    let stderr_path = tmp.0.join("stderr.txt");
+    let started = Instant::now();
+    let mut child = Command::new(env!("CARGO_BIN_EXE_outbox-relay"))
+        .args(["demo", "--orders", "3", "--out"])
+        .arg(&out)
+        .env("DATABASE_URL", admin_url())
+        .env_remove("RELAY_BACKOFF_BASE")
+        .env_remove("JOB_MAX_ATTEMPTS")
+        .stdin(Stdio::null())
+        .stdout(std::fs::File::create(&stdout_path).expect("stdout file"))
+        .stderr(std::fs::File::create(&stderr_path).expect("stderr file"))
+        .spawn()
+        .expect("run outbox-relay demo");
+    let pid = child.id();
+    let status = loop {
+        if let Some(status) = child.try_wait().expect("wait for the demo") {
+            break status;
+        }
+        if started.elapsed() > Duration::from_secs(90) {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!(
+                "the demo did not finish within 90s; stdout so far:\n{}",
+                std::fs::read_to_string(&stdout_path).unwrap_or_default()
+            );
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    let stdout = std::fs::read_to_string(&stdout_path).unwrap_or_default();
+    let stderr = std::fs::read_to_string(&stderr_path).unwrap_or_default();
+    eprintln!("demo finished in {:.1}s", started.elapsed().as_secs_f64());
+    assert!(
+        status.success(),
+        "{status}\nstdout:\n{stdout}\nstderr:\n{stderr}"
+    );
+    assert!(stdout.contains("3 orders placed"), "{stdout}");
+    assert!(stdout.contains("9 done, 0 failed"), "{stdout}");
+    assert!(!stderr.contains("panicked"), "{stderr}");
+
+    // One confirmation per order, each a whole message a mail client opens.
+    let emails = files(&out.join("emails"), "eml");
+    assert_eq!(emails.len(), 3, "{emails:?}\n{stdout}");
+    for path in &emails {
+        let text = std::fs::read_to_string(path).expect("an .eml is UTF-8");
+        let headers = outbox_relay::demo::sinks::smtp::parse_headers(
+            text.split("\r\n\r\n").next().unwrap_or_default(),
+        );
+        let header = |name: &str| {
+            headers
+                .iter()
+                .find(|(n, _)| n.eq_ignore_ascii_case(name))
+                .map(|(_, v)| v.clone())
+                .unwrap_or_default()
+        };
+        assert!(header("Subject").starts_with("Your order #"), "{text}");
+        assert!(header("Message-ID").starts_with("<job-"), "{text}");
+        assert!(
+            header("Content-Type").starts_with("multipart/alternative"),
+            "{text}"
+        );
+        assert!(text.contains("/receipt.pdf"), "{text}");
+    }
+
+    // Every webhook request, the two refused on purpose included, with its
+    // headers and a signature the receiver checked.
+    let webhooks: Vec<serde_json::Value> = files(&out.join("webhooks"), "json")
+        .iter()
+        .map(|path| {
+            serde_json::from_slice(&std::fs::read(path).expect("readable"))
+                .unwrap_or_else(|e| panic!("{} is JSON: {e}", path.display()))
+        })
+        .collect();
+    let mut answers_by_key: HashMap<String, Vec<i64>> = HashMap::new();
+    for hook in &webhooks {
+        assert_eq!(hook["body"]["event"], "order.placed", "{hook}");
+        assert!(
+            hook["headers"]["x-signature"]
+                .as_str()
+                .is_some_and(|s| s.starts_with("sha256=")),
+            "{hook}"
+        );
+        assert_eq!(hook["signature_valid"], true, "{hook}");
+        let key = hook["headers"]["idempotency-key"]
+            .as_str()
+            .expect("an Idempotency-Key header")
+            .to_owned();
+        answers_by_key
+            .entry(key)
+            .or_default()
+            .push(hook["answered"].as_i64().expect("the answer's status"));
+    }
+    assert_eq!(answers_by_key.len(), 3, "{answers_by_key:?}");
+    let mut answers: Vec<Vec<i64>> = answers_by_key.into_values().collect();
+    answers.sort();
+    assert_eq!(
+        answers,
+        vec![vec![200], vec![200], vec![500, 500, 200]],
+        "one webhook refused twice, then accepted"
+    );
+
+    // The receipts, fetched from the API, are PDFs a PDF library reads.
+    let receipts = files(&out.join("receipts"), "pdf");
+    assert_eq!(receipts.len(), 3, "{receipts:?}");
+    for path in &receipts {
+        let pdf = std::fs::read(path).expect("readable receipt");
+        assert!(pdf.starts_with(b"%PDF-"), "{}", path.display());
+        let text = pdf_extract::extract_text_from_mem(&pdf)
+            .unwrap_or_else(|e| panic!("{} is a readable PDF: {e}", path.display()));
+        assert!(text.contains("Total"), "{}: {text}", path.display());
+    }
+
+    // The scratch database is gone with the demo.
+    let mut admin = PgConnection::establish(&admin_url()).expect("connect to the test server");
+    let left: Count =
+        diesel::sql_query("SELECT count(*) AS n FROM pg_database WHERE datname LIKE $1")
+            .bind::<Text, _>(format!("outbox_demo_{pid}_%"))
+            .get_result(&mut admin)
+            .expect("query pg_database");
+    assert_eq!(left.n, 0, "the demo's scratch database was dropped");
+}
