@@ -9,6 +9,7 @@ mod cli_jobs;
 mod effects_email;
 mod effects_receipt;
 mod effects_webhook;
+mod faults;
 mod metrics;
 mod orders;
 mod outbox;
