@@ -6,11 +6,13 @@
 //!
 //! - [`workers`]: SIGKILL, SIGSTOP/SIGCONT, SIGTERM, `--kinds`, a small pool;
 //! - [`database`]: killed connections, a server restart;
-//! - [`receivers`]: an SMTP outage, a misbehaving webhook receiver.
+//! - [`receivers`]: an SMTP outage, a misbehaving webhook receiver;
+//! - [`bad_input`]: property tests over order parsing and the API, hostile values.
 //!
 //! `cargo test faults` runs them all; process logs of a failed test are kept
 //! under `target/tmp/fault-logs/`.
 
+mod bad_input;
 mod database;
 mod invariants;
 mod receivers;
