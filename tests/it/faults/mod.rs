@@ -7,7 +7,8 @@
 //! - [`workers`]: SIGKILL, SIGSTOP/SIGCONT, SIGTERM, `--kinds`, a small pool;
 //! - [`database`]: killed connections, a server restart;
 //! - [`receivers`]: an SMTP outage, a misbehaving webhook receiver;
-//! - [`bad_input`]: property tests over order parsing and the API, hostile values.
+//! - [`bad_input`]: property tests over order parsing and the API, hostile values;
+//! - [`security`]: the webhook signature checked independently, secrets in logs.
 //!
 //! `cargo test faults` runs them all; process logs of a failed test are kept
 //! under `target/tmp/fault-logs/`.
@@ -16,6 +17,7 @@ mod bad_input;
 mod database;
 mod invariants;
 mod receivers;
+mod security;
 mod workers;
 
 use std::net::SocketAddr;
