@@ -109,6 +109,9 @@ pub struct RelayArgs {
     /// Effects in flight at most.
     #[arg(long, env = "RELAY_CONCURRENCY", default_value_t = relay::DEFAULT_CONCURRENCY, value_parser = parse_count)]
     pub concurrency: usize,
+    /// Database connections of this relay (default: concurrency, at most 64, plus 4).
+    #[arg(long, env = "RELAY_POOL_SIZE", value_parser = parse_count)]
+    pub pool_size: Option<usize>,
     /// Jobs per claim at most.
     #[arg(long = "batch-size", env = "RELAY_BATCH_SIZE", default_value_t = relay::DEFAULT_BATCH_SIZE, value_parser = parse_count)]
     pub batch_size: usize,

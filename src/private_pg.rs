@@ -110,25 +110,7 @@ impl PrivatePostgres {
                 "--no-sync",
             ],
         )?;
-        let options = format!(
-            "-p {port} -c listen_addresses=127.0.0.1 -k {} -c fsync=off -c synchronous_commit=off -c full_page_writes=off -c max_connections=200",
-            path_str(&server.root)
-        );
-        server.run(
-            "pg_ctl",
-            &[
-                "-D",
-                &path_str(&data),
-                "-o",
-                &options,
-                "-l",
-                &path_str(&server.root.join("server.log")),
-                "-w",
-                "-t",
-                "60",
-                "start",
-            ],
-        )?;
+        server.start()?;
         std::fs::write(server.root.join("port"), port.to_string())
             .map_err(|e| step("recording the port", e))?;
         Ok(server)
@@ -136,6 +118,48 @@ impl PrivatePostgres {
 
     pub fn port(&self) -> u16 {
         self.port
+    }
+
+    /// Starts the server on its data directory and port (and waits until it
+    /// accepts connections). Used at creation and after [`Self::stop`].
+    pub fn start(&self) -> Result<(), PrivatePgError> {
+        let options = format!(
+            "-p {} -c listen_addresses=127.0.0.1 -k {} -c fsync=off -c synchronous_commit=off -c full_page_writes=off -c max_connections=200",
+            self.port,
+            path_str(&self.root)
+        );
+        self.run(
+            "pg_ctl",
+            &[
+                "-D",
+                &path_str(&self.root.join("data")),
+                "-o",
+                &options,
+                "-l",
+                &path_str(&self.root.join("server.log")),
+                "-w",
+                "-t",
+                "60",
+                "start",
+            ],
+        )
+    }
+
+    /// Stops the server, keeping its data: a "fast" shutdown, which cuts every
+    /// client connection as a crash or a failover would. [`Self::start`] brings
+    /// it back on the same port (fault-injection tests use the pair).
+    pub fn stop(&self) -> Result<(), PrivatePgError> {
+        let data = path_str(&self.root.join("data"));
+        self.run(
+            "pg_ctl",
+            &["-D", &data, "-m", "fast", "-w", "-t", "60", "stop"],
+        )
+    }
+
+    /// [`Self::stop`], then [`Self::start`].
+    pub fn restart(&self) -> Result<(), PrivatePgError> {
+        self.stop()?;
+        self.start()
     }
 
     /// URL of the `postgres` database as the `postgres` superuser.

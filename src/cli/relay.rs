@@ -39,15 +39,19 @@ pub async fn run(db_args: DatabaseArgs, args: RelayArgs) -> anyhow::Result<()> {
                 args.metrics_addr
             ))
         })?;
+    let metrics_local_addr = metrics.local_addr().ok();
 
     let url = db_args.database_url.clone();
     tokio::task::spawn_blocking(move || db::migrate_url(&url))
         .await?
         .context("migrating the database")?;
 
-    // One connection per effect slot (effects load their order), plus the
-    // producer, the completer, the heartbeat and the reaper.
-    let pool_size = u32::try_from(settings.concurrency.min(64) + 4).unwrap_or(68);
+    // By default one connection per effect slot (effects load their order),
+    // plus the producer, the completer, the heartbeat and the reaper.
+    let pool_size = args.pool_size.map_or_else(
+        || u32::try_from(settings.concurrency.min(64) + 4).unwrap_or(68),
+        |size| u32::try_from(size).unwrap_or(u32::MAX),
+    );
     let pool = db::build_pool(&db_args.database_url, pool_size, false);
     let executor = Arc::new(Effects::new(
         pool.clone(),
@@ -62,7 +66,9 @@ pub async fn run(db_args: DatabaseArgs, args: RelayArgs) -> anyhow::Result<()> {
         pool.clone(),
         shutdown.clone(),
     ));
-    tracing::info!(addr = %args.metrics_addr, "serving /metrics and /healthz");
+    // The bound address, so that METRICS_ADDR=...:0 logs the port it got.
+    let metrics_addr = metrics_local_addr.unwrap_or(args.metrics_addr);
+    tracing::info!(addr = %metrics_addr, pool_size, "serving /metrics and /healthz");
 
     let relay = Relay::new(pool, db_args.database_url, settings, executor)?;
     relay.run_until_stopped(shutdown.clone()).await?;

@@ -11,6 +11,7 @@ mod demo;
 mod effects_email;
 mod effects_receipt;
 mod effects_webhook;
+mod faults;
 mod metrics;
 mod orders;
 mod outbox;

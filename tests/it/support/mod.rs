@@ -3,6 +3,8 @@
 pub mod app;
 pub mod db;
 pub mod http;
+pub mod process;
+pub mod proxy;
 pub mod smtp;
 
 use std::collections::HashMap;

@@ -1,0 +1,126 @@
+//! Fault injection: the built `outbox-relay` binary as separate processes
+//! (`relay`, `serve`), a real PostgreSQL, and a real SMTP sink and HTTP webhook
+//! receiver that the test controls. Each scenario injects one fault (a signal,
+//! a lost connection, a server restart, an outage of a receiver, a burst) and
+//! ends with [`invariants::assert_invariants`].
+//!
+//! - [`workers`]: SIGKILL, SIGSTOP/SIGCONT, SIGTERM, `--kinds`, a small pool;
+//! - [`database`]: killed connections, a server restart;
+//! - [`receivers`]: an SMTP outage, a misbehaving webhook receiver;
+//! - [`bad_input`]: property tests over order parsing and the API, hostile values;
+//! - [`security`]: the webhook signature checked independently, secrets in logs.
+//!
+//! `cargo test faults` runs them all; process logs of a failed test are kept
+//! under `target/tmp/fault-logs/`.
+
+mod bad_input;
+mod database;
+mod invariants;
+mod receivers;
+mod security;
+mod workers;
+
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use diesel::prelude::*;
+use outbox_relay::orders::place_order;
+use outbox_relay::schema::jobs;
+
+use crate::support::http::{Answer, HttpSink};
+use crate::support::process::Launch;
+use crate::support::smtp::SmtpSink;
+use crate::support::{sample_order, wait_until};
+
+pub use invariants::{JobRow, Summary, assert_invariants, load_jobs};
+
+/// The webhook signing key of every relay started here.
+pub const WEBHOOK_SECRET: &str = "whsec-faults-7f3a9c1e5b";
+
+/// The SMTP sink and the webhook receiver of one scenario.
+pub struct Sinks {
+    pub smtp: SmtpSink,
+    pub http: HttpSink,
+}
+
+impl Sinks {
+    /// A sink that accepts every mail, and a receiver that answers with
+    /// `script` in order, then with `then`.
+    pub async fn start(script: impl IntoIterator<Item = Answer>, then: Answer) -> Sinks {
+        Sinks {
+            smtp: SmtpSink::start().await,
+            http: HttpSink::start(script, then).await,
+        }
+    }
+
+    pub fn smtp_addr(&self) -> SocketAddr {
+        SocketAddr::from(([127, 0, 0, 1], self.smtp.port()))
+    }
+
+    /// A relay of every kind, mailing to the sink and calling the receiver.
+    pub fn relay(&self, name: &str, database_url: &str) -> Launch {
+        Launch::relay(name, database_url)
+            .env("SMTP_URL", self.smtp.url())
+            .env("WEBHOOK_URL", self.http.url().as_str())
+            .env("WEBHOOK_SECRET", WEBHOOK_SECRET)
+    }
+
+    /// The invariants, over what both sinks saw.
+    pub fn check(&self, conn: &mut PgConnection) -> Summary {
+        assert_invariants(conn, &self.http.requests(), &self.smtp.mails())
+    }
+}
+
+/// Places `n` orders (three jobs each) with `max_attempts`; returns their ids.
+pub fn place_orders(conn: &mut PgConnection, n: usize, max_attempts: i32) -> Vec<i64> {
+    let order = sample_order();
+    (0..n)
+        .map(|_| {
+            place_order(conn, &order, None, max_attempts)
+                .expect("place order")
+                .order_id()
+        })
+        .collect()
+}
+
+/// Jobs not yet `done` or `failed`.
+pub fn unfinished(conn: &mut PgConnection) -> i64 {
+    jobs::table
+        .filter(jobs::status.ne_all(["done", "failed"]))
+        .count()
+        .get_result(conn)
+        .expect("count unfinished jobs")
+}
+
+/// Waits until every job is `done` or `failed`.
+pub async fn wait_all_terminal(conn: &mut PgConnection, timeout: Duration) {
+    wait_until("every job done or failed", timeout, || {
+        unfinished(conn) == 0
+    })
+    .await;
+}
+
+pub fn jobs_of_kind(conn: &mut PgConnection, kind: &str) -> Vec<JobRow> {
+    load_jobs(conn)
+        .into_iter()
+        .filter(|j| j.kind == kind)
+        .collect()
+}
+
+/// The value of one Prometheus series (summed over series whose labels include
+/// all of `labels`); 0 when absent.
+pub fn metric(text: &str, name: &str, labels: &[(&str, &str)]) -> f64 {
+    text.lines()
+        .filter(|line| !line.starts_with('#'))
+        .filter_map(|line| {
+            let (series, value) = line.rsplit_once(' ')?;
+            let (metric, rest) = series.split_once('{').unwrap_or((series, ""));
+            (metric == name
+                && labels
+                    .iter()
+                    .all(|(k, v)| rest.contains(&format!("{k}=\"{v}\""))))
+            .then(|| value.parse::<f64>().ok())
+            .flatten()
+        })
+        .sum()
+}
