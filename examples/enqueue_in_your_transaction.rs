@@ -39,8 +39,8 @@ fn main() -> anyhow::Result<()> {
             .values(shipments::address.eq("Nevsky Prospekt 28, St Petersburg"))
             .returning(shipments::id)
             .get_result(conn)?;
-        let job = NewJob::new("noop", serde_json::json!({ "shipment_id": shipment_id }))
-            .max_attempts(5);
+        let job =
+            NewJob::new("noop", serde_json::json!({ "shipment_id": shipment_id })).max_attempts(5);
         let job_id = enqueue(conn, &job)?;
         Ok((shipment_id, job_id))
     })?;
