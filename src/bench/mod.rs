@@ -62,8 +62,10 @@ pub struct BenchArgs {
 impl BenchArgs {
     /// Claim loops of the ceiling at `batch`.
     pub fn ceiling_workers(&self, batch: usize) -> usize {
+        // Capped like the relay's own pool (at most 64 + 4 connections), and
+        // below PostgreSQL's default max_connections of 100.
         self.ceiling_workers
-            .unwrap_or_else(|| self.concurrency.div_ceil(batch.max(1)))
+            .unwrap_or_else(|| self.concurrency.div_ceil(batch.max(1)).min(64))
             .max(1)
     }
 }
