@@ -28,7 +28,7 @@ use lettre::{Address, AsyncSmtpTransport, AsyncTransport, Message, Tokio1Executo
 use minijinja::{Environment, UndefinedBehavior};
 use serde::Serialize;
 
-use super::EffectError;
+use super::{EffectError, error_chain};
 use crate::orders::{Currency, Order};
 
 /// Per SMTP command (connect, EHLO, MAIL, RCPT, DATA, ...). lettre's default is 60s.
@@ -317,19 +317,6 @@ fn percent_decoded(raw: &str) -> String {
     percent_encoding::percent_decode_str(raw)
         .decode_utf8_lossy()
         .into_owned()
-}
-
-fn error_chain(error: &(dyn std::error::Error + 'static)) -> String {
-    let mut parts: Vec<String> = Vec::new();
-    let mut next = Some(error);
-    while let Some(e) = next {
-        let text = e.to_string();
-        if !parts.iter().any(|p| p.contains(&text)) {
-            parts.push(text);
-        }
-        next = e.source();
-    }
-    parts.join(": ")
 }
 
 #[cfg(test)]

@@ -23,7 +23,7 @@ use reqwest::header::{CONTENT_TYPE, LOCATION, RETRY_AFTER};
 use serde::Serialize;
 use sha2::Sha256;
 
-use super::EffectError;
+use super::{EffectError, error_chain};
 use crate::orders::Order;
 
 /// Longest wait for the TCP (and TLS) connection, within the total timeout.
@@ -268,19 +268,6 @@ pub fn parse_retry_after(value: &str, now: SystemTime) -> Option<Duration> {
 /// Scheme, host and port only: paths and queries of webhook URLs often carry tokens.
 fn redacted(url: &url::Url) -> String {
     url.origin().ascii_serialization()
-}
-
-fn error_chain(error: &(dyn std::error::Error + 'static)) -> String {
-    let mut parts: Vec<String> = Vec::new();
-    let mut next = Some(error);
-    while let Some(e) = next {
-        let text = e.to_string();
-        if !parts.iter().any(|p| p.contains(&text)) {
-            parts.push(text);
-        }
-        next = e.source();
-    }
-    parts.join(": ")
 }
 
 /// The JSON body: `{"event":"order.placed","order":{...}}`.
