@@ -14,24 +14,6 @@ use crate::support::{
 /// from its own database on scrape, so tests that read it take turns.
 static GAUGE: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
 
-/// The sum of the samples of `name` whose labels include all of `labels`
-/// (0 when there is none yet).
-fn sample(text: &str, name: &str, labels: &[(&str, &str)]) -> f64 {
-    text.lines()
-        .filter(|line| !line.starts_with('#'))
-        .filter_map(|line| {
-            let (series, value) = line.rsplit_once(' ')?;
-            let (metric, rest) = series.split_once('{').unwrap_or((series, ""));
-            (metric == name
-                && labels
-                    .iter()
-                    .all(|(k, v)| rest.contains(&format!("{k}=\"{v}\""))))
-            .then(|| value.parse::<f64>().ok())
-            .flatten()
-        })
-        .sum()
-}
-
 async fn scrape(client: &reqwest::Client, url: &str) -> String {
     let response = client.get(url).send().await.expect("GET /metrics");
     assert_eq!(response.status(), StatusCode::OK);
@@ -70,10 +52,16 @@ async fn metrics_show_http_requests_and_job_counters_moving_after_a_job_runs() {
     let after = scrape(&app.client, &metrics_url).await;
 
     let kind = [("kind", KIND)];
-    assert_eq!(sample(&before, "outbox_jobs_claimed_total", &kind), 0.0);
-    assert_eq!(sample(&after, "outbox_jobs_claimed_total", &kind), 1.0);
     assert_eq!(
-        sample(
+        crate::support::metric(&before, "outbox_jobs_claimed_total", &kind),
+        0.0
+    );
+    assert_eq!(
+        crate::support::metric(&after, "outbox_jobs_claimed_total", &kind),
+        1.0
+    );
+    assert_eq!(
+        crate::support::metric(
             &after,
             "outbox_jobs_finished_total",
             &[("kind", KIND), ("outcome", "done")]
@@ -81,16 +69,16 @@ async fn metrics_show_http_requests_and_job_counters_moving_after_a_job_runs() {
         1.0
     );
     assert_eq!(
-        sample(&after, "outbox_effect_duration_seconds_count", &kind),
+        crate::support::metric(&after, "outbox_effect_duration_seconds_count", &kind),
         1.0
     );
-    assert!(sample(&after, "outbox_claim_batch_size_count", &[]) >= 1.0);
+    assert!(crate::support::metric(&after, "outbox_claim_batch_size_count", &[]) >= 1.0);
     assert!(
-        sample(&after, "http_requests_total", &created)
-            >= sample(&before, "http_requests_total", &created) + 1.0,
+        crate::support::metric(&after, "http_requests_total", &created)
+            >= crate::support::metric(&before, "http_requests_total", &created) + 1.0,
         "{after}"
     );
-    assert!(sample(&after, "http_request_duration_seconds_count", &created) >= 1.0);
+    assert!(crate::support::metric(&after, "http_request_duration_seconds_count", &created) >= 1.0);
     assert!(
         after.contains("http_request_duration_seconds_bucket{"),
         "a histogram: {after}"
@@ -101,11 +89,20 @@ async fn metrics_show_http_requests_and_job_counters_moving_after_a_job_runs() {
     );
 
     // The order's three jobs wait; the probe is done.
-    assert_eq!(sample(&after, "outbox_jobs", &[("status", "pending")]), 3.0);
-    assert_eq!(sample(&after, "outbox_jobs", &[("status", "done")]), 1.0);
-    assert_eq!(sample(&after, "outbox_jobs", &[("status", "failed")]), 0.0);
     assert_eq!(
-        sample(&after, "outbox_jobs", &[("status", "processing")]),
+        crate::support::metric(&after, "outbox_jobs", &[("status", "pending")]),
+        3.0
+    );
+    assert_eq!(
+        crate::support::metric(&after, "outbox_jobs", &[("status", "done")]),
+        1.0
+    );
+    assert_eq!(
+        crate::support::metric(&after, "outbox_jobs", &[("status", "failed")]),
+        0.0
+    );
+    assert_eq!(
+        crate::support::metric(&after, "outbox_jobs", &[("status", "processing")]),
         0.0
     );
     app.stop().await;
@@ -136,7 +133,10 @@ async fn the_relays_metrics_endpoint_serves_queue_depth_and_health() {
         .await
         .expect("GET /healthz");
 
-    assert_eq!(sample(&text, "outbox_jobs", &[("status", "pending")]), 3.0);
+    assert_eq!(
+        crate::support::metric(&text, "outbox_jobs", &[("status", "pending")]),
+        3.0
+    );
     assert_eq!(health.status(), StatusCode::OK);
     shutdown.cancel();
     server.await.expect("task").expect("serve_metrics");

@@ -6,46 +6,25 @@
 use base64::Engine as _;
 use outbox_relay::demo::sinks::smtp::{self as sink, parse_headers};
 
-/// One message as the sink received it after DATA.
+/// One message as the sink received it: the library's [`sink::Mail`] (its
+/// fields and header accessors through `Deref`), plus [`Mail::part`].
 #[derive(Debug, Clone)]
-pub struct Mail {
-    pub mail_from: String,
-    pub rcpt_to: Vec<String>,
-    /// The message as sent, dot-unstuffed, CRLF line ends.
-    pub data: String,
-    /// What the sink answered to it.
-    pub reply: String,
-}
+pub struct Mail(sink::Mail);
 
 impl From<sink::Mail> for Mail {
     fn from(mail: sink::Mail) -> Mail {
-        Mail {
-            mail_from: mail.mail_from,
-            rcpt_to: mail.rcpt_to,
-            data: mail.data,
-            reply: mail.reply,
-        }
+        Mail(mail)
+    }
+}
+
+impl std::ops::Deref for Mail {
+    type Target = sink::Mail;
+    fn deref(&self) -> &sink::Mail {
+        &self.0
     }
 }
 
 impl Mail {
-    pub fn accepted(&self) -> bool {
-        self.reply.starts_with('2')
-    }
-
-    /// The top-level header block, unfolded: one `(name, value)` per header.
-    pub fn headers(&self) -> Vec<(String, String)> {
-        parse_headers(self.data.split("\r\n\r\n").next().unwrap_or_default())
-    }
-
-    /// The value of the first top-level header called `name` (any case).
-    pub fn header(&self, name: &str) -> Option<String> {
-        self.headers()
-            .into_iter()
-            .find(|(n, _)| n.eq_ignore_ascii_case(name))
-            .map(|(_, v)| v)
-    }
-
     /// The decoded body of the first MIME part whose Content-Type starts with
     /// `content_type` (e.g. `text/html`).
     pub fn part(&self, content_type: &str) -> Option<String> {
@@ -131,6 +110,9 @@ impl SmtpSink {
     }
 
     pub fn accepted(&self) -> Vec<Mail> {
-        self.mails().into_iter().filter(Mail::accepted).collect()
+        self.mails()
+            .into_iter()
+            .filter(|mail| mail.accepted())
+            .collect()
     }
 }
