@@ -1,7 +1,7 @@
 //! The completer: writes outcomes, many per statement, fenced per job.
 
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use backon::{BackoffBuilder, ExponentialBuilder};
 use tokio::sync::mpsc;
@@ -11,10 +11,31 @@ use super::{MAX_COMPLETION_BATCH, RelayStats, Shared};
 use crate::db::run_blocking;
 use crate::outbox::{Finish, Outcome, finish_jobs};
 
+/// One outcome on its way to the database.
+#[derive(Debug)]
+pub(super) struct Completion {
+    pub finish: Finish,
+    /// When the executor decided it. A retry's delay counts from the failure,
+    /// so time spent queued here or waiting out a database outage is charged
+    /// against it instead of being added on top.
+    pub decided: Instant,
+}
+
+impl Completion {
+    /// The outcome as it should be written now.
+    fn due_now(&self) -> Finish {
+        let mut finish = self.finish.clone();
+        if let Outcome::Retry { delay, .. } = &mut finish.outcome {
+            *delay = delay.saturating_sub(self.decided.elapsed());
+        }
+        finish
+    }
+}
+
 /// Runs until every sender is gone and the channel is drained, or `stop`.
 pub(super) async fn run(
     shared: Arc<Shared>,
-    mut completed: mpsc::Receiver<Finish>,
+    mut completed: mpsc::Receiver<Completion>,
     stop: CancellationToken,
 ) {
     let mut batch = Vec::with_capacity(MAX_COMPLETION_BATCH);
@@ -35,7 +56,7 @@ pub(super) async fn run(
 
 /// Writes one batch, retrying while the database is unreachable. False if
 /// `stop` came first.
-async fn write(shared: &Arc<Shared>, batch: &[Finish], stop: &CancellationToken) -> bool {
+async fn write(shared: &Arc<Shared>, batch: &[Completion], stop: &CancellationToken) -> bool {
     let mut delays = ExponentialBuilder::default()
         .with_min_delay(Duration::from_millis(50))
         .with_max_delay(Duration::from_secs(5))
@@ -45,7 +66,7 @@ async fn write(shared: &Arc<Shared>, batch: &[Finish], stop: &CancellationToken)
     let mut failures = 0_u32;
     loop {
         let worker = shared.settings.worker_id.clone();
-        let finishes = batch.to_vec();
+        let finishes: Vec<Finish> = batch.iter().map(Completion::due_now).collect();
         match run_blocking(&shared.pool, move |conn| {
             Ok(finish_jobs(conn, &worker, &finishes)?)
         })
@@ -73,9 +94,9 @@ async fn write(shared: &Arc<Shared>, batch: &[Finish], stop: &CancellationToken)
     }
 }
 
-fn record(shared: &Shared, batch: &[Finish], lost: &[i64]) {
+fn record(shared: &Shared, batch: &[Completion], lost: &[i64]) {
     let mut in_flight = shared.in_flight();
-    for finish in batch {
+    for Completion { finish, .. } in batch {
         let kind = in_flight
             .remove(&finish.job_id)
             .map(|f| f.kind)
@@ -98,5 +119,59 @@ fn record(shared: &Shared, batch: &[Finish], lost: &[i64]) {
         RelayStats::add(counter, 1);
         metrics::counter!("outbox_jobs_finished_total", "kind" => kind, "outcome" => outcome)
             .increment(1);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn completion(outcome: Outcome, age: Duration) -> Completion {
+        Completion {
+            finish: Finish {
+                job_id: 1,
+                attempt: 1,
+                outcome,
+            },
+            decided: Instant::now() - age,
+        }
+    }
+
+    fn retry(delay: Duration) -> Outcome {
+        Outcome::Retry {
+            delay,
+            error: "503".to_owned(),
+        }
+    }
+
+    #[test]
+    fn time_spent_waiting_for_the_completer_is_taken_off_a_retry_delay() {
+        let due = completion(retry(Duration::from_secs(10)), Duration::from_secs(3)).due_now();
+        let Outcome::Retry { delay, .. } = due.outcome else {
+            panic!("still a retry: {due:?}");
+        };
+        assert!(
+            delay <= Duration::from_secs(7) && delay > Duration::from_secs(6),
+            "{delay:?}"
+        );
+    }
+
+    #[test]
+    fn a_retry_that_waited_out_its_delay_is_due_at_once() {
+        let due = completion(retry(Duration::from_secs(1)), Duration::from_secs(5)).due_now();
+        assert_eq!(
+            due.outcome,
+            retry(Duration::ZERO),
+            "a delay never goes negative"
+        );
+    }
+
+    #[test]
+    fn other_outcomes_are_written_as_decided() {
+        let failed = Outcome::Failed {
+            error: "550".to_owned(),
+        };
+        let due = completion(failed.clone(), Duration::from_secs(5)).due_now();
+        assert_eq!(due.outcome, failed);
     }
 }

@@ -9,6 +9,7 @@ use tokio::sync::{OwnedSemaphorePermit, mpsc};
 use tokio_util::sync::CancellationToken;
 use tracing::Instrument as _;
 
+use super::completer::Completion;
 use super::{Shared, backoff};
 use crate::effects::EffectError;
 use crate::outbox::{ClaimedJob, Finish, Outcome};
@@ -17,7 +18,7 @@ pub(super) async fn run(
     shared: Arc<Shared>,
     job: ClaimedJob,
     permit: OwnedSemaphorePermit,
-    completions: mpsc::Sender<Finish>,
+    completions: mpsc::Sender<Completion>,
     interrupt: CancellationToken,
 ) {
     let span = tracing::info_span!(
@@ -66,7 +67,11 @@ pub(super) async fn run(
             attempt: job.attempt,
             outcome,
         };
-        if completions.send(finish).await.is_err() {
+        let completion = Completion {
+            finish,
+            decided: Instant::now(),
+        };
+        if completions.send(completion).await.is_err() {
             // Only after the completer gave up at shutdown: the lease will expire.
             tracing::warn!("outcome not recorded; the reaper will requeue the job");
         }

@@ -7,9 +7,10 @@ use std::time::Duration;
 use tokio::sync::{OwnedSemaphorePermit, mpsc};
 use tokio_util::sync::CancellationToken;
 
+use super::completer::Completion;
 use super::{InFlight, RelayStats, Shared, executor};
 use crate::db::run_blocking;
-use crate::outbox::{ClaimRequest, ClaimedJob, Finish, JobLease, claim_jobs, release_jobs};
+use crate::outbox::{ClaimRequest, ClaimedJob, JobLease, claim_jobs, release_jobs};
 
 /// Claims and starts jobs until `shutdown`.
 ///
@@ -22,7 +23,7 @@ use crate::outbox::{ClaimRequest, ClaimedJob, Finish, JobLease, claim_jobs, rele
 /// poll interval, or a reaped job wakes the producer.
 pub(super) async fn run(
     shared: Arc<Shared>,
-    completions: mpsc::Sender<Finish>,
+    completions: mpsc::Sender<Completion>,
     shutdown: CancellationToken,
     interrupt: CancellationToken,
 ) {
@@ -95,7 +96,7 @@ async fn claim_and_start(
     shared: Arc<Shared>,
     state: Arc<ClaimState>,
     mut permits: Vec<OwnedSemaphorePermit>,
-    completions: mpsc::Sender<Finish>,
+    completions: mpsc::Sender<Completion>,
     shutdown: CancellationToken,
     interrupt: CancellationToken,
 ) {
@@ -168,7 +169,7 @@ fn start(
     shared: &Arc<Shared>,
     jobs: Vec<ClaimedJob>,
     permits: &mut Vec<OwnedSemaphorePermit>,
-    completions: &mpsc::Sender<Finish>,
+    completions: &mpsc::Sender<Completion>,
     interrupt: &CancellationToken,
 ) {
     for job in jobs {

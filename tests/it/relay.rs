@@ -90,9 +90,9 @@ async fn a_retryable_failure_backs_off_with_growing_capped_delays_until_the_last
         &NewJob::new("noop", serde_json::json!({})).max_attempts(5),
     )
     .expect("enqueue");
-    // Each attempt notes when it started (this process's clock) and the job's
-    // row as the database has it then: locked_at of this claim, and run_after
-    // as the previous failure scheduled it.
+    // Each attempt notes when it started (this process's clock) and, on the
+    // database's clock, the job's row as it is then (run_after as the previous
+    // failure scheduled it) and the moment just before this attempt fails.
     type Seen = (
         Instant,
         chrono::DateTime<chrono::Utc>,
@@ -112,22 +112,22 @@ async fn a_retryable_failure_backs_off_with_growing_capped_delays_until_the_last
             let (log, url) = (Arc::clone(&log), url.clone());
             async move {
                 let now = Instant::now();
-                let row = tokio::task::spawn_blocking(move || {
+                let (run_after, failing_at) = tokio::task::spawn_blocking(move || {
                     let mut conn = PgConnection::establish(&url).expect("connect");
                     jobs::table
                         .find(job.id)
-                        .select((jobs::locked_at, jobs::run_after))
-                        .first::<(
-                            Option<chrono::DateTime<chrono::Utc>>,
-                            chrono::DateTime<chrono::Utc>,
-                        )>(&mut conn)
+                        .select((
+                            jobs::run_after,
+                            diesel::dsl::sql::<diesel::sql_types::Timestamptz>("now()"),
+                        ))
+                        .first::<(chrono::DateTime<chrono::Utc>, chrono::DateTime<chrono::Utc>)>(
+                            &mut conn,
+                        )
                         .expect("job row")
                 })
                 .await
                 .expect("read row");
-                log.lock()
-                    .expect("log")
-                    .push((now, row.0.expect("locked_at set"), row.1));
+                log.lock().expect("log").push((now, run_after, failing_at));
                 Err(EffectError::retryable("receiver said 503"))
             }
         }),
@@ -145,8 +145,8 @@ async fn a_retryable_failure_backs_off_with_growing_capped_delays_until_the_last
     // d = 200ms * 2^(n-1), capped at 800ms.
     let bounds = [(100, 200), (200, 400), (400, 800), (400, 800)];
     for (n, (low, high)) in bounds.iter().enumerate() {
-        let (started, claimed_at, _) = seen[n];
-        let (next_started, _, scheduled) = seen[n + 1];
+        let (started, _, failed_at) = seen[n];
+        let (next_started, scheduled, _) = seen[n + 1];
         // Never early: the next attempt starts no sooner than the delay.
         let gap = next_started - started;
         assert!(
@@ -154,14 +154,15 @@ async fn a_retryable_failure_backs_off_with_growing_capped_delays_until_the_last
             "attempt {}: started again after {gap:?}",
             n + 1
         );
-        // The delay the failure wrote, measured on the database's clock from
-        // the claim; the slack covers the effect and the completer's write.
-        let delay = (scheduled - claimed_at)
+        // The delay counts from the failure, however long the outcome then
+        // waits for the completer; the slack covers the effect's last round
+        // trip after it read the clock.
+        let delay = (scheduled - failed_at)
             .to_std()
-            .expect("run_after after the claim");
+            .expect("run_after after the failure");
         assert!(
             delay >= Duration::from_millis(*low) && delay <= Duration::from_millis(*high + 150),
-            "attempt {}: run_after {delay:?} after the claim, expected {low}..{high}ms",
+            "attempt {}: run_after {delay:?} after the failure, expected {low}..{high}ms",
             n + 1
         );
     }
