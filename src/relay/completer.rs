@@ -73,6 +73,7 @@ async fn write(shared: &Arc<Shared>, batch: &[Completion], stop: &CancellationTo
         .await
         {
             Ok(report) => {
+                RelayStats::add(&shared.stats.outcome_writes, 1);
                 record(shared, batch, &report.lost);
                 if failures > 0 {
                     tracing::info!(failures, "outcomes written after the database came back");

@@ -136,7 +136,10 @@ pub struct RelayStats {
     pub lease_lost: AtomicU64,
     pub released: AtomicU64,
     pub reaped: AtomicU64,
+    /// Claim statements that returned at least one job.
     pub claims: AtomicU64,
+    /// Statements that wrote outcomes (each holds one or more jobs).
+    pub outcome_writes: AtomicU64,
 }
 
 impl RelayStats {
@@ -311,7 +314,20 @@ impl Relay {
 
         background.cancel();
         while tasks.join_next().await.is_some() {}
-        tracing::info!(worker_id = %settings.worker_id, "relay stopped");
+        let stats = &shared.stats;
+        tracing::info!(
+            worker_id = %settings.worker_id,
+            claimed = RelayStats::get(&stats.claimed),
+            claims = RelayStats::get(&stats.claims),
+            done = RelayStats::get(&stats.done),
+            retried = RelayStats::get(&stats.retried),
+            failed = RelayStats::get(&stats.failed),
+            outcome_writes = RelayStats::get(&stats.outcome_writes),
+            lease_lost = RelayStats::get(&stats.lease_lost),
+            released = RelayStats::get(&stats.released),
+            reaped = RelayStats::get(&stats.reaped),
+            "relay stopped"
+        );
         Ok(())
     }
 }
