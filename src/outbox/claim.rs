@@ -46,20 +46,14 @@ pub fn claim_jobs(
     if request.limit <= 0 || request.kinds.is_empty() {
         return Ok(Vec::new());
     }
-    // The claim commits without waiting for its WAL flush. Losing a claim in a
-    // server crash is harmless: the job is simply pending again (its attempt not
-    // even counted), and a worker that had started it is fenced out when it
-    // reports. Waiting for the flush would put a disk sync on every claim, in the
-    // path from enqueue to effect start. Completions keep synchronous commit.
-    conn.transaction(|conn| {
-        diesel::sql_query("SET LOCAL synchronous_commit = off").execute(conn)?;
-        diesel::sql_query(include_str!("sql/claim_jobs.sql"))
-            .bind::<BigInt, _>(request.limit)
-            .bind::<Array<Text>, _>(request.kinds)
-            .bind::<Text, _>(request.worker_id)
-            .bind::<BigInt, _>(millis(request.lease))
-            .load(conn)
-    })
+    // One statement, its own transaction unless the caller opened one; it
+    // commits without waiting for a WAL flush (see the SQL for why that is safe).
+    diesel::sql_query(include_str!("sql/claim_jobs.sql"))
+        .bind::<BigInt, _>(request.limit)
+        .bind::<Array<Text>, _>(request.kinds)
+        .bind::<Text, _>(request.worker_id)
+        .bind::<BigInt, _>(millis(request.lease))
+        .load(conn)
 }
 
 pub(crate) fn millis(d: Duration) -> i64 {

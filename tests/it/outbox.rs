@@ -58,16 +58,20 @@ struct PlanLine {
 ///
 /// ```text
 /// Update on jobs j
+///   CTE async_commit
+///     ->  Result
 ///   CTE picked
 ///     ->  Limit
 ///           ->  LockRows
 ///                 ->  Index Scan using jobs_claim_idx on jobs
 ///                       Index Cond: (run_after <= now())
-///                       Filter: (kind = ANY ('{noop}'::text[]))
+///                       Filter: ((kind = ANY ('{noop}'::text[])) AND (status = 'pending'::text))
 ///   ->  Nested Loop
-///         ->  CTE Scan on picked
-///         ->  Index Scan using jobs_pkey on jobs j
-///               Index Cond: (id = picked.id)
+///         ->  CTE Scan on async_commit
+///         ->  Nested Loop
+///               ->  CTE Scan on picked
+///               ->  Index Scan using jobs_pkey on jobs j
+///                     Index Cond: (id = picked.id)
 /// ```
 #[test]
 fn the_claim_reads_its_partial_index_in_order_and_skips_finished_rows() {
@@ -146,6 +150,50 @@ fn a_claim_takes_due_jobs_of_its_kinds_oldest_first_and_counts_the_attempt() {
         .expect("job");
     assert_eq!(locked_by.as_deref(), Some("w2"));
     assert!(lease.expect("lease set") > chrono::Utc::now() + chrono::Duration::seconds(50));
+}
+
+#[derive(QueryableByName)]
+struct Setting {
+    #[diesel(sql_type = Text)]
+    synchronous_commit: String,
+}
+
+fn synchronous_commit(conn: &mut PgConnection) -> String {
+    diesel::sql_query("SHOW synchronous_commit")
+        .get_result::<Setting>(conn)
+        .expect("show")
+        .synchronous_commit
+}
+
+/// The claim skips the WAL flush for its own transaction and nothing else: the
+/// connection goes back to the pool with the server's setting, so an order
+/// written on it later still commits durably.
+#[test]
+fn a_claim_commits_asynchronously_without_changing_the_sessions_setting() {
+    let db = TestDb::new();
+    let mut conn = db.conn();
+    noops(&mut conn, 2);
+    assert_eq!(synchronous_commit(&mut conn), "on");
+
+    assert_eq!(claim(&mut conn, "w", 1, Duration::from_secs(60)).len(), 1);
+    assert_eq!(
+        synchronous_commit(&mut conn),
+        "on",
+        "the session keeps its setting"
+    );
+
+    let inside = conn
+        .transaction(|conn| {
+            let claimed = claim(conn, "w", 1, Duration::from_secs(60));
+            QueryResult::Ok((claimed.len(), synchronous_commit(conn)))
+        })
+        .expect("transaction");
+    assert_eq!(
+        inside,
+        (1, "off".to_owned()),
+        "the claim's transaction commits asynchronously"
+    );
+    assert_eq!(synchronous_commit(&mut conn), "on");
 }
 
 #[test]
