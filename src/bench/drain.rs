@@ -11,30 +11,54 @@ use super::report::DrainRun;
 use super::{BenchArgs, drain_seconds, drained, enqueue_noops, stats};
 
 pub async fn measure(url: &str, args: &BenchArgs, batch: usize) -> anyhow::Result<DrainRun> {
-    let url = url.to_owned();
-    let jobs = args.jobs;
-    let concurrency = args.concurrency;
-    tokio::task::spawn_blocking(move || run(&url, jobs, concurrency, batch)).await?
+    let workload = Workload {
+        label: batch.to_string(),
+        jobs: args.jobs,
+        kinds: "noop".to_owned(),
+        env: Vec::new(),
+        enqueue: enqueue_noops,
+    };
+    let (url, concurrency) = (url.to_owned(), args.concurrency);
+    tokio::task::spawn_blocking(move || run(&url, &workload, concurrency, batch)).await?
 }
 
-fn run(url: &str, jobs: usize, concurrency: usize, batch: usize) -> anyhow::Result<DrainRun> {
+/// What one drain enqueues and how the relay under test is configured for it.
+pub struct Workload {
+    /// Shown on the progress bar.
+    pub label: String,
+    pub jobs: usize,
+    /// RELAY_KINDS of the relay.
+    pub kinds: String,
+    /// More environment for the relay (effect settings).
+    pub env: Vec<(&'static str, String)>,
+    /// Enqueues `jobs` due jobs untimed and returns the database's clock at commit.
+    pub enqueue: fn(&mut PgConnection, usize) -> anyhow::Result<chrono::DateTime<chrono::Utc>>,
+}
+
+pub fn run(
+    url: &str,
+    workload: &Workload,
+    concurrency: usize,
+    batch: usize,
+) -> anyhow::Result<DrainRun> {
+    let jobs = workload.jobs;
     let mut conn = PgConnection::establish(url)?;
     let name = super::ceiling::conn_database(&mut conn)?;
     diesel::sql_query("TRUNCATE jobs").execute(&mut conn)?;
-    let mut relay = RelayProcess::start(url, concurrency, batch)?;
+    let mut relay = RelayProcess::start(url, workload, concurrency, batch)?;
     // Let it connect, migrate-check and go idle, so startup is not timed.
     std::thread::sleep(Duration::from_millis(1500));
     relay.check_alive()?;
 
     let before = stats::read(&mut conn, &name)?;
     let cpu_before = process_cpu_seconds(Some(relay.pid()));
-    let start = enqueue_noops(&mut conn, jobs)?;
+    let start = (workload.enqueue)(&mut conn, jobs)?;
     let progress = indicatif::ProgressBar::new(jobs as u64);
     progress.set_style(
         indicatif::ProgressStyle::with_template("  relay batch {msg} [{bar:30}] {pos}/{len}")
             .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar()),
     );
-    progress.set_message(batch.to_string());
+    progress.set_message(workload.label.clone());
     let deadline = Instant::now() + Duration::from_secs(600);
     while !drained(&mut conn)? {
         relay.check_alive()?;
@@ -82,10 +106,16 @@ struct RelayProcess {
 }
 
 impl RelayProcess {
-    fn start(url: &str, concurrency: usize, batch: usize) -> anyhow::Result<RelayProcess> {
+    fn start(
+        url: &str,
+        workload: &Workload,
+        concurrency: usize,
+        batch: usize,
+    ) -> anyhow::Result<RelayProcess> {
         let exe = std::env::current_exe().context("locating the outbox-relay binary")?;
         let child = Command::new(exe)
-            .args(["relay", "--kinds", "noop"])
+            .args(["relay", "--kinds", &workload.kinds])
+            .envs(workload.env.iter().map(|(k, v)| (k, v)))
             .env("DATABASE_URL", url)
             .env("RELAY_CONCURRENCY", concurrency.to_string())
             .env("RELAY_BATCH_SIZE", batch.to_string())

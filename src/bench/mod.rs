@@ -9,6 +9,7 @@ mod ceiling;
 mod drain;
 mod latency;
 mod orders;
+mod real;
 mod report;
 mod stats;
 
@@ -57,6 +58,26 @@ pub struct BenchArgs {
     /// Runs of each throughput measurement; the median is reported.
     #[arg(long, default_value_t = 1, value_parser = parse_count)]
     pub repeat: usize,
+    /// `real` adds a drain whose jobs do real I/O: confirmation emails to a
+    /// local SMTP sink and signed webhooks to a local HTTP sink.
+    #[arg(long, value_enum, default_value_t = EffectsMode::Noop)]
+    pub effects: EffectsMode,
+    /// Jobs in the real-effects drain (half emails, half webhooks).
+    #[arg(long, default_value_t = 10_000, value_parser = parse_jobs)]
+    pub real_jobs: usize,
+    /// Skip the batch-1 pair, which at a large concurrency is slow and opens
+    /// as many connections as the ceiling has loops.
+    #[arg(long)]
+    pub no_batch_1: bool,
+}
+
+/// What the drained jobs do.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum EffectsMode {
+    /// Only `noop` jobs: the relay and the queue, nothing else.
+    Noop,
+    /// The `noop` drains, then one of email and webhook jobs against local sinks.
+    Real,
 }
 
 impl BenchArgs {
@@ -111,7 +132,7 @@ pub async fn run(args: BenchArgs) -> anyhow::Result<()> {
             .context("draining with the relay")?;
         eprintln!("  relay:   {:.0} jobs/s", relay.jobs_per_second());
         report.relay.push(relay);
-        if args.batch != 1 {
+        if args.batch != 1 && !args.no_batch_1 {
             let ceiling1 = ceiling::measure_at(&scratch.url, &args, 1).await?;
             eprintln!(
                 "  ceiling (batch 1): {:.0} jobs/s",
@@ -124,6 +145,16 @@ pub async fn run(args: BenchArgs) -> anyhow::Result<()> {
                 relay1.jobs_per_second()
             );
             report.relay_batch1.push(relay1);
+        }
+        if args.effects == EffectsMode::Real {
+            let real = real::measure(&scratch.url, &args, args.batch)
+                .await
+                .context("draining real effects")?;
+            eprintln!(
+                "  relay (real effects): {:.0} jobs/s",
+                real.jobs_per_second()
+            );
+            report.real.push(real);
         }
     }
     if args.api_clients > 0 {

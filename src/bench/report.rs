@@ -99,6 +99,19 @@ pub struct BenchReport {
     pub relay_batch1: Vec<DrainRun>,
     pub latency: Option<Latency>,
     pub placement: Option<super::orders::Placement>,
+    /// `--effects real`: drains of email and webhook jobs at `batch`.
+    pub real: Vec<DrainRun>,
+}
+
+/// The share of a real job's wall time that a `noop` job, which is nothing
+/// but the relay's machinery, takes at the same settings.
+fn machinery_share(real: &DrainRun, noop: &DrainRun) -> f64 {
+    let noop_rate = noop.jobs_per_second();
+    if noop_rate > 0.0 {
+        real.jobs_per_second() / noop_rate
+    } else {
+        f64::NAN
+    }
 }
 
 /// The run with the median throughput.
@@ -120,6 +133,7 @@ impl BenchReport {
             relay_batch1: Vec::new(),
             latency: None,
             placement: None,
+            real: Vec::new(),
         }
     }
 
@@ -171,6 +185,32 @@ impl BenchReport {
                         .unwrap_or_else(|| "-".into()),
                 ));
             }
+        }
+        if let (Some(real), Some(noop)) = (median(&self.real), median(&self.relay)) {
+            out.push_str(&format!(
+                "{:<28} {:>6} {:>10.0} {:>8} {:>9.2} {:>10.0} {:>11} {:>9}\n",
+                "relay, real effects",
+                real.batch,
+                real.jobs_per_second(),
+                "-",
+                real.per_job(real.server.transactions),
+                real.per_job(real.server.wal_bytes),
+                real.cpu_per_10k()
+                    .map(|c| format!("{c:.2}"))
+                    .unwrap_or_else(|| "-".into()),
+                real.relay_peak_rss_kib
+                    .map(|k| format!("{:.1}", k as f64 / 1024.0))
+                    .unwrap_or_else(|| "-".into()),
+            ));
+            out.push_str(&format!(
+                "\nreal effects ({} jobs: confirmation emails over SMTP and signed webhooks over HTTP, \
+                 to local sinks): {:.0} jobs/s against {:.0} for noop jobs at the same batch; the relay's \
+                 own machinery is about {:.0}% of a real job's time\n",
+                real.jobs,
+                real.jobs_per_second(),
+                noop.jobs_per_second(),
+                machinery_share(real, noop) * 100.0
+            ));
         }
         if let Some(l) = &self.latency {
             out.push_str(&format!(
@@ -238,6 +278,11 @@ impl BenchReport {
                 "api_errors": p.api_errors,
                 "pgbench_orders_per_second": p.pgbench_orders_per_second,
                 "api_over_pgbench": p.pgbench_orders_per_second.map(|c| p.api_orders_per_second / c),
+            })),
+            "real_effects": median(&self.real).map(|real| json!({
+                "run": run(Some(real)),
+                "noop_jobs_per_second": median(&self.relay).map(DrainRun::jobs_per_second),
+                "machinery_share": median(&self.relay).map(|noop| machinery_share(real, noop)),
             })),
             "latency_ms": self.latency.as_ref().map(|l| json!({
                 "samples": l.samples, "p50": l.p50_ms, "p95": l.p95_ms, "p99": l.p99_ms, "max": l.max_ms

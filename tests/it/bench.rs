@@ -15,6 +15,10 @@ fn bench_runs_a_small_workload_and_reports_every_figure() {
             "4",
             "--api-duration",
             "1s",
+            "--effects",
+            "real",
+            "--real-jobs",
+            "200",
         ])
         .env("DATABASE_URL", crate::support::db::admin_url())
         .env_remove("RUST_LOG")
@@ -59,6 +63,20 @@ fn bench_runs_a_small_workload_and_reports_every_figure() {
         );
         assert!(run["relay_over_ceiling"].as_f64().is_some(), "{run}");
     }
+    // Every email and webhook reached its sink (the bench checks), and the
+    // run is set against the noop drain.
+    let real = &report["real_effects"];
+    assert!(
+        real["run"]["jobs_per_second"]
+            .as_f64()
+            .is_some_and(|r| r > 0.0),
+        "{report}"
+    );
+    assert!(
+        real["machinery_share"].as_f64().is_some_and(|s| s > 0.0),
+        "{report}"
+    );
+    assert!(stdout.contains("relay, real effects"), "{stdout}");
     assert_eq!(report["latency_ms"]["samples"], 20);
     assert!(
         report["latency_ms"]["p50"]

@@ -1,0 +1,124 @@
+//! `--effects real`: the same drain, but every job does real I/O. Each order
+//! gets a confirmation email, sent over SMTP to a local sink, and an order
+//! webhook, signed and POSTed to a local HTTP sink. Set next to the `noop`
+//! drain at the same batch, it shows how much of a real job's time is the
+//! relay's own machinery.
+//!
+//! Both sinks run inside the bench process, so they use the same two cores as
+//! the relay and PostgreSQL; that is part of what the comparison measures.
+
+use anyhow::Context as _;
+use diesel::prelude::*;
+use diesel::sql_types::{BigInt, Timestamptz};
+
+use super::BenchArgs;
+use super::drain::{self, Workload};
+use super::report::DrainRun;
+use crate::demo::sinks::smtp::SmtpSink;
+use crate::demo::sinks::webhook::{Answer, WebhookSink};
+
+const KINDS: &str = "confirmation_email,order_webhook";
+const SECRET: &str = "bench-secret";
+
+/// Drains `args.real_jobs` jobs (half emails, half webhooks) at `batch`, then
+/// checks that every one reached its sink.
+pub async fn measure(url: &str, args: &BenchArgs, batch: usize) -> anyhow::Result<DrainRun> {
+    let smtp = SmtpSink::start(None)
+        .await
+        .context("starting the SMTP sink")?;
+    let webhook = WebhookSink::start([], Answer::status(200), None)
+        .await
+        .context("starting the webhook sink")?;
+    let workload = Workload {
+        label: format!("{batch}, real effects"),
+        // Two jobs per order.
+        jobs: args.real_jobs.div_ceil(2) * 2,
+        kinds: KINDS.to_owned(),
+        env: vec![
+            ("SMTP_URL", smtp.url()),
+            ("MAIL_FROM", "Bench Shop <orders@bench.invalid>".to_owned()),
+            ("WEBHOOK_URL", webhook.url().to_string()),
+            ("WEBHOOK_SECRET", SECRET.to_owned()),
+        ],
+        enqueue: enqueue_orders,
+    };
+    let (owned_url, concurrency) = (url.to_owned(), args.concurrency);
+    let run = tokio::task::spawn_blocking(move || {
+        let run = drain::run(&owned_url, &workload, concurrency, batch)?;
+        let mut conn = PgConnection::establish(&owned_url)?;
+        failed_jobs(&mut conn)?;
+        anyhow::Ok(run)
+    })
+    .await??;
+
+    let orders = run.jobs / 2;
+    let mails = smtp.accepted().len();
+    let posts = webhook.requests().len();
+    // At least once: a retried job may reach its sink twice, never zero times.
+    anyhow::ensure!(
+        mails >= orders && posts >= orders,
+        "the sinks saw {mails} mails and {posts} webhooks for {orders} orders"
+    );
+    Ok(run)
+}
+
+/// Inserts `jobs / 2` orders (one item each) and their email and webhook jobs,
+/// in one transaction, and returns the database's clock at commit.
+fn enqueue_orders(
+    conn: &mut PgConnection,
+    jobs: usize,
+) -> anyhow::Result<chrono::DateTime<chrono::Utc>> {
+    #[derive(QueryableByName)]
+    struct Now {
+        #[diesel(sql_type = Timestamptz)]
+        now: chrono::DateTime<chrono::Utc>,
+    }
+    let orders = i64::try_from(jobs / 2).unwrap_or(i64::MAX);
+    diesel::sql_query("TRUNCATE jobs, order_items, orders, receipts").execute(conn)?;
+    diesel::sql_query("VACUUM jobs").execute(conn)?;
+    conn.transaction(|conn| {
+        diesel::sql_query(
+            "WITH placed AS ( \
+                 INSERT INTO orders (customer_email, customer_name, currency, total_cents) \
+                 SELECT 'customer' || g || '@example.com', 'Customer ' || g, 'EUR', 900 \
+                 FROM generate_series(1, $1) AS g \
+                 RETURNING id), \
+             items AS ( \
+                 INSERT INTO order_items (order_id, sku, name, quantity, unit_price_cents) \
+                 SELECT id, 'TEA-1', 'Green tea', 2, 450 FROM placed) \
+             INSERT INTO jobs (order_id, kind, payload) \
+             SELECT id, kind, jsonb_build_object('order_id', id) \
+             FROM placed, unnest(ARRAY['confirmation_email', 'order_webhook']) AS kind",
+        )
+        .bind::<BigInt, _>(orders)
+        .execute(conn)?;
+        diesel::sql_query("ANALYZE jobs").execute(conn)?;
+        diesel::sql_query("SELECT pg_notify('outbox_jobs', 'confirmation_email')").execute(conn)?;
+        diesel::QueryResult::Ok(())
+    })?;
+    let now: Now = diesel::sql_query("SELECT clock_timestamp() AS now").get_result(conn)?;
+    Ok(now.now)
+}
+
+/// An error naming the first failure, if any job failed: a throughput figure
+/// for effects that did not happen would mean nothing.
+fn failed_jobs(conn: &mut PgConnection) -> anyhow::Result<()> {
+    #[derive(QueryableByName)]
+    struct Failed {
+        #[diesel(sql_type = BigInt)]
+        n: i64,
+        #[diesel(sql_type = diesel::sql_types::Nullable<diesel::sql_types::Text>)]
+        example: Option<String>,
+    }
+    let row: Failed = diesel::sql_query(
+        "SELECT count(*) AS n, min(last_error) AS example FROM jobs WHERE status = 'failed'",
+    )
+    .get_result(conn)?;
+    anyhow::ensure!(
+        row.n == 0,
+        "{} jobs failed in the real-effects run, e.g.: {}",
+        row.n,
+        row.example.unwrap_or_default()
+    );
+    Ok(())
+}
