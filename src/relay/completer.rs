@@ -47,6 +47,9 @@ pub(super) async fn run(
         if received == 0 {
             return;
         }
+        // Rows are locked in job-id order, as the heartbeat locks them, so the
+        // two never wait on each other in opposite orders.
+        batch.sort_unstable_by_key(|c| c.finish.job_id);
         if !write(&shared, &batch, &stop).await {
             return;
         }

@@ -180,14 +180,18 @@ impl Shared {
         self.in_flight.lock().unwrap_or_else(|e| e.into_inner())
     }
 
+    /// In job-id order, the order the completer locks rows in too.
     fn leases(&self) -> Vec<JobLease> {
-        self.in_flight()
+        let mut leases: Vec<JobLease> = self
+            .in_flight()
             .iter()
             .map(|(id, f)| JobLease {
                 job_id: *id,
                 attempt: f.attempt,
             })
-            .collect()
+            .collect();
+        leases.sort_unstable_by_key(|l| l.job_id);
+        leases
     }
 }
 
