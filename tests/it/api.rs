@@ -560,8 +560,12 @@ impl TableLock {
             Duration::from_secs(10),
             || {
                 diesel::sql_query(
+                    // Every test database is a copy of one template, so
+                    // `orders` has the same OID in all of them: without the
+                    // database filter, another test's waiter counts here.
                     "SELECT count(*) AS n FROM pg_locks \
-                 WHERE relation = 'orders'::regclass AND NOT granted",
+                 WHERE database = (SELECT oid FROM pg_database WHERE datname = current_database()) \
+                   AND relation = 'orders'::regclass AND NOT granted",
                 )
                 .get_result::<Waiting>(conn)
                 .expect("pg_locks")
