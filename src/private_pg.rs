@@ -30,7 +30,8 @@ fn step(step: &str, detail: impl std::fmt::Display) -> PrivatePgError {
     }
 }
 
-/// A running private server; stopped and (unless persistent) deleted on drop.
+/// A running private server; stopped and (unless persistent) deleted on drop,
+/// and also when the process exits on a second Ctrl-C, which skips destructors.
 #[derive(Debug)]
 pub struct PrivatePostgres {
     root: PathBuf,
@@ -38,6 +39,7 @@ pub struct PrivatePostgres {
     port: u16,
     run_as: Option<String>,
     persistent: bool,
+    forced_exit: Option<crate::shutdown::ForcedExitCleanup>,
 }
 
 impl PrivatePostgres {
@@ -61,6 +63,7 @@ impl PrivatePostgres {
                 port,
                 run_as: run_as(),
                 persistent: true,
+                forced_exit: None,
             });
         }
         Self::start_in(root.to_owned(), true)
@@ -88,12 +91,19 @@ impl PrivatePostgres {
             }
         }
         let port = free_port().map_err(|e| step("finding a free port", e))?;
+        let forced_exit = (!persistent).then(|| {
+            let (root, bindir, run_as) = (root.clone(), bindir.clone(), run_as.clone());
+            crate::shutdown::on_forced_exit(move || {
+                remove_server(&root, &bindir, run_as.as_deref())
+            })
+        });
         let server = PrivatePostgres {
             root,
             bindir,
             port,
             run_as,
             persistent,
+            forced_exit,
         };
         server.run(
             "initdb",
@@ -168,33 +178,50 @@ impl PrivatePostgres {
     }
 
     fn run(&self, program: &str, args: &[&str]) -> Result<(), PrivatePgError> {
-        let exe = self.bindir.join(program);
-        let mut command = match &self.run_as {
-            Some(user) => {
-                let mut c = Command::new("runuser");
-                c.args(["-u", user, "--"]).arg(&exe);
-                c
-            }
-            None => Command::new(&exe),
-        };
-        let output = command
-            .args(args)
-            .current_dir(&self.root)
-            .stdin(Stdio::null())
-            .output()
-            .map_err(|e| step(program, format!("cannot run {}: {e}", exe.display())))?;
-        if output.status.success() {
-            Ok(())
-        } else {
-            Err(step(
-                program,
-                format!(
-                    "{}\n{}",
-                    output.status,
-                    String::from_utf8_lossy(&output.stderr).trim()
-                ),
-            ))
+        run_tool(
+            &self.root,
+            &self.bindir,
+            self.run_as.as_deref(),
+            program,
+            args,
+        )
+    }
+}
+
+/// Runs `program` of `bindir` in `root`, as `run_as` when given.
+fn run_tool(
+    root: &Path,
+    bindir: &Path,
+    run_as: Option<&str>,
+    program: &str,
+    args: &[&str],
+) -> Result<(), PrivatePgError> {
+    let exe = bindir.join(program);
+    let mut command = match run_as {
+        Some(user) => {
+            let mut c = Command::new("runuser");
+            c.args(["-u", user, "--"]).arg(&exe);
+            c
         }
+        None => Command::new(&exe),
+    };
+    let output = command
+        .args(args)
+        .current_dir(root)
+        .stdin(Stdio::null())
+        .output()
+        .map_err(|e| step(program, format!("cannot run {}: {e}", exe.display())))?;
+    if output.status.success() {
+        Ok(())
+    } else {
+        Err(step(
+            program,
+            format!(
+                "{}\n{}",
+                output.status,
+                String::from_utf8_lossy(&output.stderr).trim()
+            ),
+        ))
     }
 }
 
@@ -203,10 +230,23 @@ impl Drop for PrivatePostgres {
         if self.persistent {
             return;
         }
-        let data = path_str(&self.root.join("data"));
-        let _ = self.run("pg_ctl", &["-D", &data, "-m", "immediate", "-w", "stop"]);
-        let _ = std::fs::remove_dir_all(&self.root);
+        remove_server(&self.root, &self.bindir, self.run_as.as_deref());
+        // Only now: a second Ctrl-C during the removal above still cleans up.
+        self.forced_exit.take();
     }
+}
+
+/// Stops the server in `root` at once and deletes its directory.
+fn remove_server(root: &Path, bindir: &Path, run_as: Option<&str>) {
+    let data = path_str(&root.join("data"));
+    let _ = run_tool(
+        root,
+        bindir,
+        run_as,
+        "pg_ctl",
+        &["-D", &data, "-m", "immediate", "-w", "stop"],
+    );
+    let _ = std::fs::remove_dir_all(root);
 }
 
 fn path_str(path: &Path) -> String {

@@ -175,3 +175,92 @@ fn the_demo_leaves_emails_signed_webhooks_and_receipts_in_its_out_dir_and_drops_
             .expect("query pg_database");
     assert_eq!(left.n, 0, "the demo's scratch database was dropped");
 }
+
+/// Server processes whose command line names `dir_prefix`.
+fn postgres_processes_under(dir_prefix: &str) -> Vec<String> {
+    std::fs::read_dir("/proc")
+        .expect("/proc")
+        .flatten()
+        .filter_map(|entry| std::fs::read(entry.path().join("cmdline")).ok())
+        .map(|raw| String::from_utf8_lossy(&raw).replace('\0', " "))
+        .filter(|cmdline| cmdline.contains(dir_prefix))
+        .collect()
+}
+
+/// A second Ctrl-C exits at once, skipping destructors; the private server the
+/// demo started must not outlive it, nor its temporary directory remain.
+#[test]
+fn a_second_ctrl_c_still_stops_and_removes_the_private_postgres() {
+    if outbox_relay::private_pg::find_bindir().is_none() {
+        panic!("initdb and pg_ctl are needed (the CI script installs the PostgreSQL server)");
+    }
+    let tmp = TempDir::new();
+    let stdout_path = tmp.0.join("stdout.txt");
+    let mut child = Command::new(env!("CARGO_BIN_EXE_outbox-relay"))
+        .args(["demo", "--orders", "500", "--out"])
+        .arg(tmp.0.join("out"))
+        .env_remove("DATABASE_URL")
+        .stdin(Stdio::null())
+        .stdout(std::fs::File::create(&stdout_path).expect("stdout file"))
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("run outbox-relay demo");
+    let prefix = std::env::temp_dir()
+        .join(format!("outbox-relay-pg-{}-", child.id()))
+        .to_string_lossy()
+        .into_owned();
+    let started = Instant::now();
+    while !std::fs::read_to_string(&stdout_path)
+        .unwrap_or_default()
+        .contains("Database ready")
+    {
+        assert!(
+            child.try_wait().expect("wait").is_none(),
+            "the demo exited before its database was ready"
+        );
+        assert!(
+            started.elapsed() < Duration::from_secs(60),
+            "no private PostgreSQL within 60s"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    assert!(
+        !postgres_processes_under(&prefix).is_empty(),
+        "the private server runs under {prefix}*"
+    );
+
+    let interrupt = || {
+        Command::new("kill")
+            .args(["-INT", &child.id().to_string()])
+            .status()
+            .expect("kill -INT")
+    };
+    interrupt();
+    std::thread::sleep(Duration::from_millis(20));
+    interrupt();
+    let status = child.wait().expect("the demo exits");
+    let stdout = std::fs::read_to_string(&stdout_path).unwrap_or_default();
+    assert_eq!(
+        status.code(),
+        Some(130),
+        "exited on the second signal:\n{stdout}"
+    );
+
+    // The graceful path may have started a `pg_ctl stop` of its own, which
+    // the forced exit leaves to finish: give it a moment.
+    let exited = Instant::now();
+    while !postgres_processes_under(&prefix).is_empty()
+        && exited.elapsed() < Duration::from_secs(10)
+    {
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let left = postgres_processes_under(&prefix);
+    assert!(left.is_empty(), "still running: {left:?}");
+    let dirs: Vec<PathBuf> = std::fs::read_dir(std::env::temp_dir())
+        .expect("temp dir")
+        .flatten()
+        .map(|e| e.path())
+        .filter(|p| p.to_string_lossy().starts_with(&prefix))
+        .collect();
+    assert!(dirs.is_empty(), "left behind: {dirs:?}");
+}
