@@ -23,7 +23,7 @@ pub use admin::{
 pub use claim::{ClaimRequest, ClaimedJob, claim_jobs};
 pub use finish::{Finish, FinishReport, LocalWrite, Outcome, finish_jobs};
 pub use lease::{JobLease, extend_leases, release_jobs};
-pub use reap::{ReapReport, reap_expired_leases};
+pub use reap::{ReapReport, Spare, reap_expired_leases, reap_expired_leases_sparing};
 
 use crate::schema::jobs;
 

@@ -40,10 +40,30 @@ pub fn reap_expired_leases(
     limit: i64,
     retry_delay: impl Fn(i32) -> Duration,
 ) -> QueryResult<ReapReport> {
+    reap_expired_leases_sparing(conn, limit, &Spare::default(), retry_delay)
+}
+
+/// Jobs a reaper leaves alone although their lease expired: those its own
+/// relay is still running (see `sql/select_expired_leases.sql`).
+#[derive(Debug, Clone, Default)]
+pub struct Spare<'a> {
+    pub worker_id: &'a str,
+    pub job_ids: &'a [i64],
+}
+
+/// [`reap_expired_leases`], leaving `spare`'s jobs alone.
+pub fn reap_expired_leases_sparing(
+    conn: &mut PgConnection,
+    limit: i64,
+    spare: &Spare<'_>,
+    retry_delay: impl Fn(i32) -> Duration,
+) -> QueryResult<ReapReport> {
     conn.transaction(|conn| {
         let expired: Vec<ExpiredRow> =
             diesel::sql_query(include_str!("sql/select_expired_leases.sql"))
                 .bind::<BigInt, _>(limit)
+                .bind::<Text, _>(spare.worker_id)
+                .bind::<Array<BigInt>, _>(spare.job_ids)
                 .load(conn)?;
         if expired.is_empty() {
             return Ok(ReapReport::default());

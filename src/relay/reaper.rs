@@ -6,7 +6,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::{REAP_BATCH, RelayStats, Shared};
 use crate::db::run_blocking;
-use crate::outbox::reap_expired_leases;
+use crate::outbox::{Spare, reap_expired_leases_sparing};
 
 /// Reaps at every `reap_interval` (and once at start), until `stop`. Safe on
 /// every relay at once: the reap query skips rows another reaper holds.
@@ -21,10 +21,21 @@ pub(super) async fn run(shared: Arc<Shared>, stop: CancellationToken) {
         // A full batch means there may be more: go again at once.
         loop {
             let policy = shared.settings.backoff;
+            // This relay's own effects still running: their leases lapse only
+            // when the heartbeat lost the database, and the next one renews them.
+            let live: Vec<i64> = shared.leases().iter().map(|l| l.job_id).collect();
+            let worker = shared.settings.worker_id.clone();
             let result = run_blocking(&shared.pool, move |conn| {
-                Ok(reap_expired_leases(conn, REAP_BATCH, |attempt| {
-                    policy.jittered_delay(attempt)
-                })?)
+                let spare = Spare {
+                    worker_id: &worker,
+                    job_ids: &live,
+                };
+                Ok(reap_expired_leases_sparing(
+                    conn,
+                    REAP_BATCH,
+                    &spare,
+                    |attempt| policy.jittered_delay(attempt),
+                )?)
             })
             .await;
             match result {

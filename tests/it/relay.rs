@@ -361,6 +361,59 @@ async fn a_heartbeat_keeps_a_long_effects_lease_alive() {
     assert_eq!(attempts, 1, "never reaped");
 }
 
+/// Heartbeats that never reach the database (an outage longer than the lease)
+/// let the lease of a running effect lapse; the relay's own reaper must not
+/// requeue a job it is still running, or the effect would run twice.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_relays_own_reaper_spares_the_jobs_it_is_still_running() {
+    init_tracing();
+    let db = TestDb::new();
+    let mut conn = db.conn();
+    let id = enqueue(&mut conn, &NewJob::new("noop", serde_json::json!({}))).expect("enqueue");
+    let runs = Arc::new(AtomicUsize::new(0));
+
+    let mut settings = test_settings("outage", &["noop"]).with_lease(Duration::from_millis(300));
+    settings.heartbeat_interval = Duration::from_secs(3600);
+    settings.reap_interval = Duration::from_millis(50);
+    let counter = Arc::clone(&runs);
+    let relay = spawn_relay(
+        &db,
+        settings,
+        executor(move |_| {
+            counter.fetch_add(1, Ordering::SeqCst);
+            async {
+                tokio::time::sleep(Duration::from_millis(1500)).await;
+                Ok(None)
+            }
+        }),
+    );
+    // The lease really lapses while the effect runs.
+    wait_until("the lease to expire", Duration::from_secs(10), || {
+        jobs::table
+            .find(id)
+            .select(jobs::lease_expires_at)
+            .first::<Option<chrono::DateTime<chrono::Utc>>>(&mut conn)
+            .expect("job")
+            .is_some_and(|lease| lease < chrono::Utc::now())
+    })
+    .await;
+    wait_until("the job to finish", Duration::from_secs(20), || {
+        count(&mut conn, "done") == 1
+    })
+    .await;
+    let reaped = RelayStats::get(&relay.stats.reaped);
+    relay.stop().await;
+
+    assert_eq!(runs.load(Ordering::SeqCst), 1, "the effect ran once");
+    assert_eq!(reaped, 0, "its own reaper left it alone");
+    let attempts: i32 = jobs::table
+        .find(id)
+        .select(jobs::attempts)
+        .first(&mut conn)
+        .expect("job");
+    assert_eq!(attempts, 1);
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn shutdown_finishes_in_flight_effects_and_leaves_unclaimed_jobs_untouched() {
     init_tracing();

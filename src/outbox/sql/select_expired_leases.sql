@@ -9,10 +9,16 @@
 -- transaction has moved them out of 'processing' (update_reaped_jobs.sql). A
 -- worker that comes back and tries to finish such a job is fenced out: the
 -- reaper clears locked_by, and the next claim changes attempts.
+--
+-- Sparing: $3 are the jobs worker $2 (the reaper's own relay) is still running.
+-- Their leases run out only when its heartbeats could not reach the database
+-- (an outage longer than the lease); the effects are alive, so requeueing them
+-- here would only run them twice. Another relay's reaper may still take them.
 SELECT id, attempts, max_attempts, locked_by
 FROM jobs
 WHERE status = 'processing'
   AND lease_expires_at < now()
+  AND NOT (locked_by = $2 AND id = ANY($3::bigint[]))
 ORDER BY lease_expires_at
 LIMIT $1
 FOR UPDATE SKIP LOCKED
