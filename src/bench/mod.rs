@@ -186,27 +186,42 @@ fn enqueue_noops(
     conn: &mut PgConnection,
     n: usize,
 ) -> anyhow::Result<chrono::DateTime<chrono::Utc>> {
-    use diesel::sql_types::{BigInt, Timestamptz};
-    #[derive(QueryableByName)]
-    struct Now {
-        #[diesel(sql_type = Timestamptz)]
-        now: chrono::DateTime<chrono::Utc>,
-    }
-    diesel::sql_query("TRUNCATE jobs").execute(conn)?;
-    // Start from a clean table: no dead tuples left by the previous run.
-    diesel::sql_query("VACUUM jobs").execute(conn)?;
-    conn.transaction(|conn| {
+    enqueue_timed(conn, "jobs", "noop", |conn| {
         diesel::sql_query(
             "INSERT INTO jobs (kind, payload) SELECT 'noop', '{}'::jsonb FROM generate_series(1, $1)",
         )
-        .bind::<BigInt, _>(i64::try_from(n).unwrap_or(i64::MAX))
-        .execute(conn)?;
+        .bind::<diesel::sql_types::BigInt, _>(i64::try_from(n).unwrap_or(i64::MAX))
+        .execute(conn)
+        .map(drop)
+    })
+}
+
+/// Empties `tables`, runs `insert` in one transaction with fresh statistics and
+/// a NOTIFY for `kind`, and returns the database's clock once it committed.
+fn enqueue_timed(
+    conn: &mut PgConnection,
+    tables: &str,
+    kind: &str,
+    insert: impl FnOnce(&mut PgConnection) -> diesel::QueryResult<()>,
+) -> anyhow::Result<chrono::DateTime<chrono::Utc>> {
+    #[derive(QueryableByName)]
+    struct Now {
+        #[diesel(sql_type = diesel::sql_types::Timestamptz)]
+        now: chrono::DateTime<chrono::Utc>,
+    }
+    diesel::sql_query(format!("TRUNCATE {tables}")).execute(conn)?;
+    // Start from a clean table: no dead tuples left by the previous run.
+    diesel::sql_query("VACUUM jobs").execute(conn)?;
+    conn.transaction(|conn| {
+        insert(conn)?;
         // Statistics for the new rows, in the same transaction (ANALYZE samples
         // rows its own transaction inserted), so that no drain starts on a
         // planner that has never seen the table; autovacuum would get there too,
         // but not within one timed run.
         diesel::sql_query("ANALYZE jobs").execute(conn)?;
-        diesel::sql_query("SELECT pg_notify('outbox_jobs', 'noop')").execute(conn)?;
+        diesel::sql_query("SELECT pg_notify('outbox_jobs', $1)")
+            .bind::<diesel::sql_types::Text, _>(kind)
+            .execute(conn)?;
         diesel::QueryResult::Ok(())
     })?;
     let now: Now = diesel::sql_query("SELECT clock_timestamp() AS now").get_result(conn)?;

@@ -9,7 +9,7 @@
 
 use anyhow::Context as _;
 use diesel::prelude::*;
-use diesel::sql_types::{BigInt, Timestamptz};
+use diesel::sql_types::BigInt;
 
 use super::BenchArgs;
 use super::drain::{self, Workload};
@@ -68,36 +68,30 @@ fn enqueue_orders(
     conn: &mut PgConnection,
     jobs: usize,
 ) -> anyhow::Result<chrono::DateTime<chrono::Utc>> {
-    #[derive(QueryableByName)]
-    struct Now {
-        #[diesel(sql_type = Timestamptz)]
-        now: chrono::DateTime<chrono::Utc>,
-    }
     let orders = i64::try_from(jobs / 2).unwrap_or(i64::MAX);
-    diesel::sql_query("TRUNCATE jobs, order_items, orders, receipts").execute(conn)?;
-    diesel::sql_query("VACUUM jobs").execute(conn)?;
-    conn.transaction(|conn| {
-        diesel::sql_query(
-            "WITH placed AS ( \
-                 INSERT INTO orders (customer_email, customer_name, currency, total_cents) \
-                 SELECT 'customer' || g || '@example.com', 'Customer ' || g, 'EUR', 900 \
-                 FROM generate_series(1, $1) AS g \
-                 RETURNING id), \
-             items AS ( \
-                 INSERT INTO order_items (order_id, sku, name, quantity, unit_price_cents) \
-                 SELECT id, 'TEA-1', 'Green tea', 2, 450 FROM placed) \
-             INSERT INTO jobs (order_id, kind, payload) \
-             SELECT id, kind, jsonb_build_object('order_id', id) \
-             FROM placed, unnest(ARRAY['confirmation_email', 'order_webhook']) AS kind",
-        )
-        .bind::<BigInt, _>(orders)
-        .execute(conn)?;
-        diesel::sql_query("ANALYZE jobs").execute(conn)?;
-        diesel::sql_query("SELECT pg_notify('outbox_jobs', 'confirmation_email')").execute(conn)?;
-        diesel::QueryResult::Ok(())
-    })?;
-    let now: Now = diesel::sql_query("SELECT clock_timestamp() AS now").get_result(conn)?;
-    Ok(now.now)
+    super::enqueue_timed(
+        conn,
+        "jobs, order_items, orders, receipts",
+        "confirmation_email",
+        |conn| {
+            diesel::sql_query(
+                "WITH placed AS ( \
+                     INSERT INTO orders (customer_email, customer_name, currency, total_cents) \
+                     SELECT 'customer' || g || '@example.com', 'Customer ' || g, 'EUR', 900 \
+                     FROM generate_series(1, $1) AS g \
+                     RETURNING id), \
+                 items AS ( \
+                     INSERT INTO order_items (order_id, sku, name, quantity, unit_price_cents) \
+                     SELECT id, 'TEA-1', 'Green tea', 2, 450 FROM placed) \
+                 INSERT INTO jobs (order_id, kind, payload) \
+                 SELECT id, kind, jsonb_build_object('order_id', id) \
+                 FROM placed, unnest(ARRAY['confirmation_email', 'order_webhook']) AS kind",
+            )
+            .bind::<BigInt, _>(orders)
+            .execute(conn)
+            .map(drop)
+        },
+    )
 }
 
 /// An error naming the first failure, if any job failed: a throughput figure

@@ -315,6 +315,21 @@ async fn a_dead_workers_job_is_reaped_and_finished_by_another_relay() {
     assert!(error.is_some_and(|e| e.contains("lease expired") && e.contains("crashed")));
 }
 
+/// An executor whose every effect counts itself in `runs`, then takes `effect_time`.
+fn counted_sleeper(
+    runs: &Arc<AtomicUsize>,
+    effect_time: Duration,
+) -> Arc<dyn outbox_relay::effects::Executor> {
+    let runs = Arc::clone(runs);
+    executor(move |_| {
+        runs.fetch_add(1, Ordering::SeqCst);
+        async move {
+            tokio::time::sleep(effect_time).await;
+            Ok(None)
+        }
+    })
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_heartbeat_keeps_a_long_effects_lease_alive() {
     init_tracing();
@@ -329,17 +344,10 @@ async fn a_heartbeat_keeps_a_long_effects_lease_alive() {
     let mut settings = test_settings("slow", &["noop"]);
     settings = settings.with_lease(lease);
     settings.reap_interval = Duration::from_millis(50);
-    let counter = Arc::clone(&runs);
     let relay = spawn_relay(
         &db,
         settings,
-        executor(move |_| {
-            counter.fetch_add(1, Ordering::SeqCst);
-            async {
-                tokio::time::sleep(Duration::from_millis(2000)).await;
-                Ok(None)
-            }
-        }),
+        counted_sleeper(&runs, Duration::from_millis(2000)),
     );
     let mut watcher = test_settings("watcher", &["other"]).with_lease(lease);
     watcher.reap_interval = Duration::from_millis(50);
@@ -375,17 +383,10 @@ async fn a_relays_own_reaper_spares_the_jobs_it_is_still_running() {
     let mut settings = test_settings("outage", &["noop"]).with_lease(Duration::from_millis(300));
     settings.heartbeat_interval = Duration::from_secs(3600);
     settings.reap_interval = Duration::from_millis(50);
-    let counter = Arc::clone(&runs);
     let relay = spawn_relay(
         &db,
         settings,
-        executor(move |_| {
-            counter.fetch_add(1, Ordering::SeqCst);
-            async {
-                tokio::time::sleep(Duration::from_millis(1500)).await;
-                Ok(None)
-            }
-        }),
+        counted_sleeper(&runs, Duration::from_millis(1500)),
     );
     // The lease really lapses while the effect runs.
     wait_until("the lease to expire", Duration::from_secs(10), || {
@@ -424,17 +425,10 @@ async fn shutdown_finishes_in_flight_effects_and_leaves_unclaimed_jobs_untouched
     let mut settings = test_settings("w", &["noop"]);
     settings.concurrency = 3;
     settings.batch_size = 3;
-    let seen = Arc::clone(&started);
     let relay = spawn_relay(
         &db,
         settings,
-        executor(move |_| {
-            seen.fetch_add(1, Ordering::SeqCst);
-            async {
-                tokio::time::sleep(Duration::from_millis(600)).await;
-                Ok(None)
-            }
-        }),
+        counted_sleeper(&started, Duration::from_millis(600)),
     );
 
     wait_until("three effects in flight", Duration::from_secs(10), || {
