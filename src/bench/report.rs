@@ -114,6 +114,25 @@ fn machinery_share(real: &DrainRun, noop: &DrainRun) -> f64 {
     }
 }
 
+/// One line of the drain table; `ratio` against the ceiling, when there is one.
+fn row(name: &str, batch: usize, run: &DrainRun, ratio: Option<f64>) -> String {
+    let or_dash = |value: Option<String>| value.unwrap_or_else(|| "-".into());
+    format!(
+        "{:<28} {:>6} {:>10.0} {:>8} {:>9.2} {:>10.0} {:>11} {:>9}\n",
+        name,
+        batch,
+        run.jobs_per_second(),
+        or_dash(ratio.map(|r| format!("{r:.2}x"))),
+        run.per_job(run.server.transactions),
+        run.per_job(run.server.wal_bytes),
+        or_dash(run.cpu_per_10k().map(|c| format!("{c:.2}"))),
+        or_dash(
+            run.relay_peak_rss_kib
+                .map(|k| format!("{:.1}", k as f64 / 1024.0))
+        ),
+    )
+}
+
 /// The run with the median throughput.
 fn median(runs: &[DrainRun]) -> Option<&DrainRun> {
     let mut sorted: Vec<&DrainRun> = runs.iter().collect();
@@ -169,39 +188,11 @@ impl BenchReport {
                 } else {
                     f64::NAN
                 };
-                out.push_str(&format!(
-                    "{:<28} {:>6} {:>10.0} {:>7.2}x {:>9.2} {:>10.0} {:>11} {:>9}\n",
-                    name,
-                    batch,
-                    run.jobs_per_second(),
-                    ratio,
-                    run.per_job(run.server.transactions),
-                    run.per_job(run.server.wal_bytes),
-                    run.cpu_per_10k()
-                        .map(|c| format!("{c:.2}"))
-                        .unwrap_or_else(|| "-".into()),
-                    run.relay_peak_rss_kib
-                        .map(|k| format!("{:.1}", k as f64 / 1024.0))
-                        .unwrap_or_else(|| "-".into()),
-                ));
+                out.push_str(&row(&name, batch, run, Some(ratio)));
             }
         }
         if let (Some(real), Some(noop)) = (median(&self.real), median(&self.relay)) {
-            out.push_str(&format!(
-                "{:<28} {:>6} {:>10.0} {:>8} {:>9.2} {:>10.0} {:>11} {:>9}\n",
-                "relay, real effects",
-                real.batch,
-                real.jobs_per_second(),
-                "-",
-                real.per_job(real.server.transactions),
-                real.per_job(real.server.wal_bytes),
-                real.cpu_per_10k()
-                    .map(|c| format!("{c:.2}"))
-                    .unwrap_or_else(|| "-".into()),
-                real.relay_peak_rss_kib
-                    .map(|k| format!("{:.1}", k as f64 / 1024.0))
-                    .unwrap_or_else(|| "-".into()),
-            ));
+            out.push_str(&row("relay, real effects", real.batch, real, None));
             out.push_str(&format!(
                 "\nreal effects ({} jobs: confirmation emails over SMTP and signed webhooks over HTTP, \
                  to local sinks): {:.0} jobs/s against {:.0} for noop jobs at the same batch; the relay's \

@@ -8,30 +8,11 @@ use outbox_relay::schema::{jobs, orders, receipts};
 use crate::support::http::Recorded;
 use crate::support::smtp::Mail;
 
-const ORDER_KINDS: [&str; 3] = ["confirmation_email", "receipt_pdf", "order_webhook"];
-
-#[derive(Debug, Clone, Queryable)]
-pub struct JobRow {
-    pub id: i64,
-    pub order_id: Option<i64>,
-    pub kind: String,
-    pub status: String,
-    pub attempts: i32,
-    pub locked_by: Option<String>,
-    pub last_error: Option<String>,
-}
+pub use outbox_relay::outbox::JobRow;
 
 pub fn load_jobs(conn: &mut PgConnection) -> Vec<JobRow> {
     jobs::table
-        .select((
-            jobs::id,
-            jobs::order_id,
-            jobs::kind,
-            jobs::status,
-            jobs::attempts,
-            jobs::locked_by,
-            jobs::last_error,
-        ))
+        .select(JobRow::as_select())
         .order(jobs::id)
         .load(conn)
         .expect("load jobs")
@@ -122,7 +103,7 @@ pub fn assert_invariants(
             .get(order_id)
             .map(|k| k.keys().copied().collect())
             .unwrap_or_default();
-        let mut expected = ORDER_KINDS.to_vec();
+        let mut expected = outbox_relay::orders::ORDER_JOB_KINDS.to_vec();
         expected.sort_unstable();
         assert_eq!(kinds, expected, "jobs of order {order_id}");
     }

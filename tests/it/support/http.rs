@@ -3,40 +3,24 @@
 //! script, then with a default answer; a panic instead of an error when it
 //! cannot start, and `Recorded::json` for assertions.
 
-use axum::body::Bytes;
-use axum::http::{HeaderMap, Method};
-use chrono::{DateTime, Utc};
 use outbox_relay::demo::sinks::webhook::{self as sink, WebhookSink};
 
 pub use outbox_relay::demo::sinks::webhook::Answer;
 
-/// One request as the sink received it.
+/// One request as the sink received it: the library's record (fields and
+/// `header` through `Deref`) with a JSON reader for assertions.
 #[derive(Debug, Clone)]
-pub struct Recorded {
-    pub at: DateTime<Utc>,
-    pub method: Method,
-    pub path: String,
-    pub headers: HeaderMap,
-    pub body: Bytes,
-}
+pub struct Recorded(sink::Recorded);
 
-impl From<sink::Recorded> for Recorded {
-    fn from(request: sink::Recorded) -> Recorded {
-        Recorded {
-            at: request.at,
-            method: request.method,
-            path: request.path,
-            headers: request.headers,
-            body: request.body,
-        }
+impl std::ops::Deref for Recorded {
+    type Target = sink::Recorded;
+
+    fn deref(&self) -> &sink::Recorded {
+        &self.0
     }
 }
 
 impl Recorded {
-    pub fn header(&self, name: &str) -> Option<&str> {
-        self.headers.get(name).and_then(|v| v.to_str().ok())
-    }
-
     pub fn json(&self) -> serde_json::Value {
         serde_json::from_slice(&self.body).expect("request body is JSON")
     }
@@ -61,6 +45,6 @@ impl HttpSink {
     }
 
     pub fn requests(&self) -> Vec<Recorded> {
-        self.0.requests().into_iter().map(Recorded::from).collect()
+        self.0.requests().into_iter().map(Recorded).collect()
     }
 }
