@@ -40,6 +40,7 @@ diesel::table! {
         created_at -> Timestamptz,
         finished_at -> Nullable<Timestamptz>,
         last_error -> Nullable<Text>,
+        lease_token -> Nullable<Int8>,
     }
 }
 
