@@ -10,7 +10,7 @@ use clap::Args;
 use crate::effects::EffectKind;
 use crate::effects::email::EmailConfig;
 use crate::effects::webhook::WebhookConfig;
-use crate::relay::{self, BackoffPolicy, RelaySettings};
+use crate::relay::{self, BackoffPolicy, JobTimeouts, RelaySettings};
 
 pub const DEFAULT_API_ADDR: &str = "127.0.0.1:8080";
 pub const DEFAULT_METRICS_ADDR: &str = "127.0.0.1:9187";
@@ -130,10 +130,31 @@ pub struct RelayArgs {
     /// How long in-flight effects may finish after SIGTERM/SIGINT.
     #[arg(long, env = "RELAY_SHUTDOWN_GRACE", default_value = "30s", value_parser = parse_duration)]
     pub shutdown_grace: Duration,
-    /// locked_by value (default: hostname-pid).
+    /// locked_by value (default: hostname-pid-random; informative only, since
+    /// fencing uses each claim's lease_token).
     #[arg(long, env = "RELAY_WORKER_ID")]
     pub worker_id: Option<String>,
-    /// Address of /metrics and /healthz.
+    /// Deadline of one effect, past which it is cancelled and the attempt is a
+    /// retryable failure: `5m`, or with per-kind overrides `5m,receipt_pdf=30s`.
+    #[arg(long, env = "RELAY_JOB_TIMEOUT", default_value = "5m", value_parser = parse_job_timeouts)]
+    pub job_timeout: JobTimeouts,
+    /// statement_timeout of the relay's database sessions (default: a quarter
+    /// of the lease, at most 10s).
+    #[arg(long, env = "RELAY_STATEMENT_TIMEOUT", value_parser = parse_positive_duration)]
+    pub statement_timeout: Option<Duration>,
+    /// lock_timeout of the relay's database sessions (default: a tenth of the
+    /// lease, at most 5s).
+    #[arg(long, env = "RELAY_LOCK_TIMEOUT", value_parser = parse_positive_duration)]
+    pub lock_timeout: Option<Duration>,
+    /// idle_in_transaction_session_timeout of the relay's database sessions
+    /// (default: a quarter of the lease, at most 10s).
+    #[arg(long, env = "RELAY_IDLE_IN_TRANSACTION_TIMEOUT", value_parser = parse_positive_duration)]
+    pub idle_in_transaction_timeout: Option<Duration>,
+    /// /livez answers 503 once claiming or writing outcomes has made no
+    /// progress for this long although there was work.
+    #[arg(long, env = "RELAY_STALL_TIMEOUT", default_value = "2m", value_parser = parse_positive_duration)]
+    pub stall_timeout: Duration,
+    /// Address of /metrics, /healthz, /readyz and /livez.
     #[arg(long, env = "METRICS_ADDR", default_value = DEFAULT_METRICS_ADDR, value_parser = parse_socket_addr)]
     pub metrics_addr: SocketAddr,
     #[command(flatten)]
@@ -236,8 +257,65 @@ impl RelayArgs {
             base: self.backoff_base,
             max: self.backoff_max,
         };
+        settings.job_timeouts = self.job_timeout.clone();
+        settings.stall_timeout = self.stall_timeout;
+        self.session_timeouts()?;
         Ok(settings)
     }
+
+    /// The relay's session timeouts: each well under the lease, so that a
+    /// heartbeat or an outcome stuck behind a lock fails and is retried long
+    /// before the leases it should renew run out.
+    pub fn session_timeouts(&self) -> Result<SessionTimeouts, ConfigError> {
+        let lease = self.lease;
+        // A quarter (a tenth) of the lease, but not so short that a busy
+        // server's ordinary claim trips it, nor over half the lease.
+        let derived = |share: u32, floor_ms: u64, cap_s: u64| {
+            (lease / share)
+                .max(Duration::from_millis(floor_ms))
+                .min(Duration::from_secs(cap_s))
+                .min(lease / 2)
+        };
+        let timeouts = SessionTimeouts {
+            statement: self
+                .statement_timeout
+                .unwrap_or_else(|| derived(4, 1000, 10)),
+            lock: self.lock_timeout.unwrap_or_else(|| derived(10, 500, 5)),
+            idle_in_transaction: self
+                .idle_in_transaction_timeout
+                .unwrap_or_else(|| derived(4, 1000, 10)),
+        };
+        for (variable, value) in [
+            ("RELAY_STATEMENT_TIMEOUT", timeouts.statement),
+            ("RELAY_LOCK_TIMEOUT", timeouts.lock),
+            (
+                "RELAY_IDLE_IN_TRANSACTION_TIMEOUT",
+                timeouts.idle_in_transaction,
+            ),
+        ] {
+            if value > lease / 2 {
+                return Err(ConfigError(format!(
+                    "{variable} ({}) must be at most half of RELAY_LEASE ({}), so that a stuck \
+                     statement fails before the leases it holds run out",
+                    humantime::format_duration(value),
+                    humantime::format_duration(lease)
+                )));
+            }
+        }
+        Ok(timeouts)
+    }
+}
+
+/// Timeouts of the relay's database sessions; see [`RelayArgs::session_timeouts`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SessionTimeouts {
+    pub statement: Duration,
+    pub lock: Duration,
+    pub idle_in_transaction: Duration,
+}
+
+fn parse_job_timeouts(raw: &str) -> Result<JobTimeouts, String> {
+    raw.parse()
 }
 
 impl EffectArgs {
@@ -292,7 +370,8 @@ impl EffectArgs {
     }
 }
 
-/// `hostname-pid`, the default `locked_by`.
+/// `hostname-pid-random`, the default `locked_by`. The random part tells apart
+/// containers that share a hostname and all run as pid 1.
 pub fn default_worker_id() -> String {
     let host = std::fs::read_to_string("/proc/sys/kernel/hostname")
         .ok()
@@ -300,7 +379,11 @@ pub fn default_worker_id() -> String {
         .map(|h| h.trim().to_owned())
         .filter(|h| !h.is_empty())
         .unwrap_or_else(|| "relay".to_owned());
-    format!("{host}-{}", std::process::id())
+    format!(
+        "{host}-{}-{:06x}",
+        std::process::id(),
+        fastrand::u32(..0x0100_0000)
+    )
 }
 
 #[cfg(test)]
@@ -332,6 +415,66 @@ mod tests {
             assert!(!shown.contains(secret), "{shown}");
         }
         assert!(shown.contains("smtp.example.com"), "{shown}");
+    }
+
+    fn relay_args(args: &[&str]) -> Result<RelayArgs, clap::Error> {
+        #[derive(clap::Parser, Debug)]
+        struct Cli {
+            #[command(flatten)]
+            relay: RelayArgs,
+        }
+        use clap::Parser as _;
+        let mut argv = vec!["relay"];
+        argv.extend_from_slice(args);
+        Cli::try_parse_from(argv).map(|cli| cli.relay)
+    }
+
+    #[test]
+    fn session_timeouts_default_to_shares_of_the_lease_and_must_stay_under_half_of_it() {
+        let defaults = relay_args(&[]).expect("defaults parse");
+        assert_eq!(
+            defaults.session_timeouts().expect("valid"),
+            SessionTimeouts {
+                statement: Duration::from_secs(10),
+                lock: Duration::from_secs(5),
+                idle_in_transaction: Duration::from_secs(10),
+            }
+        );
+        let short = relay_args(&["--lease", "2s"]).expect("parses");
+        assert_eq!(
+            short.session_timeouts().expect("valid"),
+            SessionTimeouts {
+                statement: Duration::from_secs(1),
+                lock: Duration::from_millis(500),
+                idle_in_transaction: Duration::from_secs(1),
+            }
+        );
+        let too_long = relay_args(&["--lease", "10s", "--lock-timeout", "6s"]).expect("parses");
+        let error = too_long
+            .session_timeouts()
+            .expect_err("over half the lease");
+        assert!(error.0.contains("RELAY_LOCK_TIMEOUT (6s)"), "{error}");
+    }
+
+    #[test]
+    fn a_job_timeout_with_per_kind_overrides_reaches_the_relay_settings() {
+        let args = relay_args(&["--job-timeout", "90s,receipt_pdf=20s"]).expect("parses");
+        let settings = args.settings().expect("valid");
+        assert_eq!(
+            settings.job_timeouts.for_kind("receipt_pdf"),
+            Duration::from_secs(20)
+        );
+        assert_eq!(
+            settings.job_timeouts.for_kind("noop"),
+            Duration::from_secs(90)
+        );
+        let error = relay_args(&["--job-timeout", "soon"]).expect_err("refused");
+        assert!(error.to_string().contains("soon"), "{error}");
+    }
+
+    #[test]
+    fn default_worker_ids_differ_between_processes_with_the_same_hostname_and_pid() {
+        assert_ne!(default_worker_id(), default_worker_id());
     }
 
     #[test]

@@ -37,7 +37,44 @@ pub enum DbError {
     Task(String),
 }
 
+/// What a failed database call means for whoever retries it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Failure {
+    /// The database could not be reached: the same call will work once it is back.
+    Unavailable,
+    /// The database refused this time for reasons of timing (a statement or
+    /// lock timeout, a deadlock, a serialization failure): try again later.
+    Transient,
+    /// The database refused the statement itself (bad data, a constraint, a
+    /// permission): the same call will fail the same way.
+    Rejected,
+}
+
 impl DbError {
+    /// How to treat this failure. Diesel keeps the SQLSTATE to itself except
+    /// for a few kinds it maps (connection failures, 40001), so the timeouts
+    /// and the deadlock are recognised by the server's message, which is stable
+    /// for PostgreSQL's default English `lc_messages` (see [`is_statement_timeout`]).
+    pub fn failure(&self) -> Failure {
+        use diesel::result::DatabaseErrorKind as Kind;
+        if self.is_unavailable() {
+            return Failure::Unavailable;
+        }
+        match self {
+            DbError::Query(diesel::result::Error::DatabaseError(Kind::SerializationFailure, _)) => {
+                Failure::Transient
+            }
+            DbError::Query(diesel::result::Error::DatabaseError(_, info))
+                if TRANSIENT_MESSAGES
+                    .iter()
+                    .any(|m| info.message().contains(m)) =>
+            {
+                Failure::Transient
+            }
+            _ => Failure::Rejected,
+        }
+    }
+
     /// True when the database itself could not be reached (as opposed to a query
     /// that was rejected), i.e. when the caller should answer 503 or retry later.
     pub fn is_unavailable(&self) -> bool {
@@ -85,6 +122,12 @@ pub struct PoolOptions {
     /// leaves the server's default. A bound here keeps a query stuck behind a
     /// lock from holding a pooled connection (and a blocking thread) forever.
     pub statement_timeout: Option<Duration>,
+    /// `lock_timeout` on every connection: how long a statement waits for a
+    /// row or table lock before it fails.
+    pub lock_timeout: Option<Duration>,
+    /// `idle_in_transaction_session_timeout` on every connection: the server
+    /// ends a session left idle inside a transaction, releasing its locks.
+    pub idle_in_transaction_timeout: Option<Duration>,
 }
 
 impl Default for PoolOptions {
@@ -94,6 +137,8 @@ impl Default for PoolOptions {
             validate_on_checkout: false,
             checkout_timeout: DEFAULT_CHECKOUT_TIMEOUT,
             statement_timeout: None,
+            lock_timeout: None,
+            idle_in_transaction_timeout: None,
         }
     }
 }
@@ -107,29 +152,74 @@ pub fn build_pool_with(database_url: &str, options: &PoolOptions) -> PgPool {
         // r2d2 panics on a zero timeout.
         .connection_timeout(options.checkout_timeout.max(Duration::from_millis(1)))
         .test_on_check_out(options.validate_on_checkout);
-    if let Some(timeout) = options.statement_timeout {
-        builder = builder.connection_customizer(Box::new(StatementTimeout(timeout)));
+    let timeouts = SessionTimeouts {
+        statement: options.statement_timeout,
+        lock: options.lock_timeout,
+        idle_in_transaction: options.idle_in_transaction_timeout,
+    };
+    if let Some(statement) = timeouts.statement() {
+        builder = builder.connection_customizer(Box::new(statement));
     }
     builder.build_unchecked(manager)
 }
 
-/// Sets `statement_timeout` once per new connection.
+/// Session timeouts set once per new connection.
 #[derive(Debug, Clone, Copy)]
-struct StatementTimeout(Duration);
+struct SessionTimeouts {
+    statement: Option<Duration>,
+    lock: Option<Duration>,
+    idle_in_transaction: Option<Duration>,
+}
 
-impl diesel::r2d2::CustomizeConnection<PgConnection, diesel::r2d2::Error> for StatementTimeout {
+/// The SET statement for the timeouts, or `None` when there are none.
+struct SetTimeouts(String);
+
+impl SessionTimeouts {
+    fn statement(&self) -> Option<SetTimeouts> {
+        let settings: Vec<String> = [
+            ("statement_timeout", self.statement),
+            ("lock_timeout", self.lock),
+            (
+                "idle_in_transaction_session_timeout",
+                self.idle_in_transaction,
+            ),
+        ]
+        .into_iter()
+        .filter_map(|(name, value)| {
+            // 0 would mean "no timeout" to PostgreSQL: the shortest is 1 ms.
+            value.map(|d| format!("SET {name} = {}", d.as_millis().max(1)))
+        })
+        .collect();
+        (!settings.is_empty()).then(|| SetTimeouts(settings.join("; ")))
+    }
+}
+
+impl std::fmt::Debug for SetTimeouts {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl diesel::r2d2::CustomizeConnection<PgConnection, diesel::r2d2::Error> for SetTimeouts {
     fn on_acquire(&self, conn: &mut PgConnection) -> Result<(), diesel::r2d2::Error> {
-        let millis = self.0.as_millis().max(1);
-        sql_query(format!("SET statement_timeout = {millis}"))
-            .execute(conn)
-            .map(drop)
+        use diesel::connection::SimpleConnection as _;
+        conn.batch_execute(&self.0)
             .map_err(diesel::r2d2::Error::QueryError)
     }
 }
 
+/// Server messages of the refusals that are about timing, not the statement:
+/// 57014 (statement timeout), 55P03 (lock timeout), 40P01 (deadlock).
+const TRANSIENT_MESSAGES: [&str; 3] = [
+    "canceling statement due to statement timeout",
+    "canceling statement due to lock timeout",
+    "deadlock detected",
+];
+
 /// True when `error` is PostgreSQL cancelling a statement that ran past
-/// `statement_timeout` (SQLSTATE 57014). Diesel does not expose the SQLSTATE,
-/// so this reads the server's (English) message.
+/// `statement_timeout` (SQLSTATE 57014). Diesel 2.3 does not expose the
+/// SQLSTATE of this error (its `DatabaseErrorKind` maps only a few codes and
+/// the error information is private), so this reads the server's message.
 pub fn is_statement_timeout(error: &DbError) -> bool {
     matches!(
         error,

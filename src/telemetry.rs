@@ -34,13 +34,31 @@ pub fn init_tracing_with_default(default_filter: &str) {
             .try_init()
     } else {
         registry
-            .with(tracing_subscriber::fmt::layer().with_writer(std::io::stderr))
+            .with(
+                tracing_subscriber::fmt::layer()
+                    .with_ansi(use_colour())
+                    .with_writer(std::io::stderr),
+            )
             .try_init()
     };
     // Already initialised (tests, or a library user's own subscriber): keep theirs.
     if result.is_ok() {
         let _ = FILTER.set(handle);
     }
+}
+
+/// Colour codes in a file or a log shipper's pipe are noise: colour only a
+/// terminal, and never when `NO_COLOR` is set (to anything but empty).
+fn use_colour() -> bool {
+    use std::io::IsTerminal as _;
+    colour_wanted(
+        std::io::stderr().is_terminal(),
+        std::env::var_os("NO_COLOR").as_deref(),
+    )
+}
+
+fn colour_wanted(terminal: bool, no_color: Option<&std::ffi::OsStr>) -> bool {
+    terminal && no_color.is_none_or(|v| v.is_empty())
 }
 
 static FILTER: OnceLock<reload::Handle<EnvFilter, Registry>> = OnceLock::new();
@@ -108,6 +126,14 @@ fn describe_metrics() {
         "Jobs returned by one claim statement."
     );
     describe_counter!("outbox_claim_errors_total", "Claim statements that failed.");
+    describe_counter!(
+        "outbox_jobs_timed_out_total",
+        "Effects cancelled at their deadline (RELAY_JOB_TIMEOUT), by kind."
+    );
+    describe_counter!(
+        "outbox_outcome_write_errors_total",
+        "Outcomes the database refused inside a batch, written alone as a failure instead, by kind."
+    );
     describe_gauge!(
         "outbox_jobs",
         "Jobs in the table by status, refreshed at most every few seconds."
@@ -194,11 +220,14 @@ impl QueueDepthGauge {
 /// How often the relay's `/metrics` re-counts the queue.
 pub const QUEUE_DEPTH_TTL: std::time::Duration = std::time::Duration::from_secs(5);
 
-/// Serves `/metrics` (Prometheus text) and `/healthz` (200 when the database
-/// answers, else 503) on `addr` until `shutdown`. The relay's sidecar endpoint.
+/// Serves the relay's sidecar endpoint on `listener` until `shutdown`:
+/// `/metrics` (Prometheus text); `/healthz` and `/readyz` (200 when the
+/// database answers, else 503); `/livez` (503 when `liveness` says the relay is
+/// stuck; it does not ask the database, so an outage restarts no relay).
 pub async fn serve_metrics(
     listener: tokio::net::TcpListener,
     pool: crate::db::PgPool,
+    liveness: Option<crate::relay::Liveness>,
     shutdown: tokio_util::sync::CancellationToken,
 ) -> std::io::Result<()> {
     use axum::routing::get;
@@ -206,6 +235,10 @@ pub async fn serve_metrics(
     let handle = metrics_handle();
     let gauge = std::sync::Arc::new(QueueDepthGauge::new(QUEUE_DEPTH_TTL));
     let metrics_pool = pool.clone();
+    let ready = move || {
+        let pool = pool.clone();
+        async move { health(&pool).await }
+    };
     let app = axum::Router::new()
         .route(
             "/metrics",
@@ -224,16 +257,35 @@ pub async fn serve_metrics(
             }),
         )
         .route(
-            "/healthz",
+            "/livez",
             get(move || {
-                let pool = pool.clone();
-                async move { health(&pool).await }
+                let liveness = liveness.clone();
+                async move { live(liveness.as_ref()) }
             }),
-        );
+        )
+        .route("/healthz", get(ready.clone()))
+        .route("/readyz", get(ready));
     tokio::spawn(run_metrics_upkeep(shutdown.clone()));
     axum::serve(listener, app)
         .with_graceful_shutdown(async move { shutdown.cancelled().await })
         .await
+}
+
+/// `200 {"status":"live"}` while the relay makes progress, else `503` with what
+/// is stuck.
+fn live(
+    liveness: Option<&crate::relay::Liveness>,
+) -> (axum::http::StatusCode, axum::Json<serde_json::Value>) {
+    match liveness.map_or(Ok(()), crate::relay::Liveness::check) {
+        Ok(()) => (
+            axum::http::StatusCode::OK,
+            axum::Json(serde_json::json!({"status": "live"})),
+        ),
+        Err(reason) => (
+            axum::http::StatusCode::SERVICE_UNAVAILABLE,
+            axum::Json(serde_json::json!({"status": "stalled", "reason": reason})),
+        ),
+    }
 }
 
 /// Rendered metrics with the content type Prometheus expects.
@@ -269,5 +321,22 @@ pub async fn health(
             axum::http::StatusCode::SERVICE_UNAVAILABLE,
             axum::Json(serde_json::json!({"status": "unavailable", "database": "timed out"})),
         ),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn colour_only_on_a_terminal_and_never_under_no_color() {
+        use std::ffi::OsStr;
+        assert!(colour_wanted(true, None));
+        assert!(!colour_wanted(false, None), "a file or a pipe");
+        assert!(!colour_wanted(true, Some(OsStr::new("1"))));
+        assert!(
+            colour_wanted(true, Some(OsStr::new(""))),
+            "NO_COLOR= set empty"
+        );
     }
 }

@@ -106,6 +106,7 @@ pub fn connect(database_url: &str, settings: &ApiSettings) -> PgPool {
             validate_on_checkout: true,
             checkout_timeout: settings.db_wait,
             statement_timeout: Some(settings.statement_timeout),
+            ..PoolOptions::default()
         },
     )
 }

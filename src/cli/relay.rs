@@ -52,7 +52,17 @@ pub async fn run(db_args: DatabaseArgs, args: RelayArgs) -> anyhow::Result<()> {
         || u32::try_from(settings.concurrency.min(64) + 4).unwrap_or(68),
         |size| u32::try_from(size).unwrap_or(u32::MAX),
     );
-    let pool = db::build_pool(&db_args.database_url, pool_size, false);
+    let timeouts = args.session_timeouts()?;
+    let pool = db::build_pool_with(
+        &db_args.database_url,
+        &db::PoolOptions {
+            size: pool_size,
+            statement_timeout: Some(timeouts.statement),
+            lock_timeout: Some(timeouts.lock),
+            idle_in_transaction_timeout: Some(timeouts.idle_in_transaction),
+            ..db::PoolOptions::default()
+        },
+    );
     let executor = Arc::new(Effects::new(
         pool.clone(),
         mailer,
@@ -61,16 +71,24 @@ pub async fn run(db_args: DatabaseArgs, args: RelayArgs) -> anyhow::Result<()> {
     ));
 
     let shutdown = crate::shutdown::on_signals();
+    let relay = Relay::new(pool.clone(), db_args.database_url, settings, executor)?;
     let metrics_server = tokio::spawn(crate::telemetry::serve_metrics(
         metrics,
-        pool.clone(),
+        pool,
+        Some(relay.liveness()),
         shutdown.clone(),
     ));
     // The bound address, so that METRICS_ADDR=...:0 logs the port it got.
     let metrics_addr = metrics_local_addr.unwrap_or(args.metrics_addr);
-    tracing::info!(addr = %metrics_addr, pool_size, "serving /metrics and /healthz");
+    tracing::info!(
+        addr = %metrics_addr,
+        pool_size,
+        statement_timeout = ?timeouts.statement,
+        lock_timeout = ?timeouts.lock,
+        idle_in_transaction_timeout = ?timeouts.idle_in_transaction,
+        "serving /metrics, /healthz, /readyz and /livez"
+    );
 
-    let relay = Relay::new(pool, db_args.database_url, settings, executor)?;
     relay.run_until_stopped(shutdown.clone()).await?;
     shutdown.cancel();
     let _ = metrics_server.await;

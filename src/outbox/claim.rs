@@ -29,11 +29,15 @@ pub struct ClaimedJob {
     pub kind: String,
     #[diesel(sql_type = diesel::sql_types::Jsonb)]
     pub payload: serde_json::Value,
-    /// This claim's attempt number (1 for the first run): the fencing token.
+    /// This claim's attempt number (1 for the first run).
     #[diesel(sql_type = Integer, column_name = attempts)]
     pub attempt: i32,
     #[diesel(sql_type = Integer)]
     pub max_attempts: i32,
+    /// The fencing token of this claim, unique across all claims ever made:
+    /// every later write of this attempt (heartbeat, finish, release) presents it.
+    #[diesel(sql_type = BigInt)]
+    pub lease_token: i64,
     #[diesel(sql_type = diesel::sql_types::Timestamptz)]
     pub created_at: DateTime<Utc>,
 }

@@ -1,12 +1,13 @@
 //! Recording outcomes: done, retry, failed, all fenced, many per statement.
 
-use std::collections::HashSet;
+use std::collections::HashMap;
 use std::time::Duration;
 
 use diesel::prelude::*;
-use diesel::sql_types::{Array, BigInt, Bytea, Integer, Nullable, Text};
+use diesel::sql_types::{Array, BigInt, Bool, Bytea, Nullable, Text};
 
 use super::claim::millis;
+use super::text::clean_error;
 
 /// A write that must commit together with the job's completion, and only then:
 /// this is what makes a local effect (the stored receipt) happen exactly once.
@@ -41,11 +42,11 @@ impl Outcome {
     }
 }
 
-/// One job's outcome, with the fencing token it was claimed under.
+/// One claim's outcome, with the fencing token the claim drew.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Finish {
     pub job_id: i64,
-    pub attempt: i32,
+    pub lease_token: i64,
     pub outcome: Outcome,
 }
 
@@ -53,34 +54,38 @@ pub struct Finish {
 pub struct FinishReport {
     /// Jobs whose outcome was recorded.
     pub applied: Vec<i64>,
-    /// Jobs this worker no longer owned (lease reaped, job re-claimed): nothing changed.
+    /// Jobs still held by these claims whose row another transaction had
+    /// locked: nothing was written for them; write them again shortly.
+    pub busy: Vec<i64>,
+    /// Jobs these claims no longer hold (lease reaped and the job re-claimed,
+    /// cancelled by an operator): nothing changed.
     pub lost: Vec<i64>,
 }
 
 #[derive(QueryableByName)]
-struct IdRow {
+struct HeldRow {
     #[diesel(sql_type = BigInt)]
     id: i64,
+    #[diesel(sql_type = Bool)]
+    applied: bool,
 }
 
-/// Records `finishes` for `worker_id` in one transaction: one fenced UPDATE for
-/// all of them, then the local writes of the jobs whose update matched.
-pub fn finish_jobs(
-    conn: &mut PgConnection,
-    worker_id: &str,
-    finishes: &[Finish],
-) -> QueryResult<FinishReport> {
+/// Records `finishes` in one transaction: one fenced UPDATE for all of them,
+/// then the local writes of the jobs whose update matched. Error texts are
+/// cleaned here ([`clean_error`]), so whatever an executor returns (a mail
+/// server's reply, a receiver's body) can always be stored.
+pub fn finish_jobs(conn: &mut PgConnection, finishes: &[Finish]) -> QueryResult<FinishReport> {
     if finishes.is_empty() {
         return Ok(FinishReport::default());
     }
     let mut ids = Vec::with_capacity(finishes.len());
-    let mut attempts = Vec::with_capacity(finishes.len());
+    let mut tokens = Vec::with_capacity(finishes.len());
     let mut statuses = Vec::with_capacity(finishes.len());
     let mut delays = Vec::with_capacity(finishes.len());
-    let mut errors: Vec<Option<&str>> = Vec::with_capacity(finishes.len());
+    let mut errors: Vec<Option<String>> = Vec::with_capacity(finishes.len());
     for finish in finishes {
         ids.push(finish.job_id);
-        attempts.push(finish.attempt);
+        tokens.push(finish.lease_token);
         statuses.push(finish.outcome.status());
         match &finish.outcome {
             Outcome::Done { .. } => {
@@ -89,22 +94,21 @@ pub fn finish_jobs(
             }
             Outcome::Retry { delay, error } => {
                 delays.push(millis(*delay));
-                errors.push(Some(error));
+                errors.push(Some(clean_error(error)));
             }
             Outcome::Failed { error } => {
                 delays.push(0);
-                errors.push(Some(error));
+                errors.push(Some(clean_error(error)));
             }
         }
     }
 
     let update = diesel::sql_query(include_str!("sql/finish_jobs.sql"))
         .bind::<Array<BigInt>, _>(&ids)
-        .bind::<Array<Integer>, _>(&attempts)
+        .bind::<Array<BigInt>, _>(&tokens)
         .bind::<Array<Text>, _>(&statuses)
         .bind::<Array<BigInt>, _>(&delays)
-        .bind::<Array<Nullable<Text>>, _>(&errors)
-        .bind::<Text, _>(worker_id);
+        .bind::<Array<Nullable<Text>>, _>(&errors);
     let has_local_writes = finishes.iter().any(|f| {
         matches!(
             f.outcome,
@@ -113,16 +117,18 @@ pub fn finish_jobs(
             }
         )
     });
+    let held = |rows: Vec<HeldRow>| -> HashMap<i64, bool> {
+        rows.into_iter().map(|r| (r.id, r.applied)).collect()
+    };
     // Without local writes the UPDATE is atomic on its own; a transaction
     // would only add BEGIN and COMMIT round trips to the hot path.
-    let applied: HashSet<i64> = if has_local_writes {
+    let held: HashMap<i64, bool> = if has_local_writes {
         conn.transaction(|conn| {
-            let applied: HashSet<i64> = update
-                .load::<IdRow>(conn)?
-                .into_iter()
-                .map(|r| r.id)
-                .collect();
-            for finish in finishes.iter().filter(|f| applied.contains(&f.job_id)) {
+            let held = held(update.load::<HeldRow>(conn)?);
+            for finish in finishes {
+                if held.get(&finish.job_id) != Some(&true) {
+                    continue;
+                }
                 if let Outcome::Done {
                     local: Some(LocalWrite::Receipt { order_id, pdf }),
                 } = &finish.outcome
@@ -133,19 +139,19 @@ pub fn finish_jobs(
                         .execute(conn)?;
                 }
             }
-            QueryResult::Ok(applied)
+            QueryResult::Ok(held)
         })?
     } else {
-        update
-            .load::<IdRow>(conn)?
-            .into_iter()
-            .map(|r| r.id)
-            .collect()
+        held(update.load::<HeldRow>(conn)?)
     };
 
-    let (applied_ids, lost): (Vec<i64>, Vec<i64>) = ids.iter().partition(|id| applied.contains(id));
-    Ok(FinishReport {
-        applied: applied_ids,
-        lost,
-    })
+    let mut report = FinishReport::default();
+    for id in ids {
+        match held.get(&id) {
+            Some(true) => report.applied.push(id),
+            Some(false) => report.busy.push(id),
+            None => report.lost.push(id),
+        }
+    }
+    Ok(report)
 }

@@ -1,18 +1,39 @@
 //! Leases of in-flight jobs: the heartbeat that extends them and the release of
 //! jobs a relay claimed but will not run.
 
+use std::collections::HashMap;
 use std::time::Duration;
 
 use diesel::prelude::*;
-use diesel::sql_types::{Array, BigInt, Integer, Text};
+use diesel::sql_types::{Array, BigInt, Bool};
 
 use super::claim::millis;
 
-/// A job a worker holds: its id and the attempt it was claimed at.
+/// A claim a worker holds: the job and the fencing token the claim drew.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct JobLease {
     pub job_id: i64,
-    pub attempt: i32,
+    pub lease_token: i64,
+}
+
+/// What one heartbeat found.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct HeartbeatReport {
+    /// Claims whose lease now runs to now + lease.
+    pub extended: Vec<JobLease>,
+    /// Claims still held but whose row another transaction had locked; their
+    /// lease is unchanged and the next beat tries again.
+    pub busy: Vec<JobLease>,
+    /// Claims no longer held: reaped, re-claimed, cancelled or finished.
+    pub lost: Vec<JobLease>,
+}
+
+#[derive(QueryableByName)]
+struct HeldRow {
+    #[diesel(sql_type = BigInt)]
+    id: i64,
+    #[diesel(sql_type = Bool)]
+    extended: bool,
 }
 
 #[derive(QueryableByName)]
@@ -21,45 +42,47 @@ struct IdRow {
     id: i64,
 }
 
-fn split(leases: &[JobLease]) -> (Vec<i64>, Vec<i32>) {
-    leases.iter().map(|l| (l.job_id, l.attempt)).unzip()
+fn split(leases: &[JobLease]) -> (Vec<i64>, Vec<i64>) {
+    leases.iter().map(|l| (l.job_id, l.lease_token)).unzip()
 }
 
-/// Extends the leases of `leases` to now + `lease`; returns the ids still owned.
+/// Extends the leases of `leases` to now + `lease`. See `sql/extend_leases.sql`.
 pub fn extend_leases(
     conn: &mut PgConnection,
-    worker_id: &str,
     leases: &[JobLease],
     lease: Duration,
-) -> QueryResult<Vec<i64>> {
+) -> QueryResult<HeartbeatReport> {
     if leases.is_empty() {
-        return Ok(Vec::new());
+        return Ok(HeartbeatReport::default());
     }
-    let (ids, attempts) = split(leases);
-    let rows: Vec<IdRow> = diesel::sql_query(include_str!("sql/extend_leases.sql"))
+    let (ids, tokens) = split(leases);
+    let rows: Vec<HeldRow> = diesel::sql_query(include_str!("sql/extend_leases.sql"))
         .bind::<Array<BigInt>, _>(&ids)
-        .bind::<Array<Integer>, _>(&attempts)
+        .bind::<Array<BigInt>, _>(&tokens)
         .bind::<BigInt, _>(millis(lease))
-        .bind::<Text, _>(worker_id)
         .load(conn)?;
-    Ok(rows.into_iter().map(|r| r.id).collect())
+    let held: HashMap<i64, bool> = rows.into_iter().map(|r| (r.id, r.extended)).collect();
+    let mut report = HeartbeatReport::default();
+    for lease in leases {
+        match held.get(&lease.job_id) {
+            Some(true) => report.extended.push(*lease),
+            Some(false) => report.busy.push(*lease),
+            None => report.lost.push(*lease),
+        }
+    }
+    Ok(report)
 }
 
 /// Returns claimed-but-unstarted jobs to `pending` without spending an attempt.
 /// Returns the ids released.
-pub fn release_jobs(
-    conn: &mut PgConnection,
-    worker_id: &str,
-    leases: &[JobLease],
-) -> QueryResult<Vec<i64>> {
+pub fn release_jobs(conn: &mut PgConnection, leases: &[JobLease]) -> QueryResult<Vec<i64>> {
     if leases.is_empty() {
         return Ok(Vec::new());
     }
-    let (ids, attempts) = split(leases);
+    let (ids, tokens) = split(leases);
     let rows: Vec<IdRow> = diesel::sql_query(include_str!("sql/release_jobs.sql"))
         .bind::<Array<BigInt>, _>(&ids)
-        .bind::<Array<Integer>, _>(&attempts)
-        .bind::<Text, _>(worker_id)
+        .bind::<Array<BigInt>, _>(&tokens)
         .load(conn)?;
     Ok(rows.into_iter().map(|r| r.id).collect())
 }

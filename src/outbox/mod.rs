@@ -9,6 +9,7 @@ mod claim;
 mod finish;
 mod lease;
 mod reap;
+pub mod text;
 
 use chrono::{DateTime, Utc};
 use diesel::prelude::*;
@@ -22,8 +23,8 @@ pub use admin::{
 };
 pub use claim::{ClaimRequest, ClaimedJob, claim_jobs};
 pub use finish::{Finish, FinishReport, LocalWrite, Outcome, finish_jobs};
-pub use lease::{JobLease, extend_leases, release_jobs};
-pub use reap::{ReapReport, Spare, reap_expired_leases, reap_expired_leases_sparing};
+pub use lease::{HeartbeatReport, JobLease, extend_leases, release_jobs};
+pub use reap::{ReapReport, ReapRequest, reap_expired_leases};
 
 use crate::schema::jobs;
 

@@ -13,6 +13,9 @@ pub struct ReapReport {
     pub requeued: usize,
     /// Jobs that had used their last attempt and are now `failed`.
     pub failed: usize,
+    /// The shortest backoff given to a requeued job: when the first of them
+    /// is due again.
+    pub next_due: Option<Duration>,
 }
 
 impl ReapReport {
@@ -31,51 +34,61 @@ struct ExpiredRow {
     max_attempts: i32,
     #[diesel(sql_type = Nullable<Text>)]
     locked_by: Option<String>,
+    #[diesel(sql_type = BigInt)]
+    lease_token: i64,
 }
 
-/// Reaps up to `limit` expired leases in one transaction. `retry_delay(attempt)`
-/// is the backoff before the next attempt (the relay's retry policy).
+/// Which expired leases a reaper takes.
+#[derive(Debug, Clone, Default)]
+pub struct ReapRequest<'a> {
+    /// Most jobs reaped by one call (one transaction).
+    pub limit: i64,
+    /// Only leases expired longer ago than this: a relay back from a short
+    /// blip renews its own leases first (see `sql/select_expired_leases.sql`).
+    pub margin: Duration,
+    /// Lease tokens of the claims the reaper's own relay is still running.
+    pub spare: &'a [i64],
+}
+
+impl ReapRequest<'_> {
+    /// Up to `limit` jobs, no margin, nothing spared.
+    pub fn new(limit: i64) -> ReapRequest<'static> {
+        ReapRequest {
+            limit,
+            margin: Duration::ZERO,
+            spare: &[],
+        }
+    }
+}
+
+/// Reaps the expired leases `request` selects, in one transaction.
+/// `retry_delay(attempt)` is the backoff before the next attempt (the relay's
+/// retry policy).
 pub fn reap_expired_leases(
     conn: &mut PgConnection,
-    limit: i64,
-    retry_delay: impl Fn(i32) -> Duration,
-) -> QueryResult<ReapReport> {
-    reap_expired_leases_sparing(conn, limit, &Spare::default(), retry_delay)
-}
-
-/// Jobs a reaper leaves alone although their lease expired: those its own
-/// relay is still running (see `sql/select_expired_leases.sql`).
-#[derive(Debug, Clone, Default)]
-pub struct Spare<'a> {
-    pub worker_id: &'a str,
-    pub job_ids: &'a [i64],
-}
-
-/// [`reap_expired_leases`], leaving `spare`'s jobs alone.
-pub fn reap_expired_leases_sparing(
-    conn: &mut PgConnection,
-    limit: i64,
-    spare: &Spare<'_>,
+    request: &ReapRequest<'_>,
     retry_delay: impl Fn(i32) -> Duration,
 ) -> QueryResult<ReapReport> {
     conn.transaction(|conn| {
         let expired: Vec<ExpiredRow> =
             diesel::sql_query(include_str!("sql/select_expired_leases.sql"))
-                .bind::<BigInt, _>(limit)
-                .bind::<Text, _>(spare.worker_id)
-                .bind::<Array<BigInt>, _>(spare.job_ids)
+                .bind::<BigInt, _>(request.limit)
+                .bind::<BigInt, _>(millis(request.margin))
+                .bind::<Array<BigInt>, _>(request.spare)
                 .load(conn)?;
         if expired.is_empty() {
             return Ok(ReapReport::default());
         }
         let mut report = ReapReport::default();
         let mut ids = Vec::with_capacity(expired.len());
+        let mut tokens = Vec::with_capacity(expired.len());
         let mut statuses = Vec::with_capacity(expired.len());
         let mut delays = Vec::with_capacity(expired.len());
         let mut errors = Vec::with_capacity(expired.len());
         for row in &expired {
             let owner = row.locked_by.as_deref().unwrap_or("unknown worker");
             ids.push(row.id);
+            tokens.push(row.lease_token);
             if row.attempts >= row.max_attempts {
                 report.failed += 1;
                 statuses.push("failed");
@@ -86,8 +99,10 @@ pub fn reap_expired_leases_sparing(
                 ));
             } else {
                 report.requeued += 1;
+                let delay = retry_delay(row.attempts);
+                report.next_due = Some(report.next_due.map_or(delay, |d: Duration| d.min(delay)));
                 statuses.push("pending");
-                delays.push(millis(retry_delay(row.attempts)));
+                delays.push(millis(delay));
                 errors.push(format!(
                     "lease expired on attempt {} of {} (worker {owner} stopped renewing it)",
                     row.attempts, row.max_attempts
@@ -96,6 +111,7 @@ pub fn reap_expired_leases_sparing(
         }
         diesel::sql_query(include_str!("sql/update_reaped_jobs.sql"))
             .bind::<Array<BigInt>, _>(&ids)
+            .bind::<Array<BigInt>, _>(&tokens)
             .bind::<Array<Text>, _>(&statuses)
             .bind::<Array<BigInt>, _>(&delays)
             .bind::<Array<Text>, _>(&errors)

@@ -1,15 +1,31 @@
-//! The completer: writes outcomes, many per statement, fenced per job.
+//! The completer: writes outcomes, many per statement, fenced per claim, and
+//! never lets one outcome hold up the others.
+//!
+//! - The database unreachable (or a transient refusal: a statement or lock
+//!   timeout, a deadlock): the batch waits and is tried again with backoff.
+//! - A row locked by someone else: the write skips it (SKIP LOCKED) and that
+//!   one outcome is tried again shortly.
+//! - Any other refusal: the batch is split in halves until the outcome that
+//!   causes it stands alone; the rest are written. That outcome is rewritten as
+//!   a failure that says why its write failed, and written once more; if even
+//!   that is refused, it is dropped with an error in the log, and the reaper
+//!   takes the job when its lease runs out. No outcome can block the queue.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use backon::{BackoffBuilder, ExponentialBuilder};
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
-use super::{MAX_COMPLETION_BATCH, RelayStats, Shared};
-use crate::db::run_blocking;
-use crate::outbox::{Finish, Outcome, finish_jobs};
+use super::in_flight::Claim;
+use super::{MAX_COMPLETION_BATCH, RelayStats, Shared, backoff};
+use crate::db::{DbError, Failure, run_blocking};
+use crate::effects::EffectError;
+use crate::outbox::text::clean_error;
+use crate::outbox::{Finish, FinishReport, Outcome, finish_jobs};
+
+/// How soon an outcome whose row was locked is tried again.
+const BUSY_RETRY: Duration = Duration::from_millis(50);
 
 /// One outcome on its way to the database.
 #[derive(Debug)]
@@ -19,125 +35,285 @@ pub(super) struct Completion {
     /// so time spent queued here or waiting out a database outage is charged
     /// against it instead of being added on top.
     pub decided: Instant,
+    attempt: i32,
+    max_attempts: i32,
+    kind: String,
+    /// The claim's registration: the heartbeat renews the lease until this
+    /// outcome is written and the guard dropped. Held only for its `Drop`.
+    #[expect(dead_code, reason = "held for its Drop, which ends the claim")]
+    claim: Claim,
+    /// The outcome was replaced by a failure after its own write was refused.
+    rewritten: bool,
+    /// Not before this moment (after an outage, or a locked row).
+    not_before: Option<Instant>,
 }
 
 impl Completion {
+    pub(super) fn new(
+        finish: Finish,
+        attempt: i32,
+        max_attempts: i32,
+        kind: String,
+        claim: Claim,
+    ) -> Self {
+        Completion {
+            finish,
+            decided: Instant::now(),
+            attempt,
+            max_attempts,
+            kind,
+            claim,
+            rewritten: false,
+            not_before: None,
+        }
+    }
+
     /// The outcome as it should be written now.
     fn due_now(&self) -> Finish {
-        let mut finish = self.finish.clone();
-        if let Outcome::Retry { delay, .. } = &mut finish.outcome {
-            *delay = delay.saturating_sub(self.decided.elapsed());
-        }
-        finish
+        due_now(&self.finish, self.decided)
     }
 }
 
-/// Runs until every sender is gone and the channel is drained, or `stop`.
+fn due_now(finish: &Finish, decided: Instant) -> Finish {
+    let mut finish = finish.clone();
+    if let Outcome::Retry { delay, .. } = &mut finish.outcome {
+        *delay = delay.saturating_sub(decided.elapsed());
+    }
+    finish
+}
+
+/// Backoff while the database cannot take writes.
+#[derive(Debug, Default)]
+struct Outage {
+    failures: u32,
+    logged: bool,
+}
+
+impl Outage {
+    fn delay(&self) -> Duration {
+        let exponent = self.failures.saturating_sub(1).min(7);
+        let base = Duration::from_millis(50) * 2_u32.pow(exponent);
+        base.min(Duration::from_secs(5))
+            .mul_f64(0.5 + fastrand::f64() / 2.0)
+    }
+}
+
+/// Runs until every sender is gone and every outcome is written, or `stop`.
 pub(super) async fn run(
     shared: Arc<Shared>,
     mut completed: mpsc::Receiver<Completion>,
     stop: CancellationToken,
 ) {
-    let mut batch = Vec::with_capacity(MAX_COMPLETION_BATCH);
+    let mut waiting: Vec<Completion> = Vec::new();
+    let mut outage = Outage::default();
+    let mut open = true;
     loop {
-        let received = tokio::select! {
+        if waiting.is_empty() {
+            if !open {
+                return;
+            }
+            shared.liveness.completer_progressed(true);
+        }
+        let next_try = waiting.iter().filter_map(|c| c.not_before).min();
+        let mut batch = Vec::with_capacity(MAX_COMPLETION_BATCH);
+        tokio::select! {
+            biased;
             () = stop.cancelled() => return,
-            n = completed.recv_many(&mut batch, MAX_COMPLETION_BATCH) => n,
-        };
-        if received == 0 {
-            return;
+            n = completed.recv_many(&mut batch, MAX_COMPLETION_BATCH), if open => {
+                if n == 0 {
+                    open = false;
+                }
+            }
+            () = sleep_until(next_try), if next_try.is_some() => {}
         }
-        // Rows are locked in job-id order, as the heartbeat locks them, so the
-        // two never wait on each other in opposite orders.
+        let now = Instant::now();
+        if outage.failures > 0 {
+            // New outcomes join the queue behind the outage instead of each
+            // paying a failed connection attempt of their own.
+            let retry_at = next_try.unwrap_or(now);
+            for completion in &mut batch {
+                completion.not_before = Some(retry_at);
+            }
+            waiting.append(&mut batch);
+        }
+        let (due, later): (Vec<_>, Vec<_>) = waiting
+            .drain(..)
+            .partition(|c| c.not_before.is_none_or(|at| at <= now));
+        waiting = later;
+        batch.extend(due);
+        if batch.is_empty() {
+            continue;
+        }
+        // Rows are locked in job-id order, as the heartbeat locks them.
         batch.sort_unstable_by_key(|c| c.finish.job_id);
-        if !write(&shared, &batch, &stop).await {
-            return;
-        }
-        batch.clear();
+        waiting.extend(write(&shared, batch, &mut outage).await);
     }
 }
 
-/// Writes one batch, retrying while the database is unreachable. False if
-/// `stop` came first.
-async fn write(shared: &Arc<Shared>, batch: &[Completion], stop: &CancellationToken) -> bool {
-    let mut delays = ExponentialBuilder::default()
-        .with_min_delay(Duration::from_millis(50))
-        .with_max_delay(Duration::from_secs(5))
-        .with_jitter()
-        .without_max_times()
-        .build();
-    let mut failures = 0_u32;
-    loop {
-        let worker = shared.settings.worker_id.clone();
-        let finishes: Vec<Finish> = batch.iter().map(Completion::due_now).collect();
-        match run_blocking(&shared.pool, move |conn| {
-            Ok(finish_jobs(conn, &worker, &finishes)?)
-        })
-        .await
-        {
+async fn sleep_until(at: Option<Instant>) {
+    if let Some(at) = at {
+        tokio::time::sleep_until(at.into()).await;
+    }
+}
+
+/// Writes `batch`, splitting it around outcomes the database refuses. Returns
+/// the outcomes to try again later.
+async fn write(
+    shared: &Arc<Shared>,
+    batch: Vec<Completion>,
+    outage: &mut Outage,
+) -> Vec<Completion> {
+    let mut later = Vec::new();
+    let mut parts = vec![batch];
+    while let Some(mut part) = parts.pop() {
+        let finishes: Vec<Finish> = part.iter().map(Completion::due_now).collect();
+        let result =
+            run_blocking(&shared.pool, move |conn| Ok(finish_jobs(conn, &finishes)?)).await;
+        match result {
             Ok(report) => {
                 RelayStats::add(&shared.stats.outcome_writes, 1);
-                record(shared, batch, &report.lost);
-                if failures > 0 {
-                    tracing::info!(failures, "outcomes written after the database came back");
+                if outage.failures > 0 {
+                    tracing::info!(failures = outage.failures, "outcomes written again");
                 }
-                return true;
+                *outage = Outage::default();
+                later.extend(record(shared, part, &report));
             }
-            Err(error) => {
-                failures += 1;
-                if failures == 1 {
-                    tracing::warn!(error = %error, outcomes = batch.len(), "writing outcomes failed; retrying");
+            Err(error) => match error.failure() {
+                failure @ (Failure::Unavailable | Failure::Transient) => {
+                    outage.failures += 1;
+                    if !outage.logged {
+                        tracing::warn!(error = %error, outcomes = part.len(), "writing outcomes failed; retrying");
+                        outage.logged = true;
+                    }
+                    if failure == Failure::Unavailable {
+                        shared
+                            .liveness
+                            .completer_waiting_for_database(error.to_string());
+                    } else {
+                        shared.liveness.completer_failed(error.to_string());
+                    }
+                    let retry_at = Instant::now() + outage.delay();
+                    for mut completion in part.into_iter().chain(parts.drain(..).flatten()) {
+                        completion.not_before = Some(retry_at);
+                        later.push(completion);
+                    }
                 }
-                let delay = delays.next().unwrap_or(Duration::from_secs(5));
-                tokio::select! {
-                    () = stop.cancelled() => return false,
-                    () = tokio::time::sleep(delay) => {}
+                Failure::Rejected if part.len() > 1 => {
+                    let right = part.split_off(part.len() / 2);
+                    parts.push(right);
+                    parts.push(part);
                 }
-            }
+                Failure::Rejected => {
+                    if let Some(completion) = part.pop()
+                        && let Some(rewritten) = isolate(shared, completion, &error)
+                    {
+                        parts.push(vec![rewritten]);
+                    }
+                }
+            },
         }
     }
+    shared.liveness.completer_progressed(later.is_empty());
+    later
 }
 
-fn record(shared: &Shared, batch: &[Completion], lost: &[i64]) {
-    let mut in_flight = shared.in_flight();
-    for Completion { finish, .. } in batch {
-        let kind = in_flight
-            .remove(&finish.job_id)
-            .map(|f| f.kind)
-            .unwrap_or_default();
-        if lost.contains(&finish.job_id) {
+/// An outcome the database refused on its own. Returns it rewritten as a
+/// failure that says why, or `None` when it had been rewritten already.
+fn isolate(shared: &Shared, mut completion: Completion, error: &DbError) -> Option<Completion> {
+    RelayStats::add(&shared.stats.isolated, 1);
+    metrics::counter!("outbox_outcome_write_errors_total", "kind" => completion.kind.clone())
+        .increment(1);
+    let job_id = completion.finish.job_id;
+    if completion.rewritten {
+        tracing::error!(
+            job_id,
+            error = %error,
+            "could not record this attempt even as a failure; the reaper will take the job when its lease expires"
+        );
+        return None;
+    }
+    let (status, original) = match &completion.finish.outcome {
+        Outcome::Done { .. } => ("done", String::new()),
+        Outcome::Retry { error, .. } => ("retry", error.clone()),
+        Outcome::Failed { error } => ("failed", error.clone()),
+    };
+    // Only ASCII, escaped, is kept of the text that may have caused this.
+    let original: String = original.escape_default().take(300).collect();
+    let note = clean_error(&format!(
+        "the outcome of attempt {} ({status}) could not be recorded: {error}{}",
+        completion.attempt,
+        if original.is_empty() {
+            String::new()
+        } else {
+            format!("; its error began: {original}")
+        }
+    ));
+    tracing::error!(job_id, error = %error, "the database refused this outcome; recording it as a failure instead");
+    completion.finish.outcome = match &completion.finish.outcome {
+        Outcome::Done { .. } => backoff::decide(
+            Err(EffectError::retryable(note)),
+            completion.attempt,
+            completion.max_attempts,
+            &shared.settings.backoff,
+            fastrand::f64(),
+        ),
+        Outcome::Retry { delay, .. } => Outcome::Retry {
+            delay: *delay,
+            error: note,
+        },
+        Outcome::Failed { .. } => Outcome::Failed { error: note },
+    };
+    completion.rewritten = true;
+    Some(completion)
+}
+
+/// Counts what landed; returns the outcomes whose row was locked, to try again.
+fn record(shared: &Shared, batch: Vec<Completion>, report: &FinishReport) -> Vec<Completion> {
+    let mut again = Vec::new();
+    for mut completion in batch {
+        let finish = &completion.finish;
+        let kind = completion.kind.clone();
+        if report.busy.contains(&finish.job_id) {
+            completion.not_before = Some(Instant::now() + BUSY_RETRY);
+            again.push(completion);
+            continue;
+        }
+        if report.lost.contains(&finish.job_id) {
             RelayStats::add(&shared.stats.lease_lost, 1);
             metrics::counter!("outbox_lease_lost_total", "kind" => kind).increment(1);
             tracing::warn!(
                 job_id = finish.job_id,
-                attempt = finish.attempt,
-                "lease lost: the job was reaped and taken over; this outcome was discarded"
+                lease_token = finish.lease_token,
+                "lease lost: the job was reaped and taken over, or cancelled; this outcome was discarded"
             );
             continue;
         }
-        let (counter, outcome) = match finish.outcome {
+        let (counter, outcome) = match &finish.outcome {
             Outcome::Done { .. } => (&shared.stats.done, "done"),
-            Outcome::Retry { .. } => (&shared.stats.retried, "retried"),
+            Outcome::Retry { delay, .. } => {
+                // Due again after the delay counted from the failure: wake then.
+                let due = completion.decided + *delay;
+                shared.wake_at(due.max(Instant::now()));
+                (&shared.stats.retried, "retried")
+            }
             Outcome::Failed { .. } => (&shared.stats.failed, "failed"),
         };
         RelayStats::add(counter, 1);
         metrics::counter!("outbox_jobs_finished_total", "kind" => kind, "outcome" => outcome)
             .increment(1);
     }
+    again
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
 
-    fn completion(outcome: Outcome, age: Duration) -> Completion {
-        Completion {
-            finish: Finish {
-                job_id: 1,
-                attempt: 1,
-                outcome,
-            },
-            decided: Instant::now() - age,
+    fn finish(outcome: Outcome) -> Finish {
+        Finish {
+            job_id: 1,
+            lease_token: 1,
+            outcome,
         }
     }
 
@@ -150,7 +326,10 @@ mod tests {
 
     #[test]
     fn time_spent_waiting_for_the_completer_is_taken_off_a_retry_delay() {
-        let due = completion(retry(Duration::from_secs(10)), Duration::from_secs(3)).due_now();
+        let due = due_now(
+            &finish(retry(Duration::from_secs(10))),
+            Instant::now() - Duration::from_secs(3),
+        );
         let Outcome::Retry { delay, .. } = due.outcome else {
             panic!("still a retry: {due:?}");
         };
@@ -162,7 +341,10 @@ mod tests {
 
     #[test]
     fn a_retry_that_waited_out_its_delay_is_due_at_once() {
-        let due = completion(retry(Duration::from_secs(1)), Duration::from_secs(5)).due_now();
+        let due = due_now(
+            &finish(retry(Duration::from_secs(1))),
+            Instant::now() - Duration::from_secs(5),
+        );
         assert_eq!(
             due.outcome,
             retry(Duration::ZERO),
@@ -175,7 +357,25 @@ mod tests {
         let failed = Outcome::Failed {
             error: "550".to_owned(),
         };
-        let due = completion(failed.clone(), Duration::from_secs(5)).due_now();
+        let due = due_now(
+            &finish(failed.clone()),
+            Instant::now() - Duration::from_secs(5),
+        );
         assert_eq!(due.outcome, failed);
+    }
+
+    #[test]
+    fn the_outage_backoff_grows_and_is_capped() {
+        let mut outage = Outage::default();
+        let mut previous_cap = Duration::ZERO;
+        for failures in 1..20 {
+            outage.failures = failures;
+            let d = outage.delay();
+            assert!(d <= Duration::from_secs(5), "{d:?}");
+            let cap = (Duration::from_millis(50) * 2_u32.pow((failures - 1).min(7)))
+                .min(Duration::from_secs(5));
+            assert!(d >= cap / 2 && cap >= previous_cap, "{failures}: {d:?}");
+            previous_cap = cap;
+        }
     }
 }

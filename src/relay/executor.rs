@@ -1,4 +1,5 @@
-//! The executor: runs one job's effect and hands its outcome to the completer.
+//! The executor: runs one job's effect, within its deadline and only while its
+//! lease holds, and hands its outcome to the completer.
 
 use std::panic::AssertUnwindSafe;
 use std::sync::Arc;
@@ -10,13 +11,15 @@ use tokio_util::sync::CancellationToken;
 use tracing::Instrument as _;
 
 use super::completer::Completion;
-use super::{Shared, backoff};
+use super::in_flight::Claim;
+use super::{RelayStats, Shared, backoff};
 use crate::effects::EffectError;
 use crate::outbox::{ClaimedJob, Finish, Outcome};
 
 pub(super) async fn run(
     shared: Arc<Shared>,
     job: ClaimedJob,
+    claim: Claim,
     permit: OwnedSemaphorePermit,
     completions: mpsc::Sender<Completion>,
     interrupt: CancellationToken,
@@ -26,11 +29,15 @@ pub(super) async fn run(
         job_id = job.id,
         kind = %job.kind,
         attempt = job.attempt,
+        lease_token = job.lease_token,
         order_id = job.order_id,
     );
     async move {
         let started = Instant::now();
+        let deadline = shared.settings.job_timeouts.for_kind(&job.kind);
         let effect = AssertUnwindSafe(shared.executor.execute(&job)).catch_unwind();
+        // Dropping the effect's future is what cancels it: a send in progress is
+        // abandoned at its next await point.
         let result = tokio::select! {
             biased;
             result = effect => result.unwrap_or_else(|panic| {
@@ -41,6 +48,27 @@ pub(super) async fn run(
                     .unwrap_or_else(|| "unknown panic".to_owned());
                 Err(EffectError::retryable(format!("effect panicked: {reason}")))
             }),
+            () = claim.lost().cancelled() => {
+                // Another relay owns the job now (or an operator cancelled it):
+                // stop, and write nothing, since nothing we write would land.
+                RelayStats::add(&shared.stats.lease_lost, 1);
+                metrics::counter!("outbox_lease_lost_total", "kind" => job.kind.clone()).increment(1);
+                tracing::warn!(
+                    ran_for = ?started.elapsed(),
+                    "lease lost while the effect ran; the effect was cancelled and its outcome discarded"
+                );
+                drop(claim);
+                drop(permit);
+                return;
+            }
+            () = tokio::time::sleep(deadline) => {
+                RelayStats::add(&shared.stats.timed_out, 1);
+                metrics::counter!("outbox_jobs_timed_out_total", "kind" => job.kind.clone()).increment(1);
+                Err(EffectError::retryable(format!(
+                    "deadline exceeded: the effect ran longer than its timeout of {} (RELAY_JOB_TIMEOUT) and was cancelled",
+                    humantime::format_duration(deadline)
+                )))
+            }
             () = interrupt.cancelled() => Err(EffectError::retryable(
                 "interrupted: the relay shut down before the effect finished",
             )),
@@ -62,15 +90,17 @@ pub(super) async fn run(
             }
             Outcome::Failed { error } => tracing::error!(error = %error, "effect failed for good"),
         }
-        let finish = Finish {
-            job_id: job.id,
-            attempt: job.attempt,
-            outcome,
-        };
-        let completion = Completion {
-            finish,
-            decided: Instant::now(),
-        };
+        let completion = Completion::new(
+            Finish {
+                job_id: job.id,
+                lease_token: job.lease_token,
+                outcome,
+            },
+            job.attempt,
+            job.max_attempts,
+            job.kind.clone(),
+            claim,
+        );
         if completions.send(completion).await.is_err() {
             // Only after the completer gave up at shutdown: the lease will expire.
             tracing::warn!("outcome not recorded; the reaper will requeue the job");

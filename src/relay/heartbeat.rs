@@ -1,6 +1,8 @@
-//! The heartbeat: keeps the leases of in-flight jobs alive, one UPDATE for all.
+//! The heartbeat: keeps the leases of in-flight claims alive, one UPDATE for
+//! all, and stops the effects whose lease turns out to be lost.
 
 use std::sync::Arc;
+use std::sync::atomic::Ordering;
 
 use tokio_util::sync::CancellationToken;
 
@@ -15,31 +17,52 @@ pub(super) async fn run(shared: Arc<Shared>, stop: CancellationToken) {
         tokio::select! {
             () = stop.cancelled() => return,
             _ = ticks.tick() => {}
+            // The reaper asks for a beat before it reaps, after an outage.
+            () = shared.beat_now.notified() => {}
         }
-        let leases = shared.leases();
-        if leases.is_empty() {
-            continue;
-        }
-        let worker = shared.settings.worker_id.clone();
-        let lease = shared.settings.lease;
-        let asked = leases.len();
-        match run_blocking(&shared.pool, move |conn| {
-            Ok(extend_leases(conn, &worker, &leases, lease)?)
-        })
-        .await
-        {
-            Ok(kept) if kept.len() < asked => {
-                // Some jobs finished between the snapshot and the update (normal),
-                // or were reaped and re-claimed (the completer will count those).
+        beat(&shared).await;
+    }
+}
+
+async fn beat(shared: &Arc<Shared>) {
+    let leases = shared.in_flight.leases();
+    if leases.is_empty() {
+        shared.heartbeat_ok.store(true, Ordering::Release);
+        return;
+    }
+    let lease = shared.settings.lease;
+    let asked = leases.len();
+    match run_blocking(&shared.pool, move |conn| {
+        Ok(extend_leases(conn, &leases, lease)?)
+    })
+    .await
+    {
+        Ok(report) => {
+            if !shared.heartbeat_ok.swap(true, Ordering::AcqRel) {
+                tracing::info!(jobs = asked, "heartbeat renews leases again");
+            }
+            if !report.busy.is_empty() {
                 tracing::debug!(
-                    asked,
-                    kept = kept.len(),
-                    "heartbeat extended fewer leases than asked"
+                    busy = report.busy.len(),
+                    "rows locked elsewhere; their leases are renewed at the next beat"
                 );
             }
-            Ok(_) => {}
-            Err(error) => {
-                tracing::warn!(error = %error, jobs = asked, "heartbeat failed; leases may expire")
+            for lost in &report.lost {
+                // Missing because its outcome was written meanwhile (then the
+                // claim has ended and this does nothing), or because another
+                // relay reaped it or an operator cancelled it: stop the effect.
+                if shared.in_flight.lose(lost.lease_token) {
+                    tracing::debug!(
+                        job_id = lost.job_id,
+                        lease_token = lost.lease_token,
+                        "heartbeat found the lease lost"
+                    );
+                }
+            }
+        }
+        Err(error) => {
+            if shared.heartbeat_ok.swap(false, Ordering::AcqRel) {
+                tracing::warn!(error = %error, jobs = asked, "heartbeat failed; leases may expire");
             }
         }
     }

@@ -7,37 +7,43 @@
 //!   ([`backoff::decide`]);
 //! - [`completer`]: writes outcomes in fenced batches;
 //! - [`heartbeat`]: extends the leases of everything in flight, one UPDATE for all;
-//! - [`reaper`]: puts jobs whose lease expired (a dead worker's) back in the queue.
+//! - [`reaper`]: puts jobs whose lease expired (a dead worker's) back in the queue;
+//! - [`in_flight`]: the claims held, each owned by one guard from claim to outcome;
+//! - [`health`]: whether the loops still make progress (`/livez`).
 //!
 //! Shutdown is a [`CancellationToken`] passed down and `select!`ed on.
 
 pub mod backoff;
 mod completer;
 mod executor;
+mod health;
 mod heartbeat;
+mod in_flight;
 mod listener;
 mod producer;
 mod reaper;
+mod timeouts;
 
-use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use tokio::sync::{Notify, Semaphore, mpsc};
 use tokio_util::sync::CancellationToken;
 
 pub use backoff::{BackoffPolicy, decide, next_run_at};
+pub use health::Liveness;
+pub use timeouts::{DEFAULT_JOB_TIMEOUT, JobTimeouts};
 
 use crate::db::PgPool;
 use crate::effects::Executor;
-use crate::outbox::JobLease;
 
 pub const DEFAULT_CONCURRENCY: usize = 16;
 pub const DEFAULT_BATCH_SIZE: usize = 16;
 pub const DEFAULT_LEASE: Duration = Duration::from_secs(60);
 pub const DEFAULT_POLL_INTERVAL: Duration = Duration::from_secs(1);
 pub const DEFAULT_SHUTDOWN_GRACE: Duration = Duration::from_secs(30);
+pub const DEFAULT_STALL_TIMEOUT: Duration = Duration::from_secs(120);
 /// Most outcomes written by one completer statement.
 const MAX_COMPLETION_BATCH: usize = 512;
 /// Most expired leases one reaper transaction handles.
@@ -65,6 +71,15 @@ pub struct RelaySettings {
     pub heartbeat_interval: Duration,
     /// Reaper period; half the lease, as DESIGN.md asks.
     pub reap_interval: Duration,
+    /// How long past its expiry a lease must be before the reaper takes it, so
+    /// a relay back from a short blip renews its leases before anyone reaps
+    /// them; a quarter of the lease.
+    pub reap_margin: Duration,
+    /// The deadline of one effect, by kind (`RELAY_JOB_TIMEOUT`).
+    pub job_timeouts: JobTimeouts,
+    /// `/livez` fails once a loop has made no progress for this long although
+    /// it had work (see [`Liveness`]).
+    pub stall_timeout: Duration,
     /// Wake on LISTEN/NOTIFY (off only in tests and benchmarks of polling).
     pub listen: bool,
 }
@@ -82,16 +97,27 @@ impl RelaySettings {
             backoff: BackoffPolicy::default(),
             heartbeat_interval: DEFAULT_LEASE / 3,
             reap_interval: DEFAULT_LEASE / 2,
+            reap_margin: DEFAULT_LEASE / 4,
+            job_timeouts: JobTimeouts::default(),
+            stall_timeout: DEFAULT_STALL_TIMEOUT,
             listen: true,
         }
     }
 
-    /// Sets the lease and the heartbeat and reaper periods that derive from it.
+    /// Sets the lease and the heartbeat and reaper periods and the reap
+    /// margin that derive from it.
     pub fn with_lease(mut self, lease: Duration) -> Self {
         self.lease = lease;
         self.heartbeat_interval = lease / 3;
         self.reap_interval = lease / 2;
+        self.reap_margin = lease / 4;
         self
+    }
+
+    /// The stall timeout in force: never shorter than two polls, so an idle
+    /// relay waiting out its poll interval is never taken for a stuck one.
+    fn effective_stall_timeout(&self) -> Duration {
+        self.stall_timeout.max(self.poll_interval * 2)
     }
 
     fn validate(&self) -> anyhow::Result<()> {
@@ -121,6 +147,11 @@ impl RelaySettings {
             !self.poll_interval.is_zero(),
             "the poll interval must be positive"
         );
+        anyhow::ensure!(
+            !self.stall_timeout.is_zero(),
+            "the stall timeout must be positive"
+        );
+        self.job_timeouts.validate()?;
         Ok(())
     }
 }
@@ -134,6 +165,11 @@ pub struct RelayStats {
     pub retried: AtomicU64,
     pub failed: AtomicU64,
     pub lease_lost: AtomicU64,
+    /// Effects cancelled at their deadline (`RELAY_JOB_TIMEOUT`).
+    pub timed_out: AtomicU64,
+    /// Outcomes whose write failed inside a batch and were written alone, as
+    /// a failure when even that failed (see the completer).
+    pub isolated: AtomicU64,
     pub released: AtomicU64,
     pub reaped: AtomicU64,
     /// Claim statements that returned at least one job.
@@ -151,47 +187,47 @@ impl RelayStats {
     }
 }
 
-/// A job this relay holds, from claim until its outcome is written.
-#[derive(Debug, Clone)]
-struct InFlight {
-    attempt: i32,
-    kind: String,
-}
-
 /// State the relay's tasks share.
 struct Shared {
     pool: PgPool,
     settings: RelaySettings,
     executor: Arc<dyn Executor>,
-    /// Claimed jobs whose outcome is not yet written. The heartbeat extends
-    /// exactly these leases; the completer removes a job once its write landed.
-    in_flight: Mutex<HashMap<i64, InFlight>>,
+    /// Claims whose outcome is not yet written. The heartbeat extends exactly
+    /// these leases; each entry is owned by its [`in_flight::Claim`] guard.
+    in_flight: Arc<in_flight::Registry>,
     /// One permit per effect slot; held from claim until the effect returns.
     slots: Arc<Semaphore>,
     /// Woken by the listener; the producer waits on it when the queue is empty.
     wake: Arc<Notify>,
+    /// The earliest moment a job this relay scheduled (a retry, a reaped job)
+    /// is due again; the producer wakes then instead of at the next poll.
+    wake_at: Mutex<Option<Instant>>,
+    /// Poked by the reaper to have the heartbeat renew leases at once.
+    beat_now: Notify,
+    /// False after a heartbeat failed, until one succeeds: the reaper waits for
+    /// this relay's own leases to be renewed before it reaps anyone's.
+    heartbeat_ok: std::sync::atomic::AtomicBool,
+    liveness: Liveness,
     stats: Arc<RelayStats>,
 }
 
 impl Shared {
-    fn in_flight(&self) -> std::sync::MutexGuard<'_, HashMap<i64, InFlight>> {
-        // A panic while holding this lock cannot leave the map half-updated
-        // (single inserts and removes), so a poisoned lock is still usable.
-        self.in_flight.lock().unwrap_or_else(|e| e.into_inner())
+    /// Wakes the producer at `at` (or earlier, if something else is due first).
+    fn wake_at(&self, at: Instant) {
+        let mut next = self.wake_at.lock().unwrap_or_else(|e| e.into_inner());
+        if next.is_none_or(|current| at < current) {
+            *next = Some(at);
+        }
     }
 
-    /// In job-id order, the order the completer locks rows in too.
-    fn leases(&self) -> Vec<JobLease> {
-        let mut leases: Vec<JobLease> = self
-            .in_flight()
-            .iter()
-            .map(|(id, f)| JobLease {
-                job_id: *id,
-                attempt: f.attempt,
-            })
-            .collect();
-        leases.sort_unstable_by_key(|l| l.job_id);
-        leases
+    /// The scheduled wake-up, cleared once it has passed.
+    fn next_wake(&self) -> Option<Instant> {
+        let mut next = self.wake_at.lock().unwrap_or_else(|e| e.into_inner());
+        if next.is_some_and(|at| at <= Instant::now()) {
+            *next = None;
+            return Some(Instant::now());
+        }
+        *next
     }
 }
 
@@ -217,14 +253,19 @@ impl Relay {
         executor: Arc<dyn Executor>,
     ) -> anyhow::Result<Relay> {
         settings.validate()?;
+        let slots = Arc::new(Semaphore::new(settings.concurrency));
         Ok(Relay {
             shared: Arc::new(Shared {
                 pool,
-                slots: Arc::new(Semaphore::new(settings.concurrency)),
+                liveness: Liveness::new(settings.effective_stall_timeout(), Arc::clone(&slots)),
+                slots,
                 settings,
                 executor,
-                in_flight: Mutex::new(HashMap::new()),
+                in_flight: Arc::default(),
                 wake: Arc::new(Notify::new()),
+                wake_at: Mutex::new(None),
+                beat_now: Notify::new(),
+                heartbeat_ok: std::sync::atomic::AtomicBool::new(true),
                 stats: Arc::new(RelayStats::default()),
             }),
             database_url: database_url.into(),
@@ -233,6 +274,11 @@ impl Relay {
 
     pub fn stats(&self) -> Arc<RelayStats> {
         Arc::clone(&self.shared.stats)
+    }
+
+    /// Whether this relay still makes progress; serve it as `/livez`.
+    pub fn liveness(&self) -> Liveness {
+        self.shared.liveness.clone()
     }
 
     /// Runs until `shutdown` is cancelled, then stops claiming, gives in-flight
@@ -309,7 +355,7 @@ impl Relay {
         .is_err()
         {
             tracing::error!(
-                unwritten = shared.in_flight().len(),
+                unwritten = shared.in_flight.len(),
                 "could not write all outcomes before exiting; their leases will expire and the reaper will requeue them"
             );
             completer_stop.cancel();
@@ -318,6 +364,7 @@ impl Relay {
 
         background.cancel();
         while tasks.join_next().await.is_some() {}
+        shared.liveness.stopped();
         let stats = &shared.stats;
         tracing::info!(
             worker_id = %settings.worker_id,
@@ -328,6 +375,8 @@ impl Relay {
             failed = RelayStats::get(&stats.failed),
             outcome_writes = RelayStats::get(&stats.outcome_writes),
             lease_lost = RelayStats::get(&stats.lease_lost),
+            timed_out = RelayStats::get(&stats.timed_out),
+            isolated = RelayStats::get(&stats.isolated),
             released = RelayStats::get(&stats.released),
             reaped = RelayStats::get(&stats.reaped),
             "relay stopped"

@@ -2,14 +2,15 @@
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use tokio::sync::{OwnedSemaphorePermit, mpsc};
 use tokio_util::sync::CancellationToken;
 
 use super::completer::Completion;
-use super::{InFlight, RelayStats, Shared, executor};
-use crate::db::run_blocking;
+use super::in_flight::Claim;
+use super::{RelayStats, Shared, executor};
+use crate::db::{Failure, run_blocking};
 use crate::outbox::{ClaimRequest, ClaimedJob, JobLease, claim_jobs, release_jobs};
 
 /// Claims and starts jobs until `shutdown`.
@@ -44,6 +45,7 @@ pub(super) async fn run(
             let timeout = if state.failing.load(Ordering::Acquire) {
                 settings.poll_interval.min(Duration::from_secs(1))
             } else {
+                shared.liveness.producer_progressed();
                 settings.poll_interval
             };
             if wait(&shared, &shutdown, timeout).await {
@@ -127,6 +129,7 @@ async fn claim_and_start(
     drop(gate);
     let jobs = match claimed {
         Ok(jobs) => {
+            shared.liveness.producer_progressed();
             if state.failing.swap(false, Ordering::AcqRel) {
                 tracing::info!("claiming works again");
             }
@@ -136,6 +139,13 @@ async fn claim_and_start(
             // Never read a database error as "no job": say so, back off, retry.
             if !state.failing.swap(true, Ordering::AcqRel) {
                 tracing::warn!(error = %error, "claiming jobs failed; retrying");
+            }
+            if error.failure() == Failure::Unavailable {
+                shared
+                    .liveness
+                    .producer_waiting_for_database(error.to_string());
+            } else {
+                shared.liveness.producer_failed(error.to_string());
             }
             metrics::counter!("outbox_claim_errors_total").increment(1);
             return;
@@ -149,7 +159,7 @@ async fn claim_and_start(
     }
     if shutdown.is_cancelled() {
         // Claimed while shutdown was asked for: hand them back untouched.
-        release(&shared, &jobs).await;
+        release(&shared, jobs).await;
         return;
     }
     metrics::histogram!("outbox_claim_batch_size").record(jobs.len() as f64);
@@ -158,7 +168,10 @@ async fn claim_and_start(
     start(&shared, jobs, &mut permits, &completions, &interrupt);
 }
 
-async fn claim(shared: &Arc<Shared>, limit: usize) -> Result<Vec<ClaimedJob>, crate::db::DbError> {
+async fn claim(
+    shared: &Arc<Shared>,
+    limit: usize,
+) -> Result<Vec<(ClaimedJob, Claim)>, crate::db::DbError> {
     let shared = Arc::clone(shared);
     let pool = shared.pool.clone();
     run_blocking(&pool, move |conn| {
@@ -174,29 +187,25 @@ async fn claim(shared: &Arc<Shared>, limit: usize) -> Result<Vec<ClaimedJob>, cr
         )?;
         // Registered before the claim's connection is released, so the
         // heartbeat covers each job from its first moment.
-        let mut in_flight = shared.in_flight();
-        for job in &jobs {
-            in_flight.insert(
-                job.id,
-                InFlight {
-                    attempt: job.attempt,
-                    kind: job.kind.clone(),
-                },
-            );
-        }
-        Ok(jobs)
+        Ok(jobs
+            .into_iter()
+            .map(|job| {
+                let claim = shared.in_flight.register(&job);
+                (job, claim)
+            })
+            .collect())
     })
     .await
 }
 
 fn start(
     shared: &Arc<Shared>,
-    jobs: Vec<ClaimedJob>,
+    jobs: Vec<(ClaimedJob, Claim)>,
     permits: &mut Vec<OwnedSemaphorePermit>,
     completions: &mpsc::Sender<Completion>,
     interrupt: &CancellationToken,
 ) {
-    for job in jobs {
+    for (job, claim) in jobs {
         metrics::counter!("outbox_jobs_claimed_total", "kind" => job.kind.clone()).increment(1);
         let Some(permit) = permits.pop() else {
             // Cannot happen: the claim asked for permits.len() jobs at most.
@@ -206,6 +215,7 @@ fn start(
         tokio::spawn(executor::run(
             Arc::clone(shared),
             job,
+            claim,
             permit,
             completions.clone(),
             interrupt.clone(),
@@ -214,18 +224,12 @@ fn start(
 }
 
 /// Returns claimed-but-unstarted jobs to `pending` without spending an attempt.
-async fn release(shared: &Arc<Shared>, jobs: &[ClaimedJob]) {
-    let leases: Vec<JobLease> = jobs
-        .iter()
-        .map(|j| JobLease {
-            job_id: j.id,
-            attempt: j.attempt,
-        })
-        .collect();
-    let worker = shared.settings.worker_id.clone();
+/// Their claims end when `jobs` is dropped, after the release.
+async fn release(shared: &Arc<Shared>, jobs: Vec<(ClaimedJob, Claim)>) {
+    let leases: Vec<JobLease> = jobs.iter().map(|(_, claim)| claim.lease).collect();
     let to_release = leases.clone();
     match run_blocking(&shared.pool, move |conn| {
-        Ok(release_jobs(conn, &worker, &to_release)?)
+        Ok(release_jobs(conn, &to_release)?)
     })
     .await
     {
@@ -242,17 +246,18 @@ async fn release(shared: &Arc<Shared>, jobs: &[ClaimedJob]) {
             "could not release unstarted jobs; the reaper will requeue them when their lease expires"
         ),
     }
-    let mut in_flight = shared.in_flight();
-    for lease in &leases {
-        in_flight.remove(&lease.job_id);
-    }
+    drop(jobs);
 }
 
-/// Sleeps until woken, the timeout, or shutdown; true on shutdown.
+/// Sleeps until woken, the timeout, a retry this relay scheduled falls due, or
+/// shutdown; true on shutdown.
 async fn wait(shared: &Shared, shutdown: &CancellationToken, timeout: Duration) -> bool {
+    let until = shared.next_wake().map_or(timeout, |at| {
+        at.saturating_duration_since(Instant::now()).min(timeout)
+    });
     tokio::select! {
         () = shutdown.cancelled() => true,
         () = shared.wake.notified() => false,
-        () = tokio::time::sleep(timeout) => false,
+        () = tokio::time::sleep(until) => false,
     }
 }

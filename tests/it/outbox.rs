@@ -6,8 +6,8 @@ use std::time::Duration;
 use diesel::prelude::*;
 use diesel::sql_types::Text;
 use outbox_relay::outbox::{
-    ClaimRequest, Finish, JobLease, LocalWrite, NewJob, Outcome, claim_jobs, enqueue_many,
-    extend_leases, finish_jobs, reap_expired_leases, release_jobs,
+    ClaimRequest, Finish, JobLease, LocalWrite, NewJob, Outcome, ReapRequest, claim_jobs,
+    enqueue_many, extend_leases, finish_jobs, reap_expired_leases, release_jobs,
 };
 use outbox_relay::schema::jobs;
 
@@ -234,63 +234,44 @@ fn a_zombies_late_completion_and_failure_change_nothing() {
 
     let zombie = claim(&mut conn, "zombie", 1, Duration::from_secs(60)).remove(0);
     expire_leases(&mut conn);
-    let reaped = reap_expired_leases(&mut conn, 100, |_| Duration::ZERO).expect("reap");
+    let reaped =
+        reap_expired_leases(&mut conn, &ReapRequest::new(100), |_| Duration::ZERO).expect("reap");
     assert_eq!(reaped.requeued, 1);
     let owner = claim(&mut conn, "owner", 1, Duration::from_secs(60)).remove(0);
     assert_eq!((owner.id, owner.attempt), (id, 2));
 
-    let done = Finish {
+    assert!(owner.lease_token > zombie.lease_token, "tokens only grow");
+
+    let late = |outcome: Outcome| Finish {
         job_id: id,
-        attempt: zombie.attempt,
-        outcome: Outcome::Done { local: None },
+        lease_token: zombie.lease_token,
+        outcome,
     };
-    let failed = Finish {
-        job_id: id,
-        attempt: zombie.attempt,
-        outcome: Outcome::Failed {
-            error: "late".into(),
-        },
+    let receipt = Outcome::Done {
+        local: Some(LocalWrite::Receipt {
+            order_id: 1,
+            pdf: vec![1],
+        }),
     };
-    let receipt = Finish {
-        job_id: id,
-        attempt: zombie.attempt,
-        outcome: Outcome::Done {
-            local: Some(LocalWrite::Receipt {
-                order_id: 1,
-                pdf: vec![1],
-            }),
-        },
+    let failed = Outcome::Failed {
+        error: "late".into(),
     };
-    for late in [done, failed, receipt] {
-        let report = finish_jobs(&mut conn, "zombie", &[late]).expect("finish");
+    for outcome in [Outcome::Done { local: None }, failed, receipt] {
+        let report = finish_jobs(&mut conn, &[late(outcome)]).expect("finish");
         assert_eq!(report.applied, Vec::<i64>::new());
         assert_eq!(report.lost, vec![id]);
     }
-    // Even with the right worker name, the old attempt number is fenced out.
-    let stale = Finish {
-        job_id: id,
-        attempt: 1,
-        outcome: Outcome::Done { local: None },
-    };
-    assert_eq!(
-        finish_jobs(&mut conn, "owner", &[stale])
-            .expect("finish")
-            .lost,
-        vec![id]
-    );
-    assert!(
-        extend_leases(
-            &mut conn,
-            "zombie",
-            &[JobLease {
-                job_id: id,
-                attempt: 1
-            }],
-            Duration::from_secs(60)
-        )
-        .expect("heartbeat")
-        .is_empty()
-    );
+    let heartbeat = extend_leases(
+        &mut conn,
+        &[JobLease {
+            job_id: id,
+            lease_token: zombie.lease_token,
+        }],
+        Duration::from_secs(60),
+    )
+    .expect("heartbeat");
+    assert!(heartbeat.extended.is_empty() && heartbeat.busy.is_empty());
+    assert_eq!(heartbeat.lost.len(), 1);
 
     let (status, locked_by): (String, Option<String>) = jobs::table
         .find(id)
@@ -304,13 +285,11 @@ fn a_zombies_late_completion_and_failure_change_nothing() {
 
     let ok = Finish {
         job_id: id,
-        attempt: 2,
+        lease_token: owner.lease_token,
         outcome: Outcome::Done { local: None },
     };
     assert_eq!(
-        finish_jobs(&mut conn, "owner", &[ok])
-            .expect("finish")
-            .applied,
+        finish_jobs(&mut conn, &[ok]).expect("finish").applied,
         vec![id]
     );
     assert_eq!(count(&mut conn, "done"), 1);
@@ -335,7 +314,10 @@ fn an_expired_lease_is_reaped_to_pending_or_to_failed_when_out_of_attempts() {
     expire_leases(&mut conn);
     claim(&mut conn, "alive", 1, Duration::from_secs(60));
 
-    let report = reap_expired_leases(&mut conn, 100, |_| Duration::from_secs(5)).expect("reap");
+    let report = reap_expired_leases(&mut conn, &ReapRequest::new(100), |_| {
+        Duration::from_secs(5)
+    })
+    .expect("reap");
     assert_eq!((report.requeued, report.failed), (1, 1));
     let rows: Vec<(i64, String, Option<String>, chrono::DateTime<chrono::Utc>)> = jobs::table
         .select((jobs::id, jobs::status, jobs::last_error, jobs::run_after))
@@ -366,7 +348,7 @@ fn an_expired_lease_is_reaped_to_pending_or_to_failed_when_out_of_attempts() {
     );
     assert_eq!(by_id(healthy).1, "processing", "a live lease is left alone");
     assert_eq!(
-        reap_expired_leases(&mut conn, 100, |_| Duration::ZERO)
+        reap_expired_leases(&mut conn, &ReapRequest::new(100), |_| Duration::ZERO)
             .expect("reap")
             .total(),
         0
@@ -383,21 +365,24 @@ fn released_jobs_go_back_to_pending_without_spending_an_attempt() {
         .iter()
         .map(|j| JobLease {
             job_id: j.id,
-            attempt: j.attempt,
+            lease_token: j.lease_token,
+        })
+        .collect();
+    let forged: Vec<JobLease> = leases
+        .iter()
+        .map(|l| JobLease {
+            lease_token: l.lease_token + 1_000,
+            ..*l
         })
         .collect();
 
     assert!(
-        release_jobs(&mut conn, "someone-else", &leases)
+        release_jobs(&mut conn, &forged)
             .expect("release")
-            .is_empty()
+            .is_empty(),
+        "a token no claim holds releases nothing"
     );
-    assert_eq!(
-        release_jobs(&mut conn, "w", &leases)
-            .expect("release")
-            .len(),
-        2
-    );
+    assert_eq!(release_jobs(&mut conn, &leases).expect("release").len(), 2);
 
     let rows: Vec<(String, i32, Option<String>)> = jobs::table
         .select((jobs::status, jobs::attempts, jobs::locked_by))
@@ -418,16 +403,14 @@ fn a_retry_outcome_schedules_the_job_and_keeps_the_error() {
 
     let retry = Finish {
         job_id: id,
-        attempt: job.attempt,
+        lease_token: job.lease_token,
         outcome: Outcome::Retry {
             delay: Duration::from_secs(30),
             error: "503 from receiver".into(),
         },
     };
     assert_eq!(
-        finish_jobs(&mut conn, "w", &[retry])
-            .expect("finish")
-            .applied,
+        finish_jobs(&mut conn, &[retry]).expect("finish").applied,
         vec![id]
     );
 
@@ -520,4 +503,201 @@ fn a_claim_for_a_rare_kind_does_not_walk_another_kinds_backlog() {
     .expect("claim");
     assert_eq!(claimed.len(), 16);
     assert!(claimed.iter().all(|j| j.kind == "confirmation_email"));
+}
+
+/// The old fence, (locked_by, attempts), repeated after a release or an
+/// operator retry; the lease token of a claim never does.
+#[test]
+fn a_claim_after_a_release_or_an_operator_retry_fences_out_the_earlier_claim_of_the_same_worker() {
+    let db = TestDb::new();
+    let mut conn = db.conn();
+    let id = noops(&mut conn, 1)[0];
+    let done = |token: i64| Finish {
+        job_id: id,
+        lease_token: token,
+        outcome: Outcome::Done { local: None },
+    };
+
+    // Released at shutdown: attempts goes back to 0, and the same worker's
+    // next claim is attempt 1 again.
+    let first = claim(&mut conn, "w", 1, Duration::from_secs(60)).remove(0);
+    let lease = JobLease {
+        job_id: id,
+        lease_token: first.lease_token,
+    };
+    assert_eq!(
+        release_jobs(&mut conn, &[lease]).expect("release"),
+        vec![id]
+    );
+    let second = claim(&mut conn, "w", 1, Duration::from_secs(60)).remove(0);
+    assert_eq!((first.attempt, second.attempt), (1, 1));
+    assert_eq!(
+        finish_jobs(&mut conn, &[done(first.lease_token)])
+            .expect("finish")
+            .lost,
+        vec![id]
+    );
+
+    // Failed, then retried by an operator: attempts reset to 0 again.
+    let failed = Finish {
+        job_id: id,
+        lease_token: second.lease_token,
+        outcome: Outcome::Failed {
+            error: "550".into(),
+        },
+    };
+    assert_eq!(
+        finish_jobs(&mut conn, &[failed]).expect("finish").applied,
+        vec![id]
+    );
+    outbox_relay::outbox::retry_failed_jobs(
+        &mut conn,
+        &outbox_relay::outbox::RetrySelection::Ids(vec![id]),
+    )
+    .expect("retry");
+    let third = claim(&mut conn, "w", 1, Duration::from_secs(60)).remove(0);
+    assert_eq!(third.attempt, 1);
+    for stale in [first.lease_token, second.lease_token] {
+        assert_eq!(
+            finish_jobs(&mut conn, &[done(stale)]).expect("finish").lost,
+            vec![id]
+        );
+    }
+    assert!(first.lease_token < second.lease_token && second.lease_token < third.lease_token);
+    assert_eq!(
+        finish_jobs(&mut conn, &[done(third.lease_token)])
+            .expect("finish")
+            .applied,
+        vec![id]
+    );
+}
+
+/// A row someone else holds locked (an operator's open transaction) neither
+/// blocks the heartbeat and the outcomes of the other jobs nor is taken for lost.
+#[test]
+fn a_row_locked_elsewhere_is_skipped_and_reported_busy_not_lost() {
+    let db = TestDb::new();
+    let mut conn = db.conn();
+    noops(&mut conn, 2);
+    let claimed = claim(&mut conn, "w", 2, Duration::from_secs(60));
+    let (held, free) = (&claimed[0], &claimed[1]);
+
+    let mut operator = db.conn();
+    operator
+        .begin_test_transaction()
+        .expect("the operator's transaction");
+    diesel::sql_query("SELECT id FROM jobs WHERE id = $1 FOR UPDATE")
+        .bind::<diesel::sql_types::BigInt, _>(held.id)
+        .execute(&mut operator)
+        .expect("lock the row");
+
+    let leases: Vec<JobLease> = claimed
+        .iter()
+        .map(|j| JobLease {
+            job_id: j.id,
+            lease_token: j.lease_token,
+        })
+        .collect();
+    let started = std::time::Instant::now();
+    let beat = extend_leases(&mut conn, &leases, Duration::from_secs(120)).expect("heartbeat");
+    assert_eq!(beat.extended, vec![leases[1]]);
+    assert_eq!(beat.busy, vec![leases[0]]);
+    assert!(beat.lost.is_empty());
+
+    let finishes: Vec<Finish> = claimed
+        .iter()
+        .map(|j| Finish {
+            job_id: j.id,
+            lease_token: j.lease_token,
+            outcome: Outcome::Done { local: None },
+        })
+        .collect();
+    let report = finish_jobs(&mut conn, &finishes).expect("finish");
+    assert!(
+        started.elapsed() < Duration::from_secs(2),
+        "nothing waited on the lock"
+    );
+    assert_eq!(report.applied, vec![free.id]);
+    assert_eq!(report.busy, vec![held.id]);
+    assert!(report.lost.is_empty());
+
+    drop(operator);
+    let report = finish_jobs(&mut conn, &finishes[..1]).expect("finish");
+    assert_eq!(
+        report.applied,
+        vec![held.id],
+        "written once the lock is gone"
+    );
+}
+
+/// A mail server's reply or a receiver's body can hold anything; the outcome
+/// is stored all the same, readable and bounded.
+#[test]
+fn an_error_with_nul_bytes_control_characters_and_100_kb_is_stored_cleaned() {
+    let db = TestDb::new();
+    let mut conn = db.conn();
+    noops(&mut conn, 1);
+    let job = claim(&mut conn, "w", 1, Duration::from_secs(60)).remove(0);
+    let hostile = format!(
+        "451 4.3.0 temporary\0failure \u{1b}[2J{}",
+        "x".repeat(100_000)
+    );
+
+    let report = finish_jobs(
+        &mut conn,
+        &[Finish {
+            job_id: job.id,
+            lease_token: job.lease_token,
+            outcome: Outcome::Retry {
+                delay: Duration::ZERO,
+                error: hostile,
+            },
+        }],
+    )
+    .expect("the write succeeds");
+    assert_eq!(report.applied, vec![job.id]);
+
+    let stored: Option<String> = jobs::table
+        .find(job.id)
+        .select(jobs::last_error)
+        .first(&mut conn)
+        .expect("job");
+    let stored = stored.expect("an error");
+    assert!(
+        stored.starts_with("451 4.3.0 temporary\\0failure \\u{1b}[2J"),
+        "{}",
+        &stored[..60]
+    );
+    assert!(stored.len() <= outbox_relay::outbox::text::MAX_ERROR_BYTES);
+    assert!(stored.ends_with("more bytes]"));
+}
+
+/// A lease that lapsed a moment ago most likely belongs to a relay that is
+/// back from a blip and about to renew it: the reaper leaves it a margin.
+#[test]
+fn the_reaper_takes_only_leases_expired_by_more_than_its_margin() {
+    let db = TestDb::new();
+    let mut conn = db.conn();
+    noops(&mut conn, 1);
+    claim(&mut conn, "blip", 1, Duration::from_secs(60));
+    diesel::sql_query("UPDATE jobs SET lease_expires_at = now() - interval '2 seconds'")
+        .execute(&mut conn)
+        .expect("lapse the lease");
+    let with_margin = |margin: Duration| ReapRequest {
+        limit: 10,
+        margin,
+        spare: &[],
+    };
+
+    let report = reap_expired_leases(&mut conn, &with_margin(Duration::from_secs(5)), |_| {
+        Duration::ZERO
+    })
+    .expect("reap");
+    assert_eq!(report.total(), 0, "expired 2s ago, inside a 5s margin");
+    let report = reap_expired_leases(&mut conn, &with_margin(Duration::from_secs(1)), |_| {
+        Duration::from_secs(3)
+    })
+    .expect("reap");
+    assert_eq!(report.requeued, 1);
+    assert_eq!(report.next_due, Some(Duration::from_secs(3)));
 }

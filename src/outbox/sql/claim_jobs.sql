@@ -13,14 +13,20 @@
 -- and skip rows another worker has locked, so two workers never claim one job
 -- and neither waits on the other. The claim, the lease and attempts + 1 are one
 -- statement: there is no moment where a job is locked but not yet marked.
--- The new attempts value is the job's fencing token.
+-- Each claimed row gets a fresh lease_token from jobs_lease_token_seq: the
+-- fencing token every later write of this attempt must present. A sequence
+-- never hands a value out twice, so no earlier or later claim of the job, by
+-- this worker or another, after a release, an operator retry or a crash, can
+-- hold the same token.
 --
 -- Durability: async_commit turns off synchronous_commit for this statement's
 -- own transaction only (set_config's third argument; the session keeps its
 -- setting), so the claim commits without waiting for a WAL flush and in one
 -- round trip, where BEGIN / SET LOCAL / claim / COMMIT took four. Losing a claim
 -- in a server crash is harmless: the job is pending again with its attempt not
--- even counted, and a worker that had started it is fenced out when it reports.
+-- even counted, and a worker that had started it is fenced out when it reports,
+-- since the next claim draws a token past the lost one (nextval is not rolled
+-- back, and the sequence is WAL-logged ahead of the values it hands out).
 WITH async_commit AS MATERIALIZED (
     SELECT set_config('synchronous_commit', 'off', true)
 ),
@@ -39,7 +45,9 @@ SET status = 'processing',
     locked_by = $3,
     locked_at = now(),
     lease_expires_at = now() + $4 * interval '1 millisecond',
-    attempts = j.attempts + 1
+    attempts = j.attempts + 1,
+    lease_token = nextval('jobs_lease_token_seq')
 FROM picked, async_commit
 WHERE j.id = picked.id
-RETURNING j.id, j.order_id, j.kind, j.payload, j.attempts, j.max_attempts, j.created_at
+RETURNING j.id, j.order_id, j.kind, j.payload, j.attempts, j.max_attempts, j.lease_token,
+          j.created_at

@@ -1,30 +1,56 @@
--- Records the outcomes of many jobs at once for worker $6.
--- $1 ids, $2 attempts (fencing tokens), $3 new statuses ('done', 'pending' for a
--- retry, 'failed'), $4 retry delays in ms (used for 'pending'), $5 errors (NULL
--- keeps last_error as it was).
+-- Records the outcomes of many claims at once. $1 ids, $2 lease tokens (the
+-- fencing tokens of the claims), $3 new statuses ('done', 'pending' for a
+-- retry, 'failed'), $4 retry delays in ms (used for 'pending'), $5 errors
+-- (NULL keeps last_error as it was). Returns one row per claim still held
+-- (status 'processing' with the same token): `applied` says whether its
+-- outcome was written; false means the row was locked by another transaction
+-- at that moment, and the caller writes it again shortly. A claim with no row
+-- is lost: reaped and re-claimed, cancelled, or finished by someone else.
 --
 -- Index: the primary key (j.id = o.id).
 --
--- Fencing: a row changes only while it is still 'processing', owned by $6 and at
--- the attempt this worker claimed. If the lease was reaped and the job claimed
--- again (attempts moved on) or finished by someone else, the row does not match
--- and is left alone; RETURNING tells the caller which outcomes landed, and the
--- rest are counted as lost leases. Rows that do not match are never locked, so a
--- zombie's late batch cannot deadlock with the job's new owner.
-UPDATE jobs AS j
-SET status = o.status,
-    run_after = CASE WHEN o.status = 'pending'
-                     THEN now() + o.delay_ms * interval '1 millisecond'
-                     ELSE j.run_after END,
-    finished_at = CASE WHEN o.status = 'pending' THEN NULL ELSE now() END,
-    last_error = COALESCE(o.error, j.last_error),
-    locked_by = CASE WHEN o.status = 'pending' THEN NULL ELSE j.locked_by END,
-    locked_at = CASE WHEN o.status = 'pending' THEN NULL ELSE j.locked_at END,
-    lease_expires_at = NULL
-FROM unnest($1::bigint[], $2::int[], $3::text[], $4::bigint[], $5::text[])
-     AS o(id, attempt, status, delay_ms, error)
-WHERE j.id = o.id
-  AND j.status = 'processing'
-  AND j.locked_by = $6
-  AND j.attempts = o.attempt
-RETURNING j.id
+-- Fencing: a row changes only while it is 'processing' under the token this
+-- claim got. A zombie's late batch matches nothing and changes nothing.
+-- SKIP LOCKED: the completer never waits on a row lock, so one row held by an
+-- operator's open transaction cannot stall the outcomes of every other job;
+-- the locking read re-checks the newest row version, so a claim that changed
+-- hands meanwhile is never written.
+WITH outcome AS (
+    SELECT *
+    FROM unnest($1::bigint[], $2::bigint[], $3::text[], $4::bigint[], $5::text[])
+         AS o(id, lease_token, status, delay_ms, error)
+),
+held AS (
+    SELECT j.id
+    FROM jobs AS j
+    JOIN outcome AS o ON j.id = o.id AND j.lease_token = o.lease_token
+    WHERE j.status = 'processing'
+),
+lockable AS (
+    SELECT j.id
+    FROM jobs AS j
+    JOIN outcome AS o ON j.id = o.id AND j.lease_token = o.lease_token
+    WHERE j.status = 'processing'
+    FOR NO KEY UPDATE OF j SKIP LOCKED
+),
+written AS (
+    UPDATE jobs AS j
+    SET status = o.status,
+        run_after = CASE WHEN o.status = 'pending'
+                         THEN now() + o.delay_ms * interval '1 millisecond'
+                         ELSE j.run_after END,
+        finished_at = CASE WHEN o.status = 'pending' THEN NULL ELSE now() END,
+        last_error = COALESCE(o.error, j.last_error),
+        locked_by = CASE WHEN o.status = 'pending' THEN NULL ELSE j.locked_by END,
+        locked_at = CASE WHEN o.status = 'pending' THEN NULL ELSE j.locked_at END,
+        lease_expires_at = NULL
+    FROM outcome AS o, lockable
+    WHERE j.id = o.id
+      AND j.id = lockable.id
+      AND j.status = 'processing'
+      AND j.lease_token = o.lease_token
+    RETURNING j.id
+)
+SELECT held.id, (written.id IS NOT NULL) AS applied
+FROM held
+LEFT JOIN written ON written.id = held.id

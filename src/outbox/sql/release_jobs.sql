@@ -1,18 +1,17 @@
--- Hands claimed-but-unstarted jobs ($1 ids, $2 attempts) of worker $3 back to
--- 'pending' at shutdown, without spending an attempt: the claim's attempts + 1 is
--- undone, since no effect ran.
+-- Hands claimed-but-unstarted jobs ($1 ids, $2 lease tokens) back to 'pending'
+-- at shutdown, without spending an attempt: the claim's attempts + 1 is undone,
+-- since no effect ran. The token stays as it is: the next claim draws a new one.
 --
--- Index: the primary key. Fenced: only rows this worker still owns at the
--- attempt it claimed are released.
+-- Index: the primary key. Fenced: only rows still held under the token of the
+-- claim being released change.
 UPDATE jobs AS j
 SET status = 'pending',
     attempts = j.attempts - 1,
     locked_by = NULL,
     locked_at = NULL,
     lease_expires_at = NULL
-FROM unnest($1::bigint[], $2::int[]) AS l(id, attempt)
+FROM unnest($1::bigint[], $2::bigint[]) AS l(id, lease_token)
 WHERE j.id = l.id
   AND j.status = 'processing'
-  AND j.locked_by = $3
-  AND j.attempts = l.attempt
+  AND j.lease_token = l.lease_token
 RETURNING j.id

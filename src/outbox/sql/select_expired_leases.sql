@@ -1,24 +1,29 @@
--- Picks up to $1 processing jobs whose lease has expired: their worker died,
--- hung, or lost the database for longer than the lease.
+-- Picks up to $1 processing jobs whose lease expired more than $2 ms ago: their
+-- worker died, hung, or lost the database for longer than the lease.
 --
 -- Index: jobs_lease_idx ON jobs (lease_expires_at) WHERE status = 'processing';
 -- the ORDER BY matches it, so only expired rows are read.
 --
+-- The margin ($2): a relay whose heartbeat missed a beat or two during a short
+-- blip renews its leases as soon as it is back; reaping only leases expired by
+-- more than the margin lets it keep that work instead of having it run twice.
+--
 -- Concurrency: every relay runs the reaper. FOR UPDATE SKIP LOCKED gives each
 -- expired job to exactly one reaper, and the rows stay locked until the same
 -- transaction has moved them out of 'processing' (update_reaped_jobs.sql). A
--- worker that comes back and tries to finish such a job is fenced out: the
--- reaper clears locked_by, and the next claim changes attempts.
+-- worker that comes back and tries to finish such a job is fenced out: the next
+-- claim gives the job a new lease_token.
 --
--- Sparing: $3 are the jobs worker $2 (the reaper's own relay) is still running.
--- Their leases run out only when its heartbeats could not reach the database
--- (an outage longer than the lease); the effects are alive, so requeueing them
--- here would only run them twice. Another relay's reaper may still take them.
-SELECT id, attempts, max_attempts, locked_by
+-- Sparing: $3 are the lease tokens of the claims the reaper's own relay is
+-- still running. Their leases run out only when its heartbeats could not reach
+-- the database (an outage longer than the lease); the effects are alive, so
+-- requeueing them here would only run them twice. Another relay's reaper may
+-- still take them.
+SELECT id, attempts, max_attempts, locked_by, lease_token
 FROM jobs
 WHERE status = 'processing'
-  AND lease_expires_at < now()
-  AND NOT (locked_by = $2 AND id = ANY($3::bigint[]))
+  AND lease_expires_at < now() - $2 * interval '1 millisecond'
+  AND NOT (lease_token = ANY($3::bigint[]))
 ORDER BY lease_expires_at
 LIMIT $1
 FOR UPDATE SKIP LOCKED

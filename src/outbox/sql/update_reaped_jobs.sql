@@ -1,8 +1,8 @@
--- Moves reaped jobs ($1 ids) to $2 statuses ('pending' with a $3 ms backoff, or
--- 'failed' when out of attempts), with $4 as last_error.
+-- Moves reaped jobs ($1 ids, $2 their lease tokens) to $3 statuses ('pending'
+-- with a $4 ms backoff, or 'failed' when out of attempts), with $5 as last_error.
 --
 -- Index: the primary key. Runs in the reaper's transaction, which holds the row
--- locks taken by select_expired_leases.sql; the status and lease guard only
+-- locks taken by select_expired_leases.sql; the status and token guard only
 -- restate what those locks already guarantee.
 UPDATE jobs AS j
 SET status = r.status,
@@ -14,8 +14,8 @@ SET status = r.status,
     locked_by = NULL,
     locked_at = NULL,
     lease_expires_at = NULL
-FROM unnest($1::bigint[], $2::text[], $3::bigint[], $4::text[])
-     AS r(id, status, delay_ms, error)
+FROM unnest($1::bigint[], $2::bigint[], $3::text[], $4::bigint[], $5::text[])
+     AS r(id, lease_token, status, delay_ms, error)
 WHERE j.id = r.id
   AND j.status = 'processing'
-  AND j.lease_expires_at < now()
+  AND j.lease_token = r.lease_token

@@ -8,13 +8,16 @@
 //! - [`database`]: killed connections, a server restart;
 //! - [`receivers`]: an SMTP outage, a misbehaving webhook receiver;
 //! - [`bad_input`]: property tests over order parsing and the API, hostile values;
-//! - [`security`]: the webhook signature checked independently, secrets in logs.
+//! - [`security`]: the webhook signature checked independently, secrets in logs;
+//! - [`hardening`]: hostile bytes, refused outcomes, deadlines, lost leases,
+//!   locked rows, a relay that cannot claim (`/livez`), retry wake-ups.
 //!
 //! `cargo test faults` runs them all; process logs of a failed test are kept
 //! under `target/tmp/fault-logs/`.
 
 mod bad_input;
 mod database;
+mod hardening;
 mod invariants;
 mod receivers;
 mod security;

@@ -69,6 +69,12 @@ impl Launch {
         self
     }
 
+    /// Leaves `key` out of the child's environment.
+    pub fn without_env(mut self, key: &str) -> Launch {
+        self.env.retain(|(k, _)| k != key);
+        self
+    }
+
     pub fn arg(mut self, arg: &str) -> Launch {
         self.args.push(arg.to_owned());
         self
@@ -232,7 +238,7 @@ impl BinProcess {
     pub async fn start_relay(launch: Launch) -> (BinProcess, String) {
         let mut relay = launch.spawn();
         let line = relay
-            .wait_for_line("serving /metrics and /healthz", Duration::from_secs(60))
+            .wait_for_line("serving /metrics", Duration::from_secs(60))
             .await;
         let addr = field(&line, "addr")
             .unwrap_or_else(|| panic!("no addr= in {line:?}"))
