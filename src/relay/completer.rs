@@ -232,21 +232,16 @@ fn isolate(shared: &Shared, mut completion: Completion, error: &DbError) -> Opti
         );
         return None;
     }
-    let (status, original) = match &completion.finish.outcome {
-        Outcome::Done { .. } => ("done", String::new()),
-        Outcome::Retry { error, .. } => ("retry", error.clone()),
-        Outcome::Failed { error } => ("failed", error.clone()),
+    let status = match &completion.finish.outcome {
+        Outcome::Done { .. } => "done",
+        Outcome::Retry { .. } => "retry",
+        Outcome::Failed { .. } => "failed",
     };
-    // Only ASCII, escaped, is kept of the text that may have caused this.
-    let original: String = original.escape_default().take(300).collect();
+    // The outcome's own text is left out: it may be what the database refused.
+    // The executor logged it when it decided the outcome.
     let note = clean_error(&format!(
-        "the outcome of attempt {} ({status}) could not be recorded: {error}{}",
-        completion.attempt,
-        if original.is_empty() {
-            String::new()
-        } else {
-            format!("; its error began: {original}")
-        }
+        "the outcome of attempt {} ({status}) could not be recorded: {error}",
+        completion.attempt
     ));
     tracing::error!(job_id, error = %error, "the database refused this outcome; recording it as a failure instead");
     completion.finish.outcome = match &completion.finish.outcome {

@@ -202,6 +202,9 @@ struct Shared {
     /// The earliest moment a job this relay scheduled (a retry, a reaped job)
     /// is due again; the producer wakes then instead of at the next poll.
     wake_at: Mutex<Option<Instant>>,
+    /// Told when `wake_at` moves earlier, so a producer already asleep
+    /// recomputes how long to sleep.
+    rescheduled: Notify,
     /// Poked by the reaper to have the heartbeat renew leases at once.
     beat_now: Notify,
     /// False after a heartbeat failed, until one succeeds: the reaper waits for
@@ -217,6 +220,7 @@ impl Shared {
         let mut next = self.wake_at.lock().unwrap_or_else(|e| e.into_inner());
         if next.is_none_or(|current| at < current) {
             *next = Some(at);
+            self.rescheduled.notify_one();
         }
     }
 
@@ -264,6 +268,7 @@ impl Relay {
                 in_flight: Arc::default(),
                 wake: Arc::new(Notify::new()),
                 wake_at: Mutex::new(None),
+                rescheduled: Notify::new(),
                 beat_now: Notify::new(),
                 heartbeat_ok: std::sync::atomic::AtomicBool::new(true),
                 stats: Arc::new(RelayStats::default()),

@@ -252,12 +252,15 @@ async fn release(shared: &Arc<Shared>, jobs: Vec<(ClaimedJob, Claim)>) {
 /// Sleeps until woken, the timeout, a retry this relay scheduled falls due, or
 /// shutdown; true on shutdown.
 async fn wait(shared: &Shared, shutdown: &CancellationToken, timeout: Duration) -> bool {
-    let until = shared.next_wake().map_or(timeout, |at| {
-        at.saturating_duration_since(Instant::now()).min(timeout)
-    });
-    tokio::select! {
-        () = shutdown.cancelled() => true,
-        () = shared.wake.notified() => false,
-        () = tokio::time::sleep(until) => false,
+    let poll_at = Instant::now() + timeout;
+    loop {
+        let until = shared.next_wake().map_or(poll_at, |at| at.min(poll_at));
+        tokio::select! {
+            () = shutdown.cancelled() => return true,
+            () = shared.wake.notified() => return false,
+            // A retry scheduled while we slept may be due before `until`.
+            () = shared.rescheduled.notified() => {}
+            () = tokio::time::sleep_until(until.into()) => return false,
+        }
     }
 }

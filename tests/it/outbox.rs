@@ -583,8 +583,7 @@ fn a_row_locked_elsewhere_is_skipped_and_reported_busy_not_lost() {
     let (held, free) = (&claimed[0], &claimed[1]);
 
     let mut operator = db.conn();
-    operator
-        .begin_test_transaction()
+    diesel::connection::SimpleConnection::batch_execute(&mut operator, "BEGIN")
         .expect("the operator's transaction");
     diesel::sql_query("SELECT id FROM jobs WHERE id = $1 FOR UPDATE")
         .bind::<diesel::sql_types::BigInt, _>(held.id)
@@ -621,7 +620,8 @@ fn a_row_locked_elsewhere_is_skipped_and_reported_busy_not_lost() {
     assert_eq!(report.busy, vec![held.id]);
     assert!(report.lost.is_empty());
 
-    drop(operator);
+    diesel::connection::SimpleConnection::batch_execute(&mut operator, "ROLLBACK")
+        .expect("end the operator's transaction");
     let report = finish_jobs(&mut conn, &finishes[..1]).expect("finish");
     assert_eq!(
         report.applied,
