@@ -167,6 +167,7 @@ async fn write(
     let mut parts = vec![batch];
     while let Some(mut part) = parts.pop() {
         let finishes: Vec<Finish> = part.iter().map(Completion::due_now).collect();
+        let written = finishes.clone();
         let result =
             run_blocking(&shared.pool, move |conn| Ok(finish_jobs(conn, &finishes)?)).await;
         match result {
@@ -176,7 +177,7 @@ async fn write(
                     tracing::info!(failures = outage.failures, "outcomes written again");
                 }
                 *outage = Outage::default();
-                later.extend(record(shared, part, &report));
+                later.extend(record(shared, part, &written, &report));
             }
             Err(error) => match error.failure() {
                 failure @ (Failure::Unavailable | Failure::Transient) => {
@@ -263,9 +264,15 @@ fn isolate(shared: &Shared, mut completion: Completion, error: &DbError) -> Opti
 }
 
 /// Counts what landed; returns the outcomes whose row was locked, to try again.
-fn record(shared: &Shared, batch: Vec<Completion>, report: &FinishReport) -> Vec<Completion> {
+/// `written` are the outcomes as the statement wrote them, in `batch`'s order.
+fn record(
+    shared: &Shared,
+    batch: Vec<Completion>,
+    written: &[Finish],
+    report: &FinishReport,
+) -> Vec<Completion> {
     let mut again = Vec::new();
-    for mut completion in batch {
+    for (mut completion, written) in batch.into_iter().zip(written) {
         let finish = &completion.finish;
         let kind = completion.kind.clone();
         if report.busy.contains(&finish.job_id) {
@@ -285,10 +292,13 @@ fn record(shared: &Shared, batch: Vec<Completion>, report: &FinishReport) -> Vec
         }
         let (counter, outcome) = match &finish.outcome {
             Outcome::Done { .. } => (&shared.stats.done, "done"),
-            Outcome::Retry { delay, .. } => {
-                // Due again after the delay counted from the failure: wake then.
-                let due = completion.decided + *delay;
-                shared.wake_at(due.max(Instant::now()));
+            Outcome::Retry { .. } => {
+                // The row's run_after is the statement's now() plus the delay
+                // written, and the statement is over by now: waking this long
+                // from here never comes before the job is due.
+                if let Outcome::Retry { delay, .. } = &written.outcome {
+                    shared.wake_at(Instant::now() + *delay);
+                }
                 (&shared.stats.retried, "retried")
             }
             Outcome::Failed { .. } => (&shared.stats.failed, "failed"),

@@ -111,6 +111,7 @@ fn stats_shows_counts_by_kind_and_status_expired_leases_and_the_oldest_due_job()
     set_done_days_ago(&mut conn, receipt, 0);
     diesel::sql_query(format!(
         "UPDATE jobs SET status = 'processing', attempts = 1, locked_by = 'gone', \
+         lease_token = nextval('jobs_lease_token_seq'), \
          locked_at = now() - interval '2 minutes', \
          lease_expires_at = now() - interval '1 minute' WHERE id = {webhook}"
     ))

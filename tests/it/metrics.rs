@@ -165,6 +165,7 @@ fn queue_depth_counts_jobs_by_status() {
     .expect("failed");
     diesel::sql_query(
         "UPDATE jobs SET status = 'processing', locked_by = 'w', attempts = 1, \
+         lease_token = nextval('jobs_lease_token_seq'), \
          lease_expires_at = now() + interval '1 minute' \
          WHERE id = (SELECT min(id) FROM jobs WHERE kind = 'confirmation_email')",
     )
