@@ -167,7 +167,15 @@ async fn write(
     let mut parts = vec![batch];
     while let Some(mut part) = parts.pop() {
         let finishes: Vec<Finish> = part.iter().map(Completion::due_now).collect();
-        let written = finishes.clone();
+        // The retry delays as written (not the whole outcomes: a receipt's PDF
+        // is tens of KB).
+        let written: Vec<Option<Duration>> = finishes
+            .iter()
+            .map(|f| match &f.outcome {
+                Outcome::Retry { delay, .. } => Some(*delay),
+                _ => None,
+            })
+            .collect();
         let result =
             run_blocking(&shared.pool, move |conn| Ok(finish_jobs(conn, &finishes)?)).await;
         match result {
@@ -264,11 +272,11 @@ fn isolate(shared: &Shared, mut completion: Completion, error: &DbError) -> Opti
 }
 
 /// Counts what landed; returns the outcomes whose row was locked, to try again.
-/// `written` are the outcomes as the statement wrote them, in `batch`'s order.
+/// `written` are the retry delays as the statement wrote them, in `batch`'s order.
 fn record(
     shared: &Shared,
     batch: Vec<Completion>,
-    written: &[Finish],
+    written: &[Option<Duration>],
     report: &FinishReport,
 ) -> Vec<Completion> {
     let mut again = Vec::new();
@@ -296,7 +304,7 @@ fn record(
                 // The row's run_after is the statement's now() plus the delay
                 // written, and the statement is over by now: waking this long
                 // from here never comes before the job is due.
-                if let Outcome::Retry { delay, .. } = &written.outcome {
+                if let Some(delay) = written {
                     shared.wake_at(Instant::now() + *delay);
                 }
                 (&shared.stats.retried, "retried")
