@@ -10,6 +10,21 @@ diesel::table! {
         idempotency_key -> Nullable<Text>,
         request_hash -> Nullable<Text>,
         created_at -> Timestamptz,
+        status -> Text,
+    }
+}
+
+diesel::table! {
+    order_events (id) {
+        id -> Int8,
+        order_id -> Int8,
+        seq -> Int4,
+        #[sql_name = "type"]
+        event_type -> Text,
+        data -> Jsonb,
+        idempotency_key -> Nullable<Text>,
+        request_hash -> Nullable<Text>,
+        created_at -> Timestamptz,
     }
 }
 
@@ -41,6 +56,8 @@ diesel::table! {
         finished_at -> Nullable<Timestamptz>,
         last_error -> Nullable<Text>,
         lease_token -> Nullable<Int8>,
+        ordering_key -> Nullable<Text>,
+        blocked -> Bool,
     }
 }
 
@@ -55,5 +72,6 @@ diesel::table! {
 diesel::joinable!(order_items -> orders (order_id));
 diesel::joinable!(jobs -> orders (order_id));
 diesel::joinable!(receipts -> orders (order_id));
+diesel::joinable!(order_events -> orders (order_id));
 
-diesel::allow_tables_to_appear_in_same_query!(orders, order_items, jobs, receipts);
+diesel::allow_tables_to_appear_in_same_query!(orders, order_items, order_events, jobs, receipts);

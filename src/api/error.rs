@@ -32,10 +32,16 @@ pub enum ApiError {
     #[error("{}", validation_message(.0))]
     Validation(#[from] ValidationError),
     #[error(
-        "this Idempotency-Key was already used with a different order; \
-         use a new key for a new order"
+        "this Idempotency-Key was already used with a different order or request; \
+         use a new key for a new one"
     )]
     IdempotencyConflict,
+    #[error("order {order_id} is {current}; it cannot become {requested}")]
+    InvalidTransition {
+        order_id: i64,
+        current: &'static str,
+        requested: &'static str,
+    },
     #[error("there is no order {0}")]
     OrderNotFound(String),
     #[error("the receipt of order {0} is not rendered yet; try again later")]
@@ -90,7 +96,9 @@ impl ApiError {
             | ApiError::MalformedJson(_)
             | ApiError::InvalidIdempotencyKey(_) => StatusCode::BAD_REQUEST,
             ApiError::Validation(_) => StatusCode::UNPROCESSABLE_ENTITY,
-            ApiError::IdempotencyConflict => StatusCode::CONFLICT,
+            ApiError::IdempotencyConflict | ApiError::InvalidTransition { .. } => {
+                StatusCode::CONFLICT
+            }
             ApiError::OrderNotFound(_)
             | ApiError::ReceiptNotReady(_)
             | ApiError::RouteNotFound(_) => StatusCode::NOT_FOUND,
@@ -112,6 +120,7 @@ impl ApiError {
             ApiError::InvalidIdempotencyKey(_) => "invalid_idempotency_key",
             ApiError::Validation(_) => "validation_failed",
             ApiError::IdempotencyConflict => "idempotency_conflict",
+            ApiError::InvalidTransition { .. } => "invalid_transition",
             ApiError::OrderNotFound(_) => "order_not_found",
             ApiError::ReceiptNotReady(_) => "receipt_not_ready",
             ApiError::RouteNotFound(_) => "not_found",

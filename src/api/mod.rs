@@ -127,6 +127,7 @@ pub fn router(pool: PgPool, settings: ApiSettings) -> Router {
         .route("/orders", post(orders::place))
         .route("/orders/{id}", get(orders::show))
         .route("/orders/{id}/receipt.pdf", get(orders::receipt))
+        .route("/orders/{id}/{action}", post(orders::transition))
         .route("/healthz", get(ops::healthz))
         .route("/metrics", get(ops::metrics))
         .fallback(ops::route_not_found)

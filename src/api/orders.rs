@@ -13,7 +13,9 @@ use super::body;
 use super::error::ApiError;
 use super::state::AppState;
 use crate::orders::{
-    NewOrder, Order, OrderJob, PlaceOrderError, Placement, load_order, load_order_jobs, place_order,
+    NewOrder, Order, OrderEvent, OrderJob, PlaceOrderError, Placement, Transition, TransitionError,
+    TransitionOutcome, load_order, load_order_events, load_order_jobs, place_order,
+    transition_order,
 };
 use crate::schema::receipts;
 
@@ -24,6 +26,8 @@ pub struct OrderView {
     #[serde(flatten)]
     pub order: Order,
     pub jobs: Vec<OrderJob>,
+    /// The order's history, in `seq` order.
+    pub events: Vec<OrderEvent>,
 }
 
 /// Reads an order and its jobs under one snapshot, so the jobs shown are the
@@ -38,7 +42,12 @@ fn load_view(conn: &mut PgConnection, order_id: i64) -> Result<Option<OrderView>
                 return Ok(None);
             };
             let jobs = load_order_jobs(conn, order_id)?;
-            Ok::<_, diesel::result::Error>(Some(OrderView { order, jobs }))
+            let events = load_order_events(conn, order_id)?;
+            Ok::<_, diesel::result::Error>(Some(OrderView {
+                order,
+                jobs,
+                events,
+            }))
         })?)
 }
 
@@ -96,6 +105,72 @@ pub(crate) async fn place(
     };
     let id = placement.order_id();
     Ok((status, [(header::LOCATION, location(id))], Json(view)).into_response())
+}
+
+/// `POST /orders/{id}/pay`, `/ship`, `/deliver`, `/cancel`: the same checks as
+/// `POST /orders`, in the same order, then one transaction that moves the
+/// order, records the event and enqueues its jobs. `200` with the order.
+pub(crate) async fn transition(
+    State(state): State<AppState>,
+    path: Result<Path<(String, String)>, PathRejection>,
+    headers: HeaderMap,
+    raw_body: Result<Bytes, BytesRejection>,
+) -> Result<Response, ApiError> {
+    let Path((raw_id, action)) =
+        path.map_err(|_| ApiError::OrderNotFound("<unreadable id>".into()))?;
+    if !matches!(action.as_str(), "pay" | "ship" | "deliver" | "cancel") {
+        return Err(ApiError::RouteNotFound(format!(
+            "/orders/{}/{}",
+            raw_id.chars().take(40).collect::<String>(),
+            action.chars().take(40).collect::<String>()
+        )));
+    }
+    let (raw, id) = order_id(Ok(Path(raw_id)))?;
+    body::require_json(&headers)?;
+    let key = body::idempotency_key(&headers)?;
+    let value = body::parse_json(raw_body)?;
+    let transition = Transition::parse(&action, &value)?;
+
+    let max_attempts = state.settings.max_attempts;
+    let (outcome, view) = state
+        .db
+        .run(move |conn| {
+            let outcome = transition_order(conn, id, &transition, key.as_ref(), max_attempts)
+                .map_err(|e| match e {
+                    TransitionError::NotFound(_) => ApiError::OrderNotFound(raw),
+                    TransitionError::Invalid {
+                        order_id,
+                        current,
+                        requested,
+                    } => ApiError::InvalidTransition {
+                        order_id,
+                        current: current.as_str(),
+                        requested: requested.as_str(),
+                    },
+                    TransitionError::IdempotencyConflict => ApiError::IdempotencyConflict,
+                    TransitionError::Database(e) => ApiError::from(e),
+                })?;
+            let view = load_view(conn, id)?.ok_or_else(|| {
+                ApiError::Internal(anyhow::anyhow!(
+                    "order {id} vanished right after its transition"
+                ))
+            })?;
+            Ok((outcome, view))
+        })
+        .await?;
+    match outcome {
+        TransitionOutcome::Applied { event_id } => {
+            tracing::info!(order_id = id, event_id, action = %action, "order transition");
+        }
+        TransitionOutcome::Repeated { event_id } => {
+            tracing::info!(
+                order_id = id,
+                event_id,
+                "transition already applied with this Idempotency-Key"
+            );
+        }
+    }
+    Ok((StatusCode::OK, Json(view)).into_response())
 }
 
 /// `GET /orders/{id}`.

@@ -47,6 +47,24 @@ pub enum JobsCommand {
         outbox-relay jobs prune --older-than 7d --dry-run\n  \
         outbox-relay jobs prune --older-than 30d")]
     Prune(PruneArgs),
+    /// Ordering keys held up by a failed head job, with that job and how many
+    /// jobs wait behind it.
+    ///
+    /// A key resumes, in order, once its head is retried (`jobs retry ID`) and
+    /// succeeds, or skips the head once it is cancelled (`jobs cancel ID`).
+    Blocked(BlockedArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct BlockedArgs {
+    #[command(flatten)]
+    db: DatabaseArgs,
+    /// Most keys shown, oldest head first.
+    #[arg(long, default_value_t = 50, value_parser = crate::config::parse_count)]
+    limit: usize,
+    /// Print JSON instead of a table.
+    #[arg(long)]
+    json: bool,
 }
 
 #[derive(Debug, Args)]
@@ -132,6 +150,7 @@ pub async fn run(command: JobsCommand) -> anyhow::Result<()> {
         JobsCommand::List(args) => list(args).await,
         JobsCommand::Retry(args) => retry(args).await,
         JobsCommand::Prune(args) => prune(args).await,
+        JobsCommand::Blocked(args) => blocked(args).await,
     }
 }
 
@@ -296,6 +315,44 @@ async fn list(args: ListArgs) -> anyhow::Result<()> {
             args.limit
         );
     }
+    Ok(())
+}
+
+async fn blocked(args: BlockedArgs) -> anyhow::Result<()> {
+    let limit = i64::try_from(args.limit).unwrap_or(i64::MAX);
+    let keys = with_conn(&args.db, move |conn| {
+        outbox::blocked_keys(conn, limit).context("listing blocked ordering keys")
+    })
+    .await?;
+    if args.json {
+        println!("{}", serde_json::to_string_pretty(&keys)?);
+        return Ok(());
+    }
+    if keys.is_empty() {
+        println!("no ordering key is blocked");
+        return Ok(());
+    }
+    let mut table = Table::new(&[
+        ("ORDERING KEY", Align::Left),
+        ("HEAD JOB", Align::Right),
+        ("KIND", Align::Left),
+        ("ATTEMPTS", Align::Right),
+        ("WAITING", Align::Right),
+        ("LAST ERROR", Align::Left),
+    ]);
+    for key in &keys {
+        table.push(vec![
+            key.ordering_key.clone(),
+            key.job_id.to_string(),
+            key.kind.clone(),
+            format!("{}/{}", key.attempts, key.max_attempts),
+            key.waiting.to_string(),
+            key.last_error
+                .as_deref()
+                .map_or_else(String::new, |e| one_line(e, 60)),
+        ]);
+    }
+    print!("{table}");
     Ok(())
 }
 

@@ -36,20 +36,70 @@ pub const SMTP_COMMAND_TIMEOUT: Duration = Duration::from_secs(30);
 /// For one whole send, including waiting for a pooled connection.
 pub const SMTP_SEND_DEADLINE: Duration = Duration::from_secs(120);
 
-const TEXT_TEMPLATE: &str = "confirmation.txt";
-const HTML_TEMPLATE: &str = "confirmation.html";
 /// Embedded, so the binary needs no `templates/` directory at run time. The
 /// `.html` extension turns on minijinja's HTML auto-escaping for that template.
-const TEMPLATES: [(&str, &str); 2] = [
+const TEMPLATES: [(&str, &str); 6] = [
     (
-        TEXT_TEMPLATE,
+        "confirmation.txt",
         include_str!("../../templates/email/confirmation.txt"),
     ),
     (
-        HTML_TEMPLATE,
+        "confirmation.html",
         include_str!("../../templates/email/confirmation.html"),
     ),
+    (
+        "shipped.txt",
+        include_str!("../../templates/email/shipped.txt"),
+    ),
+    (
+        "shipped.html",
+        include_str!("../../templates/email/shipped.html"),
+    ),
+    (
+        "cancelled.txt",
+        include_str!("../../templates/email/cancelled.txt"),
+    ),
+    (
+        "cancelled.html",
+        include_str!("../../templates/email/cancelled.html"),
+    ),
 ];
+
+/// Which email an event sends: the template's name and the subject.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum EmailKind {
+    Confirmation,
+    Shipped,
+    Cancelled,
+}
+
+impl EmailKind {
+    /// The email for an event type; `None` for events that mail nobody.
+    pub fn for_event(event_type: &str) -> Option<EmailKind> {
+        match event_type {
+            "order.placed" => Some(EmailKind::Confirmation),
+            "order.shipped" => Some(EmailKind::Shipped),
+            "order.cancelled" => Some(EmailKind::Cancelled),
+            _ => None,
+        }
+    }
+
+    fn template(self) -> &'static str {
+        match self {
+            EmailKind::Confirmation => "confirmation",
+            EmailKind::Shipped => "shipped",
+            EmailKind::Cancelled => "cancelled",
+        }
+    }
+
+    fn subject(self, order_id: i64) -> String {
+        match self {
+            EmailKind::Confirmation => format!("Your order #{order_id} is confirmed"),
+            EmailKind::Shipped => format!("Your order #{order_id} is on its way"),
+            EmailKind::Cancelled => format!("Your order #{order_id} has been cancelled"),
+        }
+    }
+}
 
 #[derive(Clone)]
 pub struct EmailConfig {
@@ -135,7 +185,25 @@ impl Mailer {
 
     /// Sends the confirmation of `order` as job `job_id`.
     pub async fn send_confirmation(&self, job_id: i64, order: &Order) -> Result<(), EffectError> {
-        let message = self.compose(job_id, order)?;
+        self.send(
+            job_id,
+            order,
+            EmailKind::Confirmation,
+            &serde_json::Value::Null,
+        )
+        .await
+    }
+
+    /// Sends the `kind` email of `order` as job `job_id`; `details` is the
+    /// event's data (carrier and tracking number, reason).
+    pub async fn send(
+        &self,
+        job_id: i64,
+        order: &Order,
+        kind: EmailKind,
+        details: &serde_json::Value,
+    ) -> Result<(), EffectError> {
+        let message = self.compose(job_id, order, kind, details)?;
         match tokio::time::timeout(SMTP_SEND_DEADLINE, self.transport.send(message)).await {
             Ok(Ok(_)) => Ok(()),
             Ok(Err(e)) => Err(self.classify(&e)),
@@ -151,7 +219,13 @@ impl Mailer {
         format!("<job-{job_id}.confirmation@{}>", self.message_id_domain)
     }
 
-    fn compose(&self, job_id: i64, order: &Order) -> Result<Message, EffectError> {
+    fn compose(
+        &self,
+        job_id: i64,
+        order: &Order,
+        kind: EmailKind,
+        details: &serde_json::Value,
+    ) -> Result<Message, EffectError> {
         let address: Address = order.customer_email.parse().map_err(|e| {
             EffectError::permanent(format!(
                 "recipient {:?} of order {} is not an email address: {e}",
@@ -159,7 +233,16 @@ impl Mailer {
             ))
         })?;
         let to = Mailbox::new(display_name(&order.customer_name), address);
-        let view = ConfirmationView::new(order, &self.receipt_url(order.id), &self.from)?;
+        let mut view = ConfirmationView::new(order, &self.receipt_url(order.id), &self.from)?;
+        let detail = |name: &str| {
+            details
+                .get(name)
+                .and_then(serde_json::Value::as_str)
+                .map(str::to_owned)
+        };
+        view.carrier = detail("carrier");
+        view.tracking_number = detail("tracking_number");
+        view.reason = detail("reason");
         let render = |name: &str| {
             self.templates
                 .get_template(name)
@@ -168,12 +251,12 @@ impl Mailer {
                     EffectError::permanent(format!("email template {name} does not render: {e}"))
                 })
         };
-        let text = render(TEXT_TEMPLATE)?;
-        let html = render(HTML_TEMPLATE)?;
+        let text = render(&format!("{}.txt", kind.template()))?;
+        let html = render(&format!("{}.html", kind.template()))?;
         Message::builder()
             .from(self.from.clone())
             .to(to)
-            .subject(format!("Your order #{} is confirmed", order.id))
+            .subject(kind.subject(order.id))
             .message_id(Some(self.message_id(job_id)))
             .multipart(MultiPart::alternative_plain_html(text, html))
             .map_err(|e| {
@@ -246,6 +329,11 @@ struct ConfirmationView {
     receipt_url: String,
     /// The sender's display name, signed under the message.
     shop: Option<String>,
+    /// For the shipped email.
+    carrier: Option<String>,
+    tracking_number: Option<String>,
+    /// For the cancelled email.
+    reason: Option<String>,
 }
 
 #[derive(Debug, Serialize)]
@@ -282,6 +370,9 @@ impl ConfirmationView {
             total: currency.format(order.total_cents),
             receipt_url: receipt_url.to_owned(),
             shop: from.name.clone().filter(|n| !n.trim().is_empty()),
+            carrier: None,
+            tracking_number: None,
+            reason: None,
         })
     }
 }

@@ -19,7 +19,7 @@ use std::time::Duration;
 use serde::Deserialize;
 
 use crate::db::{PgPool, run_blocking};
-use crate::orders::{Order, load_order};
+use crate::orders::{Order, OrderEvent, load_event, load_order};
 use crate::outbox::{ClaimedJob, LocalWrite};
 
 /// How an effect failed, which decides what happens to the job.
@@ -129,9 +129,20 @@ impl fmt::Display for EffectKind {
 /// A decoded job.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Effect {
-    ConfirmationEmail { order_id: i64 },
-    ReceiptPdf { order_id: i64 },
-    OrderWebhook { order_id: i64 },
+    /// The email about an order event (the confirmation for `order.placed`);
+    /// no event for jobs enqueued before events existed: the confirmation.
+    ConfirmationEmail {
+        order_id: i64,
+        event_id: Option<i64>,
+    },
+    ReceiptPdf {
+        order_id: i64,
+    },
+    /// The webhook of an order event; no event: the original `order.placed` body.
+    OrderWebhook {
+        order_id: i64,
+        event_id: Option<i64>,
+    },
     Noop,
 }
 
@@ -139,32 +150,40 @@ pub enum Effect {
 #[serde(deny_unknown_fields)]
 struct OrderPayload {
     order_id: i64,
+    #[serde(default)]
+    event_id: Option<i64>,
 }
 
 impl Effect {
     /// Decodes a claimed job; unknown kinds and bad payloads are permanent errors.
     pub fn decode(job: &ClaimedJob) -> Result<Effect, EffectError> {
         let kind: EffectKind = job.kind.parse().map_err(EffectError::permanent)?;
-        let order_id = || {
-            serde_json::from_value::<OrderPayload>(job.payload.clone())
-                .map(|p| p.order_id)
-                .map_err(|e| {
-                    EffectError::permanent(format!(
-                        "{kind} payload does not decode ({e}): {}",
-                        job.payload
-                    ))
-                })
+        let payload = || {
+            serde_json::from_value::<OrderPayload>(job.payload.clone()).map_err(|e| {
+                EffectError::permanent(format!(
+                    "{kind} payload does not decode ({e}): {}",
+                    job.payload
+                ))
+            })
         };
         Ok(match kind {
-            EffectKind::ConfirmationEmail => Effect::ConfirmationEmail {
-                order_id: order_id()?,
-            },
+            EffectKind::ConfirmationEmail => {
+                let p = payload()?;
+                Effect::ConfirmationEmail {
+                    order_id: p.order_id,
+                    event_id: p.event_id,
+                }
+            }
             EffectKind::ReceiptPdf => Effect::ReceiptPdf {
-                order_id: order_id()?,
+                order_id: payload()?.order_id,
             },
-            EffectKind::OrderWebhook => Effect::OrderWebhook {
-                order_id: order_id()?,
-            },
+            EffectKind::OrderWebhook => {
+                let p = payload()?;
+                Effect::OrderWebhook {
+                    order_id: p.order_id,
+                    event_id: p.event_id,
+                }
+            }
             EffectKind::Noop => Effect::Noop,
         })
     }
@@ -202,27 +221,52 @@ impl Effects {
             .ok_or_else(|| EffectError::permanent(format!("order {order_id} no longer exists")))
     }
 
+    async fn event(&self, event_id: Option<i64>) -> Result<Option<OrderEvent>, EffectError> {
+        let Some(event_id) = event_id else {
+            return Ok(None);
+        };
+        run_blocking(&self.pool, move |conn| Ok(load_event(conn, event_id)?))
+            .await
+            .map_err(|e| EffectError::retryable(format!("loading event {event_id}: {e}")))?
+            .map(Some)
+            .ok_or_else(|| EffectError::permanent(format!("event {event_id} no longer exists")))
+    }
+
     async fn perform(&self, job: &ClaimedJob) -> EffectResult {
         match Effect::decode(job)? {
             Effect::Noop => Ok(None),
-            Effect::ConfirmationEmail { order_id } => {
+            Effect::ConfirmationEmail { order_id, event_id } => {
                 let mailer = self.mailer.as_ref().ok_or_else(|| {
                     EffectError::retryable(
                         "this relay has no SMTP_URL configured for confirmation_email",
                     )
                 })?;
                 let order = self.order(order_id).await?;
-                mailer.send_confirmation(job.id, &order).await?;
+                let event = self.event(event_id).await?;
+                let (kind, details) = match &event {
+                    None => (email::EmailKind::Confirmation, serde_json::Value::Null),
+                    Some(event) => (
+                        email::EmailKind::for_event(&event.event_type).ok_or_else(|| {
+                            EffectError::permanent(format!(
+                                "{} sends no email (event {})",
+                                event.event_type, event.id
+                            ))
+                        })?,
+                        event.data.clone(),
+                    ),
+                };
+                mailer.send(job.id, &order, kind, &details).await?;
                 Ok(None)
             }
-            Effect::OrderWebhook { order_id } => {
+            Effect::OrderWebhook { order_id, event_id } => {
                 let sender = self.webhook.as_ref().ok_or_else(|| {
                     EffectError::retryable(
                         "this relay has no WEBHOOK_URL configured for order_webhook",
                     )
                 })?;
                 let order = self.order(order_id).await?;
-                sender.deliver(job.id, &order).await?;
+                let event = self.event(event_id).await?;
+                sender.deliver(job.id, &order, event.as_ref()).await?;
                 Ok(None)
             }
             Effect::ReceiptPdf { order_id } => {

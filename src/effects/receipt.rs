@@ -663,6 +663,7 @@ mod tests {
             customer_name: name.to_owned(),
             currency: currency.to_owned(),
             total_cents: items.iter().map(OrderItem::line_total_cents).sum(),
+            status: "placed".to_owned(),
             created_at: DateTime::from_timestamp(1_796_036_700, 0).unwrap_or_default(),
             items,
         }

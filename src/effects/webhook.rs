@@ -24,7 +24,7 @@ use serde::Serialize;
 use sha2::Sha256;
 
 use super::{EffectError, error_chain};
-use crate::orders::Order;
+use crate::orders::{Order, OrderEvent};
 
 /// Longest wait for the TCP (and TLS) connection, within the total timeout.
 pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
@@ -95,9 +95,15 @@ impl WebhookSender {
         })
     }
 
-    /// POSTs `order` as an `order.placed` event for job `job_id`.
-    pub async fn deliver(&self, job_id: i64, order: &Order) -> Result<(), EffectError> {
-        let body = serde_json::to_vec(&OrderPlaced::new(order)).map_err(|e| {
+    /// POSTs `event` of `order` (without one, the legacy `order.placed` body)
+    /// for job `job_id`.
+    pub async fn deliver(
+        &self,
+        job_id: i64,
+        order: &Order,
+        event: Option<&OrderEvent>,
+    ) -> Result<(), EffectError> {
+        let body = event_body(order, event).map_err(|e| {
             EffectError::permanent(format!("order {} does not serialize: {e}", order.id))
         })?;
         let response = self
@@ -268,6 +274,41 @@ pub fn parse_retry_after(value: &str, now: SystemTime) -> Option<Duration> {
 /// Scheme, host and port only: paths and queries of webhook URLs often carry tokens.
 fn redacted(url: &url::Url) -> String {
     url.origin().ascii_serialization()
+}
+
+/// The body of one event, Standard Webhooks style:
+/// `{"type":"order.paid","id":<event id>,"timestamp":"<RFC 3339>","data":{...}}`,
+/// where `data` holds the event's own fields, its `seq` and the whole `order`.
+/// An `order.placed` body also keeps the original `"event"` and `"order"`
+/// fields, so receivers written for the first version read it unchanged. A
+/// job enqueued before events existed has no event: it gets the original body.
+fn event_body(order: &Order, event: Option<&OrderEvent>) -> serde_json::Result<Vec<u8>> {
+    let legacy = serde_json::to_value(OrderPlaced::new(order))?;
+    let Some(event) = event else {
+        return serde_json::to_vec(&legacy);
+    };
+    let mut data = match &event.data {
+        serde_json::Value::Object(fields) => fields.clone(),
+        _ => serde_json::Map::new(),
+    };
+    data.insert("seq".into(), event.seq.into());
+    data.insert("order".into(), legacy["order"].clone());
+    let mut body = serde_json::Map::new();
+    if event.event_type == EVENT_ORDER_PLACED {
+        body.insert("event".into(), EVENT_ORDER_PLACED.into());
+        body.insert("order".into(), legacy["order"].clone());
+    }
+    body.insert("type".into(), event.event_type.clone().into());
+    body.insert("id".into(), event.id.into());
+    body.insert(
+        "timestamp".into(),
+        event
+            .created_at
+            .to_rfc3339_opts(chrono::SecondsFormat::Micros, true)
+            .into(),
+    );
+    body.insert("data".into(), serde_json::Value::Object(data));
+    serde_json::to_vec(&body)
 }
 
 /// The JSON body: `{"event":"order.placed","order":{...}}`.

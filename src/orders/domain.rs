@@ -28,7 +28,7 @@ pub struct ValidationError {
 }
 
 impl ValidationError {
-    fn new(field: impl Into<String>, message: impl Into<String>) -> Self {
+    pub(crate) fn new(field: impl Into<String>, message: impl Into<String>) -> Self {
         ValidationError {
             field: field.into(),
             message: message.into(),
@@ -245,7 +245,7 @@ fn join(path: &str, name: &str) -> String {
     }
 }
 
-fn reject_unknown(
+pub(super) fn reject_unknown(
     object: &Map<String, Value>,
     path: &str,
     known: &[&str],
@@ -259,7 +259,7 @@ fn reject_unknown(
     }
 }
 
-fn required_str<'a>(
+pub(super) fn required_str<'a>(
     object: &'a Map<String, Value>,
     path: &str,
     name: &str,

@@ -5,6 +5,8 @@ mod currency;
 mod domain;
 mod place;
 mod read;
+mod status;
+mod transition;
 
 pub use currency::Currency;
 pub use domain::{
@@ -14,7 +16,22 @@ pub use domain::{
 pub use place::{
     IdempotencyKey, PlaceOrderError, Placement, place_order, place_order_with_hook_for_tests,
 };
-pub use read::{Order, OrderItem, OrderJob, load_order, load_order_jobs};
+pub use read::{
+    Order, OrderEvent, OrderItem, OrderJob, load_event, load_order, load_order_events,
+    load_order_jobs,
+};
+pub use status::OrderStatus;
+pub use transition::{Transition, TransitionError, TransitionOutcome, transition_order};
+
+/// The ordering key of an order's webhooks: delivered one at a time, in event order.
+pub fn webhook_key(order_id: i64) -> String {
+    format!("order-{order_id}-webhooks")
+}
+
+/// The ordering key of an order's emails.
+pub fn email_key(order_id: i64) -> String {
+    format!("order-{order_id}-emails")
+}
 
 /// The jobs every placed order gets, one per effect.
 pub const ORDER_JOB_KINDS: [&str; 3] = ["confirmation_email", "receipt_pdf", "order_webhook"];

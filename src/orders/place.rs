@@ -4,8 +4,9 @@ use diesel::prelude::*;
 use diesel::result::Error as DieselError;
 use sha2::{Digest, Sha256};
 
-use super::ORDER_JOB_KINDS;
 use super::domain::NewOrder;
+use super::transition::{event_email, event_webhook, record_event};
+use super::{ORDER_JOB_KINDS, OrderStatus};
 use crate::outbox::{self, DEFAULT_MAX_ATTEMPTS, NewJob};
 use crate::schema::{order_items, orders};
 
@@ -161,14 +162,28 @@ fn place_order_with_hook(
             .values(&items)
             .execute(conn)?;
 
-        let jobs: Vec<NewJob> = ORDER_JOB_KINDS
-            .iter()
-            .map(|kind| {
-                NewJob::new(*kind, serde_json::json!({ "order_id": order_id }))
-                    .order_id(order_id)
-                    .max_attempts(max_attempts)
-            })
-            .collect();
+        // The order's first event; its webhook and email open the order's
+        // ordering keys, so later events are delivered after them.
+        let event_id = record_event(
+            conn,
+            order_id,
+            OrderStatus::Placed.event_type(),
+            serde_json::json!({}),
+            None,
+            None,
+        )?;
+        let jobs = vec![
+            event_email(order_id, event_id, max_attempts),
+            NewJob::new("receipt_pdf", serde_json::json!({ "order_id": order_id }))
+                .order_id(order_id)
+                .max_attempts(max_attempts),
+            event_webhook(order_id, event_id, max_attempts),
+        ];
+        debug_assert!(
+            jobs.iter()
+                .map(NewJob::kind)
+                .eq(ORDER_JOB_KINDS.iter().copied())
+        );
         outbox::enqueue_many(conn, &jobs)?;
         Ok(Placement::Created(order_id))
     })

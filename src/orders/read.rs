@@ -4,7 +4,7 @@ use chrono::{DateTime, Utc};
 use diesel::prelude::*;
 use serde::Serialize;
 
-use crate::schema::{jobs, order_items, orders};
+use crate::schema::{jobs, order_events, order_items, orders};
 
 #[derive(Debug, Clone, Queryable, Selectable, Serialize)]
 #[diesel(table_name = orders)]
@@ -14,6 +14,7 @@ pub struct OrderHeader {
     pub customer_name: String,
     pub currency: String,
     pub total_cents: i64,
+    pub status: String,
     pub created_at: DateTime<Utc>,
 }
 
@@ -56,8 +57,25 @@ pub struct Order {
     pub customer_name: String,
     pub currency: String,
     pub total_cents: i64,
+    /// `placed`, `paid`, `shipped`, `delivered` or `cancelled`.
+    pub status: String,
     pub created_at: DateTime<Utc>,
     pub items: Vec<OrderItem>,
+}
+
+/// One step of an order's history.
+#[derive(Debug, Clone, Queryable, Selectable, Serialize)]
+#[diesel(table_name = order_events)]
+pub struct OrderEvent {
+    pub id: i64,
+    #[serde(skip)]
+    pub order_id: i64,
+    /// 1, 2, ... per order, in commit order.
+    pub seq: i32,
+    #[serde(rename = "type")]
+    pub event_type: String,
+    pub data: serde_json::Value,
+    pub created_at: DateTime<Utc>,
 }
 
 /// Loads an order and its items; `None` when no such order exists.
@@ -81,9 +99,28 @@ pub fn load_order(conn: &mut PgConnection, order_id: i64) -> QueryResult<Option<
         customer_name: header.customer_name,
         currency: header.currency,
         total_cents: header.total_cents,
+        status: header.status,
         created_at: header.created_at,
         items,
     }))
+}
+
+/// An order's events, in `seq` order.
+pub fn load_order_events(conn: &mut PgConnection, order_id: i64) -> QueryResult<Vec<OrderEvent>> {
+    order_events::table
+        .filter(order_events::order_id.eq(order_id))
+        .order(order_events::seq)
+        .select(OrderEvent::as_select())
+        .load(conn)
+}
+
+/// One event; `None` when it does not exist.
+pub fn load_event(conn: &mut PgConnection, event_id: i64) -> QueryResult<Option<OrderEvent>> {
+    order_events::table
+        .find(event_id)
+        .select(OrderEvent::as_select())
+        .first(conn)
+        .optional()
 }
 
 /// The jobs of one order, oldest first.

@@ -60,6 +60,9 @@ pub struct FinishReport {
     /// Jobs these claims no longer hold (lease reaped and the job re-claimed,
     /// cancelled by an operator): nothing changed.
     pub lost: Vec<i64>,
+    /// Jobs made claimable because the job before them in their ordering key
+    /// is now done.
+    pub released: usize,
 }
 
 #[derive(QueryableByName)]
@@ -68,6 +71,8 @@ struct HeldRow {
     id: i64,
     #[diesel(sql_type = Bool)]
     applied: bool,
+    #[diesel(sql_type = BigInt)]
+    released: i64,
 }
 
 /// Records `finishes` in one transaction: one fenced UPDATE for all of them,
@@ -117,7 +122,9 @@ pub fn finish_jobs(conn: &mut PgConnection, finishes: &[Finish]) -> QueryResult<
             }
         )
     });
-    let held = |rows: Vec<HeldRow>| -> HashMap<i64, bool> {
+    let mut released = 0;
+    let mut held = |rows: Vec<HeldRow>| -> HashMap<i64, bool> {
+        released = rows.first().map_or(0, |r| r.released);
         rows.into_iter().map(|r| (r.id, r.applied)).collect()
     };
     // Without local writes the UPDATE is atomic on its own; a transaction
@@ -145,7 +152,10 @@ pub fn finish_jobs(conn: &mut PgConnection, finishes: &[Finish]) -> QueryResult<
         held(update.load::<HeldRow>(conn)?)
     };
 
-    let mut report = FinishReport::default();
+    let mut report = FinishReport {
+        released: usize::try_from(released).unwrap_or(0),
+        ..FinishReport::default()
+    };
     for id in ids {
         match held.get(&id) {
             Some(true) => report.applied.push(id),

@@ -7,6 +7,7 @@
 mod admin;
 mod claim;
 mod finish;
+mod keys;
 mod lease;
 mod reap;
 pub mod text;
@@ -23,6 +24,7 @@ pub use admin::{
 };
 pub use claim::{ClaimRequest, ClaimedJob, claim_jobs};
 pub use finish::{Finish, FinishReport, LocalWrite, Outcome, finish_jobs};
+pub use keys::{BlockedKey, blocked_keys};
 pub use lease::{HeartbeatReport, JobLease, extend_leases, release_jobs};
 pub use reap::{ReapReport, ReapRequest, reap_expired_leases};
 
@@ -89,6 +91,9 @@ pub struct NewJob {
     order_id: Option<i64>,
     run_after: Option<DateTime<Utc>>,
     max_attempts: i32,
+    ordering_key: Option<String>,
+    /// Decided by [`enqueue_many`] from the key's unfinished jobs, never by callers.
+    blocked: bool,
 }
 
 impl NewJob {
@@ -99,6 +104,8 @@ impl NewJob {
             order_id: None,
             run_after: None,
             max_attempts: DEFAULT_MAX_ATTEMPTS,
+            ordering_key: None,
+            blocked: false,
         }
     }
     pub fn order_id(mut self, order_id: i64) -> Self {
@@ -112,6 +119,14 @@ impl NewJob {
     }
     pub fn max_attempts(mut self, max_attempts: i32) -> Self {
         self.max_attempts = max_attempts.max(1);
+        self
+    }
+    /// Jobs with the same key run one at a time, in enqueue order, whichever
+    /// relay claims them: a job waits while an earlier job of its key is
+    /// pending, processing or failed. A failed job holds its key until it is
+    /// retried (and succeeds) or cancelled.
+    pub fn ordering_key(mut self, key: impl Into<String>) -> Self {
+        self.ordering_key = Some(key.into());
         self
     }
     pub fn kind(&self) -> &str {
@@ -137,6 +152,11 @@ impl NewJob {
 /// # }
 /// ```
 pub fn enqueue(conn: &mut PgConnection, job: &NewJob) -> QueryResult<i64> {
+    if job.ordering_key.is_some() {
+        return enqueue_many(conn, std::slice::from_ref(job))?
+            .pop()
+            .ok_or(diesel::result::Error::NotFound);
+    }
     let id = diesel::insert_into(jobs::table)
         .values(job)
         .returning(jobs::id)
@@ -146,14 +166,49 @@ pub fn enqueue(conn: &mut PgConnection, job: &NewJob) -> QueryResult<i64> {
 }
 
 /// Inserts several jobs with one statement and one NOTIFY per distinct kind.
+/// Jobs with an ordering key are queued behind their key's unfinished jobs, and
+/// behind earlier jobs of the same key in `new_jobs`.
 pub fn enqueue_many(conn: &mut PgConnection, new_jobs: &[NewJob]) -> QueryResult<Vec<i64>> {
     if new_jobs.is_empty() {
         return Ok(Vec::new());
     }
-    let ids = diesel::insert_into(jobs::table)
-        .values(new_jobs)
-        .returning(jobs::id)
-        .get_results(conn)?;
+    let mut keys: Vec<&str> = new_jobs
+        .iter()
+        .filter_map(|j| j.ordering_key.as_deref())
+        .collect();
+    keys.sort_unstable();
+    keys.dedup();
+    let ids = if keys.is_empty() {
+        insert_jobs(conn, new_jobs)?
+    } else {
+        // The key locks must live until the caller's transaction commits; a
+        // transaction of our own (or a savepoint in the caller's) makes sure
+        // there is one.
+        conn.transaction(|conn| {
+            diesel::sql_query(include_str!("sql/lock_ordering_keys.sql"))
+                .bind::<diesel::sql_types::Array<Text>, _>(&keys)
+                .execute(conn)?;
+            let busy: std::collections::HashSet<String> =
+                diesel::sql_query(include_str!("sql/lock_ordering_heads.sql"))
+                    .bind::<diesel::sql_types::Array<Text>, _>(&keys)
+                    .load::<KeyRow>(conn)?
+                    .into_iter()
+                    .map(|r| r.key)
+                    .collect();
+            let mut started = std::collections::HashSet::new();
+            let queued: Vec<NewJob> = new_jobs
+                .iter()
+                .map(|job| {
+                    let mut job = job.clone();
+                    if let Some(key) = job.ordering_key.clone() {
+                        job.blocked = busy.contains(&key) || !started.insert(key);
+                    }
+                    job
+                })
+                .collect();
+            insert_jobs(conn, &queued)
+        })?
+    };
     let mut kinds: Vec<&str> = new_jobs.iter().map(|j| j.kind.as_str()).collect();
     kinds.sort_unstable();
     kinds.dedup();
@@ -164,6 +219,41 @@ pub fn enqueue_many(conn: &mut PgConnection, new_jobs: &[NewJob]) -> QueryResult
         .bind::<diesel::sql_types::Array<Text>, _>(&kinds)
         .execute(conn)?;
     Ok(ids)
+}
+
+fn insert_jobs(conn: &mut PgConnection, new_jobs: &[NewJob]) -> QueryResult<Vec<i64>> {
+    // One multi-row INSERT draws the ids in row order: enqueue order.
+    diesel::insert_into(jobs::table)
+        .values(new_jobs)
+        .returning(jobs::id)
+        .get_results(conn)
+}
+
+#[derive(QueryableByName)]
+struct KeyRow {
+    #[diesel(sql_type = Text)]
+    key: String,
+}
+
+/// Releases the next job of each key in `keys` whose earlier jobs have all
+/// ended (after an operator cancelled one). Returns the ids released.
+pub fn release_ordering_keys(conn: &mut PgConnection, keys: &[String]) -> QueryResult<Vec<i64>> {
+    if keys.is_empty() {
+        return Ok(Vec::new());
+    }
+    #[derive(QueryableByName)]
+    struct IdRow {
+        #[diesel(sql_type = diesel::sql_types::BigInt)]
+        id: i64,
+    }
+    Ok(
+        diesel::sql_query(include_str!("sql/release_ordering_keys.sql"))
+            .bind::<diesel::sql_types::Array<Text>, _>(keys)
+            .load::<IdRow>(conn)?
+            .into_iter()
+            .map(|r| r.id)
+            .collect(),
+    )
 }
 
 fn notify(conn: &mut PgConnection, kind: &str) -> QueryResult<()> {

@@ -185,6 +185,10 @@ async fn write(
                     tracing::info!(failures = outage.failures, "outcomes written again");
                 }
                 *outage = Outage::default();
+                if report.released > 0 {
+                    // The next job of an ordering key just became claimable.
+                    shared.wake.notify_one();
+                }
                 later.extend(record(shared, part, &written, &report));
             }
             Err(error) => match error.failure() {

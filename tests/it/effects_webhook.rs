@@ -296,7 +296,7 @@ async fn a_refused_connection_is_retryable_and_names_only_the_origin() {
     .expect("sender");
 
     let error = sender
-        .deliver(1, &order)
+        .deliver(1, &order, None)
         .await
         .expect_err("nothing listens");
     let EffectError::Retryable { message, .. } = &error else {

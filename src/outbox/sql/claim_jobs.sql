@@ -1,6 +1,8 @@
 -- Claims up to $1 due jobs of the kinds in $2 for worker $3, leasing them for $4 ms.
 --
--- Index: jobs_claim_idx ON jobs (run_after, id) WHERE status = 'pending'. The
+-- Index: jobs_claim_idx ON jobs (run_after, id) WHERE status = 'pending' AND
+-- NOT blocked (a job waiting behind an earlier job of its ordering key is not
+-- in the index, so a long queue behind a failed head costs nothing here). The
 -- ORDER BY below is exactly that index's key, so PostgreSQL walks the index from
 -- its oldest due entry and stops after $1 rows; done and failed rows are not in
 -- the partial index at all (an ORDER BY id would walk the primary key through
@@ -34,6 +36,7 @@ picked AS (
     SELECT id
     FROM jobs
     WHERE status = 'pending'
+      AND NOT blocked
       AND run_after <= now()
       AND kind = ANY($2)
     ORDER BY run_after, id

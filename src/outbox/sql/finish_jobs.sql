@@ -15,6 +15,13 @@
 -- operator's open transaction cannot stall the outcomes of every other job;
 -- the locking read re-checks the newest row version, so a claim that changed
 -- hands meanwhile is never written.
+--
+-- Ordering keys: a job that ends `done` releases the next job of its key (the
+-- oldest blocked one), in this same statement, so the key's next job becomes
+-- claimable exactly when its predecessor's completion commits. A concurrent
+-- enqueue behind the same key holds the head row FOR SHARE until it commits
+-- (lock_ordering_heads.sql); SKIP LOCKED then reports the head busy, and the
+-- retry, with a newer snapshot, sees and releases the new job.
 WITH outcome AS (
     SELECT *
     FROM unnest($1::bigint[], $2::bigint[], $3::text[], $4::bigint[], $5::text[])
@@ -49,8 +56,25 @@ written AS (
       AND j.id = lockable.id
       AND j.status = 'processing'
       AND j.lease_token = o.lease_token
-    RETURNING j.id
+    RETURNING j.id, j.status, j.ordering_key
+),
+released AS (
+    UPDATE jobs AS n
+    SET blocked = false
+    FROM written AS w
+    WHERE w.status = 'done'
+      AND w.ordering_key IS NOT NULL
+      AND n.id = (SELECT m.id
+                  FROM jobs AS m
+                  WHERE m.ordering_key = w.ordering_key
+                    AND m.status = 'pending'
+                    AND m.blocked
+                  ORDER BY m.id
+                  LIMIT 1)
+    RETURNING n.id
 )
-SELECT held.id, (written.id IS NOT NULL) AS applied
+SELECT held.id,
+       (written.id IS NOT NULL) AS applied,
+       (SELECT count(*) FROM released) AS released
 FROM held
 LEFT JOIN written ON written.id = held.id

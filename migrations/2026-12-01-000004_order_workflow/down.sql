@@ -1,0 +1,11 @@
+DROP INDEX jobs_ordering_key_idx;
+DROP INDEX jobs_kind_claim_idx;
+CREATE INDEX jobs_kind_claim_idx ON jobs (kind, run_after, id) WHERE status = 'pending';
+DROP INDEX jobs_claim_idx;
+CREATE INDEX jobs_claim_idx ON jobs (run_after, id) WHERE status = 'pending';
+ALTER TABLE jobs DROP CONSTRAINT jobs_blocked_is_a_waiting_keyed_job;
+ALTER TABLE jobs DROP COLUMN blocked;
+ALTER TABLE jobs DROP COLUMN ordering_key;
+DROP TABLE order_events;
+ALTER TABLE orders DROP CONSTRAINT orders_status_valid;
+ALTER TABLE orders DROP COLUMN status;

@@ -1,0 +1,317 @@
+//! Order transitions: pay, ship, deliver, cancel. Each is one transaction: a
+//! guarded status update that locks the order row, the event with the next
+//! `seq`, and the jobs the event needs (a webhook for every event, an email for
+//! shipped and cancelled), queued behind the order's earlier jobs of the same
+//! kind by their ordering key.
+
+use diesel::prelude::*;
+use serde_json::{Value, json};
+use sha2::{Digest, Sha256};
+
+use super::domain::{DisplayText, ValidationError, reject_unknown, required_str};
+use super::place::IdempotencyKey;
+use super::{OrderStatus, email_key, webhook_key};
+use crate::outbox::{self, NewJob};
+use crate::schema::{order_events, orders};
+
+/// What a transition asks for, parsed and validated at the edge.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Transition {
+    Pay {
+        payment_reference: DisplayText,
+    },
+    Ship {
+        carrier: DisplayText,
+        tracking_number: DisplayText,
+    },
+    Deliver,
+    Cancel {
+        reason: DisplayText,
+    },
+}
+
+const MAX_REFERENCE_CHARS: usize = 200;
+const MAX_REASON_CHARS: usize = 500;
+
+impl Transition {
+    /// Parses the JSON body of `POST /orders/{id}/{action}`; as strict as an order:
+    /// unknown fields are refused, every error names its field.
+    pub fn parse(action: &str, body: &Value) -> Result<Transition, ValidationError> {
+        let object = body
+            .as_object()
+            .ok_or_else(|| ValidationError::new("", "the body must be a JSON object"))?;
+        let text = |name: &str, max: usize| -> Result<DisplayText, ValidationError> {
+            DisplayText::parse(required_str(object, "", name)?, max)
+                .map_err(|m| ValidationError::new(name, m))
+        };
+        match action {
+            "pay" => {
+                reject_unknown(object, "", &["payment_reference"])?;
+                Ok(Transition::Pay {
+                    payment_reference: text("payment_reference", MAX_REFERENCE_CHARS)?,
+                })
+            }
+            "ship" => {
+                reject_unknown(object, "", &["carrier", "tracking_number"])?;
+                Ok(Transition::Ship {
+                    carrier: text("carrier", MAX_REFERENCE_CHARS)?,
+                    tracking_number: text("tracking_number", MAX_REFERENCE_CHARS)?,
+                })
+            }
+            "deliver" => {
+                reject_unknown(object, "", &[])?;
+                Ok(Transition::Deliver)
+            }
+            "cancel" => {
+                reject_unknown(object, "", &["reason"])?;
+                Ok(Transition::Cancel {
+                    reason: text("reason", MAX_REASON_CHARS)?,
+                })
+            }
+            other => Err(ValidationError::new(
+                "",
+                format!("{other:?} is not a transition"),
+            )),
+        }
+    }
+
+    /// The status this transition leads to.
+    pub fn target(&self) -> OrderStatus {
+        match self {
+            Transition::Pay { .. } => OrderStatus::Paid,
+            Transition::Ship { .. } => OrderStatus::Shipped,
+            Transition::Deliver => OrderStatus::Delivered,
+            Transition::Cancel { .. } => OrderStatus::Cancelled,
+        }
+    }
+
+    /// The event's `data`.
+    fn data(&self) -> Value {
+        match self {
+            Transition::Pay { payment_reference } => {
+                json!({ "payment_reference": payment_reference.as_str() })
+            }
+            Transition::Ship {
+                carrier,
+                tracking_number,
+            } => {
+                json!({ "carrier": carrier.as_str(), "tracking_number": tracking_number.as_str() })
+            }
+            Transition::Deliver => json!({}),
+            Transition::Cancel { reason } => json!({ "reason": reason.as_str() }),
+        }
+    }
+
+    /// Whether the customer is mailed about it.
+    fn emails(&self) -> bool {
+        matches!(self, Transition::Ship { .. } | Transition::Cancel { .. })
+    }
+}
+
+impl OrderStatus {
+    /// placed → paid → shipped → delivered; placed or paid → cancelled.
+    pub fn can_become(self, next: OrderStatus) -> bool {
+        use OrderStatus::{Cancelled, Delivered, Paid, Placed, Shipped};
+        matches!(
+            (self, next),
+            (Placed, Paid) | (Paid, Shipped) | (Shipped, Delivered) | (Placed | Paid, Cancelled)
+        )
+    }
+}
+
+/// What [`transition_order`] did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TransitionOutcome {
+    /// The order moved; this is the new event's id.
+    Applied { event_id: i64 },
+    /// The Idempotency-Key was used before for this same transition: nothing
+    /// was written.
+    Repeated { event_id: i64 },
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum TransitionError {
+    #[error("there is no order {0}")]
+    NotFound(i64),
+    #[error("order {order_id} is {current}; it cannot become {requested}")]
+    Invalid {
+        order_id: i64,
+        current: OrderStatus,
+        requested: OrderStatus,
+    },
+    #[error("this Idempotency-Key was already used with a different request")]
+    IdempotencyConflict,
+    #[error(transparent)]
+    Database(#[from] diesel::result::Error),
+}
+
+/// Moves order `order_id` by `transition`, in one transaction. With a key, a
+/// repeat of the same request returns [`TransitionOutcome::Repeated`].
+pub fn transition_order(
+    conn: &mut PgConnection,
+    order_id: i64,
+    transition: &Transition,
+    key: Option<&IdempotencyKey>,
+    max_attempts: i32,
+) -> Result<TransitionOutcome, TransitionError> {
+    let fingerprint = key.map(|_| fingerprint(order_id, transition));
+    conn.transaction(|conn| {
+        // The row lock orders this order's transitions: seq follows commit order.
+        let current: Option<String> = orders::table
+            .find(order_id)
+            .select(orders::status)
+            .for_update()
+            .first(conn)
+            .optional()?;
+        let Some(current) = current else {
+            return Err(TransitionError::NotFound(order_id));
+        };
+        if let Some(key) = key {
+            let earlier: Option<(i64, i64, Option<String>)> = order_events::table
+                .filter(order_events::idempotency_key.eq(key.as_str()))
+                .select((
+                    order_events::id,
+                    order_events::order_id,
+                    order_events::request_hash,
+                ))
+                .first(conn)
+                .optional()?;
+            if let Some((event_id, earlier_order, hash)) = earlier {
+                return if earlier_order == order_id && hash == fingerprint {
+                    Ok(TransitionOutcome::Repeated { event_id })
+                } else {
+                    Err(TransitionError::IdempotencyConflict)
+                };
+            }
+        }
+        let current: OrderStatus = current
+            .parse()
+            .map_err(|e: String| diesel::result::Error::DeserializationError(e.into()))?;
+        let requested = transition.target();
+        if !current.can_become(requested) {
+            return Err(TransitionError::Invalid {
+                order_id,
+                current,
+                requested,
+            });
+        }
+        diesel::update(orders::table.find(order_id))
+            .set(orders::status.eq(requested.as_str()))
+            .execute(conn)?;
+        let event_id = record_event(
+            conn,
+            order_id,
+            requested.event_type(),
+            transition.data(),
+            key,
+            fingerprint.as_deref(),
+        )?;
+        let mut jobs = vec![event_webhook(order_id, event_id, max_attempts)];
+        if transition.emails() {
+            jobs.push(event_email(order_id, event_id, max_attempts));
+        }
+        outbox::enqueue_many(conn, &jobs)?;
+        Ok(TransitionOutcome::Applied { event_id })
+    })
+}
+
+/// Inserts the order's next event; the caller holds the order row's lock.
+pub(super) fn record_event(
+    conn: &mut PgConnection,
+    order_id: i64,
+    event_type: &str,
+    data: Value,
+    key: Option<&IdempotencyKey>,
+    request_hash: Option<&str>,
+) -> QueryResult<i64> {
+    let seq: i32 = order_events::table
+        .filter(order_events::order_id.eq(order_id))
+        .select(diesel::dsl::max(order_events::seq))
+        .first::<Option<i32>>(conn)?
+        .unwrap_or(0)
+        + 1;
+    diesel::insert_into(order_events::table)
+        .values((
+            order_events::order_id.eq(order_id),
+            order_events::seq.eq(seq),
+            order_events::event_type.eq(event_type),
+            order_events::data.eq(data),
+            order_events::idempotency_key.eq(key.map(IdempotencyKey::as_str)),
+            order_events::request_hash.eq(request_hash),
+        ))
+        .returning(order_events::id)
+        .get_result(conn)
+}
+
+/// The webhook of one event, behind the order's earlier webhooks.
+pub(super) fn event_webhook(order_id: i64, event_id: i64, max_attempts: i32) -> NewJob {
+    NewJob::new(
+        "order_webhook",
+        json!({ "order_id": order_id, "event_id": event_id }),
+    )
+    .order_id(order_id)
+    .max_attempts(max_attempts)
+    .ordering_key(webhook_key(order_id))
+}
+
+/// The email about one event, behind the order's earlier emails.
+pub(super) fn event_email(order_id: i64, event_id: i64, max_attempts: i32) -> NewJob {
+    NewJob::new(
+        "confirmation_email",
+        json!({ "order_id": order_id, "event_id": event_id }),
+    )
+    .order_id(order_id)
+    .max_attempts(max_attempts)
+    .ordering_key(email_key(order_id))
+}
+
+fn fingerprint(order_id: i64, transition: &Transition) -> String {
+    let canonical = json!({
+        "order_id": order_id,
+        "status": transition.target().as_str(),
+        "data": transition.data(),
+    });
+    hex::encode(Sha256::digest(canonical.to_string().as_bytes()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_the_documented_transitions_are_allowed() {
+        use OrderStatus::*;
+        let all = [Placed, Paid, Shipped, Delivered, Cancelled];
+        let allowed: Vec<(OrderStatus, OrderStatus)> = all
+            .iter()
+            .flat_map(|a| all.iter().map(move |b| (*a, *b)))
+            .filter(|(a, b)| a.can_become(*b))
+            .collect();
+        assert_eq!(
+            allowed,
+            vec![
+                (Placed, Paid),
+                (Placed, Cancelled),
+                (Paid, Shipped),
+                (Paid, Cancelled),
+                (Shipped, Delivered),
+            ]
+        );
+    }
+
+    #[test]
+    fn bodies_are_parsed_strictly_with_field_paths() {
+        let ship = Transition::parse(
+            "ship",
+            &json!({"carrier": "DHL", "tracking_number": "JD0001"}),
+        );
+        assert!(matches!(ship, Ok(Transition::Ship { .. })));
+        let missing = Transition::parse("ship", &json!({"carrier": "DHL"})).expect_err("missing");
+        assert_eq!(missing.field, "tracking_number");
+        let unknown = Transition::parse("deliver", &json!({"when": "now"})).expect_err("unknown");
+        assert_eq!(unknown.field, "when");
+        let empty = Transition::parse("cancel", &json!({"reason": "  "})).expect_err("empty");
+        assert_eq!(empty.field, "reason");
+        assert!(Transition::parse("pay", &json!([])).is_err());
+    }
+}

@@ -1,0 +1,39 @@
+//! Ordering keys held up by a failed head job (`jobs blocked`).
+
+use chrono::{DateTime, Utc};
+use diesel::prelude::*;
+use diesel::sql_types::{BigInt, Integer, Nullable, Text, Timestamptz};
+use serde::Serialize;
+
+/// A key whose head job failed: nothing behind it runs until the head is
+/// retried and succeeds, or is cancelled.
+#[derive(Debug, Clone, PartialEq, QueryableByName, Serialize)]
+pub struct BlockedKey {
+    #[diesel(sql_type = Text)]
+    pub ordering_key: String,
+    /// The failed head job.
+    #[diesel(sql_type = BigInt, column_name = id)]
+    pub job_id: i64,
+    #[diesel(sql_type = Nullable<BigInt>)]
+    pub order_id: Option<i64>,
+    #[diesel(sql_type = Text)]
+    pub kind: String,
+    #[diesel(sql_type = Integer)]
+    pub attempts: i32,
+    #[diesel(sql_type = Integer)]
+    pub max_attempts: i32,
+    #[diesel(sql_type = Nullable<Text>)]
+    pub last_error: Option<String>,
+    #[diesel(sql_type = Nullable<Timestamptz>)]
+    pub finished_at: Option<DateTime<Utc>>,
+    /// Jobs waiting behind the head.
+    #[diesel(sql_type = BigInt)]
+    pub waiting: i64,
+}
+
+/// Up to `limit` blocked keys, oldest head first. See `sql/blocked_keys.sql`.
+pub fn blocked_keys(conn: &mut PgConnection, limit: i64) -> QueryResult<Vec<BlockedKey>> {
+    diesel::sql_query(include_str!("sql/blocked_keys.sql"))
+        .bind::<BigInt, _>(limit)
+        .load(conn)
+}

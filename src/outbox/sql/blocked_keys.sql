@@ -1,0 +1,17 @@
+-- Ordering keys held up by a failed head: the head job and how many jobs wait
+-- behind it. Up to $1 keys, oldest head first. Read-only.
+--
+-- Index: jobs_failed_idx ON jobs (id) WHERE status = 'failed' finds the heads;
+-- jobs_ordering_key_idx counts each key's waiting jobs.
+SELECT h.ordering_key, h.id, h.order_id, h.kind, h.attempts, h.max_attempts, h.last_error,
+       h.finished_at,
+       (SELECT count(*)
+        FROM jobs AS w
+        WHERE w.ordering_key = h.ordering_key
+          AND w.status = 'pending'
+          AND w.blocked) AS waiting
+FROM jobs AS h
+WHERE h.status = 'failed'
+  AND h.ordering_key IS NOT NULL
+ORDER BY h.id
+LIMIT $1

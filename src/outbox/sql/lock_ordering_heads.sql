@@ -1,0 +1,23 @@
+-- Of the ordering keys $1, those that have an unfinished job (pending,
+-- processing or failed): a job enqueued now behind such a key must wait.
+--
+-- Index: jobs_ordering_key_idx ON jobs (ordering_key, id) WHERE ordering_key IS
+-- NOT NULL AND status IN ('pending', 'processing', 'failed'): one probe per key.
+--
+-- FOR SHARE on each key's first unfinished job (its head), held until the
+-- enqueuing transaction ends: a relay finishing that head at this moment either
+-- finished first (the lock waits for its commit, the re-check sees the head
+-- done and moves on to the next unfinished job, if any) or meets the lock and
+-- tries again after our commit, when it sees and releases the new job. Without
+-- it, a head finishing concurrently could miss a successor it never saw.
+SELECT k.key
+FROM unnest($1::text[]) AS k(key)
+CROSS JOIN LATERAL (
+    SELECT j.id
+    FROM jobs AS j
+    WHERE j.ordering_key = k.key
+      AND j.status IN ('pending', 'processing', 'failed')
+    ORDER BY j.id
+    LIMIT 1
+    FOR SHARE OF j
+) AS head
