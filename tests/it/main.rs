@@ -16,3 +16,4 @@ mod metrics;
 mod orders;
 mod outbox;
 mod relay;
+mod workflow;

@@ -9,6 +9,7 @@
 //! - [`receivers`]: an SMTP outage, a misbehaving webhook receiver;
 //! - [`bad_input`]: property tests over order parsing and the API, hostile values;
 //! - [`security`]: the webhook signature checked independently, secrets in logs;
+//! - [`ordering`]: ordered delivery of each order's events with real relays;
 //! - [`hardening`]: hostile bytes, refused outcomes, deadlines, lost leases,
 //!   locked rows, a relay that cannot claim (`/livez`), retry wake-ups.
 //!
@@ -19,6 +20,7 @@ mod bad_input;
 mod database;
 mod hardening;
 mod invariants;
+mod ordering;
 mod receivers;
 mod security;
 mod workers;

@@ -44,6 +44,15 @@ impl HttpSink {
         self.0.url()
     }
 
+    /// Requests whose body satisfies `matches` get `answers` first, in order.
+    pub fn answer_matching_with(
+        &self,
+        matches: impl Fn(&[u8]) -> bool + Send + Sync + 'static,
+        answers: impl IntoIterator<Item = Answer>,
+    ) {
+        self.0.answer_matching_with(matches, answers);
+    }
+
     pub fn requests(&self) -> Vec<Recorded> {
         self.0.requests().into_iter().map(Recorded).collect()
     }
