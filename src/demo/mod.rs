@@ -392,6 +392,10 @@ impl Demo<'_> {
             }
         }
 
+        if let Err(error) = self.walk(&client, &view, &placed).await {
+            view.clear();
+            return Err(error);
+        }
         view.status("the relay is working: an email, a receipt and a webhook for every order");
         let watched = watch(
             self.running,
@@ -405,6 +409,62 @@ impl Demo<'_> {
         view.clear();
         if watched.ending != Ending::Interrupted {
             self.summarize(&placed, &watched);
+        }
+        Ok(())
+    }
+
+    /// Moves the first order through pay, ship and deliver and the second
+    /// through cancel, over HTTP, while the relay delivers their events.
+    async fn walk(
+        &self,
+        client: &reqwest::Client,
+        view: &LiveView,
+        placed: &[Placed],
+    ) -> anyhow::Result<()> {
+        let steps: Vec<(i64, &str, serde_json::Value)> = match placed {
+            [first, second, ..] => vec![
+                (
+                    first.id,
+                    "pay",
+                    serde_json::json!({"payment_reference": "demo-pay-1"}),
+                ),
+                (
+                    first.id,
+                    "ship",
+                    serde_json::json!({"carrier": "DHL", "tracking_number": "JD014600006281"}),
+                ),
+                (first.id, "deliver", serde_json::json!({})),
+                (
+                    second.id,
+                    "cancel",
+                    serde_json::json!({"reason": "out of stock"}),
+                ),
+            ],
+            _ => Vec::new(),
+        };
+        if !steps.is_empty() {
+            view.line("Moving order #1 through pay, ship and deliver, and cancelling order #2:");
+        }
+        for (id, action, body) in steps {
+            let url = format!("{}/orders/{id}/{action}", self.running.api_url);
+            let response = client
+                .post(&url)
+                .json(&body)
+                .send()
+                .await
+                .with_context(|| format!("POST /orders/{id}/{action}"))?;
+            let status = response.status();
+            let answer: serde_json::Value = response.json().await.with_context(|| {
+                format!("POST /orders/{id}/{action} answered {status} without JSON")
+            })?;
+            anyhow::ensure!(
+                status == reqwest::StatusCode::OK,
+                "POST /orders/{id}/{action} answered {status}: {answer}"
+            );
+            view.line(format!(
+                "  → order #{id:<3} {action:<8} now {}",
+                answer["status"].as_str().unwrap_or("?")
+            ));
         }
         Ok(())
     }
@@ -482,6 +542,48 @@ impl Demo<'_> {
             );
         }
 
+        // Each walked order's events as the receiver got them, in arrival order.
+        for order in placed.iter().take(2) {
+            let arrivals: Vec<String> = requests
+                .iter()
+                .filter_map(|r| {
+                    let body: serde_json::Value = serde_json::from_slice(&r.body).ok()?;
+                    let id = body
+                        .pointer("/data/order/id")
+                        .or_else(|| body.pointer("/order/id"))
+                        .and_then(serde_json::Value::as_i64)?;
+                    (id == order.id).then(|| {
+                        let seq = body
+                            .pointer("/data/seq")
+                            .and_then(serde_json::Value::as_i64);
+                        let kind = body["type"].as_str().unwrap_or("order.placed");
+                        let mark = if (200..300).contains(&r.answered) {
+                            "✓".to_owned()
+                        } else {
+                            format!("✗{}", r.answered)
+                        };
+                        format!(
+                            "{}{kind} {mark}",
+                            seq.map(|s| format!("{s}:")).unwrap_or_default()
+                        )
+                    })
+                })
+                .collect();
+            if arrivals.len() > 1 {
+                println!(
+                    "  Order #{}'s webhooks, in the order they arrived: {}",
+                    order.id,
+                    arrivals.join(" → ")
+                );
+            }
+        }
+        if placed.len() >= 2 {
+            println!(
+                "  Events of one order share an ordering key: a refused delivery holds back \
+                 the order's later events until it succeeds."
+            );
+        }
+
         let mails = smtp.accepted();
         let signed = requests
             .iter()
@@ -490,7 +592,7 @@ impl Demo<'_> {
         println!();
         println!("What the relay produced is in {}/:", out.root.display());
         println!(
-            "  emails/    {} confirmation emails as .eml files; open one in a mail client{}",
+            "  emails/    {} emails (confirmations, shipping, cancellation) as .eml files; open one in a mail client{}",
             mails.len(),
             first_file(mails.iter().filter_map(|m| m.saved_as.as_deref()))
         );
