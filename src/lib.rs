@@ -17,6 +17,8 @@
 //!   LISTEN/NOTIFY wake-ups, graceful shutdown, and the retry policy.
 //! - [`effects`]: the typed effects behind one interface and their error classes.
 //! - [`api`]: the order HTTP API (axum).
+//! - [`http_server`]: the accept loop of every listener: header timeout,
+//!   connection cap, keep-alive limits, graceful shutdown.
 //! - [`telemetry`]: tracing subscriber and Prometheus metrics.
 //! - [`demo`]: `outbox-relay demo`, the whole system end to end with nothing to
 //!   set up, and the local SMTP and webhook sinks it (and the tests) use.
@@ -29,6 +31,7 @@ pub mod config;
 pub mod db;
 pub mod demo;
 pub mod effects;
+pub mod http_server;
 pub mod orders;
 pub mod outbox;
 pub mod private_pg;

@@ -1,6 +1,7 @@
 //! Tracing subscriber set-up and the Prometheus metrics registry.
 
 use std::sync::OnceLock;
+use std::time::Duration;
 
 use metrics_exporter_prometheus::{PrometheusBuilder, PrometheusHandle};
 use tracing_subscriber::layer::SubscriberExt as _;
@@ -199,6 +200,7 @@ pub const QUEUE_DEPTH_TTL: std::time::Duration = std::time::Duration::from_secs(
 pub async fn serve_metrics(
     listener: tokio::net::TcpListener,
     pool: crate::db::PgPool,
+    limits: crate::http_server::ConnectionLimits,
     shutdown: tokio_util::sync::CancellationToken,
 ) -> std::io::Result<()> {
     use axum::routing::get;
@@ -231,9 +233,8 @@ pub async fn serve_metrics(
             }),
         );
     tokio::spawn(run_metrics_upkeep(shutdown.clone()));
-    axum::serve(listener, app)
-        .with_graceful_shutdown(async move { shutdown.cancelled().await })
-        .await
+    // A scrape is quick: a short grace is plenty.
+    crate::http_server::serve(listener, app, limits, shutdown, Duration::from_secs(5)).await
 }
 
 /// Rendered metrics with the content type Prometheus expects.

@@ -64,6 +64,7 @@ pub async fn run(db_args: DatabaseArgs, args: RelayArgs) -> anyhow::Result<()> {
     let metrics_server = tokio::spawn(crate::telemetry::serve_metrics(
         metrics,
         pool.clone(),
+        args.http.limits(),
         shutdown.clone(),
     ));
     // The bound address, so that METRICS_ADDR=...:0 logs the port it got.

@@ -12,6 +12,7 @@ mod effects_email;
 mod effects_receipt;
 mod effects_webhook;
 mod faults;
+mod front_door;
 mod metrics;
 mod orders;
 mod outbox;
