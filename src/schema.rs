@@ -41,6 +41,7 @@ diesel::table! {
         finished_at -> Nullable<Timestamptz>,
         last_error -> Nullable<Text>,
         lease_token -> Nullable<Int8>,
+        trace_context -> Nullable<Jsonb>,
     }
 }
 
