@@ -39,7 +39,8 @@ SET status = 'processing',
     locked_by = $3,
     locked_at = now(),
     lease_expires_at = now() + $4 * interval '1 millisecond',
-    attempts = j.attempts + 1
+    attempts = j.attempts + 1,
+    lease_token = nextval('jobs_lease_token_seq')
 FROM picked, async_commit
 WHERE j.id = picked.id
 RETURNING j.id, j.order_id, j.kind, j.payload, j.attempts, j.max_attempts, j.created_at
