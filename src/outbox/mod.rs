@@ -88,9 +88,14 @@ pub struct NewJob {
     order_id: Option<i64>,
     run_after: Option<DateTime<Utc>>,
     max_attempts: i32,
+    trace_context: Option<serde_json::Value>,
 }
 
 impl NewJob {
+    /// A job carrying the trace context of the current span, if it has one
+    /// (see [`crate::trace_context`]): the relay's span for this job becomes
+    /// its child, so a caller enqueueing in its own transaction gets one
+    /// trace across the outbox without doing anything.
     pub fn new(kind: impl Into<String>, payload: serde_json::Value) -> Self {
         NewJob {
             kind: kind.into(),
@@ -98,7 +103,13 @@ impl NewJob {
             order_id: None,
             run_after: None,
             max_attempts: DEFAULT_MAX_ATTEMPTS,
+            trace_context: crate::trace_context::current(),
         }
+    }
+    /// Another trace context than the current span's (`None`: no trace).
+    pub fn trace_context(mut self, context: Option<serde_json::Value>) -> Self {
+        self.trace_context = context;
+        self
     }
     pub fn order_id(mut self, order_id: i64) -> Self {
         self.order_id = Some(order_id);

@@ -27,7 +27,9 @@ pub(super) async fn run(
         kind = %job.kind,
         attempt = job.attempt,
         order_id = job.order_id,
+        trace_id = tracing::field::Empty,
     );
+    crate::trace_context::continue_stored(&span, job.trace_context.as_ref());
     async move {
         let started = Instant::now();
         let effect = AssertUnwindSafe(shared.executor.execute(&job)).catch_unwind();

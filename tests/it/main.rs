@@ -17,3 +17,4 @@ mod metrics;
 mod orders;
 mod outbox;
 mod relay;
+mod trace;
