@@ -10,6 +10,7 @@ use clap::Args;
 use crate::effects::EffectKind;
 use crate::effects::email::EmailConfig;
 use crate::effects::webhook::WebhookConfig;
+use crate::http_server::{self, ConnectionLimits};
 use crate::relay::{self, BackoffPolicy, JobTimeouts, RelaySettings};
 
 pub const DEFAULT_API_ADDR: &str = "127.0.0.1:8080";
@@ -92,6 +93,45 @@ pub struct DatabaseArgs {
     pub database_url: String,
 }
 
+/// A whole number of requests from 1 to 1,000,000.
+fn parse_requests(raw: &str) -> Result<u64, String> {
+    let n: u64 = raw
+        .trim()
+        .parse()
+        .map_err(|_| "expected a whole number".to_owned())?;
+    if !(1..=1_000_000).contains(&n) {
+        return Err("must be between 1 and 1000000".into());
+    }
+    Ok(n)
+}
+
+/// What a client of an HTTP listener (`serve`'s API, the relay's metrics
+/// port) may hold, and for how long.
+#[derive(Debug, Clone, Args)]
+pub struct HttpLimitsArgs {
+    /// Longest wait for a request's headers, on a new connection or an idle
+    /// keep-alive one; past it the connection is closed.
+    #[arg(long, env = "HTTP_HEADER_TIMEOUT", default_value = "10s", value_parser = parse_positive_duration)]
+    pub http_header_timeout: Duration,
+    /// Connections open at once at most; past it new ones wait in the backlog
+    /// (lowered to fit the open-files limit).
+    #[arg(long, env = "HTTP_MAX_CONNECTIONS", default_value_t = http_server::DEFAULT_MAX_CONNECTIONS, value_parser = parse_count)]
+    pub http_max_connections: usize,
+    /// Requests served on one keep-alive connection before it is closed.
+    #[arg(long, env = "HTTP_MAX_REQUESTS_PER_CONNECTION", default_value_t = http_server::DEFAULT_MAX_REQUESTS_PER_CONNECTION, value_parser = parse_requests)]
+    pub http_max_requests_per_connection: u64,
+}
+
+impl HttpLimitsArgs {
+    pub fn limits(&self) -> ConnectionLimits {
+        ConnectionLimits {
+            header_timeout: self.http_header_timeout,
+            max_connections: self.http_max_connections,
+            max_requests_per_connection: self.http_max_requests_per_connection,
+        }
+    }
+}
+
 /// `max_attempts` given to jobs enqueued by this process.
 #[derive(Debug, Clone, Args)]
 pub struct EnqueueArgs {
@@ -157,6 +197,8 @@ pub struct RelayArgs {
     /// Address of /metrics, /healthz, /readyz and /livez.
     #[arg(long, env = "METRICS_ADDR", default_value = DEFAULT_METRICS_ADDR, value_parser = parse_socket_addr)]
     pub metrics_addr: SocketAddr,
+    #[command(flatten)]
+    pub http: HttpLimitsArgs,
     #[command(flatten)]
     pub effects: EffectArgs,
 }

@@ -17,7 +17,12 @@
 //!   LISTEN/NOTIFY wake-ups, graceful shutdown, and the retry policy.
 //! - [`effects`]: the typed effects behind one interface and their error classes.
 //! - [`api`]: the order HTTP API (axum).
+//! - [`http_server`]: the accept loop of every listener: header timeout,
+//!   connection cap, keep-alive limits, graceful shutdown.
 //! - [`telemetry`]: tracing subscriber and Prometheus metrics.
+//! - [`otel`]: the OpenTelemetry tracer and its OTLP/HTTP export.
+//! - [`trace_context`]: W3C trace context from a request, through `jobs.trace_context`,
+//!   to the relay's span and the effect's headers.
 //! - [`demo`]: `outbox-relay demo`, the whole system end to end with nothing to
 //!   set up, and the local SMTP and webhook sinks it (and the tests) use.
 //! - [`cli`]: the `outbox-relay` subcommands.
@@ -29,7 +34,9 @@ pub mod config;
 pub mod db;
 pub mod demo;
 pub mod effects;
+pub mod http_server;
 pub mod orders;
+pub mod otel;
 pub mod outbox;
 pub mod private_pg;
 pub mod relay;
@@ -37,3 +44,4 @@ pub mod schema;
 pub mod scratch;
 pub mod shutdown;
 pub mod telemetry;
+pub mod trace_context;

@@ -58,6 +58,7 @@ diesel::table! {
         lease_token -> Nullable<Int8>,
         ordering_key -> Nullable<Text>,
         blocked -> Bool,
+        trace_context -> Nullable<Jsonb>,
     }
 }
 

@@ -1,6 +1,7 @@
 //! Tracing subscriber set-up and the Prometheus metrics registry.
 
 use std::sync::OnceLock;
+use std::time::Duration;
 
 use metrics_exporter_prometheus::{PrometheusBuilder, PrometheusHandle};
 use tracing_subscriber::layer::SubscriberExt as _;
@@ -10,25 +11,50 @@ use tracing_subscriber::{EnvFilter, Registry, reload};
 /// Installs the global subscriber: `RUST_LOG` filters (default `info`),
 /// `LOG_FORMAT=json` gives JSON lines for log shippers. Logs go to stderr so
 /// that stdout stays for command output. Calling it twice is harmless.
+/// Spans get OpenTelemetry trace ids (logged as `trace_id` by the spans that
+/// declare it), exported nowhere: see [`init_tracing_with`] for export.
 pub fn init_tracing() {
-    init_tracing_with_default("info");
+    let _ = init_tracing_with("info", &crate::otel::OtelSettings::default(), None);
 }
 
 /// [`init_tracing`] with another filter when `RUST_LOG` is unset (`bench`
 /// keeps its table readable with `warn`).
 pub fn init_tracing_with_default(default_filter: &str) {
+    let _ = init_tracing_with(default_filter, &crate::otel::OtelSettings::default(), None);
+}
+
+/// The subscriber, with OTLP export per `otel` when `runtime` is given to
+/// run the exporter's calls on. Returns the guard that flushes the exporter,
+/// or `None` when this process already had a subscriber (or export failed
+/// to set up, which is logged: traces are not worth refusing to start).
+pub fn init_tracing_with(
+    default_filter: &str,
+    otel: &crate::otel::OtelSettings,
+    runtime: Option<tokio::runtime::Handle>,
+) -> Option<crate::otel::OtelGuard> {
     let filter =
         EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new(default_filter));
     let json = std::env::var("LOG_FORMAT").is_ok_and(|v| v.eq_ignore_ascii_case("json"));
+    let (provider, otel_error) = match crate::otel::provider(otel, runtime) {
+        Ok(provider) => (provider, None),
+        Err(error) => (
+            crate::otel::provider(&crate::otel::OtelSettings::default(), None)
+                .unwrap_or_else(|_| opentelemetry_sdk::trace::SdkTracerProvider::builder().build()),
+            Some(error),
+        ),
+    };
+    let (otel_layer, guard) = crate::otel::layer(provider);
     let (filter, handle) = reload::Layer::new(filter);
-    let registry = tracing_subscriber::registry().with(filter);
+    let registry = tracing_subscriber::registry().with(filter).with(otel_layer);
     let result = if json {
         registry
             .with(
                 tracing_subscriber::fmt::layer()
                     .json()
                     .with_current_span(true)
-                    .with_span_list(false)
+                    // Every enclosing span, so that a line deep inside a
+                    // request or a job still shows the trace_id of its root.
+                    .with_span_list(true)
                     .with_writer(std::io::stderr),
             )
             .try_init()
@@ -42,9 +68,16 @@ pub fn init_tracing_with_default(default_filter: &str) {
             .try_init()
     };
     // Already initialised (tests, or a library user's own subscriber): keep theirs.
-    if result.is_ok() {
-        let _ = FILTER.set(handle);
+    if result.is_err() {
+        return None;
     }
+    let _ = FILTER.set(handle);
+    if let Some(error) = otel_error {
+        tracing::warn!(error = %error, "OpenTelemetry export is off");
+    } else if let Some(endpoint) = &otel.endpoint {
+        tracing::info!(endpoint = %endpoint, "exporting traces over OTLP/HTTP");
+    }
+    Some(guard)
 }
 
 /// Colour codes in a file or a log shipper's pipe are noise: colour only a
@@ -227,6 +260,7 @@ pub const QUEUE_DEPTH_TTL: std::time::Duration = std::time::Duration::from_secs(
 pub async fn serve_metrics(
     listener: tokio::net::TcpListener,
     pool: crate::db::PgPool,
+    limits: crate::http_server::ConnectionLimits,
     liveness: Option<crate::relay::Liveness>,
     shutdown: tokio_util::sync::CancellationToken,
 ) -> std::io::Result<()> {
@@ -266,9 +300,8 @@ pub async fn serve_metrics(
         .route("/healthz", get(ready.clone()))
         .route("/readyz", get(ready));
     tokio::spawn(run_metrics_upkeep(shutdown.clone()));
-    axum::serve(listener, app)
-        .with_graceful_shutdown(async move { shutdown.cancelled().await })
-        .await
+    // A scrape is quick: a short grace is plenty.
+    crate::http_server::serve(listener, app, limits, shutdown, Duration::from_secs(5)).await
 }
 
 /// `200 {"status":"live"}` while the relay makes progress, else `503` with what

@@ -35,14 +35,18 @@ fn method_label(method: &Method) -> &'static str {
 }
 
 /// The span of one request (tower-http's `TraceLayer` enters it and logs the
-/// response with its status and latency inside it).
+/// response with its status and latency inside it): a child of the caller's
+/// `traceparent` when it sent one, else the root of a new trace.
 pub(crate) fn request_span(request: &Request) -> tracing::Span {
-    tracing::info_span!(
+    let span = tracing::info_span!(
         "http_request",
         method = %request.method(),
         route = %route_of(request),
         path = %request.uri().path(),
-    )
+        trace_id = tracing::field::Empty,
+    );
+    crate::trace_context::continue_from_headers(&span, request.headers());
+    span
 }
 
 /// `http_requests_total` and `http_request_duration_seconds`, by method,

@@ -30,7 +30,6 @@ mod ops;
 mod orders;
 mod state;
 
-use std::future::IntoFuture as _;
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
@@ -46,6 +45,7 @@ pub use error::ApiError;
 pub use orders::OrderView;
 
 use crate::db::{self, PgPool, PoolOptions};
+use crate::http_server::ConnectionLimits;
 use crate::telemetry::{QueueDepthGauge, metrics_handle, run_metrics_upkeep};
 
 pub const DEFAULT_POOL_SIZE: u32 = 16;
@@ -79,6 +79,8 @@ pub struct ApiSettings {
     pub queue_depth_ttl: Duration,
     /// After shutdown is asked for, how long in-flight requests may finish.
     pub shutdown_grace: Duration,
+    /// Header timeout, connection cap and keep-alive limits of the listener.
+    pub connections: ConnectionLimits,
 }
 
 impl Default for ApiSettings {
@@ -91,6 +93,7 @@ impl Default for ApiSettings {
             statement_timeout: DEFAULT_STATEMENT_TIMEOUT,
             queue_depth_ttl: DEFAULT_QUEUE_DEPTH_TTL,
             shutdown_grace: DEFAULT_SHUTDOWN_GRACE,
+            connections: ConnectionLimits::default(),
         }
     }
 }
@@ -159,6 +162,7 @@ pub struct Application {
     local_addr: SocketAddr,
     router: Router,
     shutdown_grace: Duration,
+    connections: ConnectionLimits,
 }
 
 impl Application {
@@ -171,11 +175,13 @@ impl Application {
     ) -> std::io::Result<Application> {
         let local_addr = listener.local_addr()?;
         let shutdown_grace = settings.shutdown_grace;
+        let connections = settings.connections.clone();
         Ok(Application {
             listener,
             local_addr,
             router: router(pool, settings),
             shutdown_grace,
+            connections,
         })
     }
 
@@ -190,21 +196,14 @@ impl Application {
         tokio::spawn(run_metrics_upkeep(upkeep.clone()));
         tracing::info!(addr = %self.local_addr, "serving the order API");
 
-        let graceful = shutdown.clone();
-        let server = axum::serve(self.listener, self.router)
-            .with_graceful_shutdown(async move { graceful.cancelled().await })
-            .into_future();
-        let grace = self.shutdown_grace;
-        let result = tokio::select! {
-            result = server => result,
-            () = async {
-                shutdown.cancelled().await;
-                tokio::time::sleep(grace).await;
-            } => {
-                tracing::warn!(?grace, "in-flight requests did not finish within the grace period; stopping anyway");
-                Ok(())
-            }
-        };
+        let result = crate::http_server::serve(
+            self.listener,
+            self.router,
+            self.connections,
+            shutdown,
+            self.shutdown_grace,
+        )
+        .await;
         upkeep.cancel();
         tracing::info!("order API stopped");
         result

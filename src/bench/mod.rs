@@ -52,6 +52,10 @@ pub struct BenchArgs {
     /// Concurrent clients posting orders to the API (0 skips the placement run).
     #[arg(long, default_value_t = 16)]
     pub api_clients: usize,
+    /// Idle half-open connections held open during a second placement run,
+    /// to measure what they cost real clients (0 skips that run).
+    #[arg(long, default_value_t = 5000)]
+    pub half_open: usize,
     /// How long each placement run lasts.
     #[arg(long, default_value = "5s", value_parser = crate::config::parse_positive_duration)]
     pub api_duration: Duration,
@@ -65,6 +69,10 @@ pub struct BenchArgs {
     /// Jobs in the real-effects drain (half emails, half webhooks).
     #[arg(long, default_value_t = 10_000, value_parser = parse_jobs)]
     pub real_jobs: usize,
+    /// Only the order placement runs (through the API, with and without
+    /// half-open connections, and pgbench): no drains, no latency run.
+    #[arg(long)]
+    pub api_only: bool,
     /// Skip the batch-1 pair, which at a large concurrency is slow and opens
     /// as many connections as the ceiling has loops.
     #[arg(long)]
@@ -120,7 +128,8 @@ pub async fn run(args: BenchArgs) -> anyhow::Result<()> {
     );
 
     let mut report = BenchReport::new(&args);
-    for round in 1..=args.repeat {
+    let rounds = if args.api_only { 0 } else { args.repeat };
+    for round in 1..=rounds {
         eprintln!("bench: round {round} of {}", args.repeat);
         let ceiling = ceiling::measure(&scratch.url, &args)
             .await
@@ -165,9 +174,15 @@ pub async fn run(args: BenchArgs) -> anyhow::Result<()> {
             "  orders through the API: {:.0}/s",
             placement.api_orders_per_second
         );
+        if let Some(loaded) = &placement.half_open {
+            eprintln!(
+                "  ... with {} half-open connections held: {:.0}/s",
+                loaded.connections, loaded.orders_per_second
+            );
+        }
         report.placement = Some(placement);
     }
-    if args.latency_samples > 0 {
+    if args.latency_samples > 0 && !args.api_only {
         report.latency = Some(
             latency::measure(&scratch.url, &args)
                 .await

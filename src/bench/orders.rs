@@ -12,16 +12,35 @@ use diesel::prelude::*;
 use tokio_util::sync::CancellationToken;
 
 use super::BenchArgs;
+use super::report::Latency;
 use crate::api::{self, ApiSettings, Application};
+use crate::http_server::ConnectionLimits;
 
 #[derive(Debug, Clone)]
 pub struct Placement {
     pub clients: usize,
     pub api_orders_per_second: f64,
     pub api_errors: u64,
+    /// Time to a `201` of each order placed in the run above.
+    pub api_latency: Latency,
+    /// The same load again while half-open connections hold the server.
+    pub half_open: Option<HalfOpenRun>,
     /// `None` when pgbench is not installed.
     pub pgbench_orders_per_second: Option<f64>,
 }
+
+/// Order placement while `connections` clients each hold a connection open
+/// after sending a request line and one header.
+#[derive(Debug, Clone)]
+pub struct HalfOpenRun {
+    pub connections: usize,
+    pub orders_per_second: f64,
+    pub errors: u64,
+    pub latency: Latency,
+}
+
+/// What a half-open client sends: never the blank line that ends the head.
+const PARTIAL_HEAD: &[u8] = b"POST /orders HTTP/1.1\r\nHost: bench.example\r\n";
 
 const ORDER: &str = r#"{"customer_email":"ada@example.com","customer_name":"Ada Lovelace","currency":"EUR","items":[{"sku":"TEA-1","name":"Green tea","quantity":2,"unit_price_cents":450},{"sku":"MUG-2","name":"Mug","quantity":1,"unit_price_cents":1200}]}"#;
 
@@ -39,13 +58,22 @@ pub async fn measure(url: &str, args: &BenchArgs) -> anyhow::Result<Placement> {
     let duration = args.api_duration;
 
     truncate(url).await?;
+    let half_open = fitting_half_open(args.half_open);
     let settings = ApiSettings {
         pool_size: u32::try_from(clients).unwrap_or(16).clamp(1, 64),
+        connections: ConnectionLimits {
+            // Long enough that no half-open client is dropped during its run:
+            // this measures the cost of holding them, not of dropping them.
+            header_timeout: args.api_duration * 4 + Duration::from_secs(30),
+            max_connections: half_open + clients + 64,
+            ..ConnectionLimits::default()
+        },
         ..ApiSettings::default()
     };
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
     let app = Application::build(api::connect(url, &settings), settings, listener)?;
-    let endpoint = format!("http://{}/orders", app.local_addr());
+    let app_addr = app.local_addr();
+    let endpoint = format!("http://{app_addr}/orders");
     let stop = CancellationToken::new();
     let server = tokio::spawn(app.run_until_stopped(stop.clone()));
 
@@ -57,7 +85,21 @@ pub async fn measure(url: &str, args: &BenchArgs) -> anyhow::Result<Placement> {
     // Warm-up: connections, prepared plans, the pool.
     load(&client, &endpoint, clients, Duration::from_millis(500)).await;
     truncate(url).await?;
-    let (ok, errors, elapsed) = load(&client, &endpoint, clients, duration).await;
+    let unloaded = load(&client, &endpoint, clients, duration).await;
+    let half_open = if half_open > 0 {
+        let held = hold_half_open(app_addr, half_open).await?;
+        truncate(url).await?;
+        let loaded = load(&client, &endpoint, clients, duration).await;
+        drop(held);
+        Some(HalfOpenRun {
+            connections: half_open,
+            orders_per_second: loaded.rate(),
+            errors: loaded.errors,
+            latency: loaded.latency(),
+        })
+    } else {
+        None
+    };
     stop.cancel();
     server.await??;
 
@@ -76,19 +118,83 @@ pub async fn measure(url: &str, args: &BenchArgs) -> anyhow::Result<Placement> {
     };
     Ok(Placement {
         clients,
-        api_orders_per_second: ok as f64 / elapsed.as_secs_f64(),
-        api_errors: errors,
+        api_orders_per_second: unloaded.rate(),
+        api_errors: unloaded.errors,
+        api_latency: unloaded.latency(),
+        half_open,
         pgbench_orders_per_second: pgbench,
     })
 }
 
-/// `clients` loops posting orders for `duration`; returns 201s, other answers, elapsed.
+/// `wanted`, or fewer when this process's open-files limit cannot hold them:
+/// each costs two descriptors here, the client's and the server's.
+fn fitting_half_open(wanted: usize) -> usize {
+    let limit = std::fs::read_to_string("/proc/self/limits")
+        .ok()
+        .and_then(|limits| {
+            let line = limits.lines().find(|l| l.starts_with("Max open files"))?;
+            line.trim_start_matches("Max open files")
+                .split_whitespace()
+                .next()?
+                .parse::<usize>()
+                .ok()
+        });
+    match limit {
+        Some(limit) if wanted * 2 + 1024 > limit => {
+            let fitting = limit.saturating_sub(1024) / 2;
+            eprintln!(
+                "  open-files limit {limit}: holding {fitting} half-open connections instead of {wanted}"
+            );
+            fitting
+        }
+        _ => wanted,
+    }
+}
+
+/// Opens `n` connections that send [`PARTIAL_HEAD`] and then nothing.
+async fn hold_half_open(
+    addr: std::net::SocketAddr,
+    n: usize,
+) -> anyhow::Result<Vec<tokio::net::TcpStream>> {
+    use tokio::io::AsyncWriteExt as _;
+    let mut held = Vec::with_capacity(n);
+    for _ in 0..n {
+        let mut stream = tokio::net::TcpStream::connect(addr)
+            .await
+            .context("opening a half-open connection")?;
+        stream.write_all(PARTIAL_HEAD).await?;
+        held.push(stream);
+    }
+    Ok(held)
+}
+
+/// What one load run saw.
+struct LoadRun {
+    ok: u64,
+    errors: u64,
+    elapsed: Duration,
+    /// Microseconds to each `201`, unsorted.
+    micros: Vec<u64>,
+}
+
+impl LoadRun {
+    fn rate(&self) -> f64 {
+        self.ok as f64 / self.elapsed.as_secs_f64()
+    }
+    fn latency(&self) -> Latency {
+        let mut sorted = self.micros.clone();
+        sorted.sort_unstable();
+        Latency::from_sorted_micros(&sorted)
+    }
+}
+
+/// `clients` loops posting orders for `duration`.
 async fn load(
     client: &reqwest::Client,
     endpoint: &str,
     clients: usize,
     duration: Duration,
-) -> (u64, u64, Duration) {
+) -> LoadRun {
     let ok = Arc::new(AtomicU64::new(0));
     let errors = Arc::new(AtomicU64::new(0));
     let started = Instant::now();
@@ -98,7 +204,9 @@ async fn load(
         let (client, endpoint) = (client.clone(), endpoint.to_owned());
         let (ok, errors) = (Arc::clone(&ok), Arc::clone(&errors));
         tasks.spawn(async move {
+            let mut micros = Vec::new();
             while Instant::now() < deadline {
+                let sent_at = Instant::now();
                 let sent = client
                     .post(&endpoint)
                     .header("content-type", "application/json")
@@ -108,20 +216,27 @@ async fn load(
                 match sent {
                     Ok(response) if response.status() == reqwest::StatusCode::CREATED => {
                         ok.fetch_add(1, Ordering::Relaxed);
+                        micros
+                            .push(u64::try_from(sent_at.elapsed().as_micros()).unwrap_or(u64::MAX));
                     }
                     _ => {
                         errors.fetch_add(1, Ordering::Relaxed);
                     }
                 }
             }
+            micros
         });
     }
-    while tasks.join_next().await.is_some() {}
-    (
-        ok.load(Ordering::Relaxed),
-        errors.load(Ordering::Relaxed),
-        started.elapsed(),
-    )
+    let mut micros = Vec::new();
+    while let Some(joined) = tasks.join_next().await {
+        micros.extend(joined.unwrap_or_default());
+    }
+    LoadRun {
+        ok: ok.load(Ordering::Relaxed),
+        errors: errors.load(Ordering::Relaxed),
+        elapsed: started.elapsed(),
+        micros,
+    }
 }
 
 async fn truncate(url: &str) -> anyhow::Result<()> {

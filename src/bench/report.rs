@@ -225,6 +225,25 @@ impl BenchReport {
                     .unwrap_or_else(|| "-".into()),
                 ratio
             ));
+            let l = &p.api_latency;
+            out.push_str(&format!(
+                "  POST /orders latency: p50 {:.2} ms   p99 {:.2} ms   ({} orders)\n",
+                l.p50_ms, l.p99_ms, l.samples
+            ));
+            if let Some(h) = &p.half_open {
+                out.push_str(&format!(
+                    "  with {} half-open connections held open: {:.0} orders/s ({} errors), \
+                     p50 {:.2} ms   p99 {:.2} ms   ({} orders); loaded/unloaded p50 {:.2}x, p99 {:.2}x\n",
+                    h.connections,
+                    h.orders_per_second,
+                    h.errors,
+                    h.latency.p50_ms,
+                    h.latency.p99_ms,
+                    h.latency.samples,
+                    h.latency.p50_ms / l.p50_ms,
+                    h.latency.p99_ms / l.p99_ms,
+                ));
+            }
         }
         out.push_str(
             "\nCPU s/10k: the relay process's CPU (ceiling: the bench process's own client CPU).\n",
@@ -269,6 +288,14 @@ impl BenchReport {
                 "api_errors": p.api_errors,
                 "pgbench_orders_per_second": p.pgbench_orders_per_second,
                 "api_over_pgbench": p.pgbench_orders_per_second.map(|c| p.api_orders_per_second / c),
+                "latency_ms": { "p50": p.api_latency.p50_ms, "p99": p.api_latency.p99_ms, "samples": p.api_latency.samples },
+                "half_open": p.half_open.as_ref().map(|h| json!({
+                    "connections": h.connections,
+                    "orders_per_second": h.orders_per_second,
+                    "errors": h.errors,
+                    "latency_ms": { "p50": h.latency.p50_ms, "p99": h.latency.p99_ms, "samples": h.latency.samples },
+                    "p99_over_unloaded": h.latency.p99_ms / p.api_latency.p99_ms,
+                })),
             })),
             "real_effects": median(&self.real).map(|real| json!({
                 "run": run(Some(real)),

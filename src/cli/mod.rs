@@ -77,10 +77,6 @@ pub fn main() -> ExitCode {
         Ok(cli) => cli,
         Err(error) => return usage_error(error),
     };
-    match cli.command {
-        Command::Bench { .. } => crate::telemetry::init_tracing_with_default("warn"),
-        _ => crate::telemetry::init_tracing(),
-    }
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
@@ -91,7 +87,25 @@ pub fn main() -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
-    match runtime.block_on(run(cli)) {
+    // Only the services export traces; operator commands stay quiet.
+    let exports = matches!(cli.command, Command::Serve { .. } | Command::Relay { .. });
+    let otel = if exports {
+        crate::otel::OtelSettings::from_env()
+    } else {
+        crate::otel::OtelSettings::default()
+    };
+    let default_filter = match cli.command {
+        Command::Bench { .. } => "warn",
+        _ => "info",
+    };
+    let traces =
+        crate::telemetry::init_tracing_with(default_filter, &otel, Some(runtime.handle().clone()));
+    let outcome = runtime.block_on(run(cli));
+    // Outside the runtime, which still runs the exporter's last calls.
+    if let Some(traces) = traces {
+        traces.shutdown();
+    }
+    match outcome {
         Ok(()) => ExitCode::SUCCESS,
         Err(error) if error.downcast_ref::<ConfigError>().is_some() => {
             eprintln!("error: {error}");

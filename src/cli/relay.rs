@@ -75,6 +75,7 @@ pub async fn run(db_args: DatabaseArgs, args: RelayArgs) -> anyhow::Result<()> {
     let metrics_server = tokio::spawn(crate::telemetry::serve_metrics(
         metrics,
         pool,
+        args.http.limits(),
         Some(relay.liveness()),
         shutdown.clone(),
     ));

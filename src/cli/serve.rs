@@ -1,12 +1,16 @@
 //! `outbox-relay serve`: the order HTTP API.
 
 use std::net::SocketAddr;
+use std::time::Duration;
 
 use anyhow::Context as _;
 use clap::Args;
 
 use crate::api::{self, ApiSettings, Application};
-use crate::config::{ConfigError, DEFAULT_API_ADDR, DatabaseArgs, EnqueueArgs, parse_socket_addr};
+use crate::config::{
+    ConfigError, DEFAULT_API_ADDR, DatabaseArgs, EnqueueArgs, HttpLimitsArgs,
+    parse_positive_duration, parse_socket_addr,
+};
 use crate::db;
 
 /// Everything `serve` reads besides the database.
@@ -15,6 +19,11 @@ pub struct ServeArgs {
     /// Address the API listens on.
     #[arg(long = "api-addr", env = "API_ADDR", default_value = DEFAULT_API_ADDR, value_parser = parse_socket_addr)]
     pub addr: SocketAddr,
+    /// Longest a request may take, reading its body included; past it, 503.
+    #[arg(long, env = "API_REQUEST_TIMEOUT", default_value = "10s", value_parser = parse_positive_duration)]
+    pub request_timeout: Duration,
+    #[command(flatten)]
+    pub http: HttpLimitsArgs,
     #[command(flatten)]
     pub enqueue: EnqueueArgs,
 }
@@ -32,6 +41,8 @@ pub async fn run(db_args: DatabaseArgs, args: ServeArgs) -> anyhow::Result<()> {
 
     let settings = ApiSettings {
         max_attempts: args.enqueue.max_attempts,
+        request_timeout: args.request_timeout,
+        connections: args.http.limits(),
         ..ApiSettings::default()
     };
     let pool = api::connect(&db_args.database_url, &settings);

@@ -22,6 +22,7 @@ use std::fmt;
 use std::time::Duration;
 
 use anyhow::{Context as _, anyhow};
+use lettre::message::header::{HeaderName, HeaderValue};
 use lettre::message::{Mailbox, MultiPart};
 use lettre::transport::smtp::Error as SmtpError;
 use lettre::{Address, AsyncSmtpTransport, AsyncTransport, Message, Tokio1Executor};
@@ -253,11 +254,19 @@ impl Mailer {
         };
         let text = render(&format!("{}.txt", kind.template()))?;
         let html = render(&format!("{}.html", kind.template()))?;
-        Message::builder()
+        let mut message = Message::builder()
             .from(self.from.clone())
             .to(to)
             .subject(kind.subject(order.id))
-            .message_id(Some(self.message_id(job_id)))
+            .message_id(Some(self.message_id(job_id)));
+        // The job's trace, for whoever follows the mail back to its order.
+        if let Some(traceparent) = crate::trace_context::current_traceparent() {
+            message = message.raw_header(HeaderValue::new(
+                HeaderName::new_from_ascii_str("traceparent"),
+                traceparent,
+            ));
+        }
+        message
             .multipart(MultiPart::alternative_plain_html(text, html))
             .map_err(|e| {
                 EffectError::permanent(format!(

@@ -112,6 +112,8 @@ impl WebhookSender {
             .header(CONTENT_TYPE, "application/json")
             .header("Idempotency-Key", idempotency_key(job_id))
             .header("X-Signature", self.sign(&body))
+            // The receiver continues the job's trace (W3C Trace Context).
+            .headers(crate::trace_context::outgoing_headers())
             .body(body)
             .send()
             .await

@@ -111,6 +111,10 @@ fn place_order_with_hook(
     max_attempts: i32,
     after_order_insert: impl FnOnce(&mut PgConnection) -> Result<(), DieselError>,
 ) -> Result<Placement, PlaceOrderError> {
+    // The parent of every job this order enqueues (NewJob takes the current
+    // span's trace context), so its effects hang under the placement.
+    let span = tracing::info_span!("place_order", order_id = tracing::field::Empty);
+    let _entered = span.enter();
     let fingerprint = key.map(|_| fingerprint(order));
     conn.transaction(|conn| {
         let inserted: Option<i64> = diesel::insert_into(orders::table)
@@ -145,6 +149,7 @@ fn place_order_with_hook(
             };
         };
 
+        span.record("order_id", order_id);
         after_order_insert(conn)?;
 
         let items: Vec<ItemRow<'_>> = order

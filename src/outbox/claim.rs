@@ -40,6 +40,9 @@ pub struct ClaimedJob {
     pub lease_token: i64,
     #[diesel(sql_type = diesel::sql_types::Timestamptz)]
     pub created_at: DateTime<Utc>,
+    /// The trace context of whoever enqueued the job (`jobs.trace_context`).
+    #[diesel(sql_type = diesel::sql_types::Nullable<diesel::sql_types::Jsonb>)]
+    pub trace_context: Option<serde_json::Value>,
 }
 
 /// Claims up to `request.limit` due jobs. See `sql/claim_jobs.sql`.

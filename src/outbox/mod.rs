@@ -94,9 +94,14 @@ pub struct NewJob {
     ordering_key: Option<String>,
     /// Decided by [`enqueue_many`] from the key's unfinished jobs, never by callers.
     blocked: bool,
+    trace_context: Option<serde_json::Value>,
 }
 
 impl NewJob {
+    /// A job carrying the trace context of the current span, if it has one
+    /// (see [`crate::trace_context`]): the relay's span for this job becomes
+    /// its child, so a caller enqueueing in its own transaction gets one
+    /// trace across the outbox without doing anything.
     pub fn new(kind: impl Into<String>, payload: serde_json::Value) -> Self {
         NewJob {
             kind: kind.into(),
@@ -106,7 +111,13 @@ impl NewJob {
             max_attempts: DEFAULT_MAX_ATTEMPTS,
             ordering_key: None,
             blocked: false,
+            trace_context: crate::trace_context::current(),
         }
+    }
+    /// Another trace context than the current span's (`None`: no trace).
+    pub fn trace_context(mut self, context: Option<serde_json::Value>) -> Self {
+        self.trace_context = context;
+        self
     }
     pub fn order_id(mut self, order_id: i64) -> Self {
         self.order_id = Some(order_id);

@@ -31,7 +31,9 @@ pub(super) async fn run(
         attempt = job.attempt,
         lease_token = job.lease_token,
         order_id = job.order_id,
+        trace_id = tracing::field::Empty,
     );
+    crate::trace_context::continue_stored(&span, job.trace_context.as_ref());
     async move {
         let started = Instant::now();
         let deadline = shared.settings.job_timeouts.for_kind(&job.kind);

@@ -127,6 +127,7 @@ mod tests {
             max_attempts: 8,
             lease_token,
             created_at: chrono::Utc::now(),
+            trace_context: None,
         }
     }
 

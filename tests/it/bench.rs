@@ -15,6 +15,8 @@ fn bench_runs_a_small_workload_and_reports_every_figure() {
             "4",
             "--api-duration",
             "1s",
+            "--half-open",
+            "200",
             "--effects",
             "real",
             "--real-jobs",
@@ -89,6 +91,22 @@ fn bench_runs_a_small_workload_and_reports_every_figure() {
             .is_some_and(|r| r > 0.0)
     );
     assert_eq!(report["placement"]["api_errors"], 0);
+    // POST /orders latency, alone and with half-open connections held open.
+    let placement = &report["placement"];
+    assert!(
+        placement["latency_ms"]["p99"]
+            .as_f64()
+            .is_some_and(|p| p > 0.0),
+        "{placement}"
+    );
+    assert_eq!(placement["half_open"]["connections"], 200, "{placement}");
+    assert_eq!(placement["half_open"]["errors"], 0, "{placement}");
+    assert!(
+        placement["half_open"]["p99_over_unloaded"]
+            .as_f64()
+            .is_some_and(|r| r > 0.0),
+        "{placement}"
+    );
     assert!(
         stdout.contains("raw SQL ceiling") && stdout.contains("enqueue-to-start latency"),
         "{stdout}"

@@ -122,6 +122,7 @@ async fn the_relays_metrics_endpoint_serves_queue_depth_and_health() {
     let server = tokio::spawn(outbox_relay::telemetry::serve_metrics(
         listener,
         db.pool(2),
+        outbox_relay::http_server::ConnectionLimits::default(),
         None,
         shutdown.clone(),
     ));

@@ -53,4 +53,4 @@ SET status = 'processing',
 FROM picked, async_commit
 WHERE j.id = picked.id
 RETURNING j.id, j.order_id, j.kind, j.payload, j.attempts, j.max_attempts, j.lease_token,
-          j.created_at
+          j.created_at, j.trace_context

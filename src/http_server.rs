@@ -1,0 +1,223 @@
+//! The accept loop shared by the order API and the relay's metrics port: one
+//! place that decides how long a client may take and how many may be connected.
+//!
+//! `axum::serve` keeps a connection for as long as the client keeps it open,
+//! sending nothing. Here each connection holds a permit of a [`Semaphore`]
+//! taken *before* `accept` (as in mini-redis), so past the cap new clients wait
+//! in the kernel's accept backlog instead of costing a descriptor; hyper closes
+//! a connection whose request head does not arrive within the header timeout,
+//! which also bounds how long an idle keep-alive connection is kept; and a
+//! connection is told to close after a number of requests, so no client holds
+//! one forever by keeping it busy.
+
+use std::convert::Infallible;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+use axum::Router;
+use axum::extract::Request;
+use axum::http::{HeaderValue, header};
+use axum::response::Response;
+use hyper_util::rt::{TokioIo, TokioTimer};
+use tokio::net::TcpListener;
+use tokio::sync::Semaphore;
+use tokio_util::sync::CancellationToken;
+
+pub const DEFAULT_HEADER_TIMEOUT: Duration = Duration::from_secs(10);
+pub const DEFAULT_MAX_CONNECTIONS: usize = 2048;
+pub const DEFAULT_MAX_REQUESTS_PER_CONNECTION: u64 = 1000;
+/// Descriptors kept free for everything a process needs besides its clients:
+/// database connections, outgoing webhook and SMTP connections, files, logs.
+pub const RESERVED_DESCRIPTORS: usize = 256;
+
+/// What one client may hold, and for how long.
+#[derive(Debug, Clone)]
+pub struct ConnectionLimits {
+    /// Longest wait for a request's head (request line and headers), from when
+    /// the connection opens or falls idle after a response. A half-open or
+    /// idle keep-alive connection is closed past it.
+    pub header_timeout: Duration,
+    /// Connections open at once at most; past it, new ones wait in the backlog.
+    pub max_connections: usize,
+    /// Requests served on one connection before it is closed (the last
+    /// response carries `Connection: close`).
+    pub max_requests_per_connection: u64,
+}
+
+impl Default for ConnectionLimits {
+    fn default() -> Self {
+        ConnectionLimits {
+            header_timeout: DEFAULT_HEADER_TIMEOUT,
+            max_connections: DEFAULT_MAX_CONNECTIONS,
+            max_requests_per_connection: DEFAULT_MAX_REQUESTS_PER_CONNECTION,
+        }
+    }
+}
+
+impl ConnectionLimits {
+    /// `max_connections`, lowered so that the clients and
+    /// [`RESERVED_DESCRIPTORS`] fit in this process's descriptor limit: a
+    /// cap above the limit would let clients exhaust it after all.
+    pub fn effective_max_connections(&self) -> usize {
+        match open_files_limit() {
+            Some(limit) => {
+                let room = limit.saturating_sub(RESERVED_DESCRIPTORS).max(1);
+                if self.max_connections > room {
+                    tracing::warn!(
+                        configured = self.max_connections,
+                        open_files_limit = limit,
+                        using = room,
+                        "the connection cap does not fit in the descriptor limit; lowering it"
+                    );
+                    room
+                } else {
+                    self.max_connections
+                }
+            }
+            None => self.max_connections,
+        }
+    }
+}
+
+/// The soft `RLIMIT_NOFILE`, read from `/proc/self/limits` (Linux); `None`
+/// elsewhere or when unlimited.
+fn open_files_limit() -> Option<usize> {
+    let limits = std::fs::read_to_string("/proc/self/limits").ok()?;
+    let line = limits
+        .lines()
+        .find(|line| line.starts_with("Max open files"))?;
+    line.trim_start_matches("Max open files")
+        .split_whitespace()
+        .next()?
+        .parse()
+        .ok()
+}
+
+/// Serves `router` on `listener` within `limits` until `shutdown` is
+/// cancelled; then stops accepting, asks every connection to close once its
+/// request in flight is answered, and returns when all are closed or `grace`
+/// has passed (whatever still runs then is dropped).
+pub async fn serve(
+    listener: TcpListener,
+    router: Router,
+    limits: ConnectionLimits,
+    shutdown: CancellationToken,
+    grace: Duration,
+) -> std::io::Result<()> {
+    let max_connections = limits.effective_max_connections();
+    let permits = Arc::new(Semaphore::new(max_connections));
+    // Cancelled when this function returns, so no connection outlives it.
+    let abandon = CancellationToken::new();
+    let _abandon_on_return = abandon.clone().drop_guard();
+    let mut http = hyper::server::conn::http1::Builder::new();
+    http.timer(TokioTimer::new())
+        .header_read_timeout(limits.header_timeout)
+        .keep_alive(true);
+    let http = Arc::new(http);
+
+    loop {
+        let permit = tokio::select! {
+            () = shutdown.cancelled() => break,
+            permit = Arc::clone(&permits).acquire_owned() => match permit {
+                Ok(permit) => permit,
+                // Never closed while this loop runs.
+                Err(_) => break,
+            },
+        };
+        let stream = tokio::select! {
+            () = shutdown.cancelled() => break,
+            accepted = listener.accept() => match accepted {
+                Ok((stream, _)) => stream,
+                Err(error) => {
+                    // Out of descriptors, or a connection reset before it was
+                    // accepted: the listener is fine, back off and go on.
+                    tracing::warn!(error = %error, "accepting a connection failed");
+                    tokio::time::sleep(Duration::from_millis(100)).await;
+                    continue;
+                }
+            },
+        };
+        // Small requests and answers: send them now rather than batch them.
+        let _ = stream.set_nodelay(true);
+        let service = ConnectionService::new(router.clone(), limits.max_requests_per_connection);
+        let connection = http.serve_connection(TokioIo::new(stream), service);
+        let (shutdown, abandon) = (shutdown.clone(), abandon.clone());
+        tokio::spawn(async move {
+            let _permit = permit;
+            let mut connection = std::pin::pin!(connection);
+            let result = tokio::select! {
+                result = connection.as_mut() => result,
+                () = shutdown.cancelled() => {
+                    connection.as_mut().graceful_shutdown();
+                    tokio::select! {
+                        result = connection.as_mut() => result,
+                        () = abandon.cancelled() => Ok(()),
+                    }
+                }
+                () = abandon.cancelled() => Ok(()),
+            };
+            if let Err(error) = result {
+                // Timeouts and clients that went away are their business.
+                tracing::debug!(error = %error, "connection closed with an error");
+            }
+        });
+    }
+
+    // Every permit back means every connection closed.
+    let all = u32::try_from(max_connections).unwrap_or(u32::MAX);
+    if tokio::time::timeout(grace, permits.acquire_many(all))
+        .await
+        .is_err()
+    {
+        tracing::warn!(
+            ?grace,
+            "in-flight requests did not finish within the grace period; stopping anyway"
+        );
+    }
+    Ok(())
+}
+
+/// The router behind one connection, counting its requests.
+#[derive(Clone)]
+struct ConnectionService {
+    router: Router,
+    served: Arc<AtomicU64>,
+    max_requests: u64,
+}
+
+impl ConnectionService {
+    fn new(router: Router, max_requests: u64) -> Self {
+        ConnectionService {
+            router,
+            served: Arc::new(AtomicU64::new(0)),
+            max_requests,
+        }
+    }
+}
+
+impl hyper::service::Service<hyper::Request<hyper::body::Incoming>> for ConnectionService {
+    type Response = Response;
+    type Error = Infallible;
+    type Future = std::pin::Pin<
+        Box<dyn std::future::Future<Output = Result<Response, Infallible>> + Send + 'static>,
+    >;
+
+    fn call(&self, request: hyper::Request<hyper::body::Incoming>) -> Self::Future {
+        use tower_service::Service as _;
+        let last = self.served.fetch_add(1, Ordering::Relaxed) + 1 >= self.max_requests;
+        // A Router is always ready, so it is called without `poll_ready`.
+        let mut router = self.router.clone();
+        let request: Request = request.map(axum::body::Body::new);
+        Box::pin(async move {
+            let mut response = router.call(request).await?;
+            if last {
+                // hyper closes the connection after a response saying so.
+                response
+                    .headers_mut()
+                    .insert(header::CONNECTION, HeaderValue::from_static("close"));
+            }
+            Ok(response)
+        })
+    }
+}
