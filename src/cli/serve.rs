@@ -6,7 +6,9 @@ use anyhow::Context as _;
 use clap::Args;
 
 use crate::api::{self, ApiSettings, Application};
-use crate::config::{ConfigError, DEFAULT_API_ADDR, DatabaseArgs, EnqueueArgs, parse_socket_addr};
+use crate::config::{
+    AdminArgs, ConfigError, DEFAULT_API_ADDR, DatabaseArgs, EnqueueArgs, parse_socket_addr,
+};
 use crate::db;
 
 /// Everything `serve` reads besides the database.
@@ -17,6 +19,8 @@ pub struct ServeArgs {
     pub addr: SocketAddr,
     #[command(flatten)]
     pub enqueue: EnqueueArgs,
+    #[command(flatten)]
+    pub admin: AdminArgs,
 }
 
 pub async fn run(db_args: DatabaseArgs, args: ServeArgs) -> anyhow::Result<()> {
@@ -30,14 +34,19 @@ pub async fn run(db_args: DatabaseArgs, args: ServeArgs) -> anyhow::Result<()> {
         .await?
         .context("migrating the database")?;
 
+    let admin = args.admin.settings()?;
     let settings = ApiSettings {
         max_attempts: args.enqueue.max_attempts,
+        admin: admin.clone(),
         ..ApiSettings::default()
     };
     let pool = api::connect(&db_args.database_url, &settings);
     let app = Application::build(pool, settings, listener)?;
     // On stdout, for people and scripts that asked for port 0.
     println!("serving the order API on http://{}", app.local_addr());
+    if admin.is_some() {
+        println!("dashboard on http://{}/admin", app.local_addr());
+    }
     app.run_until_stopped(crate::shutdown::on_signals()).await?;
     Ok(())
 }
