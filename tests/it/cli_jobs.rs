@@ -275,6 +275,80 @@ fn retry_refuses_jobs_that_are_not_failed_and_changes_nothing() {
 }
 
 #[test]
+fn cancel_gives_up_on_pending_and_failed_jobs_and_refuses_the_rest() {
+    let db = TestDb::new();
+    let mut conn = db.conn();
+    let orders = seed_orders(&mut conn, 2);
+    let [pending, failed, done] = orders[0].1[..] else {
+        panic!("three jobs")
+    };
+    set_failed(&mut conn, failed, "smtp 550");
+    set_done_days_ago(&mut conn, done, 0);
+    let processing = orders[1].1[0];
+    diesel::sql_query(format!(
+        "UPDATE jobs SET status = 'processing', attempts = 1, locked_by = 'relay-a', \
+         locked_at = now(), lease_expires_at = now() + interval '1 minute', \
+         lease_token = nextval('jobs_lease_token_seq') WHERE id = {processing}"
+    ))
+    .execute(&mut conn)
+    .expect("claim a job");
+
+    // A finished or running job refuses the whole command.
+    for refused in [done, processing] {
+        let out = jobs_cmd(&db, &["cancel", &pending.to_string(), &refused.to_string()]);
+        assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
+        assert!(
+            stderr(&out).contains(&format!("job {refused} is")),
+            "{}",
+            stderr(&out)
+        );
+        assert!(
+            stderr(&out).contains("nothing was changed"),
+            "{}",
+            stderr(&out)
+        );
+        assert_eq!(status_of(&mut conn, pending).0, "pending", "all or nothing");
+    }
+    let out = jobs_cmd(&db, &["cancel", "424242"]);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(
+        stderr(&out).contains("job 424242 does not exist"),
+        "{}",
+        stderr(&out)
+    );
+
+    let out = jobs_cmd(&db, &["cancel", &pending.to_string(), &failed.to_string()]);
+
+    assert_ok(&out);
+    assert!(
+        stdout(&out).contains("cancelled 2 jobs"),
+        "{}",
+        stdout(&out)
+    );
+    assert_eq!(status_of(&mut conn, pending).0, "cancelled");
+    assert_eq!(
+        status_of(&mut conn, failed),
+        ("cancelled".into(), 8, Some("smtp 550".into())),
+        "the last error stays as the record of why"
+    );
+    let finished: Option<chrono::DateTime<chrono::Utc>> = jobs::table
+        .find(pending)
+        .select(jobs::finished_at)
+        .first(&mut conn)
+        .expect("job");
+    assert!(finished.is_some(), "a cancelled job is finished");
+    assert_eq!(status_of(&mut conn, processing).0, "processing");
+
+    let out = jobs_cmd(&db, &["stats", "--json"]);
+    assert_ok(&out);
+    let json: Value = serde_json::from_str(&stdout(&out)).expect("JSON");
+    assert_eq!(json["cancelled"], 2);
+    let out = jobs_cmd(&db, &["list", "--status", "cancelled"]);
+    assert_ok(&out);
+    assert_eq!(stdout(&out).lines().count(), 3, "{}", stdout(&out));
+}
+
+#[test]
 fn retry_failed_takes_every_failed_job_or_those_of_one_kind() {
     let db = TestDb::new();
     let mut conn = db.conn();
