@@ -91,6 +91,17 @@ fn seed(conn: &mut PgConnection) -> Seeded {
     let run = |conn: &mut PgConnection, sql: String| {
         diesel::sql_query(sql).execute(conn).expect("seed");
     };
+    // Placed an hour ago, so claims and finishes below come after creation.
+    run(
+        conn,
+        "UPDATE orders SET created_at = now() - interval '1 hour'".into(),
+    );
+    run(
+        conn,
+        "UPDATE jobs SET created_at = now() - interval '1 hour', \
+         run_after = now() - interval '1 hour'"
+            .into(),
+    );
     // Order 1: everything done by relay-a a few minutes ago, receipt stored.
     let (sent_order, first) = &orders[0];
     for (i, id) in first.iter().enumerate() {
@@ -669,6 +680,29 @@ async fn dashboard_pages_answer_well_under_a_second_on_a_million_jobs() {
         .expect("place order")
         .order_id();
     let started = Instant::now();
+    // Loading into a table and then indexing it is several times faster than
+    // maintaining its indexes row by row: set the secondary indexes aside and
+    // rebuild them from their own definitions, so the schema measured below is
+    // exactly the migrated one.
+    #[derive(QueryableByName)]
+    struct IndexDef {
+        #[diesel(sql_type = diesel::sql_types::Text)]
+        name: String,
+        #[diesel(sql_type = diesel::sql_types::Text)]
+        def: String,
+    }
+    let indexes: Vec<IndexDef> = diesel::sql_query(
+        "SELECT indexname AS name, indexdef AS def FROM pg_indexes \
+         WHERE tablename = 'jobs' AND indexname <> 'jobs_pkey'",
+    )
+    .load(&mut conn)
+    .expect("index definitions");
+    assert!(indexes.len() >= 6, "the migrated indexes");
+    for index in &indexes {
+        diesel::sql_query(format!("DROP INDEX {}", index.name))
+            .execute(&mut conn)
+            .expect("set an index aside");
+    }
     // 1,000,000 jobs: mostly done over the last 30 days, 1% failed, 1% pending,
     // a few processing; every 1,000th belongs to the one order.
     diesel::sql_query(format!(
@@ -696,6 +730,11 @@ async fn dashboard_pages_answer_well_under_a_second_on_a_million_jobs() {
     ))
     .execute(&mut conn)
     .expect("a million jobs");
+    for index in &indexes {
+        diesel::sql_query(&index.def)
+            .execute(&mut conn)
+            .expect("rebuild an index");
+    }
     diesel::sql_query("ANALYZE jobs")
         .execute(&mut conn)
         .expect("analyze");

@@ -55,7 +55,7 @@ pub(super) fn throughput_svg(minutes: &[MinuteCount], now: DateTime<Utc>) -> Str
     let mut svg = String::with_capacity(4096);
     svg.push_str(&format!(
         "<svg class=\"chart\" viewBox=\"0 0 {WIDTH} {HEIGHT}\" role=\"img\" \
-         aria-labelledby=\"chart-title chart-desc\" preserveAspectRatio=\"none\">\
+         aria-labelledby=\"chart-title chart-desc\">\
          <title id=\"chart-title\">Jobs finished per minute, last hour</title>\
          <desc id=\"chart-desc\">{total_done} done and {total_failed} failed in the last 60 minutes; \
          the busiest minute had {peak} jobs.</desc>"

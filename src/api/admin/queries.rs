@@ -31,12 +31,14 @@ pub(super) fn read<T>(
     })
 }
 
-/// `SET LOCAL` takes no bind parameters; the value is a number we format.
+/// `statement_timeout` and `lock_timeout` for the rest of the transaction
+/// (`set_config(.., true)` is `SET LOCAL` in one statement that takes binds).
 fn set_local_timeouts(conn: &mut PgConnection, timeout: Duration) -> QueryResult<()> {
-    let ms = timeout.as_millis().clamp(1, 600_000);
-    diesel::sql_query(format!(
-        "SET LOCAL statement_timeout = {ms}; SET LOCAL lock_timeout = {ms}"
-    ))
+    let ms = timeout.as_millis().clamp(1, 600_000).to_string();
+    diesel::sql_query(
+        "SELECT set_config('statement_timeout', $1, true), set_config('lock_timeout', $1, true)",
+    )
+    .bind::<Text, _>(ms)
     .execute(conn)
     .map(drop)
 }

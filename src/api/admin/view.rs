@@ -57,6 +57,8 @@ fn environment() -> Result<&'static Environment<'static>, &'static minijinja::Er
         // A misspelt variable is a bug to see in tests, not an empty cell.
         env.set_undefined_behavior(UndefinedBehavior::Strict);
         env.add_filter("num", num);
+        env.add_filter("excerpt", excerpt);
+        env.add_filter("urlencode", urlencode);
         for (name, source) in TEMPLATES {
             env.add_template(name, source)?;
         }
@@ -79,6 +81,19 @@ pub(super) fn num(n: i64) -> String {
         out.push(c);
     }
     out
+}
+
+/// The first `max` characters of `text`, with an ellipsis when cut.
+fn excerpt(text: &str, max: usize) -> String {
+    match text.char_indices().nth(max) {
+        Some((cut, _)) => format!("{}…", &text[..cut]),
+        None => text.to_owned(),
+    }
+}
+
+/// A query-string value.
+fn urlencode(text: &str) -> String {
+    percent_encoding::utf8_percent_encode(text, percent_encoding::NON_ALPHANUMERIC).to_string()
 }
 
 pub(super) fn render(name: &str, context: Value) -> Result<Html<String>, AdminError> {
@@ -126,6 +141,13 @@ mod tests {
         assert_eq!(num(999), "999");
         assert_eq!(num(1204), "1,204");
         assert_eq!(num(-1_000_000), "-1,000,000");
+    }
+
+    #[test]
+    fn excerpts_cut_on_characters() {
+        assert_eq!(excerpt("héllo wörld", 5), "héllo…");
+        assert_eq!(excerpt("short", 10), "short");
+        assert_eq!(urlencode("a b&c"), "a%20b%26c");
     }
 
     #[test]

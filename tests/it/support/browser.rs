@@ -176,10 +176,14 @@ impl Browser {
             .to_owned()
     }
 
-    /// The visible text of the page.
+    /// The visible text of the page. One script call rather than "find body,
+    /// read its text", so a navigation in between cannot leave a stale handle.
     pub async fn text(&self) -> String {
-        let body = self.find("body").await;
-        self.element_text(&body).await
+        self.execute("return document.body ? document.body.innerText : '';")
+            .await
+            .as_str()
+            .unwrap_or_default()
+            .to_owned()
     }
 
     pub async fn find(&self, css: &str) -> Element {
