@@ -6,7 +6,7 @@
 //! waits for it to finish (or for its lease to be reaped) and cancels then.
 
 use diesel::prelude::*;
-use diesel::sql_types::{Array, BigInt};
+use diesel::sql_types::{Array, BigInt, Nullable, Text};
 use serde::Serialize;
 
 use super::JobStatus;
@@ -49,9 +49,11 @@ pub struct CancelReport {
 }
 
 #[derive(QueryableByName)]
-struct Id {
+struct Cancelled {
     #[diesel(sql_type = BigInt)]
     id: i64,
+    #[diesel(sql_type = Nullable<Text>)]
+    ordering_key: Option<String>,
 }
 
 /// Cancels the named jobs, all or nothing: if any is not `pending` or `failed`
@@ -103,12 +105,18 @@ pub fn cancel_jobs(conn: &mut PgConnection, ids: &[i64]) -> QueryResult<CancelRe
 }
 
 /// Cancels those of `ids` (at most [`CANCEL_BATCH`] of them) that are still
-/// `pending` or `failed`, skipping the rest, in one statement; returns the ids
-/// it cancelled. See `sql/cancel_jobs.sql`.
+/// `pending` or `failed`, skipping the rest, then releases the next job of
+/// each ordering key a cancelled job held (a cancelled head frees its key, as
+/// `done` does). Returns the ids it cancelled. See `sql/cancel_jobs.sql`.
+/// Run it inside a transaction, so the release commits with the cancel.
 pub fn cancel_job_batch(conn: &mut PgConnection, ids: &[i64]) -> QueryResult<Vec<i64>> {
-    let rows: Vec<Id> = diesel::sql_query(include_str!("sql/cancel_jobs.sql"))
+    let rows: Vec<Cancelled> = diesel::sql_query(include_str!("sql/cancel_jobs.sql"))
         .bind::<Array<BigInt>, _>(ids)
         .load(conn)?;
+    let mut keys: Vec<String> = rows.iter().filter_map(|r| r.ordering_key.clone()).collect();
+    keys.sort_unstable();
+    keys.dedup();
+    super::release_ordering_keys(conn, &keys)?;
     Ok(rows.into_iter().map(|r| r.id).collect())
 }
 

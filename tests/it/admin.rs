@@ -740,6 +740,38 @@ async fn dashboard_pages_answer_well_under_a_second_on_a_million_jobs() {
         .expect("analyze");
     eprintln!("inserted 1,000,000 jobs in {:?}", started.elapsed());
 
+    // The overview's statements read indexes, never the whole table.
+    #[derive(QueryableByName)]
+    struct PlanLine {
+        #[diesel(sql_type = diesel::sql_types::Text, column_name = "QUERY PLAN")]
+        line: String,
+    }
+    for (name, sql) in [
+        (
+            "kind_status_counts",
+            include_str!("../../src/api/admin/sql/kind_status_counts.sql"),
+        ),
+        (
+            "queue_health",
+            include_str!("../../src/api/admin/sql/queue_health.sql"),
+        ),
+        (
+            "throughput",
+            include_str!("../../src/api/admin/sql/throughput.sql"),
+        ),
+        ("relays", include_str!("../../src/api/admin/sql/relays.sql")),
+    ] {
+        let plan: Vec<PlanLine> = diesel::sql_query(format!("EXPLAIN {sql}"))
+            .load(&mut conn)
+            .expect("explain");
+        let plan: Vec<String> = plan.into_iter().map(|l| l.line).collect();
+        assert!(
+            !plan.iter().any(|l| l.contains("Seq Scan on jobs")),
+            "{name} scans the jobs table:\n{}",
+            plan.join("\n")
+        );
+    }
+
     let client = raw_client();
     let (cookie, csrf) = http_login(&client, &app, OPERATOR).await;
     let pages = [

@@ -349,6 +349,47 @@ fn cancel_gives_up_on_pending_and_failed_jobs_and_refuses_the_rest() {
 }
 
 #[test]
+fn cancelling_a_failed_head_releases_the_next_job_of_its_key() {
+    use outbox_relay::outbox::{NewJob, enqueue};
+    let db = TestDb::new();
+    let mut conn = db.conn();
+    let job = |n: i32| NewJob::new("noop", serde_json::json!({ "n": n })).ordering_key("k-1");
+    let head = enqueue(&mut conn, &job(1)).expect("enqueue");
+    let second = enqueue(&mut conn, &job(2)).expect("enqueue");
+    let third = enqueue(&mut conn, &job(3)).expect("enqueue");
+    set_failed(&mut conn, head, "boom");
+    let blocked = |conn: &mut PgConnection, id: i64| -> bool {
+        jobs::table
+            .find(id)
+            .select(jobs::blocked)
+            .first(conn)
+            .expect("job")
+    };
+    assert!(blocked(&mut conn, second) && blocked(&mut conn, third));
+
+    // Cancelling a waiting job frees it from the wait but not its successor.
+    let out = jobs_cmd(&db, &["cancel", &second.to_string()]);
+    assert_ok(&out);
+    assert!(
+        !blocked(&mut conn, second),
+        "a cancelled job waits for nothing"
+    );
+    assert!(
+        blocked(&mut conn, third),
+        "the failed head still holds the key"
+    );
+
+    let out = jobs_cmd(&db, &["cancel", &head.to_string()]);
+    assert_ok(&out);
+    assert_eq!(status_of(&mut conn, head).0, "cancelled");
+    assert!(
+        !blocked(&mut conn, third),
+        "the key moved on to the next job"
+    );
+    assert_eq!(status_of(&mut conn, third).0, "pending");
+}
+
+#[test]
 fn retry_failed_takes_every_failed_job_or_those_of_one_kind() {
     let db = TestDb::new();
     let mut conn = db.conn();

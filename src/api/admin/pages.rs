@@ -159,6 +159,8 @@ pub(super) async fn logout(
 struct KindRow {
     kind: String,
     pending: i64,
+    /// Pending, but waiting behind an earlier job of its ordering key.
+    blocked: i64,
     processing: i64,
     failed: i64,
     done_1h: i64,
@@ -184,6 +186,7 @@ pub(super) async fn overview(
         });
         match c.status.as_str() {
             "pending" => row.pending = c.n,
+            "blocked" => row.blocked = c.n,
             "processing" => row.processing = c.n,
             "failed" => row.failed = c.n,
             "done_1h" => row.done_1h = c.n,
@@ -193,6 +196,7 @@ pub(super) async fn overview(
     }
     let total = kinds.values().fold(KindRow::default(), |mut t, k| {
         t.pending += k.pending;
+        t.blocked += k.blocked;
         t.processing += k.processing;
         t.failed += k.failed;
         t.done_1h += k.done_1h;
@@ -264,6 +268,8 @@ pub(super) fn job_view(job: &AdminJob, hide_payload: bool) -> Value {
         created_at => time(job.created_at),
         finished_at => opt_time(job.finished_at),
         last_error => job.last_error.clone(),
+        blocked => job.blocked,
+        ordering_key => job.ordering_key.clone(),
         payload => payload,
         payload_hidden => hide_payload,
         can_retry => job.status == JobStatus::Failed.as_str(),
@@ -454,6 +460,22 @@ pub(super) async fn order(
         job: None,
         tone: "info",
     }];
+    for event in &timeline.events {
+        // order.placed is the line above; later transitions are their own lines.
+        if event.seq > 1 {
+            events.push(Event {
+                at: time(event.created_at),
+                sort: event.created_at,
+                what: format!("{} (event {})", event.event_type, event.seq),
+                job: None,
+                tone: if event.event_type == "order.cancelled" {
+                    "muted"
+                } else {
+                    "info"
+                },
+            });
+        }
+    }
     let mut sent = Vec::new();
     for job in &timeline.jobs {
         events.push(Event {
@@ -553,6 +575,7 @@ pub(super) async fn order(
                        customer_name => order.customer_name.clone(),
                        customer_email => if hide { "(hidden)".to_owned() } else { order.customer_email.clone() },
                        total => money(order.total_cents),
+                status => order.status.clone(),
                        created_at => time(order.created_at),
                    },
                    items => items,

@@ -133,6 +133,11 @@ pub(super) struct AdminJob {
     pub finished_at: Option<DateTime<Utc>>,
     #[diesel(sql_type = Nullable<Text>)]
     pub last_error: Option<String>,
+    /// Waiting behind an earlier unfinished job of its ordering key.
+    #[diesel(sql_type = Bool)]
+    pub blocked: bool,
+    #[diesel(sql_type = Nullable<Text>)]
+    pub ordering_key: Option<String>,
     #[diesel(sql_type = Nullable<Text>)]
     pub payload: Option<String>,
 }
@@ -396,6 +401,7 @@ pub(super) struct ReceiptInfo {
 #[derive(Debug, Clone)]
 pub(super) struct Timeline {
     pub order: crate::orders::Order,
+    pub events: Vec<crate::orders::OrderEvent>,
     pub jobs: Vec<AdminJob>,
     pub receipt: Option<ReceiptInfo>,
 }
@@ -410,6 +416,7 @@ pub(super) fn timeline(
         let Some(order) = crate::orders::load_order(conn, order_id)? else {
             return Ok(None);
         };
+        let events = crate::orders::load_order_events(conn, order_id)?;
         let jobs = diesel::sql_query(include_str!("sql/order_jobs.sql"))
             .bind::<BigInt, _>(order_id)
             .bind::<Bool, _>(hide_payload)
@@ -420,6 +427,7 @@ pub(super) fn timeline(
             .optional()?;
         Ok(Some(Timeline {
             order,
+            events,
             jobs,
             receipt,
         }))

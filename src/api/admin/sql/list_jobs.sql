@@ -14,7 +14,7 @@
 --
 -- Read-only, under the dashboard's statement_timeout.
 SELECT id, order_id, kind, status, attempts, max_attempts, run_after, locked_by,
-       locked_at, lease_expires_at, created_at, finished_at, last_error,
+       locked_at, lease_expires_at, created_at, finished_at, last_error, blocked, ordering_key,
        CASE WHEN $10 THEN NULL ELSE payload::text END AS payload
 FROM jobs
 WHERE id < $1
