@@ -710,7 +710,7 @@ async fn dashboard_pages_answer_well_under_a_second_on_a_million_jobs() {
                            locked_at, lease_expires_at, lease_token, created_at, finished_at, last_error)
          SELECT CASE WHEN g % 1000 = 0 THEN {order} END,
                 (ARRAY['confirmation_email','receipt_pdf','order_webhook','noop'])[1 + g % 4],
-                jsonb_build_object('n', g),
+                '{{\"n\": 1}}'::jsonb,
                 s.status,
                 t,
                 CASE WHEN s.status = 'pending' THEN 0 ELSE 1 END,
@@ -730,6 +730,11 @@ async fn dashboard_pages_answer_well_under_a_second_on_a_million_jobs() {
     ))
     .execute(&mut conn)
     .expect("a million jobs");
+    let loaded = started.elapsed();
+    // Index builds sort in memory when they may.
+    diesel::sql_query("SET maintenance_work_mem = '256MB'")
+        .execute(&mut conn)
+        .expect("maintenance_work_mem");
     for index in &indexes {
         diesel::sql_query(&index.def)
             .execute(&mut conn)
@@ -738,7 +743,10 @@ async fn dashboard_pages_answer_well_under_a_second_on_a_million_jobs() {
     diesel::sql_query("ANALYZE jobs")
         .execute(&mut conn)
         .expect("analyze");
-    eprintln!("inserted 1,000,000 jobs in {:?}", started.elapsed());
+    eprintln!(
+        "inserted 1,000,000 jobs in {loaded:?}, indexed and analyzed them in {:?}",
+        started.elapsed() - loaded
+    );
 
     // The overview's statements read indexes, never the whole table.
     #[derive(QueryableByName)]
