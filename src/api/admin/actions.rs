@@ -124,8 +124,13 @@ pub(super) async fn act(
     let max_id = form.max_id.ok_or_else(|| {
         AdminError::BadRequest("the preview's max_id is missing; preview again".into())
     })?;
+    // Only the fields the operator set: the audit line says what was asked.
+    let mut set_fields = serde_json::to_value(filter.form()).unwrap_or_default();
+    if let Some(fields) = set_fields.as_object_mut() {
+        fields.retain(|_, v| v.as_str().is_some_and(|s| !s.is_empty()));
+    }
     let target = serde_json::json!({
-        "filter": filter.form(),
+        "filter": set_fields,
         "max_id": max_id,
         "statuses": action.statuses(),
     });
