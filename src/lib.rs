@@ -11,12 +11,14 @@
 //! - [`config`]: typed settings from flags and the environment, validated at start.
 //! - [`db`]: the r2d2 pool, embedded migrations, running Diesel off the async threads.
 //! - [`orders`]: `NewOrder` and its newtypes, parsed at the edge; `place_order`.
-//! - [`outbox`]: the jobs table: enqueue, claim, finish (fenced), heartbeat, reap, admin.
+//! - [`outbox`]: the jobs table: enqueue, claim, finish (fenced), heartbeat, reap, admin,
+//!   cancel.
 //!   Queue SQL lives in `src/outbox/sql/`, one statement a file.
 //! - [`relay`]: the worker pool: producer, executors, completer, heartbeat, reaper,
 //!   LISTEN/NOTIFY wake-ups, graceful shutdown, and the retry policy.
 //! - [`effects`]: the typed effects behind one interface and their error classes.
-//! - [`api`]: the order HTTP API (axum).
+//! - [`api`]: the order HTTP API (axum), and the operator dashboard under `/admin`
+//!   (`api::admin`: templates in `templates/admin/`, its SQL in `src/api/admin/sql/`).
 //! - [`http_server`]: the accept loop of every listener: header timeout,
 //!   connection cap, keep-alive limits, graceful shutdown.
 //! - [`telemetry`]: tracing subscriber and Prometheus metrics.

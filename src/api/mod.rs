@@ -6,7 +6,8 @@
 //!   that maps it to a status and a body;
 //! - `ops`: `GET /healthz`, `GET /metrics`, unknown routes and methods;
 //! - `middleware`: the span, the HTTP metrics and the time limit of each request;
-//! - `state`: what handlers share, including the gate in front of the pool.
+//! - `state`: what handlers share, including the gate in front of the pool;
+//! - [`admin`]: the operator dashboard under `/admin` (when `ADMIN_TOKEN` is set).
 //!
 //! Start one with [`Application::build`], then [`Application::run_until_stopped`]:
 //!
@@ -23,6 +24,7 @@
 //! # }
 //! ```
 
+pub mod admin;
 mod body;
 pub mod error;
 mod middleware;
@@ -81,6 +83,8 @@ pub struct ApiSettings {
     pub shutdown_grace: Duration,
     /// Header timeout, connection cap and keep-alive limits of the listener.
     pub connections: ConnectionLimits,
+    /// The dashboard under `/admin`; `None` (or no tokens): `/admin` is 404.
+    pub admin: Option<admin::AdminSettings>,
 }
 
 impl Default for ApiSettings {
@@ -94,6 +98,7 @@ impl Default for ApiSettings {
             queue_depth_ttl: DEFAULT_QUEUE_DEPTH_TTL,
             shutdown_grace: DEFAULT_SHUTDOWN_GRACE,
             connections: ConnectionLimits::default(),
+            admin: None,
         }
     }
 }
@@ -133,6 +138,7 @@ pub fn router(pool: PgPool, settings: ApiSettings) -> Router {
         .route("/orders/{id}/{action}", post(orders::transition))
         .route("/healthz", get(ops::healthz))
         .route("/metrics", get(ops::metrics))
+        .merge(admin::routes(state.db.clone(), settings.admin.as_ref()))
         .fallback(ops::route_not_found)
         .method_not_allowed_fallback(ops::method_not_allowed)
         .layer(DefaultBodyLimit::max(MAX_BODY_BYTES))

@@ -14,7 +14,9 @@ use serde::Serialize;
 use super::table::{Align, Table, one_line};
 use crate::config::{DatabaseArgs, parse_count, parse_positive_duration};
 use crate::db::redact_url;
-use crate::outbox::{self, JobFilter, JobRow, JobStatus, KindStats, RetryReport, RetrySelection};
+use crate::outbox::{
+    self, CancelReport, JobFilter, JobRow, JobStatus, KindStats, RetryReport, RetrySelection,
+};
 
 #[derive(Debug, Subcommand)]
 pub enum JobsCommand {
@@ -39,6 +41,15 @@ pub enum JobsCommand {
         outbox-relay jobs retry 17 18\n  \
         outbox-relay jobs retry --failed --kind order_webhook")]
     Retry(RetryArgs),
+    /// Give up on jobs that are not finished: pending or failed jobs become cancelled.
+    ///
+    /// A processing job is refused (a relay may be performing its effect right
+    /// now): cancel it after it finishes or after its lease is reaped. Naming a
+    /// job that cannot be cancelled (or does not exist) refuses the whole
+    /// command: nothing changes.
+    #[command(after_help = "Examples:\n  \
+        outbox-relay jobs cancel 17 18")]
+    Cancel(CancelArgs),
     /// Delete done jobs that finished longer ago than --older-than, in batches.
     ///
     /// Each batch is its own short transaction, so pruning millions of rows never
@@ -80,7 +91,7 @@ pub struct StatsArgs {
 pub struct ListArgs {
     #[command(flatten)]
     db: DatabaseArgs,
-    /// Only jobs in this status: pending, processing, done or failed.
+    /// Only jobs in this status: pending, processing, done, failed or cancelled.
     #[arg(long, value_parser = parse_status)]
     status: Option<JobStatus>,
     /// Only jobs of this kind (confirmation_email, receipt_pdf, order_webhook, noop, ...).
@@ -118,6 +129,19 @@ pub struct RetryArgs {
 }
 
 #[derive(Debug, Args)]
+pub struct CancelArgs {
+    #[command(flatten)]
+    db: DatabaseArgs,
+    /// Ids of pending or failed jobs to cancel.
+    #[arg(
+        value_name = "JOB_ID",
+        required = true,
+        value_parser = clap::value_parser!(i64).range(1..)
+    )]
+    ids: Vec<i64>,
+}
+
+#[derive(Debug, Args)]
 pub struct PruneArgs {
     #[command(flatten)]
     db: DatabaseArgs,
@@ -149,6 +173,7 @@ pub async fn run(command: JobsCommand) -> anyhow::Result<()> {
         JobsCommand::Stats(args) => stats(args).await,
         JobsCommand::List(args) => list(args).await,
         JobsCommand::Retry(args) => retry(args).await,
+        JobsCommand::Cancel(args) => cancel(args).await,
         JobsCommand::Prune(args) => prune(args).await,
         JobsCommand::Blocked(args) => blocked(args).await,
     }
@@ -207,6 +232,7 @@ struct StatsJson<'a> {
     processing: i64,
     done: i64,
     failed: i64,
+    cancelled: i64,
     expired_leases: i64,
     oldest_due_pending_seconds: Option<f64>,
 }
@@ -223,6 +249,7 @@ async fn stats(args: StatsArgs) -> anyhow::Result<()> {
             processing: stats.count(JobStatus::Processing),
             done: stats.count(JobStatus::Done),
             failed: stats.count(JobStatus::Failed),
+            cancelled: stats.count(JobStatus::Cancelled),
             expired_leases: stats.expired_leases(),
             oldest_due_pending_seconds: stats.oldest_due_pending_seconds(),
         };
@@ -241,6 +268,8 @@ async fn stats(args: StatsArgs) -> anyhow::Result<()> {
         ("FAILED", Align::Right),
         ("EXPIRED LEASES", Align::Right),
         ("OLDEST DUE PENDING", Align::Right),
+        // Last: cancelled jobs are history, not queue health.
+        ("CANCELLED", Align::Right),
     ]);
     for k in &stats.kinds {
         table.push(vec![
@@ -251,6 +280,7 @@ async fn stats(args: StatsArgs) -> anyhow::Result<()> {
             k.failed.to_string(),
             k.expired_leases.to_string(),
             age(k.oldest_due_pending_seconds),
+            k.cancelled.to_string(),
         ]);
     }
     table.push(vec![
@@ -261,6 +291,7 @@ async fn stats(args: StatsArgs) -> anyhow::Result<()> {
         stats.count(JobStatus::Failed).to_string(),
         stats.expired_leases().to_string(),
         age(stats.oldest_due_pending_seconds()),
+        stats.count(JobStatus::Cancelled).to_string(),
     ]);
     print!("{table}");
     Ok(())
@@ -394,6 +425,32 @@ async fn retry(args: RetryArgs) -> anyhow::Result<()> {
                 .join(", ")
         ),
     }
+    Ok(())
+}
+
+async fn cancel(args: CancelArgs) -> anyhow::Result<()> {
+    let ids = args.ids.clone();
+    let report: CancelReport = with_conn(&args.db, move |conn| {
+        outbox::cancel_jobs(conn, &ids).context("cancelling jobs")
+    })
+    .await?;
+    if !report.refused.is_empty() {
+        let reasons: Vec<String> = report.refused.iter().map(ToString::to_string).collect();
+        anyhow::bail!(
+            "refused: {}; only pending or failed jobs can be cancelled, so nothing was changed",
+            reasons.join("; ")
+        );
+    }
+    println!(
+        "cancelled {}: {}",
+        count_of(report.cancelled.len() as u64, "job", "jobs"),
+        report
+            .cancelled
+            .iter()
+            .map(ToString::to_string)
+            .collect::<Vec<_>>()
+            .join(", ")
+    );
     Ok(())
 }
 

@@ -8,7 +8,7 @@ use clap::Args;
 
 use crate::api::{self, ApiSettings, Application};
 use crate::config::{
-    ConfigError, DEFAULT_API_ADDR, DatabaseArgs, EnqueueArgs, HttpLimitsArgs,
+    AdminArgs, ConfigError, DEFAULT_API_ADDR, DatabaseArgs, EnqueueArgs, HttpLimitsArgs,
     parse_positive_duration, parse_socket_addr,
 };
 use crate::db;
@@ -26,6 +26,8 @@ pub struct ServeArgs {
     pub http: HttpLimitsArgs,
     #[command(flatten)]
     pub enqueue: EnqueueArgs,
+    #[command(flatten)]
+    pub admin: AdminArgs,
 }
 
 pub async fn run(db_args: DatabaseArgs, args: ServeArgs) -> anyhow::Result<()> {
@@ -39,16 +41,21 @@ pub async fn run(db_args: DatabaseArgs, args: ServeArgs) -> anyhow::Result<()> {
         .await?
         .context("migrating the database")?;
 
+    let admin = args.admin.settings()?;
     let settings = ApiSettings {
         max_attempts: args.enqueue.max_attempts,
         request_timeout: args.request_timeout,
         connections: args.http.limits(),
+        admin: admin.clone(),
         ..ApiSettings::default()
     };
     let pool = api::connect(&db_args.database_url, &settings);
     let app = Application::build(pool, settings, listener)?;
     // On stdout, for people and scripts that asked for port 0.
     println!("serving the order API on http://{}", app.local_addr());
+    if admin.is_some() {
+        println!("dashboard on http://{}/admin", app.local_addr());
+    }
     app.run_until_stopped(crate::shutdown::on_signals()).await?;
     Ok(())
 }

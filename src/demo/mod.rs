@@ -235,6 +235,8 @@ async fn run_on(
 /// The API and the relay, running in this process.
 struct Running {
     api_url: String,
+    /// The dashboard's operator token, with `--keep-running` (printed with its URL).
+    admin_token: Option<String>,
     database_url: String,
     /// A small pool for the demo's own reads of the jobs table.
     watch_pool: PgPool,
@@ -252,9 +254,19 @@ async fn start_services(
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
         .await
         .context("binding the API to a free port")?;
+    // A run that stays up gets the dashboard, with a fresh token nobody else knows.
+    let admin_token = args.keep_running.then(demo_admin_token).transpose()?;
+    let admin = admin_token.as_deref().map(|token| {
+        let tokens =
+            api::admin::parse_admin_tokens(Some(&format!("op:{token}")), None).unwrap_or_default();
+        let mut settings = api::admin::AdminSettings::new(tokens);
+        settings.mail_domain = crate::effects::email::mail_from_domain(MAIL_FROM);
+        settings
+    });
     let api_settings = ApiSettings {
         max_attempts: args.enqueue.max_attempts,
         shutdown_grace: SHUTDOWN_GRACE,
+        admin,
         ..ApiSettings::default()
     };
     let app = Application::build(
@@ -306,11 +318,20 @@ async fn start_services(
 
     Ok(Running {
         api_url,
+        admin_token,
         database_url: database_url.to_owned(),
         watch_pool: db::build_pool(database_url, 2, false),
         api: tokio::spawn(app.run_until_stopped(services.clone())),
         relay: tokio::spawn(relay.run_until_stopped(services.clone())),
     })
+}
+
+/// 128 random bits, hex: the demo dashboard's operator token.
+fn demo_admin_token() -> anyhow::Result<String> {
+    let mut bytes = [0_u8; 16];
+    getrandom::fill(&mut bytes)
+        .map_err(|e| anyhow::anyhow!("no randomness for the admin token: {e}"))?;
+    Ok(hex::encode(bytes))
 }
 
 impl Running {
@@ -623,6 +644,11 @@ impl Demo<'_> {
                 db::redact_url(&running.database_url)
             );
             println!("  curl {}/metrics", running.api_url);
+            if let Some(token) = &running.admin_token {
+                println!();
+                println!("Dashboard: {}/admin", running.api_url);
+                println!("  log in with the admin token {token}");
+            }
         } else {
             println!("Look further: the database is gone with the demo; to explore, run");
             println!("  {exe} demo --keep-running");

@@ -217,7 +217,7 @@ impl Mailer {
 
     /// `<job-{id}.confirmation@{sender's domain}>`: the same for every attempt.
     pub fn message_id(&self, job_id: i64) -> String {
-        format!("<job-{job_id}.confirmation@{}>", self.message_id_domain)
+        message_id_for(job_id, &self.message_id_domain)
     }
 
     fn compose(
@@ -397,6 +397,20 @@ fn display_name(raw: &str) -> Option<String> {
         .collect::<Vec<_>>()
         .join(" ");
     (!name.is_empty()).then_some(name)
+}
+
+/// The `Message-ID` of job `job_id`'s confirmation email when the sender's
+/// domain is `domain`: the one definition the mailer and the dashboard share.
+pub fn message_id_for(job_id: i64, domain: &str) -> String {
+    format!("<job-{job_id}.confirmation@{domain}>")
+}
+
+/// The domain of a `MAIL_FROM` mailbox (`Shop <orders@shop.example>`), if it is one.
+pub fn mail_from_domain(mail_from: &str) -> Option<String> {
+    mail_from
+        .parse::<Mailbox>()
+        .ok()
+        .map(|m| m.email.domain().to_owned())
 }
 
 /// `raw` with its password replaced, or a placeholder if it does not parse

@@ -1,4 +1,5 @@
 //! Operator actions and read-outs: stats, listing, retrying failed jobs, pruning.
+//! Cancelling is in `cancel`.
 
 use std::time::Duration;
 
@@ -25,6 +26,8 @@ pub struct KindStats {
     #[diesel(sql_type = BigInt)]
     pub failed: i64,
     #[diesel(sql_type = BigInt)]
+    pub cancelled: i64,
+    #[diesel(sql_type = BigInt)]
     pub expired_leases: i64,
     #[diesel(sql_type = Nullable<Double>)]
     pub oldest_due_pending_seconds: Option<f64>,
@@ -44,6 +47,7 @@ impl QueueStats {
                 JobStatus::Processing => k.processing,
                 JobStatus::Done => k.done,
                 JobStatus::Failed => k.failed,
+                JobStatus::Cancelled => k.cancelled,
             })
             .sum()
     }
@@ -74,6 +78,8 @@ pub struct QueueDepth {
     pub done: i64,
     #[diesel(sql_type = BigInt)]
     pub failed: i64,
+    #[diesel(sql_type = BigInt)]
+    pub cancelled: i64,
 }
 
 impl QueueDepth {
@@ -83,6 +89,7 @@ impl QueueDepth {
             JobStatus::Processing => self.processing,
             JobStatus::Done => self.done,
             JobStatus::Failed => self.failed,
+            JobStatus::Cancelled => self.cancelled,
         }
     }
 }

@@ -5,6 +5,7 @@
 //! each opening with a comment on the index it relies on and why it is safe.
 
 mod admin;
+mod cancel;
 mod claim;
 mod finish;
 mod keys;
@@ -22,6 +23,7 @@ pub use admin::{
     RetrySelection, count_prunable, list_jobs, prune_done_jobs, queue_depth, queue_stats,
     retry_failed_jobs,
 };
+pub use cancel::{CancelRefusal, CancelReport, cancel_job_batch, cancel_jobs};
 pub use claim::{ClaimRequest, ClaimedJob, claim_jobs};
 pub use finish::{Finish, FinishReport, LocalWrite, Outcome, finish_jobs};
 pub use keys::{BlockedKey, blocked_keys};
@@ -44,14 +46,17 @@ pub enum JobStatus {
     Processing,
     Done,
     Failed,
+    /// An operator gave up on the job (`jobs cancel`, the dashboard). Terminal.
+    Cancelled,
 }
 
 impl JobStatus {
-    pub const ALL: [JobStatus; 4] = [
+    pub const ALL: [JobStatus; 5] = [
         JobStatus::Pending,
         JobStatus::Processing,
         JobStatus::Done,
         JobStatus::Failed,
+        JobStatus::Cancelled,
     ];
 
     pub fn as_str(self) -> &'static str {
@@ -60,6 +65,7 @@ impl JobStatus {
             JobStatus::Processing => "processing",
             JobStatus::Done => "done",
             JobStatus::Failed => "failed",
+            JobStatus::Cancelled => "cancelled",
         }
     }
 }
@@ -71,7 +77,9 @@ impl std::str::FromStr for JobStatus {
             .into_iter()
             .find(|status| status.as_str() == s)
             .ok_or_else(|| {
-                format!("unknown status {s:?} (expected pending, processing, done or failed)")
+                format!(
+                    "unknown status {s:?} (expected pending, processing, done, failed or cancelled)"
+                )
             })
     }
 }

@@ -275,6 +275,121 @@ fn retry_refuses_jobs_that_are_not_failed_and_changes_nothing() {
 }
 
 #[test]
+fn cancel_gives_up_on_pending_and_failed_jobs_and_refuses_the_rest() {
+    let db = TestDb::new();
+    let mut conn = db.conn();
+    let orders = seed_orders(&mut conn, 2);
+    let [pending, failed, done] = orders[0].1[..] else {
+        panic!("three jobs")
+    };
+    set_failed(&mut conn, failed, "smtp 550");
+    set_done_days_ago(&mut conn, done, 0);
+    let processing = orders[1].1[0];
+    diesel::sql_query(format!(
+        "UPDATE jobs SET status = 'processing', attempts = 1, locked_by = 'relay-a', \
+         locked_at = now(), lease_expires_at = now() + interval '1 minute', \
+         lease_token = nextval('jobs_lease_token_seq') WHERE id = {processing}"
+    ))
+    .execute(&mut conn)
+    .expect("claim a job");
+
+    // A finished or running job refuses the whole command.
+    for refused in [done, processing] {
+        let out = jobs_cmd(&db, &["cancel", &pending.to_string(), &refused.to_string()]);
+        assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
+        assert!(
+            stderr(&out).contains(&format!("job {refused} is")),
+            "{}",
+            stderr(&out)
+        );
+        assert!(
+            stderr(&out).contains("nothing was changed"),
+            "{}",
+            stderr(&out)
+        );
+        assert_eq!(status_of(&mut conn, pending).0, "pending", "all or nothing");
+    }
+    let out = jobs_cmd(&db, &["cancel", "424242"]);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(
+        stderr(&out).contains("job 424242 does not exist"),
+        "{}",
+        stderr(&out)
+    );
+
+    let out = jobs_cmd(&db, &["cancel", &pending.to_string(), &failed.to_string()]);
+
+    assert_ok(&out);
+    assert!(
+        stdout(&out).contains("cancelled 2 jobs"),
+        "{}",
+        stdout(&out)
+    );
+    assert_eq!(status_of(&mut conn, pending).0, "cancelled");
+    assert_eq!(
+        status_of(&mut conn, failed),
+        ("cancelled".into(), 8, Some("smtp 550".into())),
+        "the last error stays as the record of why"
+    );
+    let finished: Option<chrono::DateTime<chrono::Utc>> = jobs::table
+        .find(pending)
+        .select(jobs::finished_at)
+        .first(&mut conn)
+        .expect("job");
+    assert!(finished.is_some(), "a cancelled job is finished");
+    assert_eq!(status_of(&mut conn, processing).0, "processing");
+
+    let out = jobs_cmd(&db, &["stats", "--json"]);
+    assert_ok(&out);
+    let json: Value = serde_json::from_str(&stdout(&out)).expect("JSON");
+    assert_eq!(json["cancelled"], 2);
+    let out = jobs_cmd(&db, &["list", "--status", "cancelled"]);
+    assert_ok(&out);
+    assert_eq!(stdout(&out).lines().count(), 3, "{}", stdout(&out));
+}
+
+#[test]
+fn cancelling_a_failed_head_releases_the_next_job_of_its_key() {
+    use outbox_relay::outbox::{NewJob, enqueue};
+    let db = TestDb::new();
+    let mut conn = db.conn();
+    let job = |n: i32| NewJob::new("noop", serde_json::json!({ "n": n })).ordering_key("k-1");
+    let head = enqueue(&mut conn, &job(1)).expect("enqueue");
+    let second = enqueue(&mut conn, &job(2)).expect("enqueue");
+    let third = enqueue(&mut conn, &job(3)).expect("enqueue");
+    set_failed(&mut conn, head, "boom");
+    let blocked = |conn: &mut PgConnection, id: i64| -> bool {
+        jobs::table
+            .find(id)
+            .select(jobs::blocked)
+            .first(conn)
+            .expect("job")
+    };
+    assert!(blocked(&mut conn, second) && blocked(&mut conn, third));
+
+    // Cancelling a waiting job frees it from the wait but not its successor.
+    let out = jobs_cmd(&db, &["cancel", &second.to_string()]);
+    assert_ok(&out);
+    assert!(
+        !blocked(&mut conn, second),
+        "a cancelled job waits for nothing"
+    );
+    assert!(
+        blocked(&mut conn, third),
+        "the failed head still holds the key"
+    );
+
+    let out = jobs_cmd(&db, &["cancel", &head.to_string()]);
+    assert_ok(&out);
+    assert_eq!(status_of(&mut conn, head).0, "cancelled");
+    assert!(
+        !blocked(&mut conn, third),
+        "the key moved on to the next job"
+    );
+    assert_eq!(status_of(&mut conn, third).0, "pending");
+}
+
+#[test]
 fn retry_failed_takes_every_failed_job_or_those_of_one_kind() {
     let db = TestDb::new();
     let mut conn = db.conn();

@@ -3,6 +3,7 @@
 
 mod support;
 
+mod admin;
 mod api;
 mod bench;
 mod cli_config;

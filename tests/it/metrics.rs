@@ -179,7 +179,8 @@ fn queue_depth_counts_jobs_by_status() {
             pending: 2,
             processing: 1,
             done: 2,
-            failed: 1
+            failed: 1,
+            cancelled: 0
         })
     );
 }

@@ -7,6 +7,7 @@ SELECT kind,
        count(*) FILTER (WHERE status = 'processing') AS processing,
        count(*) FILTER (WHERE status = 'done')       AS done,
        count(*) FILTER (WHERE status = 'failed')     AS failed,
+       count(*) FILTER (WHERE status = 'cancelled')  AS cancelled,
        count(*) FILTER (WHERE status = 'processing' AND lease_expires_at < now()) AS expired_leases,
        extract(epoch FROM now() - min(run_after) FILTER (WHERE status = 'pending' AND NOT blocked AND run_after <= now()))::float8
            AS oldest_due_pending_seconds

@@ -1,6 +1,7 @@
 //! Shared test support: isolated databases, factories, a relay harness.
 
 pub mod app;
+pub mod browser;
 pub mod db;
 pub mod http;
 pub mod process;

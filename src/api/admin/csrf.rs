@@ -1,0 +1,30 @@
+//! CSRF tokens for the dashboard's forms.
+//!
+//! A form token is an HMAC of the session cookie's value, keyed by the token's
+//! secret: it is tied to one session, needs no storage, and cannot be made by
+//! a page that cannot read the cookie (HttpOnly) or the secret. Every POST but
+//! the login carries it in a hidden `csrf` field; the SameSite=Strict cookie
+//! is a second line, not the only one.
+
+use hmac::{Hmac, Mac as _};
+use sha2::Sha256;
+
+use super::auth::{Session, constant_time_eq};
+use super::error::AdminError;
+use super::settings::AdminToken;
+
+/// The form token of the session whose cookie is `cookie_value`.
+pub(super) fn token_for(token: &AdminToken, cookie_value: &str) -> String {
+    let mut mac: Hmac<Sha256> = token.mac.clone();
+    mac.update(b"csrf\0");
+    mac.update(cookie_value.as_bytes());
+    hex::encode(mac.finalize().into_bytes())
+}
+
+/// Refuses a POST whose form token is missing or not this session's.
+pub(super) fn check(session: &Session, given: Option<&str>) -> Result<(), AdminError> {
+    match given {
+        Some(given) if constant_time_eq(given.as_bytes(), session.csrf.as_bytes()) => Ok(()),
+        _ => Err(AdminError::CsrfRejected),
+    }
+}

@@ -1,0 +1,435 @@
+//! The dashboard's reads and its batched writes. Every statement is in `sql/`
+//! with a comment on the index it relies on; every read runs in a read-only
+//! transaction under the dashboard's own `statement_timeout`.
+
+use std::time::Duration;
+
+use chrono::{DateTime, Utc};
+use diesel::prelude::*;
+use diesel::sql_types::{Array, BigInt, Bool, Double, Jsonb, Nullable, Text, Timestamptz};
+use serde::Serialize;
+
+use super::filter::Filter;
+use crate::outbox::{self, JobStatus, RetrySelection};
+
+/// Ids the jobs page walks at most per query when no index narrows the filter.
+pub(super) const SEARCH_WINDOW: i64 = 50_000;
+/// Rows a bulk action changes per transaction.
+pub(super) const ACTION_BATCH: i64 = 500;
+/// A preview counts at most this many jobs ("more than 100,000").
+pub(super) const PREVIEW_LIMIT: i64 = 100_000;
+
+/// Runs `f` in a read-only transaction whose statements stop after `timeout`.
+pub(super) fn read<T>(
+    conn: &mut PgConnection,
+    timeout: Duration,
+    f: impl FnOnce(&mut PgConnection) -> QueryResult<T>,
+) -> QueryResult<T> {
+    conn.build_transaction().read_only().run(|conn| {
+        set_local_timeouts(conn, timeout)?;
+        f(conn)
+    })
+}
+
+/// `statement_timeout` and `lock_timeout` for the rest of the transaction
+/// (`set_config(.., true)` is `SET LOCAL` in one statement that takes binds).
+fn set_local_timeouts(conn: &mut PgConnection, timeout: Duration) -> QueryResult<()> {
+    let ms = timeout.as_millis().clamp(1, 600_000).to_string();
+    diesel::sql_query(
+        "SELECT set_config('statement_timeout', $1, true), set_config('lock_timeout', $1, true)",
+    )
+    .bind::<Text, _>(ms)
+    .execute(conn)
+    .map(drop)
+}
+
+#[derive(Debug, Clone, QueryableByName)]
+pub(super) struct KindStatusCount {
+    #[diesel(sql_type = Text)]
+    pub kind: String,
+    #[diesel(sql_type = Text)]
+    pub status: String,
+    #[diesel(sql_type = BigInt)]
+    pub n: i64,
+}
+
+#[derive(Debug, Clone, QueryableByName)]
+pub(super) struct QueueHealth {
+    #[diesel(sql_type = Nullable<Double>)]
+    pub oldest_due_pending_seconds: Option<f64>,
+    #[diesel(sql_type = BigInt)]
+    pub expired_leases: i64,
+    #[diesel(sql_type = BigInt)]
+    pub estimated_rows: i64,
+}
+
+#[derive(Debug, Clone, QueryableByName)]
+pub(super) struct MinuteCount {
+    #[diesel(sql_type = Timestamptz)]
+    pub minute: DateTime<Utc>,
+    #[diesel(sql_type = BigInt)]
+    pub done: i64,
+    #[diesel(sql_type = BigInt)]
+    pub failed: i64,
+}
+
+#[derive(Debug, Clone, QueryableByName, Serialize)]
+pub(super) struct RelaySeen {
+    #[diesel(sql_type = Text)]
+    pub worker: String,
+    #[diesel(sql_type = BigInt)]
+    pub in_flight: i64,
+    #[diesel(sql_type = BigInt)]
+    pub done_5m: i64,
+    #[diesel(sql_type = Nullable<Timestamptz>)]
+    pub last_seen: Option<DateTime<Utc>>,
+}
+
+#[derive(Debug, Clone)]
+pub(super) struct Overview {
+    pub counts: Vec<KindStatusCount>,
+    pub health: QueueHealth,
+    pub minutes: Vec<MinuteCount>,
+    pub relays: Vec<RelaySeen>,
+}
+
+pub(super) fn overview(conn: &mut PgConnection, timeout: Duration) -> QueryResult<Overview> {
+    read(conn, timeout, |conn| {
+        Ok(Overview {
+            counts: diesel::sql_query(include_str!("sql/kind_status_counts.sql")).load(conn)?,
+            health: diesel::sql_query(include_str!("sql/queue_health.sql")).get_result(conn)?,
+            minutes: diesel::sql_query(include_str!("sql/throughput.sql")).load(conn)?,
+            relays: diesel::sql_query(include_str!("sql/relays.sql")).load(conn)?,
+        })
+    })
+}
+
+/// A job as the dashboard shows it.
+#[derive(Debug, Clone, QueryableByName)]
+pub(super) struct AdminJob {
+    #[diesel(sql_type = BigInt)]
+    pub id: i64,
+    #[diesel(sql_type = Nullable<BigInt>)]
+    pub order_id: Option<i64>,
+    #[diesel(sql_type = Text)]
+    pub kind: String,
+    #[diesel(sql_type = Text)]
+    pub status: String,
+    #[diesel(sql_type = diesel::sql_types::Integer)]
+    pub attempts: i32,
+    #[diesel(sql_type = diesel::sql_types::Integer)]
+    pub max_attempts: i32,
+    #[diesel(sql_type = Timestamptz)]
+    pub run_after: DateTime<Utc>,
+    #[diesel(sql_type = Nullable<Text>)]
+    pub locked_by: Option<String>,
+    #[diesel(sql_type = Nullable<Timestamptz>)]
+    pub locked_at: Option<DateTime<Utc>>,
+    #[diesel(sql_type = Nullable<Timestamptz>)]
+    pub lease_expires_at: Option<DateTime<Utc>>,
+    #[diesel(sql_type = Timestamptz)]
+    pub created_at: DateTime<Utc>,
+    #[diesel(sql_type = Nullable<Timestamptz>)]
+    pub finished_at: Option<DateTime<Utc>>,
+    #[diesel(sql_type = Nullable<Text>)]
+    pub last_error: Option<String>,
+    /// Waiting behind an earlier unfinished job of its ordering key.
+    #[diesel(sql_type = Bool)]
+    pub blocked: bool,
+    #[diesel(sql_type = Nullable<Text>)]
+    pub ordering_key: Option<String>,
+    #[diesel(sql_type = Nullable<Text>)]
+    pub payload: Option<String>,
+}
+
+/// One page of jobs and where the search stopped.
+#[derive(Debug, Clone)]
+pub(super) struct JobPage {
+    pub jobs: Vec<AdminJob>,
+    /// The cursor of the next page (`before=`), when there may be more.
+    pub next_before: Option<i64>,
+    /// The ids searched: `floor..before`. Shown when the window ran out
+    /// before the page filled.
+    pub searched: (i64, i64),
+    /// The page is short because the window ended, not because no older job matches.
+    pub window_exhausted: bool,
+}
+
+pub(super) fn list_jobs(
+    conn: &mut PgConnection,
+    timeout: Duration,
+    filter: &Filter,
+    before: Option<i64>,
+    page_size: i64,
+    hide_payload: bool,
+) -> QueryResult<JobPage> {
+    read(conn, timeout, |conn| {
+        #[derive(QueryableByName)]
+        struct MaxId {
+            #[diesel(sql_type = BigInt)]
+            id: i64,
+        }
+        let before = match before {
+            Some(before) => before,
+            None => {
+                let max: MaxId =
+                    diesel::sql_query(include_str!("sql/max_job_id.sql")).get_result(conn)?;
+                max.id.saturating_add(1)
+            }
+        };
+        let floor = if filter.narrowed_by_index() {
+            0
+        } else {
+            before.saturating_sub(SEARCH_WINDOW).max(0)
+        };
+        let mut jobs: Vec<AdminJob> = diesel::sql_query(include_str!("sql/list_jobs.sql"))
+            .bind::<BigInt, _>(before)
+            .bind::<BigInt, _>(floor)
+            .bind::<Nullable<Text>, _>(filter.status.map(JobStatus::as_str))
+            .bind::<Nullable<Text>, _>(filter.kind.as_deref())
+            .bind::<Nullable<BigInt>, _>(filter.order_id)
+            .bind::<Nullable<Text>, _>(filter.error_pattern())
+            .bind::<Nullable<Timestamptz>, _>(filter.from)
+            .bind::<Nullable<Timestamptz>, _>(filter.to)
+            .bind::<BigInt, _>(page_size + 1)
+            .bind::<Bool, _>(hide_payload)
+            .load(conn)?;
+        let full = jobs.len() as i64 > page_size;
+        jobs.truncate(usize::try_from(page_size).unwrap_or(0));
+        let (next_before, window_exhausted) = if full {
+            (jobs.last().map(|j| j.id), false)
+        } else if floor > 1 {
+            (Some(floor), true)
+        } else {
+            (None, false)
+        };
+        Ok(JobPage {
+            jobs,
+            next_before,
+            searched: (floor.max(1), before.saturating_sub(1)),
+            window_exhausted,
+        })
+    })
+}
+
+/// What a bulk action applies to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub(super) enum Action {
+    Retry,
+    Cancel,
+}
+
+impl Action {
+    pub fn parse(raw: &str) -> Option<Action> {
+        match raw {
+            "retry" => Some(Action::Retry),
+            "cancel" => Some(Action::Cancel),
+            _ => None,
+        }
+    }
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Action::Retry => "retry",
+            Action::Cancel => "cancel",
+        }
+    }
+    /// The statuses the action changes: only failed jobs are retried; only
+    /// jobs that have not finished (pending, failed) are cancelled.
+    pub fn statuses(self) -> &'static [&'static str] {
+        match self {
+            Action::Retry => &["failed"],
+            Action::Cancel => &["pending", "failed"],
+        }
+    }
+}
+
+#[derive(Debug, QueryableByName)]
+pub(super) struct Count {
+    #[diesel(sql_type = BigInt)]
+    pub n: i64,
+}
+
+/// The preview of a bulk action: how many jobs it would change (counting at
+/// most `PREVIEW_LIMIT + 1`), and the newest id it will consider.
+pub(super) fn preview(
+    conn: &mut PgConnection,
+    timeout: Duration,
+    action: Action,
+    filter: &Filter,
+) -> QueryResult<(i64, i64)> {
+    read(conn, timeout, |conn| {
+        #[derive(QueryableByName)]
+        struct MaxId {
+            #[diesel(sql_type = BigInt)]
+            id: i64,
+        }
+        let max: MaxId = diesel::sql_query(include_str!("sql/max_job_id.sql")).get_result(conn)?;
+        let count: Count = diesel::sql_query(include_str!("sql/count_action_targets.sql"))
+            .bind::<Array<Text>, _>(action.statuses())
+            .bind::<BigInt, _>(max.id)
+            .bind::<Nullable<Text>, _>(filter.status.map(JobStatus::as_str))
+            .bind::<Nullable<Text>, _>(filter.kind.as_deref())
+            .bind::<Nullable<BigInt>, _>(filter.order_id)
+            .bind::<Nullable<Text>, _>(filter.error_pattern())
+            .bind::<Nullable<Timestamptz>, _>(filter.from)
+            .bind::<Nullable<Timestamptz>, _>(filter.to)
+            .bind::<BigInt, _>(PREVIEW_LIMIT + 1)
+            .get_result(conn)?;
+        Ok((count.n, max.id))
+    })
+}
+
+/// Runs a bulk action in batches of `ACTION_BATCH`, one short transaction
+/// each, over jobs with id at most `max_id` (so jobs that fail after the
+/// preview are not swept in).
+/// Returns how many jobs changed, or the error with how many changed before it.
+pub(super) fn run_bulk(
+    conn: &mut PgConnection,
+    timeout: Duration,
+    action: Action,
+    filter: &Filter,
+    max_id: i64,
+) -> Result<i64, (i64, diesel::result::Error)> {
+    #[derive(QueryableByName)]
+    struct Id {
+        #[diesel(sql_type = BigInt)]
+        id: i64,
+    }
+    let mut after = 0_i64;
+    let mut changed = 0_i64;
+    loop {
+        let batch = conn.transaction(|conn| {
+            set_local_timeouts(conn, timeout)?;
+            let ids: Vec<Id> = diesel::sql_query(include_str!("sql/lock_action_batch.sql"))
+                .bind::<Array<Text>, _>(action.statuses())
+                .bind::<BigInt, _>(max_id)
+                .bind::<Nullable<Text>, _>(filter.status.map(JobStatus::as_str))
+                .bind::<Nullable<Text>, _>(filter.kind.as_deref())
+                .bind::<Nullable<BigInt>, _>(filter.order_id)
+                .bind::<Nullable<Text>, _>(filter.error_pattern())
+                .bind::<Nullable<Timestamptz>, _>(filter.from)
+                .bind::<Nullable<Timestamptz>, _>(filter.to)
+                .bind::<BigInt, _>(after)
+                .bind::<BigInt, _>(ACTION_BATCH)
+                .load(conn)?;
+            let ids: Vec<i64> = ids.into_iter().map(|r| r.id).collect();
+            let last = ids.last().copied();
+            let done = apply(conn, action, &ids)?;
+            Ok::<_, diesel::result::Error>((last, ids.len() as i64, done))
+        });
+        match batch {
+            Ok((last, seen, done)) => {
+                changed += done;
+                match last {
+                    Some(last) if seen == ACTION_BATCH => after = last,
+                    _ => return Ok(changed),
+                }
+            }
+            Err(error) => return Err((changed, error)),
+        }
+    }
+}
+
+/// Applies `action` to `ids`, already locked by the caller's transaction (so
+/// their status cannot have moved), through the outbox's own functions.
+pub(super) fn apply(conn: &mut PgConnection, action: Action, ids: &[i64]) -> QueryResult<i64> {
+    if ids.is_empty() {
+        return Ok(0);
+    }
+    match action {
+        Action::Retry => {
+            let report = outbox::retry_failed_jobs(conn, &RetrySelection::Ids(ids.to_vec()))?;
+            Ok(report.retried.len() as i64)
+        }
+        Action::Cancel => Ok(outbox::cancel_job_batch(conn, ids)?.len() as i64),
+    }
+}
+
+pub(super) fn insert_audit(
+    conn: &mut PgConnection,
+    actor: &str,
+    action: Action,
+    target: &serde_json::Value,
+    affected: i64,
+) -> QueryResult<()> {
+    diesel::sql_query(include_str!("sql/insert_audit.sql"))
+        .bind::<Text, _>(actor)
+        .bind::<Text, _>(action.as_str())
+        .bind::<Jsonb, _>(target)
+        .bind::<BigInt, _>(affected)
+        .execute(conn)
+        .map(drop)
+}
+
+#[derive(Debug, Clone, QueryableByName, Serialize)]
+pub(super) struct AuditEntry {
+    #[diesel(sql_type = BigInt)]
+    pub id: i64,
+    #[diesel(sql_type = Timestamptz)]
+    pub at: DateTime<Utc>,
+    #[diesel(sql_type = Text)]
+    pub actor: String,
+    #[diesel(sql_type = Text)]
+    pub action: String,
+    #[diesel(sql_type = Text)]
+    pub target: String,
+    #[diesel(sql_type = BigInt)]
+    pub affected: i64,
+}
+
+pub(super) fn list_audit(
+    conn: &mut PgConnection,
+    timeout: Duration,
+    limit: i64,
+) -> QueryResult<Vec<AuditEntry>> {
+    read(conn, timeout, |conn| {
+        diesel::sql_query(include_str!("sql/list_audit.sql"))
+            .bind::<BigInt, _>(limit)
+            .load(conn)
+    })
+}
+
+#[derive(Debug, Clone, QueryableByName)]
+pub(super) struct ReceiptInfo {
+    #[diesel(sql_type = Timestamptz)]
+    pub created_at: DateTime<Utc>,
+    #[diesel(sql_type = BigInt)]
+    pub bytes: i64,
+}
+
+#[derive(Debug, Clone)]
+pub(super) struct Timeline {
+    pub order: crate::orders::Order,
+    pub events: Vec<crate::orders::OrderEvent>,
+    pub jobs: Vec<AdminJob>,
+    pub receipt: Option<ReceiptInfo>,
+}
+
+pub(super) fn timeline(
+    conn: &mut PgConnection,
+    timeout: Duration,
+    order_id: i64,
+    hide_payload: bool,
+) -> QueryResult<Option<Timeline>> {
+    read(conn, timeout, |conn| {
+        let Some(order) = crate::orders::load_order(conn, order_id)? else {
+            return Ok(None);
+        };
+        let events = crate::orders::load_order_events(conn, order_id)?;
+        let jobs = diesel::sql_query(include_str!("sql/order_jobs.sql"))
+            .bind::<BigInt, _>(order_id)
+            .bind::<Bool, _>(hide_payload)
+            .load(conn)?;
+        let receipt = diesel::sql_query(include_str!("sql/receipt_of_order.sql"))
+            .bind::<BigInt, _>(order_id)
+            .get_result(conn)
+            .optional()?;
+        Ok(Some(Timeline {
+            order,
+            events,
+            jobs,
+            receipt,
+        }))
+    })
+}

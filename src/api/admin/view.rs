@@ -1,0 +1,157 @@
+//! The dashboard's templates (`templates/admin/`), compiled into the binary and
+//! rendered with minijinja, which escapes every value in `.html` templates.
+
+use std::sync::OnceLock;
+
+use axum::http::StatusCode;
+use axum::response::Html;
+use minijinja::{Environment, UndefinedBehavior, Value};
+
+use super::error::AdminError;
+
+const TEMPLATES: &[(&str, &str)] = &[
+    (
+        "base.html",
+        include_str!("../../../templates/admin/base.html"),
+    ),
+    (
+        "login.html",
+        include_str!("../../../templates/admin/login.html"),
+    ),
+    (
+        "overview.html",
+        include_str!("../../../templates/admin/overview.html"),
+    ),
+    (
+        "jobs.html",
+        include_str!("../../../templates/admin/jobs.html"),
+    ),
+    (
+        "job_row.html",
+        include_str!("../../../templates/admin/job_row.html"),
+    ),
+    (
+        "preview.html",
+        include_str!("../../../templates/admin/preview.html"),
+    ),
+    (
+        "order.html",
+        include_str!("../../../templates/admin/order.html"),
+    ),
+    (
+        "audit.html",
+        include_str!("../../../templates/admin/audit.html"),
+    ),
+    (
+        "error.html",
+        include_str!("../../../templates/admin/error.html"),
+    ),
+];
+
+pub(super) const STYLESHEET: &str = include_str!("../../../templates/admin/admin.css");
+
+fn environment() -> Result<&'static Environment<'static>, &'static minijinja::Error> {
+    static ENV: OnceLock<Result<Environment<'static>, minijinja::Error>> = OnceLock::new();
+    ENV.get_or_init(|| {
+        let mut env = Environment::new();
+        // A misspelt variable is a bug to see in tests, not an empty cell.
+        env.set_undefined_behavior(UndefinedBehavior::Strict);
+        env.add_filter("num", num);
+        env.add_filter("excerpt", excerpt);
+        env.add_filter("urlencode", urlencode);
+        for (name, source) in TEMPLATES {
+            env.add_template(name, source)?;
+        }
+        Ok(env)
+    })
+    .as_ref()
+}
+
+/// `1204` as `1,204`.
+pub(super) fn num(n: i64) -> String {
+    let digits = n.unsigned_abs().to_string();
+    let mut out = String::with_capacity(digits.len() + digits.len() / 3 + 1);
+    if n < 0 {
+        out.push('-');
+    }
+    for (i, c) in digits.chars().enumerate() {
+        if i > 0 && (digits.len() - i).is_multiple_of(3) {
+            out.push(',');
+        }
+        out.push(c);
+    }
+    out
+}
+
+/// The first `max` characters of `text`, with an ellipsis when cut.
+fn excerpt(text: &str, max: usize) -> String {
+    match text.char_indices().nth(max) {
+        Some((cut, _)) => format!("{}…", &text[..cut]),
+        None => text.to_owned(),
+    }
+}
+
+/// A query-string value.
+fn urlencode(text: &str) -> String {
+    percent_encoding::utf8_percent_encode(text, percent_encoding::NON_ALPHANUMERIC).to_string()
+}
+
+pub(super) fn render(name: &str, context: Value) -> Result<Html<String>, AdminError> {
+    let env = environment().map_err(|e| AdminError::Internal(anyhow::anyhow!("{e:#}")))?;
+    env.get_template(name)
+        .and_then(|t| t.render(context))
+        .map(Html)
+        .map_err(|e| AdminError::Internal(anyhow::anyhow!("rendering {name}: {e:#}")))
+}
+
+/// An error page; plain text if even that cannot render.
+pub(super) fn error_page(status: StatusCode, message: &str) -> Html<String> {
+    let context = minijinja::context! {
+        title => status.canonical_reason().unwrap_or("Error"),
+        status => status.as_u16(),
+        message => message,
+        session => Value::from(()),
+        nav => "",
+        nonce => "",
+        refresh => false,
+    };
+    render("error.html", context).unwrap_or_else(|_| {
+        Html(format!(
+            "<!doctype html><title>{}</title><p>{}</p>",
+            status.as_u16(),
+            html_escape(message)
+        ))
+    })
+}
+
+fn html_escape(text: &str) -> String {
+    text.replace('&', "&amp;")
+        .replace('<', "&lt;")
+        .replace('>', "&gt;")
+        .replace('"', "&quot;")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn numbers_get_thousands_separators() {
+        assert_eq!(num(0), "0");
+        assert_eq!(num(999), "999");
+        assert_eq!(num(1204), "1,204");
+        assert_eq!(num(-1_000_000), "-1,000,000");
+    }
+
+    #[test]
+    fn excerpts_cut_on_characters() {
+        assert_eq!(excerpt("héllo wörld", 5), "héllo…");
+        assert_eq!(excerpt("short", 10), "short");
+        assert_eq!(urlencode("a b&c"), "a%20b%26c");
+    }
+
+    #[test]
+    fn every_template_compiles() {
+        assert!(environment().is_ok(), "{:?}", environment().err());
+    }
+}

@@ -1,0 +1,125 @@
+//! Cancelling jobs: an operator gives up on jobs that are not finished.
+//!
+//! Only `pending` and `failed` jobs can be cancelled. A `processing` job is
+//! refused rather than marked: its effect may already be under way, and a
+//! "cancelled" row for an email that went out would be a lie. The operator
+//! waits for it to finish (or for its lease to be reaped) and cancels then.
+
+use diesel::prelude::*;
+use diesel::sql_types::{Array, BigInt, Nullable, Text};
+use serde::Serialize;
+
+use super::JobStatus;
+use crate::schema::jobs;
+
+/// Ids per `cancel_jobs.sql` statement: each statement locks at most this many
+/// rows, for the few milliseconds it runs.
+pub const CANCEL_BATCH: usize = 1000;
+
+/// A job named to `cancel_jobs` that cannot be cancelled.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct CancelRefusal {
+    pub id: i64,
+    /// Its current status; `None` when no such job exists.
+    pub status: Option<String>,
+}
+
+impl std::fmt::Display for CancelRefusal {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self.status.as_deref() {
+            Some("processing") => write!(
+                f,
+                "job {} is processing (a relay is running it; cancel it once it finishes or its lease expires)",
+                self.id
+            ),
+            Some(status) => write!(f, "job {} is {status}: already finished", self.id),
+            None => write!(f, "job {} does not exist", self.id),
+        }
+    }
+}
+
+/// What `cancel_jobs` did.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+pub struct CancelReport {
+    /// Jobs now `cancelled`, in id order.
+    pub cancelled: Vec<i64>,
+    /// Named jobs that are not pending or failed. When any is refused, nothing
+    /// is cancelled.
+    pub refused: Vec<CancelRefusal>,
+}
+
+#[derive(QueryableByName)]
+struct Cancelled {
+    #[diesel(sql_type = BigInt)]
+    id: i64,
+    #[diesel(sql_type = Nullable<Text>)]
+    ordering_key: Option<String>,
+}
+
+/// Cancels the named jobs, all or nothing: if any is not `pending` or `failed`
+/// (or does not exist), nothing changes and the report lists the refusals, as
+/// `retry_failed_jobs` does, so a mistyped id never half-applies a command.
+/// The named rows are locked first, so none changes status between the check
+/// and the update. Meant for ids an operator typed; for thousands of jobs use
+/// [`cancel_job_batch`] in a loop, one short transaction a batch.
+pub fn cancel_jobs(conn: &mut PgConnection, ids: &[i64]) -> QueryResult<CancelReport> {
+    let mut ids = ids.to_vec();
+    ids.sort_unstable();
+    ids.dedup();
+    conn.transaction(|conn| {
+        let found: Vec<(i64, String)> = jobs::table
+            .filter(jobs::id.eq_any(&ids))
+            .select((jobs::id, jobs::status))
+            .order(jobs::id)
+            .for_update()
+            .load(conn)?;
+        let refused: Vec<CancelRefusal> = ids
+            .iter()
+            .filter_map(|id| {
+                let status = found.iter().find(|(found, _)| found == id).map(|(_, s)| s);
+                match status.map(String::as_str) {
+                    Some(s) if cancellable(s) => None,
+                    _ => Some(CancelRefusal {
+                        id: *id,
+                        status: status.cloned(),
+                    }),
+                }
+            })
+            .collect();
+        if !refused.is_empty() {
+            return Ok(CancelReport {
+                cancelled: Vec::new(),
+                refused,
+            });
+        }
+        let mut cancelled = Vec::with_capacity(ids.len());
+        for chunk in ids.chunks(CANCEL_BATCH) {
+            cancelled.extend(cancel_job_batch(conn, chunk)?);
+        }
+        cancelled.sort_unstable();
+        Ok(CancelReport {
+            cancelled,
+            refused: Vec::new(),
+        })
+    })
+}
+
+/// Cancels those of `ids` (at most [`CANCEL_BATCH`] of them) that are still
+/// `pending` or `failed`, skipping the rest, then releases the next job of
+/// each ordering key a cancelled job held (a cancelled head frees its key, as
+/// `done` does). Returns the ids it cancelled. See `sql/cancel_jobs.sql`.
+/// Run it inside a transaction, so the release commits with the cancel.
+pub fn cancel_job_batch(conn: &mut PgConnection, ids: &[i64]) -> QueryResult<Vec<i64>> {
+    let rows: Vec<Cancelled> = diesel::sql_query(include_str!("sql/cancel_jobs.sql"))
+        .bind::<Array<BigInt>, _>(ids)
+        .load(conn)?;
+    let mut keys: Vec<String> = rows.iter().filter_map(|r| r.ordering_key.clone()).collect();
+    keys.sort_unstable();
+    keys.dedup();
+    super::release_ordering_keys(conn, &keys)?;
+    Ok(rows.into_iter().map(|r| r.id).collect())
+}
+
+fn cancellable(status: &str) -> bool {
+    status == JobStatus::Pending.as_str() || status == JobStatus::Failed.as_str()
+}
