@@ -173,7 +173,8 @@ pub struct EffectArgs {
     /// Order webhook target.
     #[arg(long, env = "WEBHOOK_URL", value_parser = parse_http_url)]
     pub webhook_url: Option<url::Url>,
-    /// HMAC-SHA256 key for X-Signature.
+    /// Signing secrets, space-separated for rotation (`whsec_<base64>` or raw);
+    /// the first also keys X-Signature.
     #[arg(long, env = "WEBHOOK_SECRET", hide_env_values = true)]
     pub webhook_secret: Option<String>,
     /// Total time for one webhook call (the connect timeout is 5s).
@@ -362,6 +363,8 @@ impl EffectArgs {
                     "WEBHOOK_SECRET is not set, but this relay handles order_webhook".into(),
                 )
             })?;
+        crate::effects::signature::Secrets::parse(&secret)
+            .map_err(|e| ConfigError(format!("WEBHOOK_SECRET: {e}")))?;
         Ok(Some(WebhookConfig {
             url,
             secret,
@@ -470,6 +473,24 @@ mod tests {
         );
         let error = relay_args(&["--job-timeout", "soon"]).expect_err("refused");
         assert!(error.to_string().contains("soon"), "{error}");
+    }
+
+    #[test]
+    fn a_whsec_secret_that_is_not_base64_is_refused_without_printing_it() {
+        let args = relay_args(&[
+            "--webhook-url",
+            "https://hooks.example.com/x",
+            "--webhook-secret",
+            "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw whsec_hunter2!!",
+        ])
+        .expect("parses");
+        let error = args.effects.webhook(true).expect_err("refused");
+        assert!(
+            error.0.starts_with("WEBHOOK_SECRET: secret 2 of 2"),
+            "{error}"
+        );
+        assert!(!error.0.contains("hunter2"), "{error}");
+        assert!(!error.0.contains("MfKQ9r8G"), "{error}");
     }
 
     #[test]

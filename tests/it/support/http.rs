@@ -44,6 +44,11 @@ impl HttpSink {
         self.0.url()
     }
 
+    /// Checks each request's signatures with `secret` (see `Recorded::signature_valid`).
+    pub fn verify_signatures_with(&self, secret: &str) {
+        self.0.verify_signatures_with(secret);
+    }
+
     pub fn requests(&self) -> Vec<Recorded> {
         self.0.requests().into_iter().map(Recorded).collect()
     }
