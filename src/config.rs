@@ -3,12 +3,14 @@
 //! clear error naming the flag, the variable and the value.
 
 use std::net::SocketAddr;
+use std::path::PathBuf;
 use std::time::Duration;
 
 use clap::Args;
 
 use crate::effects::EffectKind;
 use crate::effects::email::EmailConfig;
+use crate::effects::receipt::ReceiptSettings;
 use crate::effects::webhook::WebhookConfig;
 use crate::relay::{self, BackoffPolicy, JobTimeouts, RelaySettings};
 
@@ -159,6 +161,36 @@ pub struct RelayArgs {
     pub metrics_addr: SocketAddr,
     #[command(flatten)]
     pub effects: EffectArgs,
+    #[command(flatten)]
+    pub receipt: ReceiptArgs,
+}
+
+/// Settings of receipt_pdf (`relay` and `demo`).
+#[derive(Debug, Clone, Args)]
+pub struct ReceiptArgs {
+    /// Font for the characters DejaVu Sans lacks (Chinese, Japanese, Korean):
+    /// a .ttf, .otf or .ttc (its first face). Default: Noto Sans CJK from
+    /// Debian's fonts-noto-cjk, when installed.
+    #[arg(long, env = "RECEIPT_FONT_PATH")]
+    pub receipt_font_path: Option<PathBuf>,
+}
+
+impl ReceiptArgs {
+    /// The receipt settings, fonts loaded now so that problems show at start:
+    /// a `RECEIPT_FONT_PATH` that cannot be read is an error; a missing
+    /// default font only a warning (CJK then prints as boxes).
+    pub fn settings(&self, needed: bool) -> Result<ReceiptSettings, ConfigError> {
+        let settings = match (&self.receipt_font_path, needed) {
+            (_, false) => return Ok(ReceiptSettings::default()),
+            (Some(path), true) => ReceiptSettings::with_cjk_font(path)
+                .map_err(|e| ConfigError(format!("RECEIPT_FONT_PATH: {e}")))?,
+            (None, true) => ReceiptSettings::default(),
+        };
+        settings
+            .preload()
+            .map_err(|e| ConfigError(format!("receipt fonts: {e}")))?;
+        Ok(settings)
+    }
 }
 
 /// Settings of the effects (mail, webhook, links). `Debug` hides the secrets.
@@ -491,6 +523,25 @@ mod tests {
         );
         assert!(!error.0.contains("hunter2"), "{error}");
         assert!(!error.0.contains("MfKQ9r8G"), "{error}");
+    }
+
+    #[test]
+    fn an_unreadable_receipt_font_path_is_an_error_naming_the_variable() {
+        let args = relay_args(&["--receipt-font-path", "/nonexistent/font.ttc"]).expect("parses");
+        let error = args.receipt.settings(true).expect_err("refused");
+        assert!(
+            error
+                .0
+                .starts_with("RECEIPT_FONT_PATH: cannot read /nonexistent/font.ttc"),
+            "{error}"
+        );
+        assert!(
+            args.receipt.settings(false).is_ok(),
+            "not read when not needed"
+        );
+        let not_a_font = relay_args(&["--receipt-font-path", "Cargo.toml"]).expect("parses");
+        let error = not_a_font.receipt.settings(true).expect_err("refused");
+        assert!(error.0.contains("Cargo.toml is not a font"), "{error}");
     }
 
     #[test]

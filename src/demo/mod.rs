@@ -23,10 +23,9 @@ use clap::Args;
 use tokio_util::sync::CancellationToken;
 
 use crate::api::{self, ApiSettings, Application};
-use crate::config::{EnqueueArgs, parse_database_url, parse_positive_duration};
+use crate::config::{EnqueueArgs, ReceiptArgs, parse_database_url, parse_positive_duration};
 use crate::db::{self, PgPool, run_blocking};
 use crate::effects::email::{EmailConfig, Mailer};
-use crate::effects::receipt::ReceiptSettings;
 use crate::effects::webhook::{WebhookConfig, WebhookSender};
 use crate::effects::{EffectKind, Effects};
 use crate::orders::Currency;
@@ -66,6 +65,8 @@ pub struct DemoArgs {
     pub backoff_base: Duration,
     #[command(flatten)]
     pub enqueue: EnqueueArgs,
+    #[command(flatten)]
+    pub receipt: ReceiptArgs,
 }
 
 fn parse_orders(raw: &str) -> Result<usize, String> {
@@ -300,7 +301,7 @@ async fn start_services(
         relay_pool.clone(),
         Some(mailer),
         Some(sender),
-        ReceiptSettings::default(),
+        args.receipt.settings(true)?,
     ));
     let relay = Relay::new(relay_pool, database_url, settings, executor)?;
 
