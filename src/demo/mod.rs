@@ -296,12 +296,16 @@ async fn start_services(
         base: args.backoff_base,
         max: args.backoff_base.max(Duration::from_secs(5)),
     };
+    // Reading and parsing a 20 MB font must not hold up a runtime thread: the
+    // signal watcher runs on them and a second Ctrl-C must get through.
+    let receipt_args = args.receipt.clone();
+    let receipt = tokio::task::spawn_blocking(move || receipt_args.settings(true)).await??;
     let relay_pool = db::build_pool(database_url, 12, false);
     let executor = Arc::new(Effects::new(
         relay_pool.clone(),
         Some(mailer),
         Some(sender),
-        args.receipt.settings(true)?,
+        receipt,
     ));
     let relay = Relay::new(relay_pool, database_url, settings, executor)?;
 
