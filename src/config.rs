@@ -545,6 +545,20 @@ mod tests {
     }
 
     #[test]
+    fn an_explicit_receipt_font_path_is_the_font_receipts_use() {
+        let path = crate::effects::receipt::DEFAULT_CJK_FONT_PATH;
+        let args = relay_args(&["--receipt-font-path", path]).expect("parses");
+        let settings = args
+            .receipt
+            .settings(true)
+            .expect("fonts-noto-cjk is installed");
+        assert_eq!(
+            settings.preload().expect("loaded"),
+            Some(std::path::Path::new(path))
+        );
+    }
+
+    #[test]
     fn default_worker_ids_differ_between_processes_with_the_same_hostname_and_pid() {
         assert_ne!(default_worker_id(), default_worker_id());
     }
