@@ -9,7 +9,8 @@
 //! 20 MB collection adds a few kilobytes per receipt, not megabytes.
 //!
 //! There is one CJK face for regular and bold text: a second 20 MB face for
-//! the shop name alone is not worth its memory in every relay.
+//! the shop name alone is not worth its memory in every relay, so bold CJK is
+//! emboldened when drawn (see `emit` in the parent module).
 
 use std::collections::BTreeSet;
 use std::fmt;
