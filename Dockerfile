@@ -21,12 +21,15 @@ RUN --mount=type=cache,target=/usr/local/cargo/registry \
  && cp target/release/outbox-relay /usr/local/bin/outbox-relay
 
 # ---- runtime ----------------------------------------------------------------
-# Templates, fonts and migrations are compiled into the binary: it needs only
-# libpq (Diesel) and CA certificates (smtps:// and https:// webhooks).
+# Templates, DejaVu Sans and migrations are compiled into the binary: it needs
+# libpq (Diesel), CA certificates (smtps:// and https:// webhooks) and Noto Sans
+# CJK for Chinese, Japanese and Korean on receipts (RECEIPT_FONT_PATH's default).
+# Only NotoSansCJK-Regular.ttc is read: the serif and bold files (~70 MB) go.
 FROM debian:bookworm-slim
 RUN apt-get update \
- && apt-get install -y --no-install-recommends libpq5 ca-certificates \
+ && apt-get install -y --no-install-recommends libpq5 ca-certificates fonts-noto-cjk \
  && rm -rf /var/lib/apt/lists/* \
+ && rm -f /usr/share/fonts/opentype/noto/NotoSerifCJK-*.ttc /usr/share/fonts/opentype/noto/NotoSansCJK-Bold.ttc \
  && useradd --system --uid 10001 --user-group --no-create-home --shell /usr/sbin/nologin outbox
 COPY --from=builder /usr/local/bin/outbox-relay /usr/local/bin/outbox-relay
 USER 10001:10001

@@ -3,12 +3,14 @@
 //! clear error naming the flag, the variable and the value.
 
 use std::net::SocketAddr;
+use std::path::PathBuf;
 use std::time::Duration;
 
 use clap::Args;
 
 use crate::effects::EffectKind;
 use crate::effects::email::EmailConfig;
+use crate::effects::receipt::ReceiptSettings;
 use crate::effects::webhook::WebhookConfig;
 use crate::http_server::{self, ConnectionLimits};
 use crate::relay::{self, BackoffPolicy, JobTimeouts, RelaySettings};
@@ -267,6 +269,36 @@ pub struct RelayArgs {
     pub http: HttpLimitsArgs,
     #[command(flatten)]
     pub effects: EffectArgs,
+    #[command(flatten)]
+    pub receipt: ReceiptArgs,
+}
+
+/// Settings of receipt_pdf (`relay` and `demo`).
+#[derive(Debug, Clone, Args)]
+pub struct ReceiptArgs {
+    /// Font for the characters DejaVu Sans lacks (Chinese, Japanese, Korean):
+    /// a .ttf, .otf or .ttc (its first face). Default: Noto Sans CJK from
+    /// Debian's fonts-noto-cjk, when installed.
+    #[arg(long, env = "RECEIPT_FONT_PATH")]
+    pub receipt_font_path: Option<PathBuf>,
+}
+
+impl ReceiptArgs {
+    /// The receipt settings, fonts loaded now so that problems show at start:
+    /// a `RECEIPT_FONT_PATH` that cannot be read is an error; a missing
+    /// default font only a warning (CJK then prints as boxes).
+    pub fn settings(&self, needed: bool) -> Result<ReceiptSettings, ConfigError> {
+        let settings = match (&self.receipt_font_path, needed) {
+            (_, false) => return Ok(ReceiptSettings::default()),
+            (Some(path), true) => ReceiptSettings::with_cjk_font(path)
+                .map_err(|e| ConfigError(format!("RECEIPT_FONT_PATH: {e}")))?,
+            (None, true) => ReceiptSettings::default(),
+        };
+        settings
+            .preload()
+            .map_err(|e| ConfigError(format!("receipt fonts: {e}")))?;
+        Ok(settings)
+    }
 }
 
 /// Settings of the effects (mail, webhook, links). `Debug` hides the secrets.
@@ -281,7 +313,8 @@ pub struct EffectArgs {
     /// Order webhook target.
     #[arg(long, env = "WEBHOOK_URL", value_parser = parse_http_url)]
     pub webhook_url: Option<url::Url>,
-    /// HMAC-SHA256 key for X-Signature.
+    /// Signing secrets, space-separated for rotation (`whsec_<base64>` or raw);
+    /// the first also keys X-Signature.
     #[arg(long, env = "WEBHOOK_SECRET", hide_env_values = true)]
     pub webhook_secret: Option<String>,
     /// Total time for one webhook call (the connect timeout is 5s).
@@ -470,6 +503,8 @@ impl EffectArgs {
                     "WEBHOOK_SECRET is not set, but this relay handles order_webhook".into(),
                 )
             })?;
+        crate::effects::signature::Secrets::parse(&secret)
+            .map_err(|e| ConfigError(format!("WEBHOOK_SECRET: {e}")))?;
         Ok(Some(WebhookConfig {
             url,
             secret,
@@ -578,6 +613,57 @@ mod tests {
         );
         let error = relay_args(&["--job-timeout", "soon"]).expect_err("refused");
         assert!(error.to_string().contains("soon"), "{error}");
+    }
+
+    #[test]
+    fn a_whsec_secret_that_is_not_base64_is_refused_without_printing_it() {
+        let args = relay_args(&[
+            "--webhook-url",
+            "https://hooks.example.com/x",
+            "--webhook-secret",
+            "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw whsec_hunter2!!",
+        ])
+        .expect("parses");
+        let error = args.effects.webhook(true).expect_err("refused");
+        assert!(
+            error.0.starts_with("WEBHOOK_SECRET: secret 2 of 2"),
+            "{error}"
+        );
+        assert!(!error.0.contains("hunter2"), "{error}");
+        assert!(!error.0.contains("MfKQ9r8G"), "{error}");
+    }
+
+    #[test]
+    fn an_unreadable_receipt_font_path_is_an_error_naming_the_variable() {
+        let args = relay_args(&["--receipt-font-path", "/nonexistent/font.ttc"]).expect("parses");
+        let error = args.receipt.settings(true).expect_err("refused");
+        assert!(
+            error
+                .0
+                .starts_with("RECEIPT_FONT_PATH: cannot read /nonexistent/font.ttc"),
+            "{error}"
+        );
+        assert!(
+            args.receipt.settings(false).is_ok(),
+            "not read when not needed"
+        );
+        let not_a_font = relay_args(&["--receipt-font-path", "Cargo.toml"]).expect("parses");
+        let error = not_a_font.receipt.settings(true).expect_err("refused");
+        assert!(error.0.contains("Cargo.toml is not a font"), "{error}");
+    }
+
+    #[test]
+    fn an_explicit_receipt_font_path_is_the_font_receipts_use() {
+        let path = crate::effects::receipt::DEFAULT_CJK_FONT_PATH;
+        let args = relay_args(&["--receipt-font-path", path]).expect("parses");
+        let settings = args
+            .receipt
+            .settings(true)
+            .expect("fonts-noto-cjk is installed");
+        assert_eq!(
+            settings.preload().expect("loaded"),
+            Some(std::path::Path::new(path))
+        );
     }
 
     #[test]

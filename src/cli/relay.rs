@@ -6,7 +6,7 @@ use anyhow::Context as _;
 
 use crate::config::{ConfigError, DatabaseArgs, RelayArgs};
 use crate::db;
-use crate::effects::{EffectKind, Effects, email, receipt, webhook};
+use crate::effects::{EffectKind, Effects, email, webhook};
 use crate::relay::Relay;
 
 pub async fn run(db_args: DatabaseArgs, args: RelayArgs) -> anyhow::Result<()> {
@@ -20,6 +20,9 @@ pub async fn run(db_args: DatabaseArgs, args: RelayArgs) -> anyhow::Result<()> {
     let webhook = args
         .effects
         .webhook(kinds.contains(&EffectKind::OrderWebhook))?;
+    let receipt = args
+        .receipt
+        .settings(kinds.contains(&EffectKind::ReceiptPdf))?;
     let mailer = email
         .as_ref()
         .map(email::Mailer::new)
@@ -63,12 +66,7 @@ pub async fn run(db_args: DatabaseArgs, args: RelayArgs) -> anyhow::Result<()> {
             ..db::PoolOptions::default()
         },
     );
-    let executor = Arc::new(Effects::new(
-        pool.clone(),
-        mailer,
-        sender,
-        receipt::ReceiptSettings::default(),
-    ));
+    let executor = Arc::new(Effects::new(pool.clone(), mailer, sender, receipt));
 
     let shutdown = crate::shutdown::on_signals();
     let relay = Relay::new(pool.clone(), db_args.database_url, settings, executor)?;

@@ -23,10 +23,9 @@ use clap::Args;
 use tokio_util::sync::CancellationToken;
 
 use crate::api::{self, ApiSettings, Application};
-use crate::config::{EnqueueArgs, parse_database_url, parse_positive_duration};
+use crate::config::{EnqueueArgs, ReceiptArgs, parse_database_url, parse_positive_duration};
 use crate::db::{self, PgPool, run_blocking};
 use crate::effects::email::{EmailConfig, Mailer};
-use crate::effects::receipt::ReceiptSettings;
 use crate::effects::webhook::{WebhookConfig, WebhookSender};
 use crate::effects::{EffectKind, Effects};
 use crate::orders::Currency;
@@ -66,6 +65,8 @@ pub struct DemoArgs {
     pub backoff_base: Duration,
     #[command(flatten)]
     pub enqueue: EnqueueArgs,
+    #[command(flatten)]
+    pub receipt: ReceiptArgs,
 }
 
 fn parse_orders(raw: &str) -> Result<usize, String> {
@@ -307,12 +308,16 @@ async fn start_services(
         base: args.backoff_base,
         max: args.backoff_base.max(Duration::from_secs(5)),
     };
+    // Reading and parsing a 20 MB font must not hold up a runtime thread: the
+    // signal watcher runs on them and a second Ctrl-C must get through.
+    let receipt_args = args.receipt.clone();
+    let receipt = tokio::task::spawn_blocking(move || receipt_args.settings(true)).await??;
     let relay_pool = db::build_pool(database_url, 12, false);
     let executor = Arc::new(Effects::new(
         relay_pool.clone(),
         Some(mailer),
         Some(sender),
-        ReceiptSettings::default(),
+        receipt,
     ));
     let relay = Relay::new(relay_pool, database_url, settings, executor)?;
 

@@ -8,6 +8,7 @@
 
 pub mod email;
 pub mod receipt;
+pub mod signature;
 pub mod webhook;
 
 use std::fmt;

@@ -7,34 +7,65 @@
 //!
 //! DejaVu Sans is embedded (`templates/fonts/`, with its licence) because the
 //! PDF base-14 fonts only cover Latin-1: a Cyrillic or Greek customer name would
-//! print as boxes. The stored receipt is written by the completer in the same
-//! transaction that marks the job done (see `outbox::finish`), not here.
+//! print as boxes. Chinese, Japanese and Korean come from a CJK font, character
+//! by character (see [`fonts`]). The stored receipt is written by the completer
+//! in the same transaction that marks the job done (see `outbox::finish`), not here.
 
-use std::collections::BTreeSet;
-use std::sync::LazyLock;
+mod fonts;
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::Path;
+use std::sync::Arc;
 
 use chrono::{DateTime, Utc};
 use printpdf::{
-    Color, FontId, Greyscale, Line, LinePoint, Mm, Op, ParsedFont, PdfDocument, PdfFontHandle,
-    PdfPage, PdfSaveOptions, Point, Pt, TextItem,
+    Color, FontId, Greyscale, Line, LinePoint, Mm, Op, PdfDocument, PdfFontHandle, PdfPage,
+    PdfSaveOptions, Point, Pt, TextItem, TextRenderingMode,
 };
 
+pub use self::fonts::{DEFAULT_CJK_FONT_PATH, FontError};
+use self::fonts::{Face, Fonts, Program};
 use super::EffectError;
 use crate::orders::{Currency, Order, OrderItem};
-
-const REGULAR_TTF: &[u8] = include_bytes!("../../templates/fonts/DejaVuSans.ttf");
-const BOLD_TTF: &[u8] = include_bytes!("../../templates/fonts/DejaVuSans-Bold.ttf");
 
 #[derive(Debug, Clone)]
 pub struct ReceiptSettings {
     /// Printed at the top of every receipt and in its footer.
     pub shop_name: String,
+    /// `None`: the process-wide default fonts, loaded at the first receipt
+    /// (DejaVu, and the CJK font at [`DEFAULT_CJK_FONT_PATH`] if installed).
+    fonts: Option<Arc<Fonts>>,
 }
 
 impl Default for ReceiptSettings {
     fn default() -> Self {
         ReceiptSettings {
             shop_name: "Outbox Relay Demo Shop".to_owned(),
+            fonts: None,
+        }
+    }
+}
+
+impl ReceiptSettings {
+    /// Receipts with the CJK font at `path` (`RECEIPT_FONT_PATH`), read and
+    /// checked now, so that a bad path stops the process at start.
+    pub fn with_cjk_font(path: &Path) -> Result<ReceiptSettings, FontError> {
+        Ok(ReceiptSettings {
+            fonts: Some(Arc::new(Fonts::with_cjk_font(path)?)),
+            ..ReceiptSettings::default()
+        })
+    }
+
+    /// Loads the default fonts now rather than at the first receipt, so that a
+    /// missing CJK font is reported at start. Returns the CJK font's path.
+    pub fn preload(&self) -> Result<Option<&Path>, String> {
+        Ok(self.fonts()?.cjk_path())
+    }
+
+    fn fonts(&self) -> Result<&Fonts, String> {
+        match &self.fonts {
+            Some(fonts) => Ok(fonts),
+            None => fonts::default_fonts().map(|f| &**f),
         }
     }
 }
@@ -42,8 +73,8 @@ impl Default for ReceiptSettings {
 /// Renders `order` as a PDF. Rendering is deterministic in its input, so every
 /// failure is [`EffectError::Permanent`]: another attempt would fail the same way.
 pub fn render_receipt(order: &Order, settings: &ReceiptSettings) -> Result<Vec<u8>, EffectError> {
-    let fonts = FONTS
-        .as_ref()
+    let fonts = settings
+        .fonts()
         .map_err(|e| EffectError::permanent(format!("receipt font: {e}")))?;
     let currency = Currency::parse(&order.currency).ok_or_else(|| {
         EffectError::permanent(format!(
@@ -58,51 +89,11 @@ pub fn render_receipt(order: &Order, settings: &ReceiptSettings) -> Result<Vec<u
 // ---------------------------------------------------------------------------
 // Fonts
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Face {
-    Regular,
-    Bold,
-}
-
-#[derive(Debug)]
-struct Fonts {
-    regular: ParsedFont,
-    bold: ParsedFont,
-}
-
 impl Fonts {
-    fn get(&self, face: Face) -> &ParsedFont {
-        match face {
-            Face::Regular => &self.regular,
-            Face::Bold => &self.bold,
-        }
-    }
-
-    /// Width of `text` in points at `size`. printpdf shows text glyph by glyph
-    /// without kerning, so the sum of advances is exactly what gets drawn.
     fn width(&self, style: Style, text: &str) -> f32 {
-        let font = self.get(style.face);
-        let units: u32 = text
-            .chars()
-            .map(|c| {
-                let gid = font.lookup_glyph_index(u32::from(c)).unwrap_or(0);
-                u32::from(font.get_glyph_width(gid).unwrap_or(0))
-            })
-            .sum();
-        units as f32 * style.size / f32::from(font.units_per_em.max(1))
+        self.measure(style.face, style.size, text)
     }
 }
-
-static FONTS: LazyLock<Result<Fonts, String>> = LazyLock::new(|| {
-    let parse = |bytes: &[u8], name: &str| {
-        ParsedFont::from_bytes(bytes, 0, &mut Vec::new())
-            .ok_or_else(|| format!("the embedded {name} does not parse"))
-    };
-    Ok(Fonts {
-        regular: parse(REGULAR_TTF, "DejaVuSans.ttf")?,
-        bold: parse(BOLD_TTF, "DejaVuSans-Bold.ttf")?,
-    })
-});
 
 // ---------------------------------------------------------------------------
 // Geometry (points; PDF's origin is the bottom-left corner)
@@ -127,6 +118,8 @@ const COLUMN_GAP: f32 = 14.0;
 /// Narrower than this and names go above their numbers instead of beside them.
 const MIN_NAME_WIDTH: f32 = 45.0 * MM;
 const GREY: f32 = 0.4;
+/// Outline width of synthetic bold, as a share of the text size.
+const SYNTHETIC_BOLD_STROKE: f32 = 0.035;
 
 /// How a piece of text is set.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -498,29 +491,25 @@ fn emit(
         doc.metadata.info.modification_date = created;
         doc.metadata.info.metadata_date = created;
     }
-    let used = |face: Face| -> BTreeSet<char> {
-        pages
-            .iter()
-            .flatten()
-            .filter_map(|draw| match draw {
-                Draw::Text { style, text, .. } if style.face == face => Some(text.chars()),
-                _ => None,
-            })
-            .flatten()
-            .collect()
-    };
-    let regular = doc.add_font(&subset_or_whole(
-        REGULAR_TTF,
-        &fonts.regular,
-        &used(Face::Regular),
-    ));
-    let bold = doc.add_font(&subset_or_whole(BOLD_TTF, &fonts.bold, &used(Face::Bold)));
-    let font_id = |face: Face| -> FontId {
-        match face {
-            Face::Regular => regular.clone(),
-            Face::Bold => bold.clone(),
+    // Each font program embeds only the characters it draws; one a receipt
+    // does not use (the CJK font, on most) is not embedded at all.
+    let mut used: BTreeMap<Program, BTreeSet<char>> = BTreeMap::new();
+    for draw in pages.iter().flatten() {
+        if let Draw::Text { style, text, .. } = draw {
+            for (program, run) in fonts.runs(style.face, text) {
+                used.entry(program).or_default().extend(run.chars());
+            }
         }
-    };
+    }
+    let font_ids: BTreeMap<Program, FontId> = used
+        .iter()
+        .map(|(program, chars)| {
+            (
+                *program,
+                doc.add_font(&fonts.subset_or_whole(*program, chars)),
+            )
+        })
+        .collect();
 
     let pdf_pages = pages
         .iter()
@@ -528,26 +517,58 @@ fn emit(
             let mut ops = Vec::with_capacity(draws.len() * 6);
             for draw in draws {
                 match draw {
-                    Draw::Text { style, x, y, text } => ops.extend([
-                        Op::SetFillColor {
-                            col: grey_color(if style.grey { GREY } else { 0.0 }),
-                        },
-                        Op::StartTextSection,
-                        Op::SetFont {
-                            font: PdfFontHandle::External(font_id(style.face)),
-                            size: Pt(style.size),
-                        },
-                        Op::SetTextCursor {
-                            pos: Point {
-                                x: Pt(*x),
-                                y: Pt(*y),
-                            },
-                        },
-                        Op::ShowText {
-                            items: vec![TextItem::Text(text.clone())],
-                        },
-                        Op::EndTextSection,
-                    ]),
+                    Draw::Text { style, x, y, text } => {
+                        let level = if style.grey { GREY } else { 0.0 };
+                        ops.push(Op::SetFillColor {
+                            col: grey_color(level),
+                        });
+                        let mut x = *x;
+                        for (program, run) in fonts.runs(style.face, text) {
+                            let Some(font) = font_ids.get(&program) else {
+                                continue;
+                            };
+                            // The one CJK face is regular: bold CJK is drawn
+                            // filled and outlined, as viewers embolden a font
+                            // that lacks a bold face, so it matches DejaVu Bold.
+                            let embolden = program == Program::Cjk && style.face == Face::Bold;
+                            if embolden {
+                                ops.extend([
+                                    Op::SetOutlineColor {
+                                        col: grey_color(level),
+                                    },
+                                    Op::SetOutlineThickness {
+                                        pt: Pt(style.size * SYNTHETIC_BOLD_STROKE),
+                                    },
+                                    Op::SetTextRenderingMode {
+                                        mode: TextRenderingMode::FillStroke,
+                                    },
+                                ]);
+                            }
+                            ops.extend([
+                                Op::StartTextSection,
+                                Op::SetFont {
+                                    font: PdfFontHandle::External(font.clone()),
+                                    size: Pt(style.size),
+                                },
+                                Op::SetTextCursor {
+                                    pos: Point {
+                                        x: Pt(x),
+                                        y: Pt(*y),
+                                    },
+                                },
+                                Op::ShowText {
+                                    items: vec![TextItem::Text(run.to_owned())],
+                                },
+                                Op::EndTextSection,
+                            ]);
+                            if embolden {
+                                ops.push(Op::SetTextRenderingMode {
+                                    mode: TextRenderingMode::Fill,
+                                });
+                            }
+                            x += fonts.measure(style.face, style.size, run);
+                        }
+                    }
                     Draw::Rule { y, thickness } => ops.extend([
                         Op::SetOutlineColor {
                             col: grey_color(if *thickness < 0.5 { 0.75 } else { 0.2 }),
@@ -575,40 +596,6 @@ fn emit(
         .collect();
     doc.with_pages(pdf_pages)
         .save(&PdfSaveOptions::default(), &mut Vec::new())
-}
-
-/// `font` cut down to the glyphs of `chars`. printpdf subsets only with its
-/// `text_layout` feature, which this crate leaves off; without this a receipt
-/// embeds both whole fonts (~750 KB) instead of a few dozen glyphs (~25 KB).
-/// If subsetting fails the receipt still renders, only larger.
-fn subset_or_whole(bytes: &[u8], font: &ParsedFont, chars: &BTreeSet<char>) -> ParsedFont {
-    subset(bytes, font, chars).unwrap_or_else(|e| {
-        tracing::warn!(error = %e, "font subsetting failed; embedding the whole font");
-        font.clone()
-    })
-}
-
-fn subset(bytes: &[u8], font: &ParsedFont, chars: &BTreeSet<char>) -> Result<ParsedFont, String> {
-    use allsorts::binary::read::ReadScope;
-    use allsorts::font_data::FontData;
-    use allsorts::subset::{CmapTarget, SubsetProfile};
-
-    let glyphs: BTreeSet<u16> = chars
-        .iter()
-        .filter_map(|c| font.lookup_glyph_index(u32::from(*c)))
-        .filter(|gid| *gid != 0)
-        .collect();
-    // allsorts wants .notdef first; subset glyph ids follow this order.
-    let ids: Vec<u16> = std::iter::once(0).chain(glyphs).collect();
-    let data = ReadScope::new(bytes)
-        .read::<FontData<'_>>()
-        .map_err(|e| e.to_string())?;
-    let provider = data.table_provider(0).map_err(|e| e.to_string())?;
-    let program =
-        allsorts::subset::subset(&provider, &ids, &SubsetProfile::Pdf, CmapTarget::Unicode)
-            .map_err(|e| e.to_string())?;
-    ParsedFont::from_bytes(&program, 0, &mut Vec::new())
-        .ok_or_else(|| "the subset font does not parse".to_owned())
 }
 
 fn footer(
@@ -670,7 +657,7 @@ mod tests {
     }
 
     fn fonts() -> &'static Fonts {
-        FONTS.as_ref().expect("embedded fonts parse")
+        fonts::default_fonts().expect("embedded fonts parse")
     }
 
     fn texts(pages: &[Vec<Draw>]) -> impl Iterator<Item = (usize, Style, f32, f32, &str)> {
@@ -808,6 +795,93 @@ mod tests {
             render_receipt(&order, &ReceiptSettings::default()),
             Err(EffectError::Permanent { .. })
         ));
+    }
+
+    #[test]
+    fn characters_dejavu_lacks_are_drawn_by_the_cjk_font_and_the_rest_by_dejavu() {
+        let fonts = fonts();
+        assert!(
+            fonts.cjk_path().is_some(),
+            "no CJK font at {DEFAULT_CJK_FONT_PATH}: install fonts-noto-cjk"
+        );
+        assert_eq!(
+            fonts.runs(Face::Regular, "抹茶 (宇治) 30g"),
+            vec![
+                (Program::Cjk, "抹茶"),
+                (Program::Regular, " ("),
+                (Program::Cjk, "宇治"),
+                (Program::Regular, ") 30g"),
+            ]
+        );
+        assert_eq!(
+            fonts.runs(Face::Bold, "Zoë 김민준"),
+            vec![(Program::Bold, "Zoë "), (Program::Cjk, "김민준")]
+        );
+        // In neither font: DejaVu's missing-glyph box, not an invisible gap.
+        assert_eq!(
+            fonts.runs(Face::Regular, "\u{10FFFD}"),
+            vec![(Program::Regular, "\u{10FFFD}")]
+        );
+        // CJK glyphs are one em wide: measured with the font that draws them.
+        let width = fonts.measure(Face::Regular, 10.0, "山田太郎");
+        assert!((width - 40.0).abs() < 0.5, "{width}");
+    }
+
+    #[test]
+    fn long_cjk_names_without_spaces_wrap_inside_the_margins() {
+        let order = sample(
+            11,
+            &"山田太郎".repeat(30),
+            "JPY",
+            vec![item(
+                "A",
+                &"京都宇治産の最高級抹茶を使用した和菓子".repeat(8),
+                1,
+                1200,
+            )],
+        );
+        let pages = layout(
+            &order,
+            &ReceiptSettings::default(),
+            currency("JPY"),
+            fonts(),
+        );
+        for (page, style, x, _, text) in texts(&pages) {
+            let right = x + fonts().width(style, text);
+            assert!(
+                x >= LEFT - 0.01 && right <= RIGHT + 0.01,
+                "page {page}: {text:?} spans {x}..{right}"
+            );
+        }
+        assert_no_overlaps(&pages);
+    }
+
+    #[test]
+    fn a_latin_receipt_embeds_no_cjk_font_and_a_cjk_one_only_a_subset() {
+        let latin = sample(
+            12,
+            "Zoë Ångström",
+            "EUR",
+            vec![item("A", "Green tea", 2, 450)],
+        );
+        let japanese = sample(13, "山田太郎", "JPY", vec![item("A", "お茶碗", 1, 4500)]);
+        let settings = ReceiptSettings::default();
+        let latin = render_receipt(&latin, &settings).expect("renders");
+        let japanese = render_receipt(&japanese, &settings).expect("renders");
+        // Noto Sans CJK is CFF-based, embedded as /FontFile3; DejaVu as /FontFile2.
+        let cff = |pdf: &[u8]| pdf.windows(9).filter(|w| w == b"FontFile3").count();
+        assert_eq!((cff(&latin), cff(&japanese)), (0, 1));
+        assert!(latin.len() < 40_000, "latin: {} bytes", latin.len());
+        assert!(
+            japanese.len() < 60_000,
+            "japanese: {} bytes",
+            japanese.len()
+        );
+        let text = pdf_extract::extract_text_from_mem(&japanese).expect("extractable");
+        assert!(
+            text.contains("山田太郎") && text.contains("お茶碗"),
+            "{text}"
+        );
     }
 
     fn currency(code: &str) -> Currency {

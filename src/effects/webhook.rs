@@ -3,7 +3,10 @@
 //! Every attempt for a job sends the same bytes with the same `Idempotency-Key`,
 //! so a receiver that processed an earlier attempt whose answer was lost can
 //! recognise the repeat. `X-Signature` is an HMAC-SHA256 over exactly the bytes
-//! sent, keyed with `WEBHOOK_SECRET`, so the receiver can check who sent them.
+//! sent, keyed with `WEBHOOK_SECRET`, so the receiver can check who sent them;
+//! the Standard Webhooks headers (`webhook-id`, `webhook-timestamp`,
+//! `webhook-signature`, see [`super::signature`]) also bind the send time, so
+//! a receiver can refuse replays.
 //!
 //! | answer                                   | class                          |
 //! | ---------------------------------------- | ------------------------------ |
@@ -17,12 +20,11 @@ use std::fmt;
 use std::time::{Duration, SystemTime};
 
 use anyhow::Context as _;
-use hmac::{Hmac, Mac};
 use reqwest::StatusCode;
 use reqwest::header::{CONTENT_TYPE, LOCATION, RETRY_AFTER};
 use serde::Serialize;
-use sha2::Sha256;
 
+use super::signature::Secrets;
 use super::{EffectError, error_chain};
 use crate::orders::{Order, OrderEvent};
 
@@ -59,8 +61,8 @@ impl fmt::Debug for WebhookConfig {
 pub struct WebhookSender {
     client: reqwest::Client,
     url: url::Url,
-    /// Keyed once; cloned per request. Holds the key, so it is never printed.
-    mac: Hmac<Sha256>,
+    /// Holds the keys, so it is never printed.
+    secrets: Secrets,
     timeout: Duration,
 }
 
@@ -85,12 +87,11 @@ impl WebhookSender {
             .redirect(reqwest::redirect::Policy::none())
             .build()
             .context("cannot build the webhook HTTP client")?;
-        let mac = Hmac::<Sha256>::new_from_slice(config.secret.as_bytes())
-            .map_err(|_| anyhow::anyhow!("WEBHOOK_SECRET cannot key HMAC-SHA256"))?;
+        let secrets = Secrets::parse(&config.secret).context("WEBHOOK_SECRET")?;
         Ok(WebhookSender {
             client,
             url: config.url.clone(),
-            mac,
+            secrets,
             timeout: config.timeout,
         })
     }
@@ -106,14 +107,23 @@ impl WebhookSender {
         let body = event_body(order, event).map_err(|e| {
             EffectError::permanent(format!("order {} does not serialize: {e}", order.id))
         })?;
+        let id = idempotency_key(job_id);
+        // This attempt's time, not the job's: receivers refuse stale timestamps.
+        let timestamp = chrono::Utc::now().timestamp();
         let response = self
             .client
             .post(self.url.clone())
             .header(CONTENT_TYPE, "application/json")
-            .header("Idempotency-Key", idempotency_key(job_id))
+            .header("Idempotency-Key", &id)
             .header("X-Signature", self.sign(&body))
             // The receiver continues the job's trace (W3C Trace Context).
             .headers(crate::trace_context::outgoing_headers())
+            .header("webhook-id", &id)
+            .header("webhook-timestamp", timestamp.to_string())
+            .header(
+                "webhook-signature",
+                self.secrets.sign_v1(&id, timestamp, &body),
+            )
             .body(body)
             .send()
             .await
@@ -139,9 +149,7 @@ impl WebhookSender {
 
     /// `sha256=<hex HMAC-SHA256(body)>`.
     pub fn sign(&self, body: &[u8]) -> String {
-        let mut mac = self.mac.clone();
-        mac.update(body);
-        format!("sha256={}", hex::encode(mac.finalize().into_bytes()))
+        self.secrets.x_signature(body)
     }
 
     fn transport_error(&self, error: reqwest::Error) -> EffectError {

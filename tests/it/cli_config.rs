@@ -15,6 +15,7 @@ fn relay_with(env: &[(&str, &str)], args: &[&str]) -> Output {
         "RELAY_KINDS",
         "RELAY_CONCURRENCY",
         "METRICS_ADDR",
+        "RECEIPT_FONT_PATH",
     ] {
         cmd.env_remove(var);
     }
@@ -94,4 +95,35 @@ fn a_relay_handling_email_without_smtp_url_refuses_to_start() {
     let err = stderr(&out);
     assert_eq!(out.status.code(), Some(2), "{err}");
     assert!(err.contains("SMTP_URL is not set"), "{err}");
+}
+
+#[test]
+fn a_receipt_font_path_that_cannot_be_read_stops_the_relay_naming_the_variable() {
+    let out = relay_with(
+        &[DB, ("RECEIPT_FONT_PATH", "/nonexistent/NotoSansCJK.ttc")],
+        &["--kinds", "receipt_pdf"],
+    );
+    let err = stderr(&out);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(
+        err.contains("RECEIPT_FONT_PATH: cannot read /nonexistent/NotoSansCJK.ttc"),
+        "{err}"
+    );
+    assert!(!err.contains("panicked"), "{err}");
+}
+
+#[test]
+fn a_whsec_webhook_secret_that_is_not_base64_stops_the_relay_without_printing_it() {
+    let out = relay_with(
+        &[
+            DB,
+            ("WEBHOOK_URL", "http://127.0.0.1:9/hook"),
+            ("WEBHOOK_SECRET", "whsec_hunter2!!"),
+        ],
+        &["--kinds", "order_webhook"],
+    );
+    let err = stderr(&out);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(err.contains("WEBHOOK_SECRET: secret 1 of 1"), "{err}");
+    assert!(!err.contains("hunter2"), "{err}");
 }

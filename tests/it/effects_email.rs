@@ -303,3 +303,91 @@ async fn a_refused_connection_is_retryable() {
 
     assert!(matches!(error, EffectError::Retryable { .. }), "{error:?}");
 }
+
+/// The words of an RFC 2047 header value, decoded (`=?utf-8?b?...?=` and plain).
+fn decode_header(value: &str) -> String {
+    use base64::Engine as _;
+    value
+        .split_whitespace()
+        .map(|word| {
+            let lower = word.to_ascii_lowercase();
+            match lower
+                .strip_prefix("=?utf-8?b?")
+                .and_then(|_| word.get(10..word.len().saturating_sub(2)))
+            {
+                Some(encoded) if lower.ends_with("?=") => String::from_utf8(
+                    base64::engine::general_purpose::STANDARD
+                        .decode(encoded)
+                        .expect("base64 encoded-word"),
+                )
+                .expect("UTF-8 encoded-word"),
+                _ => format!(" {word}"),
+            }
+        })
+        .collect::<String>()
+        .trim()
+        .to_owned()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_japanese_order_is_mailed_as_utf8_in_both_parts_and_an_encoded_to_header() {
+    init_tracing();
+    let db = TestDb::new();
+    let mut conn = db.conn();
+    let sink = SmtpSink::start().await;
+    let order = NewOrder::parse(&serde_json::json!({
+        "customer_email": "yamada@example.jp",
+        "customer_name": "山田太郎",
+        "currency": "JPY",
+        "items": [
+            {"sku": "MATCHA-30", "name": "抹茶 (宇治) 30g", "quantity": 2, "unit_price_cents": 1800},
+            {"sku": "BOWL-1", "name": "お茶碗", "quantity": 1, "unit_price_cents": 4500}
+        ]
+    }))
+    .expect("valid order");
+    place_order(&mut conn, &order, None, 8).expect("place order");
+
+    let relay = email_relay(&db, mailer_for(sink.url()));
+    wait_until("the confirmation is sent", Duration::from_secs(20), || {
+        count(&mut conn, "done") == 1
+    })
+    .await;
+    relay.stop().await;
+
+    let mails = sink.mails();
+    assert_eq!(mails.len(), 1);
+    let mail = &mails[0];
+    // Every byte on the wire is ASCII: the parts are transfer-encoded and the
+    // name in To is an RFC 2047 encoded-word, so no relay along the way needs
+    // 8BITMIME or SMTPUTF8 to pass it on intact.
+    assert!(
+        mail.data.is_ascii(),
+        "raw message is not 7-bit:\n{}",
+        mail.data
+    );
+    let to = mail.header("to").expect("To");
+    assert_eq!(decode_header(&to), "山田太郎 <yamada@example.jp>", "{to}");
+    for part in ["text/plain", "text/html"] {
+        let declared = mail
+            .data
+            .split("\r\n")
+            .filter(|line| line.to_ascii_lowercase().starts_with("content-type: text/"))
+            .find(|line| line.to_ascii_lowercase().contains(part))
+            .unwrap_or_else(|| panic!("no {part} part header in:\n{}", mail.data))
+            .to_ascii_lowercase();
+        assert!(declared.contains("charset=utf-8"), "{declared}");
+        let body = mail.part(part).unwrap_or_else(|| panic!("{part} part"));
+        for expected in [
+            "山田太郎",
+            "抹茶 (宇治) 30g",
+            "お茶碗",
+            "3,600 JPY",
+            "8,100 JPY",
+        ] {
+            assert!(
+                body.contains(expected),
+                "{part}: {expected:?} not in:\n{body}"
+            );
+        }
+    }
+}

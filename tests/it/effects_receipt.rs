@@ -201,3 +201,96 @@ async fn a_retried_or_rerun_receipt_job_never_stores_a_second_receipt() {
     );
     assert!(text_of(&after[0].1).contains("Zoë Ångström"));
 }
+
+/// Needs a CJK font: Debian's fonts-noto-cjk at the default path (CI and the
+/// Docker image install it).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn japanese_chinese_and_korean_names_and_items_are_printed_not_boxes() {
+    init_tracing();
+    let db = TestDb::new();
+    let mut conn = db.conn();
+    let order = |email: &str, name: &str, currency: &str, items: serde_json::Value| {
+        serde_json::json!({
+            "customer_email": email,
+            "customer_name": name,
+            "currency": currency,
+            "items": items,
+        })
+    };
+    let (japanese, _) = place(
+        &mut conn,
+        &order(
+            "yamada@example.jp",
+            "山田太郎",
+            "JPY",
+            serde_json::json!([
+                {"sku": "MATCHA-30", "name": "抹茶 (宇治) 30g", "quantity": 2, "unit_price_cents": 1800},
+                {"sku": "BOWL-1", "name": "お茶碗", "quantity": 1, "unit_price_cents": 4500}
+            ]),
+        ),
+    );
+    let (chinese, _) = place(
+        &mut conn,
+        &order(
+            "wang@example.cn",
+            "王小明",
+            "CNY",
+            serde_json::json!([
+                {"sku": "LJ-250", "name": "西湖龙井茶 250克", "quantity": 1, "unit_price_cents": 16800}
+            ]),
+        ),
+    );
+    let (korean, _) = place(
+        &mut conn,
+        &order(
+            "kim@example.kr",
+            "김민준",
+            "KRW",
+            serde_json::json!([
+                {"sku": "BORI-1", "name": "보리차 티백", "quantity": 3, "unit_price_cents": 4900}
+            ]),
+        ),
+    );
+    let effects: Arc<dyn Executor> = Arc::new(Effects::new(
+        db.pool(4),
+        None,
+        None,
+        ReceiptSettings::default(),
+    ));
+    let relay = spawn_relay(&db, test_settings("receipts", &["receipt_pdf"]), effects);
+    wait_until("three receipts rendered", Duration::from_secs(60), || {
+        count(&mut conn, "done") == 3
+    })
+    .await;
+    relay.stop().await;
+
+    let stored = stored_receipts(&mut conn);
+    assert_eq!(
+        stored.iter().map(|r| r.0).collect::<Vec<_>>(),
+        vec![japanese, chinese, korean]
+    );
+    let expectations: [&[&str]; 3] = [
+        &[
+            "山田太郎",
+            "抹茶 (宇治) 30g",
+            "お茶碗",
+            "3,600 JPY",
+            "8,100 JPY",
+        ],
+        &["王小明", "西湖龙井茶 250克", "168.00 CNY"],
+        &["김민준", "보리차 티백", "14,700 KRW"],
+    ];
+    for ((order_id, pdf), expected) in stored.iter().zip(expectations) {
+        keep_sample(&format!("receipt-cjk-{order_id}.pdf"), pdf);
+        // Both fonts are subset: a CJK collection embedded whole is megabytes.
+        assert!(pdf.len() < 100_000, "order {order_id}: {} bytes", pdf.len());
+        let text = text_of(pdf);
+        for expected in expected {
+            assert!(
+                text.contains(expected),
+                "order {order_id}: {expected:?} not in:\n{text}\n\
+                 (is fonts-noto-cjk installed, or RECEIPT_FONT_PATH set?)"
+            );
+        }
+    }
+}

@@ -1,7 +1,11 @@
 //! order_webhook end to end: a real relay, a real HTTP receiver on port 0.
 
+use std::io::Write as _;
+use std::process::{Command, Stdio};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
+
+use base64::Engine as _;
 
 use chrono::{DateTime, Utc};
 use diesel::prelude::*;
@@ -304,4 +308,151 @@ async fn a_refused_connection_is_retryable_and_names_only_the_origin() {
     };
     assert!(message.contains("cannot connect"), "{message}");
     assert!(!message.contains("SECRETPATH"), "{message}");
+}
+
+/// The Standard Webhooks reference verifier (the `standardwebhooks` package
+/// from PyPI, run by `$PYTHON` or `python3`) given one request and one secret.
+/// Its answer: `Ok` when it accepts the request, else what it said.
+fn reference_verify(request: &Recorded, secret: &str) -> Result<(), String> {
+    // The package base64-decodes every secret given as text; a raw secret is
+    // handed over as its bytes, which is how our signer keys it.
+    const SCRIPT: &str = r#"
+import base64, json, sys
+try:
+    from standardwebhooks.webhooks import Webhook
+except ImportError:
+    sys.exit("the standardwebhooks package is missing: python3 -m pip install standardwebhooks")
+req = json.load(sys.stdin)
+secret = req["secret"]
+key = secret if secret.startswith("whsec_") else secret.encode()
+Webhook(key).verify(base64.b64decode(req["body"]), req["headers"])
+print("verified")
+"#;
+    let headers: serde_json::Map<String, serde_json::Value> =
+        ["webhook-id", "webhook-timestamp", "webhook-signature"]
+            .into_iter()
+            .filter_map(|name| Some((name.to_owned(), request.header(name)?.into())))
+            .collect();
+    let input = serde_json::json!({
+        "secret": secret,
+        "headers": headers,
+        "body": base64::engine::general_purpose::STANDARD.encode(&request.body),
+    });
+    let python = std::env::var("PYTHON").unwrap_or_else(|_| "python3".to_owned());
+    let mut child = Command::new(&python)
+        .args(["-c", SCRIPT])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap_or_else(|e| panic!("cannot run {python} for the reference verifier: {e}"));
+    child
+        .stdin
+        .take()
+        .expect("stdin")
+        .write_all(input.to_string().as_bytes())
+        .expect("write the request to the verifier");
+    let output = child.wait_with_output().expect("the verifier finishes");
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(
+        !stderr.contains("standardwebhooks package is missing"),
+        "{stderr}"
+    );
+    if output.status.success() && output.stdout.starts_with(b"verified") {
+        Ok(())
+    } else {
+        Err(stderr.trim().lines().last().unwrap_or_default().to_owned())
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_reference_verifier_accepts_a_delivery_with_each_of_two_rotated_secrets() {
+    init_tracing();
+    let db = TestDb::new();
+    let mut conn = db.conn();
+    let sink = HttpSink::start([], Answer::status(204)).await;
+    let old = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw";
+    let new = "rotated-raw-secret-2026";
+    let both = format!("{old} {new}");
+    sink.verify_signatures_with(&both);
+    let (order_id, job_id) = place(&mut conn, 8);
+    let order = load_order(&mut conn, order_id)
+        .expect("load order")
+        .expect("order exists");
+    let sender = WebhookSender::new(&WebhookConfig {
+        url: sink.url(),
+        secret: both.clone(),
+        timeout: Duration::from_secs(5),
+    })
+    .expect("sender");
+
+    sender
+        .deliver(job_id, &order, None)
+        .await
+        .expect("delivered");
+
+    let requests = sink.requests();
+    assert_eq!(requests.len(), 1);
+    let request = &requests[0];
+    assert_eq!(
+        request.header("webhook-id"),
+        request.header("idempotency-key")
+    );
+    assert_eq!(
+        request.header("webhook-id"),
+        Some(format!("order-webhook-{job_id}").as_str())
+    );
+    let timestamp: i64 = request
+        .header("webhook-timestamp")
+        .expect("webhook-timestamp")
+        .parse()
+        .expect("Unix seconds");
+    assert!(
+        (timestamp - request.at.timestamp()).abs() <= 2,
+        "sent at {timestamp}, received at {}",
+        request.at
+    );
+    let signature = request
+        .header("webhook-signature")
+        .expect("webhook-signature");
+    assert_eq!(signature.split(' ').count(), 2, "{signature}");
+    assert!(
+        signature.split(' ').all(|s| s.starts_with("v1,")),
+        "{signature}"
+    );
+    for secret in [old, new] {
+        reference_verify(request, secret)
+            .unwrap_or_else(|e| panic!("the reference verifier refused {secret}: {e}"));
+    }
+    let error = reference_verify(request, "whsec_c2VjcmV0LWtleS1ieXRlcw==")
+        .expect_err("a secret that signed nothing is refused");
+    assert!(error.contains("No matching signature"), "{error}");
+    // Existing receivers: X-Signature keyed with the first secret as written.
+    let mut mac = Hmac::<Sha256>::new_from_slice(old.as_bytes()).expect("HMAC key");
+    mac.update(&request.body);
+    let expected = format!("sha256={}", hex::encode(mac.finalize().into_bytes()));
+    assert_eq!(request.header("x-signature"), Some(expected.as_str()));
+    assert_eq!(request.signature_valid, Some(true), "the demo sink agrees");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_410_gone_fails_the_job_after_one_attempt() {
+    init_tracing();
+    let db = TestDb::new();
+    let mut conn = db.conn();
+    let sink = HttpSink::start([], Answer::status(410).body("endpoint removed")).await;
+    let (_, job_id) = place(&mut conn, 8);
+
+    let relay = webhook_relay(&db, sender(&sink, Duration::from_secs(5)));
+    wait_until("the webhook job failed", Duration::from_secs(20), || {
+        count(&mut conn, "failed") == 1
+    })
+    .await;
+    relay.stop().await;
+
+    let job = job(&mut conn, job_id);
+    assert_eq!(job.attempts, 1);
+    assert_eq!(sink.requests().len(), 1);
+    let error = job.last_error.expect("last_error");
+    assert!(error.contains("410 Gone"), "{error}");
 }

@@ -2,8 +2,8 @@
 //! request and answers from a script (requests matching a rule first, then
 //! any request), then with a default answer. With a spool directory, each
 //! request is also written there as JSON: method, path, headers, body, the
-//! answer given and, when the sink knows the secret, whether `X-Signature`
-//! checks out.
+//! answer given and, when the sink knows the secret, whether the signatures
+//! (`X-Signature` and the Standard Webhooks `webhook-signature`) check out.
 
 use std::collections::VecDeque;
 use std::net::SocketAddr;
@@ -16,8 +16,8 @@ use axum::extract::State;
 use axum::http::{HeaderMap, HeaderName, HeaderValue, Method, StatusCode, Uri};
 use axum::response::{IntoResponse, Response};
 use chrono::{DateTime, Utc};
-use hmac::{Hmac, Mac as _};
-use sha2::Sha256;
+
+use crate::effects::signature::Secrets;
 
 /// Path of [`WebhookSink::url`].
 pub const PATH: &str = "/hooks/orders";
@@ -75,8 +75,9 @@ pub struct Recorded {
     pub body: Bytes,
     /// The status the sink answered (or, for a hang, would have answered).
     pub answered: u16,
-    /// `Some(true)` when `X-Signature` is the HMAC of the body with the
-    /// secret the sink was given; `None` when it was given none.
+    /// `Some(true)` when both `X-Signature` and `webhook-signature` (with
+    /// `webhook-id` and a fresh `webhook-timestamp`) verify with the secret
+    /// the sink was given; `None` when it was given none.
     pub signature_valid: Option<bool>,
     /// The JSON file it was written to, when the sink has a spool directory.
     pub saved_as: Option<PathBuf>,
@@ -100,7 +101,7 @@ struct Script {
     rules: Vec<Rule>,
     next: VecDeque<Answer>,
     then: Answer,
-    secret: Option<Hmac<Sha256>>,
+    secrets: Option<Secrets>,
     spool: Option<PathBuf>,
     saved: u64,
     requests: Vec<Recorded>,
@@ -144,7 +145,7 @@ impl WebhookSink {
             rules: Vec::new(),
             next: script.into_iter().collect(),
             then,
-            secret: None,
+            secrets: None,
             spool,
             saved: 0,
             requests: Vec::new(),
@@ -168,9 +169,10 @@ impl WebhookSink {
             .expect("a socket address and a fixed path make a valid URL")
     }
 
-    /// Checks each request's `X-Signature` against an HMAC-SHA256 keyed with `secret`.
+    /// Checks each request's signatures with `secret` (a `WEBHOOK_SECRET`
+    /// value). One the sender could not use either leaves requests unchecked.
     pub fn verify_signatures_with(&self, secret: &str) {
-        self.script.lock().secret = Hmac::<Sha256>::new_from_slice(secret.as_bytes()).ok();
+        self.script.lock().secrets = Secrets::parse(secret).ok();
     }
 
     /// Requests whose body satisfies `matches` get `answers`, in order, before
@@ -214,14 +216,10 @@ async fn handle(
         let answer = ruled
             .or_else(|| script.next.pop_front())
             .unwrap_or_else(|| script.then.clone());
-        let signature_valid = script.secret.clone().map(|mac| {
-            headers
-                .get("x-signature")
-                .and_then(|v| v.to_str().ok())
-                .and_then(|v| v.strip_prefix("sha256="))
-                .and_then(|hex| hex::decode(hex).ok())
-                .is_some_and(|sig| mac.chain_update(&body).verify_slice(&sig).is_ok())
-        });
+        let signature_valid = script
+            .secrets
+            .as_ref()
+            .map(|secrets| signatures_valid(secrets, &headers, &body, Utc::now().timestamp()));
         let spool = script.spool.clone().map(|dir| {
             script.saved += 1;
             (dir, script.saved)
@@ -262,6 +260,23 @@ async fn handle(
     };
     script.lock().requests.push(recorded);
     respond(answer).await
+}
+
+/// Whether a receiver that knows `secrets` accepts the request, old way and new.
+fn signatures_valid(secrets: &Secrets, headers: &HeaderMap, body: &[u8], now: i64) -> bool {
+    let header = |name: &str| headers.get(name).and_then(|v| v.to_str().ok());
+    let legacy = header("x-signature").is_some_and(|h| secrets.verify_x_signature(body, h));
+    let standard = match (
+        header("webhook-id"),
+        header("webhook-timestamp"),
+        header("webhook-signature"),
+    ) {
+        (Some(id), Some(timestamp), Some(signature)) => {
+            secrets.verify(id, timestamp, body, signature, now)
+        }
+        _ => false,
+    };
+    legacy && standard
 }
 
 async fn respond(answer: Answer) -> Response {
@@ -334,6 +349,35 @@ fn to_json(request: &Recorded) -> Vec<u8> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_request_is_valid_only_when_both_signatures_verify() {
+        let secrets = Secrets::parse("demo-secret").unwrap_or_else(|e| panic!("{e}"));
+        let body = br#"{"event":"order.placed"}"#;
+        let now = 1_700_000_000;
+        let mut headers = HeaderMap::new();
+        let mut set = |name: &'static str, value: String| {
+            headers.insert(
+                name,
+                HeaderValue::from_str(&value).unwrap_or_else(|e| panic!("{e}")),
+            );
+        };
+        set("x-signature", secrets.x_signature(body));
+        set("webhook-id", "order-webhook-1".to_owned());
+        set("webhook-timestamp", now.to_string());
+        set(
+            "webhook-signature",
+            secrets.sign_v1("order-webhook-1", now, body),
+        );
+        assert!(signatures_valid(&secrets, &headers, body, now));
+        assert!(!signatures_valid(&secrets, &headers, b"{}", now));
+        let mut old_only = headers.clone();
+        old_only.remove("webhook-signature");
+        assert!(!signatures_valid(&secrets, &old_only, body, now));
+        let mut new_only = headers;
+        new_only.remove("x-signature");
+        assert!(!signatures_valid(&secrets, &new_only, body, now));
+    }
 
     #[test]
     fn a_saved_request_is_json_in_reading_order() {

@@ -53,6 +53,11 @@ impl HttpSink {
         self.0.answer_matching_with(matches, answers);
     }
 
+    /// Checks each request's signatures with `secret` (see `Recorded::signature_valid`).
+    pub fn verify_signatures_with(&self, secret: &str) {
+        self.0.verify_signatures_with(secret);
+    }
+
     pub fn requests(&self) -> Vec<Recorded> {
         self.0.requests().into_iter().map(Recorded).collect()
     }
