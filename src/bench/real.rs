@@ -71,7 +71,7 @@ fn enqueue_orders(
     let orders = i64::try_from(jobs / 2).unwrap_or(i64::MAX);
     super::enqueue_timed(
         conn,
-        "jobs, order_items, orders, receipts",
+        "jobs, order_items, order_events, orders, receipts",
         "confirmation_email",
         |conn| {
             diesel::sql_query(

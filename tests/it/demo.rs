@@ -91,12 +91,24 @@ fn the_demo_leaves_emails_signed_webhooks_and_receipts_in_its_out_dir_and_drops_
         "{status}\nstdout:\n{stdout}\nstderr:\n{stderr}"
     );
     assert!(stdout.contains("3 orders placed"), "{stdout}");
-    assert!(stdout.contains("9 done, 0 failed"), "{stdout}");
+    // 9 jobs for the placements; order #1 paid (a webhook), shipped (a webhook
+    // and an email) and delivered (a webhook); order #2 cancelled (a webhook
+    // and an email).
+    assert!(stdout.contains("15 jobs: 15 done, 0 failed"), "{stdout}");
+    assert!(
+        stdout.contains(
+            "1:order.placed ✗500 → 1:order.placed ✗500 → 1:order.placed ✓ → 2:order.paid ✓ → \
+             3:order.shipped ✓ → 4:order.delivered ✓"
+        ),
+        "order #1's events arrive in order, held back by the refused first one: {stdout}"
+    );
     assert!(!stderr.contains("panicked"), "{stderr}");
 
-    // One confirmation per order, each a whole message a mail client opens.
+    // One confirmation per order, the shipping and the cancellation emails,
+    // each a whole message a mail client opens.
     let emails = files(&out.join("emails"), "eml");
-    assert_eq!(emails.len(), 3, "{emails:?}\n{stdout}");
+    assert_eq!(emails.len(), 5, "{emails:?}\n{stdout}");
+    let mut subjects = Vec::new();
     for path in &emails {
         let text = std::fs::read_to_string(path).expect("an .eml is UTF-8");
         let headers = outbox_relay::demo::sinks::smtp::parse_headers(
@@ -109,14 +121,38 @@ fn the_demo_leaves_emails_signed_webhooks_and_receipts_in_its_out_dir_and_drops_
                 .map(|(_, v)| v.clone())
                 .unwrap_or_default()
         };
-        assert!(header("Subject").starts_with("Your order #"), "{text}");
+        let subject = header("Subject");
+        assert!(subject.starts_with("Your order #"), "{text}");
         assert!(header("Message-ID").starts_with("<job-"), "{text}");
         assert!(
             header("Content-Type").starts_with("multipart/alternative"),
             "{text}"
         );
-        assert!(text.contains("/receipt.pdf"), "{text}");
+        if subject.ends_with("is confirmed") || subject.ends_with("is on its way") {
+            assert!(text.contains("/receipt.pdf"), "{text}");
+        }
+        if subject.ends_with("is on its way") {
+            assert!(
+                text.contains("JD014600006281"),
+                "the tracking number: {text}"
+            );
+        }
+        if subject.ends_with("has been cancelled") {
+            assert!(text.contains("out of stock"), "the reason: {text}");
+        }
+        subjects.push(subject);
     }
+    subjects.sort();
+    assert_eq!(
+        subjects,
+        [
+            "Your order #1 is confirmed",
+            "Your order #1 is on its way",
+            "Your order #2 has been cancelled",
+            "Your order #2 is confirmed",
+            "Your order #3 is confirmed",
+        ]
+    );
 
     // Every webhook request, the two refused on purpose included, with its
     // headers and a signature the receiver checked.
@@ -129,7 +165,12 @@ fn the_demo_leaves_emails_signed_webhooks_and_receipts_in_its_out_dir_and_drops_
         .collect();
     let mut answers_by_key: HashMap<String, Vec<i64>> = HashMap::new();
     for hook in &webhooks {
-        assert_eq!(hook["body"]["event"], "order.placed", "{hook}");
+        let kind = hook["body"]["type"].as_str().unwrap_or_default();
+        if kind == "order.placed" {
+            assert_eq!(hook["body"]["event"], "order.placed", "{hook}");
+        } else {
+            assert!(kind.starts_with("order."), "{hook}");
+        }
         assert!(
             hook["headers"]["x-signature"]
                 .as_str()
@@ -146,13 +187,21 @@ fn the_demo_leaves_emails_signed_webhooks_and_receipts_in_its_out_dir_and_drops_
             .or_default()
             .push(hook["answered"].as_i64().expect("the answer's status"));
     }
-    assert_eq!(answers_by_key.len(), 3, "{answers_by_key:?}");
+    assert_eq!(answers_by_key.len(), 7, "{answers_by_key:?}");
     let mut answers: Vec<Vec<i64>> = answers_by_key.into_values().collect();
     answers.sort();
     assert_eq!(
         answers,
-        vec![vec![200], vec![200], vec![500, 500, 200]],
-        "one webhook refused twice, then accepted"
+        vec![
+            vec![200],
+            vec![200],
+            vec![200],
+            vec![200],
+            vec![200],
+            vec![200],
+            vec![500, 500, 200]
+        ],
+        "one webhook refused twice, then accepted; every other event once"
     );
 
     // The receipts, fetched from the API, are PDFs a PDF library reads.

@@ -605,13 +605,15 @@ async fn a_retry_due_before_the_next_poll_starts_when_it_is_due() {
     settings.poll_interval = Duration::from_secs(30);
     settings.backoff.base = Duration::from_millis(300);
     settings.backoff.max = Duration::from_millis(300);
-    let starts: Arc<Mutex<Vec<Instant>>> = Arc::default();
+    let starts: Arc<Mutex<Vec<(Instant, i32, i64)>>> = Arc::default();
     let log = Arc::clone(&starts);
     let relay = spawn_relay(
         &db,
         settings,
         executor(move |job: ClaimedJob| {
-            log.lock().expect("log").push(Instant::now());
+            log.lock()
+                .expect("log")
+                .push((Instant::now(), job.attempt, job.lease_token));
             async move {
                 if job.attempt == 1 {
                     Err(EffectError::retryable("503"))
@@ -631,8 +633,13 @@ async fn a_retry_due_before_the_next_poll_starts_when_it_is_due() {
     relay.stop().await;
 
     let starts = starts.lock().expect("log").clone();
-    assert_eq!(starts.len(), 2);
-    let gap = starts[1] - starts[0];
+    let attempts: Vec<(i32, i64)> = starts.iter().map(|s| (s.1, s.2)).collect();
+    assert_eq!(
+        starts.len(),
+        2,
+        "(attempt, lease token) of each run: {attempts:?}"
+    );
+    let gap = starts[1].0 - starts[0].0;
     assert!(
         gap >= Duration::from_millis(150) && gap < Duration::from_secs(10),
         "attempt 2 started {gap:?} after attempt 1 (backoff 150-300ms, poll 30s)"
