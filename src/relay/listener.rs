@@ -165,34 +165,41 @@ async fn connect(
     tokio_postgres::Client,
     tokio_postgres::Connection<tokio_postgres::Socket, TlsStream>,
 )> {
+    use tokio_postgres::config::SslMode;
     let tls = target.connector()?;
-    let attempt = |with_tls: bool| {
+    let attempt = |mode: SslMode| {
         let tls = tls.clone();
         async move {
             target
-                .config(with_tls)
+                .config(mode)
                 .connect(tls)
                 .await
-                .with_context(|| if with_tls { "with TLS" } else { "without TLS" })
+                .with_context(|| match mode {
+                    SslMode::Disable => "without TLS",
+                    SslMode::Prefer => "with TLS if the server offers it",
+                    _ => "with TLS",
+                })
         }
     };
     match target.attempts {
-        Attempts::PlainOnly => attempt(false).await,
-        Attempts::TlsOnly => attempt(true).await,
-        Attempts::TlsThenPlain => match attempt(true).await {
+        Attempts::PlainOnly => attempt(SslMode::Disable).await,
+        Attempts::TlsOnly => attempt(SslMode::Require).await,
+        // tokio-postgres's own `prefer` goes on in plain when the server has no
+        // TLS; a handshake that fails is retried in plain here, as libpq does.
+        Attempts::TlsThenPlain => match attempt(SslMode::Prefer).await {
             Err(error) if tls::is_tls_failure(error.as_ref()) => {
                 tracing::debug!(
                     error = format!("{error:#}"),
                     "TLS failed; sslmode=prefer tries without"
                 );
-                attempt(false)
+                attempt(SslMode::Disable)
                     .await
                     .with_context(|| format!("after TLS failed ({error:#})"))
             }
             other => other,
         },
-        Attempts::PlainThenTls => match attempt(false).await {
-            Err(error) => attempt(true)
+        Attempts::PlainThenTls => match attempt(SslMode::Disable).await {
+            Err(error) => attempt(SslMode::Require)
                 .await
                 .with_context(|| format!("after plain failed ({error:#})")),
             ok => ok,

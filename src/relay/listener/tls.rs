@@ -213,6 +213,7 @@ impl ListenTarget {
         }
 
         let verify = match mode {
+            SslMode::Disable => Verify::Nothing,
             SslMode::VerifyFull => Verify::ChainAndName,
             SslMode::VerifyCa => Verify::Chain,
             // libpq: with a root certificate at hand the weaker modes check the
@@ -252,14 +253,10 @@ impl ListenTarget {
         })
     }
 
-    /// The connection settings for one attempt, with or without TLS.
-    pub(super) fn config(&self, tls: bool) -> tokio_postgres::Config {
+    /// The connection settings for one attempt in tokio-postgres's `mode`.
+    pub(super) fn config(&self, mode: tokio_postgres::config::SslMode) -> tokio_postgres::Config {
         let mut config = self.config.clone();
-        config.ssl_mode(if tls {
-            tokio_postgres::config::SslMode::Require
-        } else {
-            tokio_postgres::config::SslMode::Disable
-        });
+        config.ssl_mode(mode);
         config
     }
 
@@ -268,15 +265,18 @@ impl ListenTarget {
     pub(super) fn connector(&self) -> anyhow::Result<MakeRustlsConnect> {
         let provider = Arc::new(rustls::crypto::ring::default_provider());
         let algorithms = provider.signature_verification_algorithms;
-        let roots = Arc::new(self.root_store()?);
         let verifier: Arc<dyn ServerCertVerifier> = match self.verify {
             Verify::Nothing => Arc::new(AnyCertificate { algorithms }),
-            Verify::Chain => Arc::new(ChainOnly { roots, algorithms }),
-            Verify::ChainAndName => {
-                WebPkiServerVerifier::builder_with_provider(roots, Arc::clone(&provider))
-                    .build()
-                    .context("building the certificate verifier")?
-            }
+            Verify::Chain => Arc::new(ChainOnly {
+                roots: Arc::new(self.root_store()?),
+                algorithms,
+            }),
+            Verify::ChainAndName => WebPkiServerVerifier::builder_with_provider(
+                Arc::new(self.root_store()?),
+                Arc::clone(&provider),
+            )
+            .build()
+            .context("building the certificate verifier")?,
         };
         let builder = ClientConfig::builder_with_provider(provider)
             .with_safe_default_protocol_versions()
@@ -507,7 +507,7 @@ mod tests {
             "postgres://u:pw@db.example:6543/app?application_name=relay&sslmode=verify-full\
              &sslrootcert={SNAKEOIL}&sslcert=/nope.crt&sslkey=/nope.key&connect_timeout=5"
         ));
-        let config = t.config(true);
+        let config = t.config(tokio_postgres::config::SslMode::Require);
         assert_eq!(config.get_application_name(), Some("relay"));
         assert_eq!(
             config.get_connect_timeout(),
@@ -519,12 +519,21 @@ mod tests {
             config.get_ssl_mode(),
             tokio_postgres::config::SslMode::Require
         );
-        assert_eq!(
-            t.config(false).get_ssl_mode(),
-            tokio_postgres::config::SslMode::Disable
-        );
         // A client certificate whose file does not exist is not sent (libpq).
         assert!(t.client_cert.is_none());
+    }
+
+    #[test]
+    fn disable_checks_nothing_even_with_a_root_certificate_at_hand() {
+        let t = parse(&format!(
+            "postgres://db.example/app?sslmode=disable&sslrootcert={SNAKEOIL}"
+        ));
+        assert_eq!(
+            (t.attempts, t.verify),
+            (Attempts::PlainOnly, Verify::Nothing)
+        );
+        // The root file (not a certificate here) is not even read.
+        t.connector().expect("a connector");
     }
 
     #[test]
@@ -602,7 +611,11 @@ mod tests {
     fn a_key_value_string_is_passed_through() {
         let t = parse("host=db.example dbname=app sslmode=require");
         assert_eq!(t.mode, SslMode::Require);
-        assert_eq!(t.config(true).get_dbname(), Some("app"));
+        assert_eq!(
+            t.config(tokio_postgres::config::SslMode::Require)
+                .get_dbname(),
+            Some("app")
+        );
     }
 
     #[test]
@@ -615,6 +628,10 @@ mod tests {
     #[test]
     fn a_query_value_keeps_its_encoding() {
         let t = parse("postgres://db.example/app?sslmode=require&options=-c%20lock_timeout%3D5s");
-        assert_eq!(t.config(true).get_options(), Some("-c lock_timeout=5s"));
+        assert_eq!(
+            t.config(tokio_postgres::config::SslMode::Require)
+                .get_options(),
+            Some("-c lock_timeout=5s")
+        );
     }
 }
