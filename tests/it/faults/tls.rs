@@ -339,3 +339,117 @@ async fn verify_full_against_a_certificate_for_another_name_says_why_and_the_rel
     );
     assert!(!text.contains("panicked"), "{text}");
 }
+
+#[derive(QueryableByName)]
+struct PlainListen {
+    #[diesel(sql_type = BigInt)]
+    n: i64,
+}
+
+/// Starts a relay in this process whose pool uses `url` and whose listener
+/// uses `listen_url`; returns its shutdown token and task.
+fn start_relay_listening_on(
+    url: &str,
+    listen_url: String,
+    worker: &str,
+) -> (
+    tokio_util::sync::CancellationToken,
+    tokio::task::JoinHandle<anyhow::Result<()>>,
+) {
+    let mut settings = test_settings(worker, &["noop"]);
+    settings.poll_interval = Duration::from_millis(200);
+    let relay = Relay::new(
+        outbox_relay::db::build_pool(url, 6, false),
+        listen_url,
+        settings,
+        executor(|_| async { Ok(None) }),
+    )
+    .expect("a relay");
+    let shutdown = tokio_util::sync::CancellationToken::new();
+    let running = tokio::spawn(relay.run_until_stopped(shutdown.clone()));
+    (shutdown, running)
+}
+
+// A private server (initdb's default: ssl = off) stands for a server without
+// TLS: libpq's `require` refuses it, `prefer` goes on in plain.
+#[tokio::test(flavor = "current_thread")]
+async fn a_server_without_tls_is_refused_by_require_with_the_reason_and_used_in_plain_by_prefer() {
+    let logs = Captured::default();
+    let subscriber = tracing_subscriber::fmt()
+        .with_env_filter("outbox_relay=info")
+        .with_writer(logs.clone())
+        .with_ansi(false)
+        .finish();
+    let _guard = tracing::subscriber::set_default(subscriber);
+    let server = outbox_relay::private_pg::PrivatePostgres::start_temporary()
+        .expect("a private PostgreSQL for this test");
+    let url = server.url();
+    outbox_relay::db::migrate_url(&url).expect("migrate");
+    let mut conn = PgConnection::establish(&url).expect("connect");
+    let ssl = diesel::sql_query("SELECT current_setting('ssl') AS ssl")
+        .get_result::<Setting>(&mut conn)
+        .expect("read the ssl setting")
+        .ssl;
+    assert_eq!(ssl, "off", "the private server is the one without TLS");
+
+    let (stop, running) = start_relay_listening_on(
+        &url,
+        with_params(&url, &[("sslmode", "require")]),
+        "no-tls-require",
+    );
+    let started = Instant::now();
+    while !logs.text().contains("cannot LISTEN") {
+        assert!(
+            started.elapsed() < Duration::from_secs(10),
+            "no 'cannot LISTEN' warning within 10s; logs:\n{}",
+            logs.text()
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    stop.cancel();
+    running.await.expect("no panic").expect("relay returned Ok");
+    let text = logs.text();
+    let warning = text
+        .lines()
+        .find(|l| l.contains("cannot LISTEN"))
+        .unwrap_or_default()
+        .to_owned();
+    eprintln!("{warning}");
+    assert!(warning.contains("sslmode=require"), "{warning}");
+    assert!(warning.contains("server does not support TLS"), "{warning}");
+
+    let (stop, running) = start_relay_listening_on(
+        &url,
+        with_params(&url, &[("sslmode", "prefer")]),
+        "no-tls-prefer",
+    );
+    let started = Instant::now();
+    loop {
+        let plain = diesel::sql_query(
+            "SELECT count(*) AS n FROM pg_stat_activity a JOIN pg_stat_ssl s USING (pid) \
+             WHERE a.query LIKE 'LISTEN %' AND NOT s.ssl",
+        )
+        .get_result::<PlainListen>(&mut conn)
+        .expect("pg_stat_ssl")
+        .n;
+        if plain == 1 {
+            break;
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(10),
+            "no plain LISTEN connection within 10s; logs:\n{}",
+            logs.text()
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    stop.cancel();
+    running.await.expect("no panic").expect("relay returned Ok");
+    let after_prefer = logs.text();
+    assert_eq!(
+        after_prefer.matches("cannot LISTEN").count(),
+        1,
+        "prefer listened without a warning:\n{after_prefer}"
+    );
+    drop(conn);
+    drop(server);
+}
