@@ -168,6 +168,10 @@ fn describe_metrics() {
         "Outcomes the database refused inside a batch, written alone as a failure instead, by kind."
     );
     describe_gauge!(
+        "outbox_listener_connected",
+        "1 while the relay's LISTEN connection is up (NOTIFY wakes it at once), 0 while it only polls."
+    );
+    describe_gauge!(
         "outbox_jobs",
         "Jobs in the table by status, refreshed at most every few seconds."
     );

@@ -5,10 +5,16 @@
 //! instead of at the next poll. The listener only ever wakes the producer; if it
 //! is down, the producer's poll interval keeps jobs moving, and the listener
 //! reconnects with backoff (backon) on its own.
+//!
+//! The connection uses `DATABASE_URL`'s TLS settings as libpq reads them for
+//! the pool (see [`tls`]): a server that demands TLS would otherwise refuse the
+//! listener and leave the relay on its poll interval without anyone noticing.
+//! `outbox_listener_connected` (1 or 0) shows which of the two it is on.
 
 use std::sync::Arc;
 use std::time::Duration;
 
+use anyhow::Context as _;
 use backon::{BackoffBuilder, ExponentialBuilder};
 use futures_util::StreamExt as _;
 use tokio::sync::Notify;
@@ -16,6 +22,12 @@ use tokio_postgres::AsyncMessage;
 use tokio_util::sync::CancellationToken;
 
 use crate::outbox::NOTIFY_CHANNEL;
+
+mod tls;
+
+use self::tls::{Attempts, ListenTarget};
+
+const CONNECTED_GAUGE: &str = "outbox_listener_connected";
 
 /// Runs until `shutdown`, calling `wake.notify_one()` for every NOTIFY whose
 /// payload is one of `kinds`.
@@ -25,12 +37,27 @@ pub async fn listen_for_jobs(
     wake: Arc<Notify>,
     shutdown: CancellationToken,
 ) {
+    // Installs the recorder before the gauge is registered (as the API's router
+    // does): the relay's /metrics server is spawned alongside and may not have
+    // yet, and a handle taken before that would stay a no-op.
+    let _ = crate::telemetry::metrics_handle();
+    let connected_gauge = metrics::gauge!(CONNECTED_GAUGE);
+    connected_gauge.set(0.0);
     let mut reconnect = reconnect_backoff();
     // Log once per outage, not once per failed reconnect.
     let mut outage = false;
     loop {
         let mut connected = false;
-        let result = listen_once(&database_url, &kinds, &wake, &shutdown, &mut connected).await;
+        let result = listen_once(
+            &database_url,
+            &kinds,
+            &wake,
+            &shutdown,
+            &mut connected,
+            &connected_gauge,
+        )
+        .await;
+        connected_gauge.set(0.0);
         if connected {
             reconnect = reconnect_backoff();
             if outage {
@@ -43,7 +70,14 @@ pub async fn listen_for_jobs(
             Err(error) => error,
         };
         if !outage {
-            tracing::warn!(error = %error, "LISTEN connection lost; polling until it is back");
+            // `{:#}`: the cause chain is the useful part ("error performing TLS
+            // handshake" alone does not say which certificate or which mode).
+            let error = format!("{error:#}");
+            if connected {
+                tracing::warn!(%error, "LISTEN connection lost; polling until it is back");
+            } else {
+                tracing::warn!(%error, "cannot LISTEN; polling until it can");
+            }
             outage = true;
         }
         // NOTIFYs sent while we were away are gone: let the producer look now.
@@ -72,9 +106,13 @@ async fn listen_once(
     wake: &Notify,
     shutdown: &CancellationToken,
     connected: &mut bool,
+    connected_gauge: &metrics::Gauge,
 ) -> anyhow::Result<()> {
-    let (client, mut connection) =
-        tokio_postgres::connect(database_url, tokio_postgres::NoTls).await?;
+    let target = ListenTarget::parse(database_url, &|name| std::env::var(name).ok())
+        .context("reading DATABASE_URL's TLS settings")?;
+    let (client, mut connection) = connect(&target)
+        .await
+        .with_context(|| format!("connecting with sslmode={}", target.mode))?;
     let mut messages = futures_util::stream::poll_fn(move |cx| connection.poll_message(cx));
 
     // The connection must be polled for the LISTEN to complete, so drive both.
@@ -92,6 +130,7 @@ async fn listen_once(
         }
     }
     *connected = true;
+    connected_gauge.set(1.0);
     tracing::debug!(channel = NOTIFY_CHANNEL, "listening for new jobs");
     // Jobs may have arrived while we were not listening.
     wake.notify_one();
@@ -110,5 +149,60 @@ async fn listen_once(
                 None => anyhow::bail!("LISTEN connection closed"),
             },
         }
+    }
+}
+
+type TlsStream =
+    <tokio_postgres_rustls::MakeRustlsConnect as tokio_postgres::tls::MakeTlsConnect<
+        tokio_postgres::Socket,
+    >>::Stream;
+
+/// Connects as libpq would for `target.mode`: `prefer` falls back to plain when
+/// TLS itself fails, `allow` tries plain first.
+async fn connect(
+    target: &ListenTarget,
+) -> anyhow::Result<(
+    tokio_postgres::Client,
+    tokio_postgres::Connection<tokio_postgres::Socket, TlsStream>,
+)> {
+    use tokio_postgres::config::SslMode;
+    let tls = target.connector()?;
+    let attempt = |mode: SslMode| {
+        let tls = tls.clone();
+        async move {
+            target
+                .config(mode)
+                .connect(tls)
+                .await
+                .with_context(|| match mode {
+                    SslMode::Disable => "without TLS",
+                    SslMode::Prefer => "with TLS if the server offers it",
+                    _ => "with TLS",
+                })
+        }
+    };
+    match target.attempts {
+        Attempts::PlainOnly => attempt(SslMode::Disable).await,
+        Attempts::TlsOnly => attempt(SslMode::Require).await,
+        // tokio-postgres's own `prefer` goes on in plain when the server has no
+        // TLS; a handshake that fails is retried in plain here, as libpq does.
+        Attempts::TlsThenPlain => match attempt(SslMode::Prefer).await {
+            Err(error) if tls::is_tls_failure(error.as_ref()) => {
+                tracing::debug!(
+                    error = format!("{error:#}"),
+                    "TLS failed; sslmode=prefer tries without"
+                );
+                attempt(SslMode::Disable)
+                    .await
+                    .with_context(|| format!("after TLS failed ({error:#})"))
+            }
+            other => other,
+        },
+        Attempts::PlainThenTls => match attempt(SslMode::Disable).await {
+            Err(error) => attempt(SslMode::Require)
+                .await
+                .with_context(|| format!("after plain failed ({error:#})")),
+            ok => ok,
+        },
     }
 }

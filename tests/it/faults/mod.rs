@@ -23,6 +23,7 @@ mod invariants;
 mod ordering;
 mod receivers;
 mod security;
+mod tls;
 mod workers;
 
 use std::net::SocketAddr;
