@@ -623,9 +623,6 @@ async fn a_retry_due_before_the_next_poll_starts_when_it_is_due() {
             }
         }),
     );
-    // Give the listener its LISTEN, so the enqueue's NOTIFY starts attempt 1.
-    tokio::time::sleep(Duration::from_millis(500)).await;
-    enqueue(&mut conn, &NewJob::new("noop", serde_json::json!({}))).expect("enqueue");
     wait_until("the job done", Duration::from_secs(20), || {
         count(&mut conn, "done") == 1
     })
