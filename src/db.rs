@@ -152,53 +152,27 @@ pub fn build_pool_with(database_url: &str, options: &PoolOptions) -> PgPool {
         // r2d2 panics on a zero timeout.
         .connection_timeout(options.checkout_timeout.max(Duration::from_millis(1)))
         .test_on_check_out(options.validate_on_checkout);
-    let timeouts = SessionTimeouts {
-        statement: options.statement_timeout,
-        lock: options.lock_timeout,
-        idle_in_transaction: options.idle_in_transaction_timeout,
-    };
-    if let Some(statement) = timeouts.statement() {
-        builder = builder.connection_customizer(Box::new(statement));
+    let settings: Vec<String> = [
+        ("statement_timeout", options.statement_timeout),
+        ("lock_timeout", options.lock_timeout),
+        (
+            "idle_in_transaction_session_timeout",
+            options.idle_in_transaction_timeout,
+        ),
+    ]
+    .into_iter()
+    // 0 would mean "no timeout" to PostgreSQL: the shortest is 1 ms.
+    .filter_map(|(name, value)| value.map(|d| format!("SET {name} = {}", d.as_millis().max(1))))
+    .collect();
+    if !settings.is_empty() {
+        builder = builder.connection_customizer(Box::new(SetTimeouts(settings.join("; "))));
     }
     builder.build_unchecked(manager)
 }
 
-/// Session timeouts set once per new connection.
-#[derive(Debug, Clone, Copy)]
-struct SessionTimeouts {
-    statement: Option<Duration>,
-    lock: Option<Duration>,
-    idle_in_transaction: Option<Duration>,
-}
-
-/// The SET statement for the timeouts, or `None` when there are none.
+/// The session timeouts, one SET statement each, run once per new connection.
+#[derive(Debug)]
 struct SetTimeouts(String);
-
-impl SessionTimeouts {
-    fn statement(&self) -> Option<SetTimeouts> {
-        let settings: Vec<String> = [
-            ("statement_timeout", self.statement),
-            ("lock_timeout", self.lock),
-            (
-                "idle_in_transaction_session_timeout",
-                self.idle_in_transaction,
-            ),
-        ]
-        .into_iter()
-        .filter_map(|(name, value)| {
-            // 0 would mean "no timeout" to PostgreSQL: the shortest is 1 ms.
-            value.map(|d| format!("SET {name} = {}", d.as_millis().max(1)))
-        })
-        .collect();
-        (!settings.is_empty()).then(|| SetTimeouts(settings.join("; ")))
-    }
-}
-
-impl std::fmt::Debug for SetTimeouts {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(&self.0)
-    }
-}
 
 impl diesel::r2d2::CustomizeConnection<PgConnection, diesel::r2d2::Error> for SetTimeouts {
     fn on_acquire(&self, conn: &mut PgConnection) -> Result<(), diesel::r2d2::Error> {

@@ -118,7 +118,7 @@ pub(crate) async fn transition(
 ) -> Result<Response, ApiError> {
     let Path((raw_id, action)) =
         path.map_err(|_| ApiError::OrderNotFound("<unreadable id>".into()))?;
-    if !matches!(action.as_str(), "pay" | "ship" | "deliver" | "cancel") {
+    if !Transition::ACTIONS.contains(&action.as_str()) {
         return Err(ApiError::RouteNotFound(format!(
             "/orders/{}/{}",
             raw_id.chars().take(40).collect::<String>(),

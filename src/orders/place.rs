@@ -172,6 +172,7 @@ fn place_order_with_hook(
         let event_id = record_event(
             conn,
             order_id,
+            1,
             OrderStatus::Placed.event_type(),
             serde_json::json!({}),
             None,

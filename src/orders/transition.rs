@@ -34,6 +34,9 @@ const MAX_REFERENCE_CHARS: usize = 200;
 const MAX_REASON_CHARS: usize = 500;
 
 impl Transition {
+    /// The `{action}` of `POST /orders/{id}/{action}`.
+    pub const ACTIONS: [&'static str; 4] = ["pay", "ship", "deliver", "cancel"];
+
     /// Parses the JSON body of `POST /orders/{id}/{action}`; as strict as an order:
     /// unknown fields are refused, every error names its field.
     pub fn parse(action: &str, body: &Value) -> Result<Transition, ValidationError> {
@@ -198,9 +201,11 @@ pub fn transition_order(
         diesel::update(orders::table.find(order_id))
             .set(orders::status.eq(requested.as_str()))
             .execute(conn)?;
+        let seq = next_seq(conn, order_id)?;
         let event_id = record_event(
             conn,
             order_id,
+            seq,
             requested.event_type(),
             transition.data(),
             key,
@@ -215,21 +220,26 @@ pub fn transition_order(
     })
 }
 
-/// Inserts the order's next event; the caller holds the order row's lock.
+/// The `seq` of the order's next event; the caller holds the order row's lock.
+fn next_seq(conn: &mut PgConnection, order_id: i64) -> QueryResult<i32> {
+    Ok(order_events::table
+        .filter(order_events::order_id.eq(order_id))
+        .select(diesel::dsl::max(order_events::seq))
+        .first::<Option<i32>>(conn)?
+        .unwrap_or(0)
+        + 1)
+}
+
+/// Inserts event `seq` of the order (1 for the placement, which needs no lookup).
 pub(super) fn record_event(
     conn: &mut PgConnection,
     order_id: i64,
+    seq: i32,
     event_type: &str,
     data: Value,
     key: Option<&IdempotencyKey>,
     request_hash: Option<&str>,
 ) -> QueryResult<i64> {
-    let seq: i32 = order_events::table
-        .filter(order_events::order_id.eq(order_id))
-        .select(diesel::dsl::max(order_events::seq))
-        .first::<Option<i32>>(conn)?
-        .unwrap_or(0)
-        + 1;
     diesel::insert_into(order_events::table)
         .values((
             order_events::order_id.eq(order_id),

@@ -1,6 +1,6 @@
 //! Recording outcomes: done, retry, failed, all fenced, many per statement.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::time::Duration;
 
 use diesel::prelude::*;
@@ -122,20 +122,13 @@ pub fn finish_jobs(conn: &mut PgConnection, finishes: &[Finish]) -> QueryResult<
             }
         )
     });
-    let mut released = 0;
-    let mut held = |rows: Vec<HeldRow>| -> HashMap<i64, bool> {
-        released = rows.first().map_or(0, |r| r.released);
-        rows.into_iter().map(|r| (r.id, r.applied)).collect()
-    };
     // Without local writes the UPDATE is atomic on its own; a transaction
     // would only add BEGIN and COMMIT round trips to the hot path.
-    let held: HashMap<i64, bool> = if has_local_writes {
+    let rows: Vec<HeldRow> = if has_local_writes {
         conn.transaction(|conn| {
-            let held = held(update.load::<HeldRow>(conn)?);
-            for finish in finishes {
-                if held.get(&finish.job_id) != Some(&true) {
-                    continue;
-                }
+            let rows: Vec<HeldRow> = update.load(conn)?;
+            let applied: HashSet<i64> = rows.iter().filter(|r| r.applied).map(|r| r.id).collect();
+            for finish in finishes.iter().filter(|f| applied.contains(&f.job_id)) {
                 if let Outcome::Done {
                     local: Some(LocalWrite::Receipt { order_id, pdf }),
                 } = &finish.outcome
@@ -146,12 +139,15 @@ pub fn finish_jobs(conn: &mut PgConnection, finishes: &[Finish]) -> QueryResult<
                         .execute(conn)?;
                 }
             }
-            QueryResult::Ok(held)
+            QueryResult::Ok(rows)
         })?
     } else {
-        held(update.load::<HeldRow>(conn)?)
+        update.load(conn)?
     };
 
+    // Every row carries the same count of released jobs.
+    let released = rows.first().map_or(0, |r| r.released);
+    let held: HashMap<i64, bool> = rows.into_iter().map(|r| (r.id, r.applied)).collect();
     let mut report = FinishReport {
         released: usize::try_from(released).unwrap_or(0),
         ..FinishReport::default()

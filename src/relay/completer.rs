@@ -11,6 +11,7 @@
 //!   that is refused, it is dropped with an error in the log, and the reaper
 //!   takes the job when its lease runs out. No outcome can block the queue.
 
+use std::collections::HashSet;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -283,16 +284,18 @@ fn record(
     written: &[Option<Duration>],
     report: &FinishReport,
 ) -> Vec<Completion> {
+    let busy: HashSet<i64> = report.busy.iter().copied().collect();
+    let lost: HashSet<i64> = report.lost.iter().copied().collect();
     let mut again = Vec::new();
     for (mut completion, written) in batch.into_iter().zip(written) {
         let finish = &completion.finish;
         let kind = completion.kind.clone();
-        if report.busy.contains(&finish.job_id) {
+        if busy.contains(&finish.job_id) {
             completion.not_before = Some(Instant::now() + BUSY_RETRY);
             again.push(completion);
             continue;
         }
-        if report.lost.contains(&finish.job_id) {
+        if lost.contains(&finish.job_id) {
             RelayStats::add(&shared.stats.lease_lost, 1);
             metrics::counter!("outbox_lease_lost_total", "kind" => kind).increment(1);
             tracing::warn!(

@@ -672,3 +672,35 @@ fn database_failures_are_classified_as_unavailable_transient_or_rejected() {
         Failure::Unavailable
     );
 }
+
+/// The relay's pool sets its session timeouts on every connection it opens.
+#[test]
+fn pooled_sessions_carry_their_statement_lock_and_idle_timeouts() {
+    let db = TestDb::new();
+    let pool = outbox_relay::db::build_pool_with(
+        &db.url,
+        &outbox_relay::db::PoolOptions {
+            size: 1,
+            statement_timeout: Some(Duration::from_secs(2)),
+            lock_timeout: Some(Duration::from_millis(250)),
+            idle_in_transaction_timeout: Some(Duration::from_secs(3)),
+            ..outbox_relay::db::PoolOptions::default()
+        },
+    );
+    #[derive(QueryableByName)]
+    struct Setting {
+        #[diesel(sql_type = diesel::sql_types::Text)]
+        v: String,
+    }
+    let mut conn = pool.get().expect("a pooled connection");
+    let show = |conn: &mut PgConnection, name: &str| -> String {
+        diesel::sql_query("SELECT current_setting($1) AS v")
+            .bind::<diesel::sql_types::Text, _>(name)
+            .get_result::<Setting>(conn)
+            .expect("setting")
+            .v
+    };
+    assert_eq!(show(&mut conn, "statement_timeout"), "2s");
+    assert_eq!(show(&mut conn, "lock_timeout"), "250ms");
+    assert_eq!(show(&mut conn, "idle_in_transaction_session_timeout"), "3s");
+}
