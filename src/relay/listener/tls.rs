@@ -266,9 +266,12 @@ impl ListenTarget {
         let provider = Arc::new(rustls::crypto::ring::default_provider());
         let algorithms = provider.signature_verification_algorithms;
         let verifier: Arc<dyn ServerCertVerifier> = match self.verify {
-            Verify::Nothing => Arc::new(AnyCertificate { algorithms }),
-            Verify::Chain => Arc::new(ChainOnly {
-                roots: Arc::new(self.root_store()?),
+            Verify::Nothing => Arc::new(NameNotChecked {
+                roots: None,
+                algorithms,
+            }),
+            Verify::Chain => Arc::new(NameNotChecked {
+                roots: Some(Arc::new(self.root_store()?)),
                 algorithms,
             }),
             Verify::ChainAndName => WebPkiServerVerifier::builder_with_provider(
@@ -349,57 +352,18 @@ pub(super) fn is_tls_failure(error: &(dyn std::error::Error + 'static)) -> bool 
     false
 }
 
-/// `require` without a root certificate: encrypted, not authenticated (libpq's
-/// meaning). The handshake signatures are still checked, so the session is
-/// with whoever holds the key of the certificate shown.
+/// The two modes that do not check the server's name (libpq's meanings):
+/// - `roots: None`, `require` without a root certificate: encrypted, not
+///   authenticated. The handshake signatures are still checked, so the session
+///   is with whoever holds the key of the certificate shown.
+/// - `roots: Some`, `verify-ca`: the chain must end at a trusted root.
 #[derive(Debug)]
-struct AnyCertificate {
+struct NameNotChecked {
+    roots: Option<Arc<RootCertStore>>,
     algorithms: WebPkiSupportedAlgorithms,
 }
 
-impl ServerCertVerifier for AnyCertificate {
-    fn verify_server_cert(
-        &self,
-        _end_entity: &CertificateDer<'_>,
-        _intermediates: &[CertificateDer<'_>],
-        _server_name: &ServerName<'_>,
-        _ocsp_response: &[u8],
-        _now: UnixTime,
-    ) -> Result<ServerCertVerified, rustls::Error> {
-        Ok(ServerCertVerified::assertion())
-    }
-
-    fn verify_tls12_signature(
-        &self,
-        message: &[u8],
-        cert: &CertificateDer<'_>,
-        dss: &DigitallySignedStruct,
-    ) -> Result<HandshakeSignatureValid, rustls::Error> {
-        rustls::crypto::verify_tls12_signature(message, cert, dss, &self.algorithms)
-    }
-
-    fn verify_tls13_signature(
-        &self,
-        message: &[u8],
-        cert: &CertificateDer<'_>,
-        dss: &DigitallySignedStruct,
-    ) -> Result<HandshakeSignatureValid, rustls::Error> {
-        rustls::crypto::verify_tls13_signature(message, cert, dss, &self.algorithms)
-    }
-
-    fn supported_verify_schemes(&self) -> Vec<SignatureScheme> {
-        self.algorithms.supported_schemes()
-    }
-}
-
-/// `verify-ca`: the chain must end at a trusted root; the name is not checked.
-#[derive(Debug)]
-struct ChainOnly {
-    roots: Arc<RootCertStore>,
-    algorithms: WebPkiSupportedAlgorithms,
-}
-
-impl ServerCertVerifier for ChainOnly {
+impl ServerCertVerifier for NameNotChecked {
     fn verify_server_cert(
         &self,
         end_entity: &CertificateDer<'_>,
@@ -408,14 +372,16 @@ impl ServerCertVerifier for ChainOnly {
         _ocsp_response: &[u8],
         now: UnixTime,
     ) -> Result<ServerCertVerified, rustls::Error> {
-        let cert = ParsedCertificate::try_from(end_entity)?;
-        verify_server_cert_signed_by_trust_anchor(
-            &cert,
-            &self.roots,
-            intermediates,
-            now,
-            self.algorithms.all,
-        )?;
+        if let Some(roots) = &self.roots {
+            let cert = ParsedCertificate::try_from(end_entity)?;
+            verify_server_cert_signed_by_trust_anchor(
+                &cert,
+                roots,
+                intermediates,
+                now,
+                self.algorithms.all,
+            )?;
+        }
         Ok(ServerCertVerified::assertion())
     }
 
