@@ -413,6 +413,24 @@ async fn an_operator_works_the_dashboard_in_a_real_browser() {
 }
 
 /// Logs in over HTTP; returns the session cookie (`name=value`) and the form token.
+/// A form POST to the dashboard with a session cookie.
+async fn post_form(
+    client: &reqwest::Client,
+    app: &TestApp,
+    path: &str,
+    cookie: &str,
+    fields: &[(&str, &str)],
+) -> reqwest::Response {
+    client
+        .post(app.url(path))
+        .header("cookie", cookie)
+        .header("content-type", "application/x-www-form-urlencoded")
+        .body(form(fields))
+        .send()
+        .await
+        .expect("POST")
+}
+
 async fn http_login(client: &reqwest::Client, app: &TestApp, token: &str) -> (String, String) {
     let response = client
         .post(app.url("/admin/login"))
@@ -534,73 +552,73 @@ async fn the_dashboard_refuses_wrong_tokens_missing_csrf_and_read_only_sessions(
     // A POST without the form token, and one with another session's token.
     let (operator_cookie, operator_csrf) = http_login(&client, &app, OPERATOR).await;
     let id = seeded.failed[0].to_string();
-    let no_csrf = client
-        .post(app.url("/admin/jobs/act"))
-        .header("cookie", &operator_cookie)
-        .header("content-type", "application/x-www-form-urlencoded")
-        .body(form(&[("action", "retry"), ("id", id.as_str())]))
-        .send()
-        .await
-        .expect("POST");
+    let no_csrf = post_form(
+        &client,
+        &app,
+        "/admin/jobs/act",
+        &operator_cookie,
+        &[("action", "retry"), ("id", id.as_str())],
+    )
+    .await;
     assert_eq!(no_csrf.status(), StatusCode::FORBIDDEN);
     let (viewer_cookie, viewer_csrf) = http_login(&client, &app, VIEWER).await;
-    let crossed = client
-        .post(app.url("/admin/jobs/act"))
-        .header("cookie", &operator_cookie)
-        .header("content-type", "application/x-www-form-urlencoded")
-        .body(form(&[
+    let crossed = post_form(
+        &client,
+        &app,
+        "/admin/jobs/act",
+        &operator_cookie,
+        &[
             ("action", "retry"),
             ("id", id.as_str()),
             ("csrf", viewer_csrf.as_str()),
-        ]))
-        .send()
-        .await
-        .expect("POST");
+        ],
+    )
+    .await;
     assert_eq!(crossed.status(), StatusCode::FORBIDDEN);
 
     // The read-only role, with its own valid form token.
-    let read_only = client
-        .post(app.url("/admin/jobs/act"))
-        .header("cookie", &viewer_cookie)
-        .header("content-type", "application/x-www-form-urlencoded")
-        .body(form(&[
+    let read_only = post_form(
+        &client,
+        &app,
+        "/admin/jobs/act",
+        &viewer_cookie,
+        &[
             ("action", "retry"),
             ("id", id.as_str()),
             ("csrf", viewer_csrf.as_str()),
-        ]))
-        .send()
-        .await
-        .expect("POST");
+        ],
+    )
+    .await;
     assert_eq!(read_only.status(), StatusCode::FORBIDDEN);
-    let preview = client
-        .post(app.url("/admin/jobs/preview"))
-        .header("cookie", &viewer_cookie)
-        .header("content-type", "application/x-www-form-urlencoded")
-        .body(form(&[
+    let preview = post_form(
+        &client,
+        &app,
+        "/admin/jobs/preview",
+        &viewer_cookie,
+        &[
             ("action", "retry"),
             ("status", "failed"),
             ("csrf", viewer_csrf.as_str()),
-        ]))
-        .send()
-        .await
-        .expect("POST");
+        ],
+    )
+    .await;
     assert_eq!(preview.status(), StatusCode::FORBIDDEN);
     assert_eq!(statuses(&mut conn, &seeded.failed)[0].0, "failed");
     assert!(audit_rows(&mut conn).is_empty(), "refusals write nothing");
 
     // A bulk action with no filter needs the explicit "every job".
-    let unfiltered = client
-        .post(app.url("/admin/jobs/act"))
-        .header("cookie", &operator_cookie)
-        .header("content-type", "application/x-www-form-urlencoded")
-        .body(form(&[
+    let unfiltered = post_form(
+        &client,
+        &app,
+        "/admin/jobs/act",
+        &operator_cookie,
+        &[
             ("action", "cancel"),
             ("max_id", "999999"),
             ("csrf", operator_csrf.as_str()),
-        ]))
-        .send()
-        .await
-        .expect("POST");
+        ],
+    )
+    .await;
     assert_eq!(unfiltered.status(), StatusCode::BAD_REQUEST);
     // A processing job cannot be cancelled.
     let processing: i64 = jobs::table
@@ -609,18 +627,18 @@ async fn the_dashboard_refuses_wrong_tokens_missing_csrf_and_read_only_sessions(
         .first(&mut conn)
         .expect("a processing job");
     let processing_id = processing.to_string();
-    let refused = client
-        .post(app.url("/admin/jobs/act"))
-        .header("cookie", &operator_cookie)
-        .header("content-type", "application/x-www-form-urlencoded")
-        .body(form(&[
+    let refused = post_form(
+        &client,
+        &app,
+        "/admin/jobs/act",
+        &operator_cookie,
+        &[
             ("action", "cancel"),
             ("id", processing_id.as_str()),
             ("csrf", operator_csrf.as_str()),
-        ]))
-        .send()
-        .await
-        .expect("POST");
+        ],
+    )
+    .await;
     assert_eq!(refused.status(), StatusCode::BAD_REQUEST);
     assert!(
         refused
@@ -816,18 +834,18 @@ async fn dashboard_pages_answer_well_under_a_second_on_a_million_jobs() {
         report.push((path.clone(), best));
     }
     let started = Instant::now();
-    let preview = client
-        .post(app.url("/admin/jobs/preview"))
-        .header("cookie", &cookie)
-        .header("content-type", "application/x-www-form-urlencoded")
-        .body(form(&[
+    let preview = post_form(
+        &client,
+        &app,
+        "/admin/jobs/preview",
+        &cookie,
+        &[
             ("action", "retry"),
             ("kind", "noop"),
             ("csrf", csrf.as_str()),
-        ]))
-        .send()
-        .await
-        .expect("POST");
+        ],
+    )
+    .await;
     let elapsed = started.elapsed();
     let body = preview.text().await.expect("body");
     assert!(
