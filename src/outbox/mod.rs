@@ -200,33 +200,19 @@ pub fn enqueue_many(conn: &mut PgConnection, new_jobs: &[NewJob]) -> QueryResult
     let ids = if keys.is_empty() {
         insert_jobs(conn, new_jobs)?
     } else {
-        // The key locks must live until the caller's transaction commits; a
-        // transaction of our own (or a savepoint in the caller's) makes sure
-        // there is one.
-        conn.transaction(|conn| {
-            diesel::sql_query(include_str!("sql/lock_ordering_keys.sql"))
-                .bind::<diesel::sql_types::Array<Text>, _>(&keys)
-                .execute(conn)?;
-            let busy: std::collections::HashSet<String> =
-                diesel::sql_query(include_str!("sql/lock_ordering_heads.sql"))
-                    .bind::<diesel::sql_types::Array<Text>, _>(&keys)
-                    .load::<KeyRow>(conn)?
-                    .into_iter()
-                    .map(|r| r.key)
-                    .collect();
-            let mut started = std::collections::HashSet::new();
-            let queued: Vec<NewJob> = new_jobs
-                .iter()
-                .map(|job| {
-                    let mut job = job.clone();
-                    if let Some(key) = job.ordering_key.clone() {
-                        job.blocked = busy.contains(&key) || !started.insert(key);
-                    }
-                    job
-                })
-                .collect();
-            insert_jobs(conn, &queued)
-        })?
+        // The key locks must live until the enqueuing transaction commits.
+        // Inside the caller's transaction (an order placement) they do as they
+        // are; outside one, a transaction of our own makes sure there is one.
+        // A savepoint would only add two round trips to every placement.
+        use diesel::connection::{AnsiTransactionManager, TransactionManager as _};
+        let in_transaction = AnsiTransactionManager::transaction_manager_status_mut(conn)
+            .transaction_depth()
+            .is_ok_and(|depth| depth.is_some());
+        if in_transaction {
+            insert_keyed(conn, new_jobs, &keys)?
+        } else {
+            conn.transaction(|conn| insert_keyed(conn, new_jobs, &keys))?
+        }
     };
     let mut kinds: Vec<&str> = new_jobs.iter().map(|j| j.kind.as_str()).collect();
     kinds.sort_unstable();
@@ -238,6 +224,37 @@ pub fn enqueue_many(conn: &mut PgConnection, new_jobs: &[NewJob]) -> QueryResult
         .bind::<diesel::sql_types::Array<Text>, _>(&kinds)
         .execute(conn)?;
     Ok(ids)
+}
+
+/// Inserts `new_jobs`, whose ordering keys are `keys`, each queued behind its
+/// key's unfinished jobs. Runs inside a transaction, which holds the locks.
+fn insert_keyed(
+    conn: &mut PgConnection,
+    new_jobs: &[NewJob],
+    keys: &[&str],
+) -> QueryResult<Vec<i64>> {
+    diesel::sql_query(include_str!("sql/lock_ordering_keys.sql"))
+        .bind::<diesel::sql_types::Array<Text>, _>(keys)
+        .execute(conn)?;
+    let busy: std::collections::HashSet<String> =
+        diesel::sql_query(include_str!("sql/lock_ordering_heads.sql"))
+            .bind::<diesel::sql_types::Array<Text>, _>(keys)
+            .load::<KeyRow>(conn)?
+            .into_iter()
+            .map(|r| r.key)
+            .collect();
+    let mut started = std::collections::HashSet::new();
+    let queued: Vec<NewJob> = new_jobs
+        .iter()
+        .map(|job| {
+            let mut job = job.clone();
+            if let Some(key) = job.ordering_key.clone() {
+                job.blocked = busy.contains(&key) || !started.insert(key);
+            }
+            job
+        })
+        .collect();
+    insert_jobs(conn, &queued)
 }
 
 fn insert_jobs(conn: &mut PgConnection, new_jobs: &[NewJob]) -> QueryResult<Vec<i64>> {
