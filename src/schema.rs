@@ -63,6 +63,31 @@ diesel::table! {
 }
 
 diesel::table! {
+    /// Every job wherever it lives: `jobs` (pending, processing, failed,
+    /// cancelled) and `jobs_done` (the archive). A view: read it, never write it.
+    jobs_all (id) {
+        id -> Int8,
+        order_id -> Nullable<Int8>,
+        kind -> Text,
+        payload -> Jsonb,
+        status -> Text,
+        run_after -> Timestamptz,
+        attempts -> Int4,
+        max_attempts -> Int4,
+        locked_by -> Nullable<Text>,
+        locked_at -> Nullable<Timestamptz>,
+        lease_expires_at -> Nullable<Timestamptz>,
+        created_at -> Timestamptz,
+        finished_at -> Nullable<Timestamptz>,
+        last_error -> Nullable<Text>,
+        lease_token -> Nullable<Int8>,
+        ordering_key -> Nullable<Text>,
+        blocked -> Bool,
+        trace_context -> Nullable<Jsonb>,
+    }
+}
+
+diesel::table! {
     receipts (order_id) {
         order_id -> Int8,
         pdf -> Bytea,
@@ -72,7 +97,15 @@ diesel::table! {
 
 diesel::joinable!(order_items -> orders (order_id));
 diesel::joinable!(jobs -> orders (order_id));
+diesel::joinable!(jobs_all -> orders (order_id));
 diesel::joinable!(receipts -> orders (order_id));
 diesel::joinable!(order_events -> orders (order_id));
 
-diesel::allow_tables_to_appear_in_same_query!(orders, order_items, order_events, jobs, receipts);
+diesel::allow_tables_to_appear_in_same_query!(
+    orders,
+    order_items,
+    order_events,
+    jobs,
+    jobs_all,
+    receipts
+);
