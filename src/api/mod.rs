@@ -48,6 +48,7 @@ pub use orders::OrderView;
 
 use crate::db::{self, PgPool, PoolOptions};
 use crate::http_server::ConnectionLimits;
+use crate::outbox::Waker;
 use crate::telemetry::{QueueDepthGauge, metrics_handle, run_metrics_upkeep};
 
 pub const DEFAULT_POOL_SIZE: u32 = 16;
@@ -120,10 +121,11 @@ pub fn connect(database_url: &str, settings: &ApiSettings) -> PgPool {
 }
 
 /// The routes and their layers, ready to serve.
-pub fn router(pool: PgPool, settings: ApiSettings) -> Router {
+fn router(pool: PgPool, settings: ApiSettings, waker: Waker) -> Router {
     // Installs the recorder before the first request records anything.
     let _ = metrics_handle();
     let state = state::AppState {
+        waker,
         db: state::Db::new(pool, settings.db_wait),
         queue_depth: Arc::new(QueueDepthGauge::new(settings.queue_depth_ttl)),
         settings: Arc::new(settings.clone()),
@@ -169,6 +171,8 @@ pub struct Application {
     router: Router,
     shutdown_grace: Duration,
     connections: ConnectionLimits,
+    pool: PgPool,
+    waker: Waker,
 }
 
 impl Application {
@@ -182,12 +186,15 @@ impl Application {
         let local_addr = listener.local_addr()?;
         let shutdown_grace = settings.shutdown_grace;
         let connections = settings.connections.clone();
+        let waker = Waker::new();
         Ok(Application {
             listener,
             local_addr,
-            router: router(pool, settings),
+            router: router(pool.clone(), settings, waker.clone()),
             shutdown_grace,
             connections,
+            pool,
+            waker,
         })
     }
 
@@ -200,6 +207,8 @@ impl Application {
     pub async fn run_until_stopped(self, shutdown: CancellationToken) -> std::io::Result<()> {
         let upkeep = CancellationToken::new();
         tokio::spawn(run_metrics_upkeep(upkeep.clone()));
+        // Stopped after the last request, so it sends that one's wake-up too.
+        tokio::spawn(self.waker.run(self.pool, upkeep.clone()));
         tracing::info!(addr = %self.local_addr, "serving the order API");
 
         let result = crate::http_server::serve(

@@ -14,8 +14,8 @@ use super::error::ApiError;
 use super::state::AppState;
 use crate::orders::{
     NewOrder, Order, OrderEvent, OrderJob, PlaceOrderError, Placement, Transition, TransitionError,
-    TransitionOutcome, load_order, load_order_events, load_order_jobs, place_order,
-    transition_order,
+    TransitionOutcome, load_order, load_order_events, load_order_jobs, place_order_waking,
+    transition_order_waking,
 };
 use crate::schema::receipts;
 
@@ -72,11 +72,12 @@ pub(crate) async fn place(
 
     let max_attempts = state.settings.max_attempts;
     let keyed = key.is_some();
+    let waker = state.waker.clone();
     let (placement, view) = state
         .db
         .run(move |conn| {
-            let placement =
-                place_order(conn, &order, key.as_ref(), max_attempts).map_err(|e| match e {
+            let placement = place_order_waking(conn, &order, key.as_ref(), max_attempts, &waker)
+                .map_err(|e| match e {
                     PlaceOrderError::IdempotencyConflict { .. } => ApiError::IdempotencyConflict,
                     PlaceOrderError::Database(e) => ApiError::from(e),
                 })?;
@@ -132,24 +133,26 @@ pub(crate) async fn transition(
     let transition = Transition::parse(&action, &value)?;
 
     let max_attempts = state.settings.max_attempts;
+    let waker = state.waker.clone();
     let (outcome, view) = state
         .db
         .run(move |conn| {
-            let outcome = transition_order(conn, id, &transition, key.as_ref(), max_attempts)
-                .map_err(|e| match e {
-                    TransitionError::NotFound(_) => ApiError::OrderNotFound(raw),
-                    TransitionError::Invalid {
-                        order_id,
-                        current,
-                        requested,
-                    } => ApiError::InvalidTransition {
-                        order_id,
-                        current: current.as_str(),
-                        requested: requested.as_str(),
-                    },
-                    TransitionError::IdempotencyConflict => ApiError::IdempotencyConflict,
-                    TransitionError::Database(e) => ApiError::from(e),
-                })?;
+            let outcome =
+                transition_order_waking(conn, id, &transition, key.as_ref(), max_attempts, &waker)
+                    .map_err(|e| match e {
+                        TransitionError::NotFound(_) => ApiError::OrderNotFound(raw),
+                        TransitionError::Invalid {
+                            order_id,
+                            current,
+                            requested,
+                        } => ApiError::InvalidTransition {
+                            order_id,
+                            current: current.as_str(),
+                            requested: requested.as_str(),
+                        },
+                        TransitionError::IdempotencyConflict => ApiError::IdempotencyConflict,
+                        TransitionError::Database(e) => ApiError::from(e),
+                    })?;
             let view = load_view(conn, id)?.ok_or_else(|| {
                 ApiError::Internal(anyhow::anyhow!(
                     "order {id} vanished right after its transition"

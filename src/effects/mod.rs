@@ -280,7 +280,7 @@ impl Effects {
                         .map_err(|e| {
                             EffectError::retryable(format!("receipt renderer crashed: {e}"))
                         })??;
-                Ok(Some(LocalWrite::Receipt { order_id, pdf }))
+                Ok(Some(receipt::store_receipt(order_id, pdf)))
             }
         }
     }

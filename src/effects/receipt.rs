@@ -12,6 +12,9 @@
 //! in the same transaction that marks the job done (see `outbox::finish`), not here.
 
 mod fonts;
+mod store;
+
+pub use store::store_receipt;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;

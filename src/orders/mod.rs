@@ -14,14 +14,17 @@ pub use domain::{
     NewOrderItem, Quantity, ValidationError,
 };
 pub use place::{
-    IdempotencyKey, PlaceOrderError, Placement, place_order, place_order_with_hook_for_tests,
+    IdempotencyKey, PlaceOrderError, Placement, place_order, place_order_waking,
+    place_order_with_hook_for_tests,
 };
 pub use read::{
     Order, OrderEvent, OrderItem, OrderJob, load_event, load_order, load_order_events,
     load_order_jobs,
 };
 pub use status::OrderStatus;
-pub use transition::{Transition, TransitionError, TransitionOutcome, transition_order};
+pub use transition::{
+    Transition, TransitionError, TransitionOutcome, transition_order, transition_order_waking,
+};
 
 /// The ordering key of an order's webhooks: delivered one at a time, in event order.
 pub fn webhook_key(order_id: i64) -> String {

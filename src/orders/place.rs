@@ -90,7 +90,21 @@ pub fn place_order(
     key: Option<&IdempotencyKey>,
     max_attempts: i32,
 ) -> Result<Placement, PlaceOrderError> {
-    place_order_with_hook(conn, order, key, max_attempts, |_| Ok(()))
+    place_order_with_hook(conn, order, key, max_attempts, None, |_| Ok(()))
+}
+
+/// [`place_order`] without a NOTIFY in the transaction: `waker` wakes the
+/// relays once it has committed. What the API does: a NOTIFY in every
+/// placement serialises all commits on PostgreSQL's notify lock
+/// ([`outbox::Waker`] says why and by how much).
+pub fn place_order_waking(
+    conn: &mut PgConnection,
+    order: &NewOrder,
+    key: Option<&IdempotencyKey>,
+    max_attempts: i32,
+    waker: &outbox::Waker,
+) -> Result<Placement, PlaceOrderError> {
+    place_order_with_hook(conn, order, key, max_attempts, Some(waker), |_| Ok(()))
 }
 
 /// [`place_order`] with a hook that runs right after the order row is inserted,
@@ -101,7 +115,14 @@ pub fn place_order_with_hook_for_tests(
     order: &NewOrder,
     after_order_insert: impl FnOnce(&mut PgConnection) -> Result<(), DieselError>,
 ) -> Result<Placement, PlaceOrderError> {
-    place_order_with_hook(conn, order, None, DEFAULT_MAX_ATTEMPTS, after_order_insert)
+    place_order_with_hook(
+        conn,
+        order,
+        None,
+        DEFAULT_MAX_ATTEMPTS,
+        None,
+        after_order_insert,
+    )
 }
 
 fn place_order_with_hook(
@@ -109,6 +130,7 @@ fn place_order_with_hook(
     order: &NewOrder,
     key: Option<&IdempotencyKey>,
     max_attempts: i32,
+    waker: Option<&outbox::Waker>,
     after_order_insert: impl FnOnce(&mut PgConnection) -> Result<(), DieselError>,
 ) -> Result<Placement, PlaceOrderError> {
     // The parent of every job this order enqueues (NewJob takes the current
@@ -116,7 +138,7 @@ fn place_order_with_hook(
     let span = tracing::info_span!("place_order", order_id = tracing::field::Empty);
     let _entered = span.enter();
     let fingerprint = key.map(|_| fingerprint(order));
-    conn.transaction(|conn| {
+    let placement = conn.transaction(|conn| {
         let inserted: Option<i64> = diesel::insert_into(orders::table)
             .values(OrderRow {
                 customer_email: order.customer_email.as_str(),
@@ -190,9 +212,16 @@ fn place_order_with_hook(
                 .map(NewJob::kind)
                 .eq(ORDER_JOB_KINDS.iter().copied())
         );
-        outbox::enqueue_many(conn, &jobs)?;
+        match waker {
+            Some(_) => outbox::enqueue_many_unnotified(conn, &jobs)?,
+            None => outbox::enqueue_many(conn, &jobs)?,
+        };
         Ok(Placement::Created(order_id))
-    })
+    })?;
+    if let (Some(waker), Placement::Created(_)) = (waker, &placement) {
+        waker.wake(ORDER_JOB_KINDS.iter().copied());
+    }
+    Ok(placement)
 }
 
 /// SHA-256 of the parsed order, so the same order sent with different JSON

@@ -157,8 +157,33 @@ pub fn transition_order(
     key: Option<&IdempotencyKey>,
     max_attempts: i32,
 ) -> Result<TransitionOutcome, TransitionError> {
+    transition_order_with(conn, order_id, transition, key, max_attempts, None)
+}
+
+/// [`transition_order`] without a NOTIFY in the transaction: `waker` wakes the
+/// relays once it has committed (see [`outbox::Waker`]).
+pub fn transition_order_waking(
+    conn: &mut PgConnection,
+    order_id: i64,
+    transition: &Transition,
+    key: Option<&IdempotencyKey>,
+    max_attempts: i32,
+    waker: &outbox::Waker,
+) -> Result<TransitionOutcome, TransitionError> {
+    transition_order_with(conn, order_id, transition, key, max_attempts, Some(waker))
+}
+
+fn transition_order_with(
+    conn: &mut PgConnection,
+    order_id: i64,
+    transition: &Transition,
+    key: Option<&IdempotencyKey>,
+    max_attempts: i32,
+    waker: Option<&outbox::Waker>,
+) -> Result<TransitionOutcome, TransitionError> {
     let fingerprint = key.map(|_| fingerprint(order_id, transition));
-    conn.transaction(|conn| {
+    let mut kinds: Vec<String> = Vec::new();
+    let outcome = conn.transaction(|conn| {
         // The row lock orders this order's transitions: seq follows commit order.
         let current: Option<String> = orders::table
             .find(order_id)
@@ -215,9 +240,17 @@ pub fn transition_order(
         if transition.emails() {
             jobs.push(event_email(order_id, event_id, max_attempts));
         }
-        outbox::enqueue_many(conn, &jobs)?;
+        match waker {
+            Some(_) => outbox::enqueue_many_unnotified(conn, &jobs)?,
+            None => outbox::enqueue_many(conn, &jobs)?,
+        };
+        kinds = jobs.iter().map(|j| j.kind().to_owned()).collect();
         Ok(TransitionOutcome::Applied { event_id })
-    })
+    })?;
+    if let Some(waker) = waker {
+        waker.wake(kinds.iter().map(String::as_str));
+    }
+    Ok(outcome)
 }
 
 /// The `seq` of the order's next event; the caller holds the order row's lock.

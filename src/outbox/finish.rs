@@ -1,20 +1,54 @@
 //! Recording outcomes: done, retry, failed, all fenced, many per statement.
 
 use std::collections::{HashMap, HashSet};
+use std::sync::Arc;
 use std::time::Duration;
 
 use diesel::prelude::*;
-use diesel::sql_types::{Array, BigInt, Bool, Bytea, Nullable, Text};
+use diesel::sql_types::{Array, BigInt, Bool, Nullable, Text};
 
 use super::claim::millis;
 use super::text::clean_error;
 
 /// A write that must commit together with the job's completion, and only then:
-/// this is what makes a local effect (the stored receipt) happen exactly once.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum LocalWrite {
-    Receipt { order_id: i64, pdf: Vec<u8> },
+/// this is what makes a local effect (the receipt effect's stored PDF) happen
+/// exactly once. An effect returns one with its success; [`finish_jobs`] runs it
+/// in the transaction that records the completion, after the fenced write
+/// matched, so a zombie's late success writes nothing.
+pub trait CommitHook: Send + Sync + 'static {
+    /// Runs inside the completing transaction. An error rolls back every
+    /// outcome of the batch with it, so keep it to writes that cannot conflict
+    /// (an `ON CONFLICT DO NOTHING` insert, say).
+    fn apply(&self, conn: &mut PgConnection) -> QueryResult<()>;
+    /// One line for logs: what the hook writes.
+    fn describe(&self) -> String;
 }
+
+/// A [`CommitHook`] as an effect hands it over: cheap to clone, compared by identity.
+#[derive(Clone)]
+pub struct LocalWrite(Arc<dyn CommitHook>);
+
+impl LocalWrite {
+    pub fn new(hook: impl CommitHook) -> Self {
+        LocalWrite(Arc::new(hook))
+    }
+}
+
+impl std::fmt::Debug for LocalWrite {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_tuple("LocalWrite")
+            .field(&self.0.describe())
+            .finish()
+    }
+}
+
+impl PartialEq for LocalWrite {
+    fn eq(&self, other: &Self) -> bool {
+        Arc::ptr_eq(&self.0, &other.0)
+    }
+}
+
+impl Eq for LocalWrite {}
 
 /// What happened to one attempt.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -75,8 +109,8 @@ struct HeldRow {
     released: i64,
 }
 
-/// Records `finishes` in one transaction: one fenced UPDATE for all of them,
-/// then the local writes of the jobs whose update matched. Error texts are
+/// Records `finishes` in one transaction: one fenced statement for all of them,
+/// then the [`CommitHook`]s of the jobs whose outcome it wrote. Error texts are
 /// cleaned here ([`clean_error`]), so whatever an executor returns (a mail
 /// server's reply, a receiver's body) can always be stored.
 pub fn finish_jobs(conn: &mut PgConnection, finishes: &[Finish]) -> QueryResult<FinishReport> {
@@ -114,14 +148,9 @@ pub fn finish_jobs(conn: &mut PgConnection, finishes: &[Finish]) -> QueryResult<
         .bind::<Array<Text>, _>(&statuses)
         .bind::<Array<BigInt>, _>(&delays)
         .bind::<Array<Nullable<Text>>, _>(&errors);
-    let has_local_writes = finishes.iter().any(|f| {
-        matches!(
-            f.outcome,
-            Outcome::Done {
-                local: Some(LocalWrite::Receipt { .. })
-            }
-        )
-    });
+    let has_local_writes = finishes
+        .iter()
+        .any(|f| matches!(f.outcome, Outcome::Done { local: Some(_) }));
     // Without local writes the UPDATE is atomic on its own; a transaction
     // would only add BEGIN and COMMIT round trips to the hot path.
     let rows: Vec<HeldRow> = if has_local_writes {
@@ -130,13 +159,10 @@ pub fn finish_jobs(conn: &mut PgConnection, finishes: &[Finish]) -> QueryResult<
             let applied: HashSet<i64> = rows.iter().filter(|r| r.applied).map(|r| r.id).collect();
             for finish in finishes.iter().filter(|f| applied.contains(&f.job_id)) {
                 if let Outcome::Done {
-                    local: Some(LocalWrite::Receipt { order_id, pdf }),
+                    local: Some(LocalWrite(hook)),
                 } = &finish.outcome
                 {
-                    diesel::sql_query(include_str!("sql/insert_receipt.sql"))
-                        .bind::<BigInt, _>(order_id)
-                        .bind::<Bytea, _>(pdf)
-                        .execute(conn)?;
+                    hook.apply(conn)?;
                 }
             }
             QueryResult::Ok(rows)

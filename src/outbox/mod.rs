@@ -5,6 +5,7 @@
 //! each opening with a comment on the index it relies on and why it is safe.
 
 mod admin;
+mod archive;
 mod cancel;
 mod claim;
 mod finish;
@@ -12,6 +13,7 @@ mod keys;
 mod lease;
 mod reap;
 pub mod text;
+mod wake;
 
 use chrono::{DateTime, Utc};
 use diesel::prelude::*;
@@ -23,12 +25,14 @@ pub use admin::{
     RetrySelection, count_prunable, list_jobs, prune_done_jobs, queue_depth, queue_stats,
     retry_failed_jobs,
 };
+pub use archive::{PARTITION_UPKEEP_EVERY, ensure_done_partitions};
 pub use cancel::{CancelRefusal, CancelReport, cancel_job_batch, cancel_jobs};
-pub use claim::{ClaimRequest, ClaimedJob, claim_jobs};
-pub use finish::{Finish, FinishReport, LocalWrite, Outcome, finish_jobs};
+pub use claim::{ClaimPosition, ClaimRequest, ClaimedJob, claim_jobs, claim_jobs_after};
+pub use finish::{CommitHook, Finish, FinishReport, LocalWrite, Outcome, finish_jobs};
 pub use keys::{BlockedKey, blocked_keys};
 pub use lease::{HeartbeatReport, JobLease, extend_leases, release_jobs};
 pub use reap::{ReapReport, ReapRequest, reap_expired_leases};
+pub use wake::Waker;
 
 use crate::schema::jobs;
 
@@ -188,6 +192,28 @@ pub fn enqueue(conn: &mut PgConnection, job: &NewJob) -> QueryResult<i64> {
 /// Jobs with an ordering key are queued behind their key's unfinished jobs, and
 /// behind earlier jobs of the same key in `new_jobs`.
 pub fn enqueue_many(conn: &mut PgConnection, new_jobs: &[NewJob]) -> QueryResult<Vec<i64>> {
+    let ids = enqueue_many_unnotified(conn, new_jobs)?;
+    let mut kinds: Vec<&str> = new_jobs.iter().map(|j| j.kind.as_str()).collect();
+    kinds.sort_unstable();
+    kinds.dedup();
+    if !kinds.is_empty() {
+        // One round trip for all kinds: an order has three.
+        diesel::sql_query("SELECT pg_notify($1, kind) FROM unnest($2::text[]) AS kind")
+            .bind::<Text, _>(NOTIFY_CHANNEL)
+            .bind::<diesel::sql_types::Array<Text>, _>(&kinds)
+            .execute(conn)?;
+    }
+    Ok(ids)
+}
+
+/// [`enqueue_many`] without the NOTIFY: for callers that wake relays after
+/// their transaction commits, through a [`Waker`], so that their commits do
+/// not queue on PostgreSQL's notify lock. Until something wakes them, relays
+/// find the jobs at their next poll.
+pub fn enqueue_many_unnotified(
+    conn: &mut PgConnection,
+    new_jobs: &[NewJob],
+) -> QueryResult<Vec<i64>> {
     if new_jobs.is_empty() {
         return Ok(Vec::new());
     }
@@ -214,15 +240,6 @@ pub fn enqueue_many(conn: &mut PgConnection, new_jobs: &[NewJob]) -> QueryResult
             conn.transaction(|conn| insert_keyed(conn, new_jobs, &keys))?
         }
     };
-    let mut kinds: Vec<&str> = new_jobs.iter().map(|j| j.kind.as_str()).collect();
-    kinds.sort_unstable();
-    kinds.dedup();
-    // One round trip for all kinds: placing an order is latency-bound on
-    // statements, and an order has three kinds.
-    diesel::sql_query("SELECT pg_notify($1, kind) FROM unnest($2::text[]) AS kind")
-        .bind::<Text, _>(NOTIFY_CHANNEL)
-        .bind::<diesel::sql_types::Array<Text>, _>(&kinds)
-        .execute(conn)?;
     Ok(ids)
 }
 

@@ -128,6 +128,7 @@ mod tests {
             lease_token,
             created_at: chrono::Utc::now(),
             trace_context: None,
+            run_after: chrono::Utc::now(),
         }
     }
 

@@ -1,7 +1,7 @@
 //! The producer: claims due jobs into free slots and starts their effects.
 
-use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use tokio::sync::{OwnedSemaphorePermit, mpsc};
@@ -11,7 +11,9 @@ use super::completer::Completion;
 use super::in_flight::Claim;
 use super::{RelayStats, Shared, executor};
 use crate::db::{Failure, run_blocking};
-use crate::outbox::{ClaimRequest, ClaimedJob, JobLease, claim_jobs, release_jobs};
+use crate::outbox::{
+    ClaimPosition, ClaimRequest, ClaimedJob, JobLease, claim_jobs, claim_jobs_after, release_jobs,
+};
 
 /// Claims and starts jobs until `shutdown`.
 ///
@@ -103,6 +105,65 @@ struct ClaimState {
     queue_empty: AtomicBool,
     /// Claims are failing (database unreachable): back off before the next.
     failing: AtomicBool,
+    cursor: Mutex<Cursor>,
+}
+
+/// Where this relay's claims start (see `claim_jobs.sql`). While the relay
+/// drains a backlog, each claim starts where the previous one ended, so it
+/// never walks again the index entries of the jobs it already took: under a
+/// pinned MVCC horizon those are dead entries nothing can remove, and walking
+/// them made every claim cost O(jobs churned since the pin) (the issue measured
+/// 20 buffers a claim become 1,030). A claim from the front picks up what a
+/// slow transaction committed behind the cursor: after any short claim (so an
+/// idle relay always looks at the whole queue) and at least every second.
+#[derive(Debug, Default)]
+struct Cursor {
+    after: Option<ClaimPosition>,
+    last_front: Option<Instant>,
+}
+
+/// How often a relay draining a backlog claims from the front anyway.
+const FRONT_CLAIM_EVERY: Duration = Duration::from_secs(1);
+
+impl Cursor {
+    /// Where the next claim starts; `None` for the front.
+    fn start(&mut self, now: Instant) -> Option<ClaimPosition> {
+        let stale = self
+            .last_front
+            .is_none_or(|at| now.duration_since(at) >= FRONT_CLAIM_EVERY);
+        if stale || self.after.is_none() {
+            self.last_front = Some(now);
+            self.after = None;
+            return None;
+        }
+        self.after
+    }
+
+    /// Records a claim that started at `from` and got `got` of `wanted` jobs
+    /// ending at `end`. A short claim sends the next one to the front.
+    fn claimed(
+        &mut self,
+        from: Option<ClaimPosition>,
+        end: Option<ClaimPosition>,
+        got: usize,
+        wanted: usize,
+    ) {
+        if got < wanted {
+            self.after = None;
+            self.last_front = None;
+            return;
+        }
+        if from.is_none() || self.after.is_some() {
+            self.after = self.after.max(end);
+        }
+    }
+}
+
+fn lock(cursor: &Mutex<Cursor>) -> std::sync::MutexGuard<'_, Cursor> {
+    // A panic while holding the lock cannot leave a Cursor inconsistent.
+    cursor
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
 }
 
 /// Adds free slot permits to `permits` without waiting, up to `batch`.
@@ -125,7 +186,8 @@ async fn claim_and_start(
     interrupt: CancellationToken,
 ) {
     let wanted = permits.len();
-    let claimed = claim(&shared, wanted).await;
+    let from = lock(&state.cursor).start(Instant::now());
+    let claimed = claim(&shared, wanted, from).await;
     drop(gate);
     let jobs = match claimed {
         Ok(jobs) => {
@@ -151,7 +213,11 @@ async fn claim_and_start(
             return;
         }
     };
-    if jobs.len() < wanted {
+    let end = jobs.iter().map(|(job, _)| job.position()).max();
+    lock(&state.cursor).claimed(from, end, jobs.len(), wanted);
+    // A short claim from the cursor may have missed jobs behind it: the next
+    // claim, from the front, decides whether the queue is empty.
+    if jobs.len() < wanted && from.is_none() {
         state.queue_empty.store(true, Ordering::Release);
     }
     if jobs.is_empty() {
@@ -171,20 +237,22 @@ async fn claim_and_start(
 async fn claim(
     shared: &Arc<Shared>,
     limit: usize,
+    from: Option<ClaimPosition>,
 ) -> Result<Vec<(ClaimedJob, Claim)>, crate::db::DbError> {
     let shared = Arc::clone(shared);
     let pool = shared.pool.clone();
     run_blocking(&pool, move |conn| {
         let settings = &shared.settings;
-        let jobs = claim_jobs(
-            conn,
-            &ClaimRequest {
-                worker_id: &settings.worker_id,
-                kinds: &settings.kinds,
-                limit: i64::try_from(limit).unwrap_or(i64::MAX),
-                lease: settings.lease,
-            },
-        )?;
+        let request = ClaimRequest {
+            worker_id: &settings.worker_id,
+            kinds: &settings.kinds,
+            limit: i64::try_from(limit).unwrap_or(i64::MAX),
+            lease: settings.lease,
+        };
+        let jobs = match from {
+            Some(after) => claim_jobs_after(conn, &request, after)?,
+            None => claim_jobs(conn, &request)?,
+        };
         // Registered before the claim's connection is released, so the
         // heartbeat covers each job from its first moment.
         Ok(jobs
@@ -262,5 +330,65 @@ async fn wait(shared: &Shared, shutdown: &CancellationToken, timeout: Duration) 
             () = shared.rescheduled.notified() => {}
             () = tokio::time::sleep_until(until.into()) => return false,
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use chrono::{TimeZone, Utc};
+
+    fn at(id: i64) -> ClaimPosition {
+        ClaimPosition {
+            run_after: Utc.timestamp_opt(1_700_000_000, 0).single().unwrap_or_default(),
+            id,
+        }
+    }
+
+    #[test]
+    fn a_relay_draining_a_backlog_claims_on_from_where_its_last_full_claim_ended() {
+        let mut cursor = Cursor::default();
+        let t0 = Instant::now();
+        assert_eq!(cursor.start(t0), None, "the first claim starts at the front");
+        cursor.claimed(None, Some(at(16)), 16, 16);
+        assert_eq!(cursor.start(t0), Some(at(16)));
+        cursor.claimed(Some(at(16)), Some(at(32)), 16, 16);
+        assert_eq!(cursor.start(t0 + Duration::from_millis(10)), Some(at(32)));
+    }
+
+    #[test]
+    fn a_short_claim_sends_the_next_one_to_the_front() {
+        let mut cursor = Cursor::default();
+        let t0 = Instant::now();
+        cursor.start(t0);
+        cursor.claimed(None, Some(at(16)), 16, 16);
+        let from = cursor.start(t0);
+        cursor.claimed(from, Some(at(20)), 4, 16);
+        assert_eq!(cursor.start(t0), None);
+    }
+
+    #[test]
+    fn a_backlog_drained_for_a_second_is_claimed_from_the_front_once() {
+        let mut cursor = Cursor::default();
+        let t0 = Instant::now();
+        cursor.start(t0);
+        cursor.claimed(None, Some(at(16)), 16, 16);
+        let later = t0 + FRONT_CLAIM_EVERY;
+        assert_eq!(cursor.start(later), None, "a second later: the front");
+        cursor.claimed(None, Some(at(48)), 16, 16);
+        assert_eq!(cursor.start(later), Some(at(48)));
+    }
+
+    #[test]
+    fn claims_in_flight_together_leave_the_cursor_at_the_furthest_end() {
+        let mut cursor = Cursor::default();
+        let t0 = Instant::now();
+        cursor.start(t0);
+        cursor.claimed(None, Some(at(16)), 16, 16);
+        let a = cursor.start(t0);
+        let b = cursor.start(t0);
+        cursor.claimed(b, Some(at(48)), 16, 16);
+        cursor.claimed(a, Some(at(32)), 16, 16);
+        assert_eq!(cursor.start(t0), Some(at(48)));
     }
 }

@@ -8,17 +8,23 @@ use tokio_util::sync::CancellationToken;
 
 use super::{REAP_BATCH, RelayStats, Shared};
 use crate::db::run_blocking;
-use crate::outbox::{ReapRequest, reap_expired_leases};
+use crate::outbox::{
+    PARTITION_UPKEEP_EVERY, ReapRequest, ensure_done_partitions, reap_expired_leases,
+};
 
 /// Reaps at every `reap_interval` (and once at start), until `stop`. Safe on
 /// every relay at once: the reap query skips rows another reaper holds.
 pub(super) async fn run(shared: Arc<Shared>, stop: CancellationToken) {
     let mut ticks = tokio::time::interval(shared.settings.reap_interval);
     ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let mut upkept: Option<Instant> = None;
     loop {
         tokio::select! {
             () = stop.cancelled() => return,
             _ = ticks.tick() => {}
+        }
+        if upkept.is_none_or(|at| at.elapsed() >= PARTITION_UPKEEP_EVERY) && upkeep(&shared).await {
+            upkept = Some(Instant::now());
         }
         // Back from an outage, this relay's own leases may have lapsed too:
         // renew them first, and reap at the next tick, so that no relay reaps
@@ -29,6 +35,23 @@ pub(super) async fn run(shared: Arc<Shared>, stop: CancellationToken) {
             continue;
         }
         reap(&shared).await;
+    }
+}
+
+/// Makes the archive's coming partitions; true when that worked.
+async fn upkeep(shared: &Arc<Shared>) -> bool {
+    match run_blocking(&shared.pool, |conn| Ok(ensure_done_partitions(conn)?)).await {
+        Ok(made) => {
+            if made > 0 {
+                tracing::info!(made, "made daily partitions of jobs_done");
+            }
+            true
+        }
+        Err(error) => {
+            // Done jobs still land in jobs_done_default meanwhile: nothing is lost.
+            tracing::warn!(error = %error, "could not make jobs_done partitions; will try again");
+            false
+        }
     }
 }
 

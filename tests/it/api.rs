@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 use diesel::connection::SimpleConnection as _;
 use diesel::prelude::*;
 use outbox_relay::api::{self, MAX_BODY_BYTES};
-use outbox_relay::outbox::LocalWrite;
+use outbox_relay::effects::receipt::store_receipt;
 use outbox_relay::schema::{jobs, receipts};
 use reqwest::StatusCode;
 use serde_json::{Value, json};
@@ -417,10 +417,10 @@ async fn the_receipt_is_404_until_its_job_has_run_then_a_pdf() {
         &app.db,
         test_settings("receipts", &["receipt_pdf"]),
         executor(|job| async move {
-            Ok(Some(LocalWrite::Receipt {
-                order_id: job.order_id.unwrap_or_default(),
-                pdf: PDF.to_vec(),
-            }))
+            Ok(Some(store_receipt(
+                job.order_id.unwrap_or_default(),
+                PDF.to_vec(),
+            )))
         }),
     );
     let deadline = Instant::now() + Duration::from_secs(20);

@@ -5,9 +5,10 @@ use std::time::Duration;
 
 use diesel::prelude::*;
 use diesel::sql_types::Text;
+use outbox_relay::effects::receipt::store_receipt;
 use outbox_relay::outbox::{
-    ClaimRequest, Finish, JobLease, LocalWrite, NewJob, Outcome, ReapRequest, claim_jobs,
-    enqueue_many, extend_leases, finish_jobs, reap_expired_leases, release_jobs,
+    ClaimRequest, Finish, JobLease, NewJob, Outcome, ReapRequest, claim_jobs, enqueue_many,
+    extend_leases, finish_jobs, reap_expired_leases, release_jobs,
 };
 use outbox_relay::schema::jobs;
 
@@ -248,10 +249,7 @@ fn a_zombies_late_completion_and_failure_change_nothing() {
         outcome,
     };
     let receipt = Outcome::Done {
-        local: Some(LocalWrite::Receipt {
-            order_id: 1,
-            pdf: vec![1],
-        }),
+        local: Some(store_receipt(1, vec![1])),
     };
     let failed = Outcome::Failed {
         error: "late".into(),

@@ -1,12 +1,25 @@
--- Claims up to $1 due jobs of the kinds in $2 for worker $3, leasing them for $4 ms.
+-- Claims up to $1 due jobs of the kinds in $2 for worker $3, leasing them for $4 ms,
+-- taking only jobs whose (run_after, id) comes after ($5, $6) ($5 NULL: from the
+-- front).
 --
--- Index: jobs_claim_idx ON jobs (run_after, id) WHERE status = 'pending' AND
+-- Index: jobs_claim_idx ON jobs (run_after, id) WHERE finished_at IS NULL AND
 -- NOT blocked (a job waiting behind an earlier job of its ordering key is not
 -- in the index, so a long queue behind a failed head costs nothing here). The
 -- ORDER BY below is exactly that index's key, so PostgreSQL walks the index from
--- its oldest due entry and stops after $1 rows; done and failed rows are not in
--- the partial index at all (an ORDER BY id would walk the primary key through
--- every finished row instead, about ten times slower on a large table).
+-- ($5, $6) and stops after $1 rows; done jobs have left the table and failed or
+-- cancelled ones are not in the partial index.
+--
+-- Processing jobs stay in the index: the claim changes no column the index
+-- mentions, which is what makes it a HOT update (a heap version, no index
+-- entry). The walk steps over them (status = 'pending' is a filter), and over
+-- the entries of jobs that finished but that vacuum has not removed yet: when
+-- a snapshot older than them is still open (a pinned MVCC horizon), those pile
+-- up at the front of the index and no hint can mark them dead. The cursor
+-- ($5, $6) is where the relay's previous claim ended, so a relay draining a
+-- backlog starts each claim past everything it already took instead of
+-- walking it again; it claims from the front ('-infinity', 0) whenever its
+-- last claim came back short or a second has passed, which picks up jobs a
+-- slow transaction committed behind the cursor (relay/producer.rs).
 -- A relay limited to a kind that is rare next to another kind's backlog gets
 -- jobs_kind_claim_idx (kind, run_after, id) instead, and sorts its few rows;
 -- the planner picks by the statistics (tests/it/outbox.rs shows both plans).
@@ -35,9 +48,11 @@ WITH async_commit AS MATERIALIZED (
 picked AS (
     SELECT id
     FROM jobs
-    WHERE status = 'pending'
+    WHERE finished_at IS NULL
       AND NOT blocked
       AND run_after <= now()
+      AND (run_after, id) > (coalesce($5::timestamptz, '-infinity'), $6::bigint)
+      AND status = 'pending'
       AND kind = ANY($2)
     ORDER BY run_after, id
     LIMIT $1
@@ -53,4 +68,4 @@ SET status = 'processing',
 FROM picked, async_commit
 WHERE j.id = picked.id
 RETURNING j.id, j.order_id, j.kind, j.payload, j.attempts, j.max_attempts, j.lease_token,
-          j.created_at, j.trace_context
+          j.created_at, j.trace_context, j.run_after

@@ -7,7 +7,9 @@
 -- at that moment, and the caller writes it again shortly. A claim with no row
 -- is lost: reaped and re-claimed, cancelled, or finished by someone else.
 --
--- Index: the primary key (j.id = o.id).
+-- Index: the primary key (j.id = o.id). Done jobs are deleted from `jobs` and
+-- inserted into jobs_done, whose only indexes are BRIN (no entry per row);
+-- retries and failures are updates of the row in place.
 --
 -- Fencing: a row changes only while it is 'processing' under the token this
 -- claim got. A zombie's late batch matches nothing and changes nothing.
@@ -16,7 +18,7 @@
 -- the locking read re-checks the newest row version, so a claim that changed
 -- hands meanwhile is never written.
 --
--- Ordering keys: a job that ends `done` releases the next job of its key (the
+-- Ordering keys: a job that ends `done` (leaves `jobs`) releases the next job of its key (the
 -- oldest blocked one), in this same statement, so the key's next job becomes
 -- claimable exactly when its predecessor's completion commits. A concurrent
 -- enqueue behind the same key holds the head row FOR SHARE until it commits
@@ -38,7 +40,10 @@ lockable AS (
     FROM jobs AS j
     JOIN outcome AS o ON j.id = o.id AND j.lease_token = o.lease_token
     WHERE j.status = 'processing'
-    FOR NO KEY UPDATE OF j SKIP LOCKED
+    -- FOR UPDATE, not NO KEY UPDATE: a done job's row is deleted, which
+    -- needs the strongest row lock; taking it here, with SKIP LOCKED, means
+    -- the DELETE below never waits.
+    FOR UPDATE OF j SKIP LOCKED
 ),
 written AS (
     UPDATE jobs AS j
@@ -54,16 +59,41 @@ written AS (
     FROM outcome AS o, lockable
     WHERE j.id = o.id
       AND j.id = lockable.id
+      AND o.status <> 'done'
       AND j.status = 'processing'
       AND j.lease_token = o.lease_token
     RETURNING j.id, j.status, j.ordering_key
 ),
+-- A done job leaves `jobs` (no dead index entries or tuples for a later
+-- DELETE to clean up) and is appended to the day partition of jobs_done.
+moved AS (
+    DELETE FROM jobs AS j
+    USING outcome AS o, lockable
+    WHERE j.id = o.id
+      AND j.id = lockable.id
+      AND o.status = 'done'
+      AND j.status = 'processing'
+      AND j.lease_token = o.lease_token
+    RETURNING j.id, j.order_id, j.kind, j.payload, j.run_after, j.attempts, j.max_attempts,
+              j.locked_by, j.locked_at, j.created_at, j.last_error, j.lease_token,
+              j.trace_context, j.ordering_key
+),
+archived AS (
+    INSERT INTO jobs_done (id, order_id, kind, payload, status, run_after, attempts,
+                           max_attempts, locked_by, locked_at, lease_expires_at, created_at,
+                           finished_at, last_error, lease_token, trace_context, ordering_key,
+                           blocked)
+    SELECT id, order_id, kind, payload, 'done', run_after, attempts, max_attempts, locked_by,
+           locked_at, NULL, created_at, now(), last_error, lease_token, trace_context,
+           ordering_key, false
+    FROM moved
+    RETURNING id
+),
 released AS (
     UPDATE jobs AS n
     SET blocked = false
-    FROM written AS w
-    WHERE w.status = 'done'
-      AND w.ordering_key IS NOT NULL
+    FROM moved AS w
+    WHERE w.ordering_key IS NOT NULL
       AND n.id = (SELECT m.id
                   FROM jobs AS m
                   WHERE m.ordering_key = w.ordering_key
@@ -74,7 +104,8 @@ released AS (
     RETURNING n.id
 )
 SELECT held.id,
-       (written.id IS NOT NULL) AS applied,
+       (written.id IS NOT NULL OR archived.id IS NOT NULL) AS applied,
        (SELECT count(*) FROM released) AS released
 FROM held
 LEFT JOIN written ON written.id = held.id
+LEFT JOIN archived ON archived.id = held.id

@@ -1,8 +1,13 @@
 -- Picks up to $1 processing jobs whose lease expired more than $2 ms ago: their
 -- worker died, hung, or lost the database for longer than the lease.
 --
--- Index: jobs_lease_idx ON jobs (lease_expires_at) WHERE status = 'processing';
--- the ORDER BY matches it, so only expired rows are read.
+-- Index: none of its own. An index on the lease (or one whose predicate
+-- mentions status) would make every claim and heartbeat a non-HOT update,
+-- writing an entry per index per job; the layout keeps them HOT instead
+-- (migrations/2026-12-02-000001_jobs_layout_v2). The reaper runs every few
+-- seconds, so it reads the unfinished jobs, through jobs_claim_idx or a
+-- sequential scan as the planner finds cheaper: O(backlog) per pass, never
+-- the history, which has left for jobs_done.
 --
 -- The margin ($2): a relay whose heartbeat missed a beat or two during a short
 -- blip renews its leases as soon as it is back; reaping only leases expired by
@@ -21,7 +26,9 @@
 -- still take them.
 SELECT id, attempts, max_attempts, locked_by, lease_token
 FROM jobs
-WHERE status = 'processing'
+WHERE finished_at IS NULL
+  AND NOT blocked
+  AND status = 'processing'
   AND lease_expires_at < now() - $2 * interval '1 millisecond'
   AND NOT (lease_token = ANY($3::bigint[]))
 ORDER BY lease_expires_at
