@@ -340,7 +340,10 @@ mod tests {
 
     fn at(id: i64) -> ClaimPosition {
         ClaimPosition {
-            run_after: Utc.timestamp_opt(1_700_000_000, 0).single().unwrap_or_default(),
+            run_after: Utc
+                .timestamp_opt(1_700_000_000, 0)
+                .single()
+                .unwrap_or_default(),
             id,
         }
     }
@@ -349,7 +352,11 @@ mod tests {
     fn a_relay_draining_a_backlog_claims_on_from_where_its_last_full_claim_ended() {
         let mut cursor = Cursor::default();
         let t0 = Instant::now();
-        assert_eq!(cursor.start(t0), None, "the first claim starts at the front");
+        assert_eq!(
+            cursor.start(t0),
+            None,
+            "the first claim starts at the front"
+        );
         cursor.claimed(None, Some(at(16)), 16, 16);
         assert_eq!(cursor.start(t0), Some(at(16)));
         cursor.claimed(Some(at(16)), Some(at(32)), 16, 16);

@@ -463,6 +463,10 @@ fn the_claim_reads_as_many_buffers_with_ten_thousand_blocked_jobs_as_with_none()
             .bind::<diesel::sql_types::Array<diesel::sql_types::Text>, _>(vec!["noop"])
             .bind::<diesel::sql_types::Text, _>("w")
             .bind::<diesel::sql_types::BigInt, _>(60_000_i64)
+            .bind::<diesel::sql_types::Nullable<diesel::sql_types::Timestamptz>, _>(
+                None::<chrono::DateTime<chrono::Utc>>,
+            )
+            .bind::<diesel::sql_types::BigInt, _>(0_i64)
             .get_result(conn)
             .expect("explain");
         conn.batch_execute("ROLLBACK").expect("rollback");
