@@ -212,10 +212,11 @@ fn place_order_with_hook(
                 .map(NewJob::kind)
                 .eq(ORDER_JOB_KINDS.iter().copied())
         );
-        match waker {
-            Some(_) => outbox::enqueue_many_unnotified(conn, &jobs)?,
-            None => outbox::enqueue_many(conn, &jobs)?,
-        };
+        // The keys are named after this order, which nobody else can see yet.
+        outbox::enqueue_many_with_new_keys_unnotified(conn, &jobs)?;
+        if waker.is_none() {
+            outbox::notify(conn, ORDER_JOB_KINDS.iter().copied())?;
+        }
         Ok(Placement::Created(order_id))
     })?;
     if let (Some(waker), Placement::Created(_)) = (waker, &placement) {

@@ -184,7 +184,7 @@ pub fn enqueue(conn: &mut PgConnection, job: &NewJob) -> QueryResult<i64> {
         .values(job)
         .returning(jobs::id)
         .get_result(conn)?;
-    notify(conn, &job.kind)?;
+    notify(conn, [job.kind.as_str()])?;
     Ok(id)
 }
 
@@ -193,17 +193,27 @@ pub fn enqueue(conn: &mut PgConnection, job: &NewJob) -> QueryResult<i64> {
 /// behind earlier jobs of the same key in `new_jobs`.
 pub fn enqueue_many(conn: &mut PgConnection, new_jobs: &[NewJob]) -> QueryResult<Vec<i64>> {
     let ids = enqueue_many_unnotified(conn, new_jobs)?;
-    let mut kinds: Vec<&str> = new_jobs.iter().map(|j| j.kind.as_str()).collect();
+    notify(conn, new_jobs.iter().map(|j| j.kind.as_str()))?;
+    Ok(ids)
+}
+
+/// Wakes the relays of `kinds` when the current transaction commits (at once
+/// outside one): one NOTIFY per distinct kind, in one round trip.
+pub fn notify<'a>(
+    conn: &mut PgConnection,
+    kinds: impl IntoIterator<Item = &'a str>,
+) -> QueryResult<()> {
+    let mut kinds: Vec<&str> = kinds.into_iter().collect();
     kinds.sort_unstable();
     kinds.dedup();
-    if !kinds.is_empty() {
-        // One round trip for all kinds: an order has three.
-        diesel::sql_query("SELECT pg_notify($1, kind) FROM unnest($2::text[]) AS kind")
-            .bind::<Text, _>(NOTIFY_CHANNEL)
-            .bind::<diesel::sql_types::Array<Text>, _>(&kinds)
-            .execute(conn)?;
+    if kinds.is_empty() {
+        return Ok(());
     }
-    Ok(ids)
+    diesel::sql_query(include_str!("sql/notify_in_transaction.sql"))
+        .bind::<Text, _>(NOTIFY_CHANNEL)
+        .bind::<diesel::sql_types::Array<Text>, _>(&kinds)
+        .execute(conn)
+        .map(drop)
 }
 
 /// [`enqueue_many`] without the NOTIFY: for callers that wake relays after
@@ -243,6 +253,39 @@ pub fn enqueue_many_unnotified(
     Ok(ids)
 }
 
+/// [`enqueue_many_unnotified`] for jobs whose ordering keys no other job can
+/// have: keys named after a row the caller's transaction has just created (an
+/// order placement's `order-<id>-emails`), which no other transaction can see
+/// before this one commits, so it cannot have enqueued under them. The first
+/// job of each key is claimable, later ones wait behind it, and the key locks
+/// and head lookups (two round trips) are skipped. A key that does have older
+/// jobs would break ordered delivery: use [`enqueue_many`] when in doubt.
+pub fn enqueue_many_with_new_keys_unnotified(
+    conn: &mut PgConnection,
+    new_jobs: &[NewJob],
+) -> QueryResult<Vec<i64>> {
+    insert_jobs(
+        conn,
+        &queue_behind(new_jobs, &std::collections::HashSet::new()),
+    )
+}
+
+/// `new_jobs` with `blocked` set for each job whose key is in `busy` (has an
+/// unfinished job) or appeared earlier in `new_jobs`.
+fn queue_behind(new_jobs: &[NewJob], busy: &std::collections::HashSet<String>) -> Vec<NewJob> {
+    let mut started = std::collections::HashSet::new();
+    new_jobs
+        .iter()
+        .map(|job| {
+            let mut job = job.clone();
+            if let Some(key) = job.ordering_key.clone() {
+                job.blocked = busy.contains(&key) || !started.insert(key);
+            }
+            job
+        })
+        .collect()
+}
+
 /// Inserts `new_jobs`, whose ordering keys are `keys`, each queued behind its
 /// key's unfinished jobs. Runs inside a transaction, which holds the locks.
 fn insert_keyed(
@@ -260,18 +303,7 @@ fn insert_keyed(
             .into_iter()
             .map(|r| r.key)
             .collect();
-    let mut started = std::collections::HashSet::new();
-    let queued: Vec<NewJob> = new_jobs
-        .iter()
-        .map(|job| {
-            let mut job = job.clone();
-            if let Some(key) = job.ordering_key.clone() {
-                job.blocked = busy.contains(&key) || !started.insert(key);
-            }
-            job
-        })
-        .collect();
-    insert_jobs(conn, &queued)
+    insert_jobs(conn, &queue_behind(new_jobs, &busy))
 }
 
 fn insert_jobs(conn: &mut PgConnection, new_jobs: &[NewJob]) -> QueryResult<Vec<i64>> {
@@ -307,12 +339,4 @@ pub fn release_ordering_keys(conn: &mut PgConnection, keys: &[String]) -> QueryR
             .map(|r| r.id)
             .collect(),
     )
-}
-
-fn notify(conn: &mut PgConnection, kind: &str) -> QueryResult<()> {
-    diesel::sql_query("SELECT pg_notify($1, $2)")
-        .bind::<Text, _>(NOTIFY_CHANNEL)
-        .bind::<Text, _>(kind)
-        .execute(conn)
-        .map(drop)
 }
