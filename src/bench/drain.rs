@@ -11,12 +11,26 @@ use super::report::DrainRun;
 use super::{BenchArgs, drain_seconds, drained, enqueue_noops, stats};
 
 pub async fn measure(url: &str, args: &BenchArgs, batch: usize) -> anyhow::Result<DrainRun> {
+    measure_pinned(url, args, batch, None).await
+}
+
+/// [`measure`] with the MVCC horizon pinned for up to `pin` (`None`: not pinned).
+pub async fn measure_pinned(
+    url: &str,
+    args: &BenchArgs,
+    batch: usize,
+    pin: Option<Duration>,
+) -> anyhow::Result<DrainRun> {
     let workload = Workload {
-        label: batch.to_string(),
+        label: match pin {
+            Some(_) => format!("{batch}, pinned horizon"),
+            None => batch.to_string(),
+        },
         jobs: args.jobs,
         kinds: "noop".to_owned(),
         env: Vec::new(),
         enqueue: enqueue_noops,
+        pin,
     };
     let (url, concurrency) = (url.to_owned(), args.concurrency);
     tokio::task::spawn_blocking(move || run(&url, &workload, concurrency, batch)).await?
@@ -31,8 +45,11 @@ pub struct Workload {
     pub kinds: String,
     /// More environment for the relay (effect settings).
     pub env: Vec<(&'static str, String)>,
-    /// Enqueues `jobs` due jobs untimed and returns the database's clock at commit.
-    pub enqueue: fn(&mut PgConnection, usize) -> anyhow::Result<chrono::DateTime<chrono::Utc>>,
+    /// Enqueues `jobs` due jobs untimed; the marks hold the database's clock
+    /// at commit and the counters around the enqueue.
+    pub enqueue: fn(&mut PgConnection, usize) -> anyhow::Result<stats::EnqueueMarks>,
+    /// Hold a snapshot open from before the enqueue for up to this long.
+    pub pin: Option<Duration>,
 }
 
 pub fn run(
@@ -44,15 +61,21 @@ pub fn run(
     let jobs = workload.jobs;
     let mut conn = PgConnection::establish(url)?;
     let name = super::ceiling::conn_database(&mut conn)?;
-    diesel::sql_query("TRUNCATE jobs").execute(&mut conn)?;
+    diesel::sql_query("TRUNCATE jobs, jobs_done").execute(&mut conn)?;
     let mut relay = RelayProcess::start(url, workload, concurrency, batch)?;
     // Let it connect, migrate-check and go idle, so startup is not timed.
     std::thread::sleep(Duration::from_millis(1500));
     relay.check_alive()?;
 
+    let pin = workload
+        .pin
+        .map(|hold| PinnedHorizon::take(url, hold))
+        .transpose()?;
     let before = stats::read(&mut conn, &name)?;
     let cpu_before = process_cpu_seconds(Some(relay.pid()));
-    let start = (workload.enqueue)(&mut conn, jobs)?;
+    let tokens_before = lease_tokens_drawn(&mut conn);
+    let marks = (workload.enqueue)(&mut conn, jobs)?;
+    let start = marks.committed_at;
     let progress = indicatif::ProgressBar::new(jobs as u64);
     progress.set_style(
         indicatif::ProgressStyle::with_template("  relay batch {msg} [{bar:30}] {pos}/{len}")
@@ -61,8 +84,9 @@ pub fn run(
     progress.set_message(workload.label.clone());
     // The drain is timed by the database's clock (the last finished_at), so
     // polling often buys no precision; it would only take CPU from the server
-    // under test, which the ceiling's loops never pay. The count for the
-    // progress bar walks the pending index, so it runs even less often.
+    // under test, which the ceiling's loops never pay. The progress bar reads
+    // the lease-token sequence (one value per claim: claims, not finishes,
+    // but it costs no scan) and only when it is drawn at all.
     let deadline = Instant::now() + Duration::from_secs(600);
     let mut last_count = Instant::now();
     while !drained(&mut conn)? {
@@ -71,13 +95,16 @@ pub fn run(
             Instant::now() < deadline,
             "the relay did not drain {jobs} jobs in 10 minutes"
         );
-        if last_count.elapsed() >= Duration::from_secs(1) {
-            progress.set_position(done_estimate(&mut conn, jobs));
+        if !progress.is_hidden() && last_count.elapsed() >= Duration::from_secs(1) {
+            if let (Some(now), Some(before)) = (lease_tokens_drawn(&mut conn), tokens_before) {
+                progress.set_position(u64::try_from(now - before).unwrap_or(0).min(jobs as u64));
+            }
             last_count = Instant::now();
         }
         std::thread::sleep(Duration::from_millis(100));
     }
     progress.finish_and_clear();
+    let pinned = pin.map(PinnedHorizon::release).transpose()?;
     let seconds = drain_seconds(&mut conn, start)?;
     let cpu = process_cpu_seconds(Some(relay.pid()))
         .zip(cpu_before)
@@ -86,27 +113,92 @@ pub fn run(
     relay.stop()?;
     std::thread::sleep(Duration::from_millis(300));
     let after = stats::read(&mut conn, &name)?;
-    Ok(DrainRun::new(
-        jobs,
-        batch,
-        seconds,
-        after - before,
-        rss,
-        cpu,
-    ))
+    let cost = stats::db_cost(&mut conn, jobs, &marks)?;
+    let mut run = DrainRun::new(jobs, batch, seconds, after - before, rss, cpu).with_cost(cost);
+    if let Some(held) = pinned {
+        run = run.with_pin(held);
+    }
+    Ok(run)
 }
 
-/// Jobs done so far, from the pending partial index (cheap while it shrinks).
-fn done_estimate(conn: &mut PgConnection, jobs: usize) -> u64 {
+/// The lease-token sequence's last value: every claim draws one, so the
+/// difference over a drain counts its claims. `None` before the first draw.
+pub(super) fn lease_tokens_drawn(conn: &mut PgConnection) -> Option<i64> {
     #[derive(QueryableByName)]
-    struct Count {
+    struct Last {
         #[diesel(sql_type = diesel::sql_types::BigInt)]
-        n: i64,
+        last: i64,
     }
-    diesel::sql_query("SELECT count(*) AS n FROM jobs WHERE status = 'pending'")
-        .get_result::<Count>(conn)
-        .map(|c| (jobs as u64).saturating_sub(u64::try_from(c.n).unwrap_or(0)))
-        .unwrap_or(0)
+    diesel::sql_query("SELECT last_value AS last FROM jobs_lease_token_seq")
+        .get_result::<Last>(conn)
+        .ok()
+        .map(|l| l.last)
+}
+
+/// A REPEATABLE READ transaction on its own connection whose snapshot, taken
+/// by a real read, holds back the xmin horizon: no row version that dies
+/// after it was taken can be pruned or vacuumed away while it is open.
+struct PinnedHorizon {
+    release: std::sync::mpsc::Sender<()>,
+    holder: std::thread::JoinHandle<anyhow::Result<Duration>>,
+}
+
+impl PinnedHorizon {
+    /// Returns once the snapshot is taken; it is let go after `hold`, or on
+    /// [`PinnedHorizon::release`], whichever comes first.
+    fn take(url: &str, hold: Duration) -> anyhow::Result<PinnedHorizon> {
+        let (release, released) = std::sync::mpsc::channel::<()>();
+        let (taken_tx, taken) = std::sync::mpsc::channel::<anyhow::Result<()>>();
+        let url = url.to_owned();
+        let holder = std::thread::spawn(move || -> anyhow::Result<Duration> {
+            let mut conn = PgConnection::establish(&url)?;
+            conn.build_transaction().repeatable_read().read_only().run(
+                |conn| -> anyhow::Result<Duration> {
+                    #[derive(QueryableByName)]
+                    struct Pinned {
+                        #[diesel(sql_type = diesel::sql_types::Bool)]
+                        pinned: bool,
+                    }
+                    // The first query takes the transaction's snapshot; BEGIN
+                    // alone takes none.
+                    let row: Result<Pinned, _> = diesel::sql_query(
+                        "SELECT (SELECT count(*) FROM orders) >= 0 \
+                                AND (SELECT backend_xmin IS NOT NULL FROM pg_stat_activity \
+                                     WHERE pid = pg_backend_pid()) AS pinned",
+                    )
+                    .get_result(conn);
+                    let taken_at = Instant::now();
+                    let pinned = match row {
+                        Ok(row) if row.pinned => Ok(()),
+                        Ok(_) => Err(anyhow::anyhow!("the snapshot holds no xmin")),
+                        Err(e) => Err(anyhow::Error::from(e).context("taking the snapshot")),
+                    };
+                    let failed = pinned.is_err();
+                    let _ = taken_tx.send(pinned);
+                    if !failed {
+                        let _ = released.recv_timeout(hold);
+                    }
+                    Ok(taken_at.elapsed())
+                },
+            )
+        });
+        match taken.recv() {
+            Ok(Ok(())) => Ok(PinnedHorizon { release, holder }),
+            Ok(Err(error)) => Err(error.context("pinning the horizon")),
+            Err(_) => match holder.join() {
+                Ok(Err(error)) => Err(error.context("pinning the horizon")),
+                _ => anyhow::bail!("the horizon-pinning connection ended before its snapshot"),
+            },
+        }
+    }
+
+    /// Ends the transaction and returns how long its snapshot was held.
+    fn release(self) -> anyhow::Result<Duration> {
+        let _ = self.release.send(());
+        self.holder
+            .join()
+            .map_err(|_| anyhow::anyhow!("the horizon-pinning thread panicked"))?
+    }
 }
 
 struct RelayProcess {

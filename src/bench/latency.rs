@@ -1,6 +1,7 @@
 //! Enqueue-to-start latency: jobs enqueued one at a time, each in its own
-//! transaction, against an idle relay; measured from the enqueue's commit
-//! returning to the effect starting, both on this process's monotonic clock.
+//! transaction, against an idle relay and again while the API takes orders;
+//! measured from the enqueue's commit returning to the effect starting, both
+//! on this process's monotonic clock.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -22,43 +23,161 @@ struct StartRecorder {
 
 impl Executor for StartRecorder {
     fn execute<'a>(&'a self, job: &'a ClaimedJob) -> BoxFuture<'a, EffectResult> {
-        let now = Instant::now();
-        self.starts
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .insert(job.id, now);
+        // The orders' jobs of the loaded run succeed unrecorded: only the
+        // samples are measured.
+        if job.kind == "noop" {
+            let now = Instant::now();
+            self.starts
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .insert(job.id, now);
+        }
         Box::pin(std::future::ready(Ok(None)))
     }
 }
 
+/// Enqueue-to-start latency while the order API takes orders.
+#[derive(Debug, Clone)]
+pub struct LoadedLatency {
+    pub clients: usize,
+    pub orders_per_second: f64,
+    pub errors: u64,
+    pub latency: Latency,
+}
+
+/// Against an idle relay: nothing else runs.
 pub async fn measure(url: &str, args: &BenchArgs) -> anyhow::Result<Latency> {
-    let mut conn = PgConnection::establish(url)?;
-    diesel::sql_query("TRUNCATE jobs").execute(&mut conn)?;
+    reset(url).await?;
+    let relay = RecordingRelay::start(url, vec!["noop".to_owned()]).await?;
+    let committed = take_samples(url, args).await?;
+    relay.latency_of(&committed).await
+}
 
-    let starts: Arc<Mutex<HashMap<i64, Instant>>> = Arc::default();
-    let settings = RelaySettings::new("bench-latency", vec!["noop".to_owned()]);
-    let pool = crate::db::build_pool(
-        url,
-        u32::try_from(settings.concurrency + 4).unwrap_or(20),
-        false,
-    );
-    let relay = Relay::new(
-        pool,
-        url,
-        settings,
-        Arc::new(StartRecorder {
-            starts: Arc::clone(&starts),
-        }),
-    )?;
-    let stop = CancellationToken::new();
-    let running = tokio::spawn(relay.run_until_stopped(stop.clone()));
-    // Idle: listener connected, first empty claim done.
-    tokio::time::sleep(Duration::from_millis(1000)).await;
+/// With `args.api_clients` clients placing orders through the API the whole
+/// time, as in the placement run. The relay also performs the orders' jobs
+/// (as noops, which it starts like any other), so the samples queue behind
+/// real claim traffic, not only behind a busy database.
+pub async fn measure_loaded(url: &str, args: &BenchArgs) -> anyhow::Result<LoadedLatency> {
+    super::orders::truncate(url).await?;
+    reset(url).await?;
+    let kinds = std::iter::once("noop")
+        .chain(crate::orders::ORDER_JOB_KINDS)
+        .map(str::to_owned)
+        .collect();
+    let relay = RecordingRelay::start(url, kinds).await?;
+    let clients = args.api_clients;
+    let api = super::orders::ApiUnderTest::start(url, clients, 0, Duration::from_secs(30)).await?;
+    let stop_load = CancellationToken::new();
+    let load = tokio::spawn(super::orders::load_until(
+        super::orders::load_client(clients)?,
+        api.endpoint(),
+        clients,
+        stop_load.clone(),
+    ));
+    // Warm-up: connections, prepared plans, the pool; the relay at its pace.
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let committed = take_samples(url, args).await;
+    stop_load.cancel();
+    let load = load.await?;
+    api.stop().await?;
+    let latency = relay.latency_of(&committed?).await?;
+    Ok(LoadedLatency {
+        clients,
+        orders_per_second: load.rate(),
+        errors: load.errors,
+        latency,
+    })
+}
 
+/// An empty jobs table, with today's jobs_done partitions.
+async fn reset(url: &str) -> anyhow::Result<()> {
+    let url = url.to_owned();
+    tokio::task::spawn_blocking(move || -> anyhow::Result<()> {
+        let mut conn = PgConnection::establish(&url)?;
+        diesel::sql_query("TRUNCATE jobs, jobs_done").execute(&mut conn)?;
+        super::ensure_done_partitions(&mut conn)?;
+        Ok(())
+    })
+    .await?
+}
+
+/// A relay in this process whose executor notes when each `noop` job starts.
+struct RecordingRelay {
+    starts: Arc<Mutex<HashMap<i64, Instant>>>,
+    stop: CancellationToken,
+    running: tokio::task::JoinHandle<anyhow::Result<()>>,
+}
+
+impl RecordingRelay {
+    async fn start(url: &str, kinds: Vec<String>) -> anyhow::Result<RecordingRelay> {
+        let starts: Arc<Mutex<HashMap<i64, Instant>>> = Arc::default();
+        let settings = RelaySettings::new("bench-latency", kinds);
+        let pool = crate::db::build_pool(
+            url,
+            u32::try_from(settings.concurrency + 4).unwrap_or(20),
+            false,
+        );
+        let relay = Relay::new(
+            pool,
+            url,
+            settings,
+            Arc::new(StartRecorder {
+                starts: Arc::clone(&starts),
+            }),
+        )?;
+        let stop = CancellationToken::new();
+        let running = tokio::spawn(relay.run_until_stopped(stop.clone()));
+        // Idle: listener connected, first empty claim done.
+        tokio::time::sleep(Duration::from_millis(1000)).await;
+        Ok(RecordingRelay {
+            starts,
+            stop,
+            running,
+        })
+    }
+
+    /// Waits for every sample to start, stops the relay, and returns the
+    /// latencies from each commit to its start.
+    async fn latency_of(self, committed: &[(i64, Instant)]) -> anyhow::Result<Latency> {
+        let wanted: std::collections::HashSet<i64> = committed.iter().map(|(id, _)| *id).collect();
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            let seen = {
+                let starts = self.starts.lock().unwrap_or_else(|e| e.into_inner());
+                wanted.iter().filter(|id| starts.contains_key(id)).count()
+            };
+            if seen >= wanted.len() {
+                break;
+            }
+            anyhow::ensure!(
+                Instant::now() < deadline,
+                "only {seen} of {} latency samples started",
+                wanted.len()
+            );
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        self.stop.cancel();
+        self.running.await??;
+
+        let starts = self.starts.lock().unwrap_or_else(|e| e.into_inner());
+        let mut micros: Vec<u64> = committed
+            .iter()
+            .filter_map(|(id, at)| starts.get(id).map(|s| s.saturating_duration_since(*at)))
+            .map(|d| u64::try_from(d.as_micros()).unwrap_or(u64::MAX))
+            .collect();
+        micros.sort_unstable();
+        Ok(Latency::from_sorted_micros(&micros))
+    }
+}
+
+/// Enqueues `args.latency_samples` noop jobs, one per transaction, each
+/// `args.latency_interval` after the last; returns each id with the moment
+/// its commit returned.
+async fn take_samples(url: &str, args: &BenchArgs) -> anyhow::Result<Vec<(i64, Instant)>> {
     let samples = args.latency_samples;
     let interval = args.latency_interval;
     let url = url.to_owned();
-    let committed = tokio::task::spawn_blocking(move || -> anyhow::Result<Vec<(i64, Instant)>> {
+    tokio::task::spawn_blocking(move || -> anyhow::Result<Vec<(i64, Instant)>> {
         let mut conn = PgConnection::establish(&url)?;
         let progress = indicatif::ProgressBar::new(samples as u64);
         let mut committed = Vec::with_capacity(samples);
@@ -76,30 +195,5 @@ pub async fn measure(url: &str, args: &BenchArgs) -> anyhow::Result<Latency> {
         progress.finish_and_clear();
         Ok(committed)
     })
-    .await??;
-
-    let deadline = Instant::now() + Duration::from_secs(30);
-    loop {
-        let seen = starts.lock().unwrap_or_else(|e| e.into_inner()).len();
-        if seen >= committed.len() {
-            break;
-        }
-        anyhow::ensure!(
-            Instant::now() < deadline,
-            "only {seen} of {} latency samples started",
-            committed.len()
-        );
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
-    stop.cancel();
-    running.await??;
-
-    let starts = starts.lock().unwrap_or_else(|e| e.into_inner());
-    let mut micros: Vec<u64> = committed
-        .iter()
-        .filter_map(|(id, at)| starts.get(id).map(|s| s.saturating_duration_since(*at)))
-        .map(|d| u64::try_from(d.as_micros()).unwrap_or(u64::MAX))
-        .collect();
-    micros.sort_unstable();
-    Ok(Latency::from_sorted_micros(&micros))
+    .await?
 }

@@ -77,6 +77,13 @@ pub struct BenchArgs {
     /// as many connections as the ceiling has loops.
     #[arg(long)]
     pub no_batch_1: bool,
+    /// Also drain with the MVCC horizon pinned: a REPEATABLE READ transaction
+    /// on its own connection takes its snapshot before the enqueue and holds
+    /// it for up to this long (or until the drain ends), as a long report
+    /// query or a stuck client would. Reported against the unpinned drain of
+    /// the same round.
+    #[arg(long, value_parser = crate::config::parse_positive_duration)]
+    pub pinned_horizon: Option<Duration>,
 }
 
 /// What the drained jobs do.
@@ -141,6 +148,16 @@ pub async fn run(args: BenchArgs) -> anyhow::Result<()> {
             .context("draining with the relay")?;
         eprintln!("  relay:   {:.0} jobs/s", relay.jobs_per_second());
         report.relay.push(relay);
+        if let Some(hold) = args.pinned_horizon {
+            let pinned = drain::measure_pinned(&scratch.url, &args, args.batch, Some(hold))
+                .await
+                .context("draining with the relay under a pinned horizon")?;
+            eprintln!(
+                "  relay, pinned horizon: {:.0} jobs/s",
+                pinned.jobs_per_second()
+            );
+            report.pinned.push(pinned);
+        }
         if args.batch != 1 && !args.no_batch_1 {
             let ceiling1 = ceiling::measure_at(&scratch.url, &args, 1).await?;
             eprintln!(
@@ -188,6 +205,13 @@ pub async fn run(args: BenchArgs) -> anyhow::Result<()> {
                 .await
                 .context("measuring latency")?,
         );
+        if args.api_clients > 0 {
+            report.latency_loaded = Some(
+                latency::measure_loaded(&scratch.url, &args)
+                    .await
+                    .context("measuring latency under API load")?,
+            );
+        }
     }
     println!("{}", report.table());
     println!("{}", serde_json::to_string(&report.json())?);
@@ -195,12 +219,9 @@ pub async fn run(args: BenchArgs) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// Inserts `n` due `noop` jobs in one transaction and returns the database's
-/// clock at commit: every drain is timed from the moment its jobs became visible.
-fn enqueue_noops(
-    conn: &mut PgConnection,
-    n: usize,
-) -> anyhow::Result<chrono::DateTime<chrono::Utc>> {
+/// Inserts `n` due `noop` jobs in one transaction; the marks say when they
+/// became visible and where the server's counters stood around the enqueue.
+fn enqueue_noops(conn: &mut PgConnection, n: usize) -> anyhow::Result<stats::EnqueueMarks> {
     enqueue_timed(conn, "jobs", "noop", |conn| {
         diesel::sql_query(
             "INSERT INTO jobs (kind, payload) SELECT 'noop', '{}'::jsonb FROM generate_series(1, $1)",
@@ -211,22 +232,30 @@ fn enqueue_noops(
     })
 }
 
-/// Empties `tables`, runs `insert` in one transaction with fresh statistics and
-/// a NOTIFY for `kind`, and returns the database's clock once it committed.
+/// Empties `tables` and the done-jobs archive, runs `insert` in one
+/// transaction with fresh statistics and a NOTIFY for `kind`, and returns the
+/// database's clock once it committed, with the WAL position and the table
+/// counters just before and just after.
 fn enqueue_timed(
     conn: &mut PgConnection,
     tables: &str,
     kind: &str,
     insert: impl FnOnce(&mut PgConnection) -> diesel::QueryResult<()>,
-) -> anyhow::Result<chrono::DateTime<chrono::Utc>> {
+) -> anyhow::Result<stats::EnqueueMarks> {
     #[derive(QueryableByName)]
     struct Now {
         #[diesel(sql_type = diesel::sql_types::Timestamptz)]
         now: chrono::DateTime<chrono::Utc>,
     }
-    diesel::sql_query(format!("TRUNCATE {tables}")).execute(conn)?;
+    diesel::sql_query(format!("TRUNCATE {tables}, jobs_done")).execute(conn)?;
+    // Today's and tomorrow's partitions exist before the first job finishes,
+    // so no done job lands in the default partition (and a drain across
+    // midnight finds its next day too).
+    ensure_done_partitions(conn)?;
     // Start from a clean table: no dead tuples left by the previous run.
     diesel::sql_query("VACUUM jobs").execute(conn)?;
+    let lsn_before = stats::wal_lsn(conn)?;
+    let tables_before = stats::read_tables(conn)?;
     conn.transaction(|conn| {
         insert(conn)?;
         // Statistics for the new rows, in the same transaction (ANALYZE samples
@@ -237,32 +266,60 @@ fn enqueue_timed(
         diesel::sql_query("SELECT pg_notify('outbox_jobs', $1)")
             .bind::<diesel::sql_types::Text, _>(kind)
             .execute(conn)?;
+        // This backend's counts of the inserts are published when this
+        // transaction ends, before the snapshot that opens the drain.
+        diesel::sql_query("SELECT pg_stat_force_next_flush()").execute(conn)?;
         diesel::QueryResult::Ok(())
     })?;
     let now: Now = diesel::sql_query("SELECT clock_timestamp() AS now").get_result(conn)?;
-    Ok(now.now)
+    let lsn_after = stats::wal_lsn(conn)?;
+    let tables_after = stats::read_tables(conn)?;
+    Ok(stats::EnqueueMarks {
+        committed_at: now.now,
+        lsn_before,
+        lsn_after,
+        tables_before,
+        tables_after,
+    })
 }
 
-/// Seconds from `start` to the last `finished_at`, both by the database's clock.
+/// Partitions of jobs_done from yesterday through two days ahead.
+pub(crate) fn ensure_done_partitions(conn: &mut PgConnection) -> diesel::QueryResult<()> {
+    diesel::sql_query("SELECT jobs_done_ensure_partitions(now() - interval '1 day', 2)")
+        .execute(conn)
+        .map(drop)
+}
+
+/// Seconds from `start` to the last `finished_at`, both by the database's
+/// clock. Done jobs may have left `jobs` for `jobs_done`: read both.
 fn drain_seconds(
     conn: &mut PgConnection,
     start: chrono::DateTime<chrono::Utc>,
 ) -> anyhow::Result<f64> {
-    use diesel::sql_types::{Double, Timestamptz};
+    use diesel::sql_types::{Double, Nullable, Timestamptz};
     #[derive(QueryableByName)]
     struct Elapsed {
-        #[diesel(sql_type = Double)]
-        seconds: f64,
+        #[diesel(sql_type = Nullable<Double>)]
+        seconds: Option<f64>,
     }
     let row: Elapsed = diesel::sql_query(
-        "SELECT extract(epoch FROM max(finished_at) - $1)::float8 AS seconds FROM jobs",
+        "SELECT extract(epoch FROM max(finished_at) - $1)::float8 AS seconds FROM jobs_all",
     )
     .bind::<Timestamptz, _>(start)
     .get_result(conn)?;
-    Ok(row.seconds)
+    row.seconds
+        .context("no job has a finished_at: nothing was drained")
 }
 
-/// True once no job is pending or processing (two partial-index probes).
+/// True once no job is pending or processing.
+///
+/// Unfinished jobs are the ones with finished_at IS NULL, the claim index's
+/// own predicate (bench jobs are never blocked). The probe walks that index
+/// backwards: jobs are claimed from its front, so while the drain runs the
+/// last entry is still a pending job and the probe stops there, instead of
+/// stepping over every finished job's entry from the front, which a pinned
+/// horizon keeps from being cleaned away (that walk, ten times a second,
+/// would be the bench's cost, not the relay's).
 fn drained(conn: &mut PgConnection) -> anyhow::Result<bool> {
     use diesel::sql_types::Bool;
     #[derive(QueryableByName)]
@@ -271,8 +328,10 @@ fn drained(conn: &mut PgConnection) -> anyhow::Result<bool> {
         busy: bool,
     }
     let row: Busy = diesel::sql_query(
-        "SELECT EXISTS (SELECT 1 FROM jobs WHERE status = 'pending') \
-             OR EXISTS (SELECT 1 FROM jobs WHERE status = 'processing') AS busy",
+        // Not EXISTS: the planner drops an EXISTS subquery's ORDER BY.
+        "SELECT count(*) > 0 AS busy FROM ( \
+             SELECT 1 FROM jobs WHERE finished_at IS NULL AND NOT blocked \
+             ORDER BY run_after DESC, id DESC LIMIT 1) AS tail",
     )
     .get_result(conn)?;
     Ok(!row.busy)

@@ -1,6 +1,7 @@
 //! Order placement through the API, next to its ceiling: pgbench running the
-//! same inserts (order, two items, three jobs, the NOTIFY) in one transaction
-//! per order, with as many clients, on the same database.
+//! same inserts (order, two items, its event, three jobs) in one transaction
+//! per order, with as many clients, on the same database, and no NOTIFY at
+//! all: the ceiling is the writes alone, whatever way the API wakes the relay.
 
 use std::process::Command;
 use std::sync::Arc;
@@ -27,6 +28,9 @@ pub struct Placement {
     pub half_open: Option<HalfOpenRun>,
     /// `None` when pgbench is not installed.
     pub pgbench_orders_per_second: Option<f64>,
+    /// WAL bytes per order of the API run and of the pgbench run.
+    pub api_wal_bytes_per_order: Option<f64>,
+    pub pgbench_wal_bytes_per_order: Option<f64>,
 }
 
 /// Order placement while `connections` clients each hold a connection open
@@ -48,13 +52,16 @@ const ORDER: &str = r#"{"customer_email":"ada@example.com","customer_name":"Ada 
 /// transaction: the order, its items, its `order.placed` event and its three
 /// jobs (the email and the webhook with their ordering keys). The key locks
 /// `place_order` also takes are left out: they write nothing, and taking them
-/// here would need the same two extra statements.
+/// here would need the same two extra statements. So is any NOTIFY: the
+/// target is the API against the bare writes, and a NOTIFY inside the
+/// transaction serialises every commit on the notify queue's lock. The WAL
+/// bytes per order of both runs are reported side by side, as a check that
+/// they write the same.
 const PGBENCH_SCRIPT: &str = r"BEGIN;
 INSERT INTO orders (customer_email, customer_name, currency, total_cents) VALUES ('ada@example.com', 'Ada Lovelace', 'EUR', 2100) RETURNING id AS order_id \gset
 INSERT INTO order_items (order_id, sku, name, quantity, unit_price_cents) VALUES (:order_id, 'TEA-1', 'Green tea', 2, 450), (:order_id, 'MUG-2', 'Mug', 1, 1200);
 INSERT INTO order_events (order_id, seq, type) VALUES (:order_id, 1, 'order.placed') RETURNING id AS event_id \gset
 INSERT INTO jobs (order_id, kind, payload, max_attempts, ordering_key) VALUES (:order_id, 'confirmation_email', jsonb_build_object('order_id', :order_id, 'event_id', :event_id), 8, 'order-' || :order_id || '-emails'), (:order_id, 'receipt_pdf', jsonb_build_object('order_id', :order_id), 8, NULL), (:order_id, 'order_webhook', jsonb_build_object('order_id', :order_id, 'event_id', :event_id), 8, 'order-' || :order_id || '-webhooks') RETURNING id;
-SELECT pg_notify('outbox_jobs', kind) FROM unnest(ARRAY['confirmation_email', 'order_webhook', 'receipt_pdf']) AS kind;
 COMMIT;
 ";
 
@@ -64,33 +71,25 @@ pub async fn measure(url: &str, args: &BenchArgs) -> anyhow::Result<Placement> {
 
     truncate(url).await?;
     let half_open = fitting_half_open(args.half_open);
-    let settings = ApiSettings {
-        pool_size: u32::try_from(clients).unwrap_or(16).clamp(1, 64),
-        connections: ConnectionLimits {
-            // Long enough that no half-open client is dropped during its run:
-            // this measures the cost of holding them, not of dropping them.
-            header_timeout: args.api_duration * 4 + Duration::from_secs(30),
-            max_connections: half_open + clients + 64,
-            ..ConnectionLimits::default()
-        },
-        ..ApiSettings::default()
-    };
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
-    let app = Application::build(api::connect(url, &settings), settings, listener)?;
-    let app_addr = app.local_addr();
-    let endpoint = format!("http://{app_addr}/orders");
-    let stop = CancellationToken::new();
-    let server = tokio::spawn(app.run_until_stopped(stop.clone()));
+    // Long enough that no half-open client is dropped during its run: this
+    // measures the cost of holding them, not of dropping them.
+    let api = ApiUnderTest::start(
+        url,
+        clients,
+        half_open,
+        args.api_duration * 4 + Duration::from_secs(30),
+    )
+    .await?;
+    let (app_addr, endpoint) = (api.addr, api.endpoint());
 
     crate::effects::webhook::ensure_crypto_provider();
-    let client = reqwest::Client::builder()
-        .pool_max_idle_per_host(clients)
-        .build()
-        .context("building the load generator's client")?;
+    let client = load_client(clients)?;
     // Warm-up: connections, prepared plans, the pool.
     load(&client, &endpoint, clients, Duration::from_millis(500)).await;
     truncate(url).await?;
+    let wal_before = wal_mark(url).await?;
     let unloaded = load(&client, &endpoint, clients, duration).await;
+    let api_wal = wal_per_order(url, &wal_before).await?;
     let half_open = if half_open > 0 {
         let held = hold_half_open(app_addr, half_open).await?;
         truncate(url).await?;
@@ -105,20 +104,20 @@ pub async fn measure(url: &str, args: &BenchArgs) -> anyhow::Result<Placement> {
     } else {
         None
     };
-    stop.cancel();
-    server.await??;
+    api.stop().await?;
 
     truncate(url).await?;
+    let wal_before = wal_mark(url).await?;
     let pgbench = tokio::task::spawn_blocking({
         let url = url.to_owned();
         move || pgbench(&url, clients, duration)
     })
     .await?;
-    let pgbench = match pgbench {
-        Ok(rate) => Some(rate),
+    let (pgbench, pgbench_wal) = match pgbench {
+        Ok(rate) => (Some(rate), wal_per_order(url, &wal_before).await?),
         Err(error) => {
             eprintln!("  pgbench ceiling skipped: {error:#}");
-            None
+            (None, None)
         }
     };
     Ok(Placement {
@@ -128,7 +127,91 @@ pub async fn measure(url: &str, args: &BenchArgs) -> anyhow::Result<Placement> {
         api_latency: unloaded.latency(),
         half_open,
         pgbench_orders_per_second: pgbench,
+        api_wal_bytes_per_order: api_wal,
+        pgbench_wal_bytes_per_order: pgbench_wal,
     })
+}
+
+/// The WAL position now.
+async fn wal_mark(url: &str) -> anyhow::Result<String> {
+    let url = url.to_owned();
+    tokio::task::spawn_blocking(move || -> anyhow::Result<String> {
+        let mut conn = PgConnection::establish(&url)?;
+        Ok(super::stats::wal_lsn(&mut conn)?)
+    })
+    .await?
+}
+
+/// WAL bytes since `from` over the orders in the table now (`None` if none).
+async fn wal_per_order(url: &str, from: &str) -> anyhow::Result<Option<f64>> {
+    #[derive(QueryableByName)]
+    struct Count {
+        #[diesel(sql_type = diesel::sql_types::BigInt)]
+        n: i64,
+    }
+    let (url, from) = (url.to_owned(), from.to_owned());
+    tokio::task::spawn_blocking(move || -> anyhow::Result<Option<f64>> {
+        let mut conn = PgConnection::establish(&url)?;
+        let to = super::stats::wal_lsn(&mut conn)?;
+        let bytes = super::stats::wal_bytes_between(&mut conn, &from, &to)?;
+        let orders: Count =
+            diesel::sql_query("SELECT count(*) AS n FROM orders").get_result(&mut conn)?;
+        Ok((orders.n > 0).then(|| bytes as f64 / orders.n as f64))
+    })
+    .await?
+}
+
+/// The order API on a port of its own, in this process.
+pub(super) struct ApiUnderTest {
+    pub addr: std::net::SocketAddr,
+    stop: CancellationToken,
+    server: tokio::task::JoinHandle<std::io::Result<()>>,
+}
+
+impl ApiUnderTest {
+    /// Serves the API with a pool for `clients`, room for `idle` more
+    /// connections, and `header_timeout` to receive a request's head.
+    pub async fn start(
+        url: &str,
+        clients: usize,
+        idle: usize,
+        header_timeout: Duration,
+    ) -> anyhow::Result<ApiUnderTest> {
+        let settings = ApiSettings {
+            pool_size: u32::try_from(clients).unwrap_or(16).clamp(1, 64),
+            connections: ConnectionLimits {
+                header_timeout,
+                max_connections: idle + clients + 64,
+                ..ConnectionLimits::default()
+            },
+            ..ApiSettings::default()
+        };
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
+        let app = Application::build(api::connect(url, &settings), settings, listener)?;
+        let addr = app.local_addr();
+        let stop = CancellationToken::new();
+        let server = tokio::spawn(app.run_until_stopped(stop.clone()));
+        Ok(ApiUnderTest { addr, stop, server })
+    }
+
+    pub fn endpoint(&self) -> String {
+        format!("http://{}/orders", self.addr)
+    }
+
+    pub async fn stop(self) -> anyhow::Result<()> {
+        self.stop.cancel();
+        self.server.await??;
+        Ok(())
+    }
+}
+
+/// An HTTP client that keeps a connection per load client.
+pub(super) fn load_client(clients: usize) -> anyhow::Result<reqwest::Client> {
+    crate::effects::webhook::ensure_crypto_provider();
+    reqwest::Client::builder()
+        .pool_max_idle_per_host(clients)
+        .build()
+        .context("building the load generator's client")
 }
 
 /// `wanted`, or fewer when this process's open-files limit cannot hold them:
@@ -174,16 +257,16 @@ async fn hold_half_open(
 }
 
 /// What one load run saw.
-struct LoadRun {
-    ok: u64,
-    errors: u64,
+pub(super) struct LoadRun {
+    pub ok: u64,
+    pub errors: u64,
     elapsed: Duration,
     /// Microseconds to each `201`, unsorted.
     micros: Vec<u64>,
 }
 
 impl LoadRun {
-    fn rate(&self) -> f64 {
+    pub fn rate(&self) -> f64 {
         self.ok as f64 / self.elapsed.as_secs_f64()
     }
     fn latency(&self) -> Latency {
@@ -200,17 +283,38 @@ async fn load(
     clients: usize,
     duration: Duration,
 ) -> LoadRun {
+    let stop = CancellationToken::new();
+    let timer = tokio::spawn({
+        let stop = stop.clone();
+        async move {
+            tokio::time::sleep(duration).await;
+            stop.cancel();
+        }
+    });
+    let run = load_until(client.clone(), endpoint.to_owned(), clients, stop).await;
+    timer.abort();
+    run
+}
+
+/// `clients` loops posting orders until `stop` is cancelled (each finishes
+/// the request it has in flight).
+pub(super) async fn load_until(
+    client: reqwest::Client,
+    endpoint: String,
+    clients: usize,
+    stop: CancellationToken,
+) -> LoadRun {
     let ok = Arc::new(AtomicU64::new(0));
     let errors = Arc::new(AtomicU64::new(0));
     let started = Instant::now();
-    let deadline = started + duration;
     let mut tasks = tokio::task::JoinSet::new();
     for _ in 0..clients {
-        let (client, endpoint) = (client.clone(), endpoint.to_owned());
+        let (client, endpoint) = (client.clone(), endpoint.clone());
         let (ok, errors) = (Arc::clone(&ok), Arc::clone(&errors));
+        let stop = stop.clone();
         tasks.spawn(async move {
             let mut micros = Vec::new();
-            while Instant::now() < deadline {
+            while !stop.is_cancelled() {
                 let sent_at = Instant::now();
                 let sent = client
                     .post(&endpoint)
@@ -244,11 +348,11 @@ async fn load(
     }
 }
 
-async fn truncate(url: &str) -> anyhow::Result<()> {
+pub(super) async fn truncate(url: &str) -> anyhow::Result<()> {
     let url = url.to_owned();
     tokio::task::spawn_blocking(move || -> anyhow::Result<()> {
         let mut conn = PgConnection::establish(&url)?;
-        diesel::sql_query("TRUNCATE orders, order_items, order_events, jobs, receipts")
+        diesel::sql_query("TRUNCATE orders, order_items, order_events, jobs, jobs_done, receipts")
             .execute(&mut conn)?;
         diesel::sql_query("VACUUM ANALYZE orders").execute(&mut conn)?;
         Ok(())

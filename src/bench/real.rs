@@ -41,6 +41,7 @@ pub async fn measure(url: &str, args: &BenchArgs, batch: usize) -> anyhow::Resul
             ("WEBHOOK_SECRET", SECRET.to_owned()),
         ],
         enqueue: enqueue_orders,
+        pin: None,
     };
     let (owned_url, concurrency) = (url.to_owned(), args.concurrency);
     let run = tokio::task::spawn_blocking(move || {
@@ -63,11 +64,11 @@ pub async fn measure(url: &str, args: &BenchArgs, batch: usize) -> anyhow::Resul
 }
 
 /// Inserts `jobs / 2` orders (one item each) and their email and webhook jobs,
-/// in one transaction, and returns the database's clock at commit.
+/// in one transaction; the marks hold the database's clock at commit.
 fn enqueue_orders(
     conn: &mut PgConnection,
     jobs: usize,
-) -> anyhow::Result<chrono::DateTime<chrono::Utc>> {
+) -> anyhow::Result<super::stats::EnqueueMarks> {
     let orders = i64::try_from(jobs / 2).unwrap_or(i64::MAX);
     super::enqueue_timed(
         conn,

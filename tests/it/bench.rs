@@ -21,6 +21,8 @@ fn bench_runs_a_small_workload_and_reports_every_figure() {
             "real",
             "--real-jobs",
             "200",
+            "--pinned-horizon",
+            "30s",
         ])
         .env("DATABASE_URL", crate::support::db::admin_url())
         .env_remove("RUST_LOG")
@@ -64,7 +66,39 @@ fn bench_runs_a_small_workload_and_reports_every_figure() {
             "{run}"
         );
         assert!(run["relay_over_ceiling"].as_f64().is_some(), "{run}");
+        for side in ["relay", "ceiling"] {
+            assert_sane_cost(&run[side]["cost"], side);
+        }
     }
+    // The ceiling moves every done job to jobs_done, and its claim is a HOT
+    // update: an enqueued job's entries (the key and the two claim indexes)
+    // are all it writes, give or take a claim that found no room on its page.
+    let ceiling = &drain[0]["ceiling"]["cost"];
+    assert_eq!(ceiling["jobs_deletes"], 300, "{ceiling}");
+    assert_eq!(ceiling["jobs_done_inserts"], 300, "{ceiling}");
+    assert!(
+        ceiling["index_entries_per_job"]
+            .as_f64()
+            .is_some_and(|n| (3.0..=5.0).contains(&n)),
+        "{ceiling}"
+    );
+    // The pinned drain ran next to the unpinned one and is set against it.
+    let pinned = &report["pinned_horizon"];
+    assert!(
+        pinned["pinned_over_unpinned"]
+            .as_f64()
+            .is_some_and(|r| r > 0.0),
+        "{pinned}"
+    );
+    assert!(
+        pinned["held_seconds"].as_f64().is_some_and(|s| s > 0.0),
+        "{pinned}"
+    );
+    assert_sane_cost(&pinned["pinned"]["cost"], "pinned");
+    assert!(
+        stdout.contains("per-job database cost") && stdout.contains("pinned horizon ("),
+        "{stdout}"
+    );
     // Every email and webhook reached its sink (the bench checks), and the
     // run is set against the noop drain.
     let real = &report["real_effects"];
@@ -80,6 +114,18 @@ fn bench_runs_a_small_workload_and_reports_every_figure() {
     );
     assert!(stdout.contains("relay, real effects"), "{stdout}");
     assert_eq!(report["latency_ms"]["samples"], 20);
+    // Latency again, while the API takes orders.
+    let loaded = &report["latency_loaded_ms"];
+    assert_eq!(loaded["samples"], 20, "{loaded}");
+    assert!(loaded["p99"].as_f64().is_some_and(|p| p > 0.0), "{loaded}");
+    assert!(
+        loaded["api_orders_per_second"]
+            .as_f64()
+            .is_some_and(|r| r > 0.0),
+        "{loaded}"
+    );
+    assert_eq!(loaded["api_errors"], 0, "{loaded}");
+    assert!(stdout.contains("latency under load"), "{stdout}");
     assert!(
         report["latency_ms"]["p50"]
             .as_f64()
@@ -91,6 +137,21 @@ fn bench_runs_a_small_workload_and_reports_every_figure() {
             .is_some_and(|r| r > 0.0)
     );
     assert_eq!(report["placement"]["api_errors"], 0);
+    assert!(
+        report["placement"]["api_wal_bytes_per_order"]
+            .as_f64()
+            .is_some_and(|b| b > 0.0),
+        "{report}"
+    );
+    // pgbench writes what the API writes (it may be missing: no pgbench).
+    if report["placement"]["pgbench_orders_per_second"].is_number() {
+        assert!(
+            report["placement"]["pgbench_wal_bytes_per_order"]
+                .as_f64()
+                .is_some_and(|b| b > 0.0),
+            "{report}"
+        );
+    }
     // POST /orders latency, alone and with half-open connections held open.
     let placement = &report["placement"];
     assert!(
@@ -127,4 +188,39 @@ fn bench_runs_a_small_workload_and_reports_every_figure() {
     .get_result(&mut conn)
     .expect("count");
     assert_eq!(left.n, 0, "the scratch database was left behind");
+}
+
+/// A drain's cost line carries real numbers: WAL written, index entries in
+/// the range a bench job can cost, a share that is a share.
+fn assert_sane_cost(cost: &serde_json::Value, side: &str) {
+    for key in ["wal_bytes_per_job_enqueue", "wal_bytes_per_job_drain"] {
+        assert!(
+            cost[key].as_f64().is_some_and(|b| b > 0.0),
+            "{side} {key}: {cost}"
+        );
+    }
+    let entries = cost["index_entries_per_job"].as_f64();
+    assert!(
+        entries.is_some_and(|n| (1.0..=12.0).contains(&n)),
+        "{side}: {cost}"
+    );
+    // Where the WAL could be read, it agrees with the formula.
+    if let (Some(estimate), Some(counted)) =
+        (entries, cost["index_entries_per_job_from_wal"].as_f64())
+    {
+        assert!((estimate - counted).abs() <= 0.5, "{side}: {cost}");
+    }
+    assert!(
+        cost["hot_update_share"]
+            .as_f64()
+            .is_some_and(|s| (0.0..=1.0).contains(&s)),
+        "{side}: {cost}"
+    );
+    assert!(
+        cost["heap_buffers_per_job"]
+            .as_f64()
+            .is_some_and(|b| b > 0.0),
+        "{side}: {cost}"
+    );
+    assert!(cost["dead_tuples_after"].is_i64(), "{side}: {cost}");
 }
