@@ -172,7 +172,22 @@ async fn a_retried_or_rerun_receipt_job_never_stores_a_second_receipt() {
     assert_eq!(first.len(), 1);
     assert_eq!(first[0].0, order_id);
 
-    // An operator runs the finished job again.
+    // An operator runs the finished job again: back from the archive into
+    // jobs (where a relay that moves done jobs has put it), then due.
+    diesel::sql_query(
+        "WITH moved AS (DELETE FROM jobs_done WHERE id = $1 \
+             RETURNING id, order_id, kind, payload, status, run_after, attempts, max_attempts, \
+                       locked_by, locked_at, lease_expires_at, created_at, finished_at, \
+                       last_error, lease_token, trace_context, ordering_key, blocked) \
+         INSERT INTO jobs (id, order_id, kind, payload, status, run_after, attempts, \
+                           max_attempts, locked_by, locked_at, lease_expires_at, created_at, \
+                           finished_at, last_error, lease_token, trace_context, ordering_key, \
+                           blocked) \
+         SELECT * FROM moved",
+    )
+    .bind::<diesel::sql_types::BigInt, _>(job_id)
+    .execute(&mut conn)
+    .expect("bring the job back from the archive");
     diesel::update(jobs::table.find(job_id))
         .set((
             jobs::status.eq("pending"),
