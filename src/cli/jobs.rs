@@ -50,10 +50,14 @@ pub enum JobsCommand {
     #[command(after_help = "Examples:\n  \
         outbox-relay jobs cancel 17 18")]
     Cancel(CancelArgs),
-    /// Delete done jobs that finished longer ago than --older-than, in batches.
+    /// Delete done jobs that finished longer ago than --older-than.
     ///
-    /// Each batch is its own short transaction, so pruning millions of rows never
-    /// holds a long lock; progress is shown when it takes more than one batch.
+    /// Done jobs live in jobs_done, one partition per day (UTC) of finished_at:
+    /// a day whose every job is older than --older-than is dropped whole, so a
+    /// done job is kept at least --older-than and at most one day more. The
+    /// rare rows of days that had no partition (jobs_done_default) are deleted
+    /// in batches, each its own short transaction. Each drop waits at most 2s
+    /// for its lock and is retried, so relays are never held up for long.
     #[command(after_help = "Examples:\n  \
         outbox-relay jobs prune --older-than 7d --dry-run\n  \
         outbox-relay jobs prune --older-than 30d")]
@@ -145,13 +149,15 @@ pub struct CancelArgs {
 pub struct PruneArgs {
     #[command(flatten)]
     db: DatabaseArgs,
-    /// Delete done jobs whose finished_at is older than this: 7d, 12h, 30m.
+    /// Delete done jobs whose finished_at is older than this: 7d, 12h, 30m
+    /// (whole days go once the whole day is older than this).
     #[arg(long, value_name = "DURATION", value_parser = parse_positive_duration)]
     older_than: Duration,
     /// Count what would be deleted, and delete nothing.
     #[arg(long)]
     dry_run: bool,
-    /// Rows deleted per transaction.
+    /// Rows deleted per transaction from jobs_done_default (whole days are
+    /// dropped, not deleted, so this does not apply to them).
     #[arg(long, default_value_t = 1000, value_parser = parse_count)]
     batch_size: usize,
 }
@@ -468,13 +474,11 @@ async fn prune(args: PruneArgs) -> anyhow::Result<()> {
         );
         return Ok(());
     }
-    if total == 0 {
-        println!("nothing to prune: no done jobs finished more than {age} ago");
-        return Ok(());
-    }
     let batch = i64::try_from(args.batch_size).unwrap_or(i64::MAX);
     let total = u64::try_from(total).unwrap_or(0);
     let mut progress = Progress::new(total, total > batch as u64);
+    // Runs even when nothing is due: it also creates the coming days'
+    // partitions and drops old empty ones.
     let report = with_conn(&args.db, move |conn| {
         let report =
             outbox::prune_done_jobs(conn, older_than, batch, |deleted| progress.update(deleted));
@@ -482,11 +486,46 @@ async fn prune(args: PruneArgs) -> anyhow::Result<()> {
         report.context("pruning done jobs")
     })
     .await?;
-    println!(
-        "deleted {} that finished more than {age} ago, in {}",
-        count_of(report.deleted, "done job", "done jobs"),
-        count_of(report.batches, "batch", "batches")
-    );
+    if report.deleted == 0 {
+        println!("nothing to prune: no done jobs finished more than {age} ago");
+    } else {
+        // Whole days go as dropped partitions, strays as batched deletes;
+        // the line names the ways that were used.
+        let ways: Vec<String> = [
+            (report.partitions_dropped > 0).then(|| {
+                count_of(
+                    report.partitions_dropped,
+                    "dropped daily partition",
+                    "dropped daily partitions",
+                )
+            }),
+            (report.batches > 0).then(|| count_of(report.batches, "batch", "batches")),
+        ]
+        .into_iter()
+        .flatten()
+        .collect();
+        println!(
+            "deleted {} that finished more than {age} ago, in {}",
+            count_of(report.deleted, "done job", "done jobs"),
+            ways.join(" and ")
+        );
+    }
+    if report.partitions_busy > 0 {
+        anyhow::bail!(
+            "{} stayed locked by other sessions (readers of jobs_all) and {} kept; \
+             run the prune again",
+            count_of(
+                report.partitions_busy,
+                "daily partition due for dropping",
+                "daily partitions due for dropping"
+            ),
+            if report.partitions_busy == 1 {
+                "was"
+            } else {
+                "were"
+            }
+        );
+    }
     Ok(())
 }
 

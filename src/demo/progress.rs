@@ -3,9 +3,10 @@
 //! counts), and above them a line for each event worth a person's attention:
 //! a failed attempt and its retry, a success after retries, a job given up.
 //!
-//! Everything comes from the `jobs` table, read a few times a second, so
-//! what is shown is the queue's real state, not the demo's idea of it. When
-//! stdout is not a terminal the bars are hidden and events print as plain lines.
+//! Everything comes from `jobs_all` (the live jobs and the archive of done
+//! ones), read a few times a second, so what is shown is the queue's real
+//! state, not the demo's idea of it. When stdout is not a terminal the bars
+//! are hidden and events print as plain lines.
 
 use std::collections::HashMap;
 use std::time::Duration;
@@ -15,11 +16,11 @@ use diesel::prelude::*;
 use indicatif::{MultiProgress, ProgressBar, ProgressDrawTarget, ProgressStyle};
 
 use crate::orders::ORDER_JOB_KINDS;
-use crate::schema::jobs;
+use crate::schema::jobs_all;
 
 /// A job as the demo watches it.
 #[derive(Debug, Clone, Queryable, Selectable)]
-#[diesel(table_name = jobs)]
+#[diesel(table_name = jobs_all)]
 pub struct JobState {
     pub id: i64,
     pub order_id: Option<i64>,
@@ -42,9 +43,11 @@ impl JobState {
     }
 }
 
+/// Every job, done ones included (`jobs_all`): the demo's database holds only
+/// its own few dozen jobs, so reading them all is cheap.
 pub fn load_jobs(conn: &mut PgConnection) -> QueryResult<Vec<JobState>> {
-    jobs::table
-        .order(jobs::id)
+    jobs_all::table
+        .order(jobs_all::id)
         .select(JobState::as_select())
         .load(conn)
 }

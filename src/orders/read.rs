@@ -4,7 +4,7 @@ use chrono::{DateTime, Utc};
 use diesel::prelude::*;
 use serde::Serialize;
 
-use crate::schema::{jobs, order_events, order_items, orders};
+use crate::schema::{jobs_all, order_events, order_items, orders};
 
 #[derive(Debug, Clone, Queryable, Selectable, Serialize)]
 #[diesel(table_name = orders)]
@@ -37,7 +37,7 @@ impl OrderItem {
 
 /// A job as shown with its order.
 #[derive(Debug, Clone, Queryable, Selectable, Serialize)]
-#[diesel(table_name = jobs)]
+#[diesel(table_name = jobs_all)]
 pub struct OrderJob {
     pub id: i64,
     pub kind: String,
@@ -123,11 +123,13 @@ pub fn load_event(conn: &mut PgConnection, event_id: i64) -> QueryResult<Option<
         .optional()
 }
 
-/// The jobs of one order, oldest first.
+/// The jobs of one order, oldest first, wherever they live: `jobs_all` is
+/// `jobs` (found through jobs_order_id_idx) and the archive of done jobs
+/// (jobs_done_order_id_brin in each partition: a few page ranges).
 pub fn load_order_jobs(conn: &mut PgConnection, order_id: i64) -> QueryResult<Vec<OrderJob>> {
-    jobs::table
-        .filter(jobs::order_id.eq(order_id))
-        .order(jobs::id)
+    jobs_all::table
+        .filter(jobs_all::order_id.eq(order_id))
+        .order(jobs_all::id)
         .select(OrderJob::as_select())
         .load(conn)
 }

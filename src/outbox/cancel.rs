@@ -67,12 +67,13 @@ pub fn cancel_jobs(conn: &mut PgConnection, ids: &[i64]) -> QueryResult<CancelRe
     ids.sort_unstable();
     ids.dedup();
     conn.transaction(|conn| {
-        let found: Vec<(i64, String)> = jobs::table
+        let mut found: Vec<(i64, String)> = jobs::table
             .filter(jobs::id.eq_any(&ids))
             .select((jobs::id, jobs::status))
             .order(jobs::id)
             .for_update()
             .load(conn)?;
+        found.extend(super::admin::archived_statuses(conn, &ids, &found)?);
         let refused: Vec<CancelRefusal> = ids
             .iter()
             .filter_map(|id| {

@@ -9,7 +9,7 @@ use diesel::connection::SimpleConnection as _;
 use diesel::prelude::*;
 use outbox_relay::api::{self, MAX_BODY_BYTES};
 use outbox_relay::effects::receipt::store_receipt;
-use outbox_relay::schema::{jobs, receipts};
+use outbox_relay::schema::{jobs_all, receipts};
 use reqwest::StatusCode;
 use serde_json::{Value, json};
 
@@ -92,8 +92,8 @@ async fn jobs_get_max_attempts_from_the_settings() {
             .all(|j| j["max_attempts"] == 3),
         "{created}"
     );
-    let stored: Vec<i32> = jobs::table
-        .select(jobs::max_attempts)
+    let stored: Vec<i32> = jobs_all::table
+        .select(jobs_all::max_attempts)
         .load(&mut app.db.conn())
         .expect("jobs");
     assert_eq!(stored, [3, 3, 3]);

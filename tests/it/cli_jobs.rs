@@ -5,10 +5,10 @@ use std::process::{Command, Output};
 
 use diesel::prelude::*;
 use outbox_relay::orders::place_order;
-use outbox_relay::schema::jobs;
+use outbox_relay::schema::{jobs, jobs_all};
 use serde_json::Value;
 
-use crate::support::{TestDb, sample_order, status_counts};
+use crate::support::{TestDb, make_done, sample_order, status_counts};
 
 fn outbox_relay(database_url: Option<&str>, args: &[&str]) -> Output {
     let mut cmd = Command::new(env!("CARGO_BIN_EXE_outbox-relay"));
@@ -74,18 +74,18 @@ fn set_failed(conn: &mut PgConnection, id: i64, error: &str) {
 }
 
 fn set_done_days_ago(conn: &mut PgConnection, id: i64, days: i32) {
-    diesel::sql_query(format!(
-        "UPDATE jobs SET status = 'done', attempts = 1, \
-         finished_at = now() - interval '{days} days' WHERE id = {id}"
-    ))
-    .execute(conn)
-    .expect("finish job");
+    let moved = make_done(
+        conn,
+        &format!("id = {id}"),
+        &format!("now() - interval '{days} days'"),
+    );
+    assert_eq!(moved, 1, "job {id} moved to jobs_done");
 }
 
 fn status_of(conn: &mut PgConnection, id: i64) -> (String, i32, Option<String>) {
-    jobs::table
+    jobs_all::table
         .find(id)
-        .select((jobs::status, jobs::attempts, jobs::last_error))
+        .select((jobs_all::status, jobs_all::attempts, jobs_all::last_error))
         .first(conn)
         .expect("job")
 }
@@ -439,7 +439,7 @@ fn prune_dry_run_counts_and_deletes_nothing_then_prune_deletes_only_old_done_job
         "{}",
         stdout(&out)
     );
-    assert_eq!(jobs::table.count().get_result::<i64>(&mut conn), Ok(6));
+    assert_eq!(jobs_all::table.count().get_result::<i64>(&mut conn), Ok(6));
 
     let out = jobs_cmd(&db, &["prune", "--older-than", "7d", "--batch-size", "1"]);
     assert_ok(&out);
@@ -449,9 +449,9 @@ fn prune_dry_run_counts_and_deletes_nothing_then_prune_deletes_only_old_done_job
         stdout(&out)
     );
     assert!(stderr(&out).contains("of ~3"), "progress: {}", stderr(&out));
-    let left: Vec<i64> = jobs::table
-        .select(jobs::id)
-        .order(jobs::id)
+    let left: Vec<i64> = jobs_all::table
+        .select(jobs_all::id)
+        .order(jobs_all::id)
         .load(&mut conn)
         .expect("jobs");
     assert_eq!(left, orders[1].1, "recent done and failed jobs stay");
@@ -463,6 +463,44 @@ fn prune_dry_run_counts_and_deletes_nothing_then_prune_deletes_only_old_done_job
         "{}",
         stdout(&out)
     );
+}
+
+#[test]
+fn prune_drops_whole_days_of_done_jobs_and_says_so() {
+    let db = TestDb::new();
+    let mut conn = db.conn();
+    diesel::sql_query("SELECT jobs_done_ensure_partitions(now() - interval '10 days', 2)")
+        .execute(&mut conn)
+        .expect("partitions for the last days");
+    let orders = seed_orders(&mut conn, 2);
+    for &id in &orders[0].1 {
+        set_done_days_ago(&mut conn, id, 10);
+    }
+    set_done_days_ago(&mut conn, orders[1].1[0], 2);
+
+    let out = jobs_cmd(&db, &["prune", "--older-than", "7d", "--dry-run"]);
+    assert_ok(&out);
+    assert!(
+        stdout(&out).contains("would delete 3 done jobs that finished more than 7d ago"),
+        "{}",
+        stdout(&out)
+    );
+
+    let out = jobs_cmd(&db, &["prune", "--older-than", "7d"]);
+    assert_ok(&out);
+    let said = stdout(&out);
+    assert!(
+        said.contains("deleted 3 done jobs that finished more than 7d ago, in ")
+            && said.contains("dropped daily partitions")
+            && !said.contains("batch"),
+        "whole days are dropped, no row is deleted: {said}"
+    );
+    let left: Vec<i64> = jobs_all::table
+        .filter(jobs_all::status.eq("done"))
+        .select(jobs_all::id)
+        .load(&mut conn)
+        .expect("jobs");
+    assert_eq!(left, [orders[1].1[0]], "the job done 2 days ago stays");
 }
 
 #[test]

@@ -8,7 +8,7 @@ use outbox_relay::effects::email::{EmailConfig, Mailer};
 use outbox_relay::effects::receipt::ReceiptSettings;
 use outbox_relay::effects::{EffectError, Effects, Executor};
 use outbox_relay::orders::{NewOrder, Order, load_order, place_order};
-use outbox_relay::schema::jobs;
+use outbox_relay::schema::jobs_all;
 
 use crate::support::smtp::{Mail, SmtpSink};
 use crate::support::{
@@ -32,10 +32,10 @@ fn place(conn: &mut PgConnection, name: &str, max_attempts: i32) -> (i64, i64) {
     let order_id = place_order(conn, &order, None, max_attempts)
         .expect("place order")
         .order_id();
-    let job_id = jobs::table
-        .filter(jobs::order_id.eq(order_id))
-        .filter(jobs::kind.eq("confirmation_email"))
-        .select(jobs::id)
+    let job_id = jobs_all::table
+        .filter(jobs_all::order_id.eq(order_id))
+        .filter(jobs_all::kind.eq("confirmation_email"))
+        .select(jobs_all::id)
         .first(conn)
         .expect("confirmation_email job");
     (order_id, job_id)
@@ -56,9 +56,9 @@ fn email_relay(db: &TestDb, mailer: Mailer) -> RunningRelay {
 }
 
 fn job(conn: &mut PgConnection, id: i64) -> (String, i32, Option<String>) {
-    jobs::table
+    jobs_all::table
         .find(id)
-        .select((jobs::status, jobs::attempts, jobs::last_error))
+        .select((jobs_all::status, jobs_all::attempts, jobs_all::last_error))
         .first(conn)
         .expect("job row")
 }

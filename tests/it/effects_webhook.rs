@@ -15,7 +15,7 @@ use outbox_relay::effects::receipt::ReceiptSettings;
 use outbox_relay::effects::webhook::{WebhookConfig, WebhookSender};
 use outbox_relay::effects::{Effects, Executor};
 use outbox_relay::orders::{NewOrder, load_order, place_order};
-use outbox_relay::schema::jobs;
+use outbox_relay::schema::jobs_all;
 use sha2::Sha256;
 
 use crate::support::http::{Answer, HttpSink, Recorded};
@@ -40,10 +40,10 @@ fn place(conn: &mut PgConnection, max_attempts: i32) -> (i64, i64) {
     let order_id = place_order(conn, &order, None, max_attempts)
         .expect("place order")
         .order_id();
-    let job_id = jobs::table
-        .filter(jobs::order_id.eq(order_id))
-        .filter(jobs::kind.eq("order_webhook"))
-        .select(jobs::id)
+    let job_id = jobs_all::table
+        .filter(jobs_all::order_id.eq(order_id))
+        .filter(jobs_all::kind.eq("order_webhook"))
+        .select(jobs_all::id)
         .first(conn)
         .expect("order_webhook job");
     (order_id, job_id)
@@ -72,13 +72,13 @@ struct JobState {
 }
 
 fn job(conn: &mut PgConnection, id: i64) -> JobState {
-    jobs::table
+    jobs_all::table
         .find(id)
         .select((
-            jobs::status,
-            jobs::attempts,
-            jobs::last_error,
-            jobs::run_after,
+            jobs_all::status,
+            jobs_all::attempts,
+            jobs_all::last_error,
+            jobs_all::run_after,
         ))
         .first(conn)
         .expect("job row")

@@ -18,5 +18,6 @@ mod metrics;
 mod orders;
 mod outbox;
 mod relay;
+mod retention;
 mod trace;
 mod workflow;

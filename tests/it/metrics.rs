@@ -25,6 +25,18 @@ async fn scrape(client: &reqwest::Client, url: &str) -> String {
     response.text().await.expect("metrics text")
 }
 
+/// Scrapes until `ready` holds of the text or 10 seconds pass; the last text.
+async fn scrape_until(client: &reqwest::Client, url: &str, ready: impl Fn(&str) -> bool) -> String {
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    loop {
+        let text = scrape(client, url).await;
+        if ready(&text) || std::time::Instant::now() >= deadline {
+            return text;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn metrics_show_http_requests_and_job_counters_moving_after_a_job_runs() {
     let _gauge = GAUGE.lock().await;
@@ -49,7 +61,12 @@ async fn metrics_show_http_requests_and_job_counters_moving_after_a_job_runs() {
     })
     .await;
     relay.stop().await;
-    let after = scrape(&app.client, &metrics_url).await;
+    // The done count comes from the archive's statistics, which trail the
+    // relay's commit by about a second (see queue_depth.sql).
+    let after = scrape_until(&app.client, &metrics_url, |text| {
+        crate::support::metric(text, "outbox_jobs", &[("status", "done")]) == 1.0
+    })
+    .await;
 
     let kind = [("kind", KIND)];
     assert_eq!(
@@ -144,6 +161,28 @@ async fn the_relays_metrics_endpoint_serves_queue_depth_and_health() {
     server.await.expect("task").expect("serve_metrics");
 }
 
+/// `queue_depth` until `done` reaches `expected` or `timeout` passes: the
+/// archive's count is PostgreSQL's live-row counter, which a backend flushes
+/// to the shared statistics when idle, at most once a second unless asked.
+fn queue_depth_once_done_is(
+    conn: &mut diesel::PgConnection,
+    expected: i64,
+    timeout: Duration,
+) -> QueueDepth {
+    use diesel::RunQueryDsl as _;
+    let deadline = std::time::Instant::now() + timeout;
+    loop {
+        diesel::sql_query("SELECT pg_stat_force_next_flush()")
+            .execute(conn)
+            .expect("flush statistics");
+        let depth = queue_depth(conn).expect("queue depth");
+        if depth.done == expected || std::time::Instant::now() >= deadline {
+            return depth;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
 #[test]
 fn queue_depth_counts_jobs_by_status() {
     let db = TestDb::new();
@@ -153,11 +192,7 @@ fn queue_depth_counts_jobs_by_status() {
         outbox_relay::orders::place_order(&mut conn, &sample_order(), None, 8).expect("place");
     }
     use diesel::RunQueryDsl as _;
-    diesel::sql_query(
-        "UPDATE jobs SET status = 'done', finished_at = now() WHERE kind = 'receipt_pdf'",
-    )
-    .execute(&mut conn)
-    .expect("done");
+    crate::support::make_done(&mut conn, "kind = 'receipt_pdf'", "now()");
     diesel::sql_query(
         "UPDATE jobs SET status = 'failed', finished_at = now() \
          WHERE id = (SELECT min(id) FROM jobs WHERE kind = 'order_webhook')",
@@ -174,13 +209,66 @@ fn queue_depth_counts_jobs_by_status() {
     .expect("processing");
 
     assert_eq!(
-        queue_depth(&mut conn),
-        Ok(QueueDepth {
+        queue_depth_once_done_is(&mut conn, 2, Duration::from_secs(10)),
+        QueueDepth {
             pending: 2,
             processing: 1,
             done: 2,
             failed: 1,
             cancelled: 0
-        })
+        }
     );
+}
+
+#[test]
+fn queue_depth_counts_done_jobs_from_the_archives_statistics_not_its_rows() {
+    use diesel::RunQueryDsl as _;
+    let db = TestDb::new();
+    let mut conn = db.conn();
+    diesel::sql_query("SELECT jobs_done_ensure_partitions(now() - interval '3 days', 2)")
+        .execute(&mut conn)
+        .expect("partitions");
+    for _ in 0..3 {
+        outbox_relay::orders::place_order(&mut conn, &sample_order(), None, 8).expect("place");
+    }
+    // Done on three different days and in the default partition (40 days ago
+    // has none): every partition's counter is summed.
+    crate::support::make_done(&mut conn, "kind = 'receipt_pdf'", "now()");
+    crate::support::make_done(
+        &mut conn,
+        "kind = 'order_webhook'",
+        "now() - interval '2 days'",
+    );
+    crate::support::make_done(
+        &mut conn,
+        "id = (SELECT min(id) FROM jobs WHERE kind = 'confirmation_email')",
+        "now() - interval '40 days'",
+    );
+    // A job the relay finished before it moved done jobs to the archive.
+    diesel::sql_query(
+        "UPDATE jobs SET status = 'done', attempts = 1, finished_at = now() \
+         WHERE id = (SELECT max(id) FROM jobs WHERE kind = 'confirmation_email')",
+    )
+    .execute(&mut conn)
+    .expect("a done job left in jobs");
+
+    let depth = queue_depth_once_done_is(&mut conn, 3 + 3 + 1 + 1, Duration::from_secs(10));
+
+    assert_eq!(
+        depth,
+        QueueDepth {
+            pending: 1,
+            processing: 0,
+            done: 8,
+            failed: 0,
+            cancelled: 0
+        },
+        "the archive's 7 from its statistics, and the one still in jobs"
+    );
+
+    // A prune drops the old rows; the counter follows.
+    outbox_relay::outbox::prune_done_jobs(&mut conn, Duration::from_secs(86_400), 100, |_| {})
+        .expect("prune");
+    let depth = queue_depth_once_done_is(&mut conn, 4, Duration::from_secs(10));
+    assert_eq!(depth.done, 4, "3 of today and the one in jobs: {depth:?}");
 }

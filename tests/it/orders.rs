@@ -5,7 +5,7 @@ use outbox_relay::orders::{
     IdempotencyKey, PlaceOrderError, Placement, load_order, load_order_jobs, place_order,
 };
 use outbox_relay::outbox::{NewJob, enqueue};
-use outbox_relay::schema::{jobs, order_items, orders};
+use outbox_relay::schema::{jobs_all, order_items, orders};
 
 use crate::support::{TestDb, order_json, sample_order};
 
@@ -67,7 +67,7 @@ fn a_failure_after_the_order_insert_leaves_nothing_behind() {
         0
     );
     assert_eq!(
-        jobs::table
+        jobs_all::table
             .count()
             .get_result::<i64>(&mut conn)
             .expect("count"),
@@ -86,7 +86,7 @@ fn an_enqueue_inside_a_callers_transaction_that_rolls_back_leaves_no_job() {
     });
     assert!(result.is_err());
     assert_eq!(
-        jobs::table
+        jobs_all::table
             .count()
             .get_result::<i64>(&mut conn)
             .expect("count"),
@@ -96,7 +96,7 @@ fn an_enqueue_inside_a_callers_transaction_that_rolls_back_leaves_no_job() {
     conn.transaction(|conn| enqueue(conn, &NewJob::new("noop", serde_json::json!({}))))
         .expect("committed enqueue");
     assert_eq!(
-        jobs::table
+        jobs_all::table
             .count()
             .get_result::<i64>(&mut conn)
             .expect("count"),
@@ -130,7 +130,7 @@ fn the_same_idempotency_key_returns_the_same_order_and_a_different_body_conflict
         1
     );
     assert_eq!(
-        jobs::table
+        jobs_all::table
             .count()
             .get_result::<i64>(&mut conn)
             .expect("count"),

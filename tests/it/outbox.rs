@@ -10,7 +10,7 @@ use outbox_relay::outbox::{
     ClaimRequest, Finish, JobLease, NewJob, Outcome, ReapRequest, claim_jobs, enqueue_many,
     extend_leases, finish_jobs, reap_expired_leases, release_jobs,
 };
-use outbox_relay::schema::jobs;
+use outbox_relay::schema::jobs_all;
 
 use crate::support::{TestDb, count};
 
@@ -146,11 +146,12 @@ fn a_claim_takes_due_jobs_of_its_kinds_oldest_first_and_counts_the_attempt() {
         ids[3..].iter().copied().collect(),
         "only due noop jobs are claimed"
     );
-    let (locked_by, lease): (Option<String>, Option<chrono::DateTime<chrono::Utc>>) = jobs::table
-        .find(ids[4])
-        .select((jobs::locked_by, jobs::lease_expires_at))
-        .first(&mut conn)
-        .expect("job");
+    let (locked_by, lease): (Option<String>, Option<chrono::DateTime<chrono::Utc>>) =
+        jobs_all::table
+            .find(ids[4])
+            .select((jobs_all::locked_by, jobs_all::lease_expires_at))
+            .first(&mut conn)
+            .expect("job");
     assert_eq!(locked_by.as_deref(), Some("w2"));
     assert!(lease.expect("lease set") > chrono::Utc::now() + chrono::Duration::seconds(50));
 }
@@ -273,9 +274,9 @@ fn a_zombies_late_completion_and_failure_change_nothing() {
     assert!(heartbeat.extended.is_empty() && heartbeat.busy.is_empty());
     assert_eq!(heartbeat.lost.len(), 1);
 
-    let (status, locked_by): (String, Option<String>) = jobs::table
+    let (status, locked_by): (String, Option<String>) = jobs_all::table
         .find(id)
-        .select((jobs::status, jobs::locked_by))
+        .select((jobs_all::status, jobs_all::locked_by))
         .first(&mut conn)
         .expect("job");
     assert_eq!(
@@ -319,9 +320,14 @@ fn an_expired_lease_is_reaped_to_pending_or_to_failed_when_out_of_attempts() {
     })
     .expect("reap");
     assert_eq!((report.requeued, report.failed), (1, 1));
-    let rows: Vec<(i64, String, Option<String>, chrono::DateTime<chrono::Utc>)> = jobs::table
-        .select((jobs::id, jobs::status, jobs::last_error, jobs::run_after))
-        .order(jobs::id)
+    let rows: Vec<(i64, String, Option<String>, chrono::DateTime<chrono::Utc>)> = jobs_all::table
+        .select((
+            jobs_all::id,
+            jobs_all::status,
+            jobs_all::last_error,
+            jobs_all::run_after,
+        ))
+        .order(jobs_all::id)
         .load(&mut conn)
         .expect("jobs");
     let by_id = |id: i64| rows.iter().find(|r| r.0 == id).expect("row").clone();
@@ -384,8 +390,8 @@ fn released_jobs_go_back_to_pending_without_spending_an_attempt() {
     );
     assert_eq!(release_jobs(&mut conn, &leases).expect("release").len(), 2);
 
-    let rows: Vec<(String, i32, Option<String>)> = jobs::table
-        .select((jobs::status, jobs::attempts, jobs::locked_by))
+    let rows: Vec<(String, i32, Option<String>)> = jobs_all::table
+        .select((jobs_all::status, jobs_all::attempts, jobs_all::locked_by))
         .load(&mut conn)
         .expect("jobs");
     assert!(
@@ -419,13 +425,13 @@ fn a_retry_outcome_schedules_the_job_and_keeps_the_error() {
         chrono::DateTime<chrono::Utc>,
         Option<String>,
         Option<String>,
-    ) = jobs::table
+    ) = jobs_all::table
         .find(id)
         .select((
-            jobs::status,
-            jobs::run_after,
-            jobs::last_error,
-            jobs::locked_by,
+            jobs_all::status,
+            jobs_all::run_after,
+            jobs_all::last_error,
+            jobs_all::locked_by,
         ))
         .first(&mut conn)
         .expect("job");
@@ -659,9 +665,9 @@ fn an_error_with_nul_bytes_control_characters_and_100_kb_is_stored_cleaned() {
     .expect("the write succeeds");
     assert_eq!(report.applied, vec![job.id]);
 
-    let stored: Option<String> = jobs::table
+    let stored: Option<String> = jobs_all::table
         .find(job.id)
-        .select(jobs::last_error)
+        .select(jobs_all::last_error)
         .first(&mut conn)
         .expect("job");
     let stored = stored.expect("an error");
@@ -818,10 +824,10 @@ fn under_a_pinned_horizon_a_claim_from_the_cursor_skips_the_dead_prefix() {
     )
     .expect("claim after");
     let ids: Vec<i64> = next.iter().map(|j| j.id).collect();
-    let expected: Vec<i64> = jobs::table
-        .filter(jobs::status.eq("processing"))
-        .select(jobs::id)
-        .order(jobs::id)
+    let expected: Vec<i64> = jobs_all::table
+        .filter(jobs_all::status.eq("processing"))
+        .select(jobs_all::id)
+        .order(jobs_all::id)
         .load(&mut conn)
         .expect("claimed");
     assert_eq!(ids, expected);

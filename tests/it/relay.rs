@@ -10,7 +10,7 @@ use diesel::prelude::*;
 use outbox_relay::effects::{EffectError, Effects, receipt::ReceiptSettings};
 use outbox_relay::outbox::{ClaimRequest, NewJob, claim_jobs, enqueue, enqueue_many};
 use outbox_relay::relay::RelayStats;
-use outbox_relay::schema::jobs;
+use outbox_relay::schema::jobs_all;
 
 use crate::support::{
     TestDb, count, executor, init_tracing, spawn_relay, test_settings, wait_until,
@@ -73,8 +73,8 @@ async fn eight_relays_run_each_of_two_thousand_jobs_exactly_once() {
         per_relay.iter().filter(|&&n| n > 0).count() >= 2,
         "work was shared: {per_relay:?}"
     );
-    let attempts: Vec<i32> = jobs::table
-        .select(jobs::attempts)
+    let attempts: Vec<i32> = jobs_all::table
+        .select(jobs_all::attempts)
         .load(&mut conn)
         .expect("attempts");
     assert!(attempts.iter().all(|&a| a == 1));
@@ -114,10 +114,10 @@ async fn a_retryable_failure_backs_off_with_growing_capped_delays_until_the_last
                 let now = Instant::now();
                 let (run_after, failing_at) = tokio::task::spawn_blocking(move || {
                     let mut conn = PgConnection::establish(&url).expect("connect");
-                    jobs::table
+                    jobs_all::table
                         .find(job.id)
                         .select((
-                            jobs::run_after,
+                            jobs_all::run_after,
                             diesel::dsl::sql::<diesel::sql_types::Timestamptz>("now()"),
                         ))
                         .first::<(chrono::DateTime<chrono::Utc>, chrono::DateTime<chrono::Utc>)>(
@@ -166,9 +166,9 @@ async fn a_retryable_failure_backs_off_with_growing_capped_delays_until_the_last
             n + 1
         );
     }
-    let (attempts, last_error): (i32, Option<String>) = jobs::table
+    let (attempts, last_error): (i32, Option<String>) = jobs_all::table
         .find(id)
-        .select((jobs::attempts, jobs::last_error))
+        .select((jobs_all::attempts, jobs_all::last_error))
         .first(&mut conn)
         .expect("job");
     assert_eq!(attempts, 5);
@@ -196,9 +196,9 @@ async fn a_permanent_error_fails_the_job_after_one_attempt() {
     .await;
     relay.stop().await;
 
-    let (attempts, last_error): (i32, Option<String>) = jobs::table
+    let (attempts, last_error): (i32, Option<String>) = jobs_all::table
         .find(id)
-        .select((jobs::attempts, jobs::last_error))
+        .select((jobs_all::attempts, jobs_all::last_error))
         .first(&mut conn)
         .expect("job");
     assert_eq!(attempts, 1);
@@ -230,8 +230,8 @@ async fn a_payload_that_does_not_decode_fails_its_job_without_hurting_the_worker
     .await;
     relay.stop().await;
 
-    let rows: HashMap<i64, (String, Option<String>)> = jobs::table
-        .select((jobs::id, jobs::status, jobs::last_error))
+    let rows: HashMap<i64, (String, Option<String>)> = jobs_all::table
+        .select((jobs_all::id, jobs_all::status, jobs_all::last_error))
         .load::<(i64, String, Option<String>)>(&mut conn)
         .expect("jobs")
         .into_iter()
@@ -297,18 +297,18 @@ async fn a_dead_workers_job_is_reaped_and_finished_by_another_relay() {
     .await;
     relay.stop().await;
 
-    let (status, attempts, locked_by): (String, i32, Option<String>) = jobs::table
+    let (status, attempts, locked_by): (String, i32, Option<String>) = jobs_all::table
         .find(id)
-        .select((jobs::status, jobs::attempts, jobs::locked_by))
+        .select((jobs_all::status, jobs_all::attempts, jobs_all::locked_by))
         .first(&mut conn)
         .expect("job");
     assert_eq!(
         (status.as_str(), attempts, locked_by.as_deref()),
         ("done", 2, Some("survivor"))
     );
-    let (status, error): (String, Option<String>) = jobs::table
+    let (status, error): (String, Option<String>) = jobs_all::table
         .find(last)
-        .select((jobs::status, jobs::last_error))
+        .select((jobs_all::status, jobs_all::last_error))
         .first(&mut conn)
         .expect("job");
     assert_eq!(status, "failed");
@@ -361,9 +361,9 @@ async fn a_heartbeat_keeps_a_long_effects_lease_alive() {
     other.stop().await;
 
     assert_eq!(runs.load(Ordering::SeqCst), 1, "the job ran once");
-    let attempts: i32 = jobs::table
+    let attempts: i32 = jobs_all::table
         .find(id)
-        .select(jobs::attempts)
+        .select(jobs_all::attempts)
         .first(&mut conn)
         .expect("job");
     assert_eq!(attempts, 1, "never reaped");
@@ -390,9 +390,9 @@ async fn a_relays_own_reaper_spares_the_jobs_it_is_still_running() {
     );
     // The lease really lapses while the effect runs.
     wait_until("the lease to expire", Duration::from_secs(10), || {
-        jobs::table
+        jobs_all::table
             .find(id)
-            .select(jobs::lease_expires_at)
+            .select(jobs_all::lease_expires_at)
             .first::<Option<chrono::DateTime<chrono::Utc>>>(&mut conn)
             .expect("job")
             .is_some_and(|lease| lease < chrono::Utc::now())
@@ -407,9 +407,9 @@ async fn a_relays_own_reaper_spares_the_jobs_it_is_still_running() {
 
     assert_eq!(runs.load(Ordering::SeqCst), 1, "the effect ran once");
     assert_eq!(reaped, 0, "its own reaper left it alone");
-    let attempts: i32 = jobs::table
+    let attempts: i32 = jobs_all::table
         .find(id)
-        .select(jobs::attempts)
+        .select(jobs_all::attempts)
         .first(&mut conn)
         .expect("job");
     assert_eq!(attempts, 1);
@@ -453,9 +453,9 @@ async fn shutdown_finishes_in_flight_effects_and_leaves_unclaimed_jobs_untouched
         None,
         "nothing left claimed: {counts:?}"
     );
-    let attempts: Vec<i32> = jobs::table
-        .filter(jobs::status.eq("pending"))
-        .select(jobs::attempts)
+    let attempts: Vec<i32> = jobs_all::table
+        .filter(jobs_all::status.eq("pending"))
+        .select(jobs_all::attempts)
         .load(&mut conn)
         .expect("jobs");
     assert!(
@@ -497,9 +497,9 @@ async fn an_effect_still_running_after_the_grace_period_is_interrupted_and_reque
         stopping.elapsed()
     );
 
-    let (status, attempts, error): (String, i32, Option<String>) = jobs::table
+    let (status, attempts, error): (String, i32, Option<String>) = jobs_all::table
         .find(id)
-        .select((jobs::status, jobs::attempts, jobs::last_error))
+        .select((jobs_all::status, jobs_all::attempts, jobs_all::last_error))
         .first(&mut conn)
         .expect("job");
     assert_eq!((status.as_str(), attempts), ("pending", 1));

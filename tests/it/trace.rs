@@ -268,8 +268,8 @@ async fn one_trace_runs_from_post_orders_through_the_relay_to_the_receivers() {
     assert!(mail_trace_ids.contains(other_trace), "{mail_trace_ids:?}");
 
     // The stored context is what the relay continued.
-    let stored: Vec<Option<serde_json::Value>> = outbox_relay::schema::jobs::table
-        .select(outbox_relay::schema::jobs::trace_context)
+    let stored: Vec<Option<serde_json::Value>> = outbox_relay::schema::jobs_all::table
+        .select(outbox_relay::schema::jobs_all::trace_context)
         .load(&mut conn)
         .expect("trace contexts");
     assert!(stored.iter().all(Option::is_some), "{stored:?}");

@@ -10,7 +10,7 @@ use outbox_relay::outbox::{
     ClaimRequest, ClaimedJob, Finish, NewJob, Outcome, blocked_keys, claim_jobs, enqueue_many,
     finish_jobs,
 };
-use outbox_relay::schema::{jobs, order_events};
+use outbox_relay::schema::{jobs_all, order_events};
 use reqwest::StatusCode;
 use serde_json::{Value, json};
 
@@ -111,10 +111,10 @@ async fn an_order_is_paid_shipped_and_delivered_with_one_event_and_its_jobs_per_
     );
     // Placement: 3 jobs; paid: a webhook; shipped: a webhook and an email;
     // delivered: a webhook.
-    let kinds: Vec<(String, Option<String>, bool)> = jobs::table
-        .filter(jobs::order_id.eq(id))
-        .order(jobs::id)
-        .select((jobs::kind, jobs::ordering_key, jobs::blocked))
+    let kinds: Vec<(String, Option<String>, bool)> = jobs_all::table
+        .filter(jobs_all::order_id.eq(id))
+        .order(jobs_all::id)
+        .select((jobs_all::kind, jobs_all::ordering_key, jobs_all::blocked))
         .load(&mut app.db.conn())
         .expect("jobs");
     let webhooks = format!("order-{id}-webhooks");
@@ -340,9 +340,9 @@ fn a_keys_jobs_are_claimed_one_at_a_time_in_enqueue_order_and_a_failed_head_bloc
         "only each key's head, and the free job"
     );
     assert!(claim(&mut conn, 10).is_empty(), "nothing else is claimable");
-    let heads = jobs::table
-        .filter(jobs::id.eq_any([a[0], b[0]]))
-        .select((jobs::id, jobs::lease_token))
+    let heads = jobs_all::table
+        .filter(jobs_all::id.eq_any([a[0], b[0]]))
+        .select((jobs_all::id, jobs_all::lease_token))
         .load::<(i64, Option<i64>)>(&mut conn)
         .expect("heads");
     let head = |id: i64| ClaimedJob {

@@ -1,16 +1,43 @@
--- Jobs by status, for the outbox_jobs{status} gauge (refreshed every few
--- seconds, so it must stay cheap however large the table grows).
+-- Jobs by status, for the outbox_jobs{status} gauge, refreshed every few
+-- seconds by every API and relay process: its cost must follow the backlog,
+-- never the history of done jobs.
 --
--- Indexes: each count filters on exactly the predicate of a partial index
--- (jobs_claim_idx for pending, jobs_lease_idx for processing,
--- jobs_done_finished_at_idx for done, jobs_failed_idx for failed,
--- jobs_cancelled_finished_at_idx for cancelled), so the
--- planner can answer each from its index instead of scanning the whole heap;
--- one GROUP BY over the table would read every done job on every refresh.
+-- done: the sum of the live-row counter PostgreSQL's statistics keep for each
+-- partition of jobs_done (pg_stat_get_live_tuples, what pg_stat_user_tables
+-- shows as n_live_tup), one catalog lookup per partition and no row read.
+-- It is an estimate: it trails commits by up to a second or so (backends
+-- flush their counts when idle), and after a crash it restarts from what the
+-- next VACUUM or ANALYZE finds. Only done jobs move to jobs_done today.
 --
--- Read-only, no locks: five counts under one snapshot.
-SELECT (SELECT count(*) FROM jobs WHERE status = 'pending')    AS pending,
-       (SELECT count(*) FROM jobs WHERE status = 'processing') AS processing,
-       (SELECT count(*) FROM jobs WHERE status = 'done')       AS done,
-       (SELECT count(*) FROM jobs WHERE status = 'failed')     AS failed,
-       (SELECT count(*) FROM jobs WHERE status = 'cancelled')  AS cancelled
+-- failed, cancelled (and done jobs finished before the relay moved them to
+-- jobs_done): exact counts of the rows of jobs_finished_idx, which holds
+-- exactly the finished rows still in jobs; reading them costs one index entry
+-- and one heap visit each (or a scan of jobs when the planner finds them a
+-- large share of it).
+--
+-- pending, processing: exact counts of the unfinished rows of jobs, in one
+-- sequential scan of jobs: O(rows in jobs), that is the backlog, the failed
+-- and cancelled jobs and the dead versions vacuum has not yet reclaimed, never
+-- jobs_done. No index answers it for less: status is in no index (so that the
+-- claim and the heartbeat stay HOT updates), and jobs_claim_idx, whose rows
+-- are the unfinished ones, leaves out the jobs waiting behind their ordering
+-- key, which are pending too.
+--
+-- Read-only, no locks beyond the planner's share locks, one snapshot.
+SELECT live.pending                    AS pending,
+       live.processing                 AS processing,
+       archived.done + finished.done   AS done,
+       finished.failed                 AS failed,
+       finished.cancelled              AS cancelled
+FROM (SELECT count(*) FILTER (WHERE status = 'pending')    AS pending,
+             count(*) FILTER (WHERE status = 'processing') AS processing
+      FROM jobs
+      WHERE finished_at IS NULL) AS live,
+     (SELECT count(*) FILTER (WHERE status = 'done')      AS done,
+             count(*) FILTER (WHERE status = 'failed')    AS failed,
+             count(*) FILTER (WHERE status = 'cancelled') AS cancelled
+      FROM jobs
+      WHERE finished_at IS NOT NULL) AS finished,
+     (SELECT coalesce(sum(pg_stat_get_live_tuples(inhrelid)), 0)::bigint AS done
+      FROM pg_inherits
+      WHERE inhparent = 'jobs_done'::regclass) AS archived

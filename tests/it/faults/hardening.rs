@@ -21,7 +21,7 @@ use outbox_relay::outbox::{
     reap_expired_leases,
 };
 use outbox_relay::relay::{JobTimeouts, RelayStats};
-use outbox_relay::schema::jobs;
+use outbox_relay::schema::jobs_all;
 
 use super::{Sinks, place_orders, wait_all_terminal};
 use crate::support::app::http_client;
@@ -44,13 +44,13 @@ impl Drop for DropFlag {
 }
 
 fn job_row(conn: &mut PgConnection, id: i64) -> (String, i32, Option<String>, Option<i64>) {
-    jobs::table
+    jobs_all::table
         .find(id)
         .select((
-            jobs::status,
-            jobs::attempts,
-            jobs::last_error,
-            jobs::lease_token,
+            jobs_all::status,
+            jobs_all::attempts,
+            jobs_all::last_error,
+            jobs_all::lease_token,
         ))
         .first(conn)
         .expect("job")
@@ -84,8 +84,8 @@ async fn hostile_bytes_from_a_mail_server_and_a_webhook_receiver_freeze_nothing(
     assert_eq!(summary.orders, 8);
     assert_eq!(summary.done + summary.failed, 24, "{summary:?}");
     assert!(summary.failed <= 1, "only the 550 may fail: {summary:?}");
-    let errors: Vec<(String, String, Option<String>)> = jobs::table
-        .select((jobs::kind, jobs::status, jobs::last_error))
+    let errors: Vec<(String, String, Option<String>)> = jobs_all::table
+        .select((jobs_all::kind, jobs_all::status, jobs_all::last_error))
         .load(&mut conn)
         .expect("jobs");
     assert!(

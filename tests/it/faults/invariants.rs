@@ -3,7 +3,7 @@
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 
 use diesel::prelude::*;
-use outbox_relay::schema::{jobs, orders, receipts};
+use outbox_relay::schema::{jobs_all, orders, receipts};
 
 use crate::support::http::Recorded;
 use crate::support::smtp::Mail;
@@ -11,9 +11,9 @@ use crate::support::smtp::Mail;
 pub use outbox_relay::outbox::JobRow;
 
 pub fn load_jobs(conn: &mut PgConnection) -> Vec<JobRow> {
-    jobs::table
+    jobs_all::table
         .select(JobRow::as_select())
-        .order(jobs::id)
+        .order(jobs_all::id)
         .load(conn)
         .expect("load jobs")
 }

@@ -31,7 +31,7 @@ use std::time::Duration;
 
 use diesel::prelude::*;
 use outbox_relay::orders::place_order;
-use outbox_relay::schema::jobs;
+use outbox_relay::schema::jobs_all;
 
 use crate::support::http::{Answer, HttpSink};
 use crate::support::process::Launch;
@@ -91,8 +91,8 @@ pub fn place_orders(conn: &mut PgConnection, n: usize, max_attempts: i32) -> Vec
 
 /// Jobs not yet `done` or `failed`.
 pub fn unfinished(conn: &mut PgConnection) -> i64 {
-    jobs::table
-        .filter(jobs::status.ne_all(["done", "failed"]))
+    jobs_all::table
+        .filter(jobs_all::status.ne_all(["done", "failed"]))
         .count()
         .get_result(conn)
         .expect("count unfinished jobs")

@@ -6,7 +6,7 @@ use std::os::unix::process::ExitStatusExt as _;
 use std::time::{Duration, Instant};
 
 use diesel::prelude::*;
-use outbox_relay::schema::jobs;
+use outbox_relay::schema::jobs_all;
 
 use super::{Sinks, jobs_of_kind, metric, place_orders, unfinished, wait_all_terminal};
 use crate::support::app::http_client;
@@ -45,9 +45,9 @@ async fn a_relay_killed_with_effects_in_flight_loses_nothing_and_another_finishe
     );
 
     // The leases as last renewed: with the relay dead, nobody renews them.
-    let leases: HashMap<i64, chrono::DateTime<chrono::Utc>> = jobs::table
-        .filter(jobs::kind.eq("order_webhook"))
-        .select((jobs::id, jobs::lease_expires_at))
+    let leases: HashMap<i64, chrono::DateTime<chrono::Utc>> = jobs_all::table
+        .filter(jobs_all::kind.eq("order_webhook"))
+        .select((jobs_all::id, jobs_all::lease_expires_at))
         .load::<(i64, Option<chrono::DateTime<chrono::Utc>>)>(&mut conn)
         .expect("leases")
         .into_iter()
@@ -101,15 +101,15 @@ struct FullJob {
 }
 
 fn full_job(conn: &mut PgConnection, id: i64) -> FullJob {
-    jobs::table
+    jobs_all::table
         .find(id)
         .select((
-            jobs::status,
-            jobs::attempts,
-            jobs::locked_by,
-            jobs::run_after,
-            jobs::finished_at,
-            jobs::last_error,
+            jobs_all::status,
+            jobs_all::attempts,
+            jobs_all::locked_by,
+            jobs_all::run_after,
+            jobs_all::finished_at,
+            jobs_all::last_error,
         ))
         .first(conn)
         .expect("job")

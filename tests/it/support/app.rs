@@ -6,7 +6,7 @@ use std::time::Duration;
 use diesel::prelude::*;
 use outbox_relay::api::{self, ApiSettings, Application};
 use outbox_relay::db::PgPool;
-use outbox_relay::schema::{jobs, order_items, orders};
+use outbox_relay::schema::{jobs_all, order_items, orders};
 use reqwest::StatusCode;
 use serde_json::Value;
 use tokio_util::sync::CancellationToken;
@@ -131,7 +131,10 @@ impl TestApp {
                 .count()
                 .get_result(&mut conn)
                 .expect("count"),
-            jobs: jobs::table.count().get_result(&mut conn).expect("count"),
+            jobs: jobs_all::table
+                .count()
+                .get_result(&mut conn)
+                .expect("count"),
         }
     }
 

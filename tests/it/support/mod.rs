@@ -51,16 +51,42 @@ pub fn sample_order() -> NewOrder {
     NewOrder::parse(&order_json("Ada Lovelace")).expect("sample order is valid")
 }
 
-/// Jobs by status.
+/// Jobs by status, wherever they live (`jobs_all`: `jobs` and the archive).
 pub fn status_counts(conn: &mut PgConnection) -> HashMap<String, i64> {
-    use outbox_relay::schema::jobs;
-    jobs::table
-        .group_by(jobs::status)
-        .select((jobs::status, diesel::dsl::count_star()))
+    use outbox_relay::schema::jobs_all;
+    jobs_all::table
+        .group_by(jobs_all::status)
+        .select((jobs_all::status, diesel::dsl::count_star()))
         .load::<(String, i64)>(conn)
         .expect("count jobs")
         .into_iter()
         .collect()
+}
+
+/// Makes the jobs matching `condition` (SQL over `jobs`) done as the relay's
+/// finish does: they leave `jobs` and are appended to `jobs_done` in one
+/// statement, with `finished_at` set to the SQL expression `finished_at`
+/// (`now()`, `now() - interval '10 days'`) and at least one attempt. Returns
+/// how many moved. A row whose day has no partition lands in
+/// `jobs_done_default`, as the relay's would.
+pub fn make_done(conn: &mut PgConnection, condition: &str, finished_at: &str) -> usize {
+    diesel::sql_query(format!(
+        "WITH moved AS ( \
+             DELETE FROM jobs WHERE {condition} \
+             RETURNING id, order_id, kind, payload, run_after, attempts, max_attempts, \
+                       locked_by, locked_at, lease_expires_at, created_at, last_error, \
+                       lease_token, trace_context, ordering_key) \
+         INSERT INTO jobs_done (id, order_id, kind, payload, status, run_after, attempts, \
+                                max_attempts, locked_by, locked_at, lease_expires_at, \
+                                created_at, finished_at, last_error, lease_token, \
+                                trace_context, ordering_key, blocked) \
+         SELECT id, order_id, kind, payload, 'done', run_after, greatest(attempts, 1), \
+                max_attempts, locked_by, locked_at, lease_expires_at, created_at, \
+                {finished_at}, last_error, lease_token, trace_context, ordering_key, false \
+         FROM moved"
+    ))
+    .execute(conn)
+    .expect("move jobs to jobs_done")
 }
 
 pub fn count(conn: &mut PgConnection, status: &str) -> i64 {

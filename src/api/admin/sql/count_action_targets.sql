@@ -5,9 +5,10 @@
 -- created from, created before). Counts at most $9 rows, so the preview says
 -- "more than N" rather than counting a huge backlog.
 --
--- Indexes: the status predicates are the partial indexes jobs_failed_idx and
--- jobs_claim_idx; only jobs in those statuses are read, never the finished
--- history. Read-only.
+-- Reads jobs only: failed and pending jobs never leave it, and it holds no
+-- history of done jobs (they are in jobs_done), so the walk is bounded by the
+-- backlog and the failed and cancelled rows. No index is keyed on status (the
+-- claim would not be a HOT update otherwise). Read-only.
 SELECT count(*) AS n FROM (
     SELECT 1 FROM jobs
     WHERE status = ANY($1)

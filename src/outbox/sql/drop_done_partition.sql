@@ -1,0 +1,11 @@
+-- Drops the partition of jobs_done named $1 (a name prunable_done_partitions
+-- read from the catalog) if its upper bound is still at or before
+-- now() - $2 ms, waiting at most $3 ms for its lock; says 'dropped', 'gone',
+-- 'young' or 'busy' (see jobs_done_drop_partition in the migration).
+--
+-- Index: none; a catalog change. Safe with relays running: the statement is
+-- its own short transaction, and the lock_timeout it sets for itself bounds how
+-- long its ACCESS EXCLUSIVE request on jobs_done can sit in the lock queue
+-- ahead of the relay's inserts. Nothing is deleted row by row, so a pinned
+-- MVCC horizon leaves nothing behind for the next prune to step over.
+SELECT jobs_done_drop_partition($1, now() - $2 * interval '1 millisecond', $3) AS outcome
