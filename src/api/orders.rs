@@ -76,11 +76,22 @@ pub(crate) async fn place(
     let (placement, view) = state
         .db
         .run(move |conn| {
-            let placement = place_order_waking(conn, &order, key.as_ref(), max_attempts, &waker)
+            let placed = place_order_waking(conn, &order, key.as_ref(), max_attempts, &waker)
                 .map_err(|e| match e {
                     PlaceOrderError::IdempotencyConflict { .. } => ApiError::IdempotencyConflict,
                     PlaceOrderError::Database(e) => ApiError::from(e),
                 })?;
+            let placement = placed.placement;
+            // A new order is answered with what the placement wrote: reading
+            // it back would double the round trips of every placement.
+            if let Some(created) = placed.created {
+                let view = OrderView {
+                    order: created.order,
+                    jobs: created.jobs,
+                    events: created.events,
+                };
+                return Ok((placement, view));
+            }
             let id = placement.order_id();
             let view = load_view(conn, id)?.ok_or_else(|| {
                 ApiError::Internal(anyhow::anyhow!(

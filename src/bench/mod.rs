@@ -285,9 +285,7 @@ fn enqueue_timed(
 
 /// Partitions of jobs_done from yesterday through two days ahead.
 pub(crate) fn ensure_done_partitions(conn: &mut PgConnection) -> diesel::QueryResult<()> {
-    diesel::sql_query("SELECT jobs_done_ensure_partitions(now() - interval '1 day', 2)")
-        .execute(conn)
-        .map(drop)
+    crate::outbox::ensure_done_partitions(conn).map(drop)
 }
 
 /// Seconds from `start` to the last `finished_at`, both by the database's

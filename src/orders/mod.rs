@@ -14,7 +14,8 @@ pub use domain::{
     NewOrderItem, Quantity, ValidationError,
 };
 pub use place::{
-    IdempotencyKey, PlaceOrderError, Placement, place_order, place_order_waking,
+    IdempotencyKey, PlaceOrderError, Placed, PlacedOrder, Placement, place_order,
+    place_order_waking,
     place_order_with_hook_for_tests,
 };
 pub use read::{

@@ -4,10 +4,13 @@ use diesel::prelude::*;
 use diesel::result::Error as DieselError;
 use sha2::{Digest, Sha256};
 
+use chrono::{DateTime, Utc};
+
 use super::domain::NewOrder;
+use super::read::{Order, OrderEvent, OrderItem, OrderJob};
 use super::transition::{event_email, event_webhook, record_event};
 use super::{ORDER_JOB_KINDS, OrderStatus};
-use crate::outbox::{self, DEFAULT_MAX_ATTEMPTS, NewJob};
+use crate::outbox::{self, DEFAULT_MAX_ATTEMPTS, JobStatus, NewJob};
 use crate::schema::{order_items, orders};
 
 /// A client-chosen key that makes `POST /orders` safe to retry.
@@ -46,6 +49,23 @@ impl Placement {
             Placement::Created(id) | Placement::Existing(id) => id,
         }
     }
+}
+
+/// What [`place_order_waking`] did, with the order it created as
+/// `GET /orders/{id}` shows it right after the commit: built from what the
+/// placement wrote, so the caller needs no second read to answer with it.
+#[derive(Debug, Clone)]
+pub struct Placed {
+    pub placement: Placement,
+    /// `None` when the idempotency key found an earlier order.
+    pub created: Option<PlacedOrder>,
+}
+
+#[derive(Debug, Clone)]
+pub struct PlacedOrder {
+    pub order: Order,
+    pub jobs: Vec<OrderJob>,
+    pub events: Vec<OrderEvent>,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -90,7 +110,7 @@ pub fn place_order(
     key: Option<&IdempotencyKey>,
     max_attempts: i32,
 ) -> Result<Placement, PlaceOrderError> {
-    place_order_with_hook(conn, order, key, max_attempts, None, |_| Ok(()))
+    place_order_with_hook(conn, order, key, max_attempts, None, |_| Ok(())).map(|p| p.placement)
 }
 
 /// [`place_order`] without a NOTIFY in the transaction: `waker` wakes the
@@ -103,7 +123,7 @@ pub fn place_order_waking(
     key: Option<&IdempotencyKey>,
     max_attempts: i32,
     waker: &outbox::Waker,
-) -> Result<Placement, PlaceOrderError> {
+) -> Result<Placed, PlaceOrderError> {
     place_order_with_hook(conn, order, key, max_attempts, Some(waker), |_| Ok(()))
 }
 
@@ -123,6 +143,7 @@ pub fn place_order_with_hook_for_tests(
         None,
         after_order_insert,
     )
+    .map(|p| p.placement)
 }
 
 fn place_order_with_hook(
@@ -132,14 +153,14 @@ fn place_order_with_hook(
     max_attempts: i32,
     waker: Option<&outbox::Waker>,
     after_order_insert: impl FnOnce(&mut PgConnection) -> Result<(), DieselError>,
-) -> Result<Placement, PlaceOrderError> {
+) -> Result<Placed, PlaceOrderError> {
     // The parent of every job this order enqueues (NewJob takes the current
     // span's trace context), so its effects hang under the placement.
     let span = tracing::info_span!("place_order", order_id = tracing::field::Empty);
     let _entered = span.enter();
     let fingerprint = key.map(|_| fingerprint(order));
     let placement = conn.transaction(|conn| {
-        let inserted: Option<i64> = diesel::insert_into(orders::table)
+        let inserted: Option<(i64, DateTime<Utc>)> = diesel::insert_into(orders::table)
             .values(OrderRow {
                 customer_email: order.customer_email.as_str(),
                 customer_name: order.customer_name.as_str(),
@@ -150,11 +171,11 @@ fn place_order_with_hook(
             })
             .on_conflict(orders::idempotency_key)
             .do_nothing()
-            .returning(orders::id)
+            .returning((orders::id, orders::created_at))
             .get_result(conn)
             .optional()?;
 
-        let Some(order_id) = inserted else {
+        let Some((order_id, created_at)) = inserted else {
             // The key exists: a concurrent or earlier request won. ON CONFLICT waited
             // for its transaction, so the row is visible now.
             let key = key.map(IdempotencyKey::as_str).unwrap_or_default();
@@ -163,7 +184,10 @@ fn place_order_with_hook(
                 .select((orders::id, orders::request_hash))
                 .first(conn)?;
             return if existing_hash == fingerprint {
-                Ok(Placement::Existing(existing_id))
+                Ok(Placed {
+                    placement: Placement::Existing(existing_id),
+                    created: None,
+                })
             } else {
                 Err(PlaceOrderError::IdempotencyConflict {
                     existing_order_id: existing_id,
@@ -185,9 +209,10 @@ fn place_order_with_hook(
                 unit_price_cents: item.unit_price.cents(),
             })
             .collect();
-        diesel::insert_into(order_items::table)
+        let item_ids: Vec<i64> = diesel::insert_into(order_items::table)
             .values(&items)
-            .execute(conn)?;
+            .returning(order_items::id)
+            .get_results(conn)?;
 
         // The order's first event; its webhook and email open the order's
         // ordering keys, so later events are delivered after them.
@@ -213,13 +238,62 @@ fn place_order_with_hook(
                 .eq(ORDER_JOB_KINDS.iter().copied())
         );
         // The keys are named after this order, which nobody else can see yet.
-        outbox::enqueue_many_with_new_keys_unnotified(conn, &jobs)?;
+        let job_ids = outbox::enqueue_many_with_new_keys_unnotified(conn, &jobs)?;
         if waker.is_none() {
             outbox::notify(conn, ORDER_JOB_KINDS.iter().copied())?;
         }
-        Ok(Placement::Created(order_id))
+        // Every default timestamp of this transaction is its start, now():
+        // created_at of the order and the event, run_after of the jobs.
+        let created = PlacedOrder {
+            order: Order {
+                id: order_id,
+                customer_email: order.customer_email.as_str().to_owned(),
+                customer_name: order.customer_name.as_str().to_owned(),
+                currency: order.currency.code().to_owned(),
+                total_cents: order.total().cents(),
+                status: OrderStatus::Placed.as_str().to_owned(),
+                created_at,
+                items: item_ids
+                    .into_iter()
+                    .zip(&order.items)
+                    .map(|(id, item)| OrderItem {
+                        id,
+                        sku: item.sku.as_str().to_owned(),
+                        name: item.name.as_str().to_owned(),
+                        quantity: item.quantity.get(),
+                        unit_price_cents: item.unit_price.cents(),
+                    })
+                    .collect(),
+            },
+            jobs: job_ids
+                .into_iter()
+                .zip(&jobs)
+                .map(|(id, job)| OrderJob {
+                    id,
+                    kind: job.kind().to_owned(),
+                    status: JobStatus::Pending.as_str().to_owned(),
+                    attempts: 0,
+                    max_attempts: job.max_attempts_value(),
+                    run_after: created_at,
+                    finished_at: None,
+                    last_error: None,
+                })
+                .collect(),
+            events: vec![OrderEvent {
+                id: event_id,
+                order_id,
+                seq: 1,
+                event_type: OrderStatus::Placed.event_type().to_owned(),
+                data: serde_json::json!({}),
+                created_at,
+            }],
+        };
+        Ok(Placed {
+            placement: Placement::Created(order_id),
+            created: Some(created),
+        })
     })?;
-    if let (Some(waker), Placement::Created(_)) = (waker, &placement) {
+    if let (Some(waker), Placement::Created(_)) = (waker, &placement.placement) {
         waker.wake(ORDER_JOB_KINDS.iter().copied());
     }
     Ok(placement)

@@ -424,7 +424,7 @@ pub fn prune_done_jobs(
     mut progress: impl FnMut(u64),
 ) -> QueryResult<PruneReport> {
     let mut report = PruneReport::default();
-    diesel::sql_query(include_str!("sql/ensure_done_partitions.sql")).execute(conn)?;
+    super::ensure_done_partitions(conn)?;
     for partition in prunable_partitions(conn, older_than)? {
         match drop_partition(conn, &partition.partition_name, older_than)? {
             DropOutcome::Dropped => {

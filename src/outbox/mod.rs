@@ -155,6 +155,10 @@ impl NewJob {
     pub fn kind(&self) -> &str {
         &self.kind
     }
+    /// The `max_attempts` the job will be stored with.
+    pub fn max_attempts_value(&self) -> i32 {
+        self.max_attempts
+    }
 }
 
 /// Inserts one job and notifies relays, inside whatever transaction `conn` is in:
