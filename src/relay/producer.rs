@@ -4,6 +4,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use futures_util::FutureExt as _;
 use tokio::sync::{OwnedSemaphorePermit, mpsc};
 use tokio_util::sync::CancellationToken;
 
@@ -76,6 +77,11 @@ pub(super) async fn run(
         };
         let mut permits = vec![first];
         take_free(&shared, &mut permits, settings.batch_size);
+        // A NOTIFY that came while we were claiming without a pause: the job
+        // it announces may be behind the cursor.
+        if shared.wake.notified().now_or_never().is_some() {
+            lock(&state.cursor).to_front();
+        }
         // An empty queue seen while we waited for the slot: do not claim blindly.
         if state.queue_empty.load(Ordering::Acquire) {
             drop(permits);
@@ -115,7 +121,8 @@ struct ClaimState {
 /// them made every claim cost O(jobs churned since the pin) (the issue measured
 /// 20 buffers a claim become 1,030). A claim from the front picks up what a
 /// slow transaction committed behind the cursor: after any short claim (so an
-/// idle relay always looks at the whole queue) and at least every second.
+/// idle relay always looks at the whole queue), after every NOTIFY, and at
+/// least every second.
 #[derive(Debug, Default)]
 struct Cursor {
     after: Option<ClaimPosition>,
@@ -139,6 +146,16 @@ impl Cursor {
         self.after
     }
 
+    /// Sends the next claim to the front: a NOTIFY said a job committed, and
+    /// its run_after (its transaction's start) may sort before jobs already
+    /// claimed from later-started, earlier-committed transactions. Without
+    /// this, under a steady stream of placements most new jobs would wait for
+    /// the claim from the front a second later.
+    fn to_front(&mut self) {
+        self.after = None;
+        self.last_front = None;
+    }
+
     /// Records a claim that started at `from` and got `got` of `wanted` jobs
     /// ending at `end`. A short claim sends the next one to the front.
     fn claimed(
@@ -153,6 +170,8 @@ impl Cursor {
             self.last_front = None;
             return;
         }
+        // A claim that started at the front, or a cursor claim while no
+        // claim from the front is under way, moves the cursor.
         if from.is_none() || self.after.is_some() {
             self.after = self.after.max(end);
         }
@@ -358,9 +377,20 @@ mod tests {
             "the first claim starts at the front"
         );
         cursor.claimed(None, Some(at(16)), 16, 16);
-        assert_eq!(cursor.start(t0), Some(at(16)));
-        cursor.claimed(Some(at(16)), Some(at(32)), 16, 16);
+        let from = cursor.start(t0);
+        assert_eq!(from, Some(at(16)));
+        cursor.claimed(from, Some(at(32)), 16, 16);
         assert_eq!(cursor.start(t0 + Duration::from_millis(10)), Some(at(32)));
+    }
+
+    #[test]
+    fn a_notify_sends_the_next_claim_to_the_front() {
+        let mut cursor = Cursor::default();
+        let t0 = Instant::now();
+        cursor.start(t0);
+        cursor.claimed(None, Some(at(16)), 16, 16);
+        cursor.to_front();
+        assert_eq!(cursor.start(t0), None);
     }
 
     #[test]
