@@ -80,7 +80,7 @@ pub(super) async fn run(
         // A NOTIFY that came while we were claiming without a pause: the job
         // it announces may be behind the cursor.
         if shared.wake.notified().now_or_never().is_some() {
-            lock(&state.cursor).to_front();
+            lock(&state.cursor).restart();
         }
         // An empty queue seen while we waited for the slot: do not claim blindly.
         if state.queue_empty.load(Ordering::Acquire) {
@@ -151,7 +151,7 @@ impl Cursor {
     /// claimed from later-started, earlier-committed transactions. Without
     /// this, under a steady stream of placements most new jobs would wait for
     /// the claim from the front a second later.
-    fn to_front(&mut self) {
+    fn restart(&mut self) {
         self.after = None;
         self.last_front = None;
     }
@@ -389,7 +389,7 @@ mod tests {
         let t0 = Instant::now();
         cursor.start(t0);
         cursor.claimed(None, Some(at(16)), 16, 16);
-        cursor.to_front();
+        cursor.restart();
         assert_eq!(cursor.start(t0), None);
     }
 
