@@ -48,7 +48,7 @@ pub struct LoadedLatency {
 /// Against an idle relay: nothing else runs.
 pub async fn measure(url: &str, args: &BenchArgs) -> anyhow::Result<Latency> {
     reset(url).await?;
-    let relay = RecordingRelay::start(url, vec!["noop".to_owned()]).await?;
+    let relay = RecordingRelay::start(url, vec!["noop".to_owned()], args).await?;
     let committed = take_samples(url, args).await?;
     relay.latency_of(&committed).await
 }
@@ -64,7 +64,7 @@ pub async fn measure_loaded(url: &str, args: &BenchArgs) -> anyhow::Result<Loade
         .chain(crate::orders::ORDER_JOB_KINDS)
         .map(str::to_owned)
         .collect();
-    let relay = RecordingRelay::start(url, kinds).await?;
+    let relay = RecordingRelay::start(url, kinds, args).await?;
     let clients = args.api_clients;
     let api = super::orders::ApiUnderTest::start(url, clients, 0, Duration::from_secs(30)).await?;
     let stop_load = CancellationToken::new();
@@ -109,9 +109,16 @@ struct RecordingRelay {
 }
 
 impl RecordingRelay {
-    async fn start(url: &str, kinds: Vec<String>) -> anyhow::Result<RecordingRelay> {
+    async fn start(
+        url: &str,
+        kinds: Vec<String>,
+        args: &BenchArgs,
+    ) -> anyhow::Result<RecordingRelay> {
         let starts: Arc<Mutex<HashMap<i64, Instant>>> = Arc::default();
-        let settings = RelaySettings::new("bench-latency", kinds);
+        let mut settings = RelaySettings::new("bench-latency", kinds);
+        // The relay under test: the drain's settings (`--concurrency`, `--batch`).
+        settings.concurrency = args.concurrency;
+        settings.batch_size = args.batch;
         let pool = crate::db::build_pool(
             url,
             u32::try_from(settings.concurrency + 4).unwrap_or(20),
