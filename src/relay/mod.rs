@@ -318,10 +318,11 @@ impl Relay {
 
         let (completions, completed) = mpsc::channel(settings.concurrency * 2 + 64);
         let completer_stop = CancellationToken::new();
-        let completer = tokio::spawn(completer::run(
+        let completer = tokio::spawn(completer::run_all(
             Arc::clone(&shared),
             completed,
             completer_stop.clone(),
+            completer::writers_for(settings.concurrency),
         ));
 
         let interrupt = CancellationToken::new();

@@ -12,21 +12,30 @@
 -- extended, instead of making the heartbeat of every other job wait behind it;
 -- the next beat tries it again. The lock is re-checked against the newest row
 -- version, so a claim that changed hands meanwhile is never extended.
-WITH lease AS (
+WITH lease AS MATERIALIZED (
     SELECT * FROM unnest($1::bigint[], $2::bigint[]) AS l(id, lease_token)
 ),
 held AS (
-    SELECT j.id
+    SELECT l.id
     FROM jobs AS j
-    JOIN lease AS l ON j.id = l.id AND j.lease_token = l.lease_token
-    WHERE j.status = 'processing'
+    JOIN lease AS l ON l.id = j.id AND l.lease_token = j.lease_token
+    WHERE j.id = ANY($1)
+      AND j.status = 'processing'
+),
+-- Locks by id (a primary-key probe each), then keeps the rows whose token
+-- matches; joining the unnested leases to `jobs` row by row planned as a
+-- nested loop over a function scan, quadratic in the claims held.
+locked AS (
+    SELECT j.id, j.lease_token
+    FROM jobs AS j
+    WHERE j.id = ANY($1)
+      AND j.status = 'processing'
+    FOR NO KEY UPDATE OF j SKIP LOCKED
 ),
 lockable AS (
-    SELECT j.id
-    FROM jobs AS j
-    JOIN lease AS l ON j.id = l.id AND j.lease_token = l.lease_token
-    WHERE j.status = 'processing'
-    FOR NO KEY UPDATE OF j SKIP LOCKED
+    SELECT k.id
+    FROM locked AS k
+    JOIN lease AS l ON l.id = k.id AND l.lease_token = k.lease_token
 ),
 extended AS (
     UPDATE jobs AS j
@@ -36,6 +45,5 @@ extended AS (
       AND j.status = 'processing'
     RETURNING j.id
 )
-SELECT held.id, (extended.id IS NOT NULL) AS extended
+SELECT held.id, (held.id IN (SELECT id FROM extended)) AS extended
 FROM held
-LEFT JOIN extended ON extended.id = held.id

@@ -12,6 +12,7 @@ SET status = 'pending',
     lease_expires_at = NULL
 FROM unnest($1::bigint[], $2::bigint[]) AS l(id, lease_token)
 WHERE j.id = l.id
+  AND j.id = ANY($1)
   AND j.status = 'processing'
   AND j.lease_token = l.lease_token
 RETURNING j.id

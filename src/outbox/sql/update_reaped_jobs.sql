@@ -17,5 +17,6 @@ SET status = r.status,
 FROM unnest($1::bigint[], $2::bigint[], $3::text[], $4::bigint[], $5::text[])
      AS r(id, lease_token, status, delay_ms, error)
 WHERE j.id = r.id
+  AND j.id = ANY($1)
   AND j.status = 'processing'
   AND j.lease_token = r.lease_token
