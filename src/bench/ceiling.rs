@@ -1,17 +1,18 @@
 //! The raw-SQL ceiling: the claim CTE and one completion statement per batch,
 //! looped on plain connections, with none of the relay's machinery. What the
-//! design could do on this machine if the relay cost nothing. Both statements
-//! are layout v2's (sql/ceiling_claim.sql, sql/ceiling_finish.sql): a claim
-//! with a cursor over the unfinished jobs, and a completion that moves the
-//! batch to jobs_done.
+//! design could do on this machine if the relay cost nothing. The claim is the
+//! relay's own statement ([`claim_jobs`] / [`claim_jobs_after`], with a cursor
+//! per loop); the completion (sql/ceiling_finish.sql) moves the batch to
+//! jobs_done without the relay's busy/lost report.
 
 use std::time::Duration;
 
 use diesel::prelude::*;
-use diesel::sql_types::{Array, BigInt, Text, Timestamptz};
+use diesel::sql_types::{Array, BigInt};
 
 use super::report::DrainRun;
 use super::{BenchArgs, drain_seconds, enqueue_noops, stats};
+use crate::outbox::{ClaimPosition, ClaimRequest, claim_jobs, claim_jobs_after};
 
 pub async fn measure(url: &str, args: &BenchArgs) -> anyhow::Result<DrainRun> {
     measure_at(url, args, args.batch).await
@@ -22,17 +23,6 @@ pub async fn measure_at(url: &str, args: &BenchArgs, batch: usize) -> anyhow::Re
     let jobs = args.jobs;
     let workers = args.ceiling_workers(batch);
     tokio::task::spawn_blocking(move || run(&url, jobs, workers, batch)).await?
-}
-
-/// One claimed row: what the cursor and the fenced completion need.
-#[derive(QueryableByName)]
-struct Claimed {
-    #[diesel(sql_type = BigInt)]
-    id: i64,
-    #[diesel(sql_type = Timestamptz)]
-    run_after: chrono::DateTime<chrono::Utc>,
-    #[diesel(sql_type = BigInt)]
-    lease_token: i64,
 }
 
 fn run(url: &str, jobs: usize, workers: usize, batch: usize) -> anyhow::Result<DrainRun> {
@@ -74,31 +64,28 @@ fn run(url: &str, jobs: usize, workers: usize, batch: usize) -> anyhow::Result<D
 /// Claims and completes batches until a claim from the front finds nothing.
 fn claim_loop(conn: &mut PgConnection, worker: &str, batch: usize) -> anyhow::Result<()> {
     let kinds = vec!["noop".to_owned()];
-    // Before any bench job's run_after (the Unix epoch), and inside
-    // PostgreSQL's timestamp range, unlike chrono's MIN_UTC.
-    let front = (chrono::DateTime::<chrono::Utc>::default(), 0_i64);
-    let mut cursor = front;
+    let request = ClaimRequest {
+        worker_id: worker,
+        kinds: &kinds,
+        limit: i64::try_from(batch).unwrap_or(1),
+        lease: Duration::from_secs(60),
+    };
+    let mut cursor: Option<ClaimPosition> = None;
     loop {
-        let claimed: Vec<Claimed> = diesel::sql_query(include_str!("sql/ceiling_claim.sql"))
-            .bind::<BigInt, _>(i64::try_from(batch).unwrap_or(1))
-            .bind::<Array<Text>, _>(&kinds)
-            .bind::<Text, _>(worker)
-            .bind::<BigInt, _>(60_000_i64)
-            .bind::<Timestamptz, _>(cursor.0)
-            .bind::<BigInt, _>(cursor.1)
-            .load(conn)?;
+        let claimed = match cursor {
+            Some(after) => claim_jobs_after(conn, &request, after)?,
+            None => claim_jobs(conn, &request)?,
+        };
         if claimed.is_empty() {
-            if cursor == front {
+            if cursor.is_none() {
                 return Ok(());
             }
             // Nothing ahead: jobs skipped while another loop held them may
             // still wait behind the cursor.
-            cursor = front;
+            cursor = None;
             continue;
         }
-        if let Some(last) = claimed.iter().map(|c| (c.run_after, c.id)).max() {
-            cursor = last;
-        }
+        cursor = claimed.iter().map(|c| c.position()).max();
         let ids: Vec<i64> = claimed.iter().map(|c| c.id).collect();
         let tokens: Vec<i64> = claimed.iter().map(|c| c.lease_token).collect();
         diesel::sql_query(include_str!("sql/ceiling_finish.sql"))

@@ -95,7 +95,7 @@ async fn reset(url: &str) -> anyhow::Result<()> {
     tokio::task::spawn_blocking(move || -> anyhow::Result<()> {
         let mut conn = PgConnection::establish(&url)?;
         diesel::sql_query("TRUNCATE jobs, jobs_done").execute(&mut conn)?;
-        super::ensure_done_partitions(&mut conn)?;
+        crate::outbox::ensure_done_partitions(&mut conn)?;
         Ok(())
     })
     .await?

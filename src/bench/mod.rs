@@ -251,7 +251,7 @@ fn enqueue_timed(
     // Today's and tomorrow's partitions exist before the first job finishes,
     // so no done job lands in the default partition (and a drain across
     // midnight finds its next day too).
-    ensure_done_partitions(conn)?;
+    crate::outbox::ensure_done_partitions(conn)?;
     // Start from a clean table: no dead tuples left by the previous run.
     diesel::sql_query("VACUUM jobs").execute(conn)?;
     let lsn_before = stats::wal_lsn(conn)?;
@@ -281,11 +281,6 @@ fn enqueue_timed(
         tables_before,
         tables_after,
     })
-}
-
-/// Partitions of jobs_done from yesterday through two days ahead.
-pub(crate) fn ensure_done_partitions(conn: &mut PgConnection) -> diesel::QueryResult<()> {
-    crate::outbox::ensure_done_partitions(conn).map(drop)
 }
 
 /// Seconds from `start` to the last `finished_at`, both by the database's

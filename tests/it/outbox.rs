@@ -12,7 +12,7 @@ use outbox_relay::outbox::{
 };
 use outbox_relay::schema::jobs_all;
 
-use crate::support::{TestDb, count};
+use crate::support::{TestDb, claim_buffers, count};
 
 fn noops(conn: &mut PgConnection, n: usize) -> Vec<i64> {
     let batch: Vec<NewJob> = (0..n)
@@ -708,41 +708,6 @@ fn the_reaper_takes_only_leases_expired_by_more_than_its_margin() {
     .expect("reap");
     assert_eq!(report.requeued, 1);
     assert_eq!(report.next_due, Some(Duration::from_secs(3)));
-}
-
-/// Buffers one claim of `limit` noop jobs reads, measured with EXPLAIN ANALYZE
-/// in a transaction rolled back afterwards (so nothing is claimed), starting
-/// at `after` or at the front.
-fn claim_buffers(
-    conn: &mut PgConnection,
-    after: Option<outbox_relay::outbox::ClaimPosition>,
-) -> i64 {
-    use diesel::connection::SimpleConnection as _;
-    #[derive(QueryableByName)]
-    struct Plan {
-        #[diesel(sql_type = Text, column_name = "QUERY PLAN")]
-        plan: String,
-    }
-    let sql = format!(
-        "EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) {}",
-        include_str!("../../src/outbox/sql/claim_jobs.sql")
-    );
-    conn.batch_execute("BEGIN").expect("begin");
-    let plan: Plan = diesel::sql_query(&sql)
-        .bind::<diesel::sql_types::BigInt, _>(16_i64)
-        .bind::<diesel::sql_types::Array<Text>, _>(vec!["noop"])
-        .bind::<Text, _>("w")
-        .bind::<diesel::sql_types::BigInt, _>(60_000_i64)
-        .bind::<diesel::sql_types::Nullable<diesel::sql_types::Timestamptz>, _>(
-            after.map(|a| a.run_after),
-        )
-        .bind::<diesel::sql_types::BigInt, _>(after.map_or(0, |a| a.id))
-        .get_result(conn)
-        .expect("explain");
-    conn.batch_execute("ROLLBACK").expect("rollback");
-    let json: serde_json::Value = serde_json::from_str(&plan.plan).expect("plan JSON");
-    let top = &json[0]["Plan"];
-    top["Shared Hit Blocks"].as_i64().unwrap_or(0) + top["Shared Read Blocks"].as_i64().unwrap_or(0)
 }
 
 /// While a REPEATABLE READ transaction holds an old snapshot, nothing can

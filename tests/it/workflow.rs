@@ -441,46 +441,12 @@ fn the_claim_reads_as_many_buffers_with_ten_thousand_blocked_jobs_as_with_none()
         .execute(&mut conn)
         .expect("analyze");
 
-    let buffers = |conn: &mut PgConnection| -> i64 {
-        #[derive(QueryableByName)]
-        struct Plan {
-            #[diesel(sql_type = diesel::sql_types::Text, column_name = "QUERY PLAN")]
-            plan: String,
-        }
-        let sql = format!(
-            "EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) {}",
-            include_str!("../../src/outbox/sql/claim_jobs.sql")
-                .lines()
-                .filter(|l| !l.trim_start().starts_with("--"))
-                .collect::<Vec<_>>()
-                .join("\n")
-        );
-        // Measure, do not claim: the EXPLAIN ANALYZE runs inside a rolled-back transaction.
-        use diesel::connection::SimpleConnection as _;
-        conn.batch_execute("BEGIN").expect("begin");
-        let plan: Plan = diesel::sql_query(&sql)
-            .bind::<diesel::sql_types::BigInt, _>(16_i64)
-            .bind::<diesel::sql_types::Array<diesel::sql_types::Text>, _>(vec!["noop"])
-            .bind::<diesel::sql_types::Text, _>("w")
-            .bind::<diesel::sql_types::BigInt, _>(60_000_i64)
-            .bind::<diesel::sql_types::Nullable<diesel::sql_types::Timestamptz>, _>(
-                None::<chrono::DateTime<chrono::Utc>>,
-            )
-            .bind::<diesel::sql_types::BigInt, _>(0_i64)
-            .get_result(conn)
-            .expect("explain");
-        conn.batch_execute("ROLLBACK").expect("rollback");
-        let json: Value = serde_json::from_str(&plan.plan).expect("plan JSON");
-        let top = &json[0]["Plan"];
-        top["Shared Hit Blocks"].as_i64().unwrap_or(0)
-            + top["Shared Read Blocks"].as_i64().unwrap_or(0)
-    };
-    let before = buffers(&mut conn);
+    let before = crate::support::claim_buffers(&mut conn, None);
     enqueue_many(&mut conn, &keyed("held", 10_000)).expect("enqueue");
     diesel::sql_query("ANALYZE jobs")
         .execute(&mut conn)
         .expect("analyze");
-    let after = buffers(&mut conn);
+    let after = crate::support::claim_buffers(&mut conn, None);
     assert!(
         after <= before + 4,
         "claim buffers {before} with no blocked job, {after} with 10,000"

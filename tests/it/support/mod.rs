@@ -190,3 +190,38 @@ pub fn metric(text: &str, name: &str, labels: &[(&str, &str)]) -> f64 {
         })
         .sum()
 }
+
+/// Buffers one claim of 16 `noop` jobs reads (hits + reads of the top plan
+/// node), measured with EXPLAIN ANALYZE in a transaction rolled back
+/// afterwards, so nothing is claimed. Starts at `after`, or at the front.
+pub fn claim_buffers(
+    conn: &mut diesel::PgConnection,
+    after: Option<outbox_relay::outbox::ClaimPosition>,
+) -> i64 {
+    use diesel::RunQueryDsl as _;
+    use diesel::connection::SimpleConnection as _;
+    use diesel::sql_types::{Array, BigInt, Nullable, Text, Timestamptz};
+    #[derive(diesel::QueryableByName)]
+    struct Plan {
+        #[diesel(sql_type = Text, column_name = "QUERY PLAN")]
+        plan: String,
+    }
+    let sql = format!(
+        "EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) {}",
+        include_str!("../../../src/outbox/sql/claim_jobs.sql")
+    );
+    conn.batch_execute("BEGIN").expect("begin");
+    let plan: Plan = diesel::sql_query(&sql)
+        .bind::<BigInt, _>(16_i64)
+        .bind::<Array<Text>, _>(vec!["noop"])
+        .bind::<Text, _>("w")
+        .bind::<BigInt, _>(60_000_i64)
+        .bind::<Nullable<Timestamptz>, _>(after.map(|a| a.run_after))
+        .bind::<BigInt, _>(after.map_or(0, |a| a.id))
+        .get_result(conn)
+        .expect("explain");
+    conn.batch_execute("ROLLBACK").expect("rollback");
+    let json: serde_json::Value = serde_json::from_str(&plan.plan).expect("plan JSON");
+    let top = &json[0]["Plan"];
+    top["Shared Hit Blocks"].as_i64().unwrap_or(0) + top["Shared Read Blocks"].as_i64().unwrap_or(0)
+}
