@@ -37,13 +37,15 @@ pub mod db;
 pub mod demo;
 pub mod effects;
 pub mod http_server;
+pub mod job_list;
 pub mod orders;
 pub mod otel;
-pub mod outbox;
 pub mod private_pg;
-pub mod relay;
 pub mod schema;
 pub mod scratch;
-pub mod shutdown;
 pub mod telemetry;
 pub mod trace_context;
+
+/// The queue core this service is built on, whole.
+pub use outbox_core;
+pub use outbox_core::{outbox, relay, shutdown, worker};

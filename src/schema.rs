@@ -1,4 +1,6 @@
-//! Diesel table definitions for the tables in `migrations/`.
+//! Diesel table definitions for the service's tables (`migrations/`), and
+//! the service's view of `jobs` and `jobs_all`: the core's columns plus
+//! `order_id`, which only this service has and reads.
 
 diesel::table! {
     orders (id) {

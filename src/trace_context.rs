@@ -10,43 +10,12 @@ use std::collections::HashMap;
 
 use axum::http::{HeaderMap, HeaderName, HeaderValue};
 use opentelemetry::propagation::TextMapPropagator as _;
-use opentelemetry::trace::TraceContextExt as _;
 use opentelemetry_sdk::propagation::TraceContextPropagator;
 use tracing_opentelemetry::OpenTelemetrySpanExt as _;
 
-/// The stored form: `{"traceparent": "00-…-…-01", "tracestate": "…"}`.
-pub type StoredContext = serde_json::Value;
-
-/// The context of `span`, as stored in `jobs.trace_context`; `None` when the
-/// span carries none (disabled, or no OpenTelemetry layer).
-pub fn capture(span: &tracing::Span) -> Option<StoredContext> {
-    let cx = span.context();
-    if !cx.span().span_context().is_valid() {
-        return None;
-    }
-    let mut carrier: HashMap<String, String> = HashMap::new();
-    TraceContextPropagator::new().inject_context(&cx, &mut carrier);
-    serde_json::to_value(carrier).ok()
-}
-
-/// [`capture`] of the current span.
-pub fn current() -> Option<StoredContext> {
-    capture(&tracing::Span::current())
-}
-
-/// Makes `span` (just created, not yet entered) a child of a stored context,
-/// and records its `trace_id`. A missing or malformed context leaves the
-/// span a root of its own trace: a job is performed all the same.
-pub fn continue_stored(span: &tracing::Span, stored: Option<&StoredContext>) {
-    if let Some(fields) = stored.and_then(serde_json::Value::as_object) {
-        let carrier: HashMap<String, String> = fields
-            .iter()
-            .filter_map(|(k, v)| Some((k.clone(), v.as_str()?.to_owned())))
-            .collect();
-        adopt(span, TraceContextPropagator::new().extract(&carrier));
-    }
-    record_trace_id(span);
-}
+pub use outbox_core::trace_context::{
+    StoredContext, adopt, capture, continue_stored, current, record_trace_id,
+};
 
 /// Makes `span` (just created) a child of the caller's `traceparent` and
 /// `tracestate` headers when they hold a valid context, and records its
@@ -55,23 +24,6 @@ pub fn continue_from_headers(span: &tracing::Span, headers: &HeaderMap) {
     let cx = TraceContextPropagator::new().extract(&opentelemetry_http::HeaderExtractor(headers));
     adopt(span, cx);
     record_trace_id(span);
-}
-
-fn adopt(span: &tracing::Span, cx: opentelemetry::Context) {
-    if cx.span().span_context().is_valid() {
-        // Fails only for a span already entered or disabled; it stays a root.
-        let _ = span.set_parent(cx);
-    }
-}
-
-/// Fills the span's (declared, empty) `trace_id` field, so that every log
-/// line inside it names its trace.
-fn record_trace_id(span: &tracing::Span) {
-    let cx = span.context();
-    let span_context = cx.span().span_context().clone();
-    if span_context.is_valid() {
-        span.record("trace_id", tracing::field::display(span_context.trace_id()));
-    }
 }
 
 /// `traceparent` (and `tracestate`) headers for an outgoing request made

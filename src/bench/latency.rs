@@ -12,7 +12,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::BenchArgs;
 use super::report::Latency;
-use crate::effects::{BoxFuture, EffectResult, Executor};
+use crate::effects::{BoxFuture, EffectResult, Executor, JobContext};
 use crate::outbox::{ClaimedJob, NewJob, enqueue};
 use crate::relay::{Relay, RelaySettings};
 
@@ -22,7 +22,7 @@ struct StartRecorder {
 }
 
 impl Executor for StartRecorder {
-    fn execute<'a>(&'a self, job: &'a ClaimedJob) -> BoxFuture<'a, EffectResult> {
+    fn execute<'a>(&'a self, job: &'a ClaimedJob, _ctx: JobContext) -> BoxFuture<'a, EffectResult> {
         // The orders' jobs of the loaded run succeed unrecorded: only the
         // samples are measured.
         if job.kind == "noop" {

@@ -14,9 +14,8 @@ use serde::Serialize;
 use super::table::{Align, Table, one_line};
 use crate::config::{DatabaseArgs, parse_count, parse_positive_duration};
 use crate::db::redact_url;
-use crate::outbox::{
-    self, CancelReport, JobFilter, JobRow, JobStatus, KindStats, RetryReport, RetrySelection,
-};
+use crate::job_list::{self, JobFilter, JobRow};
+use crate::outbox::{self, CancelReport, JobStatus, KindStats, RetryReport, RetrySelection};
 
 #[derive(Debug, Subcommand)]
 pub enum JobsCommand {
@@ -311,7 +310,7 @@ async fn list(args: ListArgs) -> anyhow::Result<()> {
         limit: i64::try_from(args.limit).unwrap_or(i64::MAX),
     };
     let rows: Vec<JobRow> = with_conn(&args.db, move |conn| {
-        outbox::list_jobs(conn, &filter).context("listing jobs")
+        job_list::list_jobs(conn, &filter).context("listing jobs")
     })
     .await?;
     if args.json {

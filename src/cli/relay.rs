@@ -6,7 +6,7 @@ use anyhow::Context as _;
 
 use crate::config::{ConfigError, DatabaseArgs, RelayArgs};
 use crate::db;
-use crate::effects::{EffectKind, Effects, email, webhook};
+use crate::effects::{self, EffectKind, email, webhook};
 use crate::relay::Relay;
 
 pub async fn run(db_args: DatabaseArgs, args: RelayArgs) -> anyhow::Result<()> {
@@ -66,8 +66,11 @@ pub async fn run(db_args: DatabaseArgs, args: RelayArgs) -> anyhow::Result<()> {
             ..db::PoolOptions::default()
         },
     );
-    let executor = Arc::new(Effects::new(pool.clone(), mailer, sender, receipt));
+    let executor = Arc::new(effects::workers(pool.clone(), mailer, sender, receipt));
 
+    // The relay's gauges bind to the recorder installed when they are made,
+    // and its listener makes one as soon as it starts: install ours first.
+    let _ = crate::telemetry::metrics_handle();
     let shutdown = crate::shutdown::on_signals();
     let relay = Relay::new(pool.clone(), db_args.database_url, settings, executor)?;
     let metrics_server = tokio::spawn(crate::telemetry::serve_metrics(

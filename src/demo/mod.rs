@@ -27,7 +27,7 @@ use crate::config::{EnqueueArgs, ReceiptArgs, parse_database_url, parse_positive
 use crate::db::{self, PgPool, run_blocking};
 use crate::effects::email::{EmailConfig, Mailer};
 use crate::effects::webhook::{WebhookConfig, WebhookSender};
-use crate::effects::{EffectKind, Effects};
+use crate::effects::{self, EffectKind};
 use crate::orders::Currency;
 use crate::relay::{BackoffPolicy, Relay, RelaySettings};
 use database::DemoDatabase;
@@ -313,7 +313,7 @@ async fn start_services(
     let receipt_args = args.receipt.clone();
     let receipt = tokio::task::spawn_blocking(move || receipt_args.settings(true)).await??;
     let relay_pool = db::build_pool(database_url, 12, false);
-    let executor = Arc::new(Effects::new(
+    let executor = Arc::new(effects::workers(
         relay_pool.clone(),
         Some(mailer),
         Some(sender),

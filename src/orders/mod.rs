@@ -1,6 +1,8 @@
 //! The order domain: parsing an order at the edge, placing it with its jobs in one
 //! transaction, and reading it back.
 
+use crate::effects::EffectKind;
+
 mod currency;
 mod domain;
 mod place;
@@ -36,5 +38,10 @@ pub fn email_key(order_id: i64) -> String {
     format!("order-{order_id}-emails")
 }
 
-/// The jobs every placed order gets, one per effect.
-pub const ORDER_JOB_KINDS: [&str; 3] = ["confirmation_email", "receipt_pdf", "order_webhook"];
+/// The jobs every placed order gets, one per effect (the job types' own
+/// `KIND`s: see [`EffectKind::ORDER`]).
+pub const ORDER_JOB_KINDS: [&str; 3] = [
+    EffectKind::ORDER[0].as_str(),
+    EffectKind::ORDER[1].as_str(),
+    EffectKind::ORDER[2].as_str(),
+];

@@ -10,7 +10,9 @@ use super::domain::NewOrder;
 use super::read::{Order, OrderEvent, OrderItem, OrderJob};
 use super::transition::{event_email, event_webhook, record_event};
 use super::{ORDER_JOB_KINDS, OrderStatus};
-use crate::outbox::{self, DEFAULT_MAX_ATTEMPTS, JobStatus, NewJob};
+use crate::effects::ReceiptPdf;
+use crate::effects::jobs::new_job;
+use crate::outbox::{self, DEFAULT_MAX_ATTEMPTS, JobOptions, JobStatus, NewJob};
 use crate::schema::{order_items, orders};
 
 /// A client-chosen key that makes `POST /orders` safe to retry.
@@ -226,11 +228,15 @@ fn place_order_with_hook(
             None,
         )?;
         let jobs = vec![
-            event_email(order_id, event_id, max_attempts),
-            NewJob::new("receipt_pdf", serde_json::json!({ "order_id": order_id }))
-                .order_id(order_id)
-                .max_attempts(max_attempts),
-            event_webhook(order_id, event_id, max_attempts),
+            event_email(order_id, event_id, max_attempts)?,
+            new_job(
+                &ReceiptPdf {
+                    order_id,
+                    event_id: None,
+                },
+                &JobOptions::default().max_attempts(max_attempts),
+            )?,
+            event_webhook(order_id, event_id, max_attempts)?,
         ];
         debug_assert!(
             jobs.iter()

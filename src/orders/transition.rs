@@ -11,7 +11,9 @@ use sha2::{Digest, Sha256};
 use super::domain::{DisplayText, ValidationError, reject_unknown, required_str};
 use super::place::IdempotencyKey;
 use super::{OrderStatus, email_key, webhook_key};
-use crate::outbox::{self, NewJob};
+use crate::effects::jobs::new_job;
+use crate::effects::{ConfirmationEmail, OrderWebhook};
+use crate::outbox::{self, JobOptions, NewJob};
 use crate::schema::{order_events, orders};
 
 /// What a transition asks for, parsed and validated at the edge.
@@ -236,9 +238,9 @@ fn transition_order_with(
             key,
             fingerprint.as_deref(),
         )?;
-        let mut jobs = vec![event_webhook(order_id, event_id, max_attempts)];
+        let mut jobs = vec![event_webhook(order_id, event_id, max_attempts)?];
         if transition.emails() {
-            jobs.push(event_email(order_id, event_id, max_attempts));
+            jobs.push(event_email(order_id, event_id, max_attempts)?);
         }
         match waker {
             Some(_) => outbox::enqueue_many_unnotified(conn, &jobs)?,
@@ -287,25 +289,33 @@ pub(super) fn record_event(
 }
 
 /// The webhook of one event, behind the order's earlier webhooks.
-pub(super) fn event_webhook(order_id: i64, event_id: i64, max_attempts: i32) -> NewJob {
-    NewJob::new(
-        "order_webhook",
-        json!({ "order_id": order_id, "event_id": event_id }),
+pub(super) fn event_webhook(
+    order_id: i64,
+    event_id: i64,
+    max_attempts: i32,
+) -> QueryResult<NewJob> {
+    new_job(
+        &OrderWebhook {
+            order_id,
+            event_id: Some(event_id),
+        },
+        &JobOptions::default()
+            .max_attempts(max_attempts)
+            .ordering_key(webhook_key(order_id)),
     )
-    .order_id(order_id)
-    .max_attempts(max_attempts)
-    .ordering_key(webhook_key(order_id))
 }
 
 /// The email about one event, behind the order's earlier emails.
-pub(super) fn event_email(order_id: i64, event_id: i64, max_attempts: i32) -> NewJob {
-    NewJob::new(
-        "confirmation_email",
-        json!({ "order_id": order_id, "event_id": event_id }),
+pub(super) fn event_email(order_id: i64, event_id: i64, max_attempts: i32) -> QueryResult<NewJob> {
+    new_job(
+        &ConfirmationEmail {
+            order_id,
+            event_id: Some(event_id),
+        },
+        &JobOptions::default()
+            .max_attempts(max_attempts)
+            .ordering_key(email_key(order_id)),
     )
-    .order_id(order_id)
-    .max_attempts(max_attempts)
-    .ordering_key(email_key(order_id))
 }
 
 fn fingerprint(order_id: i64, transition: &Transition) -> String {

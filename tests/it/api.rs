@@ -418,7 +418,7 @@ async fn the_receipt_is_404_until_its_job_has_run_then_a_pdf() {
         test_settings("receipts", &["receipt_pdf"]),
         executor(|job| async move {
             Ok(Some(store_receipt(
-                job.order_id.unwrap_or_default(),
+                job.payload["order_id"].as_i64().unwrap_or_default(),
                 PDF.to_vec(),
             )))
         }),

@@ -6,7 +6,7 @@ use std::time::Duration;
 use diesel::prelude::*;
 use outbox_relay::effects::email::{EmailConfig, Mailer};
 use outbox_relay::effects::receipt::ReceiptSettings;
-use outbox_relay::effects::{EffectError, Effects, Executor};
+use outbox_relay::effects::{self, EffectError, Executor};
 use outbox_relay::orders::{NewOrder, Order, load_order, place_order};
 use outbox_relay::schema::jobs_all;
 
@@ -42,7 +42,7 @@ fn place(conn: &mut PgConnection, name: &str, max_attempts: i32) -> (i64, i64) {
 }
 
 fn email_relay(db: &TestDb, mailer: Mailer) -> RunningRelay {
-    let effects: Arc<dyn Executor> = Arc::new(Effects::new(
+    let effects: Arc<dyn Executor> = Arc::new(effects::workers(
         db.pool(4),
         Some(mailer),
         None,

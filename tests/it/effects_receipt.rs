@@ -9,9 +9,10 @@ use std::time::Duration;
 
 use diesel::prelude::*;
 use outbox_relay::effects::receipt::ReceiptSettings;
-use outbox_relay::effects::{EffectError, Effects, Executor};
+use outbox_relay::effects::{self, EffectError, Executor, JobContext};
 use outbox_relay::orders::{NewOrder, place_order};
 use outbox_relay::schema::{jobs, jobs_all, receipts};
+use tokio_util::sync::CancellationToken;
 
 use crate::support::{
     TestDb, count, executor, init_tracing, order_json, spawn_relay, test_settings, wait_until,
@@ -69,7 +70,7 @@ async fn the_stored_receipt_shows_order_items_total_and_an_international_custome
             ]
         }),
     );
-    let effects: Arc<dyn Executor> = Arc::new(Effects::new(
+    let effects: Arc<dyn Executor> = Arc::new(effects::workers(
         db.pool(4),
         None,
         None,
@@ -132,7 +133,7 @@ async fn a_retried_or_rerun_receipt_job_never_stores_a_second_receipt() {
     let db = TestDb::new();
     let mut conn = db.conn();
     let (order_id, job_id) = place(&mut conn, &order_json("Zoë Ångström"));
-    let effects = Arc::new(Effects::new(
+    let effects = Arc::new(effects::workers(
         db.pool(4),
         None,
         None,
@@ -148,7 +149,8 @@ async fn a_retried_or_rerun_receipt_job_never_stores_a_second_receipt() {
             let effects = Arc::clone(&effects);
             let failed_once = Arc::clone(&failed_once);
             async move {
-                let rendered = effects.execute(&job).await?;
+                let ctx = JobContext::new(&job, CancellationToken::new());
+                let rendered = effects.execute(&job, ctx).await?;
                 assert!(rendered.is_some(), "a receipt job returns its PDF to store");
                 if !failed_once.swap(true, Ordering::SeqCst) {
                     return Err(EffectError::retryable("worker lost after rendering"));
@@ -266,7 +268,7 @@ async fn japanese_chinese_and_korean_names_and_items_are_printed_not_boxes() {
             ]),
         ),
     );
-    let effects: Arc<dyn Executor> = Arc::new(Effects::new(
+    let effects: Arc<dyn Executor> = Arc::new(effects::workers(
         db.pool(4),
         None,
         None,

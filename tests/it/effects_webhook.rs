@@ -13,7 +13,7 @@ use hmac::{Hmac, Mac};
 use outbox_relay::effects::EffectError;
 use outbox_relay::effects::receipt::ReceiptSettings;
 use outbox_relay::effects::webhook::{WebhookConfig, WebhookSender};
-use outbox_relay::effects::{Effects, Executor};
+use outbox_relay::effects::{self, Executor};
 use outbox_relay::orders::{NewOrder, load_order, place_order};
 use outbox_relay::schema::jobs_all;
 use sha2::Sha256;
@@ -50,7 +50,7 @@ fn place(conn: &mut PgConnection, max_attempts: i32) -> (i64, i64) {
 }
 
 fn webhook_relay(db: &TestDb, sender: WebhookSender) -> RunningRelay {
-    let effects: Arc<dyn Executor> = Arc::new(Effects::new(
+    let effects: Arc<dyn Executor> = Arc::new(effects::workers(
         db.pool(4),
         None,
         Some(sender),

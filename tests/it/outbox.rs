@@ -91,7 +91,7 @@ fn the_claim_reads_its_partial_index_in_order_and_skips_finished_rows() {
 
     let explain = format!(
         "EXPLAIN {}",
-        include_str!("../../src/outbox/sql/claim_jobs.sql")
+        include_str!("../../crates/outbox-core/src/outbox/sql/claim_jobs.sql")
             .replace("$1", "16")
             .replace("$2", "ARRAY['noop']")
             .replace("$3", "'w'")
@@ -474,7 +474,7 @@ fn a_claim_for_a_rare_kind_does_not_walk_another_kinds_backlog() {
     let plan_for = |conn: &mut PgConnection, kinds: &str| -> String {
         let explain = format!(
             "EXPLAIN {}",
-            include_str!("../../src/outbox/sql/claim_jobs.sql")
+            include_str!("../../crates/outbox-core/src/outbox/sql/claim_jobs.sql")
                 .replace("$1", "16")
                 .replace("$2", kinds)
                 .replace("$3", "'w'")

@@ -7,7 +7,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use diesel::prelude::*;
-use outbox_relay::effects::{EffectError, Effects, receipt::ReceiptSettings};
+use outbox_relay::effects::{self, EffectError, receipt::ReceiptSettings};
 use outbox_relay::outbox::{ClaimRequest, NewJob, claim_jobs, enqueue, enqueue_many};
 use outbox_relay::relay::RelayStats;
 use outbox_relay::schema::jobs_all;
@@ -217,7 +217,12 @@ async fn a_payload_that_does_not_decode_fails_its_job_without_hurting_the_worker
     let unknown = enqueue(&mut conn, &NewJob::new("fax", serde_json::json!({}))).expect("enqueue");
     let good = enqueue(&mut conn, &NewJob::new("noop", serde_json::json!({}))).expect("enqueue");
     let pool = db.pool(4);
-    let effects = Arc::new(Effects::new(pool, None, None, ReceiptSettings::default()));
+    let effects = Arc::new(effects::workers(
+        pool,
+        None,
+        None,
+        ReceiptSettings::default(),
+    ));
     let relay = spawn_relay(
         &db,
         test_settings("w", &["receipt_pdf", "noop", "fax"]),

@@ -347,7 +347,6 @@ fn a_keys_jobs_are_claimed_one_at_a_time_in_enqueue_order_and_a_failed_head_bloc
         .expect("heads");
     let head = |id: i64| ClaimedJob {
         id,
-        order_id: None,
         kind: "noop".into(),
         payload: json!({}),
         attempt: 1,

@@ -8,7 +8,7 @@ use outbox_relay::schema::{jobs_all, orders, receipts};
 use crate::support::http::Recorded;
 use crate::support::smtp::Mail;
 
-pub use outbox_relay::outbox::JobRow;
+pub use outbox_relay::job_list::JobRow;
 
 pub fn load_jobs(conn: &mut PgConnection) -> Vec<JobRow> {
     jobs_all::table

@@ -14,7 +14,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use diesel::prelude::*;
-use outbox_relay::effects::{BoxFuture, EffectResult, Executor};
+use outbox_relay::effects::{BoxFuture, EffectResult, Executor, JobContext};
 use outbox_relay::orders::NewOrder;
 use outbox_relay::outbox::ClaimedJob;
 use outbox_relay::relay::{Relay, RelaySettings, RelayStats};
@@ -113,7 +113,7 @@ where
     F: Fn(ClaimedJob) -> Fut + Send + Sync + 'static,
     Fut: Future<Output = EffectResult> + Send + 'static,
 {
-    fn execute<'a>(&'a self, job: &'a ClaimedJob) -> BoxFuture<'a, EffectResult> {
+    fn execute<'a>(&'a self, job: &'a ClaimedJob, _ctx: JobContext) -> BoxFuture<'a, EffectResult> {
         Box::pin((self.0)(job.clone()))
     }
 }
@@ -208,7 +208,7 @@ pub fn claim_buffers(
     }
     let sql = format!(
         "EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) {}",
-        include_str!("../../../src/outbox/sql/claim_jobs.sql")
+        include_str!("../../../crates/outbox-core/src/outbox/sql/claim_jobs.sql")
     );
     conn.batch_execute("BEGIN").expect("begin");
     let plan: Plan = diesel::sql_query(&sql)

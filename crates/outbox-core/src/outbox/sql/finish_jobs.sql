@@ -76,16 +76,16 @@ moved AS (
       AND l.status = 'done'
       AND j.status = 'processing'
       AND j.lease_token = l.lease_token
-    RETURNING j.id, j.order_id, j.kind, j.payload, j.run_after, j.attempts, j.max_attempts,
+    RETURNING j.id, j.kind, j.payload, j.run_after, j.attempts, j.max_attempts,
               j.locked_by, j.locked_at, j.created_at, j.last_error, j.lease_token,
               j.trace_context, j.ordering_key
 ),
 archived AS (
-    INSERT INTO jobs_done (id, order_id, kind, payload, status, run_after, attempts,
+    INSERT INTO jobs_done (id, kind, payload, status, run_after, attempts,
                            max_attempts, locked_by, locked_at, lease_expires_at, created_at,
                            finished_at, last_error, lease_token, trace_context, ordering_key,
                            blocked)
-    SELECT id, order_id, kind, payload, 'done', run_after, attempts, max_attempts, locked_by,
+    SELECT id, kind, payload, 'done', run_after, attempts, max_attempts, locked_by,
            locked_at, NULL, created_at, now(), last_error, lease_token, trace_context,
            ordering_key, false
     FROM moved

@@ -73,7 +73,7 @@ pub fn cancel_jobs(conn: &mut PgConnection, ids: &[i64]) -> QueryResult<CancelRe
             .order(jobs::id)
             .for_update()
             .load(conn)?;
-        found.extend(super::admin::archived_statuses(conn, &ids, &found)?);
+        found.extend(super::retry::archived_statuses(conn, &ids, &found)?);
         let refused: Vec<CancelRefusal> = ids
             .iter()
             .filter_map(|id| {

@@ -120,7 +120,6 @@ mod tests {
     fn job(id: i64, lease_token: i64) -> ClaimedJob {
         ClaimedJob {
             id,
-            order_id: None,
             kind: "noop".to_owned(),
             payload: serde_json::json!({}),
             attempt: 1,

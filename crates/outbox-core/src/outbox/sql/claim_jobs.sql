@@ -67,5 +67,5 @@ SET status = 'processing',
     lease_token = nextval('jobs_lease_token_seq')
 FROM picked, async_commit
 WHERE j.id = picked.id
-RETURNING j.id, j.order_id, j.kind, j.payload, j.attempts, j.max_attempts, j.lease_token,
+RETURNING j.id, j.kind, j.payload, j.attempts, j.max_attempts, j.lease_token,
           j.created_at, j.trace_context, j.run_after

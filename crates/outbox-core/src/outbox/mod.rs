@@ -4,34 +4,35 @@
 //! concurrent workers is the point, are raw SQL in `sql/`, one statement a file,
 //! each opening with a comment on the index it relies on and why it is safe.
 
-mod admin;
 mod archive;
 mod cancel;
 mod claim;
 mod finish;
+mod job;
 mod keys;
 mod lease;
+mod prune;
 mod reap;
+mod retry;
+mod stats;
 pub mod text;
 mod wake;
 
-use chrono::{DateTime, Utc};
 use diesel::prelude::*;
 use diesel::sql_types::Text;
 use serde::Serialize;
 
-pub use admin::{
-    JobFilter, JobRow, KindStats, PruneReport, QueueDepth, QueueStats, RetryRefusal, RetryReport,
-    RetrySelection, count_prunable, list_jobs, prune_done_jobs, queue_depth, queue_stats,
-    retry_failed_jobs,
-};
 pub use archive::{PARTITION_UPKEEP_EVERY, ensure_done_partitions};
 pub use cancel::{CancelRefusal, CancelReport, cancel_job_batch, cancel_jobs};
 pub use claim::{ClaimPosition, ClaimRequest, ClaimedJob, claim_jobs, claim_jobs_after};
 pub use finish::{CommitHook, Finish, FinishReport, LocalWrite, Outcome, finish_jobs};
+pub use job::{JobOptions, NewJob, enqueue_job};
 pub use keys::{BlockedKey, blocked_keys};
 pub use lease::{HeartbeatReport, JobLease, extend_leases, release_jobs};
+pub use prune::{PruneReport, count_prunable, prune_done_jobs};
 pub use reap::{ReapReport, ReapRequest, reap_expired_leases};
+pub use retry::{RetryRefusal, RetryReport, RetrySelection, retry_failed_jobs};
+pub use stats::{KindStats, QueueDepth, QueueStats, queue_depth, queue_stats};
 pub use wake::Waker;
 
 use crate::schema::jobs;
@@ -91,73 +92,6 @@ impl std::str::FromStr for JobStatus {
 impl std::fmt::Display for JobStatus {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.write_str(self.as_str())
-    }
-}
-
-/// A job to enqueue. Build with [`NewJob::new`] and the setters.
-#[derive(Debug, Clone, Insertable)]
-#[diesel(table_name = jobs)]
-pub struct NewJob {
-    kind: String,
-    payload: serde_json::Value,
-    order_id: Option<i64>,
-    run_after: Option<DateTime<Utc>>,
-    max_attempts: i32,
-    ordering_key: Option<String>,
-    /// Decided by [`enqueue_many`] from the key's unfinished jobs, never by callers.
-    blocked: bool,
-    trace_context: Option<serde_json::Value>,
-}
-
-impl NewJob {
-    /// A job carrying the trace context of the current span, if it has one
-    /// (see [`crate::trace_context`]): the relay's span for this job becomes
-    /// its child, so a caller enqueueing in its own transaction gets one
-    /// trace across the outbox without doing anything.
-    pub fn new(kind: impl Into<String>, payload: serde_json::Value) -> Self {
-        NewJob {
-            kind: kind.into(),
-            payload,
-            order_id: None,
-            run_after: None,
-            max_attempts: DEFAULT_MAX_ATTEMPTS,
-            ordering_key: None,
-            blocked: false,
-            trace_context: crate::trace_context::current(),
-        }
-    }
-    /// Another trace context than the current span's (`None`: no trace).
-    pub fn trace_context(mut self, context: Option<serde_json::Value>) -> Self {
-        self.trace_context = context;
-        self
-    }
-    pub fn order_id(mut self, order_id: i64) -> Self {
-        self.order_id = Some(order_id);
-        self
-    }
-    /// Not before this time (default: due at once).
-    pub fn run_after(mut self, at: DateTime<Utc>) -> Self {
-        self.run_after = Some(at);
-        self
-    }
-    pub fn max_attempts(mut self, max_attempts: i32) -> Self {
-        self.max_attempts = max_attempts.max(1);
-        self
-    }
-    /// Jobs with the same key run one at a time, in enqueue order, whichever
-    /// relay claims them: a job waits while an earlier job of its key is
-    /// pending, processing or failed. A failed job holds its key until it is
-    /// retried (and succeeds) or cancelled.
-    pub fn ordering_key(mut self, key: impl Into<String>) -> Self {
-        self.ordering_key = Some(key.into());
-        self
-    }
-    pub fn kind(&self) -> &str {
-        &self.kind
-    }
-    /// The `max_attempts` the job will be stored with.
-    pub fn max_attempts_value(&self) -> i32 {
-        self.max_attempts
     }
 }
 

@@ -13,8 +13,8 @@ use tracing::Instrument as _;
 use super::completer::Completion;
 use super::in_flight::Claim;
 use super::{RelayStats, Shared, backoff};
-use crate::effects::EffectError;
 use crate::outbox::{ClaimedJob, Finish, Outcome};
+use crate::worker::{EffectError, JobContext};
 
 pub(super) async fn run(
     shared: Arc<Shared>,
@@ -30,14 +30,17 @@ pub(super) async fn run(
         kind = %job.kind,
         attempt = job.attempt,
         lease_token = job.lease_token,
-        order_id = job.order_id,
         trace_id = tracing::field::Empty,
     );
     crate::trace_context::continue_stored(&span, job.trace_context.as_ref());
     async move {
         let started = Instant::now();
         let deadline = shared.settings.job_timeouts.for_kind(&job.kind);
-        let effect = AssertUnwindSafe(shared.executor.execute(&job)).catch_unwind();
+        // Fires with the lease's loss (a child of it) or when the deadline or
+        // shutdown takes the attempt away, just before its future is dropped.
+        let cancel = claim.lost().child_token();
+        let ctx = JobContext::new(&job, cancel.clone());
+        let effect = AssertUnwindSafe(shared.executor.execute(&job, ctx)).catch_unwind();
         // Dropping the effect's future is what cancels it: a send in progress is
         // abandoned at its next await point.
         let result = tokio::select! {
@@ -64,6 +67,7 @@ pub(super) async fn run(
                 return;
             }
             () = tokio::time::sleep(deadline) => {
+                cancel.cancel();
                 RelayStats::add(&shared.stats.timed_out, 1);
                 metrics::counter!("outbox_jobs_timed_out_total", "kind" => job.kind.clone()).increment(1);
                 Err(EffectError::retryable(format!(
@@ -71,9 +75,12 @@ pub(super) async fn run(
                     humantime::format_duration(deadline)
                 )))
             }
-            () = interrupt.cancelled() => Err(EffectError::retryable(
-                "interrupted: the relay shut down before the effect finished",
-            )),
+            () = interrupt.cancelled() => {
+                cancel.cancel();
+                Err(EffectError::retryable(
+                    "interrupted: the relay shut down before the effect finished",
+                ))
+            }
         };
         metrics::histogram!("outbox_effect_duration_seconds", "kind" => job.kind.clone())
             .record(started.elapsed().as_secs_f64());

@@ -14,10 +14,12 @@ pub struct BlockedKey {
     /// The failed head job.
     #[diesel(sql_type = BigInt, column_name = id)]
     pub job_id: i64,
-    #[diesel(sql_type = Nullable<BigInt>)]
-    pub order_id: Option<i64>,
+    /// The head job's kind.
     #[diesel(sql_type = Text)]
     pub kind: String,
+    /// The head job's arguments.
+    #[diesel(sql_type = diesel::sql_types::Jsonb)]
+    pub payload: serde_json::Value,
     #[diesel(sql_type = Integer)]
     pub attempts: i32,
     #[diesel(sql_type = Integer)]

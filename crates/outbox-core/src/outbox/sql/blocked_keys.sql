@@ -5,7 +5,7 @@
 -- predicate `finished_at IS NOT NULL` the query repeats) finds the heads
 -- among them; jobs_ordering_key_idx counts each key's waiting jobs. Only
 -- jobs is read: a failed head and the jobs behind it never leave it.
-SELECT h.ordering_key, h.id, h.order_id, h.kind, h.attempts, h.max_attempts, h.last_error,
+SELECT h.ordering_key, h.id, h.kind, h.payload, h.attempts, h.max_attempts, h.last_error,
        h.finished_at,
        (SELECT count(*)
         FROM jobs AS w

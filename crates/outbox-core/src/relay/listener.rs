@@ -37,10 +37,9 @@ pub async fn listen_for_jobs(
     wake: Arc<Notify>,
     shutdown: CancellationToken,
 ) {
-    // Installs the recorder before the gauge is registered (as the API's router
-    // does): the relay's /metrics server is spawned alongside and may not have
-    // yet, and a handle taken before that would stay a no-op.
-    let _ = crate::telemetry::metrics_handle();
+    // The gauge binds to whichever metrics recorder is installed now: an
+    // application that exports metrics installs its recorder before it
+    // starts the relay.
     let connected_gauge = metrics::gauge!(CONNECTED_GAUGE);
     connected_gauge.set(0.0);
     let mut reconnect = reconnect_backoff();

@@ -5,8 +5,8 @@ use std::time::Duration;
 
 use chrono::{DateTime, Utc};
 
-use crate::effects::{EffectError, EffectResult};
 use crate::outbox::Outcome;
+use crate::worker::{EffectError, EffectResult};
 
 pub const DEFAULT_BACKOFF_BASE: Duration = Duration::from_secs(1);
 pub const DEFAULT_BACKOFF_MAX: Duration = Duration::from_secs(3600);

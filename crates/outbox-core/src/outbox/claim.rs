@@ -23,8 +23,6 @@ pub struct ClaimRequest<'a> {
 pub struct ClaimedJob {
     #[diesel(sql_type = BigInt)]
     pub id: i64,
-    #[diesel(sql_type = diesel::sql_types::Nullable<BigInt>)]
-    pub order_id: Option<i64>,
     #[diesel(sql_type = Text)]
     pub kind: String,
     #[diesel(sql_type = diesel::sql_types::Jsonb)]

@@ -36,7 +36,7 @@ pub use health::Liveness;
 pub use timeouts::{DEFAULT_JOB_TIMEOUT, JobTimeouts};
 
 use crate::db::PgPool;
-use crate::effects::Executor;
+use crate::worker::Executor;
 
 pub const DEFAULT_CONCURRENCY: usize = 16;
 pub const DEFAULT_BATCH_SIZE: usize = 16;
@@ -49,7 +49,7 @@ const MAX_COMPLETION_BATCH: usize = 512;
 /// Most expired leases one reaper transaction handles.
 const REAP_BATCH: i64 = 500;
 
-/// How a relay behaves; [`crate::config`] fills it from flags and the environment.
+/// How a relay behaves; an application fills it from its own configuration.
 #[derive(Debug, Clone)]
 pub struct RelaySettings {
     /// `locked_by` on the jobs this relay claims; unique per live relay.

@@ -1,0 +1,253 @@
+-- The queue's schema, whole: the jobs table, the archive of done jobs and
+-- its retention functions, and the jobs_all view. ARCHITECTURE.md ("Job
+-- state") says what each statement that moves a job relies on.
+--
+-- An application may add columns of its own to `jobs` and `jobs_done` (with
+-- the same name in both, and in the view); the queue names only these.
+
+-- The outbox. Every row is one job to perform; the relay moves it through
+-- pending -> processing -> done | failed, and an operator may cancel it.
+CREATE TABLE jobs (
+    id               bigserial   PRIMARY KEY,
+    kind             text        NOT NULL,
+    payload          jsonb       NOT NULL DEFAULT '{}'::jsonb,
+    status           text        NOT NULL DEFAULT 'pending',
+    -- A job is due once run_after <= now(); retries push it into the future.
+    run_after        timestamptz NOT NULL DEFAULT now(),
+    -- Incremented by every claim.
+    attempts         int         NOT NULL DEFAULT 0,
+    max_attempts     int         NOT NULL DEFAULT 8,
+    locked_by        text        NULL,
+    locked_at        timestamptz NULL,
+    lease_expires_at timestamptz NULL,
+    created_at       timestamptz NOT NULL DEFAULT now(),
+    finished_at      timestamptz NULL,
+    last_error       text        NULL,
+    -- The fencing token of the newest claim, from jobs_lease_token_seq; kept
+    -- after the job leaves 'processing'; NULL only for jobs never claimed.
+    lease_token      bigint      NULL,
+    -- The W3C trace context of whoever enqueued the job: {"traceparent": ...,
+    -- "tracestate": ...}; the relay's span for the job becomes its child.
+    trace_context    jsonb       NULL,
+    -- Jobs that share an ordering_key run one at a time, in id (enqueue)
+    -- order. `blocked` marks a job that has an earlier unfinished job (pending,
+    -- processing or failed) with its key: set at enqueue, cleared for the next
+    -- job when its predecessor ends done or cancelled. Blocked jobs are out of
+    -- the claim's indexes, so a key held up by a failed head costs the claim
+    -- nothing however many jobs wait behind it.
+    ordering_key     text        NULL,
+    blocked          boolean     NOT NULL DEFAULT false,
+    CONSTRAINT jobs_status_valid
+        CHECK (status IN ('pending', 'processing', 'done', 'failed', 'cancelled')),
+    CONSTRAINT jobs_attempts_not_negative CHECK (attempts >= 0),
+    CONSTRAINT jobs_max_attempts_positive CHECK (max_attempts > 0),
+    CONSTRAINT jobs_kind_not_empty CHECK (kind <> ''),
+    -- A processing job always has an owner, a lease and the token of the
+    -- claim that holds it: the reaper and every fenced statement rely on it.
+    CONSTRAINT jobs_processing_has_lease CHECK (
+        status <> 'processing'
+        OR (locked_by IS NOT NULL AND lease_expires_at IS NOT NULL AND lease_token IS NOT NULL)
+    ),
+    CONSTRAINT jobs_blocked_is_a_waiting_keyed_job
+        CHECK (NOT blocked OR (status = 'pending' AND ordering_key IS NOT NULL))
+);
+
+-- A fencing token per claim. A sequence never hands out a value twice,
+-- across crashes included (nextval is not transactional and the sequence's
+-- WAL is flushed ahead of any commit that used it), so every claim gets a
+-- token no earlier or later claim ever had; (locked_by, attempts) could repeat.
+CREATE SEQUENCE jobs_lease_token_seq AS bigint;
+
+-- No index on `jobs` mentions a column the claim or the heartbeat changes
+-- (status, locked_by, locked_at, lease_expires_at, attempts, lease_token), so
+-- both are HOT updates: a heap version and no index entry.
+--
+-- The claim's indexes: pending and processing jobs (not finished), not
+-- waiting behind their ordering key; their key is the claim's ORDER BY, so
+-- the claim is an ordered index scan that stops after its batch.
+CREATE INDEX jobs_claim_idx ON jobs (run_after, id) WHERE finished_at IS NULL AND NOT blocked;
+CREATE INDEX jobs_kind_claim_idx ON jobs (kind, run_after, id) WHERE finished_at IS NULL AND NOT blocked;
+-- Failed and cancelled jobs by the time they ended (retry, gauges).
+CREATE INDEX jobs_finished_idx ON jobs (finished_at) WHERE finished_at IS NOT NULL;
+-- An ordering key's jobs still in `jobs`, in order (done jobs have left).
+CREATE INDEX jobs_ordering_key_idx ON jobs (ordering_key, id) WHERE ordering_key IS NOT NULL;
+
+-- A queue table churns: vacuum and analyze after 2% of the rows changed, not
+-- the default 20%, so dead entries do not pile up in the claim's index.
+-- Fillfactor 40 leaves room on each page for every row's claimed version,
+-- which a HOT update must place on the page of the version it replaces.
+ALTER TABLE jobs SET (
+    autovacuum_vacuum_scale_factor = 0.02,
+    autovacuum_analyze_scale_factor = 0.02,
+    autovacuum_vacuum_insert_scale_factor = 0.02,
+    fillfactor = 40
+);
+
+-- The archive: a job that ends `done` leaves `jobs` in the statement that
+-- finishes it and is appended here, partitioned by day of finished_at.
+-- Retention drops whole partitions, so nothing is left for a DELETE to kill
+-- and for vacuum to clean under a pinned MVCC horizon.
+CREATE TABLE jobs_done (
+    id               bigint      NOT NULL,
+    kind             text        NOT NULL,
+    payload          jsonb       NOT NULL,
+    status           text        NOT NULL,
+    run_after        timestamptz NOT NULL,
+    attempts         int         NOT NULL,
+    max_attempts     int         NOT NULL,
+    locked_by        text        NULL,
+    locked_at        timestamptz NULL,
+    lease_expires_at timestamptz NULL,
+    created_at       timestamptz NOT NULL,
+    finished_at      timestamptz NOT NULL,
+    last_error       text        NULL,
+    lease_token      bigint      NULL,
+    trace_context    jsonb       NULL,
+    ordering_key     text        NULL,
+    blocked          boolean     NOT NULL DEFAULT false,
+    -- Only `done` jobs move here today; failed and cancelled are allowed so that
+    -- an archive of every finished job stays possible without a migration.
+    CONSTRAINT jobs_done_status_finished CHECK (status IN ('done', 'failed', 'cancelled'))
+) PARTITION BY RANGE (finished_at);
+
+-- No btree: each would cost an entry per finished job. Rows are appended in
+-- finished_at order, so ids rise with the heap: a BRIN summary per 16 pages
+-- finds a job by reading a few ranges, and costs nothing per row.
+CREATE INDEX jobs_done_id_brin ON jobs_done USING brin (id) WITH (pages_per_range = 16, autosummarize = on);
+CREATE INDEX jobs_done_finished_at_brin ON jobs_done USING brin (finished_at) WITH (pages_per_range = 16, autosummarize = on);
+
+-- Catches rows for a day nobody made a partition for (a relay down for days,
+-- a clock far off). jobs_done_ensure_partitions moves them out when it makes
+-- their day's partition.
+CREATE TABLE jobs_done_default PARTITION OF jobs_done DEFAULT;
+
+-- Makes the daily partitions from the day of `since` through `days_ahead` days
+-- after today (UTC), moving any of their rows out of the default partition
+-- first (a partition cannot be attached over rows the default holds). The relay
+-- calls it at start and hourly, `jobs prune` on every run; it is idempotent and
+-- safe to run from many processes at once (an advisory lock serialises them).
+CREATE FUNCTION jobs_done_ensure_partitions(since timestamptz, days_ahead int)
+RETURNS int LANGUAGE plpgsql AS $$
+DECLARE
+    day date := (since AT TIME ZONE 'UTC')::date;
+    last date := (now() AT TIME ZONE 'UTC')::date + days_ahead;
+    name text;
+    made int := 0;
+BEGIN
+    PERFORM pg_advisory_xact_lock(hashtext('jobs_done_ensure_partitions'));
+    WHILE day <= last LOOP
+        name := 'jobs_done_' || to_char(day, 'YYYYMMDD');
+        IF to_regclass(name) IS NULL THEN
+            EXECUTE format(
+                'CREATE TABLE %I (LIKE jobs_done INCLUDING DEFAULTS INCLUDING CONSTRAINTS)', name);
+            EXECUTE format(
+                'WITH moved AS (DELETE FROM jobs_done_default
+                                WHERE finished_at >= %L AND finished_at < %L RETURNING *)
+                 INSERT INTO %I SELECT * FROM moved',
+                (day::timestamp AT TIME ZONE 'UTC'), ((day + 1)::timestamp AT TIME ZONE 'UTC'), name);
+            EXECUTE format(
+                'ALTER TABLE jobs_done ATTACH PARTITION %I FOR VALUES FROM (%L) TO (%L)',
+                name, (day::timestamp AT TIME ZONE 'UTC'), ((day + 1)::timestamp AT TIME ZONE 'UTC'));
+            made := made + 1;
+        END IF;
+        day := day + 1;
+    END LOOP;
+    RETURN made;
+END $$;
+
+-- Every job wherever it lives, with the columns of `jobs`. A job is in exactly
+-- one of the two: the move is one statement in one transaction.
+CREATE VIEW jobs_all AS
+SELECT id, kind, payload, status, run_after, attempts, max_attempts, locked_by,
+       locked_at, lease_expires_at, created_at, finished_at, last_error, lease_token,
+       trace_context, ordering_key, blocked
+FROM jobs
+UNION ALL
+SELECT id, kind, payload, status, run_after, attempts, max_attempts, locked_by,
+       locked_at, lease_expires_at, created_at, finished_at, last_error, lease_token,
+       trace_context, ordering_key, blocked
+FROM jobs_done;
+
+-- Retention of the done-job archive (`jobs prune`): which daily partitions of
+-- jobs_done lie wholly before a cutoff, and dropping one of them without ever
+-- queueing the relay's inserts behind a long lock wait. Partition names reach
+-- DDL only as regclass values read from the catalog, never as text a caller
+-- typed.
+
+-- The exclusive upper bound of a range partition of jobs_done, from its bound
+-- as the catalog prints it (`FOR VALUES FROM ('...') TO ('...')`); NULL for the
+-- default partition or an unbounded one, which retention never drops. The
+-- printed timestamp uses the session's TimeZone and is read back under it.
+CREATE FUNCTION jobs_done_partition_upper_bound(part regclass)
+RETURNS timestamptz LANGUAGE sql STABLE AS $$
+    SELECT (regexp_match(pg_get_expr(c.relpartbound, c.oid), 'TO \(''([^'']+)''\)'))[1]::timestamptz
+    FROM pg_class AS c
+    WHERE c.oid = part
+$$;
+
+-- The partitions of jobs_done whose upper bound is at or before `cutoff` (so
+-- every row in them finished before it), oldest first, with how many rows each
+-- holds. The count reads each such partition once; nothing else is read, and
+-- no lock is taken on jobs_done itself.
+CREATE FUNCTION jobs_done_partitions_before(cutoff timestamptz)
+RETURNS TABLE (partition_name text, upper_bound timestamptz, job_count bigint)
+LANGUAGE plpgsql STABLE AS $$
+DECLARE
+    p record;
+BEGIN
+    FOR p IN
+        SELECT i.inhrelid::regclass AS part, jobs_done_partition_upper_bound(i.inhrelid) AS bound
+        FROM pg_inherits AS i
+        WHERE i.inhparent = 'jobs_done'::regclass
+        ORDER BY bound
+    LOOP
+        CONTINUE WHEN p.bound IS NULL OR p.bound > cutoff;
+        partition_name := p.part::text;
+        upper_bound := p.bound;
+        EXECUTE format('SELECT count(*) FROM %s', p.part) INTO job_count;
+        RETURN NEXT;
+    END LOOP;
+END $$;
+
+-- Drops one partition of jobs_done if it is still one whose upper bound is at
+-- or before `cutoff`. Returns 'dropped'; 'gone' when it no longer exists (a
+-- concurrent prune dropped it) or is not a partition of jobs_done; 'young'
+-- when its bound is after the cutoff; 'busy' when its lock did not come within
+-- `lock_timeout_ms`.
+--
+-- Why the timeout: DROP TABLE of a partition takes an ACCESS EXCLUSIVE lock on
+-- jobs_done, and a lock request waiting in the queue blocks every later one,
+-- so a drop stuck behind a long reader of jobs_all would hold up every
+-- relay's insert of a finished job for as long as it waits. With the timeout
+-- the wait is bounded; the caller calls again, each time in a new short
+-- transaction (a statement of its own), and the drop itself is a catalog
+-- change that takes milliseconds.
+--
+-- Concurrent prunes are serialised by an advisory lock (held only to the end
+-- of this short transaction), so exactly one reports a partition dropped.
+CREATE FUNCTION jobs_done_drop_partition(partition_name text, cutoff timestamptz, lock_timeout_ms int)
+RETURNS text LANGUAGE plpgsql AS $$
+DECLARE
+    part regclass;
+    bound timestamptz;
+BEGIN
+    PERFORM pg_advisory_xact_lock(hashtext('jobs_done_drop_partition'));
+    part := to_regclass(partition_name);
+    IF part IS NULL OR NOT EXISTS (
+        SELECT 1 FROM pg_inherits
+        WHERE inhrelid = part AND inhparent = 'jobs_done'::regclass
+    ) THEN
+        RETURN 'gone';
+    END IF;
+    bound := jobs_done_partition_upper_bound(part);
+    IF bound IS NULL OR bound > cutoff THEN
+        RETURN 'young';
+    END IF;
+    PERFORM set_config('lock_timeout', greatest(lock_timeout_ms, 1)::text || 'ms', true);
+    BEGIN
+        EXECUTE format('DROP TABLE %s', part);
+    EXCEPTION WHEN lock_not_available THEN
+        RETURN 'busy';
+    END;
+    RETURN 'dropped';
+END $$;

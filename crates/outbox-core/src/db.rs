@@ -1,0 +1,283 @@
+//! Connection pool, the queue's embedded migrations, and running Diesel off
+//! the async threads.
+//!
+//! Diesel is synchronous. Every query made from async code goes through
+//! [`run_blocking`], which checks a connection out of the r2d2 pool inside
+//! `spawn_blocking`, so a slow query never stalls a tokio worker thread.
+
+use std::time::Duration;
+
+use anyhow::Context as _;
+use diesel::pg::PgConnection;
+use diesel::r2d2::{ConnectionManager, Pool, PooledConnection};
+use diesel::sql_types::BigInt;
+use diesel::{RunQueryDsl, sql_query};
+use diesel_migrations::{EmbeddedMigrations, MigrationHarness, embed_migrations};
+
+pub type PgPool = Pool<ConnectionManager<PgConnection>>;
+pub type PooledPg = PooledConnection<ConnectionManager<PgConnection>>;
+
+/// The queue's migrations (this crate's `migrations/`), embedded.
+pub const MIGRATIONS: EmbeddedMigrations = embed_migrations!("migrations");
+
+/// Advisory lock key held while migrating, so relays and APIs that start together
+/// do not race to create the same tables.
+const MIGRATION_LOCK_KEY: i64 = 0x6f75_7462_6f78; // "outbox"
+
+/// How long a caller waits for a pooled connection before the request fails
+/// (the API turns that into a 503 instead of hanging).
+pub const DEFAULT_CHECKOUT_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// Errors from getting a connection or running a query.
+#[derive(Debug, thiserror::Error)]
+pub enum DbError {
+    #[error("no database connection available: {0}")]
+    Unavailable(String),
+    #[error(transparent)]
+    Query(#[from] diesel::result::Error),
+    #[error("database task panicked or was cancelled: {0}")]
+    Task(String),
+}
+
+/// What a failed database call means for whoever retries it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Failure {
+    /// The database could not be reached: the same call will work once it is back.
+    Unavailable,
+    /// The database refused this time for reasons of timing (a statement or
+    /// lock timeout, a deadlock, a serialization failure): try again later.
+    Transient,
+    /// The database refused the statement itself (bad data, a constraint, a
+    /// permission): the same call will fail the same way.
+    Rejected,
+}
+
+impl DbError {
+    /// How to treat this failure. Diesel keeps the SQLSTATE to itself except
+    /// for a few kinds it maps (connection failures, 40001), so the timeouts
+    /// and the deadlock are recognised by the server's message, which is stable
+    /// for PostgreSQL's default English `lc_messages` (see [`is_statement_timeout`]).
+    pub fn failure(&self) -> Failure {
+        use diesel::result::DatabaseErrorKind as Kind;
+        if self.is_unavailable() {
+            return Failure::Unavailable;
+        }
+        match self {
+            DbError::Query(diesel::result::Error::DatabaseError(Kind::SerializationFailure, _)) => {
+                Failure::Transient
+            }
+            DbError::Query(diesel::result::Error::DatabaseError(_, info))
+                if TRANSIENT_MESSAGES
+                    .iter()
+                    .any(|m| info.message().contains(m)) =>
+            {
+                Failure::Transient
+            }
+            _ => Failure::Rejected,
+        }
+    }
+
+    /// True when the database itself could not be reached (as opposed to a query
+    /// that was rejected), i.e. when the caller should answer 503 or retry later.
+    pub fn is_unavailable(&self) -> bool {
+        match self {
+            DbError::Unavailable(_) => true,
+            DbError::Query(diesel::result::Error::DatabaseError(kind, _)) => matches!(
+                kind,
+                diesel::result::DatabaseErrorKind::ClosedConnection
+                    | diesel::result::DatabaseErrorKind::UnableToSendCommand
+            ),
+            DbError::Query(_) | DbError::Task(_) => false,
+        }
+    }
+}
+
+/// Builds a pool of `size` connections. Connections are opened lazily, so a pool
+/// can be built while the database is still starting; `min_idle(0)` keeps a
+/// restart of PostgreSQL from leaving the pool full of dead connections.
+///
+/// `validate_on_checkout` pings each connection before handing it out. The API
+/// wants that (a request should not fail on a connection that died while idle);
+/// the relay does not, since a ping would double the round trips of its hot loop
+/// and a failed claim is simply retried (Diesel marks the broken connection and
+/// r2d2 drops it).
+pub fn build_pool(database_url: &str, size: u32, validate_on_checkout: bool) -> PgPool {
+    build_pool_with(
+        database_url,
+        &PoolOptions {
+            size,
+            validate_on_checkout,
+            ..PoolOptions::default()
+        },
+    )
+}
+
+/// What [`build_pool_with`] builds.
+#[derive(Debug, Clone)]
+pub struct PoolOptions {
+    pub size: u32,
+    pub validate_on_checkout: bool,
+    /// How long a checkout waits for a connection (including opening one)
+    /// before it fails with [`DbError::Unavailable`].
+    pub checkout_timeout: Duration,
+    /// `statement_timeout` set on every connection the pool opens; `None`
+    /// leaves the server's default. A bound here keeps a query stuck behind a
+    /// lock from holding a pooled connection (and a blocking thread) forever.
+    pub statement_timeout: Option<Duration>,
+    /// `lock_timeout` on every connection: how long a statement waits for a
+    /// row or table lock before it fails.
+    pub lock_timeout: Option<Duration>,
+    /// `idle_in_transaction_session_timeout` on every connection: the server
+    /// ends a session left idle inside a transaction, releasing its locks.
+    pub idle_in_transaction_timeout: Option<Duration>,
+}
+
+impl Default for PoolOptions {
+    fn default() -> Self {
+        PoolOptions {
+            size: 10,
+            validate_on_checkout: false,
+            checkout_timeout: DEFAULT_CHECKOUT_TIMEOUT,
+            statement_timeout: None,
+            lock_timeout: None,
+            idle_in_transaction_timeout: None,
+        }
+    }
+}
+
+/// [`build_pool`] with every knob.
+pub fn build_pool_with(database_url: &str, options: &PoolOptions) -> PgPool {
+    let manager = ConnectionManager::<PgConnection>::new(database_url);
+    let mut builder = Pool::builder()
+        .max_size(options.size.max(1))
+        .min_idle(Some(0))
+        // r2d2 panics on a zero timeout.
+        .connection_timeout(options.checkout_timeout.max(Duration::from_millis(1)))
+        .test_on_check_out(options.validate_on_checkout);
+    let settings: Vec<String> = [
+        ("statement_timeout", options.statement_timeout),
+        ("lock_timeout", options.lock_timeout),
+        (
+            "idle_in_transaction_session_timeout",
+            options.idle_in_transaction_timeout,
+        ),
+    ]
+    .into_iter()
+    // 0 would mean "no timeout" to PostgreSQL: the shortest is 1 ms.
+    .filter_map(|(name, value)| value.map(|d| format!("SET {name} = {}", d.as_millis().max(1))))
+    .collect();
+    if !settings.is_empty() {
+        builder = builder.connection_customizer(Box::new(SetTimeouts(settings.join("; "))));
+    }
+    builder.build_unchecked(manager)
+}
+
+/// The session timeouts, one SET statement each, run once per new connection.
+#[derive(Debug)]
+struct SetTimeouts(String);
+
+impl diesel::r2d2::CustomizeConnection<PgConnection, diesel::r2d2::Error> for SetTimeouts {
+    fn on_acquire(&self, conn: &mut PgConnection) -> Result<(), diesel::r2d2::Error> {
+        use diesel::connection::SimpleConnection as _;
+        conn.batch_execute(&self.0)
+            .map_err(diesel::r2d2::Error::QueryError)
+    }
+}
+
+/// Server messages of the refusals that are about timing, not the statement:
+/// 57014 (statement timeout), 55P03 (lock timeout), 40P01 (deadlock).
+const TRANSIENT_MESSAGES: [&str; 3] = [
+    "canceling statement due to statement timeout",
+    "canceling statement due to lock timeout",
+    "deadlock detected",
+];
+
+/// True when `error` is PostgreSQL cancelling a statement that ran past
+/// `statement_timeout` (SQLSTATE 57014). Diesel 2.3 does not expose the
+/// SQLSTATE of this error (its `DatabaseErrorKind` maps only a few codes and
+/// the error information is private), so this reads the server's message.
+pub fn is_statement_timeout(error: &DbError) -> bool {
+    matches!(
+        error,
+        DbError::Query(diesel::result::Error::DatabaseError(_, info))
+            if info.message().contains("statement timeout")
+    )
+}
+
+/// Applies this crate's pending migrations (the queue's tables) under an
+/// advisory lock. Safe to call from many processes at once: the second
+/// waits, then finds nothing to do. An application with migrations of its
+/// own runs them with these through [`run_migration_sets`].
+pub fn run_migrations(conn: &mut PgConnection) -> anyhow::Result<()> {
+    run_migration_sets(conn, [MIGRATIONS])
+}
+
+/// Applies the pending migrations of each set, in order, under one advisory
+/// lock, so that relays and services that start together do not race to
+/// create the same tables.
+pub fn run_migration_sets(
+    conn: &mut PgConnection,
+    sets: impl IntoIterator<Item = EmbeddedMigrations>,
+) -> anyhow::Result<()> {
+    sql_query("SELECT pg_advisory_lock($1)")
+        .bind::<BigInt, _>(MIGRATION_LOCK_KEY)
+        .execute(conn)
+        .context("taking the migration lock")?;
+    let result = sets.into_iter().try_for_each(|set| {
+        conn.run_pending_migrations(set)
+            .map(|applied| {
+                for version in applied {
+                    tracing::info!(%version, "applied migration");
+                }
+            })
+            .map_err(|e| anyhow::anyhow!("running migrations: {e}"))
+    });
+    sql_query("SELECT pg_advisory_unlock($1)")
+        .bind::<BigInt, _>(MIGRATION_LOCK_KEY)
+        .execute(conn)
+        .context("releasing the migration lock")?;
+    result
+}
+
+/// One connection, with an error that names the database (password hidden).
+pub fn establish(database_url: &str) -> anyhow::Result<PgConnection> {
+    use diesel::Connection as _;
+    PgConnection::establish(database_url)
+        .with_context(|| format!("connecting to {}", redact_url(database_url)))
+}
+
+/// Connects once and applies this crate's migrations.
+pub fn migrate_url(database_url: &str) -> anyhow::Result<()> {
+    run_migrations(&mut establish(database_url)?)
+}
+
+/// Runs `f` with a pooled connection on the blocking thread pool.
+pub async fn run_blocking<T, F>(pool: &PgPool, f: F) -> Result<T, DbError>
+where
+    F: FnOnce(&mut PgConnection) -> Result<T, DbError> + Send + 'static,
+    T: Send + 'static,
+{
+    let pool = pool.clone();
+    let span = tracing::Span::current();
+    tokio::task::spawn_blocking(move || {
+        let _entered = span.enter();
+        let mut conn = pool
+            .get()
+            .map_err(|e| DbError::Unavailable(e.to_string()))?;
+        f(&mut conn)
+    })
+    .await
+    .map_err(|e| DbError::Task(e.to_string()))?
+}
+
+/// The URL with any password replaced, for logs and error messages.
+pub fn redact_url(raw: &str) -> String {
+    match url::Url::parse(raw) {
+        Ok(mut parsed) if parsed.password().is_some() => {
+            let _ = parsed.set_password(Some("***"));
+            parsed.to_string()
+        }
+        Ok(parsed) => parsed.to_string(),
+        Err(_) => "<unparsable database URL>".to_owned(),
+    }
+}

@@ -1,0 +1,44 @@
+//! outbox-core: a transactional outbox and job queue on PostgreSQL.
+//!
+//! Enqueue a job inside your own Diesel transaction ([`outbox::enqueue_job`]):
+//! it commits or vanishes with your writes. A [`relay::Relay`] claims due jobs
+//! with `FOR UPDATE SKIP LOCKED`, hands each to the [`worker::Worker`]
+//! registered for its kind, and records the outcome with a fenced update, so a
+//! worker that lost its lease changes nothing. Failures retry with exponential
+//! backoff and jitter; a job gives up after its `max_attempts`; leases of a
+//! crashed worker are reaped. Jobs that share an ordering key run one at a
+//! time, in enqueue order.
+//!
+//! The crate knows nothing of what the jobs do: an application defines its
+//! job types ([`worker::JobArgs`]) and workers, and may add columns of its own
+//! to the `jobs` table. ARCHITECTURE.md, at the root of the repository, follows
+//! a job through these modules and lists every statement that moves it.
+//!
+//! # Layout
+//!
+//! - [`worker`]: typed job arguments, workers, the registry that routes a
+//!   claimed job to its worker, and the error classes.
+//! - [`outbox`]: the jobs table: enqueue, claim, finish (fenced), heartbeat,
+//!   reap, ordering keys, the archive of done jobs, operator actions (retry,
+//!   cancel, prune, stats). Its SQL lives in `src/outbox/sql/`, one statement
+//!   a file.
+//! - [`relay`]: the worker pool: producer, executor, completer, heartbeat,
+//!   reaper, LISTEN/NOTIFY wake-ups (over TLS too), graceful shutdown, and the
+//!   retry policy.
+//! - [`db`]: the r2d2 pool, this crate's embedded migrations, running Diesel
+//!   off the async threads, and what a database error means for a retry.
+//! - [`schema`]: the Diesel tables of the queue.
+//! - [`trace_context`]: W3C trace context stored with a job and continued by
+//!   the relay's span for it.
+//! - [`shutdown`]: SIGTERM / SIGINT as a cancellation token.
+#![warn(missing_docs)]
+
+pub mod db;
+pub mod outbox;
+pub mod relay;
+// Diesel's `table!` generates items it cannot document.
+#[allow(missing_docs)]
+pub mod schema;
+pub mod shutdown;
+pub mod trace_context;
+pub mod worker;

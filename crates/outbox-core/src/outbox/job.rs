@@ -1,0 +1,158 @@
+//! A job to enqueue: untyped ([`NewJob`]) or typed ([`enqueue_job`]), with
+//! its options.
+
+use chrono::{DateTime, Utc};
+use diesel::prelude::*;
+
+use super::{DEFAULT_MAX_ATTEMPTS, enqueue};
+use crate::schema::jobs;
+use crate::worker::JobArgs;
+
+/// A job to enqueue. Build with [`NewJob::new`] and the setters.
+#[derive(Debug, Clone, Insertable)]
+#[diesel(table_name = jobs)]
+pub struct NewJob {
+    pub(super) kind: String,
+    pub(super) payload: serde_json::Value,
+    pub(super) run_after: Option<DateTime<Utc>>,
+    pub(super) max_attempts: i32,
+    pub(super) ordering_key: Option<String>,
+    /// Decided by [`enqueue_many`] from the key's unfinished jobs, never by callers.
+    pub(super) blocked: bool,
+    pub(super) trace_context: Option<serde_json::Value>,
+}
+
+impl NewJob {
+    /// A job carrying the trace context of the current span, if it has one
+    /// (see [`crate::trace_context`]): the relay's span for this job becomes
+    /// its child, so a caller enqueueing in its own transaction gets one
+    /// trace across the outbox without doing anything.
+    pub fn new(kind: impl Into<String>, payload: serde_json::Value) -> Self {
+        NewJob {
+            kind: kind.into(),
+            payload,
+            run_after: None,
+            max_attempts: DEFAULT_MAX_ATTEMPTS,
+            ordering_key: None,
+            blocked: false,
+            trace_context: crate::trace_context::current(),
+        }
+    }
+    /// Another trace context than the current span's (`None`: no trace).
+    pub fn trace_context(mut self, context: Option<serde_json::Value>) -> Self {
+        self.trace_context = context;
+        self
+    }
+    /// Not before this time (default: due at once).
+    pub fn run_after(mut self, at: DateTime<Utc>) -> Self {
+        self.run_after = Some(at);
+        self
+    }
+    pub fn max_attempts(mut self, max_attempts: i32) -> Self {
+        self.max_attempts = max_attempts.max(1);
+        self
+    }
+    /// Jobs with the same key run one at a time, in enqueue order, whichever
+    /// relay claims them: a job waits while an earlier job of its key is
+    /// pending, processing or failed. A failed job holds its key until it is
+    /// retried (and succeeds) or cancelled.
+    pub fn ordering_key(mut self, key: impl Into<String>) -> Self {
+        self.ordering_key = Some(key.into());
+        self
+    }
+    pub fn kind(&self) -> &str {
+        &self.kind
+    }
+    /// The `max_attempts` the job will be stored with.
+    pub fn max_attempts_value(&self) -> i32 {
+        self.max_attempts
+    }
+}
+
+impl NewJob {
+    /// The job for typed arguments: kind `A::KIND`, payload the arguments'
+    /// JSON, and `options` applied. Fails only when `args` does not
+    /// serialize (a map with non-string keys, say).
+    pub fn for_args<A: JobArgs>(args: &A, options: &JobOptions) -> serde_json::Result<Self> {
+        let mut job = NewJob::new(A::KIND, serde_json::to_value(args)?);
+        if let Some(max_attempts) = options.max_attempts {
+            job = job.max_attempts(max_attempts);
+        }
+        if let Some(at) = options.run_after {
+            job = job.run_after(at);
+        }
+        if let Some(key) = &options.ordering_key {
+            job = job.ordering_key(key.clone());
+        }
+        Ok(job)
+    }
+}
+
+/// How a typed job is enqueued; every option has a default.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct JobOptions {
+    /// Attempts before a retryable failure becomes `failed`; at least 1
+    /// (default [`DEFAULT_MAX_ATTEMPTS`]).
+    pub max_attempts: Option<i32>,
+    /// Not before this time (default: due at once).
+    pub run_after: Option<DateTime<Utc>>,
+    /// Jobs with the same key run one at a time, in enqueue order (see
+    /// [`NewJob::ordering_key`]).
+    pub ordering_key: Option<String>,
+}
+
+impl JobOptions {
+    /// Sets [`JobOptions::max_attempts`].
+    pub fn max_attempts(mut self, max_attempts: i32) -> Self {
+        self.max_attempts = Some(max_attempts);
+        self
+    }
+    /// Sets [`JobOptions::run_after`].
+    pub fn run_after(mut self, at: DateTime<Utc>) -> Self {
+        self.run_after = Some(at);
+        self
+    }
+    /// Sets [`JobOptions::ordering_key`].
+    pub fn ordering_key(mut self, key: impl Into<String>) -> Self {
+        self.ordering_key = Some(key.into());
+        self
+    }
+}
+
+/// Enqueues a typed job inside whatever transaction `conn` is in, and wakes
+/// the relays of its kind when that transaction commits: the job commits or
+/// vanishes with the caller's own writes. Returns the job's id.
+///
+/// ```no_run
+/// use diesel::Connection as _;
+/// use outbox_core::outbox::{JobOptions, enqueue_job};
+/// use outbox_core::worker::JobArgs;
+///
+/// #[derive(serde::Serialize, serde::Deserialize)]
+/// struct SendInvoice {
+///     invoice_id: i64,
+/// }
+///
+/// impl JobArgs for SendInvoice {
+///     const KIND: &'static str = "send_invoice";
+/// }
+///
+/// # fn demo(conn: &mut diesel::PgConnection) -> diesel::QueryResult<()> {
+/// conn.transaction(|conn| {
+///     // ... your own writes on `conn` ...
+///     let options = JobOptions::default().max_attempts(5).ordering_key("invoice-42");
+///     let job_id = enqueue_job(conn, &SendInvoice { invoice_id: 42 }, &options)?;
+///     println!("enqueued job {job_id}");
+///     Ok(())
+/// })
+/// # }
+/// ```
+pub fn enqueue_job<A: JobArgs>(
+    conn: &mut PgConnection,
+    args: &A,
+    options: &JobOptions,
+) -> QueryResult<i64> {
+    let job = NewJob::for_args(args, options)
+        .map_err(|e| diesel::result::Error::SerializationError(Box::new(e)))?;
+    enqueue(conn, &job)
+}

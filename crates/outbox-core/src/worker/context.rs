@@ -1,0 +1,83 @@
+//! What a worker knows about the attempt it performs.
+
+use chrono::{DateTime, Utc};
+use tokio_util::sync::{CancellationToken, WaitForCancellationFuture};
+
+use crate::outbox::ClaimedJob;
+
+/// The attempt a worker performs: which job, which try, the fencing token of
+/// the claim, and a signal that the relay wants the attempt to stop.
+#[derive(Debug, Clone)]
+pub struct JobContext {
+    id: i64,
+    kind: String,
+    attempt: i32,
+    max_attempts: i32,
+    lease_token: i64,
+    created_at: DateTime<Utc>,
+    cancel: CancellationToken,
+}
+
+impl JobContext {
+    /// The context of `job`'s current claim; `cancel` fires when the attempt
+    /// should stop. A relay builds this; build one yourself to run a worker
+    /// outside a relay (in a test, say), with a token you control.
+    pub fn new(job: &ClaimedJob, cancel: CancellationToken) -> Self {
+        JobContext {
+            id: job.id,
+            kind: job.kind.clone(),
+            attempt: job.attempt,
+            max_attempts: job.max_attempts,
+            lease_token: job.lease_token,
+            created_at: job.created_at,
+            cancel,
+        }
+    }
+
+    /// The job's id (`jobs.id`): stable across attempts, so it makes a good
+    /// idempotency key for the receiver of an effect.
+    pub fn id(&self) -> i64 {
+        self.id
+    }
+
+    /// The job's kind.
+    pub fn kind(&self) -> &str {
+        &self.kind
+    }
+
+    /// This attempt's number: 1 for the first run.
+    pub fn attempt(&self) -> i32 {
+        self.attempt
+    }
+
+    /// The attempt after which a retryable failure becomes `failed`.
+    pub fn max_attempts(&self) -> i32 {
+        self.max_attempts
+    }
+
+    /// The fencing token of this claim, unique across all claims ever made.
+    /// Every write the relay makes for this attempt presents it; an effect
+    /// with a store of its own can fence its writes with it the same way.
+    pub fn lease_token(&self) -> i64 {
+        self.lease_token
+    }
+
+    /// When the job was enqueued.
+    pub fn created_at(&self) -> DateTime<Utc> {
+        self.created_at
+    }
+
+    /// Completes when the relay takes the attempt away: its lease was lost
+    /// (another relay owns the job now, or an operator cancelled it), its
+    /// deadline passed, or the relay is shutting down past its grace. The
+    /// relay drops the worker's future right after, so this is for what the
+    /// worker started beside it (a spawned upload, a child process) to stop.
+    pub fn cancelled(&self) -> WaitForCancellationFuture<'_> {
+        self.cancel.cancelled()
+    }
+
+    /// True once [`JobContext::cancelled`] has fired.
+    pub fn is_cancelled(&self) -> bool {
+        self.cancel.is_cancelled()
+    }
+}

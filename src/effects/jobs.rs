@@ -1,0 +1,131 @@
+//! The service's job types: what each job carries, and its kind.
+
+use std::fmt;
+use std::str::FromStr;
+
+use outbox_core::outbox::{JobOptions, NewJob};
+use outbox_core::worker::JobArgs;
+use serde::{Deserialize, Serialize};
+
+/// The email about an order event (the confirmation for `order.placed`); no
+/// event for jobs enqueued before events existed: the confirmation.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ConfirmationEmail {
+    /// The order the email is about.
+    pub order_id: i64,
+    /// The event the email announces.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub event_id: Option<i64>,
+}
+
+impl JobArgs for ConfirmationEmail {
+    const KIND: &'static str = "confirmation_email";
+}
+
+/// The PDF receipt of an order, stored in `receipts` when the job completes.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ReceiptPdf {
+    /// The order to render.
+    pub order_id: i64,
+    /// Accepted, and ignored, for jobs enqueued with an event.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub event_id: Option<i64>,
+}
+
+impl JobArgs for ReceiptPdf {
+    const KIND: &'static str = "receipt_pdf";
+}
+
+/// The webhook of an order event; no event: the original `order.placed` body.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct OrderWebhook {
+    /// The order the event belongs to.
+    pub order_id: i64,
+    /// The event to deliver.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub event_id: Option<i64>,
+}
+
+impl JobArgs for OrderWebhook {
+    const KIND: &'static str = "order_webhook";
+}
+
+/// Succeeds at once, whatever it carries (benchmarks, smoke tests).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(transparent)]
+pub struct Noop(pub serde_json::Value);
+
+impl JobArgs for Noop {
+    const KIND: &'static str = "noop";
+}
+
+/// The service's typed job as the row the outbox inserts. The arguments are
+/// plain structs, which always serialize; a failure would be a Diesel
+/// serialization error, rolling back the caller's transaction.
+pub fn new_job<A: JobArgs>(args: &A, options: &JobOptions) -> diesel::QueryResult<NewJob> {
+    NewJob::for_args(args, options)
+        .map_err(|e| diesel::result::Error::SerializationError(Box::new(e)))
+}
+
+/// The kinds this service performs: what `--kinds` accepts and what a relay
+/// claims by default.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum EffectKind {
+    /// [`ConfirmationEmail`].
+    ConfirmationEmail,
+    /// [`ReceiptPdf`].
+    ReceiptPdf,
+    /// [`OrderWebhook`].
+    OrderWebhook,
+    /// [`Noop`].
+    Noop,
+}
+
+impl EffectKind {
+    /// Every kind, in the order the CLI lists them.
+    pub const ALL: [EffectKind; 4] = [
+        EffectKind::ConfirmationEmail,
+        EffectKind::ReceiptPdf,
+        EffectKind::OrderWebhook,
+        EffectKind::Noop,
+    ];
+
+    /// The kinds an order placement enqueues, one job each, in this order.
+    pub const ORDER: [EffectKind; 3] = [
+        EffectKind::ConfirmationEmail,
+        EffectKind::ReceiptPdf,
+        EffectKind::OrderWebhook,
+    ];
+
+    /// The name in `jobs.kind`: its job type's `KIND`.
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            EffectKind::ConfirmationEmail => ConfirmationEmail::KIND,
+            EffectKind::ReceiptPdf => ReceiptPdf::KIND,
+            EffectKind::OrderWebhook => OrderWebhook::KIND,
+            EffectKind::Noop => Noop::KIND,
+        }
+    }
+}
+
+impl FromStr for EffectKind {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        EffectKind::ALL
+            .into_iter()
+            .find(|k| k.as_str() == s)
+            .ok_or_else(|| {
+                let known: Vec<&str> = EffectKind::ALL.iter().map(|k| k.as_str()).collect();
+                format!("unknown job kind {s:?} (known: {})", known.join(", "))
+            })
+    }
+}
+
+impl fmt::Display for EffectKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}

@@ -1,0 +1,147 @@
+//! The workers of the service's job types, and the registry a relay runs.
+//! Each loads what its job names (the order, its event) and performs the
+//! effect; they are written with the core's [`Worker`] API, as a library
+//! user's would be, and nothing in the relay knows them.
+
+use outbox_core::worker::{EffectError, EffectResult, JobContext, Worker, Workers};
+
+use super::email::{EmailKind, Mailer};
+use super::jobs::{ConfirmationEmail, Noop, OrderWebhook, ReceiptPdf};
+use super::receipt::{self, ReceiptSettings};
+use super::webhook::WebhookSender;
+use crate::db::{PgPool, run_blocking};
+use crate::orders::{Order, OrderEvent, load_event, load_order};
+
+/// The registry of the service's workers. `mailer` and `webhook` are `None`
+/// for relays that do not handle those kinds; a job of such a kind that
+/// reaches one anyway is retried, since the relay's configuration, not the
+/// job, is what is missing.
+pub fn workers(
+    pool: PgPool,
+    mailer: Option<Mailer>,
+    webhook: Option<WebhookSender>,
+    receipt: ReceiptSettings,
+) -> Workers {
+    let orders = OrderLoader { pool };
+    Workers::new()
+        .register::<ConfirmationEmail, _>(EmailWorker {
+            orders: orders.clone(),
+            mailer,
+        })
+        .register::<ReceiptPdf, _>(ReceiptWorker {
+            orders: orders.clone(),
+            settings: receipt,
+        })
+        .register::<OrderWebhook, _>(WebhookWorker {
+            orders,
+            sender: webhook,
+        })
+        .register::<Noop, _>(NoopWorker)
+}
+
+/// Reads what an order job names, with the error classes a worker needs: a
+/// database that does not answer is worth a retry, a row that is gone is not.
+#[derive(Debug, Clone)]
+struct OrderLoader {
+    pool: PgPool,
+}
+
+impl OrderLoader {
+    async fn order(&self, order_id: i64) -> Result<Order, EffectError> {
+        run_blocking(&self.pool, move |conn| Ok(load_order(conn, order_id)?))
+            .await
+            .map_err(|e| EffectError::retryable(format!("loading order {order_id}: {e}")))?
+            .ok_or_else(|| EffectError::permanent(format!("order {order_id} no longer exists")))
+    }
+
+    async fn event(&self, event_id: Option<i64>) -> Result<Option<OrderEvent>, EffectError> {
+        let Some(event_id) = event_id else {
+            return Ok(None);
+        };
+        run_blocking(&self.pool, move |conn| Ok(load_event(conn, event_id)?))
+            .await
+            .map_err(|e| EffectError::retryable(format!("loading event {event_id}: {e}")))?
+            .map(Some)
+            .ok_or_else(|| EffectError::permanent(format!("event {event_id} no longer exists")))
+    }
+}
+
+/// Sends the email of an order event over SMTP.
+#[derive(Debug)]
+pub struct EmailWorker {
+    orders: OrderLoader,
+    mailer: Option<Mailer>,
+}
+
+impl Worker<ConfirmationEmail> for EmailWorker {
+    async fn work(&self, args: ConfirmationEmail, ctx: JobContext) -> EffectResult {
+        let mailer = self.mailer.as_ref().ok_or_else(|| {
+            EffectError::retryable("this relay has no SMTP_URL configured for confirmation_email")
+        })?;
+        let order = self.orders.order(args.order_id).await?;
+        let event = self.orders.event(args.event_id).await?;
+        let (kind, details) = match &event {
+            None => (EmailKind::Confirmation, serde_json::Value::Null),
+            Some(event) => (
+                EmailKind::for_event(&event.event_type).ok_or_else(|| {
+                    EffectError::permanent(format!(
+                        "{} sends no email (event {})",
+                        event.event_type, event.id
+                    ))
+                })?,
+                event.data.clone(),
+            ),
+        };
+        mailer.send(ctx.id(), &order, kind, &details).await?;
+        Ok(None)
+    }
+}
+
+/// Renders an order's PDF receipt and stores it in the transaction that
+/// completes the job, so it exists exactly once.
+#[derive(Debug)]
+pub struct ReceiptWorker {
+    orders: OrderLoader,
+    settings: ReceiptSettings,
+}
+
+impl Worker<ReceiptPdf> for ReceiptWorker {
+    async fn work(&self, args: ReceiptPdf, _ctx: JobContext) -> EffectResult {
+        let order = self.orders.order(args.order_id).await?;
+        let settings = self.settings.clone();
+        // Rendering is CPU work; keep it off the async threads.
+        let pdf = tokio::task::spawn_blocking(move || receipt::render_receipt(&order, &settings))
+            .await
+            .map_err(|e| EffectError::retryable(format!("receipt renderer crashed: {e}")))??;
+        Ok(Some(receipt::store_receipt(args.order_id, pdf)))
+    }
+}
+
+/// Delivers an order event to the webhook receiver, signed.
+#[derive(Debug)]
+pub struct WebhookWorker {
+    orders: OrderLoader,
+    sender: Option<WebhookSender>,
+}
+
+impl Worker<OrderWebhook> for WebhookWorker {
+    async fn work(&self, args: OrderWebhook, ctx: JobContext) -> EffectResult {
+        let sender = self.sender.as_ref().ok_or_else(|| {
+            EffectError::retryable("this relay has no WEBHOOK_URL configured for order_webhook")
+        })?;
+        let order = self.orders.order(args.order_id).await?;
+        let event = self.orders.event(args.event_id).await?;
+        sender.deliver(ctx.id(), &order, event.as_ref()).await?;
+        Ok(None)
+    }
+}
+
+/// Succeeds at once.
+#[derive(Debug)]
+pub struct NoopWorker;
+
+impl Worker<Noop> for NoopWorker {
+    async fn work(&self, _args: Noop, _ctx: JobContext) -> EffectResult {
+        Ok(None)
+    }
+}
