@@ -1,47 +1,58 @@
 //! outbox-relay: a transactional outbox for order workflows on PostgreSQL.
 //!
 //! An order service writes an order and the jobs that must follow it in one
-//! transaction ([`orders::place_order`], or [`outbox::enqueue`] inside any
-//! caller's Diesel transaction). A relay ([`relay::Relay`]) claims due jobs with
-//! `FOR UPDATE SKIP LOCKED`, performs their effects ([`effects`]) and records the
-//! outcome with a fenced update, so a worker that lost its lease changes nothing.
+//! transaction ([`orders::place_order`]). The queue itself is the
+//! [`outbox_core`] crate, which knows nothing of orders: this crate defines the
+//! order jobs ([`effects::jobs`]) and their workers ([`effects::workers`]) with
+//! its typed API, as any library user would, and adds the order API, the
+//! operator dashboard and the CLI. ARCHITECTURE.md, at the root of the
+//! repository, follows one order through the files.
 //!
 //! # Layout
 //!
-//! - [`config`]: typed settings from flags and the environment, validated at start.
-//! - [`db`]: the r2d2 pool, embedded migrations, running Diesel off the async threads.
-//! - [`orders`]: `NewOrder` and its newtypes, parsed at the edge; `place_order`.
-//! - [`outbox`]: the jobs table: enqueue, claim, finish (fenced), heartbeat, reap, admin,
-//!   cancel.
-//!   Queue SQL lives in `src/outbox/sql/`, one statement a file.
-//! - [`relay`]: the worker pool: producer, executors, completer, heartbeat, reaper,
-//!   LISTEN/NOTIFY wake-ups, graceful shutdown, and the retry policy.
-//! - [`effects`]: the typed effects behind one interface and their error classes.
+//! - [`orders`]: `NewOrder` and its newtypes, parsed at the edge; `place_order`
+//!   and the order's transitions, each with its jobs in one transaction; reading
+//!   an order back.
+//! - [`effects`]: the job types (`ConfirmationEmail`, `ReceiptPdf`,
+//!   `OrderWebhook`, `Noop`), their workers, and what each effect does (email,
+//!   receipt PDF, signed webhook).
 //! - [`api`]: the order HTTP API (axum), and the operator dashboard under `/admin`
 //!   (`api::admin`: templates in `templates/admin/`, its SQL in `src/api/admin/sql/`).
+//! - [`job_list`]: the operator's list of jobs (`jobs list`), by status, kind or order.
+//! - [`config`]: typed settings from flags and the environment, validated at start.
+//! - [`db`]: the core's pool and helpers, and this service's migrations.
+//! - [`schema`]: the Diesel tables of the service, and its view of `jobs` with `order_id`.
 //! - [`http_server`]: the accept loop of every listener: header timeout,
 //!   connection cap, keep-alive limits, graceful shutdown.
-//! - [`telemetry`]: tracing subscriber and Prometheus metrics.
+//! - [`telemetry`]: tracing subscriber, Prometheus metrics, `/healthz`.
 //! - [`otel`]: the OpenTelemetry tracer and its OTLP/HTTP export.
-//! - [`trace_context`]: W3C trace context from a request, through `jobs.trace_context`,
-//!   to the relay's span and the effect's headers.
-//! - [`demo`]: `outbox-relay demo`, the whole system end to end with nothing to
-//!   set up, and the local SMTP and webhook sinks it (and the tests) use.
+//! - [`trace_context`]: W3C trace context from a request's headers into the
+//!   enqueuing span (the core stores it with each job) and out to the effect's.
 //! - [`cli`]: the `outbox-relay` subcommands.
+//! - Development tooling, behind the `dev-tools` feature (on by default):
+//!   `demo` (the whole system end to end with nothing to set up, and the local
+//!   SMTP and webhook sinks it and the tests use), `bench`, `private_pg` (a
+//!   throwaway PostgreSQL) and `scratch` (a throwaway database on a server).
+//! - Re-exported from the core: [`outbox`] (the jobs table), [`relay`] (the
+//!   worker pool), [`worker`] (typed jobs and workers), [`shutdown`].
 
 pub mod api;
+#[cfg(feature = "dev-tools")]
 pub mod bench;
 pub mod cli;
 pub mod config;
 pub mod db;
+#[cfg(feature = "dev-tools")]
 pub mod demo;
 pub mod effects;
 pub mod http_server;
 pub mod job_list;
 pub mod orders;
 pub mod otel;
+#[cfg(feature = "dev-tools")]
 pub mod private_pg;
 pub mod schema;
+#[cfg(feature = "dev-tools")]
 pub mod scratch;
 pub mod telemetry;
 pub mod trace_context;

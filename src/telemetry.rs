@@ -336,7 +336,33 @@ pub fn prometheus_text(body: String) -> impl axum::response::IntoResponse {
     )
 }
 
-/// `200 {"status":"ok"}` when a `SELECT 1` succeeds, else `503` with the reason.
+/// The answer of every `/healthz` (the API's and the relay's), in one shape:
+/// `200 {"status":"ok","database":"up"}` when the database answered, else
+/// `503 {"status":"unavailable","database":"down","error":{"code","message"}}`.
+pub fn health_answer(
+    error: Option<serde_json::Value>,
+) -> (axum::http::StatusCode, axum::Json<serde_json::Value>) {
+    match error {
+        None => (
+            axum::http::StatusCode::OK,
+            axum::Json(serde_json::json!({"status": "ok", "database": "up"})),
+        ),
+        Some(error) => {
+            tracing::warn!(error = %error, "health check failed");
+            (
+                axum::http::StatusCode::SERVICE_UNAVAILABLE,
+                axum::Json(serde_json::json!({
+                    "status": "unavailable",
+                    "database": "down",
+                    "error": error,
+                })),
+            )
+        }
+    }
+}
+
+/// The relay's `/healthz`: [`health_answer`] for a `SELECT 1` on `pool`,
+/// given at most 3s.
 pub async fn health(
     pool: &crate::db::PgPool,
 ) -> (axum::http::StatusCode, axum::Json<serde_json::Value>) {
@@ -345,20 +371,16 @@ pub async fn health(
         diesel::sql_query("SELECT 1").execute(conn)?;
         Ok(())
     });
-    match tokio::time::timeout(std::time::Duration::from_secs(3), ping).await {
-        Ok(Ok(())) => (
-            axum::http::StatusCode::OK,
-            axum::Json(serde_json::json!({"status": "ok", "database": "up"})),
-        ),
-        Ok(Err(error)) => (
-            axum::http::StatusCode::SERVICE_UNAVAILABLE,
-            axum::Json(serde_json::json!({"status": "unavailable", "database": error.to_string()})),
-        ),
-        Err(_) => (
-            axum::http::StatusCode::SERVICE_UNAVAILABLE,
-            axum::Json(serde_json::json!({"status": "unavailable", "database": "timed out"})),
-        ),
-    }
+    let unavailable = |message: String| {
+        Some(serde_json::json!({"code": "database_unavailable", "message": message}))
+    };
+    health_answer(
+        match tokio::time::timeout(std::time::Duration::from_secs(3), ping).await {
+            Ok(Ok(())) => None,
+            Ok(Err(error)) => unavailable(error.to_string()),
+            Err(_) => unavailable("the database did not answer within 3s".to_owned()),
+        },
+    )
 }
 
 #[cfg(test)]

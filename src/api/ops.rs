@@ -1,19 +1,17 @@
 //! `GET /healthz` and `GET /metrics`, and the JSON answers for unknown routes
 //! and methods.
 
-use axum::Json;
 use axum::extract::State;
-use axum::http::{Method, StatusCode, Uri};
+use axum::http::{Method, Uri};
 use axum::response::IntoResponse;
 use diesel::RunQueryDsl as _;
 
 use super::error::ApiError;
 use super::state::AppState;
 use crate::outbox::queue_depth;
-use crate::telemetry::{metrics_handle, prometheus_text};
+use crate::telemetry::{health_answer, metrics_handle, prometheus_text};
 
-/// `200 {"status":"ok","database":"up"}` when `SELECT 1` answers; otherwise
-/// `503` with `"status":"unavailable"` and the usual `error` object.
+/// [`health_answer`] for a `SELECT 1` through the API's database runner.
 pub(crate) async fn healthz(State(state): State<AppState>) -> impl IntoResponse {
     let ping = state
         .db
@@ -22,23 +20,10 @@ pub(crate) async fn healthz(State(state): State<AppState>) -> impl IntoResponse 
             Ok(())
         })
         .await;
-    match ping {
-        Ok(()) => (
-            StatusCode::OK,
-            Json(serde_json::json!({"status": "ok", "database": "up"})),
-        ),
-        Err(error) => {
-            tracing::warn!(error = %error, "health check failed");
-            (
-                StatusCode::SERVICE_UNAVAILABLE,
-                Json(serde_json::json!({
-                    "status": "unavailable",
-                    "database": "down",
-                    "error": error.body(),
-                })),
-            )
-        }
-    }
+    health_answer(
+        ping.err()
+            .map(|error| serde_json::to_value(error.body()).unwrap_or_default()),
+    )
 }
 
 /// Prometheus text. The `outbox_jobs{status}` gauge is re-counted here when

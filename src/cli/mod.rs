@@ -41,6 +41,7 @@ pub enum Command {
     },
     /// Measure drain throughput against the raw-SQL ceiling, enqueue-to-start
     /// latency, and the relay's RSS, CPU, transactions and WAL per job.
+    #[cfg(feature = "dev-tools")]
     Bench {
         #[command(flatten)]
         args: Box<crate::bench::BenchArgs>,
@@ -60,6 +61,7 @@ pub enum Command {
     },
     /// Run everything end to end with nothing to set up: a private PostgreSQL (unless
     /// DATABASE_URL is set), the API, a relay, local mail and webhook sinks, sample orders.
+    #[cfg(feature = "dev-tools")]
     Demo {
         #[command(flatten)]
         args: Box<crate::demo::DemoArgs>,
@@ -95,6 +97,7 @@ pub fn main() -> ExitCode {
         crate::otel::OtelSettings::default()
     };
     let default_filter = match cli.command {
+        #[cfg(feature = "dev-tools")]
         Command::Bench { .. } => "warn",
         _ => "info",
     };
@@ -127,9 +130,11 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
             Ok(())
         }
         Command::Relay { db, args } => relay::run(db, *args).await,
+        #[cfg(feature = "dev-tools")]
         Command::Bench { args } => crate::bench::run(*args).await,
         Command::Serve { db, args } => serve::run(db, args).await,
         Command::Jobs { command } => jobs::run(command).await,
+        #[cfg(feature = "dev-tools")]
         Command::Demo { args } => crate::demo::run(*args).await,
     }
 }

@@ -131,7 +131,9 @@ pub struct NewOrder {
     pub customer_email: CustomerEmail,
     pub customer_name: DisplayText,
     pub currency: Currency,
-    pub items: Vec<NewOrderItem>,
+    // Private, with the total cached beside it: a caller that could push a
+    // line would break "total = sum of the lines".
+    items: Vec<NewOrderItem>,
     total: Money,
 }
 
@@ -193,6 +195,11 @@ impl NewOrder {
             items,
             total: Money(total),
         })
+    }
+
+    /// The order's lines, as parsed.
+    pub fn items(&self) -> &[NewOrderItem] {
+        &self.items
     }
 
     pub fn total(&self) -> Money {

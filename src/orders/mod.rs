@@ -17,7 +17,7 @@ pub use domain::{
 };
 pub use place::{
     IdempotencyKey, PlaceOrderError, Placed, PlacedOrder, Placement, place_order,
-    place_order_waking, place_order_with_hook_for_tests,
+    place_order_waking,
 };
 pub use read::{
     Order, OrderEvent, OrderItem, OrderJob, load_event, load_order, load_order_events,

@@ -12,7 +12,7 @@ use super::transition::{event_email, event_webhook, record_event};
 use super::{ORDER_JOB_KINDS, OrderStatus};
 use crate::effects::ReceiptPdf;
 use crate::effects::jobs::new_job;
-use crate::outbox::{self, DEFAULT_MAX_ATTEMPTS, JobOptions, JobStatus, NewJob};
+use crate::outbox::{self, JobOptions, JobStatus, NewJob};
 use crate::schema::{order_items, orders};
 
 /// A client-chosen key that makes `POST /orders` safe to retry.
@@ -112,7 +112,7 @@ pub fn place_order(
     key: Option<&IdempotencyKey>,
     max_attempts: i32,
 ) -> Result<Placement, PlaceOrderError> {
-    place_order_with_hook(conn, order, key, max_attempts, None, |_| Ok(())).map(|p| p.placement)
+    place_order_in_transaction(conn, order, key, max_attempts, None).map(|p| p.placement)
 }
 
 /// [`place_order`] without a NOTIFY in the transaction: `waker` wakes the
@@ -126,35 +126,15 @@ pub fn place_order_waking(
     max_attempts: i32,
     waker: &outbox::Waker,
 ) -> Result<Placed, PlaceOrderError> {
-    place_order_with_hook(conn, order, key, max_attempts, Some(waker), |_| Ok(()))
+    place_order_in_transaction(conn, order, key, max_attempts, Some(waker))
 }
 
-/// [`place_order`] with a hook that runs right after the order row is inserted,
-/// inside the transaction, so tests can inject a failure half-way.
-#[doc(hidden)]
-pub fn place_order_with_hook_for_tests(
-    conn: &mut PgConnection,
-    order: &NewOrder,
-    after_order_insert: impl FnOnce(&mut PgConnection) -> Result<(), DieselError>,
-) -> Result<Placement, PlaceOrderError> {
-    place_order_with_hook(
-        conn,
-        order,
-        None,
-        DEFAULT_MAX_ATTEMPTS,
-        None,
-        after_order_insert,
-    )
-    .map(|p| p.placement)
-}
-
-fn place_order_with_hook(
+fn place_order_in_transaction(
     conn: &mut PgConnection,
     order: &NewOrder,
     key: Option<&IdempotencyKey>,
     max_attempts: i32,
     waker: Option<&outbox::Waker>,
-    after_order_insert: impl FnOnce(&mut PgConnection) -> Result<(), DieselError>,
 ) -> Result<Placed, PlaceOrderError> {
     // The parent of every job this order enqueues (NewJob takes the current
     // span's trace context), so its effects hang under the placement.
@@ -198,10 +178,9 @@ fn place_order_with_hook(
         };
 
         span.record("order_id", order_id);
-        after_order_insert(conn)?;
 
         let items: Vec<ItemRow<'_>> = order
-            .items
+            .items()
             .iter()
             .map(|item| ItemRow {
                 order_id,
@@ -261,7 +240,7 @@ fn place_order_with_hook(
                 created_at,
                 items: item_ids
                     .into_iter()
-                    .zip(&order.items)
+                    .zip(order.items())
                     .map(|(id, item)| OrderItem {
                         id,
                         sku: item.sku.as_str().to_owned(),
@@ -312,7 +291,7 @@ fn fingerprint(order: &NewOrder) -> String {
         "customer_email": order.customer_email.as_str(),
         "customer_name": order.customer_name.as_str(),
         "currency": order.currency.code(),
-        "items": order.items.iter().map(|i| serde_json::json!([
+        "items": order.items().iter().map(|i| serde_json::json!([
             i.sku.as_str(), i.name.as_str(), i.quantity.get(), i.unit_price.cents()
         ])).collect::<Vec<_>>(),
     });

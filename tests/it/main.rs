@@ -17,6 +17,7 @@ mod front_door;
 mod metrics;
 mod orders;
 mod outbox;
+mod queue_core;
 mod relay;
 mod retention;
 mod trace;

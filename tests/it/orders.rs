@@ -42,16 +42,38 @@ fn a_failure_after_the_order_insert_leaves_nothing_behind() {
     let db = TestDb::new();
     let mut conn = db.conn();
 
-    let result =
-        outbox_relay::orders::place_order_with_hook_for_tests(&mut conn, &sample_order(), |conn| {
-            // The order row is there inside the transaction...
-            let n: i64 = orders::table.count().get_result(conn)?;
-            assert_eq!(n, 1);
-            // ...and then something fails half-way.
-            Err(diesel::result::Error::RollbackTransaction)
-        });
+    // The items are written after the order row: make that write fail, in
+    // this test's own database, so the placement fails half-way.
+    diesel::sql_query(
+        "CREATE FUNCTION refuse_items() RETURNS trigger LANGUAGE plpgsql AS $$
+         BEGIN
+             IF (SELECT count(*) FROM orders) <> 1 THEN
+                 RAISE EXCEPTION 'the order row should be there inside the transaction';
+             END IF;
+             RAISE EXCEPTION 'failing half-way on purpose';
+         END $$",
+    )
+    .execute(&mut conn)
+    .expect("trigger function");
+    diesel::sql_query(
+        "CREATE TRIGGER refuse_items BEFORE INSERT ON order_items
+         FOR EACH ROW EXECUTE FUNCTION refuse_items()",
+    )
+    .execute(&mut conn)
+    .expect("trigger");
 
-    assert!(result.is_err());
+    let result = outbox_relay::orders::place_order(
+        &mut conn,
+        &sample_order(),
+        None,
+        outbox_relay::outbox::DEFAULT_MAX_ATTEMPTS,
+    );
+
+    let error = result.expect_err("the placement fails");
+    assert!(
+        error.to_string().contains("failing half-way on purpose"),
+        "{error}"
+    );
     assert_eq!(
         orders::table
             .count()

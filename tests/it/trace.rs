@@ -149,7 +149,7 @@ async fn one_trace_runs_from_post_orders_through_the_relay_to_the_receivers() {
             .env("OTEL_EXPORTER_OTLP_ENDPOINT", collector.endpoint())
             .env("OTEL_SERVICE_NAME", "orders-relay")
             // "effect succeeded", inside the job's span, is a debug line.
-            .env("RUST_LOG", "info,outbox_relay=debug"),
+            .env("RUST_LOG", "info,outbox_relay=debug,outbox_core=debug"),
     )
     .await;
     let client = crate::support::app::http_client();

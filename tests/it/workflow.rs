@@ -8,14 +8,14 @@ use std::time::Duration;
 use diesel::prelude::*;
 use outbox_relay::outbox::{
     ClaimRequest, ClaimedJob, Finish, NewJob, Outcome, blocked_keys, claim_jobs, enqueue_many,
-    finish_jobs,
+    finish_jobs, release_stranded_keys,
 };
 use outbox_relay::schema::{jobs_all, order_events};
 use reqwest::StatusCode;
 use serde_json::{Value, json};
 
 use crate::support::app::{TestApp, error_of, spawn_app};
-use crate::support::{TestDb, order_json};
+use crate::support::{TestDb, make_done, order_json};
 
 async fn act(
     app: &TestApp,
@@ -449,5 +449,45 @@ fn the_claim_reads_as_many_buffers_with_ten_thousand_blocked_jobs_as_with_none()
     assert!(
         after <= before + 4,
         "claim buffers {before} with no blocked job, {after} with 10,000"
+    );
+}
+
+#[test]
+fn a_key_whose_head_ended_without_releasing_the_next_job_is_released_by_the_sweep_and_only_it() {
+    let db = TestDb::new();
+    let mut conn = db.conn();
+    let stranded = enqueue_many(&mut conn, &keyed("stranded", 3)).expect("enqueue");
+    let held = enqueue_many(&mut conn, &keyed("held", 2)).expect("enqueue");
+    // The head of "stranded" ends done without its successor being released:
+    // what a finish whose snapshot missed a concurrent enqueue leaves behind.
+    make_done(&mut conn, &format!("id = {}", stranded[0]), "now()");
+    // The head of "held" failed: it holds its key, as it should.
+    let head = claim(&mut conn, 10);
+    assert_eq!(head.iter().map(|j| j.id).collect::<Vec<_>>(), vec![held[0]]);
+    finish(
+        &mut conn,
+        &head[0],
+        Outcome::Failed {
+            error: "boom".into(),
+        },
+    );
+    assert!(
+        claim(&mut conn, 10).is_empty(),
+        "nothing claimable before the sweep"
+    );
+
+    let released = release_stranded_keys(&mut conn, 100).expect("sweep");
+
+    assert_eq!(released, vec![stranded[1]]);
+    let next = claim(&mut conn, 10);
+    assert_eq!(
+        next.iter().map(|j| j.id).collect::<Vec<_>>(),
+        vec![stranded[1]]
+    );
+    assert!(
+        release_stranded_keys(&mut conn, 100)
+            .expect("sweep")
+            .is_empty(),
+        "a running head keeps its successor blocked; a failed head keeps its key"
     );
 }

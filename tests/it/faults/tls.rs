@@ -267,7 +267,7 @@ impl<'a> tracing_subscriber::fmt::MakeWriter<'a> for Captured {
 async fn verify_full_against_a_certificate_for_another_name_says_why_and_the_relay_polls() {
     let logs = Captured::default();
     let subscriber = tracing_subscriber::fmt()
-        .with_env_filter("outbox_relay=info")
+        .with_env_filter("outbox_relay=info,outbox_core=info")
         .with_writer(logs.clone())
         .with_ansi(false)
         .finish();
@@ -376,7 +376,7 @@ fn start_relay_listening_on(
 async fn a_server_without_tls_is_refused_by_require_with_the_reason_and_used_in_plain_by_prefer() {
     let logs = Captured::default();
     let subscriber = tracing_subscriber::fmt()
-        .with_env_filter("outbox_relay=info")
+        .with_env_filter("outbox_relay=info,outbox_core=info")
         .with_writer(logs.clone())
         .with_ansi(false)
         .finish();

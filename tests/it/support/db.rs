@@ -60,8 +60,10 @@ fn admin_conn() -> PgConnection {
 
 fn migrations_hash() -> String {
     use sha2::Digest as _;
-    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("migrations");
-    let mut files: Vec<_> = walk(&dir);
+    // The service's migrations run the core's after them.
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
+    let mut files: Vec<_> = walk(&root.join("migrations"));
+    files.extend(walk(&root.join("crates/outbox-core/migrations")));
     files.sort();
     let mut hasher = sha2::Sha256::new();
     for file in files {
@@ -141,8 +143,18 @@ pub struct TestDb {
 
 impl TestDb {
     pub fn new() -> TestDb {
+        TestDb::create(&template_name())
+    }
+
+    /// A database with nothing in it (from PostgreSQL's `template0`): for
+    /// what must work without the service's schema, such as the queue core
+    /// on its own migrations.
+    pub fn empty() -> TestDb {
+        TestDb::create("template0")
+    }
+
+    fn create(template: &str) -> TestDb {
         static COUNTER: AtomicU32 = AtomicU32::new(0);
-        let template = template_name();
         let name = format!(
             "outbox_test_{}_{}_{}",
             std::process::id(),

@@ -155,6 +155,12 @@ BEGIN
     RETURN made;
 END $$;
 
+-- Today's and the next two days' partitions, now: the relay keeps them made
+-- (at start, then hourly), but its first finishes must not race it for
+-- today's (a row routed to the default partition while today's is attached
+-- is refused, and a reader can miss a row that moves meanwhile).
+SELECT jobs_done_ensure_partitions(now(), 2);
+
 -- Every job wherever it lives, with the columns of `jobs`. A job is in exactly
 -- one of the two: the move is one statement in one transaction.
 CREATE VIEW jobs_all AS

@@ -39,3 +39,23 @@ pub fn blocked_keys(conn: &mut PgConnection, limit: i64) -> QueryResult<Vec<Bloc
         .bind::<BigInt, _>(limit)
         .load(conn)
 }
+
+/// Releases the blocked head of up to `limit` keys whose earlier jobs have all
+/// ended, which a finish can miss in one interleaving with an enqueue (see
+/// `sql/release_stranded_keys.sql`). Returns the ids released; the relay's
+/// reaper calls it every pass.
+pub fn release_stranded_keys(conn: &mut PgConnection, limit: i64) -> QueryResult<Vec<i64>> {
+    #[derive(QueryableByName)]
+    struct IdRow {
+        #[diesel(sql_type = BigInt)]
+        id: i64,
+    }
+    Ok(
+        diesel::sql_query(include_str!("sql/release_stranded_keys.sql"))
+            .bind::<BigInt, _>(limit)
+            .load::<IdRow>(conn)?
+            .into_iter()
+            .map(|r| r.id)
+            .collect(),
+    )
+}

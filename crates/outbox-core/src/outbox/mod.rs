@@ -27,7 +27,7 @@ pub use cancel::{CancelRefusal, CancelReport, cancel_job_batch, cancel_jobs};
 pub use claim::{ClaimPosition, ClaimRequest, ClaimedJob, claim_jobs, claim_jobs_after};
 pub use finish::{CommitHook, Finish, FinishReport, LocalWrite, Outcome, finish_jobs};
 pub use job::{JobOptions, NewJob, enqueue_job};
-pub use keys::{BlockedKey, blocked_keys};
+pub use keys::{BlockedKey, blocked_keys, release_stranded_keys};
 pub use lease::{HeartbeatReport, JobLease, extend_leases, release_jobs};
 pub use prune::{PruneReport, count_prunable, prune_done_jobs};
 pub use reap::{ReapReport, ReapRequest, reap_expired_leases};
@@ -101,7 +101,7 @@ impl std::fmt::Display for JobStatus {
 ///
 /// ```no_run
 /// use diesel::Connection as _;
-/// use outbox_relay::outbox::{enqueue, NewJob};
+/// use outbox_core::outbox::{enqueue, NewJob};
 ///
 /// # fn demo(conn: &mut diesel::PgConnection) -> diesel::QueryResult<()> {
 /// conn.transaction(|conn| {

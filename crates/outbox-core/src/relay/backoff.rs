@@ -3,8 +3,6 @@
 
 use std::time::Duration;
 
-use chrono::{DateTime, Utc};
-
 use crate::outbox::Outcome;
 use crate::worker::{EffectError, EffectResult};
 
@@ -55,19 +53,6 @@ impl BackoffPolicy {
     pub fn jittered_delay(&self, attempt: i32) -> Duration {
         self.delay(attempt, fastrand::f64())
     }
-}
-
-/// When the next attempt is due after failed attempt `attempt`.
-pub fn next_run_at(
-    now: DateTime<Utc>,
-    attempt: i32,
-    policy: &BackoffPolicy,
-    jitter: f64,
-) -> DateTime<Utc> {
-    let delay =
-        chrono::Duration::from_std(policy.delay(attempt, jitter)).unwrap_or(chrono::Duration::MAX);
-    now.checked_add_signed(delay)
-        .unwrap_or(DateTime::<Utc>::MAX_UTC)
 }
 
 /// Turns an effect's result into the job's next state.
@@ -168,19 +153,6 @@ mod tests {
             let d = policy.delay(2, jitter);
             assert!(d >= S(10) && d <= S(20), "{jitter}: {d:?}");
         }
-    }
-
-    #[test]
-    fn next_run_at_adds_the_delay_to_now() {
-        let now = DateTime::<Utc>::from_timestamp(1_700_000_000, 0).expect("valid time");
-        let policy = BackoffPolicy {
-            base: S(4),
-            max: S(100),
-        };
-        assert_eq!(
-            next_run_at(now, 3, &policy, 0.0),
-            now + chrono::Duration::seconds(8)
-        );
     }
 
     #[test]

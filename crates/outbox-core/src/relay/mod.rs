@@ -31,7 +31,7 @@ use std::time::{Duration, Instant};
 use tokio::sync::{Notify, Semaphore, mpsc};
 use tokio_util::sync::CancellationToken;
 
-pub use backoff::{BackoffPolicy, decide, next_run_at};
+pub use backoff::{BackoffPolicy, decide};
 pub use health::Liveness;
 pub use timeouts::{DEFAULT_JOB_TIMEOUT, JobTimeouts};
 

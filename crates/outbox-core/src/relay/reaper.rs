@@ -10,6 +10,7 @@ use super::{REAP_BATCH, RelayStats, Shared};
 use crate::db::run_blocking;
 use crate::outbox::{
     PARTITION_UPKEEP_EVERY, ReapRequest, ensure_done_partitions, reap_expired_leases,
+    release_stranded_keys,
 };
 
 /// Reaps at every `reap_interval` (and once at start), until `stop`. Safe on
@@ -35,6 +36,32 @@ pub(super) async fn run(shared: Arc<Shared>, stop: CancellationToken) {
             continue;
         }
         reap(&shared).await;
+        release_stranded(&shared).await;
+    }
+}
+
+/// Releases keys a finish left blocked with nothing ahead of them. Each one
+/// found means a finish and an enqueue met in the window the finishing
+/// statement cannot see: worth a warning, never an error.
+async fn release_stranded(shared: &Arc<Shared>) {
+    match run_blocking(&shared.pool, |conn| {
+        Ok(release_stranded_keys(conn, REAP_BATCH)?)
+    })
+    .await
+    {
+        Ok(released) if !released.is_empty() => {
+            metrics::counter!("outbox_stranded_keys_released_total")
+                .increment(released.len() as u64);
+            tracing::warn!(
+                jobs = ?released,
+                "released ordering keys whose head was blocked with nothing ahead of it"
+            );
+            shared.wake_at(Instant::now());
+        }
+        Ok(_) => {}
+        Err(error) => {
+            tracing::warn!(error = %error, "releasing stranded ordering keys failed; will try again");
+        }
     }
 }
 
