@@ -17,54 +17,29 @@
 //! Authentication failures are a relay configuration problem, not a property
 //! of the message: retrying them gives an operator time to fix `SMTP_URL`
 //! without failing every confirmation in the meantime.
+//!
+//! How a message is written (templates, the view they see, its headers) is
+//! in `message`; this file holds the settings, the transport and the sending.
+
+mod message;
 
 use std::fmt;
 use std::time::Duration;
 
 use anyhow::{Context as _, anyhow};
-use lettre::message::header::{HeaderName, HeaderValue};
-use lettre::message::{Mailbox, MultiPart};
+use lettre::message::Mailbox;
 use lettre::transport::smtp::Error as SmtpError;
-use lettre::{Address, AsyncSmtpTransport, AsyncTransport, Message, Tokio1Executor};
-use minijinja::{Environment, UndefinedBehavior};
-use serde::Serialize;
+use lettre::{AsyncSmtpTransport, AsyncTransport, Tokio1Executor};
+use minijinja::Environment;
 
+use self::message::templates;
 use super::{EffectError, error_chain};
-use crate::orders::{Currency, Order};
+use crate::orders::Order;
 
 /// Per SMTP command (connect, EHLO, MAIL, RCPT, DATA, ...). lettre's default is 60s.
 pub const SMTP_COMMAND_TIMEOUT: Duration = Duration::from_secs(30);
 /// For one whole send, including waiting for a pooled connection.
 pub const SMTP_SEND_DEADLINE: Duration = Duration::from_secs(120);
-
-/// Embedded, so the binary needs no `templates/` directory at run time. The
-/// `.html` extension turns on minijinja's HTML auto-escaping for that template.
-const TEMPLATES: [(&str, &str); 6] = [
-    (
-        "confirmation.txt",
-        include_str!("../../templates/email/confirmation.txt"),
-    ),
-    (
-        "confirmation.html",
-        include_str!("../../templates/email/confirmation.html"),
-    ),
-    (
-        "shipped.txt",
-        include_str!("../../templates/email/shipped.txt"),
-    ),
-    (
-        "shipped.html",
-        include_str!("../../templates/email/shipped.html"),
-    ),
-    (
-        "cancelled.txt",
-        include_str!("../../templates/email/cancelled.txt"),
-    ),
-    (
-        "cancelled.html",
-        include_str!("../../templates/email/cancelled.html"),
-    ),
-];
 
 /// Which email an event sends: the template's name and the subject.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -220,72 +195,6 @@ impl Mailer {
         message_id_for(job_id, &self.message_id_domain)
     }
 
-    fn compose(
-        &self,
-        job_id: i64,
-        order: &Order,
-        kind: EmailKind,
-        details: &serde_json::Value,
-    ) -> Result<Message, EffectError> {
-        let address: Address = order.customer_email.parse().map_err(|e| {
-            EffectError::permanent(format!(
-                "recipient {:?} of order {} is not an email address: {e}",
-                order.customer_email, order.id
-            ))
-        })?;
-        let to = Mailbox::new(display_name(&order.customer_name), address);
-        let mut view = ConfirmationView::new(order, &self.receipt_url(order.id), &self.from)?;
-        let detail = |name: &str| {
-            details
-                .get(name)
-                .and_then(serde_json::Value::as_str)
-                .map(str::to_owned)
-        };
-        view.carrier = detail("carrier");
-        view.tracking_number = detail("tracking_number");
-        view.reason = detail("reason");
-        let render = |name: &str| {
-            self.templates
-                .get_template(name)
-                .and_then(|t| t.render(minijinja::value::Serde(&view)))
-                .map_err(|e| {
-                    EffectError::permanent(format!("email template {name} does not render: {e}"))
-                })
-        };
-        let text = render(&format!("{}.txt", kind.template()))?;
-        let html = render(&format!("{}.html", kind.template()))?;
-        let mut message = Message::builder()
-            .from(self.from.clone())
-            .to(to)
-            .subject(kind.subject(order.id))
-            .message_id(Some(self.message_id(job_id)));
-        // The job's trace, for whoever follows the mail back to its order.
-        if let Some(traceparent) = crate::trace_context::current_traceparent() {
-            message = message.raw_header(HeaderValue::new(
-                HeaderName::new_from_ascii_str("traceparent"),
-                traceparent,
-            ));
-        }
-        message
-            .multipart(MultiPart::alternative_plain_html(text, html))
-            .map_err(|e| {
-                EffectError::permanent(format!(
-                    "confirmation for order {} cannot be built: {e}",
-                    order.id
-                ))
-            })
-    }
-
-    /// `PUBLIC_BASE_URL/orders/{id}/receipt.pdf`, keeping any path prefix of the base.
-    fn receipt_url(&self, order_id: i64) -> String {
-        let mut url = self.public_base_url.clone();
-        if let Ok(mut path) = url.path_segments_mut() {
-            path.pop_if_empty()
-                .extend(["orders", &order_id.to_string(), "receipt.pdf"]);
-        }
-        url.to_string()
-    }
-
     fn classify(&self, error: &SmtpError) -> EffectError {
         let detail = self.scrub(&error_chain(error));
         match error.status().map(u16::from) {
@@ -310,93 +219,6 @@ impl Mailer {
             None => text.to_owned(),
         }
     }
-}
-
-fn templates() -> Result<Environment<'static>, minijinja::Error> {
-    let mut env = Environment::new();
-    // A misspelt variable is an error in tests, not a blank in a customer's mail.
-    env.set_undefined_behavior(UndefinedBehavior::Strict);
-    env.set_syntax(
-        minijinja::syntax::SyntaxConfig::builder()
-            .trim_blocks(true)
-            .lstrip_blocks(true)
-            .build()?,
-    );
-    for (name, source) in TEMPLATES {
-        env.add_template(name, source)?;
-    }
-    Ok(env)
-}
-
-/// What the templates see: every amount already formatted for its currency.
-#[derive(Debug, Serialize)]
-struct ConfirmationView {
-    customer_name: String,
-    order_id: i64,
-    items: Vec<ItemView>,
-    total: String,
-    receipt_url: String,
-    /// The sender's display name, signed under the message.
-    shop: Option<String>,
-    /// For the shipped email.
-    carrier: Option<String>,
-    tracking_number: Option<String>,
-    /// For the cancelled email.
-    reason: Option<String>,
-}
-
-#[derive(Debug, Serialize)]
-struct ItemView {
-    sku: String,
-    name: String,
-    quantity: i32,
-    unit_price: String,
-    line_total: String,
-}
-
-impl ConfirmationView {
-    fn new(order: &Order, receipt_url: &str, from: &Mailbox) -> Result<Self, EffectError> {
-        let currency = Currency::parse(&order.currency).ok_or_else(|| {
-            EffectError::permanent(format!(
-                "order {} has an unknown currency {:?}",
-                order.id, order.currency
-            ))
-        })?;
-        Ok(ConfirmationView {
-            customer_name: order.customer_name.clone(),
-            order_id: order.id,
-            items: order
-                .items
-                .iter()
-                .map(|item| ItemView {
-                    sku: item.sku.clone(),
-                    name: item.name.clone(),
-                    quantity: item.quantity,
-                    unit_price: currency.format(item.unit_price_cents),
-                    line_total: currency.format(item.line_total_cents()),
-                })
-                .collect(),
-            total: currency.format(order.total_cents),
-            receipt_url: receipt_url.to_owned(),
-            shop: from.name.clone().filter(|n| !n.trim().is_empty()),
-            carrier: None,
-            tracking_number: None,
-            reason: None,
-        })
-    }
-}
-
-/// A customer's name fit for a `To` header. lettre encodes names (RFC 2047),
-/// but panics on CR or LF in one; `NewOrder` refuses control characters at the
-/// edge, and this keeps a row written some other way from crashing a worker
-/// or smuggling in a header.
-fn display_name(raw: &str) -> Option<String> {
-    let name = raw
-        .split(|c: char| c.is_whitespace() || c.is_control())
-        .filter(|w| !w.is_empty())
-        .collect::<Vec<_>>()
-        .join(" ");
-    (!name.is_empty()).then_some(name)
 }
 
 /// The `Message-ID` of job `job_id`'s confirmation email when the sender's
@@ -512,22 +334,5 @@ mod tests {
             mailer.receipt_url(7),
             "https://shop.example/store/orders/7/receipt.pdf"
         );
-    }
-
-    #[test]
-    fn display_names_lose_line_breaks_and_control_characters() {
-        assert_eq!(
-            display_name("Eve\r\nBcc: x@y.z\u{0}").as_deref(),
-            Some("Eve Bcc: x@y.z")
-        );
-        assert_eq!(display_name(" \r\n\t "), None);
-        assert_eq!(display_name("Иванов Пётр").as_deref(), Some("Иванов Пётр"));
-    }
-
-    #[tokio::test]
-    async fn the_templates_load_and_undefined_variables_are_errors() {
-        let env = templates().expect("templates load");
-        let broken = env.render_str("{{ missing }}", minijinja::context! {});
-        assert!(broken.is_err());
     }
 }

@@ -10,7 +10,7 @@
 //!
 //! There is one CJK face for regular and bold text: a second 20 MB face for
 //! the shop name alone is not worth its memory in every relay, so bold CJK is
-//! emboldened when drawn (see `emit` in the parent module).
+//! emboldened when drawn (see `emit` in `pdf.rs`).
 
 use std::collections::BTreeSet;
 use std::fmt;
@@ -253,4 +253,40 @@ fn subset(font: &ParsedFont, chars: &BTreeSet<char>) -> Result<ParsedFont, Strin
             .map_err(|e| e.to_string())?;
     ParsedFont::from_bytes(&program, 0, &mut Vec::new())
         .ok_or_else(|| "the subset font does not parse".to_owned())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::fixtures::fonts;
+    use super::*;
+
+    #[test]
+    fn characters_dejavu_lacks_are_drawn_by_the_cjk_font_and_the_rest_by_dejavu() {
+        let fonts = fonts();
+        assert!(
+            fonts.cjk_path().is_some(),
+            "no CJK font at {DEFAULT_CJK_FONT_PATH}: install fonts-noto-cjk"
+        );
+        assert_eq!(
+            fonts.runs(Face::Regular, "抹茶 (宇治) 30g"),
+            vec![
+                (Program::Cjk, "抹茶"),
+                (Program::Regular, " ("),
+                (Program::Cjk, "宇治"),
+                (Program::Regular, ") 30g"),
+            ]
+        );
+        assert_eq!(
+            fonts.runs(Face::Bold, "Zoë 김민준"),
+            vec![(Program::Bold, "Zoë "), (Program::Cjk, "김민준")]
+        );
+        // In neither font: DejaVu's missing-glyph box, not an invisible gap.
+        assert_eq!(
+            fonts.runs(Face::Regular, "\u{10FFFD}"),
+            vec![(Program::Regular, "\u{10FFFD}")]
+        );
+        // CJK glyphs are one em wide: measured with the font that draws them.
+        let width = fonts.measure(Face::Regular, 10.0, "山田太郎");
+        assert!((width - 40.0).abs() < 0.5, "{width}");
+    }
 }

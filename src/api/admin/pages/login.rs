@@ -1,0 +1,102 @@
+//! How an operator logs in to the dashboard and out of it.
+
+use axum::Form;
+use axum::extract::{Extension, State};
+use axum::http::{HeaderMap, StatusCode, header};
+use axum::response::{IntoResponse, Redirect, Response};
+use minijinja::{Value, context};
+use serde::Deserialize;
+
+use super::base;
+use crate::api::admin::auth::{self, Session};
+use crate::api::admin::error::AdminError;
+use crate::api::admin::view::render;
+use crate::api::admin::{AdminState, Nonce};
+
+pub(in crate::api::admin) async fn login_form(
+    State(state): State<AdminState>,
+    Extension(nonce): Extension<Nonce>,
+    headers: HeaderMap,
+) -> Result<Response, AdminError> {
+    let signed_in = auth::cookie(&headers, auth::COOKIE_NAME)
+        .and_then(|v| auth::verify_session(&state.settings, v))
+        .is_some();
+    if signed_in {
+        return Ok(Redirect::to("/admin").into_response());
+    }
+    let page = render(
+        "login.html",
+        context! { error => Value::from(()), ..base(None, &nonce, "login", "Log in") },
+    )?;
+    Ok(page.into_response())
+}
+
+#[derive(Debug, Deserialize)]
+pub(in crate::api::admin) struct LoginForm {
+    #[serde(default)]
+    token: String,
+}
+
+/// A cross-site login form could log a victim into the attacker's session; a
+/// browser always sends `Origin` on a form POST, so one from another origin
+/// (or `null`) is refused. Clients that send no `Origin` (curl) are let through.
+fn same_origin(headers: &HeaderMap) -> bool {
+    let Some(origin) = headers.get(header::ORIGIN).and_then(|v| v.to_str().ok()) else {
+        return true;
+    };
+    let host = headers
+        .get(header::HOST)
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or_default();
+    let origin_host = origin
+        .strip_prefix("https://")
+        .or_else(|| origin.strip_prefix("http://"));
+    origin_host.is_some_and(|h| !host.is_empty() && h.eq_ignore_ascii_case(host))
+}
+
+pub(in crate::api::admin) async fn login(
+    State(state): State<AdminState>,
+    Extension(nonce): Extension<Nonce>,
+    headers: HeaderMap,
+    Form(form): Form<LoginForm>,
+) -> Result<Response, AdminError> {
+    if !same_origin(&headers) {
+        return Err(AdminError::CsrfRejected);
+    }
+    if let Some(wait) = state.limiter.blocked_for() {
+        return Err(AdminError::TooManyLogins(wait));
+    }
+    let Some((index, token)) = auth::find_token(&state.settings, form.token.trim()) else {
+        state.limiter.record_failure();
+        tracing::warn!("dashboard login failed: unknown token");
+        let page = render(
+            "login.html",
+            context! {
+                           error => "That token is not valid.",
+            ..base(None, &nonce, "login", "Log in"),
+                       },
+        )?;
+        return Ok((StatusCode::UNAUTHORIZED, page).into_response());
+    };
+    let value = auth::issue_session(&state.settings, index)
+        .ok_or_else(|| AdminError::Internal(anyhow::anyhow!("token {index} vanished")))?;
+    tracing::info!(actor = %token.label, "dashboard login");
+    let cookie = auth::set_cookie(&state.settings, &headers, Some(&value));
+    Ok(([(header::SET_COOKIE, cookie)], Redirect::to("/admin")).into_response())
+}
+
+#[derive(Debug, Deserialize)]
+pub(in crate::api::admin) struct CsrfOnly {
+    csrf: Option<String>,
+}
+
+pub(in crate::api::admin) async fn logout(
+    State(state): State<AdminState>,
+    session: Session,
+    headers: HeaderMap,
+    Form(form): Form<CsrfOnly>,
+) -> Result<Response, AdminError> {
+    crate::api::admin::csrf::check(&session, form.csrf.as_deref())?;
+    let cookie = auth::set_cookie(&state.settings, &headers, None);
+    Ok(([(header::SET_COOKIE, cookie)], Redirect::to("/admin/login")).into_response())
+}

@@ -1,0 +1,220 @@
+//! An order's page: its items and a timeline of its events and jobs, with
+//! what was sent for it and its receipt.
+
+use axum::extract::{Extension, Path, Query, State};
+use axum::response::{Html, Redirect};
+use chrono::{DateTime, Utc};
+use minijinja::{Value, context};
+use serde::{Deserialize, Serialize};
+
+use super::jobs::job_view;
+use super::{base, opt_time, time};
+use crate::api::admin::auth::Session;
+use crate::api::admin::error::AdminError;
+use crate::api::admin::queries;
+use crate::api::admin::view::{num, render};
+use crate::api::admin::{AdminState, Nonce};
+use crate::effects::webhook::idempotency_key;
+
+#[derive(Debug, Deserialize)]
+pub(in crate::api::admin) struct FindOrder {
+    #[serde(default)]
+    id: String,
+}
+
+/// The overview's "open order" form: a GET with `?id=`, so it works without script.
+pub(in crate::api::admin) async fn find_order(
+    _session: Session,
+    Query(query): Query<FindOrder>,
+) -> Result<Redirect, AdminError> {
+    let id: i64 = query
+        .id
+        .trim()
+        .trim_start_matches('#')
+        .parse()
+        .ok()
+        .filter(|id| *id > 0)
+        .ok_or_else(|| AdminError::BadRequest(format!("{:?} is not an order number", query.id)))?;
+    Ok(Redirect::to(&format!("/admin/orders/{id}")))
+}
+
+#[derive(Debug, Serialize)]
+struct Event {
+    at: String,
+    sort: DateTime<Utc>,
+    what: String,
+    job: Option<i64>,
+    tone: &'static str,
+}
+
+pub(in crate::api::admin) async fn order(
+    State(state): State<AdminState>,
+    Extension(nonce): Extension<Nonce>,
+    session: Session,
+    Path(raw_id): Path<String>,
+) -> Result<Html<String>, AdminError> {
+    let id: i64 = raw_id
+        .parse()
+        .ok()
+        .filter(|id| *id > 0)
+        .ok_or_else(|| AdminError::NotFound(format!("there is no order {raw_id:?}")))?;
+    let timeout = state.settings.statement_timeout;
+    let hide = state.settings.hide_payload;
+    let timeline = state
+        .db
+        .run(move |conn| Ok(queries::timeline(conn, timeout, id, hide)?))
+        .await?
+        .ok_or_else(|| AdminError::NotFound(format!("there is no order {id}")))?;
+    let order = &timeline.order;
+    let money = |minor: i64| match crate::orders::Currency::parse(&order.currency) {
+        Some(c) => c.format(minor),
+        None => format!("{minor} (minor units of {})", order.currency),
+    };
+    let items: Vec<Value> = order
+        .items
+        .iter()
+        .map(|i| {
+            context! {
+                sku => i.sku.clone(),
+                name => i.name.clone(),
+                quantity => i.quantity,
+                unit_price => money(i.unit_price_cents),
+                line_total => money(i.line_total_cents()),
+            }
+        })
+        .collect();
+
+    let mut events = vec![Event {
+        at: time(order.created_at),
+        sort: order.created_at,
+        what: format!("Order placed by {}", order.customer_name),
+        job: None,
+        tone: "info",
+    }];
+    for event in &timeline.events {
+        // order.placed is the line above; later transitions are their own lines.
+        if event.seq > 1 {
+            events.push(Event {
+                at: time(event.created_at),
+                sort: event.created_at,
+                what: format!("{} (event {})", event.event_type, event.seq),
+                job: None,
+                tone: if event.event_type == "order.cancelled" {
+                    "muted"
+                } else {
+                    "info"
+                },
+            });
+        }
+    }
+    let mut sent = Vec::new();
+    for job in &timeline.jobs {
+        events.push(Event {
+            at: time(job.created_at),
+            sort: job.created_at,
+            what: format!("{} enqueued", job.kind),
+            job: Some(job.id),
+            tone: "info",
+        });
+        if let Some(at) = job.locked_at {
+            events.push(Event {
+                at: time(at),
+                sort: at,
+                what: format!(
+                    "{} attempt {} of {} claimed by {}",
+                    job.kind,
+                    job.attempts,
+                    job.max_attempts,
+                    job.locked_by.as_deref().unwrap_or("a relay")
+                ),
+                job: Some(job.id),
+                tone: "info",
+            });
+        }
+        if let Some(at) = job.finished_at {
+            let (what, tone) = match job.status.as_str() {
+                "done" => (format!("{} done", job.kind), "ok"),
+                "failed" => (
+                    format!(
+                        "{} failed for good: {}",
+                        job.kind,
+                        job.last_error.as_deref().unwrap_or("no error recorded")
+                    ),
+                    "bad",
+                ),
+                "cancelled" => (format!("{} cancelled by an operator", job.kind), "muted"),
+                other => (format!("{} {other}", job.kind), "info"),
+            };
+            events.push(Event {
+                at: time(at),
+                sort: at,
+                what,
+                job: Some(job.id),
+                tone,
+            });
+        } else if job.status == "pending" && job.attempts > 0 {
+            events.push(Event {
+                at: time(job.run_after),
+                sort: job.run_after,
+                what: format!(
+                    "{} retry due (after attempt {}: {})",
+                    job.kind,
+                    job.attempts,
+                    job.last_error.as_deref().unwrap_or("no error recorded")
+                ),
+                job: Some(job.id),
+                tone: "warn",
+            });
+        }
+        if job.status == "done" {
+            match job.kind.as_str() {
+                "confirmation_email" => sent.push(context! {
+                    kind => "Email",
+                    job => job.id,
+                    header => "Message-ID",
+                    value => match &state.settings.mail_domain {
+                        Some(domain) => crate::effects::email::message_id_for(job.id, domain),
+                        None => format!("<job-{}.confirmation@…> (set MAIL_FROM to show the domain)", job.id),
+                    },
+                    at => opt_time(job.finished_at),
+                }),
+                "order_webhook" => sent.push(context! {
+                    kind => "Webhook",
+                    job => job.id,
+                    header => "Idempotency-Key",
+                    value => idempotency_key(job.id),
+                    at => opt_time(job.finished_at),
+                }),
+                _ => {}
+            }
+        }
+    }
+    events.sort_by_key(|e| e.sort);
+    let jobs: Vec<Value> = timeline.jobs.iter().map(|j| job_view(j, hide)).collect();
+    let receipt = timeline.receipt.as_ref().map(|r| {
+        context! {
+            url => format!("/orders/{id}/receipt.pdf"),
+            at => time(r.created_at),
+            bytes => num(r.bytes),
+        }
+    });
+    render(
+        "order.html",
+        context! {
+                   order => context! {
+                       id => order.id,
+                       customer_name => order.customer_name.clone(),
+                       customer_email => if hide { "(hidden)".to_owned() } else { order.customer_email.clone() },
+                       total => money(order.total_cents),
+                status => order.status.clone(),
+                       created_at => time(order.created_at),
+                   },
+                   items => items,
+                   events => Value::from(minijinja::value::Serde(&events)),
+                   jobs => jobs,
+                   sent => sent,
+                   receipt => receipt,
+        ..base(Some(&session), &nonce, "jobs", &format!("Order {id}")),
+               },
+    )
+}

@@ -1,0 +1,117 @@
+//! The bench's results as one JSON line.
+
+use serde_json::json;
+
+use super::{BenchReport, DrainRun, machinery_share, median, pinned_ratio};
+use crate::bench::stats::{DbCost, finite};
+
+/// A drain's cost, for the JSON line.
+fn cost_json(c: &DbCost) -> serde_json::Value {
+    json!({
+        "wal_bytes_per_job_enqueue": c.wal_enqueue_per_job(),
+        "wal_bytes_per_job_drain": c.wal_drain_per_job(),
+        "index_entries_per_job": c.index_entries_per_job_estimate(),
+        "index_entries_per_job_from_wal": c.index_entries_per_job_wal(),
+        "index_entries_from_wal": c.index_entries_wal.as_ref().map(|rows| {
+            rows.iter().map(|(name, n)| (name.clone(), json!(n))).collect::<serde_json::Map<_, _>>()
+        }),
+        "index_factors": {
+            "inserted": c.layout.inserted,
+            "claimed": c.layout.claimed,
+            "done_in_place": c.layout.done_in_place,
+            "archived": c.layout.archived,
+        },
+        "jobs_inserts": c.tables.jobs_ins,
+        "jobs_updates": c.tables.jobs_upd,
+        "jobs_hot_updates": c.tables.jobs_hot_upd,
+        "jobs_deletes": c.tables.jobs_del,
+        "jobs_done_inserts": c.tables.done_ins,
+        "done_in_place": c.done_in_place,
+        "hot_update_share": finite(c.hot_share()),
+        "heap_buffers_per_job": c.heap_blks_per_job(),
+        "index_buffers_per_job": c.idx_blks_per_job(),
+        "dead_tuples_before": c.dead_before,
+        "dead_tuples_after": c.dead_after,
+    })
+}
+
+impl BenchReport {
+    pub fn json(&self) -> serde_json::Value {
+        let run = |r: Option<&DrainRun>| {
+            r.map(|r| {
+                json!({
+                    "batch": r.batch,
+                    "jobs_per_second": r.jobs_per_second(),
+                    "seconds": r.seconds,
+                    "transactions_per_job": r.per_job(r.server.transactions),
+                    "wal_bytes_per_job": r.per_job(r.server.wal_bytes),
+                    "cpu_seconds_per_10k_jobs": r.cpu_per_10k(),
+                    "peak_rss_mib": r.relay_peak_rss_kib.map(|k| k as f64 / 1024.0),
+                    "claim_loops": r.workers,
+                    "cost": r.cost.as_ref().map(cost_json),
+                })
+            })
+        };
+        let pairs: Vec<_> = self
+            .pairs()
+            .into_iter()
+            .map(|(batch, relay, ceiling)| {
+                let ratio = match (relay, ceiling) {
+                    (Some(r), Some(c)) if c.jobs_per_second() > 0.0 => Some(r.jobs_per_second() / c.jobs_per_second()),
+                    _ => None,
+                };
+                json!({ "batch": batch, "relay": run(relay), "ceiling": run(ceiling), "relay_over_ceiling": ratio })
+            })
+            .collect();
+        json!({
+            "bench": "outbox-relay",
+            "jobs": self.jobs,
+            "concurrency": self.concurrency,
+            "drain": pairs,
+            "placement": self.placement.as_ref().map(|p| json!({
+                "clients": p.clients,
+                "api_orders_per_second": p.api_orders_per_second,
+                "api_errors": p.api_errors,
+                "pgbench_orders_per_second": p.pgbench_orders_per_second,
+                "api_over_pgbench": p.pgbench_orders_per_second.map(|c| p.api_orders_per_second / c),
+                "api_wal_bytes_per_order": p.api_wal_bytes_per_order,
+                "pgbench_wal_bytes_per_order": p.pgbench_wal_bytes_per_order,
+                "latency_ms": { "p50": p.api_latency.p50_ms, "p99": p.api_latency.p99_ms, "samples": p.api_latency.samples },
+                "half_open": p.half_open.as_ref().map(|h| json!({
+                    "connections": h.connections,
+                    "orders_per_second": h.orders_per_second,
+                    "errors": h.errors,
+                    "latency_ms": { "p50": h.latency.p50_ms, "p99": h.latency.p99_ms, "samples": h.latency.samples },
+                    "p99_over_unloaded": h.latency.p99_ms / p.api_latency.p99_ms,
+                })),
+            })),
+            "real_effects": median(&self.real).map(|real| json!({
+                "run": run(Some(real)),
+                "noop_jobs_per_second": median(&self.relay).map(DrainRun::jobs_per_second),
+                "machinery_share": median(&self.relay).map(|noop| machinery_share(real, noop)),
+            })),
+            "latency_ms": self.latency.as_ref().map(|l| json!({
+                "samples": l.samples, "p50": l.p50_ms, "p95": l.p95_ms, "p99": l.p99_ms, "max": l.max_ms
+            })),
+            "latency_loaded_ms": self.latency_loaded.as_ref().map(|loaded| {
+                let l = &loaded.latency;
+                json!({
+                    "samples": l.samples, "p50": l.p50_ms, "p95": l.p95_ms, "p99": l.p99_ms, "max": l.max_ms,
+                    "api_clients": loaded.clients,
+                    "api_orders_per_second": loaded.orders_per_second,
+                    "api_errors": loaded.errors,
+                })
+            }),
+            "pinned_horizon": match (median(&self.pinned), median(&self.relay), self.pinned_horizon) {
+                (Some(pinned), Some(free), Some(hold)) => json!({
+                    "hold_at_most_seconds": hold.as_secs_f64(),
+                    "held_seconds": pinned.pinned_for.map(|d| d.as_secs_f64()),
+                    "pinned": run(Some(pinned)),
+                    "unpinned_jobs_per_second": free.jobs_per_second(),
+                    "pinned_over_unpinned": finite(pinned_ratio(pinned, free)),
+                }),
+                _ => serde_json::Value::Null,
+            },
+        })
+    }
+}

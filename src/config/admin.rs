@@ -1,0 +1,68 @@
+//! What the dashboard under `/admin` reads from flags and the environment.
+
+use clap::Args;
+
+use super::ConfigError;
+use super::parse::parse_cookie_secure;
+
+/// The dashboard under `/admin` (`serve`). `Debug` hides the tokens.
+#[derive(Clone, Args)]
+pub struct AdminArgs {
+    /// Enables /admin. A token, or a comma-separated list of `op:TOKEN` (operator) and `ro:TOKEN` (read-only) entries; a bare token is an operator.
+    #[arg(long, env = "ADMIN_TOKEN", hide_env_values = true)]
+    pub admin_token: Option<String>,
+    /// More read-only tokens, comma-separated.
+    #[arg(long, env = "ADMIN_READONLY_TOKEN", hide_env_values = true)]
+    pub admin_readonly_token: Option<String>,
+    /// Every admin token is read-only: the dashboard shows but never changes.
+    #[arg(long, env = "ADMIN_READ_ONLY")]
+    pub admin_read_only: bool,
+    /// Hide job payloads (they hold customer data) and customer emails in the dashboard.
+    #[arg(long, env = "ADMIN_HIDE_PAYLOAD")]
+    pub admin_hide_payload: bool,
+    /// When the session cookie is Secure: auto (always, except plain http to a loopback address) or always.
+    #[arg(long, env = "ADMIN_COOKIE_SECURE", default_value = "auto", value_parser = parse_cookie_secure)]
+    pub admin_cookie_secure: crate::api::admin::CookieSecure,
+    /// Sender of confirmation emails; its domain completes the Message-IDs shown on an order's timeline.
+    #[arg(long, env = "MAIL_FROM")]
+    pub mail_from: Option<String>,
+}
+
+impl std::fmt::Debug for AdminArgs {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("AdminArgs")
+            .field("admin_token", &self.admin_token.as_ref().map(|_| "***"))
+            .field(
+                "admin_readonly_token",
+                &self.admin_readonly_token.as_ref().map(|_| "***"),
+            )
+            .field("admin_read_only", &self.admin_read_only)
+            .field("admin_hide_payload", &self.admin_hide_payload)
+            .field("admin_cookie_secure", &self.admin_cookie_secure)
+            .field("mail_from", &self.mail_from)
+            .finish()
+    }
+}
+
+impl AdminArgs {
+    /// The dashboard's settings; `None` when no token is set (`/admin` is 404).
+    pub fn settings(&self) -> Result<Option<crate::api::admin::AdminSettings>, ConfigError> {
+        let tokens = crate::api::admin::parse_admin_tokens(
+            self.admin_token.as_deref(),
+            self.admin_readonly_token.as_deref(),
+        )
+        .map_err(|e| ConfigError(format!("ADMIN_TOKEN / ADMIN_READONLY_TOKEN: {e}")))?;
+        if tokens.is_empty() {
+            return Ok(None);
+        }
+        let mut settings = crate::api::admin::AdminSettings::new(tokens);
+        settings.read_only = self.admin_read_only;
+        settings.hide_payload = self.admin_hide_payload;
+        settings.cookie_secure = self.admin_cookie_secure;
+        settings.mail_domain = self
+            .mail_from
+            .as_deref()
+            .and_then(crate::effects::email::mail_from_domain);
+        Ok(Some(settings))
+    }
+}

@@ -1,0 +1,222 @@
+//! What the effects read (mail, webhook, links, receipt fonts), checked
+//! against the kinds a relay handles.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use clap::Args;
+
+use super::parse::{parse_http_url, parse_positive_duration};
+use super::{ConfigError, DEFAULT_PUBLIC_BASE_URL};
+use crate::effects::email::EmailConfig;
+use crate::effects::receipt::ReceiptSettings;
+use crate::effects::webhook::WebhookConfig;
+
+/// Settings of receipt_pdf (`relay` and `demo`).
+#[derive(Debug, Clone, Args)]
+pub struct ReceiptArgs {
+    /// Font for the characters DejaVu Sans lacks (Chinese, Japanese, Korean):
+    /// a .ttf, .otf or .ttc (its first face). Default: Noto Sans CJK from
+    /// Debian's fonts-noto-cjk, when installed.
+    #[arg(long, env = "RECEIPT_FONT_PATH")]
+    pub receipt_font_path: Option<PathBuf>,
+}
+
+impl ReceiptArgs {
+    /// The receipt settings, fonts loaded now so that problems show at start:
+    /// a `RECEIPT_FONT_PATH` that cannot be read is an error; a missing
+    /// default font only a warning (CJK then prints as boxes).
+    pub fn settings(&self, needed: bool) -> Result<ReceiptSettings, ConfigError> {
+        let settings = match (&self.receipt_font_path, needed) {
+            (_, false) => return Ok(ReceiptSettings::default()),
+            (Some(path), true) => ReceiptSettings::with_cjk_font(path)
+                .map_err(|e| ConfigError(format!("RECEIPT_FONT_PATH: {e}")))?,
+            (None, true) => ReceiptSettings::default(),
+        };
+        settings
+            .preload()
+            .map_err(|e| ConfigError(format!("receipt fonts: {e}")))?;
+        Ok(settings)
+    }
+}
+
+/// Settings of the effects (mail, webhook, links). `Debug` hides the secrets.
+#[derive(Clone, Args)]
+pub struct EffectArgs {
+    /// SMTP transport: smtp://host:port (plain), smtps://user:pass@host or smtp://...?tls=required.
+    #[arg(long, env = "SMTP_URL", hide_env_values = true)]
+    pub smtp_url: Option<String>,
+    /// Sender of the confirmation email, e.g. "Shop <orders@example.com>".
+    #[arg(long, env = "MAIL_FROM")]
+    pub mail_from: Option<String>,
+    /// Order webhook target.
+    #[arg(long, env = "WEBHOOK_URL", value_parser = parse_http_url)]
+    pub webhook_url: Option<url::Url>,
+    /// Signing secrets, space-separated for rotation (`whsec_<base64>` or raw);
+    /// the first also keys X-Signature.
+    #[arg(long, env = "WEBHOOK_SECRET", hide_env_values = true)]
+    pub webhook_secret: Option<String>,
+    /// Total time for one webhook call (the connect timeout is 5s).
+    #[arg(long, env = "WEBHOOK_TIMEOUT", default_value = "30s", value_parser = parse_positive_duration)]
+    pub webhook_timeout: Duration,
+    /// Base for links in emails.
+    #[arg(long, env = "PUBLIC_BASE_URL", default_value = DEFAULT_PUBLIC_BASE_URL, value_parser = parse_http_url)]
+    pub public_base_url: url::Url,
+}
+
+impl std::fmt::Debug for EffectArgs {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("EffectArgs")
+            .field(
+                "smtp_url",
+                &self
+                    .smtp_url
+                    .as_deref()
+                    .map(crate::effects::email::redact_url),
+            )
+            .field("mail_from", &self.mail_from)
+            .field(
+                "webhook_url",
+                &self
+                    .webhook_url
+                    .as_ref()
+                    .map(|u| u.origin().ascii_serialization()),
+            )
+            .field(
+                "webhook_secret",
+                &self.webhook_secret.as_ref().map(|_| "***"),
+            )
+            .field("webhook_timeout", &self.webhook_timeout)
+            .field("public_base_url", &self.public_base_url.as_str())
+            .finish()
+    }
+}
+
+impl EffectArgs {
+    /// The mail settings, required when the relay handles confirmation_email.
+    pub fn email(&self, needed: bool) -> Result<Option<EmailConfig>, ConfigError> {
+        if !needed {
+            return Ok(None);
+        }
+        let smtp_url = self.smtp_url.clone().ok_or_else(|| {
+            ConfigError(
+                "SMTP_URL is not set, but this relay handles confirmation_email \
+                 (set SMTP_URL and MAIL_FROM, or leave confirmation_email out of --kinds)"
+                    .into(),
+            )
+        })?;
+        let mail_from = self.mail_from.clone().ok_or_else(|| {
+            ConfigError("MAIL_FROM is not set, but this relay handles confirmation_email".into())
+        })?;
+        Ok(Some(EmailConfig {
+            smtp_url,
+            mail_from,
+            public_base_url: self.public_base_url.to_string(),
+        }))
+    }
+
+    /// The webhook settings, required when the relay handles order_webhook.
+    pub fn webhook(&self, needed: bool) -> Result<Option<WebhookConfig>, ConfigError> {
+        if !needed {
+            return Ok(None);
+        }
+        let url = self.webhook_url.clone().ok_or_else(|| {
+            ConfigError(
+                "WEBHOOK_URL is not set, but this relay handles order_webhook \
+                 (set WEBHOOK_URL and WEBHOOK_SECRET, or leave order_webhook out of --kinds)"
+                    .into(),
+            )
+        })?;
+        let secret = self
+            .webhook_secret
+            .clone()
+            .filter(|s| !s.is_empty())
+            .ok_or_else(|| {
+                ConfigError(
+                    "WEBHOOK_SECRET is not set, but this relay handles order_webhook".into(),
+                )
+            })?;
+        crate::effects::signature::Secrets::parse(&secret)
+            .map_err(|e| ConfigError(format!("WEBHOOK_SECRET: {e}")))?;
+        Ok(Some(WebhookConfig {
+            url,
+            secret,
+            timeout: self.webhook_timeout,
+        }))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::relay_args;
+    use super::*;
+    use crate::config::DEFAULT_WEBHOOK_TIMEOUT;
+
+    #[test]
+    fn effect_settings_print_without_their_secrets() {
+        let args = EffectArgs {
+            smtp_url: Some("smtps://mailer:pw-hunter2@smtp.example.com".into()),
+            mail_from: Some("Shop <orders@example.com>".into()),
+            webhook_url: parse_http_url("https://hooks.example.com/t/tok-abc123").ok(),
+            webhook_secret: Some("whsec-hunter2".into()),
+            webhook_timeout: DEFAULT_WEBHOOK_TIMEOUT,
+            public_base_url: parse_http_url(DEFAULT_PUBLIC_BASE_URL).expect("default URL"),
+        };
+        let shown = format!("{args:?}");
+        for secret in ["hunter2", "tok-abc123"] {
+            assert!(!shown.contains(secret), "{shown}");
+        }
+        assert!(shown.contains("smtp.example.com"), "{shown}");
+    }
+
+    #[test]
+    fn a_whsec_secret_that_is_not_base64_is_refused_without_printing_it() {
+        let args = relay_args(&[
+            "--webhook-url",
+            "https://hooks.example.com/x",
+            "--webhook-secret",
+            "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw whsec_hunter2!!",
+        ])
+        .expect("parses");
+        let error = args.effects.webhook(true).expect_err("refused");
+        assert!(
+            error.0.starts_with("WEBHOOK_SECRET: secret 2 of 2"),
+            "{error}"
+        );
+        assert!(!error.0.contains("hunter2"), "{error}");
+        assert!(!error.0.contains("MfKQ9r8G"), "{error}");
+    }
+
+    #[test]
+    fn an_unreadable_receipt_font_path_is_an_error_naming_the_variable() {
+        let args = relay_args(&["--receipt-font-path", "/nonexistent/font.ttc"]).expect("parses");
+        let error = args.receipt.settings(true).expect_err("refused");
+        assert!(
+            error
+                .0
+                .starts_with("RECEIPT_FONT_PATH: cannot read /nonexistent/font.ttc"),
+            "{error}"
+        );
+        assert!(
+            args.receipt.settings(false).is_ok(),
+            "not read when not needed"
+        );
+        let not_a_font = relay_args(&["--receipt-font-path", "Cargo.toml"]).expect("parses");
+        let error = not_a_font.receipt.settings(true).expect_err("refused");
+        assert!(error.0.contains("Cargo.toml is not a font"), "{error}");
+    }
+
+    #[test]
+    fn an_explicit_receipt_font_path_is_the_font_receipts_use() {
+        let path = crate::effects::receipt::DEFAULT_CJK_FONT_PATH;
+        let args = relay_args(&["--receipt-font-path", path]).expect("parses");
+        let settings = args
+            .receipt
+            .settings(true)
+            .expect("fonts-noto-cjk is installed");
+        assert_eq!(
+            settings.preload().expect("loaded"),
+            Some(std::path::Path::new(path))
+        );
+    }
+}

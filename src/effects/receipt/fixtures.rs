@@ -1,0 +1,71 @@
+//! Which orders, fonts and checks the receipt's tests share.
+
+use chrono::DateTime;
+
+use super::canvas::Draw;
+use super::fonts::{self, Fonts};
+use super::style::Style;
+use crate::orders::{Currency, Order, OrderItem};
+
+pub(super) fn item(sku: &str, name: &str, quantity: i32, unit_price_cents: i64) -> OrderItem {
+    OrderItem {
+        id: 0,
+        sku: sku.to_owned(),
+        name: name.to_owned(),
+        quantity,
+        unit_price_cents,
+    }
+}
+
+pub(super) fn sample(id: i64, name: &str, currency: &str, items: Vec<OrderItem>) -> Order {
+    Order {
+        id,
+        customer_email: "customer@example.com".to_owned(),
+        customer_name: name.to_owned(),
+        currency: currency.to_owned(),
+        total_cents: items.iter().map(OrderItem::line_total_cents).sum(),
+        status: "placed".to_owned(),
+        created_at: DateTime::from_timestamp(1_796_036_700, 0).unwrap_or_default(),
+        items,
+    }
+}
+
+pub(super) fn fonts() -> &'static Fonts {
+    fonts::default_fonts().expect("embedded fonts parse")
+}
+
+pub(super) fn texts(pages: &[Vec<Draw>]) -> impl Iterator<Item = (usize, Style, f32, f32, &str)> {
+    pages.iter().enumerate().flat_map(|(page, draws)| {
+        draws.iter().filter_map(move |draw| match draw {
+            Draw::Text { style, x, y, text } => Some((page, *style, *x, *y, text.as_str())),
+            Draw::Rule { .. } => None,
+        })
+    })
+}
+/// No two pieces of text share ink: boxes from baseline-descent to baseline+ascent.
+pub(super) fn assert_no_overlaps(pages: &[Vec<Draw>]) {
+    let boxes: Vec<_> = texts(pages)
+        .filter(|t| !t.4.is_empty())
+        .map(|(page, style, x, y, text)| {
+            let w = fonts().width(style, text);
+            (
+                page,
+                x,
+                x + w,
+                y - 0.2 * style.size,
+                y + 0.75 * style.size,
+                text,
+            )
+        })
+        .collect();
+    for (i, a) in boxes.iter().enumerate() {
+        for b in &boxes[i + 1..] {
+            let overlap = a.0 == b.0 && a.1 < b.2 && b.1 < a.2 && a.3 < b.4 && b.3 < a.4;
+            assert!(!overlap, "{:?} overlaps {:?}", a.5, b.5);
+        }
+    }
+}
+
+pub(super) fn currency(code: &str) -> Currency {
+    Currency::parse(code).expect("known currency")
+}
