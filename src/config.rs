@@ -1,4 +1,4 @@
-//! Typed settings from flags and the environment (DESIGN.md, "CLI"), validated
+//! Typed settings from flags and the environment (the README, "Configuration"), validated
 //! at start. Every flag also reads its environment variable; a bad value is a
 //! clear error naming the flag, the variable and the value.
 //!

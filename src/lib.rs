@@ -28,6 +28,7 @@
 //! - [`otel`]: the OpenTelemetry tracer and its OTLP/HTTP export.
 //! - [`trace_context`]: W3C trace context from a request's headers into the
 //!   enqueuing span (the core stores it with each job) and out to the effect's.
+//! - [`text`]: outside text shortened to one line for display.
 //! - [`cli`]: the `outbox-relay` subcommands.
 //! - Development tooling, behind the `dev-tools` feature (on by default):
 //!   `demo` (the whole system end to end with nothing to set up, and the local
@@ -55,6 +56,7 @@ pub mod schema;
 #[cfg(feature = "dev-tools")]
 pub mod scratch;
 pub mod telemetry;
+pub mod text;
 pub mod trace_context;
 
 /// The queue core this service is built on, whole.

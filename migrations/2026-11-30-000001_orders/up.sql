@@ -1,4 +1,4 @@
--- Orders and their lines. Column names are a contract (DESIGN.md, "Schema").
+-- Orders and their lines. Column names are a contract (the README, "The order API").
 CREATE TABLE orders (
     id               bigserial   PRIMARY KEY,
     customer_email   text        NOT NULL,

@@ -1,5 +1,5 @@
 -- The outbox. Every row is one effect to perform; the relay moves it through
--- pending -> processing -> done | failed (DESIGN.md, "Job lifecycle").
+-- pending -> processing -> done | failed (ARCHITECTURE.md, "The job state machine").
 CREATE TABLE jobs (
     id               bigserial   PRIMARY KEY,
     -- NULL for jobs a library user enqueues without an order.

@@ -1,4 +1,4 @@
-//! The `outbox-relay` command line: subcommands of DESIGN.md, "CLI".
+//! The `outbox-relay` command line: the subcommands of the README's "Configuration" and "Operations".
 
 mod jobs;
 mod relay;

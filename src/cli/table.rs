@@ -65,21 +65,6 @@ impl fmt::Display for Table {
     }
 }
 
-/// `text` on one line, at most `max` characters, with an ellipsis when cut.
-pub(crate) fn one_line(text: &str, max: usize) -> String {
-    let flat: String = text
-        .chars()
-        .map(|c| if c.is_control() { ' ' } else { c })
-        .collect();
-    if flat.chars().count() <= max {
-        flat
-    } else {
-        let mut cut: String = flat.chars().take(max.saturating_sub(1)).collect();
-        cut.push('…');
-        cut
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -93,11 +78,5 @@ mod tests {
             table.to_string(),
             "KIND          N\nnoop          7\nreceipt_pdf  12\n"
         );
-    }
-
-    #[test]
-    fn long_text_is_cut_to_one_line() {
-        assert_eq!(one_line("a\nb", 10), "a b");
-        assert_eq!(one_line("abcdef", 4), "abc…");
     }
 }

@@ -69,10 +69,7 @@ impl std::fmt::Debug for EffectArgs {
         f.debug_struct("EffectArgs")
             .field(
                 "smtp_url",
-                &self
-                    .smtp_url
-                    .as_deref()
-                    .map(crate::effects::email::redact_url),
+                &self.smtp_url.as_deref().map(crate::db::redact_url),
             )
             .field("mail_from", &self.mail_from)
             .field(

@@ -11,7 +11,7 @@ use super::parse::{
 };
 use super::{ConfigError, DEFAULT_METRICS_ADDR, EffectArgs, HttpLimitsArgs, ReceiptArgs};
 use crate::effects::EffectKind;
-use crate::relay::{self, BackoffPolicy, JobTimeouts, RelaySettings};
+use crate::relay::{self, BackoffPolicy, JobTimeouts, MIN_LEASE, RelaySettings};
 
 /// Everything `relay` reads.
 #[derive(Debug, Clone, Args)]
@@ -98,10 +98,11 @@ impl RelayArgs {
                 humantime::format_duration(self.backoff_max)
             )));
         }
-        if self.lease < Duration::from_secs(1) {
+        if self.lease < MIN_LEASE {
             return Err(ConfigError(format!(
-                "RELAY_LEASE ({}) must be at least 1s",
-                humantime::format_duration(self.lease)
+                "RELAY_LEASE ({}) must be at least {}",
+                humantime::format_duration(self.lease),
+                humantime::format_duration(MIN_LEASE)
             )));
         }
         let worker_id = self.worker_id.clone().unwrap_or_else(default_worker_id);

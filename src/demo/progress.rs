@@ -17,6 +17,7 @@ use indicatif::{MultiProgress, ProgressBar, ProgressDrawTarget, ProgressStyle};
 
 use crate::orders::ORDER_JOB_KINDS;
 use crate::schema::jobs_all;
+use crate::text::one_line;
 
 /// A job as the demo watches it.
 #[derive(Debug, Clone, Queryable, Selectable)]
@@ -184,7 +185,11 @@ impl Narrator {
             let order = job
                 .order_id
                 .map_or_else(|| format!("job {}", job.id), |id| format!("order #{id}"));
-            let error = job.last_error.as_deref().map(one_line).unwrap_or_default();
+            let error = job
+                .last_error
+                .as_deref()
+                .map(|e| one_line(e, 140))
+                .unwrap_or_default();
             if job.is_waiting_to_retry() && !error.is_empty() {
                 let wait = (job.run_after - now).to_std().unwrap_or_default();
                 // The relay's own "attempt n of m failed, will retry: " is said below.
@@ -213,16 +218,6 @@ impl Narrator {
         }
         lines
     }
-}
-
-/// The first line of `text`, at most 140 characters.
-fn one_line(text: &str) -> String {
-    let line = text.lines().next().unwrap_or_default();
-    let mut short: String = line.chars().take(140).collect();
-    if line.chars().count() > 140 {
-        short.push('…');
-    }
-    short
 }
 
 #[cfg(test)]

@@ -88,7 +88,7 @@ pub struct EmailConfig {
 impl fmt::Debug for EmailConfig {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("EmailConfig")
-            .field("smtp_url", &redact_url(&self.smtp_url))
+            .field("smtp_url", &crate::db::redact_url(&self.smtp_url))
             .field("mail_from", &self.mail_from)
             .field("public_base_url", &self.public_base_url)
             .finish()
@@ -131,7 +131,7 @@ impl Mailer {
                 anyhow!(
                     "SMTP_URL {} is not usable (expected smtp://host:port, \
                      smtps://user:pass@host or smtp://user:pass@host?tls=required): {e}",
-                    redact_url(&config.smtp_url)
+                    crate::db::redact_url(&config.smtp_url)
                 )
             })?
             .timeout(Some(SMTP_COMMAND_TIMEOUT))
@@ -233,20 +233,6 @@ pub fn mail_from_domain(mail_from: &str) -> Option<String> {
         .parse::<Mailbox>()
         .ok()
         .map(|m| m.email.domain().to_owned())
-}
-
-/// `raw` with its password replaced, or a placeholder if it does not parse
-/// (an unparsable URL may still hold a password).
-pub fn redact_url(raw: &str) -> String {
-    match url::Url::parse(raw) {
-        Ok(mut url) => {
-            if url.password().is_some() {
-                let _ = url.set_password(Some("***"));
-            }
-            url.to_string()
-        }
-        Err(_) => "(unparsable, not shown)".to_owned(),
-    }
 }
 
 fn percent_decoded(raw: &str) -> String {

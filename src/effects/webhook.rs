@@ -28,12 +28,13 @@ use std::time::{Duration, SystemTime};
 use anyhow::Context as _;
 use reqwest::header::{CONTENT_TYPE, LOCATION, RETRY_AFTER};
 
+pub use self::answer::parse_retry_after;
 use self::answer::{classify, read_error_body};
-pub use self::answer::{excerpt, parse_retry_after};
 use self::body::event_body;
 use super::signature::Secrets;
 use super::{EffectError, error_chain};
 use crate::orders::{Order, OrderEvent};
+use crate::text::one_line;
 
 /// Longest wait for the TCP (and TLS) connection, within the total timeout.
 pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
@@ -146,7 +147,7 @@ impl WebhookSender {
             .headers()
             .get(LOCATION)
             .and_then(|v| v.to_str().ok())
-            .map(|v| excerpt(v, EXCERPT_CHARS));
+            .map(|v| one_line(v, EXCERPT_CHARS));
         let body = read_error_body(response).await;
         Err(classify(status, retry_after, location.as_deref(), &body))
     }

@@ -270,14 +270,17 @@ where
     .map_err(|e| DbError::Task(e.to_string()))?
 }
 
-/// The URL with any password replaced, for logs and error messages.
+/// A URL as logs and error messages may show it: any password replaced by
+/// `***`; an unparsable one not shown at all, since it may still hold a
+/// password. For database and SMTP URLs alike.
 pub fn redact_url(raw: &str) -> String {
     match url::Url::parse(raw) {
-        Ok(mut parsed) if parsed.password().is_some() => {
-            let _ = parsed.set_password(Some("***"));
+        Ok(mut parsed) => {
+            if parsed.password().is_some() {
+                let _ = parsed.set_password(Some("***"));
+            }
             parsed.to_string()
         }
-        Ok(parsed) => parsed.to_string(),
-        Err(_) => "<unparsable database URL>".to_owned(),
+        Err(_) => "(unparsable URL, not shown)".to_owned(),
     }
 }

@@ -57,7 +57,7 @@ fn environment() -> Result<&'static Environment<'static>, &'static minijinja::Er
         // A misspelt variable is a bug to see in tests, not an empty cell.
         env.set_undefined_behavior(UndefinedBehavior::Strict);
         env.add_filter("num", num);
-        env.add_filter("excerpt", excerpt);
+        env.add_filter("excerpt", crate::text::one_line);
         env.add_filter("urlencode", urlencode);
         for (name, source) in TEMPLATES {
             env.add_template(name, source)?;
@@ -81,14 +81,6 @@ pub(super) fn num(n: i64) -> String {
         out.push(c);
     }
     out
-}
-
-/// The first `max` characters of `text`, with an ellipsis when cut.
-fn excerpt(text: &str, max: usize) -> String {
-    match text.char_indices().nth(max) {
-        Some((cut, _)) => format!("{}…", &text[..cut]),
-        None => text.to_owned(),
-    }
 }
 
 /// A query-string value.
@@ -144,9 +136,7 @@ mod tests {
     }
 
     #[test]
-    fn excerpts_cut_on_characters() {
-        assert_eq!(excerpt("héllo wörld", 5), "héllo…");
-        assert_eq!(excerpt("short", 10), "short");
+    fn query_values_are_percent_encoded() {
         assert_eq!(urlencode("a b&c"), "a%20b%26c");
     }
 

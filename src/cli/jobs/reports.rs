@@ -6,9 +6,10 @@ use anyhow::Context as _;
 use serde::Serialize;
 
 use super::{BlockedArgs, ListArgs, StatsArgs, with_conn};
-use crate::cli::table::{Align, Table, one_line};
+use crate::cli::table::{Align, Table};
 use crate::job_list::{self, JobFilter, JobRow};
 use crate::outbox::{self, JobStatus, KindStats};
+use crate::text::one_line;
 
 fn age(seconds: Option<f64>) -> String {
     match seconds {
@@ -130,7 +131,7 @@ pub(super) async fn list(args: ListArgs) -> anyhow::Result<()> {
             job.run_after.format("%Y-%m-%d %H:%M:%SZ").to_string(),
             job.last_error
                 .as_deref()
-                .map_or_else(String::new, |e| one_line(e, 60)),
+                .map_or_else(String::new, |e| one_line(e, 59)),
         ]);
     }
     print!("{table}");
@@ -174,7 +175,7 @@ pub(super) async fn blocked(args: BlockedArgs) -> anyhow::Result<()> {
             key.waiting.to_string(),
             key.last_error
                 .as_deref()
-                .map_or_else(String::new, |e| one_line(e, 60)),
+                .map_or_else(String::new, |e| one_line(e, 59)),
         ]);
     }
     print!("{table}");

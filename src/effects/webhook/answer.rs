@@ -7,6 +7,7 @@ use reqwest::StatusCode;
 
 use super::super::EffectError;
 use super::EXCERPT_CHARS;
+use crate::text::one_line;
 
 /// Bytes of an error body read at all: a receiver's huge error page is not
 /// worth the memory or the wait.
@@ -62,32 +63,7 @@ pub(super) async fn read_error_body(mut response: reqwest::Response) -> String {
         }
     }
     bytes.truncate(MAX_ERROR_BODY);
-    excerpt(&String::from_utf8_lossy(&bytes), EXCERPT_CHARS)
-}
-
-/// `text` on one line (whitespace and control characters collapsed), cut to
-/// `max_chars` characters, with `…` when cut.
-pub fn excerpt(text: &str, max_chars: usize) -> String {
-    let mut out = String::new();
-    let mut chars = 0;
-    let words = text
-        .split(|c: char| c.is_whitespace() || c.is_control())
-        .filter(|w| !w.is_empty());
-    for word in words {
-        for c in (!out.is_empty())
-            .then_some(' ')
-            .into_iter()
-            .chain(word.chars())
-        {
-            if chars == max_chars {
-                out.push('…');
-                return out;
-            }
-            out.push(c);
-            chars += 1;
-        }
-    }
-    out
+    one_line(&String::from_utf8_lossy(&bytes), EXCERPT_CHARS)
 }
 
 /// A `Retry-After` value as a wait from `now`: delta-seconds or an HTTP date
@@ -189,16 +165,5 @@ mod tests {
         for (value, expected) in cases {
             assert_eq!(parse_retry_after(value, now), expected, "{value:?}");
         }
-    }
-
-    #[test]
-    fn excerpts_are_one_bounded_line_cut_on_character_boundaries() {
-        assert_eq!(excerpt("  a\r\n\tb\u{0}c  ", 200), "a b c");
-        let long = "é".repeat(500);
-        let cut = excerpt(&long, 200);
-        assert_eq!(cut.chars().count(), 201);
-        assert!(cut.ends_with('…'));
-        assert_eq!(excerpt("abc", 3), "abc");
-        assert_eq!(excerpt("", 3), "");
     }
 }

@@ -43,7 +43,8 @@ pub const NOTIFY_CHANNEL: &str = "outbox_jobs";
 /// `max_attempts` for jobs enqueued without one (`JOB_MAX_ATTEMPTS`).
 pub const DEFAULT_MAX_ATTEMPTS: i32 = 8;
 
-/// The statuses of DESIGN.md; the `jobs_status_valid` CHECK constraint holds the same set.
+/// A job's status (ARCHITECTURE.md, "The job state machine"); the
+/// `jobs_status_valid` CHECK constraint holds the same set.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
 #[serde(rename_all = "snake_case")]
 pub enum JobStatus {

@@ -44,6 +44,9 @@ pub const DEFAULT_LEASE: Duration = Duration::from_secs(60);
 pub const DEFAULT_POLL_INTERVAL: Duration = Duration::from_secs(1);
 pub const DEFAULT_SHUTDOWN_GRACE: Duration = Duration::from_secs(30);
 pub const DEFAULT_STALL_TIMEOUT: Duration = Duration::from_secs(120);
+/// The shortest lease a relay accepts: below it, the heartbeat (a third of
+/// the lease) would renew faster than a database round trip can be relied on.
+pub const MIN_LEASE: Duration = Duration::from_millis(100);
 /// Most outcomes written by one completer statement.
 const MAX_COMPLETION_BATCH: usize = 512;
 /// Most expired leases one reaper transaction handles.
@@ -69,7 +72,8 @@ pub struct RelaySettings {
     pub backoff: BackoffPolicy,
     /// Heartbeat period; a third of the lease, so two can be missed.
     pub heartbeat_interval: Duration,
-    /// Reaper period; half the lease, as DESIGN.md asks.
+    /// Reaper period; half the lease, so a dead worker's job waits at most
+    /// a lease and a half before it is reaped.
     pub reap_interval: Duration,
     /// How long past its expiry a lease must be before the reaper takes it, so
     /// a relay back from a short blip renews its leases before anyone reaps
@@ -132,8 +136,9 @@ impl RelaySettings {
         anyhow::ensure!(self.concurrency > 0, "concurrency must be at least 1");
         anyhow::ensure!(self.batch_size > 0, "the batch size must be at least 1");
         anyhow::ensure!(
-            self.lease >= Duration::from_millis(100),
-            "the lease must be at least 100ms"
+            self.lease >= MIN_LEASE,
+            "the lease must be at least {}",
+            humantime::format_duration(MIN_LEASE)
         );
         anyhow::ensure!(
             !self.heartbeat_interval.is_zero(),
