@@ -40,7 +40,7 @@ diesel::table! {
     }
 }
 
-/// 1. The job type: its kind and its arguments, in one definition.
+/// Step 1, the job type: its kind and its arguments, in one definition.
 #[derive(Debug, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct WelcomeMessage {
@@ -52,7 +52,7 @@ impl JobArgs for WelcomeMessage {
     const KIND: &'static str = "welcome_message";
 }
 
-/// 2. Its worker. Here it "sends" by logging, and records the send in
+/// Step 2, its worker. Here it "sends" by logging, and records the send in
 /// `welcome_log` through a [`LocalWrite`], which commits in the same
 /// transaction as the job's completion: exactly once, even if the relay
 /// crashes between the send and the completion, or a zombie worker finishes
@@ -114,7 +114,7 @@ pub struct Report {
     pub welcomes: i64,
 }
 
-/// 3. and 4. Enqueue inside your transaction, run a relay until it is done.
+/// Steps 3 and 4: enqueue inside your transaction, run a relay until it is done.
 pub async fn run(database_url: &str) -> anyhow::Result<Report> {
     let url = database_url.to_owned();
     let mut conn = tokio::task::spawn_blocking(move || -> anyhow::Result<PgConnection> {
