@@ -19,8 +19,10 @@ pub const CANCEL_BATCH: usize = 1000;
 /// A job named to `cancel_jobs` that cannot be cancelled.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct CancelRefusal {
+    /// The job named.
     pub id: i64,
-    /// Its current status; `None` when no such job exists.
+    /// Its current status (`processing`, or a terminal one: `done`,
+    /// `cancelled`); `None` when no such job exists, in `jobs` or the archive.
     pub status: Option<String>,
 }
 
