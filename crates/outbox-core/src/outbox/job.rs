@@ -17,7 +17,8 @@ pub struct NewJob {
     pub(super) run_after: Option<DateTime<Utc>>,
     pub(super) max_attempts: i32,
     pub(super) ordering_key: Option<String>,
-    /// Decided by [`enqueue_many`] from the key's unfinished jobs, never by callers.
+    /// Decided by [`enqueue_many`](super::enqueue_many) from the key's
+    /// unfinished jobs, never by callers.
     pub(super) blocked: bool,
     pub(super) trace_context: Option<serde_json::Value>,
 }

@@ -1,15 +1,16 @@
 //! The relay: a tokio worker pool that claims jobs and performs their effects.
 //!
-//! Split by role, as River does:
-//! - [`producer`]: claims due jobs, never more than there are free slots, and
-//!   wakes on NOTIFY ([`listener`]) or the poll interval;
-//! - [`executor`]: runs one job's effect and turns its result into an outcome
+//! Split by role, as River does, one private module each (`src/relay/`):
+//! - `producer`: claims due jobs, never more than there are free slots, and
+//!   wakes on NOTIFY (`listener`) or the poll interval;
+//! - `executor`: runs one job's effect and turns its result into an outcome
 //!   ([`backoff::decide`]);
-//! - [`completer`]: writes outcomes in fenced batches;
-//! - [`heartbeat`]: extends the leases of everything in flight, one UPDATE for all;
-//! - [`reaper`]: puts jobs whose lease expired (a dead worker's) back in the queue;
-//! - [`in_flight`]: the claims held, each owned by one guard from claim to outcome;
-//! - [`health`]: whether the loops still make progress (`/livez`).
+//! - `completer`: writes outcomes in fenced batches;
+//! - `heartbeat`: extends the leases of everything in flight, one UPDATE for all;
+//! - `reaper`: puts jobs whose lease expired (a dead worker's) back in the queue;
+//! - `in_flight`: the claims held, each owned by one guard from claim to outcome;
+//! - `health`: whether the loops still make progress (`/livez`), read through
+//!   [`Liveness`].
 //!
 //! Shutdown is a [`CancellationToken`] passed down and `select!`ed on.
 
