@@ -4,7 +4,7 @@
 //! - [`jobs`]: the job types ([`ConfirmationEmail`], [`ReceiptPdf`],
 //!   [`OrderWebhook`], [`Noop`]), whose `KIND` constants are the only place
 //!   the kind names are written;
-//! - [`workers`]: the workers that perform them, and [`workers()`], the
+//! - [`mod@workers`]: the workers that perform them, and [`workers()`], the
 //!   registry a relay runs;
 //! - [`email`], [`receipt`], [`webhook`]: what each effect does; [`signature`]:
 //!   the webhook signatures.

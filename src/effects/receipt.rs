@@ -8,7 +8,7 @@
 //! DejaVu Sans is embedded (`templates/fonts/`, with its licence) because the
 //! PDF base-14 fonts only cover Latin-1: a Cyrillic or Greek customer name would
 //! print as boxes. Chinese, Japanese and Korean come from a CJK font, character
-//! by character (see [`fonts`]). The stored receipt is written by the completer
+//! by character (see `receipt/fonts.rs`). The stored receipt is written by the completer
 //! in the same transaction that marks the job done (see `outbox::finish`), not here.
 //!
 //! The page's geometry and text styles are in `style.rs`, placing text in

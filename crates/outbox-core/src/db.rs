@@ -14,7 +14,13 @@ use diesel::sql_types::BigInt;
 use diesel::{RunQueryDsl, sql_query};
 use diesel_migrations::{EmbeddedMigrations, MigrationHarness, embed_migrations};
 
+/// An r2d2 pool of Diesel PostgreSQL connections, as [`build_pool`] and
+/// [`build_pool_with`] build it. Cheap to clone (clones share the pool), and
+/// safe to share between threads and tasks. Its connections are blocking:
+/// use them from async code only through [`run_blocking`].
 pub type PgPool = Pool<ConnectionManager<PgConnection>>;
+/// A connection checked out of a [`PgPool`]; it goes back to the pool when
+/// dropped (or is discarded, if Diesel marked it broken).
 pub type PooledPg = PooledConnection<ConnectionManager<PgConnection>>;
 
 /// The queue's migrations (this crate's `migrations/`), embedded.
@@ -31,10 +37,22 @@ pub const DEFAULT_CHECKOUT_TIMEOUT: Duration = Duration::from_secs(5);
 /// Errors from getting a connection or running a query.
 #[derive(Debug, thiserror::Error)]
 pub enum DbError {
+    /// No connection could be checked out of the pool within its checkout
+    /// timeout ([`PoolOptions::checkout_timeout`]): the database is down or
+    /// unreachable, or every connection stayed busy that long. Carries r2d2's
+    /// message. [`DbError::failure`] calls it [`Failure::Unavailable`].
     #[error("no database connection available: {0}")]
     Unavailable(String),
+    /// A connection was had, and Diesel or the server failed the query: a
+    /// constraint, a timeout, a serialization failure, a connection that broke
+    /// mid-query, a row that was not found. [`DbError::failure`] tells these
+    /// apart.
     #[error(transparent)]
     Query(#[from] diesel::result::Error),
+    /// The blocking task of [`run_blocking`] panicked, or was cancelled before
+    /// it started because the runtime is shutting down; carries the join
+    /// error's message. After a panic, what the closure wrote is unknown. Counts as
+    /// [`Failure::Rejected`], not as the database being unavailable.
     #[error("database task panicked or was cancelled: {0}")]
     Task(String),
 }
@@ -115,20 +133,28 @@ pub fn build_pool(database_url: &str, size: u32, validate_on_checkout: bool) -> 
 /// What [`build_pool_with`] builds.
 #[derive(Debug, Clone)]
 pub struct PoolOptions {
+    /// Most connections the pool holds (at least 1; 0 is taken as 1).
+    /// Opened on demand, none kept idle. Default 10.
     pub size: u32,
+    /// Ping each connection before handing it out (see [`build_pool`] for
+    /// who wants it). Default `false`.
     pub validate_on_checkout: bool,
     /// How long a checkout waits for a connection (including opening one)
-    /// before it fails with [`DbError::Unavailable`].
+    /// before it fails with [`DbError::Unavailable`]. Default
+    /// [`DEFAULT_CHECKOUT_TIMEOUT`]; at least 1 ms.
     pub checkout_timeout: Duration,
     /// `statement_timeout` set on every connection the pool opens; `None`
     /// leaves the server's default. A bound here keeps a query stuck behind a
     /// lock from holding a pooled connection (and a blocking thread) forever.
+    /// Sent in whole milliseconds, at least 1. Default `None`.
     pub statement_timeout: Option<Duration>,
     /// `lock_timeout` on every connection: how long a statement waits for a
-    /// row or table lock before it fails.
+    /// row or table lock before it fails. `None` (the default) leaves the
+    /// server's.
     pub lock_timeout: Option<Duration>,
     /// `idle_in_transaction_session_timeout` on every connection: the server
     /// ends a session left idle inside a transaction, releasing its locks.
+    /// `None` (the default) leaves the server's.
     pub idle_in_transaction_timeout: Option<Duration>,
 }
 
@@ -145,7 +171,9 @@ impl Default for PoolOptions {
     }
 }
 
-/// [`build_pool`] with every knob.
+/// [`build_pool`] with every knob. Builds without connecting (no error if
+/// the database is not up yet); each new connection runs the `SET`s of the
+/// timeouts given once, before its first checkout.
 pub fn build_pool_with(database_url: &str, options: &PoolOptions) -> PgPool {
     let manager = ConnectionManager::<PgConnection>::new(database_url);
     let mut builder = Pool::builder()
@@ -251,7 +279,11 @@ pub fn migrate_url(database_url: &str) -> anyhow::Result<()> {
     run_migrations(&mut establish(database_url)?)
 }
 
-/// Runs `f` with a pooled connection on the blocking thread pool.
+/// Runs `f` with a pooled connection on tokio's blocking thread pool, inside
+/// the caller's tracing span, and returns its result. A checkout that times
+/// out is [`DbError::Unavailable`]; a panic in `f` (or a runtime shutting
+/// down) is [`DbError::Task`]. `f` runs to completion even if the returned
+/// future is dropped: a statement already sent is not cancelled.
 pub async fn run_blocking<T, F>(pool: &PgPool, f: F) -> Result<T, DbError>
 where
     F: FnOnce(&mut PgConnection) -> Result<T, DbError> + Send + 'static,

@@ -47,6 +47,9 @@ pub fn continue_stored(span: &tracing::Span, stored: Option<&StoredContext>) {
     record_trace_id(span);
 }
 
+/// Makes `span` (not yet entered) a child of `cx`, when `cx` holds a valid
+/// span context; otherwise, or if the span is disabled or already entered,
+/// leaves it as it is. [`continue_stored`] is this for a stored context.
 pub fn adopt(span: &tracing::Span, cx: opentelemetry::Context) {
     if cx.span().span_context().is_valid() {
         // Fails only for a span already entered or disabled; it stays a root.

@@ -19,8 +19,10 @@ pub const CANCEL_BATCH: usize = 1000;
 /// A job named to `cancel_jobs` that cannot be cancelled.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct CancelRefusal {
+    /// The job named.
     pub id: i64,
-    /// Its current status; `None` when no such job exists.
+    /// Its current status (`processing`, or a terminal one: `done`,
+    /// `cancelled`); `None` when no such job exists, in `jobs` or the archive.
     pub status: Option<String>,
 }
 
@@ -105,7 +107,7 @@ pub fn cancel_jobs(conn: &mut PgConnection, ids: &[i64]) -> QueryResult<CancelRe
     })
 }
 
-/// Cancels those of `ids` (at most [`CANCEL_BATCH`] of them) that are still
+/// Cancels those of `ids` (at most `CANCEL_BATCH`, 1000, of them) that are still
 /// `pending` or `failed`, skipping the rest, then releases the next job of
 /// each ordering key a cancelled job held (a cancelled head frees its key, as
 /// `done` does). Returns the ids it cancelled. See `sql/cancel_jobs.sql`.

@@ -13,35 +13,57 @@ pub struct ClaimRequest<'a> {
     pub worker_id: &'a str,
     /// Only jobs of these kinds are claimed.
     pub kinds: &'a [String],
-    /// Most jobs to claim; a relay passes its free slots, never more.
+    /// Most jobs to claim; a relay passes its free slots, never more. Zero or
+    /// less claims nothing (without a round trip), as does an empty `kinds`.
     pub limit: i64,
+    /// How long the claimed jobs are this worker's without a heartbeat:
+    /// `lease_expires_at` becomes the database's `now()` plus this (to the
+    /// millisecond). Past it (and the reaper's margin) the reaper may hand
+    /// the job to someone else, and this claim's writes are fenced out.
     pub lease: Duration,
 }
 
 /// A job this worker now owns until `lease` runs out.
+///
+/// The row is `processing`, `locked_by` the claiming worker, and stays so
+/// until an outcome is written with [`finish_jobs`](super::finish_jobs), the
+/// job is handed back with [`release_jobs`](super::release_jobs), or its
+/// lease expires and the reaper takes it. Each of these writes presents
+/// [`ClaimedJob::lease_token`]; keep extending the lease with
+/// [`extend_leases`](super::extend_leases) while the effect runs.
 #[derive(Debug, Clone, QueryableByName)]
 pub struct ClaimedJob {
+    /// The job's id (`jobs.id`): the same for every attempt of the job.
     #[diesel(sql_type = BigInt)]
     pub id: i64,
+    /// The job's kind, one of [`ClaimRequest::kinds`]: which worker runs it.
     #[diesel(sql_type = Text)]
     pub kind: String,
+    /// The job's arguments as enqueued, undecoded; a worker registry decodes
+    /// them into the kind's [`JobArgs`](crate::worker::JobArgs).
     #[diesel(sql_type = diesel::sql_types::Jsonb)]
     pub payload: serde_json::Value,
-    /// This claim's attempt number (1 for the first run).
+    /// This claim's attempt number (1 for the first run). Every claim counts
+    /// one, whether its attempt ends in an outcome or in an expired lease; a
+    /// release at shutdown gives it back. An operator's retry resets it to 0.
     #[diesel(sql_type = Integer, column_name = attempts)]
     pub attempt: i32,
+    /// The attempt after which a retryable failure makes the job `failed`:
+    /// when `attempt >= max_attempts`, this is the last try.
     #[diesel(sql_type = Integer)]
     pub max_attempts: i32,
     /// The fencing token of this claim, unique across all claims ever made:
     /// every later write of this attempt (heartbeat, finish, release) presents it.
     #[diesel(sql_type = BigInt)]
     pub lease_token: i64,
+    /// When the job was enqueued (the enqueuing transaction's time).
     #[diesel(sql_type = diesel::sql_types::Timestamptz)]
     pub created_at: DateTime<Utc>,
     /// The trace context of whoever enqueued the job (`jobs.trace_context`).
     #[diesel(sql_type = diesel::sql_types::Nullable<diesel::sql_types::Jsonb>)]
     pub trace_context: Option<serde_json::Value>,
-    /// When the job fell due; with `id`, its place in the claim order.
+    /// When the job fell due (as enqueued, or as its last retry set it); with
+    /// `id`, its place in the claim order.
     #[diesel(sql_type = diesel::sql_types::Timestamptz)]
     pub run_after: DateTime<Utc>,
 }
@@ -59,11 +81,22 @@ impl ClaimedJob {
 /// A place in the claim order `(run_after, id)`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
 pub struct ClaimPosition {
+    /// The job's `run_after`: jobs are claimed earliest due first.
     pub run_after: DateTime<Utc>,
+    /// The job's id: among jobs due at the same moment, lowest first.
     pub id: i64,
 }
 
 /// Claims up to `request.limit` due jobs, oldest first. See `sql/claim_jobs.sql`.
+///
+/// A job is due when it is `pending`, its `run_after` has passed, and it is
+/// not waiting behind an earlier job of its ordering key. Each claimed job
+/// becomes `processing` under a new fencing token and counts an attempt, in
+/// one statement; rows another worker has locked are skipped, not waited
+/// for, so concurrent claimers never take the same job and never block each
+/// other. The claim commits on its own (unless `conn` is in a transaction)
+/// without waiting for a WAL flush: a claim lost in a server crash leaves the
+/// job pending, as if it had never been claimed.
 pub fn claim_jobs(
     conn: &mut PgConnection,
     request: &ClaimRequest<'_>,

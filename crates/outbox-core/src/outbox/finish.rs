@@ -29,6 +29,8 @@ pub trait CommitHook: Send + Sync + 'static {
 pub struct LocalWrite(Arc<dyn CommitHook>);
 
 impl LocalWrite {
+    /// Wraps `hook`. Two `LocalWrite`s are equal only when one is a clone of
+    /// the other (the same hook), never by what the hooks would write.
     pub fn new(hook: impl CommitHook) -> Self {
         LocalWrite(Arc::new(hook))
     }
@@ -50,18 +52,30 @@ impl PartialEq for LocalWrite {
 
 impl Eq for LocalWrite {}
 
-/// What happened to one attempt.
+/// What happened to one attempt, and so the job's next status.
+/// [`decide`](crate::relay::decide) derives it from a worker's result.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Outcome {
+    /// The effect succeeded: the job ends `done`, leaves `jobs` for the
+    /// `jobs_done` archive, and releases the next job of its ordering key.
+    /// `last_error` keeps the text of any earlier failed attempt.
     Done {
+        /// A write to commit in the same transaction as the completion, and
+        /// only if the completion is written (see [`CommitHook`]).
         local: Option<LocalWrite>,
     },
     /// Back to `pending`, due after `delay`.
     Retry {
+        /// From the database's `now()` when the outcome is written, to the
+        /// millisecond: the new `run_after`.
         delay: Duration,
+        /// Stored as `last_error`, cleaned ([`clean_error`]).
         error: String,
     },
+    /// The job ends `failed`: it stays in `jobs`, holds its ordering key, and
+    /// waits for an operator to retry or cancel it.
     Failed {
+        /// Stored as `last_error`, cleaned ([`clean_error`]).
         error: String,
     },
 }
@@ -79,11 +93,18 @@ impl Outcome {
 /// One claim's outcome, with the fencing token the claim drew.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Finish {
+    /// The claimed job ([`ClaimedJob::id`](super::ClaimedJob::id)).
     pub job_id: i64,
+    /// The claim's fencing token
+    /// ([`ClaimedJob::lease_token`](super::ClaimedJob::lease_token)): the
+    /// outcome is written only while the job is still `processing` under it.
     pub lease_token: i64,
+    /// What to record.
     pub outcome: Outcome,
 }
 
+/// What [`finish_jobs`] did with each [`Finish`]: every job id of the call is
+/// in exactly one of `applied`, `busy` and `lost`.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct FinishReport {
     /// Jobs whose outcome was recorded.

@@ -17,7 +17,8 @@ pub struct NewJob {
     pub(super) run_after: Option<DateTime<Utc>>,
     pub(super) max_attempts: i32,
     pub(super) ordering_key: Option<String>,
-    /// Decided by [`enqueue_many`] from the key's unfinished jobs, never by callers.
+    /// Decided by [`enqueue_many`](super::enqueue_many) from the key's
+    /// unfinished jobs, never by callers.
     pub(super) blocked: bool,
     pub(super) trace_context: Option<serde_json::Value>,
 }
@@ -48,6 +49,9 @@ impl NewJob {
         self.run_after = Some(at);
         self
     }
+    /// How many claims the job gets before a retryable failure leaves it
+    /// `failed` (default [`DEFAULT_MAX_ATTEMPTS`]); values below 1 are taken
+    /// as 1, a single attempt and no retry.
     pub fn max_attempts(mut self, max_attempts: i32) -> Self {
         self.max_attempts = max_attempts.max(1);
         self
@@ -60,6 +64,7 @@ impl NewJob {
         self.ordering_key = Some(key.into());
         self
     }
+    /// The job's kind: which relays claim it and which worker performs it.
     pub fn kind(&self) -> &str {
         &self.kind
     }

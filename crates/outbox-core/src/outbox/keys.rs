@@ -9,6 +9,7 @@ use serde::Serialize;
 /// retried and succeeds, or is cancelled.
 #[derive(Debug, Clone, PartialEq, QueryableByName, Serialize)]
 pub struct BlockedKey {
+    /// The key held up.
     #[diesel(sql_type = Text)]
     pub ordering_key: String,
     /// The failed head job.
@@ -20,15 +21,20 @@ pub struct BlockedKey {
     /// The head job's arguments.
     #[diesel(sql_type = diesel::sql_types::Jsonb)]
     pub payload: serde_json::Value,
+    /// Attempts the head job made before it failed.
     #[diesel(sql_type = Integer)]
     pub attempts: i32,
+    /// The head job's `max_attempts`.
     #[diesel(sql_type = Integer)]
     pub max_attempts: i32,
+    /// Why the head job failed (its last attempt's error, cleaned).
     #[diesel(sql_type = Nullable<Text>)]
     pub last_error: Option<String>,
+    /// When the head job failed: since then the key has been held up.
     #[diesel(sql_type = Nullable<Timestamptz>)]
     pub finished_at: Option<DateTime<Utc>>,
-    /// Jobs waiting behind the head.
+    /// Jobs waiting behind the head (`pending` and blocked), counted when
+    /// read.
     #[diesel(sql_type = BigInt)]
     pub waiting: i64,
 }

@@ -12,7 +12,11 @@ use super::claim::millis;
 /// A claim a worker holds: the job and the fencing token the claim drew.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct JobLease {
+    /// The claimed job.
     pub job_id: i64,
+    /// The fencing token the claim drew
+    /// ([`ClaimedJob::lease_token`](super::ClaimedJob::lease_token)): a write
+    /// with it changes the job only while it is still `processing` under it.
     pub lease_token: i64,
 }
 

@@ -40,23 +40,49 @@ use crate::schema::jobs;
 /// The channel `enqueue` notifies and relays LISTEN on. The payload is the job's kind.
 pub const NOTIFY_CHANNEL: &str = "outbox_jobs";
 
-/// `max_attempts` for jobs enqueued without one (`JOB_MAX_ATTEMPTS`).
+/// `max_attempts` for jobs enqueued without one (`JOB_MAX_ATTEMPTS`): the
+/// claims a job gets before a retryable failure leaves it `failed`.
 pub const DEFAULT_MAX_ATTEMPTS: i32 = 8;
 
 /// A job's status (ARCHITECTURE.md, "The job state machine"); the
 /// `jobs_status_valid` CHECK constraint holds the same set.
+///
+/// A job moves `pending -> processing -> done | failed`: a claim makes it
+/// `processing`, its outcome makes it `done`, `failed`, or `pending` again
+/// for a retry; the reaper returns a `processing` job whose lease expired to
+/// `pending` (or `failed`, out of attempts). An operator may retry a
+/// `failed` job (back to `pending`) or cancel a `pending` or `failed` one.
+/// Stored as the lowercase name ([`JobStatus::as_str`], also its serde form).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
 #[serde(rename_all = "snake_case")]
 pub enum JobStatus {
+    /// Waiting to be claimed: due once `run_after <= now()` and, with an
+    /// ordering key, once no earlier job of its key is unfinished (until then
+    /// it is `blocked`). New jobs, retries and requeued jobs are pending.
     Pending,
+    /// Claimed by a relay (`locked_by`) under a lease (`lease_expires_at`) and
+    /// a fencing token (`lease_token`); its effect may be running. Only the
+    /// holder of that token can finish it; if the lease runs out, the reaper
+    /// takes it back. Cannot be cancelled.
     Processing,
+    /// The effect succeeded. Terminal: the job has left `jobs` for the
+    /// `jobs_done` archive, in the statement that recorded it (read it through
+    /// `jobs_all`), and it frees the next job of its ordering key.
     Done,
+    /// A permanent error, or a retryable one on the last attempt (or a lease
+    /// that expired on it). Stays in `jobs` with `last_error` and
+    /// `finished_at`, and holds its ordering key, until an operator retries
+    /// or cancels it.
     Failed,
     /// An operator gave up on the job (`jobs cancel`, the dashboard). Terminal.
+    /// Only a `pending` or `failed` job can be cancelled; it stays in `jobs`
+    /// with `finished_at` set, and frees the next job of its ordering key as
+    /// `done` does.
     Cancelled,
 }
 
 impl JobStatus {
+    /// Every status, in lifecycle order.
     pub const ALL: [JobStatus; 5] = [
         JobStatus::Pending,
         JobStatus::Processing,
@@ -65,6 +91,8 @@ impl JobStatus {
         JobStatus::Cancelled,
     ];
 
+    /// The status as stored in `jobs.status`: `"pending"`, `"processing"`,
+    /// `"done"`, `"failed"` or `"cancelled"`. [`str::parse`] reads it back.
     pub fn as_str(self) -> &'static str {
         match self {
             JobStatus::Pending => "pending",

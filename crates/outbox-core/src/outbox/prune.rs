@@ -8,6 +8,7 @@ use serde::Serialize;
 
 use super::claim::millis;
 
+/// What [`prune_done_jobs`] removed.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
 pub struct PruneReport {
     /// Done jobs removed: the rows of the partitions dropped and those deleted

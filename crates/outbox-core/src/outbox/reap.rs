@@ -7,6 +7,8 @@ use diesel::sql_types::{Array, BigInt, Integer, Nullable, Text};
 
 use super::claim::millis;
 
+/// What one [`reap_expired_leases`] call did. Each reaped job had its lease
+/// token's claim ended: a worker still running it is fenced out.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct ReapReport {
     /// Jobs returned to `pending` for another attempt.
@@ -19,6 +21,9 @@ pub struct ReapReport {
 }
 
 impl ReapReport {
+    /// Every job reaped: requeued plus failed. Less than the request's
+    /// `limit` means no more expired leases were found (that were not locked
+    /// by another reaper).
     pub fn total(&self) -> usize {
         self.requeued + self.failed
     }

@@ -33,15 +33,25 @@ pub(super) fn archived_statuses(
 /// Which failed jobs to put back.
 #[derive(Debug, Clone)]
 pub enum RetrySelection {
+    /// These jobs, all or nothing: if any is not `failed` (or does not
+    /// exist), none is retried and the report refuses it. Duplicates count
+    /// once.
     Ids(Vec<i64>),
-    AllFailed { kind: Option<String> },
+    /// Every job that is `failed` when the statement runs (nothing is
+    /// refused; jobs in other statuses are left alone).
+    AllFailed {
+        /// Only jobs of this kind; `None`: every kind.
+        kind: Option<String>,
+    },
 }
 
 /// A job named to `retry_failed_jobs` that cannot be retried.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct RetryRefusal {
+    /// The job named.
     pub id: i64,
-    /// Its current status; `None` when no such job exists.
+    /// Its current status, which is not `failed` (a `done` job is found in
+    /// the archive); `None` when no such job exists.
     pub status: Option<String>,
 }
 

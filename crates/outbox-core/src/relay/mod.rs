@@ -1,15 +1,16 @@
 //! The relay: a tokio worker pool that claims jobs and performs their effects.
 //!
-//! Split by role, as River does:
-//! - [`producer`]: claims due jobs, never more than there are free slots, and
-//!   wakes on NOTIFY ([`listener`]) or the poll interval;
-//! - [`executor`]: runs one job's effect and turns its result into an outcome
+//! Split by role, as River does, one private module each (`src/relay/`):
+//! - `producer`: claims due jobs, never more than there are free slots, and
+//!   wakes on NOTIFY (`listener`) or the poll interval;
+//! - `executor`: runs one job's effect and turns its result into an outcome
 //!   ([`backoff::decide`]);
-//! - [`completer`]: writes outcomes in fenced batches;
-//! - [`heartbeat`]: extends the leases of everything in flight, one UPDATE for all;
-//! - [`reaper`]: puts jobs whose lease expired (a dead worker's) back in the queue;
-//! - [`in_flight`]: the claims held, each owned by one guard from claim to outcome;
-//! - [`health`]: whether the loops still make progress (`/livez`).
+//! - `completer`: writes outcomes in fenced batches;
+//! - `heartbeat`: extends the leases of everything in flight, one UPDATE for all;
+//! - `reaper`: puts jobs whose lease expired (a dead worker's) back in the queue;
+//! - `in_flight`: the claims held, each owned by one guard from claim to outcome;
+//! - `health`: whether the loops still make progress (`/livez`), read through
+//!   [`Liveness`].
 //!
 //! Shutdown is a [`CancellationToken`] passed down and `select!`ed on.
 
@@ -38,11 +39,19 @@ pub use timeouts::{DEFAULT_JOB_TIMEOUT, JobTimeouts};
 use crate::db::PgPool;
 use crate::worker::Executor;
 
+/// Default [`RelaySettings::concurrency`]: effects in flight at once per relay.
 pub const DEFAULT_CONCURRENCY: usize = 16;
+/// Default [`RelaySettings::batch_size`]: most jobs one claim statement takes.
 pub const DEFAULT_BATCH_SIZE: usize = 16;
+/// Default [`RelaySettings::lease`]; the heartbeat, reap interval and reap
+/// margin derive from it (see [`RelaySettings::with_lease`]).
 pub const DEFAULT_LEASE: Duration = Duration::from_secs(60);
+/// Default [`RelaySettings::poll_interval`]: the longest an idle relay goes
+/// without looking for due jobs when no NOTIFY wakes it.
 pub const DEFAULT_POLL_INTERVAL: Duration = Duration::from_secs(1);
+/// Default [`RelaySettings::shutdown_grace`].
 pub const DEFAULT_SHUTDOWN_GRACE: Duration = Duration::from_secs(30);
+/// Default [`RelaySettings::stall_timeout`].
 pub const DEFAULT_STALL_TIMEOUT: Duration = Duration::from_secs(120);
 /// The shortest lease a relay accepts: below it, the heartbeat (a third of
 /// the lease) would renew faster than a database round trip can be relied on.
@@ -55,25 +64,39 @@ const REAP_BATCH: i64 = 500;
 /// How a relay behaves; an application fills it from its own configuration.
 #[derive(Debug, Clone)]
 pub struct RelaySettings {
-    /// `locked_by` on the jobs this relay claims; unique per live relay.
+    /// `locked_by` on the jobs this relay claims; unique per live relay. Shown
+    /// in the reaper's `last_error` when a lease of this relay expires. Must
+    /// not be empty.
     pub worker_id: String,
-    /// Kinds this relay claims (`--kinds`).
+    /// Kinds this relay claims (`--kinds`); also the NOTIFY payloads it wakes
+    /// on. At least one. With a [`Workers`](crate::worker::Workers)
+    /// executor, a kind with no worker registered fails its jobs permanently
+    /// as an unknown kind.
     pub kinds: Vec<String>,
-    /// Effects in flight at most.
+    /// Effects in flight at most (at least 1): the relay's slots. A claim
+    /// never asks for more jobs than there are free slots.
     pub concurrency: usize,
-    /// Jobs per claim at most (never more than the free slots).
+    /// Jobs per claim at most (never more than the free slots); at least 1.
     pub batch_size: usize,
-    /// How long a claimed job is ours without a heartbeat.
+    /// How long a claimed job is ours without a heartbeat (at least 100 ms).
+    /// Set it with [`RelaySettings::with_lease`] to keep the periods derived
+    /// from it in step.
     pub lease: Duration,
-    /// Fallback poll when no NOTIFY arrives.
+    /// Fallback poll when no NOTIFY arrives: the longest a due job waits for
+    /// an idle relay while LISTEN is down or a wake-up was lost. Positive.
     pub poll_interval: Duration,
-    /// How long in-flight effects may run on after shutdown is asked for.
+    /// How long in-flight effects may run on after shutdown is asked for;
+    /// then they are interrupted and recorded as retryable failures (see
+    /// [`Relay::run_until_stopped`]).
     pub shutdown_grace: Duration,
+    /// Delays between attempts after a retryable failure, and before a job
+    /// the reaper requeued runs again.
     pub backoff: BackoffPolicy,
     /// Heartbeat period; a third of the lease, so two can be missed.
     pub heartbeat_interval: Duration,
     /// Reaper period; half the lease, so a dead worker's job waits at most
-    /// a lease and a half before it is reaped.
+    /// a lease and a half before it is reaped. Every relay runs a reaper;
+    /// each expired job goes to exactly one of them.
     pub reap_interval: Duration,
     /// How long past its expiry a lease must be before the reaper takes it, so
     /// a relay back from a short blip renews its leases before anyone reaps
@@ -82,13 +105,17 @@ pub struct RelaySettings {
     /// The deadline of one effect, by kind (`RELAY_JOB_TIMEOUT`).
     pub job_timeouts: JobTimeouts,
     /// `/livez` fails once a loop has made no progress for this long although
-    /// it had work (see [`Liveness`]).
+    /// it had work (see [`Liveness`]). Taken as at least two poll intervals,
+    /// so an idle relay is never taken for a stuck one.
     pub stall_timeout: Duration,
     /// Wake on LISTEN/NOTIFY (off only in tests and benchmarks of polling).
     pub listen: bool,
 }
 
 impl RelaySettings {
+    /// Settings for a relay of `worker_id` claiming `kinds`, with every other
+    /// field at its default (`DEFAULT_*`, a lease of [`DEFAULT_LEASE`] and the
+    /// periods derived from it, LISTEN on). [`Relay::new`] checks them.
     pub fn new(worker_id: impl Into<String>, kinds: Vec<String>) -> Self {
         RelaySettings {
             worker_id: worker_id.into(),
@@ -163,19 +190,37 @@ impl RelaySettings {
 
 /// Counters a relay keeps for itself (tests and `bench` read them; Prometheus
 /// gets the same numbers through the `metrics` facade).
+///
+/// Each counts from the relay's start and only grows. They are updated with
+/// relaxed atomics by the relay's tasks as they go: read them with
+/// [`RelayStats::get`], and expect a snapshot of several counters to be
+/// consistent only once the relay has stopped.
 #[derive(Debug, Default)]
 pub struct RelayStats {
+    /// Jobs claimed (each claim of a job once, a re-claim again).
     pub claimed: AtomicU64,
+    /// Outcomes `done` written.
     pub done: AtomicU64,
+    /// Retries written: jobs sent back to `pending` with a backoff.
     pub retried: AtomicU64,
+    /// Outcomes `failed` written (permanent errors, last attempts).
     pub failed: AtomicU64,
+    /// Attempts whose claim this relay lost: the lease expired and a reaper
+    /// took the job back (it may since have been re-claimed or cancelled).
+    /// Noticed by the heartbeat while the effect ran (the effect is then
+    /// cancelled) or when the outcome's fenced write matched nothing; either
+    /// way the outcome was discarded.
     pub lease_lost: AtomicU64,
     /// Effects cancelled at their deadline (`RELAY_JOB_TIMEOUT`).
     pub timed_out: AtomicU64,
     /// Outcomes whose write failed inside a batch and were written alone, as
     /// a failure when even that failed (see the completer).
     pub isolated: AtomicU64,
+    /// Jobs claimed but never started, handed back to `pending` at shutdown
+    /// without spending an attempt.
     pub released: AtomicU64,
+    /// Jobs this relay's reaper took from expired leases (any relay's),
+    /// requeued or failed.
     pub reaped: AtomicU64,
     /// Claim statements that returned at least one job.
     pub claims: AtomicU64,
@@ -184,6 +229,8 @@ pub struct RelayStats {
 }
 
 impl RelayStats {
+    /// The current value of one of these counters
+    /// (`RelayStats::get(&stats.done)`).
     pub fn get(counter: &AtomicU64) -> u64 {
         counter.load(Ordering::Relaxed)
     }
@@ -241,6 +288,11 @@ impl Shared {
 }
 
 /// A relay, ready to run. See the module docs for its parts.
+///
+/// Any number of relays, in one process or many, may run against the same
+/// database: claims skip each other's rows and every write is fenced by the
+/// claim's token. Build with [`Relay::new`], then run it once with
+/// [`Relay::run_until_stopped`].
 pub struct Relay {
     shared: Arc<Shared>,
     database_url: String,
@@ -255,6 +307,13 @@ impl std::fmt::Debug for Relay {
 }
 
 impl Relay {
+    /// A relay that claims with `pool` and performs jobs with `executor`
+    /// (usually a [`Workers`](crate::worker::Workers) registry). `database_url`
+    /// is for the dedicated LISTEN connection, which the pool cannot provide;
+    /// its TLS settings are honoured as libpq reads them. Starts nothing and
+    /// connects to nothing: [`Relay::run_until_stopped`] does. Fails when
+    /// `settings` are invalid (an empty worker id or kind list, a zero
+    /// concurrency, batch size, period or timeout, a lease under 100 ms).
     pub fn new(
         pool: PgPool,
         database_url: impl Into<String>,
@@ -282,6 +341,7 @@ impl Relay {
         })
     }
 
+    /// The relay's counters; the handle stays readable after the relay stops.
     pub fn stats(&self) -> Arc<RelayStats> {
         Arc::clone(&self.shared.stats)
     }

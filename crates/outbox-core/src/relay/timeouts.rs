@@ -14,7 +14,10 @@ pub const DEFAULT_JOB_TIMEOUT: Duration = Duration::from_secs(300);
 /// a default, then `kind=duration` overrides.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct JobTimeouts {
+    /// The deadline of a kind with no override (default
+    /// [`DEFAULT_JOB_TIMEOUT`]). Must be positive.
     pub default: Duration,
+    /// Deadlines by job kind, overriding `default`. Each must be positive.
     pub per_kind: BTreeMap<String, Duration>,
 }
 
@@ -28,6 +31,7 @@ impl Default for JobTimeouts {
 }
 
 impl JobTimeouts {
+    /// `timeout` for every kind, with no override.
     pub fn uniform(timeout: Duration) -> Self {
         JobTimeouts {
             default: timeout,
