@@ -3,7 +3,7 @@
 //! An order service writes an order and the jobs that must follow it in one
 //! transaction ([`orders::place_order`]). The queue itself is the
 //! [`outbox_core`] crate, which knows nothing of orders: this crate defines the
-//! order jobs ([`effects::jobs`]) and their workers ([`effects::workers`]) with
+//! order jobs ([`effects::jobs`]) and their workers ([`effects::workers()`]) with
 //! its typed API, as any library user would, and adds the order API, the
 //! operator dashboard and the CLI. ARCHITECTURE.md, at the root of the
 //! repository, follows one order through the files.
