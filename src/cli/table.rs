@@ -1,6 +1,12 @@
 //! Plain-text tables for operator output: padded columns, numbers right-aligned.
+//!
+//! A thin face over comfy-table, so the callers keep `Table::new(columns)`,
+//! `push(row)` and `Display`. The crate measures cells by their display width
+//! (a CJK name or an emoji takes two columns), which counting `char`s did not.
 
 use std::fmt;
+
+use comfy_table::{CellAlignment, ContentArrangement, presets};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Align {
@@ -8,57 +14,37 @@ pub(crate) enum Align {
     Right,
 }
 
+/// Columns two spaces apart, no borders, no trailing blanks; never wrapped.
 #[derive(Debug)]
-pub(crate) struct Table {
-    columns: Vec<(&'static str, Align)>,
-    rows: Vec<Vec<String>>,
-}
+pub(crate) struct Table(comfy_table::Table);
 
 impl Table {
     pub fn new(columns: &[(&'static str, Align)]) -> Table {
-        Table {
-            columns: columns.to_vec(),
-            rows: Vec::new(),
+        let mut table = comfy_table::Table::new();
+        table
+            .load_style(presets::NOTHING)
+            .set_content_arrangement(ContentArrangement::Disabled)
+            .set_header(columns.iter().map(|(name, _)| *name));
+        for (i, column) in table.column_iter_mut().enumerate() {
+            let (_, align) = columns[i];
+            column.set_cell_alignment(match align {
+                Align::Left => CellAlignment::Left,
+                Align::Right => CellAlignment::Right,
+            });
+            // One space each side makes two between columns; none before the first.
+            column.set_padding((u16::from(i > 0), 1));
         }
+        Table(table)
     }
 
     pub fn push(&mut self, row: Vec<String>) {
-        self.rows.push(row);
+        self.0.add_row(row);
     }
 }
 
 impl fmt::Display for Table {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let width = |i: usize| {
-            self.rows
-                .iter()
-                .filter_map(|row| row.get(i))
-                .map(|cell| cell.chars().count())
-                .chain([self.columns[i].0.chars().count()])
-                .max()
-                .unwrap_or(0)
-        };
-        let widths: Vec<usize> = (0..self.columns.len()).map(width).collect();
-        let headers: Vec<String> = self.columns.iter().map(|(h, _)| (*h).to_owned()).collect();
-        for row in std::iter::once(&headers).chain(&self.rows) {
-            let mut line = String::new();
-            for (i, (_, align)) in self.columns.iter().enumerate() {
-                let cell = row.get(i).map_or("", String::as_str);
-                let pad = widths[i].saturating_sub(cell.chars().count());
-                if i > 0 {
-                    line.push_str("  ");
-                }
-                match align {
-                    Align::Left => {
-                        line.push_str(cell);
-                        line.extend(std::iter::repeat_n(' ', pad));
-                    }
-                    Align::Right => {
-                        line.extend(std::iter::repeat_n(' ', pad));
-                        line.push_str(cell);
-                    }
-                }
-            }
+        for line in self.0.lines() {
             writeln!(f, "{}", line.trim_end())?;
         }
         Ok(())
@@ -78,5 +64,20 @@ mod tests {
             table.to_string(),
             "KIND          N\nnoop          7\nreceipt_pdf  12\n"
         );
+    }
+
+    #[test]
+    fn wide_characters_are_padded_by_their_display_width() {
+        let mut table = Table::new(&[("KEY", Align::Left), ("N", Align::Right)]);
+        table.push(vec!["注文".into(), "1".into()]);
+        table.push(vec!["order".into(), "22".into()]);
+        assert_eq!(table.to_string(), "KEY     N\n注文    1\norder  22\n");
+    }
+
+    #[test]
+    fn short_rows_leave_their_last_cells_blank() {
+        let mut table = Table::new(&[("A", Align::Left), ("B", Align::Left), ("C", Align::Right)]);
+        table.push(vec!["x".into()]);
+        assert_eq!(table.to_string(), "A  B  C\nx\n");
     }
 }
