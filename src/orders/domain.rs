@@ -4,9 +4,11 @@
 
 use std::fmt;
 
-use serde_json::{Map, Value};
+use serde::Deserialize;
+use serde_json::Value;
 
 use super::currency::Currency;
+use super::json::{Object, from_json, required};
 
 /// Most items one order may carry; a larger order is almost certainly a bug or abuse.
 pub const MAX_ITEMS: usize = 100;
@@ -137,37 +139,50 @@ pub struct NewOrder {
     total: Money,
 }
 
-impl NewOrder {
-    /// Parses the JSON body of `POST /orders`. Unknown fields are refused so that
-    /// a typo (`quantiy`) is an error instead of a silently dropped value.
-    pub fn parse(body: &Value) -> Result<NewOrder, ValidationError> {
-        let object = body
-            .as_object()
-            .ok_or_else(|| ValidationError::new("", "the body must be a JSON object"))?;
-        reject_unknown(
-            object,
-            "",
-            &["customer_email", "customer_name", "currency", "items"],
-        )?;
+/// The body of `POST /orders` as it arrives. Every field is an `Option` so that
+/// a missing one is "is required" on its own path; unknown fields are refused
+/// so that a typo (`quantiy`) is an error instead of a silently dropped value.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct OrderBody {
+    customer_email: Option<String>,
+    customer_name: Option<String>,
+    currency: Option<String>,
+    items: Option<Vec<Object<ItemBody>>>,
+}
 
-        let customer_email = CustomerEmail::parse(required_str(object, "", "customer_email")?)
-            .map_err(|m| ValidationError::new("customer_email", m))?;
-        let customer_name =
-            DisplayText::parse(required_str(object, "", "customer_name")?, MAX_NAME_CHARS)
-                .map_err(|m| ValidationError::new("customer_name", m))?;
-        let currency_raw = required_str(object, "", "currency")?;
-        let currency = Currency::parse(currency_raw).ok_or_else(|| {
+/// One line of [`OrderBody`].
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ItemBody {
+    sku: Option<String>,
+    name: Option<String>,
+    quantity: Option<i64>,
+    unit_price_cents: Option<i64>,
+}
+
+impl NewOrder {
+    /// Parses the JSON body of `POST /orders`.
+    pub fn parse(body: &Value) -> Result<NewOrder, ValidationError> {
+        let body: OrderBody = from_json(body)?;
+
+        let customer_email =
+            CustomerEmail::parse(&required(body.customer_email, "customer_email")?)
+                .map_err(|m| ValidationError::new("customer_email", m))?;
+        let customer_name = DisplayText::parse(
+            &required(body.customer_name, "customer_name")?,
+            MAX_NAME_CHARS,
+        )
+        .map_err(|m| ValidationError::new("customer_name", m))?;
+        let currency_raw = required(body.currency, "currency")?;
+        let currency = Currency::parse(&currency_raw).ok_or_else(|| {
             ValidationError::new(
                 "currency",
                 format!("{currency_raw:?} is not an upper-case ISO 4217 currency code"),
             )
         })?;
 
-        let items_raw = object
-            .get("items")
-            .ok_or_else(|| ValidationError::new("items", "is required"))?
-            .as_array()
-            .ok_or_else(|| ValidationError::new("items", "must be an array"))?;
+        let items_raw = required(body.items, "items")?;
         if items_raw.is_empty() {
             return Err(ValidationError::new("items", "must hold at least one item"));
         }
@@ -178,9 +193,9 @@ impl NewOrder {
             ));
         }
         let items = items_raw
-            .iter()
+            .into_iter()
             .enumerate()
-            .map(|(i, raw)| parse_item(raw, &format!("items[{i}]")))
+            .map(|(i, Object(raw))| parse_item(raw, &format!("items[{i}]")))
             .collect::<Result<Vec<_>, _>>()?;
 
         let total = items
@@ -207,29 +222,21 @@ impl NewOrder {
     }
 }
 
-fn parse_item(raw: &Value, path: &str) -> Result<NewOrderItem, ValidationError> {
-    let object = raw
-        .as_object()
-        .ok_or_else(|| ValidationError::new(path, "must be an object"))?;
-    reject_unknown(
-        object,
-        path,
-        &["sku", "name", "quantity", "unit_price_cents"],
-    )?;
+fn parse_item(raw: ItemBody, path: &str) -> Result<NewOrderItem, ValidationError> {
     let field = |name: &str| format!("{path}.{name}");
 
-    let sku = DisplayText::parse(required_str(object, path, "sku")?, MAX_SKU_CHARS)
+    let sku = DisplayText::parse(&required(raw.sku, field("sku"))?, MAX_SKU_CHARS)
         .map_err(|m| ValidationError::new(field("sku"), m))?;
-    let name = DisplayText::parse(required_str(object, path, "name")?, MAX_NAME_CHARS)
+    let name = DisplayText::parse(&required(raw.name, field("name"))?, MAX_NAME_CHARS)
         .map_err(|m| ValidationError::new(field("name"), m))?;
-    let quantity = required_int(object, path, "quantity")?;
+    let quantity = required(raw.quantity, field("quantity"))?;
     if !(1..=MAX_QUANTITY).contains(&quantity) {
         return Err(ValidationError::new(
             field("quantity"),
             format!("must be between 1 and {MAX_QUANTITY}, got {quantity}"),
         ));
     }
-    let unit_price = required_int(object, path, "unit_price_cents")?;
+    let unit_price = required(raw.unit_price_cents, field("unit_price_cents"))?;
     if !(0..=MAX_UNIT_PRICE).contains(&unit_price) {
         return Err(ValidationError::new(
             field("unit_price_cents"),
@@ -242,57 +249,6 @@ fn parse_item(raw: &Value, path: &str) -> Result<NewOrderItem, ValidationError> 
         quantity: Quantity(i32::try_from(quantity).unwrap_or(i32::MAX)),
         unit_price: Money(unit_price),
     })
-}
-
-fn join(path: &str, name: &str) -> String {
-    if path.is_empty() {
-        name.to_owned()
-    } else {
-        format!("{path}.{name}")
-    }
-}
-
-pub(super) fn reject_unknown(
-    object: &Map<String, Value>,
-    path: &str,
-    known: &[&str],
-) -> Result<(), ValidationError> {
-    match object.keys().find(|k| !known.contains(&k.as_str())) {
-        Some(unknown) => Err(ValidationError::new(
-            join(path, unknown),
-            "is not a known field",
-        )),
-        None => Ok(()),
-    }
-}
-
-pub(super) fn required_str<'a>(
-    object: &'a Map<String, Value>,
-    path: &str,
-    name: &str,
-) -> Result<&'a str, ValidationError> {
-    match object.get(name) {
-        None | Some(Value::Null) => Err(ValidationError::new(join(path, name), "is required")),
-        Some(Value::String(s)) => Ok(s),
-        Some(_) => Err(ValidationError::new(join(path, name), "must be a string")),
-    }
-}
-
-fn required_int(
-    object: &Map<String, Value>,
-    path: &str,
-    name: &str,
-) -> Result<i64, ValidationError> {
-    match object.get(name) {
-        None | Some(Value::Null) => Err(ValidationError::new(join(path, name), "is required")),
-        Some(Value::Number(n)) => n.as_i64().ok_or_else(|| {
-            ValidationError::new(
-                join(path, name),
-                format!("must be a whole number in range, got {n}"),
-            )
-        }),
-        Some(_) => Err(ValidationError::new(join(path, name), "must be a number")),
-    }
 }
 
 #[cfg(test)]
@@ -379,6 +335,32 @@ mod tests {
             NewOrder::parse(&json!([1, 2])).expect_err("array").field,
             ""
         );
+    }
+
+    #[test]
+    fn an_array_in_place_of_an_object_is_refused_not_read_by_position() {
+        let mut body = valid();
+        body["items"][0] = json!(["TEA-1", "Green tea", 2, 450]);
+        let err = NewOrder::parse(&body).expect_err("item as array");
+        assert_eq!(err.field, "items[0]");
+        assert!(err.message.contains("expected a JSON object"), "{err}");
+
+        let positional = json!(["ada@example.com", "Ada", "EUR", [valid()["items"][0]]]);
+        assert_eq!(NewOrder::parse(&positional).expect_err("body").field, "");
+    }
+
+    #[test]
+    fn a_type_error_keeps_serdes_reason() {
+        let mut body = valid();
+        body["items"][1]["quantity"] = json!("2");
+        let err = NewOrder::parse(&body).expect_err("string quantity");
+        assert_eq!(err.field, "items[1].quantity");
+        assert!(err.message.contains("expected i64"), "{err}");
+
+        let mut body = valid();
+        body["items"][0]["quantiy"] = json!(3);
+        let err = NewOrder::parse(&body).expect_err("typo");
+        assert!(err.message.contains("unknown field `quantiy`"), "{err}");
     }
 
     #[test]

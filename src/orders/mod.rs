@@ -5,6 +5,7 @@ use crate::effects::EffectKind;
 
 mod currency;
 mod domain;
+mod json;
 mod place;
 mod read;
 mod status;

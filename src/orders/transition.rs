@@ -8,7 +8,10 @@ use diesel::prelude::*;
 use serde_json::{Value, json};
 use sha2::{Digest, Sha256};
 
-use super::domain::{DisplayText, ValidationError, reject_unknown, required_str};
+use serde::Deserialize;
+
+use super::domain::{DisplayText, ValidationError};
+use super::json::{from_json, required};
 use super::place::IdempotencyKey;
 use super::{OrderStatus, email_key, webhook_key};
 use crate::effects::jobs::new_job;
@@ -35,6 +38,30 @@ pub enum Transition {
 const MAX_REFERENCE_CHARS: usize = 200;
 const MAX_REASON_CHARS: usize = 500;
 
+/// The bodies of the transitions as they arrive; as strict as an order's.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct PayBody {
+    payment_reference: Option<String>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ShipBody {
+    carrier: Option<String>,
+    tracking_number: Option<String>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct DeliverBody {}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct CancelBody {
+    reason: Option<String>,
+}
+
 impl Transition {
     /// The `{action}` of `POST /orders/{id}/{action}`.
     pub const ACTIONS: [&'static str; 4] = ["pay", "ship", "deliver", "cancel"];
@@ -42,35 +69,43 @@ impl Transition {
     /// Parses the JSON body of `POST /orders/{id}/{action}`; as strict as an order:
     /// unknown fields are refused, every error names its field.
     pub fn parse(action: &str, body: &Value) -> Result<Transition, ValidationError> {
-        let object = body
-            .as_object()
-            .ok_or_else(|| ValidationError::new("", "the body must be a JSON object"))?;
-        let text = |name: &str, max: usize| -> Result<DisplayText, ValidationError> {
-            DisplayText::parse(required_str(object, "", name)?, max)
+        let text = |value: Option<String>,
+                    name: &str,
+                    max: usize|
+         -> Result<DisplayText, ValidationError> {
+            DisplayText::parse(&required(value, name)?, max)
                 .map_err(|m| ValidationError::new(name, m))
         };
         match action {
             "pay" => {
-                reject_unknown(object, "", &["payment_reference"])?;
+                let body: PayBody = from_json(body)?;
                 Ok(Transition::Pay {
-                    payment_reference: text("payment_reference", MAX_REFERENCE_CHARS)?,
+                    payment_reference: text(
+                        body.payment_reference,
+                        "payment_reference",
+                        MAX_REFERENCE_CHARS,
+                    )?,
                 })
             }
             "ship" => {
-                reject_unknown(object, "", &["carrier", "tracking_number"])?;
+                let body: ShipBody = from_json(body)?;
                 Ok(Transition::Ship {
-                    carrier: text("carrier", MAX_REFERENCE_CHARS)?,
-                    tracking_number: text("tracking_number", MAX_REFERENCE_CHARS)?,
+                    carrier: text(body.carrier, "carrier", MAX_REFERENCE_CHARS)?,
+                    tracking_number: text(
+                        body.tracking_number,
+                        "tracking_number",
+                        MAX_REFERENCE_CHARS,
+                    )?,
                 })
             }
             "deliver" => {
-                reject_unknown(object, "", &[])?;
+                let DeliverBody {} = from_json(body)?;
                 Ok(Transition::Deliver)
             }
             "cancel" => {
-                reject_unknown(object, "", &["reason"])?;
+                let body: CancelBody = from_json(body)?;
                 Ok(Transition::Cancel {
-                    reason: text("reason", MAX_REASON_CHARS)?,
+                    reason: text(body.reason, "reason", MAX_REASON_CHARS)?,
                 })
             }
             other => Err(ValidationError::new(
