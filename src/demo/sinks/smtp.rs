@@ -5,6 +5,32 @@
 //! written there as an `.eml` file that any mail client opens.
 //!
 //! It is a sink for local use: plain text, no authentication check, no relaying.
+//!
+//! # Why ours and not mailin-embedded
+//!
+//! Weighed against mailin-embedded 0.8 (with mailin 0.6), the SMTP server crate
+//! made for embedding, and kept, because the tests and the demo need what it
+//! cannot do:
+//! - It cannot be stopped: `Server::serve` blocks its thread for good, on a
+//!   scoped thread pool. The integration binary starts a sink per test and
+//!   drops it at the end; each would leave a listener and its threads behind.
+//!   This one is a tokio task, aborted when the [`SmtpSink`] is dropped.
+//! - Sessions are capped by that pool (4 threads unless told otherwise), each
+//!   on a blocking thread; the relay's lettre pool opens more connections than
+//!   that, so the extra ones would wait behind the first four.
+//! - Its session state machine writes the replies: a handler may choose a code
+//!   and a text for MAIL, RCPT, DATA and AUTH, but AUTH is advertised only if
+//!   it was enabled before `serve`, where a test here turns it on
+//!   ([`SmtpSink::answer_auth_with`]) after the sink has started.
+//! - It reads a line with no bound (`read_until` into a `Vec`); this one stops
+//!   at `MAX_LINE_BYTES` (64 KiB) and keeps at most [`MAX_MESSAGE_BYTES`].
+//! - It does not build without a TLS backend, and its rustls one brings
+//!   rustls-pemfile, which RustSec lists as unmaintained (RUSTSEC-2025-0134),
+//!   plus scoped_threadpool, bufstream-fresh and log, none of which this crate
+//!   needs otherwise.
+//!
+//! The hostile replies of the hardening tests (a NUL, escape bytes, 100 KB of
+//! text after a 550) it could send as `Response::custom`; the rest decides it.
 
 use std::collections::VecDeque;
 use std::net::SocketAddr;
