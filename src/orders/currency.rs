@@ -1,4 +1,11 @@
 //! ISO 4217 currency codes and their minor units, for validation and formatting.
+//!
+//! Our own table, weighed against iso_currency and kept: that crate has no
+//! `ANG`, which orders already stored may carry (their receipt and email jobs
+//! would then fail for good), and it marks `VES` withdrawn, which would refuse
+//! orders our users place today. A change of the list is a change of what
+//! the API accepts and what stored orders render, so it is made here, by hand,
+//! with a test, rather than by a dependency update.
 
 use std::fmt;
 

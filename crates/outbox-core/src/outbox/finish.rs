@@ -11,7 +11,7 @@ use super::claim::millis;
 use super::text::clean_error;
 
 /// A write that must commit together with the job's completion, and only then:
-/// this is what makes a local effect (the receipt effect's stored PDF) happen
+/// this is what makes a local effect (a rendered document stored in the application's database) happen
 /// exactly once. An effect returns one with its success; [`finish_jobs`] runs it
 /// in the transaction that records the completion, after the fenced write
 /// matched, so a zombie's late success writes nothing.

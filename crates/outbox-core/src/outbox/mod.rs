@@ -204,9 +204,9 @@ pub fn enqueue_many_unnotified(
         insert_jobs(conn, new_jobs)?
     } else {
         // The key locks must live until the enqueuing transaction commits.
-        // Inside the caller's transaction (an order placement) they do as they
+        // Inside the caller's transaction (the one that wrote the rows the jobs are for) they do as they
         // are; outside one, a transaction of our own makes sure there is one.
-        // A savepoint would only add two round trips to every placement.
+        // A savepoint would only add two round trips to every enqueuing transaction.
         use diesel::connection::{AnsiTransactionManager, TransactionManager as _};
         let in_transaction = AnsiTransactionManager::transaction_manager_status_mut(conn)
             .transaction_depth()
@@ -221,8 +221,8 @@ pub fn enqueue_many_unnotified(
 }
 
 /// [`enqueue_many_unnotified`] for jobs whose ordering keys no other job can
-/// have: keys named after a row the caller's transaction has just created (an
-/// order placement's `order-<id>-emails`), which no other transaction can see
+/// have: keys named after a row the caller's transaction has just created (say
+/// `invoice-<id>-emails` for an invoice it just inserted), which no other transaction can see
 /// before this one commits, so it cannot have enqueued under them. The first
 /// job of each key is claimable, later ones wait behind it, and the key locks
 /// and head lookups (two round trips) are skipped. A key that does have older

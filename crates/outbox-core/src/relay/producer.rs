@@ -151,7 +151,7 @@ impl Cursor {
     /// Sends the next claim to the front: a NOTIFY said a job committed, and
     /// its run_after (its transaction's start) may sort before jobs already
     /// claimed from later-started, earlier-committed transactions. Without
-    /// this, under a steady stream of placements most new jobs would wait for
+    /// this, under a steady stream of enqueues most new jobs would wait for
     /// the claim from the front a second later.
     fn restart(&mut self) {
         self.after = None;

@@ -5,12 +5,12 @@ use std::fmt;
 use std::str::FromStr;
 use std::time::Duration;
 
-/// Five minutes: longer than any sane SMTP or webhook exchange or receipt
+/// Five minutes: longer than any sane SMTP or webhook exchange or document
 /// render, short enough that a hung effect does not hold its slot for hours.
 pub const DEFAULT_JOB_TIMEOUT: Duration = Duration::from_secs(300);
 
 /// How long an effect may run before it is cancelled and the attempt recorded
-/// as a retryable failure. Written `5m` or `5m,receipt_pdf=30s,order_webhook=1m`:
+/// as a retryable failure. Written `5m` or `5m,resize_image=30s,send_invoice=1m`:
 /// a default, then `kind=duration` overrides.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct JobTimeouts {
@@ -61,7 +61,7 @@ impl FromStr for JobTimeouts {
         let mut default_seen = false;
         for part in raw.split(',').map(str::trim) {
             if part.is_empty() {
-                return Err("empty entry (expected 5m or 5m,receipt_pdf=30s)".to_owned());
+                return Err("empty entry (expected 5m or 5m,resize_image=30s)".to_owned());
             }
             let (kind, value) = match part.split_once('=') {
                 Some((kind, value)) => (Some(kind.trim()), value.trim()),
@@ -112,13 +112,13 @@ mod tests {
 
     #[test]
     fn a_default_and_per_kind_overrides_parse_and_apply() {
-        let t: JobTimeouts = "2m, receipt_pdf=30s,order_webhook=45s"
+        let t: JobTimeouts = "2m, resize_image=30s,send_invoice=45s"
             .parse()
             .expect("parses");
-        assert_eq!(t.for_kind("receipt_pdf"), Duration::from_secs(30));
-        assert_eq!(t.for_kind("order_webhook"), Duration::from_secs(45));
-        assert_eq!(t.for_kind("confirmation_email"), Duration::from_secs(120));
-        assert_eq!(t.to_string(), "2m,order_webhook=45s,receipt_pdf=30s");
+        assert_eq!(t.for_kind("resize_image"), Duration::from_secs(30));
+        assert_eq!(t.for_kind("send_invoice"), Duration::from_secs(45));
+        assert_eq!(t.for_kind("welcome_message"), Duration::from_secs(120));
+        assert_eq!(t.to_string(), "2m,send_invoice=45s,resize_image=30s");
 
         let only_overrides: JobTimeouts = "noop=1s".parse().expect("parses");
         assert_eq!(only_overrides.for_kind("other"), DEFAULT_JOB_TIMEOUT);
