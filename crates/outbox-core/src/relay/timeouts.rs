@@ -118,7 +118,7 @@ mod tests {
         assert_eq!(t.for_kind("resize_image"), Duration::from_secs(30));
         assert_eq!(t.for_kind("send_invoice"), Duration::from_secs(45));
         assert_eq!(t.for_kind("welcome_message"), Duration::from_secs(120));
-        assert_eq!(t.to_string(), "2m,send_invoice=45s,resize_image=30s");
+        assert_eq!(t.to_string(), "2m,resize_image=30s,send_invoice=45s");
 
         let only_overrides: JobTimeouts = "noop=1s".parse().expect("parses");
         assert_eq!(only_overrides.for_kind("other"), DEFAULT_JOB_TIMEOUT);
