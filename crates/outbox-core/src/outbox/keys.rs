@@ -5,6 +5,8 @@ use diesel::prelude::*;
 use diesel::sql_types::{BigInt, Integer, Nullable, Text, Timestamptz};
 use serde::Serialize;
 
+use super::release_ordering_keys;
+
 /// A key whose head job failed: nothing behind it runs until the head is
 /// retried and succeeds, or is cancelled.
 #[derive(Debug, Clone, PartialEq, QueryableByName, Serialize)]
@@ -48,20 +50,20 @@ pub fn blocked_keys(conn: &mut PgConnection, limit: i64) -> QueryResult<Vec<Bloc
 
 /// Releases the blocked head of up to `limit` keys whose earlier jobs have all
 /// ended, which a finish can miss in one interleaving with an enqueue (see
-/// `sql/release_stranded_keys.sql`). Returns the ids released; the relay's
+/// `sql/stranded_ordering_keys.sql`): the keys with a blocked job, then
+/// [`release_ordering_keys`] on them. Returns the ids released; the relay's
 /// reaper calls it every pass.
 pub fn release_stranded_keys(conn: &mut PgConnection, limit: i64) -> QueryResult<Vec<i64>> {
     #[derive(QueryableByName)]
-    struct IdRow {
-        #[diesel(sql_type = BigInt)]
-        id: i64,
+    struct KeyRow {
+        #[diesel(sql_type = Text)]
+        key: String,
     }
-    Ok(
-        diesel::sql_query(include_str!("sql/release_stranded_keys.sql"))
-            .bind::<BigInt, _>(limit)
-            .load::<IdRow>(conn)?
-            .into_iter()
-            .map(|r| r.id)
-            .collect(),
-    )
+    let keys: Vec<String> = diesel::sql_query(include_str!("sql/stranded_ordering_keys.sql"))
+        .bind::<BigInt, _>(limit)
+        .load::<KeyRow>(conn)?
+        .into_iter()
+        .map(|r| r.key)
+        .collect();
+    release_ordering_keys(conn, &keys)
 }

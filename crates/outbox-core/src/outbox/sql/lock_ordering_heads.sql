@@ -12,7 +12,7 @@
 -- it, a head finishing concurrently could miss a successor it never saw. One
 -- interleaving remains: a finish whose snapshot predates our commit but which
 -- locks the head just after it sees neither the lock nor the new job, and
--- releases nothing; release_stranded_keys.sql, run by every reaper pass,
+-- releases nothing; stranded_ordering_keys.sql, read by every reaper pass,
 -- releases such a job within one reap interval.
 SELECT k.key
 FROM unnest($1::text[]) AS k(key)
