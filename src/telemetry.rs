@@ -149,6 +149,10 @@ fn describe_metrics() {
         "outbox_jobs_reaped_total",
         "Expired leases put back, by outcome (requeued, failed)."
     );
+    describe_counter!(
+        "outbox_stranded_keys_released_total",
+        "Ordering keys the reaper's sweep released: a head ended without releasing the next job."
+    );
     describe_histogram!(
         "outbox_effect_duration_seconds",
         Unit::Seconds,

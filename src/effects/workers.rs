@@ -4,6 +4,7 @@
 //! user's would be, and nothing in the relay knows them.
 
 use outbox_core::worker::{EffectError, EffectResult, JobContext, Worker, Workers};
+use tracing::Instrument as _;
 
 use super::email::{EmailKind, Mailer};
 use super::jobs::{ConfirmationEmail, Noop, OrderWebhook, ReceiptPdf};
@@ -37,6 +38,12 @@ pub fn workers(
             sender: webhook,
         })
         .register::<Noop, _>(NoopWorker)
+}
+
+/// The span an order job's worker runs in, inside the relay's `job` span, so
+/// that its log lines name the order.
+fn order_span(order_id: i64) -> tracing::Span {
+    tracing::info_span!("order_job", order_id)
 }
 
 /// Reads what an order job names, with the error classes a worker needs: a
@@ -75,6 +82,13 @@ pub struct EmailWorker {
 
 impl Worker<ConfirmationEmail> for EmailWorker {
     async fn work(&self, args: ConfirmationEmail, ctx: JobContext) -> EffectResult {
+        let span = order_span(args.order_id);
+        self.send(args, ctx).instrument(span).await
+    }
+}
+
+impl EmailWorker {
+    async fn send(&self, args: ConfirmationEmail, ctx: JobContext) -> EffectResult {
         let mailer = self.mailer.as_ref().ok_or_else(|| {
             EffectError::retryable("this relay has no SMTP_URL configured for confirmation_email")
         })?;
@@ -107,6 +121,13 @@ pub struct ReceiptWorker {
 
 impl Worker<ReceiptPdf> for ReceiptWorker {
     async fn work(&self, args: ReceiptPdf, _ctx: JobContext) -> EffectResult {
+        let span = order_span(args.order_id);
+        self.render(args).instrument(span).await
+    }
+}
+
+impl ReceiptWorker {
+    async fn render(&self, args: ReceiptPdf) -> EffectResult {
         let order = self.orders.order(args.order_id).await?;
         let settings = self.settings.clone();
         // Rendering is CPU work; keep it off the async threads.
@@ -126,6 +147,13 @@ pub struct WebhookWorker {
 
 impl Worker<OrderWebhook> for WebhookWorker {
     async fn work(&self, args: OrderWebhook, ctx: JobContext) -> EffectResult {
+        let span = order_span(args.order_id);
+        self.deliver(args, ctx).instrument(span).await
+    }
+}
+
+impl WebhookWorker {
+    async fn deliver(&self, args: OrderWebhook, ctx: JobContext) -> EffectResult {
         let sender = self.sender.as_ref().ok_or_else(|| {
             EffectError::retryable("this relay has no WEBHOOK_URL configured for order_webhook")
         })?;
