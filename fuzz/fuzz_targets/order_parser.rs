@@ -12,9 +12,9 @@ fuzz_target!(|data: &[u8]| {
     };
     match NewOrder::parse(&value) {
         Ok(order) => {
-            assert!((1..=MAX_ITEMS).contains(&order.items.len()));
+            assert!((1..=MAX_ITEMS).contains(&order.items().len()));
             let mut total = 0_i64;
-            for item in &order.items {
+            for item in order.items() {
                 assert!((1..=MAX_QUANTITY).contains(&i64::from(item.quantity.get())));
                 assert!((0..=MAX_UNIT_PRICE).contains(&item.unit_price.cents()));
                 assert!(!item.name.as_str().chars().any(char::is_control));
