@@ -3,6 +3,8 @@
 use std::fmt;
 use std::str::FromStr;
 
+use chrono::{DateTime, Utc};
+use diesel::prelude::*;
 use outbox_core::outbox::{JobOptions, NewJob};
 use outbox_core::worker::JobArgs;
 use serde::{Deserialize, Serialize};
@@ -68,6 +70,47 @@ impl JobArgs for Noop {
 pub fn new_job<A: JobArgs>(args: &A, options: &JobOptions) -> diesel::QueryResult<NewJob> {
     NewJob::for_args(args, options)
         .map_err(|e| diesel::result::Error::SerializationError(Box::new(e)))
+}
+
+/// A job row as this service writes it: the queue's columns and `order_id`,
+/// which the service added to `jobs` and the queue does not know.
+#[derive(Insertable)]
+#[diesel(table_name = crate::schema::jobs)]
+struct OrderJobRow<'a> {
+    order_id: Option<i64>,
+    kind: &'a str,
+    payload: &'a serde_json::Value,
+    run_after: Option<DateTime<Utc>>,
+    max_attempts: i32,
+    ordering_key: Option<&'a str>,
+    blocked: bool,
+    trace_context: Option<&'a serde_json::Value>,
+}
+
+/// The service's [`InsertJobs`](outbox_core::outbox::InsertJobs): the
+/// queue's rows with `order_id` set from each job's `order_id` argument,
+/// which every order job carries. One multi-row INSERT, as the queue's own.
+pub fn insert_order_jobs(conn: &mut PgConnection, new_jobs: &[NewJob]) -> QueryResult<Vec<i64>> {
+    let rows: Vec<OrderJobRow<'_>> = new_jobs
+        .iter()
+        .map(|job| OrderJobRow {
+            order_id: job
+                .payload()
+                .get("order_id")
+                .and_then(serde_json::Value::as_i64),
+            kind: job.kind(),
+            payload: job.payload(),
+            run_after: job.run_after_value(),
+            max_attempts: job.max_attempts_value(),
+            ordering_key: job.ordering_key_value(),
+            blocked: job.is_blocked(),
+            trace_context: job.trace_context_value(),
+        })
+        .collect();
+    diesel::insert_into(crate::schema::jobs::table)
+        .values(&rows)
+        .returning(crate::schema::jobs::id)
+        .get_results(conn)
 }
 
 /// The kinds this service performs: what `--kinds` accepts and what a relay

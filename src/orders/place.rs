@@ -11,7 +11,7 @@ use super::read::{Order, OrderEvent, OrderItem, OrderJob};
 use super::transition::{event_email, event_webhook, record_event};
 use super::{ORDER_JOB_KINDS, OrderStatus};
 use crate::effects::ReceiptPdf;
-use crate::effects::jobs::new_job;
+use crate::effects::jobs::{insert_order_jobs, new_job};
 use crate::outbox::{self, JobOptions, JobStatus, NewJob};
 use crate::schema::{order_items, orders};
 
@@ -223,7 +223,8 @@ fn place_order_in_transaction(
                 .eq(ORDER_JOB_KINDS.iter().copied())
         );
         // The keys are named after this order, which nobody else can see yet.
-        let job_ids = outbox::enqueue_many_with_new_keys_unnotified(conn, &jobs)?;
+        let job_ids =
+            outbox::enqueue_many_with_new_keys_unnotified_with(conn, &jobs, insert_order_jobs)?;
         if waker.is_none() {
             outbox::notify(conn, ORDER_JOB_KINDS.iter().copied())?;
         }

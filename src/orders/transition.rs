@@ -14,7 +14,7 @@ use super::domain::{DisplayText, ValidationError};
 use super::json::{from_json, required};
 use super::place::IdempotencyKey;
 use super::{OrderStatus, email_key, webhook_key};
-use crate::effects::jobs::new_job;
+use crate::effects::jobs::{insert_order_jobs, new_job};
 use crate::effects::{ConfirmationEmail, OrderWebhook};
 use crate::outbox::{self, JobOptions, NewJob};
 use crate::schema::{order_events, orders};
@@ -278,8 +278,8 @@ fn transition_order_with(
             jobs.push(event_email(order_id, event_id, max_attempts)?);
         }
         match waker {
-            Some(_) => outbox::enqueue_many_unnotified(conn, &jobs)?,
-            None => outbox::enqueue_many(conn, &jobs)?,
+            Some(_) => outbox::enqueue_many_unnotified_with(conn, &jobs, insert_order_jobs)?,
+            None => outbox::enqueue_many_with(conn, &jobs, insert_order_jobs)?,
         };
         kinds = jobs.iter().map(|j| j.kind().to_owned()).collect();
         Ok(TransitionOutcome::Applied { event_id })

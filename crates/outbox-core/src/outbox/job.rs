@@ -65,6 +65,28 @@ impl NewJob {
         self
     }
     /// The job's kind: which relays claim it and which worker performs it.
+    /// The job's arguments, as stored in `jobs.payload`.
+    pub fn payload(&self) -> &serde_json::Value {
+        &self.payload
+    }
+    /// When the job falls due; `None`: at once (the column's default).
+    pub fn run_after_value(&self) -> Option<DateTime<Utc>> {
+        self.run_after
+    }
+    /// The job's ordering key, if it has one.
+    pub fn ordering_key_value(&self) -> Option<&str> {
+        self.ordering_key.as_deref()
+    }
+    /// Whether the job waits behind an earlier job of its key: decided by
+    /// the enqueue before it calls an [`InsertJobs`](super::InsertJobs).
+    pub fn is_blocked(&self) -> bool {
+        self.blocked
+    }
+    /// The trace context stored with the job.
+    pub fn trace_context_value(&self) -> Option<&serde_json::Value> {
+        self.trace_context.as_ref()
+    }
+    /// The job's kind.
     pub fn kind(&self) -> &str {
         &self.kind
     }

@@ -159,7 +159,16 @@ pub fn enqueue(conn: &mut PgConnection, job: &NewJob) -> QueryResult<i64> {
 /// Jobs with an ordering key are queued behind their key's unfinished jobs, and
 /// behind earlier jobs of the same key in `new_jobs`.
 pub fn enqueue_many(conn: &mut PgConnection, new_jobs: &[NewJob]) -> QueryResult<Vec<i64>> {
-    let ids = enqueue_many_unnotified(conn, new_jobs)?;
+    enqueue_many_with(conn, new_jobs, insert_jobs)
+}
+
+/// [`enqueue_many`], writing the rows with `insert`.
+pub fn enqueue_many_with(
+    conn: &mut PgConnection,
+    new_jobs: &[NewJob],
+    insert: InsertJobs,
+) -> QueryResult<Vec<i64>> {
+    let ids = enqueue_many_unnotified_with(conn, new_jobs, insert)?;
     notify(conn, new_jobs.iter().map(|j| j.kind.as_str()))?;
     Ok(ids)
 }
@@ -191,6 +200,22 @@ pub fn enqueue_many_unnotified(
     conn: &mut PgConnection,
     new_jobs: &[NewJob],
 ) -> QueryResult<Vec<i64>> {
+    enqueue_many_unnotified_with(conn, new_jobs, insert_jobs)
+}
+
+/// How the rows of an enqueue are written, once the queue has decided which
+/// of them wait behind their ordering key ([`NewJob::is_blocked`]): one
+/// multi-row INSERT that returns the ids in row order. [`insert_jobs`] writes
+/// the queue's columns; an application that added columns of its own to
+/// `jobs` passes its own, which writes those too.
+pub type InsertJobs = fn(&mut PgConnection, &[NewJob]) -> QueryResult<Vec<i64>>;
+
+/// [`enqueue_many_unnotified`], writing the rows with `insert`.
+pub fn enqueue_many_unnotified_with(
+    conn: &mut PgConnection,
+    new_jobs: &[NewJob],
+    insert: InsertJobs,
+) -> QueryResult<Vec<i64>> {
     if new_jobs.is_empty() {
         return Ok(Vec::new());
     }
@@ -201,7 +226,7 @@ pub fn enqueue_many_unnotified(
     keys.sort_unstable();
     keys.dedup();
     let ids = if keys.is_empty() {
-        insert_jobs(conn, new_jobs)?
+        insert(conn, new_jobs)?
     } else {
         // The key locks must live until the enqueuing transaction commits.
         // Inside the caller's transaction (the one that wrote the rows the jobs are for) they do as they
@@ -212,9 +237,9 @@ pub fn enqueue_many_unnotified(
             .transaction_depth()
             .is_ok_and(|depth| depth.is_some());
         if in_transaction {
-            insert_keyed(conn, new_jobs, &keys)?
+            insert_keyed(conn, new_jobs, &keys, insert)?
         } else {
-            conn.transaction(|conn| insert_keyed(conn, new_jobs, &keys))?
+            conn.transaction(|conn| insert_keyed(conn, new_jobs, &keys, insert))?
         }
     };
     Ok(ids)
@@ -231,7 +256,16 @@ pub fn enqueue_many_with_new_keys_unnotified(
     conn: &mut PgConnection,
     new_jobs: &[NewJob],
 ) -> QueryResult<Vec<i64>> {
-    insert_jobs(
+    enqueue_many_with_new_keys_unnotified_with(conn, new_jobs, insert_jobs)
+}
+
+/// [`enqueue_many_with_new_keys_unnotified`], writing the rows with `insert`.
+pub fn enqueue_many_with_new_keys_unnotified_with(
+    conn: &mut PgConnection,
+    new_jobs: &[NewJob],
+    insert: InsertJobs,
+) -> QueryResult<Vec<i64>> {
+    insert(
         conn,
         &queue_behind(new_jobs, &std::collections::HashSet::new()),
     )
@@ -259,6 +293,7 @@ fn insert_keyed(
     conn: &mut PgConnection,
     new_jobs: &[NewJob],
     keys: &[&str],
+    insert: InsertJobs,
 ) -> QueryResult<Vec<i64>> {
     diesel::sql_query(include_str!("sql/lock_ordering_keys.sql"))
         .bind::<diesel::sql_types::Array<Text>, _>(keys)
@@ -270,10 +305,11 @@ fn insert_keyed(
             .into_iter()
             .map(|r| r.key)
             .collect();
-    insert_jobs(conn, &queue_behind(new_jobs, &busy))
+    insert(conn, &queue_behind(new_jobs, &busy))
 }
 
-fn insert_jobs(conn: &mut PgConnection, new_jobs: &[NewJob]) -> QueryResult<Vec<i64>> {
+/// The queue's [`InsertJobs`]: its own columns, one multi-row INSERT.
+pub fn insert_jobs(conn: &mut PgConnection, new_jobs: &[NewJob]) -> QueryResult<Vec<i64>> {
     // One multi-row INSERT draws the ids in row order: enqueue order.
     diesel::insert_into(jobs::table)
         .values(new_jobs)
