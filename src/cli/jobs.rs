@@ -13,12 +13,10 @@ mod reports;
 
 use std::time::Duration;
 
-use anyhow::Context as _;
 use clap::{Args, Subcommand};
-use diesel::{Connection as _, PgConnection};
+use diesel::PgConnection;
 
 use crate::config::{DatabaseArgs, parse_count, parse_positive_duration};
-use crate::db::redact_url;
 use crate::outbox::JobStatus;
 use prune::prune;
 use repair::{cancel, retry};
@@ -199,8 +197,7 @@ where
 {
     let url = db.database_url.clone();
     tokio::task::spawn_blocking(move || {
-        let mut conn = PgConnection::establish(&url)
-            .with_context(|| format!("connecting to {}", redact_url(&url)))?;
+        let mut conn = crate::db::establish(&url)?;
         f(&mut conn)
     })
     .await?
