@@ -1,4 +1,4 @@
-//! The order HTTP API (the README, "The order API"), on axum.
+//! The order HTTP API (docs/api.md), on axum.
 //!
 //! - `orders`: `POST /orders`, `GET /orders/{id}`, `GET /orders/{id}/receipt.pdf`;
 //! - `body`: reading a JSON body by hand, so every rejection is a JSON error;

@@ -1,4 +1,4 @@
-//! The `outbox-relay` command line: the subcommands of the README's "Configuration" and "Operations".
+//! The `outbox-relay` command line: the subcommands of the README's "Configuration" and of docs/operations.md.
 
 mod jobs;
 mod relay;
