@@ -35,6 +35,13 @@ pub fn init_tracing() {
     }
 }
 
+/// The subset of Noto Sans CJK that ships with the tests (`tests/fonts/`):
+/// receipts in Chinese, Japanese and Korean without a font on the machine.
+pub fn test_cjk_font() -> std::path::PathBuf {
+    std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/fonts/NotoSansCJK-Regular-subset.otf")
+}
+
 pub fn order_json(name: &str) -> serde_json::Value {
     serde_json::json!({
         "customer_email": "ada@example.com",
