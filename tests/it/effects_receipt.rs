@@ -47,6 +47,7 @@ fn text_of(pdf: &[u8]) -> String {
 
 fn keep_sample(name: &str, pdf: &[u8]) {
     if let Some(dir) = std::env::var_os("RECEIPT_SAMPLE_DIR") {
+        std::fs::create_dir_all(&dir).expect("create RECEIPT_SAMPLE_DIR");
         let path = std::path::Path::new(&dir).join(name);
         std::fs::write(&path, pdf).expect("write sample receipt");
         eprintln!("kept {}", path.display());
