@@ -16,6 +16,8 @@
 //! - [`effects`]: the job types (`ConfirmationEmail`, `ReceiptPdf`,
 //!   `OrderWebhook`, `Noop`), their workers, and what each effect does (email,
 //!   receipt PDF, signed webhook).
+//! - [`endpoints`]: the subscribers order events go to (`endpoints` table):
+//!   their URLs, secrets, event types and limits, checked at the edge.
 //! - [`api`]: the order HTTP API (axum), and the operator dashboard under `/admin`
 //!   (`api::admin`: templates in `templates/admin/`, its SQL in `src/api/admin/sql/`).
 //! - [`job_list`]: the operator's list of jobs (`jobs list`), by status, kind or order.
@@ -46,6 +48,7 @@ pub mod db;
 #[cfg(feature = "dev-tools")]
 pub mod demo;
 pub mod effects;
+pub mod endpoints;
 pub mod http_server;
 pub mod job_list;
 pub mod orders;
