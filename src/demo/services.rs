@@ -70,6 +70,7 @@ pub(super) async fn start_services(
         url: webhook.url(),
         secret: WEBHOOK_SECRET.to_owned(),
         timeout: Duration::from_secs(10),
+        allow_private: true,
     })?;
     let kinds = [
         EffectKind::ConfirmationEmail,

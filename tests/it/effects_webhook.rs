@@ -30,6 +30,7 @@ fn sender(sink: &HttpSink, timeout: Duration) -> WebhookSender {
         url: sink.url(),
         secret: SECRET.to_owned(),
         timeout,
+        allow_private: true,
     })
     .expect("webhook sender")
 }
@@ -296,6 +297,7 @@ async fn a_refused_connection_is_retryable_and_names_only_the_origin() {
         url: url::Url::parse(&format!("http://127.0.0.1:{port}/hook/tok-SECRETPATH")).expect("url"),
         secret: SECRET.to_owned(),
         timeout: Duration::from_secs(5),
+        allow_private: true,
     })
     .expect("sender");
 
@@ -308,6 +310,55 @@ async fn a_refused_connection_is_retryable_and_names_only_the_origin() {
     };
     assert!(message.contains("cannot connect"), "{message}");
     assert!(!message.contains("SECRETPATH"), "{message}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn without_webhook_allow_private_a_receiver_on_loopback_is_never_called() {
+    init_tracing();
+    let db = TestDb::new();
+    let mut conn = db.conn();
+    let (order_id, _) = place(&mut conn, 8);
+    let order = load_order(&mut conn, order_id)
+        .expect("load order")
+        .expect("order exists");
+    let sink = HttpSink::start([], Answer::status(204)).await;
+    let guarded = |url: url::Url| {
+        WebhookSender::new(&WebhookConfig {
+            url,
+            secret: SECRET.to_owned(),
+            timeout: Duration::from_secs(5),
+            allow_private: false,
+        })
+        .expect("sender")
+    };
+
+    // A literal address: refused for good, since it will never be public.
+    let error = guarded(sink.url())
+        .deliver(1, &order, None)
+        .await
+        .expect_err("loopback refused");
+    let EffectError::Permanent { message } = &error else {
+        panic!("not permanent: {error:?}");
+    };
+    assert!(
+        message.contains("127.0.0.1 is a loopback, private or link-local address"),
+        "{message}"
+    );
+    assert!(message.contains("WEBHOOK_ALLOW_PRIVATE"), "{message}");
+
+    // A name that resolves to loopback, as a rebound DNS name would: refused
+    // at connect time, by the resolver, before any byte is sent.
+    let mut by_name = sink.url();
+    by_name.set_host(Some("localhost")).expect("host");
+    let error = guarded(by_name)
+        .deliver(2, &order, None)
+        .await
+        .expect_err("a name resolving to loopback refused");
+    assert!(
+        format!("{error:?}").contains("resolves only to loopback, private or link-local addresses"),
+        "{error:?}"
+    );
+    assert!(sink.requests().is_empty(), "the receiver was called");
 }
 
 /// The Standard Webhooks reference verifier, the specification's own Rust
@@ -409,6 +460,7 @@ async fn the_reference_verifier_accepts_a_delivery_with_each_of_two_rotated_secr
         url: sink.url(),
         secret: both.clone(),
         timeout: Duration::from_secs(5),
+        allow_private: true,
     })
     .expect("sender");
 
