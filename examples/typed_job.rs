@@ -18,7 +18,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context as _, bail};
 use diesel::prelude::*;
-use outbox_core::outbox::{CommitHook, JobOptions, LocalWrite, enqueue_job};
+use outbox_core::outbox::{CommitHook, Enqueuer, JobOptions, LocalWrite};
 use outbox_core::relay::{Relay, RelaySettings};
 use outbox_core::schema::jobs_all;
 use outbox_core::worker::{EffectError, EffectResult, JobArgs, JobContext, Worker, Workers};
@@ -133,7 +133,9 @@ pub async fn run(database_url: &str) -> anyhow::Result<Report> {
     })
     .await??;
 
-    // Your write and its job commit together, or neither does.
+    // Your write and its job commit together, or neither does. Build the
+    // enqueuer once and keep it in your application's state.
+    let enqueuer = Enqueuer::new();
     let job_id = conn.transaction(|conn| -> QueryResult<i64> {
         let signup_id: i64 = diesel::insert_into(signups::table)
             .values(signups::email.eq("ada@example.com"))
@@ -148,7 +150,7 @@ pub async fn run(database_url: &str) -> anyhow::Result<Report> {
         let options = JobOptions::default()
             .max_attempts(5)
             .ordering_key(format!("signup-{signup_id}"));
-        enqueue_job(conn, &args, &options)
+        enqueuer.enqueue(conn, &args, &options)
     })?;
     println!("enqueued {} job {job_id}", WelcomeMessage::KIND);
 
@@ -177,7 +179,7 @@ pub async fn run(database_url: &str) -> anyhow::Result<Report> {
         tokio::time::sleep(Duration::from_millis(50)).await;
     };
     shutdown.cancel();
-    running.await.context("the relay task")??;
+    running.await.context("the relay task")?;
 
     let welcomes: i64 = welcome_log::table
         .filter(welcome_log::job_id.eq(job_id))

@@ -4,8 +4,8 @@
 use diesel::pg::PgConnection;
 use diesel_migrations::{EmbeddedMigrations, embed_migrations};
 pub use outbox_core::db::{
-    DEFAULT_CHECKOUT_TIMEOUT, DbError, Failure, PgPool, PoolOptions, PooledPg, build_pool,
-    build_pool_with, establish, is_statement_timeout, redact_url, run_blocking,
+    DEFAULT_CHECKOUT_TIMEOUT, DbError, Failure, PgPool, PoolOptions, build_pool, build_pool_with,
+    establish, is_statement_timeout, redact_url, run_blocking,
 };
 
 /// The service's migrations (`migrations/`): orders, their items, events and
@@ -17,7 +17,10 @@ pub const MIGRATIONS: EmbeddedMigrations = embed_migrations!("migrations");
 /// Applies the service's pending migrations, then the core's, under one
 /// advisory lock. Safe to call from many processes at once.
 pub fn run_migrations(conn: &mut PgConnection) -> anyhow::Result<()> {
-    outbox_core::db::run_migration_sets(conn, [MIGRATIONS, outbox_core::db::MIGRATIONS])
+    Ok(outbox_core::db::run_migration_sets(
+        conn,
+        [MIGRATIONS, outbox_core::db::MIGRATIONS],
+    )?)
 }
 
 /// Connects once and migrates; used at the start of `serve`, `relay` and `demo`.

@@ -91,7 +91,7 @@ pub async fn run(db_args: DatabaseArgs, args: RelayArgs) -> anyhow::Result<()> {
         "serving /metrics, /healthz, /readyz and /livez"
     );
 
-    relay.run_until_stopped(shutdown.clone()).await?;
+    relay.run_until_stopped(shutdown.clone()).await;
     shutdown.cancel();
     let _ = metrics_server.await;
     Ok(())

@@ -7,9 +7,8 @@
 
 use std::time::Duration;
 
-use anyhow::Context as _;
 use diesel::pg::PgConnection;
-use diesel::r2d2::{ConnectionManager, Pool, PooledConnection};
+use diesel::r2d2::{ConnectionManager, Pool};
 use diesel::sql_types::BigInt;
 use diesel::{RunQueryDsl, sql_query};
 use diesel_migrations::{EmbeddedMigrations, MigrationHarness, embed_migrations};
@@ -19,9 +18,6 @@ use diesel_migrations::{EmbeddedMigrations, MigrationHarness, embed_migrations};
 /// safe to share between threads and tasks. Its connections are blocking:
 /// use them from async code only through [`run_blocking`].
 pub type PgPool = Pool<ConnectionManager<PgConnection>>;
-/// A connection checked out of a [`PgPool`]; it goes back to the pool when
-/// dropped (or is discarded, if Diesel marked it broken).
-pub type PooledPg = PooledConnection<ConnectionManager<PgConnection>>;
 
 /// The queue's migrations (this crate's `migrations/`), embedded.
 pub const MIGRATIONS: EmbeddedMigrations = embed_migrations!("migrations");
@@ -232,11 +228,37 @@ pub fn is_statement_timeout(error: &DbError) -> bool {
     )
 }
 
+/// Why [`establish`] could not connect, or a migration could not run.
+#[derive(Debug, thiserror::Error)]
+pub enum SetupError {
+    /// The database did not accept a connection; `url` has its password hidden.
+    #[error("connecting to {url}")]
+    Connect {
+        /// The URL, as [`redact_url`] shows it.
+        url: String,
+        /// Diesel's reason.
+        #[source]
+        source: diesel::ConnectionError,
+    },
+    /// Taking or releasing the migration lock failed.
+    #[error("{step} the migration lock")]
+    Lock {
+        /// `"taking"` or `"releasing"`.
+        step: &'static str,
+        /// The database's reason.
+        #[source]
+        source: diesel::result::Error,
+    },
+    /// A migration failed; it was rolled back.
+    #[error("running migrations")]
+    Migrate(#[source] Box<dyn std::error::Error + Send + Sync>),
+}
+
 /// Applies this crate's pending migrations (the queue's tables) under an
 /// advisory lock. Safe to call from many processes at once: the second
 /// waits, then finds nothing to do. An application with migrations of its
 /// own runs them with these through [`run_migration_sets`].
-pub fn run_migrations(conn: &mut PgConnection) -> anyhow::Result<()> {
+pub fn run_migrations(conn: &mut PgConnection) -> Result<(), SetupError> {
     run_migration_sets(conn, [MIGRATIONS])
 }
 
@@ -246,11 +268,14 @@ pub fn run_migrations(conn: &mut PgConnection) -> anyhow::Result<()> {
 pub fn run_migration_sets(
     conn: &mut PgConnection,
     sets: impl IntoIterator<Item = EmbeddedMigrations>,
-) -> anyhow::Result<()> {
+) -> Result<(), SetupError> {
     sql_query("SELECT pg_advisory_lock($1)")
         .bind::<BigInt, _>(MIGRATION_LOCK_KEY)
         .execute(conn)
-        .context("taking the migration lock")?;
+        .map_err(|source| SetupError::Lock {
+            step: "taking",
+            source,
+        })?;
     let result = sets.into_iter().try_for_each(|set| {
         conn.run_pending_migrations(set)
             .map(|applied| {
@@ -258,25 +283,25 @@ pub fn run_migration_sets(
                     tracing::info!(%version, "applied migration");
                 }
             })
-            .map_err(|e| anyhow::anyhow!("running migrations: {e}"))
+            .map_err(SetupError::Migrate)
     });
     sql_query("SELECT pg_advisory_unlock($1)")
         .bind::<BigInt, _>(MIGRATION_LOCK_KEY)
         .execute(conn)
-        .context("releasing the migration lock")?;
+        .map_err(|source| SetupError::Lock {
+            step: "releasing",
+            source,
+        })?;
     result
 }
 
 /// One connection, with an error that names the database (password hidden).
-pub fn establish(database_url: &str) -> anyhow::Result<PgConnection> {
+pub fn establish(database_url: &str) -> Result<PgConnection, SetupError> {
     use diesel::Connection as _;
-    PgConnection::establish(database_url)
-        .with_context(|| format!("connecting to {}", redact_url(database_url)))
-}
-
-/// Connects once and applies this crate's migrations.
-pub fn migrate_url(database_url: &str) -> anyhow::Result<()> {
-    run_migrations(&mut establish(database_url)?)
+    PgConnection::establish(database_url).map_err(|source| SetupError::Connect {
+        url: redact_url(database_url),
+        source,
+    })
 }
 
 /// Runs `f` with a pooled connection on tokio's blocking thread pool, inside

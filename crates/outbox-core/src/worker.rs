@@ -150,11 +150,6 @@ impl Workers {
     pub fn kinds(&self) -> Vec<&'static str> {
         self.by_kind.keys().copied().collect()
     }
-
-    /// True when a worker is registered for `kind`.
-    pub fn handles(&self, kind: &str) -> bool {
-        self.by_kind.contains_key(kind)
-    }
 }
 
 impl Executor for Workers {
@@ -175,7 +170,7 @@ impl Executor for Workers {
 /// Decodes a job's payload into its arguments. The error names the path of
 /// the field that did not decode (`items[0].quantity: invalid type ...`) and
 /// quotes the payload, since that is what an operator needs to fix it.
-pub fn decode_args<A: JobArgs>(payload: &serde_json::Value) -> Result<A, EffectError> {
+fn decode_args<A: JobArgs>(payload: &serde_json::Value) -> Result<A, EffectError> {
     serde_path_to_error::deserialize::<_, A>(payload).map_err(|e| {
         let at = e.path().to_string();
         let at = if at == "." {

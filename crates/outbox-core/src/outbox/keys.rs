@@ -5,8 +5,6 @@ use diesel::prelude::*;
 use diesel::sql_types::{BigInt, Integer, Nullable, Text, Timestamptz};
 use serde::Serialize;
 
-use super::release_ordering_keys;
-
 /// A key whose head job failed: nothing behind it runs until the head is
 /// retried and succeeds, or is cancelled.
 #[derive(Debug, Clone, PartialEq, QueryableByName, Serialize)]
@@ -66,4 +64,25 @@ pub fn release_stranded_keys(conn: &mut PgConnection, limit: i64) -> QueryResult
         .map(|r| r.key)
         .collect();
     release_ordering_keys(conn, &keys)
+}
+
+/// Releases the next job of each key in `keys` whose earlier jobs have all
+/// ended (after an operator cancelled one). Returns the ids released.
+pub fn release_ordering_keys(conn: &mut PgConnection, keys: &[String]) -> QueryResult<Vec<i64>> {
+    if keys.is_empty() {
+        return Ok(Vec::new());
+    }
+    #[derive(QueryableByName)]
+    struct IdRow {
+        #[diesel(sql_type = diesel::sql_types::BigInt)]
+        id: i64,
+    }
+    Ok(
+        diesel::sql_query(include_str!("sql/release_ordering_keys.sql"))
+            .bind::<diesel::sql_types::Array<Text>, _>(keys)
+            .load::<IdRow>(conn)?
+            .into_iter()
+            .map(|r| r.id)
+            .collect(),
+    )
 }

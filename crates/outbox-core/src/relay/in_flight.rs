@@ -14,7 +14,8 @@ use std::sync::{Arc, Mutex, MutexGuard};
 
 use tokio_util::sync::CancellationToken;
 
-use crate::outbox::{ClaimedJob, JobLease};
+use crate::driver::JobLease;
+use crate::outbox::ClaimedJob;
 
 #[derive(Debug)]
 struct Entry {

@@ -44,10 +44,12 @@ impl JobTimeouts {
         self.per_kind.get(kind).copied().unwrap_or(self.default)
     }
 
-    pub(super) fn validate(&self) -> anyhow::Result<()> {
-        anyhow::ensure!(!self.default.is_zero(), "the job timeout must be positive");
+    pub(super) fn validate(&self) -> Result<(), String> {
+        if self.default.is_zero() {
+            return Err("the job timeout must be positive".into());
+        }
         if let Some((kind, _)) = self.per_kind.iter().find(|(_, d)| d.is_zero()) {
-            anyhow::bail!("the job timeout of {kind} must be positive");
+            return Err(format!("the job timeout of {kind} must be positive"));
         }
         Ok(())
     }
