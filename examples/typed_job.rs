@@ -18,6 +18,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context as _, bail};
 use diesel::prelude::*;
+use outbox_core::db::PoolOptions;
 use outbox_core::outbox::{CommitHook, Enqueuer, JobOptions, LocalWrite};
 use outbox_core::relay::{Relay, RelaySettings};
 use outbox_core::schema::jobs_all;
@@ -159,7 +160,7 @@ pub async fn run(database_url: &str) -> anyhow::Result<Report> {
     let kinds = workers.kinds().iter().map(|k| (*k).to_owned()).collect();
     let mut settings = RelaySettings::new("typed-job-example", kinds);
     settings.poll_interval = Duration::from_millis(100);
-    let pool = outbox_core::db::build_pool(database_url, 4, false);
+    let pool = outbox_core::db::build_pool(database_url, &PoolOptions::default());
     let relay = Relay::new(pool, database_url.to_owned(), settings, Arc::new(workers))?;
     let shutdown = CancellationToken::new();
     let running = tokio::spawn(relay.run_until_stopped(shutdown.clone()));

@@ -108,7 +108,7 @@ impl Default for ApiSettings {
 /// connection that died while idle), checkout bounded by `db_wait`,
 /// statements by `statement_timeout`.
 pub fn connect(database_url: &str, settings: &ApiSettings) -> PgPool {
-    db::build_pool_with(
+    db::build_pool(
         database_url,
         &PoolOptions {
             size: settings.pool_size,

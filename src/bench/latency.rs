@@ -14,8 +14,9 @@ use super::BenchArgs;
 use super::report::Latency;
 use crate::effects::Noop;
 use crate::effects::{BoxFuture, EffectResult, Executor, JobContext};
-use crate::outbox::{ClaimedJob, Enqueuer, JobOptions};
+use crate::outbox::{Enqueuer, JobOptions};
 use crate::relay::{Relay, RelaySettings};
+use outbox_core::driver::ClaimedJob;
 
 /// Notes when each job's effect started.
 struct StartRecorder {
@@ -122,8 +123,10 @@ impl RecordingRelay {
         settings.batch_size = args.batch;
         let pool = crate::db::build_pool(
             url,
-            u32::try_from(settings.concurrency + 4).unwrap_or(20),
-            false,
+            &crate::db::PoolOptions {
+                size: u32::try_from(settings.concurrency + 4).unwrap_or(20),
+                ..crate::db::PoolOptions::default()
+            },
         );
         let relay = Relay::new(
             pool,

@@ -56,7 +56,7 @@ pub async fn run(db_args: DatabaseArgs, args: RelayArgs) -> anyhow::Result<()> {
         |size| u32::try_from(size).unwrap_or(u32::MAX),
     );
     let timeouts = args.session_timeouts()?;
-    let pool = db::build_pool_with(
+    let pool = db::build_pool(
         &db_args.database_url,
         &db::PoolOptions {
             size: pool_size,

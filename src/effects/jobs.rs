@@ -88,7 +88,7 @@ struct OrderJobRow<'a> {
 }
 
 /// The service's enqueuer: the queue's rows, with `order_id` written
-/// ([`insert_order_jobs`]); NOTIFY in the transaction. The API adds its
+/// (`insert_order_jobs`); NOTIFY in the transaction. The API adds its
 /// waker to it ([`Enqueuer::wake_after_commit`]).
 pub fn order_enqueuer() -> Enqueuer {
     Enqueuer::new().insert_with(insert_order_jobs)

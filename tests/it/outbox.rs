@@ -28,7 +28,7 @@ fn claim(
     worker: &str,
     limit: i64,
     lease: Duration,
-) -> Vec<outbox_relay::outbox::ClaimedJob> {
+) -> Vec<outbox_relay::outbox_core::driver::ClaimedJob> {
     let kinds = vec!["noop".to_owned()];
     claim_jobs(
         conn,
@@ -678,7 +678,7 @@ fn an_error_with_nul_bytes_control_characters_and_100_kb_is_stored_cleaned() {
         "{}",
         &stored[..60]
     );
-    assert!(stored.len() <= outbox_relay::outbox::MAX_ERROR_BYTES);
+    assert!(stored.len() <= outbox_relay::outbox_core::driver::MAX_ERROR_BYTES);
     assert!(stored.ends_with("more bytes]"));
 }
 

@@ -7,9 +7,9 @@ use crate::support::enqueue_many;
 use std::time::Duration;
 
 use diesel::prelude::*;
-use outbox_relay::outbox::{ClaimedJob, NewJob, blocked_keys};
+use outbox_relay::outbox::{NewJob, blocked_keys};
 use outbox_relay::outbox_core::driver::{
-    ClaimRequest, Finish, Outcome, claim_jobs, finish_jobs, release_stranded_keys,
+    ClaimRequest, ClaimedJob, Finish, Outcome, claim_jobs, finish_jobs, release_stranded_keys,
 };
 use outbox_relay::schema::{jobs_all, order_events};
 use reqwest::StatusCode;

@@ -13,8 +13,8 @@ use diesel::sql_types::BigInt;
 use diesel::{RunQueryDsl, sql_query};
 use diesel_migrations::{EmbeddedMigrations, MigrationHarness, embed_migrations};
 
-/// An r2d2 pool of Diesel PostgreSQL connections, as [`build_pool`] and
-/// [`build_pool_with`] build it. Cheap to clone (clones share the pool), and
+/// An r2d2 pool of Diesel PostgreSQL connections, as [`build_pool`] builds
+/// it. Cheap to clone (clones share the pool), and
 /// safe to share between threads and tasks. Its connections are blocking:
 /// use them from async code only through [`run_blocking`].
 pub type PgPool = Pool<ConnectionManager<PgConnection>>;
@@ -28,7 +28,7 @@ const MIGRATION_LOCK_KEY: i64 = 0x6f75_7462_6f78; // "outbox"
 
 /// How long a caller waits for a pooled connection before the request fails
 /// (the API turns that into a 503 instead of hanging).
-pub const DEFAULT_CHECKOUT_TIMEOUT: Duration = Duration::from_secs(5);
+pub(crate) const DEFAULT_CHECKOUT_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// Errors from getting a connection or running a query.
 #[derive(Debug, thiserror::Error)]
@@ -70,7 +70,7 @@ impl DbError {
     /// How to treat this failure. Diesel keeps the SQLSTATE to itself except
     /// for a few kinds it maps (connection failures, 40001), so the timeouts
     /// and the deadlock are recognised by the server's message, which is stable
-    /// for PostgreSQL's default English `lc_messages` (see [`is_statement_timeout`]).
+    /// for PostgreSQL's default English `lc_messages` (see [`DbError::is_statement_timeout`]).
     pub fn failure(&self) -> Failure {
         use diesel::result::DatabaseErrorKind as Kind;
         if self.is_unavailable() {
@@ -91,6 +91,19 @@ impl DbError {
         }
     }
 
+    /// True when this is PostgreSQL cancelling a statement that ran past
+    /// `statement_timeout` (SQLSTATE 57014). Diesel 2.3 does not expose the
+    /// SQLSTATE of this error (its `DatabaseErrorKind` maps only a few codes
+    /// and the error information is private), so this reads the server's
+    /// message.
+    pub fn is_statement_timeout(&self) -> bool {
+        matches!(
+            self,
+            DbError::Query(diesel::result::Error::DatabaseError(_, info))
+                if info.message().contains("statement timeout")
+        )
+    }
+
     /// True when the database itself could not be reached (as opposed to a query
     /// that was rejected), i.e. when the caller should answer 503 or retry later.
     pub fn is_unavailable(&self) -> bool {
@@ -106,38 +119,21 @@ impl DbError {
     }
 }
 
-/// Builds a pool of `size` connections. Connections are opened lazily, so a pool
-/// can be built while the database is still starting; `min_idle(0)` keeps a
-/// restart of PostgreSQL from leaving the pool full of dead connections.
-///
-/// `validate_on_checkout` pings each connection before handing it out. The API
-/// wants that (a request should not fail on a connection that died while idle);
-/// the relay does not, since a ping would double the round trips of its hot loop
-/// and a failed claim is simply retried (Diesel marks the broken connection and
-/// r2d2 drops it).
-pub fn build_pool(database_url: &str, size: u32, validate_on_checkout: bool) -> PgPool {
-    build_pool_with(
-        database_url,
-        &PoolOptions {
-            size,
-            validate_on_checkout,
-            ..PoolOptions::default()
-        },
-    )
-}
-
-/// What [`build_pool_with`] builds.
+/// What [`build_pool`] builds.
 #[derive(Debug, Clone)]
 pub struct PoolOptions {
     /// Most connections the pool holds (at least 1; 0 is taken as 1).
     /// Opened on demand, none kept idle. Default 10.
     pub size: u32,
-    /// Ping each connection before handing it out (see [`build_pool`] for
-    /// who wants it). Default `false`.
+    /// Ping each connection before handing it out. An API wants that (a
+    /// request should not fail on a connection that died while idle); a relay
+    /// does not, since a ping would double the round trips of its hot loop
+    /// and a failed claim is simply retried (Diesel marks the broken
+    /// connection and r2d2 drops it). Default `false`.
     pub validate_on_checkout: bool,
     /// How long a checkout waits for a connection (including opening one)
     /// before it fails with [`DbError::Unavailable`]. Default
-    /// [`DEFAULT_CHECKOUT_TIMEOUT`]; at least 1 ms.
+    /// 5 s; at least 1 ms.
     pub checkout_timeout: Duration,
     /// `statement_timeout` set on every connection the pool opens; `None`
     /// leaves the server's default. A bound here keeps a query stuck behind a
@@ -167,10 +163,12 @@ impl Default for PoolOptions {
     }
 }
 
-/// [`build_pool`] with every knob. Builds without connecting (no error if
-/// the database is not up yet); each new connection runs the `SET`s of the
-/// timeouts given once, before its first checkout.
-pub fn build_pool_with(database_url: &str, options: &PoolOptions) -> PgPool {
+/// Builds a pool as `options` say. Builds without connecting (no error if the
+/// database is not up yet): connections are opened lazily, and `min_idle(0)`
+/// keeps a restart of PostgreSQL from leaving the pool full of dead ones.
+/// Each new connection runs the `SET`s of the timeouts given once, before its
+/// first checkout.
+pub fn build_pool(database_url: &str, options: &PoolOptions) -> PgPool {
     let manager = ConnectionManager::<PgConnection>::new(database_url);
     let mut builder = Pool::builder()
         .max_size(options.size.max(1))
@@ -216,25 +214,13 @@ const TRANSIENT_MESSAGES: [&str; 3] = [
     "deadlock detected",
 ];
 
-/// True when `error` is PostgreSQL cancelling a statement that ran past
-/// `statement_timeout` (SQLSTATE 57014). Diesel 2.3 does not expose the
-/// SQLSTATE of this error (its `DatabaseErrorKind` maps only a few codes and
-/// the error information is private), so this reads the server's message.
-pub fn is_statement_timeout(error: &DbError) -> bool {
-    matches!(
-        error,
-        DbError::Query(diesel::result::Error::DatabaseError(_, info))
-            if info.message().contains("statement timeout")
-    )
-}
-
 /// Why [`establish`] could not connect, or a migration could not run.
 #[derive(Debug, thiserror::Error)]
 pub enum SetupError {
     /// The database did not accept a connection; `url` has its password hidden.
     #[error("connecting to {url}")]
     Connect {
-        /// The URL, as [`redact_url`] shows it.
+        /// The URL, its password replaced by `***`.
         url: String,
         /// Diesel's reason.
         #[source]
@@ -330,7 +316,7 @@ where
 /// A URL as logs and error messages may show it: any password replaced by
 /// `***`; an unparsable one not shown at all, since it may still hold a
 /// password. For database and SMTP URLs alike.
-pub fn redact_url(raw: &str) -> String {
+pub(crate) fn redact_url(raw: &str) -> String {
     match url::Url::parse(raw) {
         Ok(mut parsed) => {
             if parsed.password().is_some() {

@@ -357,7 +357,13 @@ fn start_relay_listening_on(
     let mut settings = test_settings(worker, &["noop"]);
     settings.poll_interval = Duration::from_millis(200);
     let relay = Relay::new(
-        outbox_relay::db::build_pool(url, 6, false),
+        outbox_relay::db::build_pool(
+            url,
+            &outbox_relay::db::PoolOptions {
+                size: 6,
+                ..Default::default()
+            },
+        ),
         listen_url,
         settings,
         executor(|_| async { Ok(None) }),

@@ -16,7 +16,8 @@ use std::time::{Duration, Instant};
 use diesel::prelude::*;
 use outbox_relay::effects::{BoxFuture, EffectResult, Executor, JobContext};
 use outbox_relay::orders::NewOrder;
-use outbox_relay::outbox::{ClaimedJob, Enqueuer, NewJob};
+use outbox_relay::outbox::{Enqueuer, NewJob};
+use outbox_relay::outbox_core::driver::ClaimedJob;
 use outbox_relay::relay::{Relay, RelaySettings, RelayStats};
 use tokio_util::sync::CancellationToken;
 

@@ -28,9 +28,9 @@ pub struct NewJob {
 
 impl NewJob {
     /// A job carrying the trace context of the current span, if it has one
-    /// (see [`crate::trace_context`]): the relay's span for this job becomes
-    /// its child, so a caller enqueueing in its own transaction gets one
-    /// trace across the outbox without doing anything.
+    /// (with `tracing-opentelemetry`'s layer installed): the relay's span for
+    /// this job becomes its child, so a caller enqueueing in its own
+    /// transaction gets one trace across the outbox without doing anything.
     pub fn new(kind: impl Into<String>, payload: serde_json::Value) -> Self {
         NewJob {
             kind: kind.into(),

@@ -49,7 +49,7 @@ pub fn blocked_keys(conn: &mut PgConnection, limit: i64) -> QueryResult<Vec<Bloc
 /// Releases the blocked head of up to `limit` keys whose earlier jobs have all
 /// ended, which a finish can miss in one interleaving with an enqueue (see
 /// `sql/stranded_ordering_keys.sql`): the keys with a blocked job, then
-/// [`release_ordering_keys`] on them. Returns the ids released; the relay's
+/// `release_ordering_keys` on them. Returns the ids released; the relay's
 /// reaper calls it every pass.
 pub fn release_stranded_keys(conn: &mut PgConnection, limit: i64) -> QueryResult<Vec<i64>> {
     #[derive(QueryableByName)]
@@ -68,7 +68,10 @@ pub fn release_stranded_keys(conn: &mut PgConnection, limit: i64) -> QueryResult
 
 /// Releases the next job of each key in `keys` whose earlier jobs have all
 /// ended (after an operator cancelled one). Returns the ids released.
-pub fn release_ordering_keys(conn: &mut PgConnection, keys: &[String]) -> QueryResult<Vec<i64>> {
+pub(crate) fn release_ordering_keys(
+    conn: &mut PgConnection,
+    keys: &[String],
+) -> QueryResult<Vec<i64>> {
     if keys.is_empty() {
         return Ok(Vec::new());
     }

@@ -25,7 +25,6 @@ mod wake;
 use serde::Serialize;
 
 pub use cancel::{CancelRefusal, CancelReport, cancel_job_batch, cancel_jobs};
-pub use claim::ClaimedJob;
 pub use enqueue::{Enqueuer, InsertJobs};
 pub use finish::{CommitHook, LocalWrite};
 pub use job::{JobOptions, NewJob};
@@ -33,7 +32,6 @@ pub use keys::{BlockedKey, blocked_keys};
 pub use prune::{PruneReport, count_prunable, prune_done_jobs};
 pub use retry::{RetryRefusal, RetryReport, RetrySelection, retry_failed_jobs};
 pub use stats::{KindStats, QueueDepth, QueueStats, queue_depth, queue_stats};
-pub use text::MAX_ERROR_BYTES;
 pub use wake::Waker;
 
 /// The channel an [`Enqueuer`] notifies and relays LISTEN on. The payload is the job's kind.

@@ -34,10 +34,10 @@ use tokio_util::sync::CancellationToken;
 
 pub use backoff::BackoffPolicy;
 pub use health::Liveness;
-pub use timeouts::{DEFAULT_JOB_TIMEOUT, JobTimeouts};
+pub use timeouts::JobTimeouts;
 
 use crate::db::PgPool;
-use crate::worker::Executor;
+use crate::driver::Executor;
 
 /// Default [`RelaySettings::concurrency`]: effects in flight at once per relay.
 pub const DEFAULT_CONCURRENCY: usize = 16;
@@ -48,11 +48,11 @@ pub const DEFAULT_BATCH_SIZE: usize = 16;
 pub const DEFAULT_LEASE: Duration = Duration::from_secs(60);
 /// Default [`RelaySettings::poll_interval`]: the longest an idle relay goes
 /// without looking for due jobs when no NOTIFY wakes it.
-pub const DEFAULT_POLL_INTERVAL: Duration = Duration::from_secs(1);
+pub(crate) const DEFAULT_POLL_INTERVAL: Duration = Duration::from_secs(1);
 /// Default [`RelaySettings::shutdown_grace`].
-pub const DEFAULT_SHUTDOWN_GRACE: Duration = Duration::from_secs(30);
+pub(crate) const DEFAULT_SHUTDOWN_GRACE: Duration = Duration::from_secs(30);
 /// Default [`RelaySettings::stall_timeout`].
-pub const DEFAULT_STALL_TIMEOUT: Duration = Duration::from_secs(120);
+pub(crate) const DEFAULT_STALL_TIMEOUT: Duration = Duration::from_secs(120);
 /// The shortest lease a relay accepts: below it, the heartbeat (a third of
 /// the lease) would renew faster than a database round trip can be relied on.
 pub const MIN_LEASE: Duration = Duration::from_millis(100);

@@ -12,10 +12,10 @@ use super::completer::Completion;
 use super::in_flight::Claim;
 use super::{RelayStats, Shared, executor};
 use crate::db::{Failure, run_blocking};
+use crate::driver::ClaimedJob;
 use crate::driver::{
     ClaimPosition, ClaimRequest, JobLease, claim_jobs, claim_jobs_after, release_jobs,
 };
-use crate::outbox::ClaimedJob;
 
 /// Claims and starts jobs until `shutdown`.
 ///

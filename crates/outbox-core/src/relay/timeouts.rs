@@ -7,15 +7,15 @@ use std::time::Duration;
 
 /// Five minutes: longer than any sane SMTP or webhook exchange or document
 /// render, short enough that a hung effect does not hold its slot for hours.
-pub const DEFAULT_JOB_TIMEOUT: Duration = Duration::from_secs(300);
+pub(crate) const DEFAULT_JOB_TIMEOUT: Duration = Duration::from_secs(300);
 
 /// How long an effect may run before it is cancelled and the attempt recorded
 /// as a retryable failure. Written `5m` or `5m,resize_image=30s,send_invoice=1m`:
 /// a default, then `kind=duration` overrides.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct JobTimeouts {
-    /// The deadline of a kind with no override (default
-    /// [`DEFAULT_JOB_TIMEOUT`]). Must be positive.
+    /// The deadline of a kind with no override (default five minutes).
+    /// Must be positive.
     pub default: Duration,
     /// Deadlines by job kind, overriding `default`. Each must be positive.
     pub per_kind: BTreeMap<String, Duration>,

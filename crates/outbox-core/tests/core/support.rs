@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 
 use diesel::prelude::*;
 use diesel::sql_types::{BigInt, Text};
-use outbox_core::db::{PgPool, build_pool};
+use outbox_core::db::{PgPool, PoolOptions, build_pool};
 use outbox_core::relay::{Relay, RelaySettings, RelayStats};
 use outbox_core::worker::Workers;
 use tokio_util::sync::CancellationToken;
@@ -124,7 +124,13 @@ impl TestDb {
     }
 
     pub fn pool(&self) -> PgPool {
-        build_pool(&self.url, 8, false)
+        build_pool(
+            &self.url,
+            &PoolOptions {
+                size: 8,
+                ..PoolOptions::default()
+            },
+        )
     }
 }
 
