@@ -31,13 +31,14 @@
 //! - [`trace_context`]: W3C trace context from a request's headers into the
 //!   enqueuing span (the core stores it with each job) and out to the effect's.
 //! - [`text`]: outside text shortened to one line for display.
+//! - [`shutdown`]: SIGTERM / SIGINT as a cancellation token.
 //! - [`cli`]: the `outbox-relay` subcommands.
 //! - Development tooling, behind the `dev-tools` feature (on by default):
 //!   `demo` (the whole system end to end with nothing to set up, and the local
 //!   SMTP and webhook sinks it and the tests use), `bench`, `private_pg` (a
 //!   throwaway PostgreSQL) and `scratch` (a throwaway database on a server).
 //! - Re-exported from the core: [`outbox`] (the jobs table), [`relay`] (the
-//!   worker pool), [`worker`] (typed jobs and workers), [`shutdown`].
+//!   worker pool), [`worker`] (typed jobs and workers).
 
 pub mod api;
 #[cfg(feature = "dev-tools")]
@@ -58,10 +59,11 @@ pub mod private_pg;
 pub mod schema;
 #[cfg(feature = "dev-tools")]
 pub mod scratch;
+pub mod shutdown;
 pub mod telemetry;
 pub mod text;
 pub mod trace_context;
 
 /// The queue core this service is built on, whole.
 pub use outbox_core;
-pub use outbox_core::{outbox, relay, shutdown, worker};
+pub use outbox_core::{outbox, relay, worker};

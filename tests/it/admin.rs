@@ -3,6 +3,7 @@
 //! and desktop screenshots), its refusals over plain HTTP, and its speed on a
 //! table of a million jobs.
 
+use outbox_relay::effects::jobs::order_enqueuer;
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
@@ -77,7 +78,7 @@ struct Seeded {
 fn seed(conn: &mut PgConnection) -> Seeded {
     let mut orders = Vec::new();
     for _ in 0..6 {
-        let id = place_order(conn, &sample_order(), None, 8)
+        let id = place_order(conn, &order_enqueuer(), &sample_order(), None, 8)
             .expect("place order")
             .order_id();
         let ids: Vec<i64> = jobs_all::table
@@ -704,7 +705,7 @@ async fn the_dashboard_refuses_wrong_tokens_missing_csrf_and_read_only_sessions(
 async fn dashboard_pages_answer_well_under_a_second_on_a_million_jobs() {
     let app = spawn_app_with(admin_settings()).await;
     let mut conn = app.db.conn();
-    let order = place_order(&mut conn, &sample_order(), None, 8)
+    let order = place_order(&mut conn, &order_enqueuer(), &sample_order(), None, 8)
         .expect("place order")
         .order_id();
     let started = Instant::now();

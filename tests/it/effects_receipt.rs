@@ -3,6 +3,7 @@
 //!
 //! `RECEIPT_SAMPLE_DIR=/some/dir` keeps the PDFs this file renders, for a look.
 
+use outbox_relay::effects::jobs::order_enqueuer;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
@@ -21,7 +22,7 @@ use crate::support::{
 
 fn place(conn: &mut PgConnection, body: &serde_json::Value) -> (i64, i64) {
     let order = NewOrder::parse(body).expect("valid order");
-    let order_id = place_order(conn, &order, None, 8)
+    let order_id = place_order(conn, &order_enqueuer(), &order, None, 8)
         .expect("place order")
         .order_id();
     let job_id = jobs_all::table

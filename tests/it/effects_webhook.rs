@@ -1,5 +1,6 @@
 //! order_webhook end to end: a real relay, a real HTTP receiver on port 0.
 
+use outbox_relay::effects::jobs::order_enqueuer;
 use std::io::Write as _;
 use std::process::{Command, Stdio};
 use std::sync::Arc;
@@ -38,7 +39,7 @@ fn sender(sink: &HttpSink, timeout: Duration) -> WebhookSender {
 /// Places one order; returns its id and the id of its order_webhook job.
 fn place(conn: &mut PgConnection, max_attempts: i32) -> (i64, i64) {
     let order = NewOrder::parse(&order_json("Ada Lovelace")).expect("valid order");
-    let order_id = place_order(conn, &order, None, max_attempts)
+    let order_id = place_order(conn, &order_enqueuer(), &order, None, max_attempts)
         .expect("place order")
         .order_id();
     let job_id = jobs_all::table
