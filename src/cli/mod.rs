@@ -124,9 +124,10 @@ pub fn main() -> ExitCode {
 async fn run(cli: Cli) -> anyhow::Result<()> {
     match cli.command {
         Command::Migrate { db } => {
-            let url = db.database_url.clone();
-            tokio::task::spawn_blocking(move || crate::db::migrate_url(&url)).await??;
-            println!("migrations applied");
+            let shutdown = crate::shutdown::on_signals();
+            if crate::db::migrate_when_writable(&db.database_url, &shutdown).await? {
+                println!("migrations applied");
+            }
             Ok(())
         }
         Command::Relay { db, args } => relay::run(db, *args).await,
