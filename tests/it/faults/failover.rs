@@ -404,3 +404,96 @@ async fn with_asynchronous_replication_only_what_the_database_lost_is_lost() {
         lost.len()
     );
 }
+
+#[derive(QueryableByName)]
+struct Setting {
+    #[diesel(sql_type = diesel::sql_types::Text)]
+    value: String,
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_pooled_connection_on_a_read_only_server_is_discarded_not_reused() {
+    use outbox_relay::db::{DbError, Failure, run_blocking};
+    let db = crate::support::TestDb::new();
+    let pool = db.pool(1);
+    // What a connection to a demoted primary sees: every write refused (25006).
+    run_blocking(&pool, |conn| {
+        diesel::sql_query("SET default_transaction_read_only = on").execute(conn)?;
+        Ok(())
+    })
+    .await
+    .expect("SET");
+
+    let error: DbError = run_blocking(&pool, |conn| {
+        diesel::sql_query("CREATE TABLE written (id int)").execute(conn)?;
+        Ok(())
+    })
+    .await
+    .expect_err("a read-only session refuses the write");
+    assert_eq!(error.failure(), Failure::Unavailable, "{error}");
+    assert!(error.is_unavailable(), "the API answers 503: {error}");
+
+    // The one pooled connection was closed: the next is a new, writable one.
+    let read_only = run_blocking(&pool, |conn| {
+        Ok(
+            diesel::sql_query("SELECT current_setting('default_transaction_read_only') AS value")
+                .get_result::<Setting>(conn)?
+                .value,
+        )
+    })
+    .await
+    .expect("a fresh connection");
+    assert_eq!(read_only, "off");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_relay_whose_hosts_are_all_standbys_waits_says_so_once_and_starts_when_one_is_promoted() {
+    let cluster = tokio::task::spawn_blocking(|| Cluster::start(Replication::Async))
+        .await
+        .expect("task");
+    let cluster = tokio::task::spawn_blocking(move || {
+        cluster.crash_primary();
+        cluster
+    })
+    .await
+    .expect("task");
+    let sinks = Sinks::start([], Answer::status(200)).await;
+    let mut relay = sinks.relay("standby-relay", &cluster.url()).spawn();
+    let line = relay.wait_for_line("serving /metrics", MINUTE).await;
+    let addr = crate::support::process::field(&line, "addr")
+        .expect("addr")
+        .to_owned();
+    relay.wait_for_line("waiting for a primary", MINUTE).await;
+    let client = http_client();
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let ready = client
+        .get(format!("http://{addr}/readyz"))
+        .send()
+        .await
+        .expect("GET /readyz");
+    assert_eq!(ready.status(), StatusCode::SERVICE_UNAVAILABLE);
+    assert!(relay.is_running(), "it waits, it does not exit");
+    assert_eq!(
+        relay.stderr().matches("waiting for a primary").count(),
+        1,
+        "said once per outage: {}",
+        relay.stderr()
+    );
+
+    let cluster = tokio::task::spawn_blocking(move || {
+        let mut cluster = cluster;
+        cluster.promote_standby();
+        cluster
+    })
+    .await
+    .expect("task");
+    relay.wait_for_line("relay started", MINUTE).await;
+    let ready = client
+        .get(format!("http://{addr}/readyz"))
+        .send()
+        .await
+        .expect("GET /readyz");
+    assert_eq!(ready.status(), StatusCode::OK);
+    relay.terminate().await;
+    drop(cluster);
+}
