@@ -111,32 +111,32 @@ mod tests {
 
     #[test]
     fn a_malformed_host_list_is_refused_naming_the_bad_host() {
-        let error = parse_database_url("postgres://u@h1:5432,h2:54x2/db").unwrap_err();
+        let error = parse_database_url("postgres://u@h1:5432,h2:54x2/db").expect_err("refused");
         assert!(
             error.contains("host 2") && error.contains("54x2"),
             "{error}"
         );
-        let error = parse_database_url("postgres://u@h1,,h3/db").unwrap_err();
+        let error = parse_database_url("postgres://u@h1,,h3/db").expect_err("refused");
         assert!(
             error.contains("host 2") && error.contains("empty"),
             "{error}"
         );
-        let error = parse_database_url("postgres://u@h1,h2:70000/db").unwrap_err();
+        let error = parse_database_url("postgres://u@h1,h2:70000/db").expect_err("refused");
         assert!(error.contains("70000"), "{error}");
-        let error = parse_database_url("postgres://u@h1,[::1/db").unwrap_err();
+        let error = parse_database_url("postgres://u@h1,[::1/db").expect_err("refused");
         assert!(error.contains("[::1"), "{error}");
     }
 
     #[test]
     fn an_unknown_or_standby_target_session_attrs_is_refused_by_value() {
-        let error =
-            parse_database_url("postgres://u@h1,h2/db?target_session_attrs=writable").unwrap_err();
+        let error = parse_database_url("postgres://u@h1,h2/db?target_session_attrs=writable")
+            .expect_err("refused");
         assert!(
             error.contains("\"writable\"") && error.contains("read-write"),
             "{error}"
         );
-        let error =
-            parse_database_url("postgres://u@h/db?target_session_attrs=standby").unwrap_err();
+        let error = parse_database_url("postgres://u@h/db?target_session_attrs=standby")
+            .expect_err("refused");
         assert!(error.contains("standby"), "{error}");
     }
 }
