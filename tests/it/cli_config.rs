@@ -77,7 +77,10 @@ fn an_unparsable_database_url_is_refused() {
 #[test]
 fn a_malformed_host_list_or_an_unknown_target_session_attrs_is_refused_naming_the_bad_part() {
     for (url, bad) in [
-        ("postgres://u@127.0.0.1:5433,127.0.0.1:54x4/db", "54x4"),
+        (
+            "postgres://u:s3cret@127.0.0.1:5433,127.0.0.1:54x4/db",
+            "54x4",
+        ),
         ("postgres://u@h1,,h3/db", "host 2"),
         (
             "postgres://u@h1,h2/db?target_session_attrs=writable",
@@ -91,6 +94,7 @@ fn a_malformed_host_list_or_an_unknown_target_session_attrs_is_refused_naming_th
             err.contains("DATABASE_URL") && err.contains(bad),
             "{bad}: {err}"
         );
+        assert!(!err.contains("s3cret"), "the password is not shown: {err}");
     }
 }
 
