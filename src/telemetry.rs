@@ -348,13 +348,26 @@ pub fn prometheus_text(body: String) -> impl axum::response::IntoResponse {
 pub fn health_answer(
     error: Option<serde_json::Value>,
 ) -> (axum::http::StatusCode, axum::Json<serde_json::Value>) {
+    use std::sync::atomic::{AtomicBool, Ordering};
+    // Once per outage at WARN: a probe every few seconds during a failover (or a
+    // start that waits for a primary) would otherwise repeat it each time.
+    static FAILING: AtomicBool = AtomicBool::new(false);
     match error {
-        None => (
-            axum::http::StatusCode::OK,
-            axum::Json(serde_json::json!({"status": "ok", "database": "up"})),
-        ),
+        None => {
+            if FAILING.swap(false, Ordering::AcqRel) {
+                tracing::info!("health check passes again");
+            }
+            (
+                axum::http::StatusCode::OK,
+                axum::Json(serde_json::json!({"status": "ok", "database": "up"})),
+            )
+        }
         Some(error) => {
-            tracing::warn!(error = %error, "health check failed");
+            if FAILING.swap(true, Ordering::AcqRel) {
+                tracing::debug!(error = %error, "health check failed");
+            } else {
+                tracing::warn!(error = %error, "health check failed");
+            }
             (
                 axum::http::StatusCode::SERVICE_UNAVAILABLE,
                 axum::Json(serde_json::json!({

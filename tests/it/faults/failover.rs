@@ -472,13 +472,23 @@ async fn a_relay_whose_hosts_are_all_standbys_waits_says_so_once_and_starts_when
         .await
         .expect("GET /readyz");
     assert_eq!(ready.status(), StatusCode::SERVICE_UNAVAILABLE);
+    let again = client
+        .get(format!("http://{addr}/readyz"))
+        .send()
+        .await
+        .expect("GET /readyz");
+    assert_eq!(again.status(), StatusCode::SERVICE_UNAVAILABLE);
     assert!(relay.is_running(), "it waits, it does not exit");
-    assert_eq!(
-        relay.stderr().matches("waiting for a primary").count(),
-        1,
-        "said once per outage: {}",
-        relay.stderr()
-    );
+    let log = relay.stderr();
+    for said_once in ["waiting for a primary", "health check failed"] {
+        assert_eq!(
+            log.lines()
+                .filter(|l| l.contains("WARN") && l.contains(said_once))
+                .count(),
+            1,
+            "{said_once:?} at WARN once per outage: {log}"
+        );
+    }
 
     let cluster = tokio::task::spawn_blocking(move || {
         let mut cluster = cluster;
