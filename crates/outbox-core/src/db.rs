@@ -382,23 +382,30 @@ pub fn redact_url(raw: &str) -> String {
 /// [`redact_url`] for `scheme://[user[:password]@]host[:port],host[:port]…[/db][?query]`.
 fn redact_multi_host(raw: &str) -> Option<String> {
     let (scheme, rest) = raw.split_once("://")?;
-    let end = rest.find(['/', '?']).unwrap_or(rest.len());
-    let (authority, tail) = rest.split_at(end);
+    // The user part ends at the last `@` before the query, so that a password
+    // holding a raw `/` or `@` is hidden whole rather than cut and shown.
+    let query_start = rest.find('?').unwrap_or(rest.len());
+    let (userinfo, after_user) = match rest[..query_start].rfind('@') {
+        Some(at) => (Some(&rest[..at]), &rest[at + 1..]),
+        None => (None, rest),
+    };
+    let hosts_end = after_user.find(['/', '?']).unwrap_or(after_user.len());
+    let (hosts, tail) = after_user.split_at(hosts_end);
     let (path, query) = match tail.split_once('?') {
         Some((path, query)) => (path, Some(query)),
         None => (tail, None),
     };
-    let authority = match authority.rsplit_once('@') {
-        Some((userinfo, hosts)) => match userinfo.split_once(':') {
-            Some((user, _password)) => format!("{user}:***@{hosts}"),
-            None => format!("{userinfo}@{hosts}"),
+    let userinfo = match userinfo {
+        Some(userinfo) => match userinfo.split_once(':') {
+            Some((user, _password)) => format!("{user}:***@"),
+            None => format!("{userinfo}@"),
         },
-        None => authority.to_owned(),
+        None => String::new(),
     };
     let query = query
         .map(|q| format!("?{}", redact_query(q)))
         .unwrap_or_default();
-    Some(format!("{scheme}://{authority}{path}{query}"))
+    Some(format!("{scheme}://{userinfo}{hosts}{path}{query}"))
 }
 
 /// A query string with the value of every `password` parameter replaced by `***`.
@@ -435,6 +442,8 @@ mod tests {
             "postgres://u@a/db?password=***"
         );
         assert!(!redact_url("not a url : s3cret").contains("s3cret"));
+        let raw_slash = redact_url("postgres://u:s3/cr@t@h1,h2/db");
+        assert_eq!(raw_slash, "postgres://u:***@h1,h2/db");
     }
 
     #[test]
