@@ -113,9 +113,18 @@ async fn place(client: &reqwest::Client, base: &str) -> Placed {
         .and_then(|l| l.to_str().ok())
         .and_then(|l| l.rsplit('/').next())
         .and_then(|id| id.parse().ok());
+    let status = response.status();
+    if status == StatusCode::SERVICE_UNAVAILABLE {
+        assert!(
+            response.headers().contains_key("retry-after"),
+            "a 503 says when to retry"
+        );
+        let body: serde_json::Value = response.json().await.expect("a JSON 503");
+        assert_eq!(body["error"]["code"], "database_unavailable", "{body}");
+    }
     Placed {
         at: Instant::now(),
-        status: response.status(),
+        status,
         order_id,
     }
 }
