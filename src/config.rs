@@ -8,6 +8,7 @@
 //! stays here.
 
 mod admin;
+mod database_url;
 mod effects;
 mod parse;
 mod relay;

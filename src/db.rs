@@ -4,7 +4,7 @@
 use diesel::pg::PgConnection;
 use diesel_migrations::{EmbeddedMigrations, embed_migrations};
 pub use outbox_core::db::{
-    DbError, Failure, PgPool, PoolOptions, build_pool, establish, run_blocking,
+    DbError, Failure, PgPool, PoolOptions, build_pool, establish, redact_url, run_blocking,
 };
 
 /// The service's migrations (`migrations/`): orders, their items, events and
@@ -27,17 +27,61 @@ pub fn migrate_url(database_url: &str) -> anyhow::Result<()> {
     run_migrations(&mut establish(database_url)?)
 }
 
-/// A URL as logs and error messages may show it: any password replaced by
-/// `***`; an unparsable one not shown at all, since it may still hold a
-/// password. For database and SMTP URLs alike.
-pub fn redact_url(raw: &str) -> String {
-    match url::Url::parse(raw) {
-        Ok(mut parsed) => {
-            if parsed.password().is_some() {
-                let _ = parsed.set_password(Some("***"));
+/// libpq's words, in a failed connection's message, for "this server is up
+/// but not the primary": a standby refused by `target_session_attrs=read-write`
+/// (`session is read-only`, `server is in hot standby mode`, and libpq 13's
+/// `could not make a writable connection`), or a server that is starting,
+/// stopping or recovering, as a promoted standby does for a moment (57P03).
+const NO_PRIMARY_MESSAGES: [&str; 4] = [
+    "session is read-only",
+    "server is in hot standby mode",
+    "could not make a writable connection",
+    "the database system is ",
+];
+
+/// Whether `error` (from connecting) says the servers are there but none is a
+/// writable primary: a failover under way, or a URL that lists only standbys.
+pub fn is_no_primary(error: &anyhow::Error) -> bool {
+    let text = format!("{error:#}");
+    NO_PRIMARY_MESSAGES.iter().any(|m| text.contains(m))
+}
+
+/// [`migrate_url`], at the start of `serve`, `relay` and `migrate`, waiting as
+/// long as `DATABASE_URL` reaches no writable server (only standbys, or a
+/// failover under way): said once at WARN, then retried every few seconds
+/// without a word until a primary answers. Any other error ends it. Returns
+/// `false` when `shutdown` came first.
+pub async fn migrate_when_writable(
+    database_url: &str,
+    shutdown: &tokio_util::sync::CancellationToken,
+) -> anyhow::Result<bool> {
+    const MAX_DELAY: std::time::Duration = std::time::Duration::from_secs(5);
+    let mut delay = std::time::Duration::from_millis(250);
+    let mut waiting = false;
+    loop {
+        let url = database_url.to_owned();
+        match tokio::task::spawn_blocking(move || migrate_url(&url)).await? {
+            Ok(()) => {
+                if waiting {
+                    tracing::info!("a writable database server answered; starting");
+                }
+                return Ok(true);
             }
-            parsed.to_string()
+            Err(error) if is_no_primary(&error) => {
+                if !waiting {
+                    tracing::warn!(
+                        error = format!("{error:#}"),
+                        "no writable database server among DATABASE_URL's hosts (only standbys, or a failover under way); waiting for a primary"
+                    );
+                    waiting = true;
+                }
+            }
+            Err(error) => return Err(error),
         }
-        Err(_) => "(unparsable URL, not shown)".to_owned(),
+        tokio::select! {
+            () = tokio::time::sleep(delay) => {}
+            () = shutdown.cancelled() => return Ok(false),
+        }
+        delay = (delay * 2).min(MAX_DELAY);
     }
 }

@@ -264,12 +264,14 @@ pub const QUEUE_DEPTH_TTL: std::time::Duration = std::time::Duration::from_secs(
 /// Serves the relay's sidecar endpoint on `listener` until `shutdown`:
 /// `/metrics` (Prometheus text); `/healthz` and `/readyz` (200 when the
 /// database answers, else 503); `/livez` (503 when `liveness` says the relay is
-/// stuck; it does not ask the database, so an outage restarts no relay).
+/// stuck; it does not ask the database, so an outage restarts no relay). The
+/// relay fills `liveness` once it runs: while its start waits for a primary,
+/// `/livez` answers 200 and `/readyz` 503.
 pub async fn serve_metrics(
     listener: tokio::net::TcpListener,
     pool: crate::db::PgPool,
     limits: crate::http_server::ConnectionLimits,
-    liveness: Option<crate::relay::Liveness>,
+    liveness: std::sync::Arc<std::sync::OnceLock<crate::relay::Liveness>>,
     shutdown: tokio_util::sync::CancellationToken,
 ) -> std::io::Result<()> {
     use axum::routing::get;
@@ -302,7 +304,7 @@ pub async fn serve_metrics(
             "/livez",
             get(move || {
                 let liveness = liveness.clone();
-                async move { live(liveness.as_ref()) }
+                async move { live(liveness.get()) }
             }),
         )
         .route("/healthz", get(ready.clone()))
@@ -346,13 +348,26 @@ pub fn prometheus_text(body: String) -> impl axum::response::IntoResponse {
 pub fn health_answer(
     error: Option<serde_json::Value>,
 ) -> (axum::http::StatusCode, axum::Json<serde_json::Value>) {
+    use std::sync::atomic::{AtomicBool, Ordering};
+    // Once per outage at WARN: a probe every few seconds during a failover (or a
+    // start that waits for a primary) would otherwise repeat it each time.
+    static FAILING: AtomicBool = AtomicBool::new(false);
     match error {
-        None => (
-            axum::http::StatusCode::OK,
-            axum::Json(serde_json::json!({"status": "ok", "database": "up"})),
-        ),
+        None => {
+            if FAILING.swap(false, Ordering::AcqRel) {
+                tracing::info!("health check passes again");
+            }
+            (
+                axum::http::StatusCode::OK,
+                axum::Json(serde_json::json!({"status": "ok", "database": "up"})),
+            )
+        }
         Some(error) => {
-            tracing::warn!(error = %error, "health check failed");
+            if FAILING.swap(true, Ordering::AcqRel) {
+                tracing::debug!(error = %error, "health check failed");
+            } else {
+                tracing::warn!(error = %error, "health check failed");
+            }
             (
                 axum::http::StatusCode::SERVICE_UNAVAILABLE,
                 axum::Json(serde_json::json!({

@@ -135,9 +135,10 @@ pub fn main() -> ExitCode {
 async fn run(cli: Cli) -> anyhow::Result<()> {
     match cli.command {
         Command::Migrate { db } => {
-            let url = db.database_url.clone();
-            tokio::task::spawn_blocking(move || crate::db::migrate_url(&url)).await??;
-            println!("migrations applied");
+            let shutdown = crate::shutdown::on_signals();
+            if crate::db::migrate_when_writable(&db.database_url, &shutdown).await? {
+                println!("migrations applied");
+            }
             Ok(())
         }
         Command::Relay { db, args } => relay::run(db, *args).await,
@@ -177,11 +178,25 @@ fn usage_error(error: clap::Error) -> ExitCode {
         }
         _ => EXIT_USAGE,
     };
+    // A value whose variable is hidden from --help (DATABASE_URL, SMTP_URL, the
+    // secrets) may hold a password: give the reason without the value.
+    if let Some(ContextValue::String(arg)) = error.get(ContextKind::InvalidArg)
+        && let Some((env, true)) = env_var_of(arg)
+        && error.get(ContextKind::InvalidValue).is_some()
+    {
+        let reason = std::error::Error::source(&error)
+            .map(ToString::to_string)
+            .unwrap_or_else(|| "not accepted".to_owned());
+        eprintln!(
+            "error: invalid value for '{arg}' ({env}; the value is not shown, as it may hold a password): {reason}"
+        );
+        return ExitCode::from(code);
+    }
     let _ = error.print();
     if let (Some(ContextValue::String(arg)), Some(ContextValue::String(value))) = (
         error.get(ContextKind::InvalidArg),
         error.get(ContextKind::InvalidValue),
-    ) && let Some(env) = env_var_of(arg)
+    ) && let Some((env, _)) = env_var_of(arg)
         && std::env::var(&env).is_ok_and(|v| &v == value)
     {
         eprintln!("note: the value {value:?} came from the environment variable {env}");
@@ -189,8 +204,9 @@ fn usage_error(error: clap::Error) -> ExitCode {
     ExitCode::from(code)
 }
 
-/// The environment variable behind a flag as clap names it (`--lease <LEASE>`).
-fn env_var_of(arg: &str) -> Option<String> {
+/// The environment variable behind a flag as clap names it (`--lease <LEASE>`),
+/// and whether its value is hidden from `--help`.
+fn env_var_of(arg: &str) -> Option<(String, bool)> {
     let long = arg.trim_start_matches("--").split([' ', '=']).next()?;
     let command = Cli::command();
     let mut pending = vec![command];
@@ -199,7 +215,10 @@ fn env_var_of(arg: &str) -> Option<String> {
             if a.get_long() == Some(long)
                 && let Some(env) = a.get_env()
             {
-                return Some(env.to_string_lossy().into_owned());
+                return Some((
+                    env.to_string_lossy().into_owned(),
+                    a.is_hide_env_values_set(),
+                ));
             }
         }
         pending.extend(cmd.get_subcommands().cloned());

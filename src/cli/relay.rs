@@ -44,11 +44,6 @@ pub async fn run(db_args: DatabaseArgs, args: RelayArgs) -> anyhow::Result<()> {
         })?;
     let metrics_local_addr = metrics.local_addr().ok();
 
-    let url = db_args.database_url.clone();
-    tokio::task::spawn_blocking(move || db::migrate_url(&url))
-        .await?
-        .context("migrating the database")?;
-
     // By default one connection per effect slot (effects load their order),
     // plus the producer, the completer, the heartbeat and the reaper.
     let pool_size = args.pool_size.map_or_else(
@@ -72,12 +67,14 @@ pub async fn run(db_args: DatabaseArgs, args: RelayArgs) -> anyhow::Result<()> {
     // and its listener makes one as soon as it starts: install ours first.
     let _ = crate::telemetry::metrics_handle();
     let shutdown = crate::shutdown::on_signals();
-    let relay = Relay::new(pool.clone(), db_args.database_url, settings, executor)?;
+    // Served while the start waits for a primary, so that /readyz says 503
+    // then; /livez speaks for the relay once it runs.
+    let liveness = Arc::new(std::sync::OnceLock::new());
     let metrics_server = tokio::spawn(crate::telemetry::serve_metrics(
         metrics,
-        pool,
+        pool.clone(),
         args.http.limits(),
-        Some(relay.liveness()),
+        Arc::clone(&liveness),
         shutdown.clone(),
     ));
     // The bound address, so that METRICS_ADDR=...:0 logs the port it got.
@@ -91,7 +88,14 @@ pub async fn run(db_args: DatabaseArgs, args: RelayArgs) -> anyhow::Result<()> {
         "serving /metrics, /healthz, /readyz and /livez"
     );
 
-    relay.run_until_stopped(shutdown.clone()).await;
+    let migrated = db::migrate_when_writable(&db_args.database_url, &shutdown)
+        .await
+        .context("migrating the database")?;
+    if migrated {
+        let relay = Relay::new(pool, db_args.database_url, settings, executor)?;
+        let _ = liveness.set(relay.liveness());
+        relay.run_until_stopped(shutdown.clone()).await;
+    }
     shutdown.cancel();
     let _ = metrics_server.await;
     Ok(())

@@ -36,10 +36,13 @@ pub async fn run(db_args: DatabaseArgs, args: ServeArgs) -> anyhow::Result<()> {
         .await
         .map_err(|e| ConfigError(format!("API_ADDR {}: cannot listen: {e}", args.addr)))?;
 
-    let url = db_args.database_url.clone();
-    tokio::task::spawn_blocking(move || db::migrate_url(&url))
-        .await?
+    let shutdown = crate::shutdown::on_signals();
+    let migrated = db::migrate_when_writable(&db_args.database_url, &shutdown)
+        .await
         .context("migrating the database")?;
+    if !migrated {
+        return Ok(());
+    }
 
     let admin = args.admin.settings()?;
     let settings = ApiSettings {
@@ -56,6 +59,6 @@ pub async fn run(db_args: DatabaseArgs, args: ServeArgs) -> anyhow::Result<()> {
     if admin.is_some() {
         println!("dashboard on http://{}/admin", app.local_addr());
     }
-    app.run_until_stopped(crate::shutdown::on_signals()).await?;
+    app.run_until_stopped(shutdown).await?;
     Ok(())
 }

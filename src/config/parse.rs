@@ -22,16 +22,7 @@ pub fn parse_positive_duration(raw: &str) -> Result<Duration, String> {
     Ok(d)
 }
 
-/// A PostgreSQL URL (`postgres://` or `postgresql://`).
-pub fn parse_database_url(raw: &str) -> Result<String, String> {
-    let url = url::Url::parse(raw).map_err(|e| format!("not a URL: {e}"))?;
-    match url.scheme() {
-        "postgres" | "postgresql" => Ok(raw.to_owned()),
-        other => Err(format!(
-            "scheme {other:?} is not postgres:// or postgresql://"
-        )),
-    }
-}
+pub use super::database_url::parse_database_url;
 
 /// An `http://` or `https://` URL.
 pub fn parse_http_url(raw: &str) -> Result<url::Url, String> {

@@ -75,6 +75,30 @@ fn an_unparsable_database_url_is_refused() {
 }
 
 #[test]
+fn a_malformed_host_list_or_an_unknown_target_session_attrs_is_refused_naming_the_bad_part() {
+    for (url, bad) in [
+        (
+            "postgres://u:s3cret@127.0.0.1:5433,127.0.0.1:54x4/db",
+            "54x4",
+        ),
+        ("postgres://u@h1,,h3/db", "host 2"),
+        (
+            "postgres://u@h1,h2/db?target_session_attrs=writable",
+            "target_session_attrs=\"writable\"",
+        ),
+    ] {
+        let out = relay_with(&[("DATABASE_URL", url)], &["--kinds", "noop"]);
+        let err = stderr(&out);
+        assert_eq!(out.status.code(), Some(2), "{err}");
+        assert!(
+            err.contains("DATABASE_URL") && err.contains(bad),
+            "{bad}: {err}"
+        );
+        assert!(!err.contains("s3cret"), "the password is not shown: {err}");
+    }
+}
+
+#[test]
 fn a_relay_handling_webhooks_without_webhook_url_refuses_to_start() {
     let out = relay_with(&[DB], &["--kinds", "order_webhook"]);
     let err = stderr(&out);

@@ -143,7 +143,7 @@ async fn the_relays_metrics_endpoint_serves_queue_depth_and_health() {
         listener,
         db.pool(2),
         outbox_relay::http_server::ConnectionLimits::default(),
-        None,
+        std::sync::Arc::default(),
         shutdown.clone(),
     ));
     let client = http_client();

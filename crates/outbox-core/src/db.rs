@@ -106,17 +106,67 @@ impl DbError {
 
     /// True when the database itself could not be reached (as opposed to a query
     /// that was rejected), i.e. when the caller should answer 503 or retry later.
+    ///
+    /// That includes a server that is no longer (or not yet) the primary: a
+    /// read-only transaction (25006, which Diesel reports as
+    /// `ReadOnlyTransaction`), and the server shutting down, crashing or
+    /// recovering (57P01, 57P02, 57P03), which Diesel does not map and which
+    /// are recognised by the server's message. During a failover these last
+    /// until the pool reaches the new primary; they say nothing of the work.
     pub fn is_unavailable(&self) -> bool {
         match self {
             DbError::Unavailable(_) => true,
-            DbError::Query(diesel::result::Error::DatabaseError(kind, _)) => matches!(
-                kind,
-                diesel::result::DatabaseErrorKind::ClosedConnection
-                    | diesel::result::DatabaseErrorKind::UnableToSendCommand
-            ),
-            DbError::Query(_) | DbError::Task(_) => false,
+            DbError::Query(error) => server_unavailable(error),
+            DbError::Task(_) => false,
         }
     }
+}
+
+/// See [`DbError::is_unavailable`]. A `COMMIT` lost with its connection comes
+/// back from Diesel as `RollbackErrorOnCommit` (the rollback it tried failed
+/// too): that commit may or may not have landed, which only the statement's
+/// fence can tell on the next try, so it is unavailability too.
+fn server_unavailable(error: &diesel::result::Error) -> bool {
+    use diesel::result::{DatabaseErrorKind as Kind, Error};
+    match error {
+        Error::DatabaseError(
+            Kind::ClosedConnection | Kind::UnableToSendCommand | Kind::ReadOnlyTransaction,
+            _,
+        ) => true,
+        Error::DatabaseError(_, info) => SERVER_GONE_MESSAGES
+            .iter()
+            .any(|m| info.message().contains(m)),
+        Error::RollbackErrorOnCommit { commit_error, .. } => server_unavailable(commit_error),
+        _ => false,
+    }
+}
+
+/// Server messages of 57P01 (admin shutdown: a fast stop, a switchover),
+/// 57P02 (crash shutdown) and 57P03 (cannot connect now: "the database system
+/// is starting up", "is shutting down", "is in recovery mode", "is not yet
+/// accepting connections"), for PostgreSQL's default English `lc_messages`.
+const SERVER_GONE_MESSAGES: [&str; 3] = [
+    "terminating connection due to administrator command",
+    "terminating connection because of crash of another server process",
+    "the database system is ",
+];
+
+/// Whether a connection that failed with `error` must leave the pool instead
+/// of going back to it. A connection whose server went away is already marked
+/// broken by Diesel (libpq no longer knows its transaction status); one on a
+/// server that became read-only is healthy as far as libpq knows, and would
+/// fail every write it is lent for.
+fn must_discard(error: &DbError) -> bool {
+    matches!(error, DbError::Query(error) if server_unavailable(error))
+}
+
+/// Makes r2d2 drop `conn` when it is returned: Diesel reports a connection
+/// left inside a transaction as broken, and r2d2 closes broken connections
+/// instead of pooling them. (Diesel offers no other way to mark one broken.)
+fn discard(conn: &mut PgConnection) {
+    use diesel::connection::{AnsiTransactionManager, TransactionManager as _};
+    // On a dead connection this fails, and Diesel marks it broken anyway.
+    let _ = AnsiTransactionManager::begin_transaction(conn);
 }
 
 /// What [`build_pool`] builds.
@@ -307,23 +357,142 @@ where
         let mut conn = pool
             .get()
             .map_err(|e| DbError::Unavailable(e.to_string()))?;
-        f(&mut conn)
+        let result = f(&mut conn);
+        if let Err(error) = &result
+            && must_discard(error)
+        {
+            discard(&mut conn);
+        }
+        result
     })
     .await
     .map_err(|e| DbError::Task(e.to_string()))?
 }
 
 /// A URL as logs and error messages may show it: any password replaced by
-/// `***`; an unparsable one not shown at all, since it may still hold a
-/// password. For database and SMTP URLs alike.
-pub(crate) fn redact_url(raw: &str) -> String {
+/// `***` (in the user part or as a `password` parameter); an unparsable one not
+/// shown at all, since it may still hold a password. For database and SMTP URLs
+/// alike, including libpq's multi-host form (`postgres://u:p@h1:5432,h2:5433/db`),
+/// which is not a URL to the `url` crate.
+pub fn redact_url(raw: &str) -> String {
     match url::Url::parse(raw) {
         Ok(mut parsed) => {
             if parsed.password().is_some() {
                 let _ = parsed.set_password(Some("***"));
             }
+            let query = parsed.query().map(redact_query);
+            parsed.set_query(query.as_deref());
             parsed.to_string()
         }
-        Err(_) => "(unparsable URL, not shown)".to_owned(),
+        Err(_) => {
+            redact_multi_host(raw).unwrap_or_else(|| "(unparsable URL, not shown)".to_owned())
+        }
+    }
+}
+
+/// [`redact_url`] for `scheme://[user[:password]@]host[:port],host[:port]…[/db][?query]`.
+fn redact_multi_host(raw: &str) -> Option<String> {
+    let (scheme, rest) = raw.split_once("://")?;
+    // The user part ends at the last `@` before the query, so that a password
+    // holding a raw `/` or `@` is hidden whole rather than cut and shown.
+    let query_start = rest.find('?').unwrap_or(rest.len());
+    let (userinfo, after_user) = match rest[..query_start].rfind('@') {
+        Some(at) => (Some(&rest[..at]), &rest[at + 1..]),
+        None => (None, rest),
+    };
+    let hosts_end = after_user.find(['/', '?']).unwrap_or(after_user.len());
+    let (hosts, tail) = after_user.split_at(hosts_end);
+    let (path, query) = match tail.split_once('?') {
+        Some((path, query)) => (path, Some(query)),
+        None => (tail, None),
+    };
+    let userinfo = match userinfo {
+        Some(userinfo) => match userinfo.split_once(':') {
+            Some((user, _password)) => format!("{user}:***@"),
+            None => format!("{userinfo}@"),
+        },
+        None => String::new(),
+    };
+    let query = query
+        .map(|q| format!("?{}", redact_query(q)))
+        .unwrap_or_default();
+    Some(format!("{scheme}://{userinfo}{hosts}{path}{query}"))
+}
+
+/// A query string with the value of every `password` parameter replaced by `***`.
+fn redact_query(query: &str) -> String {
+    query
+        .split('&')
+        .map(|pair| match pair.split_once('=') {
+            Some(("password", _)) => "password=***".to_owned(),
+            _ => pair.to_owned(),
+        })
+        .collect::<Vec<_>>()
+        .join("&")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn redact_url_hides_the_password_of_a_multi_host_url() {
+        assert_eq!(
+            redact_url(
+                "postgres://app:s3cret@10.0.0.1:5432,10.0.0.2:5433/shop?target_session_attrs=read-write"
+            ),
+            "postgres://app:***@10.0.0.1:5432,10.0.0.2:5433/shop?target_session_attrs=read-write"
+        );
+        assert_eq!(
+            redact_url("postgresql://h1,h2/db?password=s3cret&sslmode=require"),
+            "postgresql://h1,h2/db?password=***&sslmode=require"
+        );
+        assert_eq!(redact_url("postgres://u:p@a/db"), "postgres://u:***@a/db");
+        assert_eq!(
+            redact_url("postgres://u@a/db?password=x"),
+            "postgres://u@a/db?password=***"
+        );
+        assert!(!redact_url("not a url : s3cret").contains("s3cret"));
+        let raw_slash = redact_url("postgres://u:s3/cr@t@h1,h2/db");
+        assert_eq!(raw_slash, "postgres://u:***@h1,h2/db");
+    }
+
+    #[test]
+    fn a_read_only_transaction_and_a_server_going_away_are_unavailability() {
+        use diesel::result::{DatabaseErrorKind as Kind, Error};
+        let error = |kind, message: &str| {
+            DbError::Query(Error::DatabaseError(kind, Box::new(message.to_owned())))
+        };
+        let read_only = error(
+            Kind::ReadOnlyTransaction,
+            "cannot execute UPDATE in a read-only transaction",
+        );
+        assert_eq!(read_only.failure(), Failure::Unavailable);
+        for message in [
+            "terminating connection due to administrator command",
+            "terminating connection because of crash of another server process",
+            "the database system is in recovery mode",
+            "the database system is shutting down",
+        ] {
+            assert_eq!(
+                error(Kind::Unknown, message).failure(),
+                Failure::Unavailable,
+                "{message}"
+            );
+        }
+        let lost_commit = DbError::Query(Error::RollbackErrorOnCommit {
+            rollback_error: Box::new(Error::BrokenTransactionManager),
+            commit_error: Box::new(Error::DatabaseError(
+                Kind::ClosedConnection,
+                Box::new("server closed the connection unexpectedly".to_owned()),
+            )),
+        });
+        assert_eq!(lost_commit.failure(), Failure::Unavailable);
+        assert_eq!(
+            error(Kind::UniqueViolation, "duplicate key").failure(),
+            Failure::Rejected
+        );
+        assert!(must_discard(&read_only));
+        assert!(!must_discard(&DbError::Unavailable("timed out".into())));
     }
 }

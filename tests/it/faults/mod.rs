@@ -6,6 +6,7 @@
 //!
 //! - [`workers`]: SIGKILL, SIGSTOP/SIGCONT, SIGTERM, `--kinds`, a small pool;
 //! - [`database`]: killed connections, a server restart;
+//! - [`failover`]: a standby promoted under load, and back again;
 //! - [`receivers`]: an SMTP outage, a misbehaving webhook receiver;
 //! - [`bad_input`]: property tests over order parsing and the API, hostile values;
 //! - [`security`]: the webhook signature checked independently, secrets in logs;
@@ -18,6 +19,7 @@
 
 mod bad_input;
 mod database;
+mod failover;
 mod hardening;
 mod invariants;
 mod ordering;

@@ -126,12 +126,14 @@ impl ListenTarget {
         env: &dyn Fn(&str) -> Option<String>,
     ) -> anyhow::Result<ListenTarget> {
         let mut params: Vec<(String, String)> = Vec::new();
-        let stripped = match url::Url::parse(database_url) {
-            Ok(mut url) => {
+        // Split by hand, not with the `url` crate: libpq's multi-host form
+        // (`postgres://u@h1:5432,h2:5433/db`) is not a URL to it.
+        let stripped = match split_url_query(database_url) {
+            Some((base, query)) => {
                 // Raw segments are kept as written: re-encoding would turn a
                 // space into `+`, which tokio-postgres reads literally.
                 let mut rest = Vec::new();
-                for segment in url.query().unwrap_or("").split('&') {
+                for segment in query.split('&') {
                     if segment.is_empty() {
                         continue;
                     }
@@ -141,16 +143,18 @@ impl ListenTarget {
                         let value = percent_decode_str(value).decode_utf8_lossy();
                         // Repeated: the last one counts, as in libpq.
                         params.push((key.into_owned(), value.into_owned()));
-                    } else {
+                    } else if key != "target_session_attrs" {
                         rest.push(segment.to_owned());
                     }
                 }
-                let rest = rest.join("&");
-                url.set_query((!rest.is_empty()).then_some(rest.as_str()));
-                url.to_string()
+                if rest.is_empty() {
+                    base.to_owned()
+                } else {
+                    format!("{base}?{}", rest.join("&"))
+                }
             }
             // Not a URL: a `key=value` string, left to tokio-postgres as it is.
-            Err(_) => database_url.to_owned(),
+            None => database_url.to_owned(),
         };
         let param = |key: &str, var: &str| {
             params
@@ -160,8 +164,12 @@ impl ListenTarget {
                 .map(|(_, v)| v.clone())
                 .or_else(|| env(var).filter(|v| !v.is_empty()))
         };
-        let config = tokio_postgres::Config::from_str(&stripped)
+        let mut config = tokio_postgres::Config::from_str(&stripped)
             .context("DATABASE_URL is not a connection string tokio-postgres can read")?;
+        // LISTEN works only on the primary (a standby refuses it, and is sent
+        // no NOTIFY), whatever the pool's `target_session_attrs` says: with
+        // several hosts, tokio-postgres then tries each until one is writable.
+        config.target_session_attrs(tokio_postgres::config::TargetSessionAttrs::ReadWrite);
         let default_dir = env("HOME").map(|home| Path::new(&home).join(".postgresql"));
         let default_file = |name: &str| default_dir.as_ref().map(|dir| dir.join(name));
 
@@ -328,6 +336,18 @@ impl ListenTarget {
         }
         Ok(store)
     }
+}
+
+/// A `postgres://` or `postgresql://` URL as the part before its query and
+/// the query (empty when there is none); `None` for anything else.
+fn split_url_query(database_url: &str) -> Option<(&str, &str)> {
+    let scheme_ok = ["postgres://", "postgresql://"]
+        .iter()
+        .any(|scheme| database_url.starts_with(scheme));
+    if !scheme_ok {
+        return None;
+    }
+    Some(database_url.split_once('?').unwrap_or((database_url, "")))
 }
 
 /// Whether `error` failed in TLS itself (a certificate, a handshake), rather

@@ -189,3 +189,35 @@ fn a_query_value_keeps_its_encoding() {
         Some("-c lock_timeout=5s")
     );
 }
+
+#[test]
+fn a_multi_host_url_keeps_every_host_and_asks_for_a_writable_one() {
+    use tokio_postgres::config::{Host, TargetSessionAttrs};
+    let t = parse(
+        "postgres://u:pw@10.0.0.1:5433,db2.example:5434/app?target_session_attrs=primary&sslmode=require&application_name=relay",
+    );
+    assert_eq!(t.mode, SslMode::Require);
+    let config = t.config(tokio_postgres::config::SslMode::Require);
+    assert_eq!(
+        config.get_hosts(),
+        &[
+            Host::Tcp("10.0.0.1".to_owned()),
+            Host::Tcp("db2.example".to_owned())
+        ]
+    );
+    assert_eq!(config.get_ports(), &[5433, 5434]);
+    assert_eq!(config.get_application_name(), Some("relay"));
+    // LISTEN needs the primary whatever the URL asks of the pool (`primary`
+    // is libpq's, unknown to tokio-postgres, and taken out).
+    assert_eq!(
+        config.get_target_session_attrs(),
+        TargetSessionAttrs::ReadWrite
+    );
+    let single = parse("postgres://db.example/app");
+    assert_eq!(
+        single
+            .config(tokio_postgres::config::SslMode::Disable)
+            .get_target_session_attrs(),
+        TargetSessionAttrs::ReadWrite
+    );
+}
