@@ -9,6 +9,7 @@
 
 mod admin;
 mod effects;
+mod links;
 mod parse;
 mod relay;
 
@@ -20,6 +21,7 @@ use crate::http_server::{self, ConnectionLimits};
 
 pub use admin::AdminArgs;
 pub use effects::{EffectArgs, ReceiptArgs};
+pub use links::LinkArgs;
 pub use parse::{
     parse_count, parse_database_url, parse_duration, parse_http_url, parse_positive_duration,
     parse_socket_addr,

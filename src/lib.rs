@@ -18,6 +18,7 @@
 //!   receipt PDF, signed webhook).
 //! - [`api`]: the order HTTP API (axum), and the operator dashboard under `/admin`
 //!   (`api::admin`: templates in `templates/admin/`, its SQL in `src/api/admin/sql/`).
+//! - [`links`]: the signed, expiring receipt links written into emails.
 //! - [`job_list`]: the operator's list of jobs (`jobs list`), by status, kind or order.
 //! - [`config`]: typed settings from flags and the environment, validated at start.
 //! - [`db`]: the core's pool and helpers, and this service's migrations.
@@ -48,6 +49,7 @@ pub mod demo;
 pub mod effects;
 pub mod http_server;
 pub mod job_list;
+pub mod links;
 pub mod orders;
 pub mod otel;
 #[cfg(feature = "dev-tools")]

@@ -1,6 +1,7 @@
 //! The order HTTP API (the README, "The order API"), on axum.
 //!
 //! - `orders`: `POST /orders`, `GET /orders/{id}`, `GET /orders/{id}/receipt.pdf`;
+//! - `receipt_link`: the signed customer link to a receipt, and its refusal page;
 //! - `body`: reading a JSON body by hand, so every rejection is a JSON error;
 //! - [`error`]: [`ApiError`], the one error of every handler, and the one place
 //!   that maps it to a status and a body;
@@ -30,6 +31,7 @@ pub mod error;
 mod middleware;
 mod ops;
 mod orders;
+mod receipt_link;
 mod state;
 
 use std::net::SocketAddr;
@@ -86,6 +88,9 @@ pub struct ApiSettings {
     pub connections: ConnectionLimits,
     /// The dashboard under `/admin`; `None` (or no tokens): `/admin` is 404.
     pub admin: Option<admin::AdminSettings>,
+    /// Checks the signed receipt links that emails carry (`LINK_SIGNING_KEY`);
+    /// `None` only with keys and links turned off.
+    pub receipt_links: Option<crate::links::ReceiptLinks>,
 }
 
 impl Default for ApiSettings {
@@ -100,6 +105,7 @@ impl Default for ApiSettings {
             shutdown_grace: DEFAULT_SHUTDOWN_GRACE,
             connections: ConnectionLimits::default(),
             admin: None,
+            receipt_links: None,
         }
     }
 }

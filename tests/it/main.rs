@@ -18,6 +18,7 @@ mod metrics;
 mod orders;
 mod outbox;
 mod queue_core;
+mod receipt_links;
 mod relay;
 mod retention;
 mod trace;
