@@ -11,6 +11,7 @@
 //! one forever by keeping it busy.
 
 use std::convert::Infallible;
+use std::net::SocketAddr;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
@@ -125,10 +126,10 @@ pub async fn serve(
                 Err(_) => break,
             },
         };
-        let stream = tokio::select! {
+        let (stream, peer) = tokio::select! {
             () = shutdown.cancelled() => break,
             accepted = listener.accept() => match accepted {
-                Ok((stream, _)) => stream,
+                Ok(accepted) => accepted,
                 Err(error) => {
                     // Out of descriptors, or a connection reset before it was
                     // accepted: the listener is fine, back off and go on.
@@ -140,7 +141,8 @@ pub async fn serve(
         };
         // Small requests and answers: send them now rather than batch them.
         let _ = stream.set_nodelay(true);
-        let service = ConnectionService::new(router.clone(), limits.max_requests_per_connection);
+        let service =
+            ConnectionService::new(router.clone(), limits.max_requests_per_connection, peer);
         let connection = http.serve_connection(TokioIo::new(stream), service);
         let (shutdown, abandon) = (shutdown.clone(), abandon.clone());
         tokio::spawn(async move {
@@ -184,14 +186,18 @@ struct ConnectionService {
     router: Router,
     served: Arc<AtomicU64>,
     max_requests: u64,
+    /// Handed to handlers as axum's `ConnectInfo` (the login limit counts
+    /// per client).
+    peer: SocketAddr,
 }
 
 impl ConnectionService {
-    fn new(router: Router, max_requests: u64) -> Self {
+    fn new(router: Router, max_requests: u64, peer: SocketAddr) -> Self {
         ConnectionService {
             router,
             served: Arc::new(AtomicU64::new(0)),
             max_requests,
+            peer,
         }
     }
 }
@@ -208,7 +214,10 @@ impl hyper::service::Service<hyper::Request<hyper::body::Incoming>> for Connecti
         let last = self.served.fetch_add(1, Ordering::Relaxed) + 1 >= self.max_requests;
         // A Router is always ready, so it is called without `poll_ready`.
         let mut router = self.router.clone();
-        let request: Request = request.map(axum::body::Body::new);
+        let mut request: Request = request.map(axum::body::Body::new);
+        request
+            .extensions_mut()
+            .insert(axum::extract::ConnectInfo(self.peer));
         Box::pin(async move {
             let mut response = router.call(request).await?;
             if last {

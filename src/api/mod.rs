@@ -2,6 +2,7 @@
 //!
 //! - `orders`: `POST /orders`, `GET /orders/{id}`, `GET /orders/{id}/receipt.pdf`;
 //! - `receipt_link`: the signed customer link to a receipt, and its refusal page;
+//! - [`client_addr`]: the client's address, through `TRUSTED_PROXIES`;
 //! - `body`: reading a JSON body by hand, so every rejection is a JSON error;
 //! - [`error`]: [`ApiError`], the one error of every handler, and the one place
 //!   that maps it to a status and a body;
@@ -27,6 +28,7 @@
 
 pub mod admin;
 mod body;
+pub mod client_addr;
 pub mod error;
 mod middleware;
 mod ops;

@@ -40,13 +40,14 @@ pub async fn run(db_args: DatabaseArgs, args: ServeArgs) -> anyhow::Result<()> {
 
     // Issue 20's API_AUTH=none (keys off, receipts open) passes `false` here.
     let receipt_links = args.links.receipt_links(true, "serve")?;
+    // Checked before the database is touched, like every other setting.
+    let admin = args.admin.settings()?;
 
     let url = db_args.database_url.clone();
     tokio::task::spawn_blocking(move || db::migrate_url(&url))
         .await?
         .context("migrating the database")?;
 
-    let admin = args.admin.settings()?;
     let settings = ApiSettings {
         max_attempts: args.enqueue.max_attempts,
         request_timeout: args.request_timeout,

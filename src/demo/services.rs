@@ -153,3 +153,17 @@ impl Running {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn the_demo_admin_token_is_long_enough_for_the_dashboard() {
+        let token = super::demo_admin_token().expect("randomness");
+        assert!(
+            token.len() >= crate::api::admin::MIN_ADMIN_TOKEN_CHARS,
+            "{token}"
+        );
+        let tokens = crate::api::admin::parse_admin_tokens(Some(&format!("op:{token}")), None);
+        assert_eq!(tokens.map(|t| t.len()), Ok(1));
+    }
+}

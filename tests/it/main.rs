@@ -4,6 +4,7 @@
 mod support;
 
 mod admin;
+mod admin_sessions;
 mod api;
 mod bench;
 mod cli_config;

@@ -151,12 +151,19 @@ impl TestApp {
 
     /// Asks for shutdown and waits for the server to return.
     pub async fn stop(self) {
+        drop(self.stop_keeping_db().await);
+    }
+
+    /// Stops the server and hands back its database, to start another
+    /// server on it (a restart).
+    pub async fn stop_keeping_db(self) -> TestDb {
         self.shutdown.cancel();
         tokio::time::timeout(Duration::from_secs(30), self.handle)
             .await
             .expect("the API stops within 30s")
             .expect("the API task did not panic")
             .expect("the API returned Ok");
+        self.db
     }
 }
 
