@@ -23,8 +23,9 @@
 //! - [`config`]: typed settings from flags and the environment, validated at start.
 //! - [`db`]: the core's pool and helpers, and this service's migrations.
 //! - [`schema`]: the Diesel tables of the service, and its view of `jobs` with `order_id`.
-//! - [`http_server`]: the accept loop of every listener: header timeout,
-//!   connection cap, keep-alive limits, graceful shutdown.
+//! - [`http_server`]: the accept loop of every listener: header and write
+//!   timeouts, the connection cap (evicting the longest-idle connection),
+//!   keep-alive limits, graceful shutdown.
 //! - [`telemetry`]: tracing subscriber, Prometheus metrics, `/healthz`.
 //! - [`otel`]: the OpenTelemetry tracer and its OTLP/HTTP export.
 //! - [`trace_context`]: W3C trace context from a request's headers into the
