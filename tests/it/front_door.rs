@@ -341,11 +341,14 @@ async fn serve_answers_probes_and_orders_within_a_second_while_3000_half_open_co
     // This process holds the flood's client ends; `serve` the server ends.
     ensure_open_files(FLOOD + 2000);
     let db = crate::support::TestDb::new();
-    // `serve` as deployed, with its default limits: a 2048-connection cap
-    // and a 10s header timeout, every client on one address (127.0.0.1), as
-    // behind a proxy.
+    // `serve` as deployed: the default 2048-connection cap, every client on
+    // one address (127.0.0.1) as behind a proxy, no per-address cap. The
+    // header timeout is 30s, so that while the test runs no slot is freed by
+    // it: only eviction can let the probes in.
+    let header_timeout = Duration::from_secs(30);
     let (mut serve, base) = crate::support::process::BinProcess::start_api(
-        crate::support::process::Launch::serve("front-door", &db.url),
+        crate::support::process::Launch::serve("front-door", &db.url)
+            .env("HTTP_HEADER_TIMEOUT", "30s"),
     )
     .await;
     let addr: std::net::SocketAddr = base
@@ -368,6 +371,12 @@ async fn serve_answers_probes_and_orders_within_a_second_while_3000_half_open_co
         held.extend(opened);
     }
     let opened_in = opening.elapsed();
+    // Accepted as fast as they come: a server that let new connections queue
+    // in its backlog would hold connect() up until header timeouts freed slots.
+    assert!(
+        opened_in < header_timeout / 2,
+        "opening {FLOOD} connections took {opened_in:?}: the server stopped accepting"
+    );
     // More half-open connections keep arriving while the probes run.
     let stop_flood = CancellationToken::new();
     let flood = tokio::spawn({
