@@ -39,6 +39,11 @@ pub async fn measure(url: &str, args: &BenchArgs, batch: usize) -> anyhow::Resul
             ("MAIL_FROM", "Bench Shop <orders@bench.invalid>".to_owned()),
             ("WEBHOOK_URL", webhook.url().to_string()),
             ("WEBHOOK_SECRET", SECRET.to_owned()),
+            // The emails' receipt links are signed; any key of 32 bytes does here.
+            (
+                "LINK_SIGNING_KEY",
+                "bench-link-signing-key-of-32-bytes".to_owned(),
+            ),
         ],
         enqueue: enqueue_orders,
         pin: None,
