@@ -48,7 +48,7 @@ impl Connection {
 
 impl Drop for Connection {
     fn drop(&mut self) {
-        self.registry.close(self.id, self.addr);
+        self.registry.close(self.id);
     }
 }
 
@@ -238,7 +238,7 @@ impl Registry {
         }))
     }
 
-    fn close(&self, id: u64, _addr: IpAddr) {
+    fn close(&self, id: u64) {
         self.lock().remove(id);
         self.room.notify_waiters();
     }
