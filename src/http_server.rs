@@ -180,7 +180,11 @@ pub async fn serve(
         };
         // Small requests and answers: send them now rather than batch them.
         let _ = stream.set_nodelay(true);
-        let io = TokioIo::new(WriteDeadline::new(stream, limits.write_timeout));
+        let io = TokioIo::new(WriteDeadline::new(
+            stream,
+            limits.write_timeout,
+            Some(Arc::clone(&connection)),
+        ));
         let service = ConnectionService::new(
             router.clone(),
             limits.max_requests_per_connection,
@@ -194,7 +198,8 @@ pub async fn serve(
             let mut served = std::pin::pin!(served);
             let result = tokio::select! {
                 result = served.as_mut() => result,
-                // Idle (no request in flight): closing it loses nothing.
+                // Idle (no request in flight, no response being written):
+                // closing it loses nothing.
                 () = evicted.cancelled() => Ok(()),
                 () = shutdown.cancelled() => {
                     served.as_mut().graceful_shutdown();

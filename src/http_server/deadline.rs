@@ -11,31 +11,43 @@ use std::time::Duration;
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::time::Sleep;
 
-use super::registry::Busy;
+use super::registry::{Busy, Connection};
 
 /// A stream whose writes fail with `TimedOut` once one has been pending for
 /// `limit` without the peer taking a byte. Reads are untouched (hyper's
-/// header timeout and the API's request timeout bound those).
+/// header timeout and the API's request timeout bound those). While a write
+/// waits, its connection is marked as writing, so it is not evicted.
 #[derive(Debug)]
 pub(super) struct WriteDeadline<S> {
     inner: S,
     limit: Duration,
     /// Running while a write (or flush) is pending.
     stalled: Option<Pin<Box<Sleep>>>,
+    connection: Option<std::sync::Arc<Connection>>,
 }
 
 impl<S> WriteDeadline<S> {
-    pub fn new(inner: S, limit: Duration) -> Self {
+    pub fn new(inner: S, limit: Duration, connection: Option<std::sync::Arc<Connection>>) -> Self {
         WriteDeadline {
             inner,
             limit,
             stalled: None,
+            connection,
+        }
+    }
+
+    fn mark_writing(&self, writing: bool) {
+        if let Some(connection) = &self.connection {
+            connection.set_writing(writing);
         }
     }
 
     /// `Ready(err)` once the pending write has waited `limit`.
     fn poll_stall(&mut self, cx: &mut Context<'_>) -> Poll<io::Error> {
         let limit = self.limit;
+        if self.stalled.is_none() {
+            self.mark_writing(true);
+        }
         let sleep = self
             .stalled
             .get_or_insert_with(|| Box::pin(tokio::time::sleep(limit)));
@@ -55,7 +67,9 @@ impl<S> WriteDeadline<S> {
     ) -> Poll<io::Result<T>> {
         match polled {
             Poll::Ready(result) => {
-                self.stalled = None;
+                if self.stalled.take().is_some() {
+                    self.mark_writing(false);
+                }
                 Poll::Ready(result)
             }
             Poll::Pending => match self.poll_stall(cx) {
@@ -153,7 +167,7 @@ mod tests {
     async fn a_write_nobody_reads_fails_after_the_limit() {
         // A pipe with a small buffer whose far end never reads.
         let (near, _far) = tokio::io::duplex(64);
-        let mut stream = WriteDeadline::new(near, Duration::from_millis(100));
+        let mut stream = WriteDeadline::new(near, Duration::from_millis(100), None);
         let started = std::time::Instant::now();
         let error = stream
             .write_all(&[0; 4096])
@@ -176,7 +190,7 @@ mod tests {
                     .expect("read");
             }
         });
-        let mut stream = WriteDeadline::new(near, Duration::from_millis(200));
+        let mut stream = WriteDeadline::new(near, Duration::from_millis(200), None);
         stream
             .write_all(&[0; 1024])
             .await

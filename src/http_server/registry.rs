@@ -7,11 +7,14 @@
 //! half-open or slow-header client does. At the cap the oldest idle
 //! connection is evicted to let a new one in, so a flood of them churns
 //! among itself while a client that sends its request at once is served.
-//! A connection with a request in flight is never evicted; when every slot
-//! is busy, new clients wait in the accept backlog as before.
+//! A connection with a request in flight is never evicted, nor one whose
+//! response is still being written (a slow reader downloading a receipt; the
+//! write timeout bounds it); when no slot is free, new clients wait in the
+//! accept backlog as before.
 
 use std::collections::{BTreeMap, HashMap};
 use std::net::IpAddr;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use tokio::sync::Notify;
@@ -24,10 +27,21 @@ pub(super) struct Connection {
     addr: IpAddr,
     /// Cancelled when the connection is evicted: its task closes it.
     pub evicted: CancellationToken,
+    /// A write to the socket is waiting for the client: not evictable.
+    writing: Arc<AtomicBool>,
     registry: Arc<Registry>,
 }
 
 impl Connection {
+    /// Called by the socket's writer when a write starts waiting for the
+    /// client (`true`) and when it gets through (`false`).
+    pub fn set_writing(&self, writing: bool) {
+        let was = self.writing.swap(writing, Ordering::Relaxed);
+        if was && !writing {
+            self.registry.room.notify_waiters();
+        }
+    }
+
     /// Its request head is in: not evictable until [`Busy`] is dropped.
     pub fn busy(self: &Arc<Self>) -> Busy {
         let mut state = self.registry.lock();
@@ -82,6 +96,7 @@ struct Entry {
     /// Requests whose response is not yet handed to the socket.
     in_flight: usize,
     evicted: CancellationToken,
+    writing: Arc<AtomicBool>,
 }
 
 #[derive(Debug, Default)]
@@ -103,6 +118,15 @@ struct State {
 }
 
 impl State {
+    /// The longest-idle connection among `idle` that is not writing.
+    fn evictable(&self, idle: &BTreeMap<u64, u64>) -> Option<u64> {
+        idle.values().copied().find(|id| {
+            self.open
+                .get(id)
+                .is_some_and(|e| !e.writing.load(Ordering::Relaxed))
+        })
+    }
+
     fn mark_idle(&mut self, id: u64, addr: IpAddr) {
         let seq = self.next_seq;
         self.next_seq += 1;
@@ -187,7 +211,8 @@ impl Registry {
             notified.as_mut().enable();
             {
                 let state = self.lock();
-                if state.open.len() < self.max_connections || !state.idle.is_empty() {
+                if state.open.len() < self.max_connections || state.evictable(&state.idle).is_some()
+                {
                     return;
                 }
             }
@@ -203,7 +228,7 @@ impl Registry {
         if self.max_per_address > 0 {
             let per = state.addrs.get(&addr);
             if per.is_some_and(|p| p.open >= self.max_per_address) {
-                let oldest = per.and_then(|p| p.idle.values().next().copied());
+                let oldest = per.and_then(|p| state.evictable(&p.idle));
                 match oldest {
                     Some(id) => state.evict(id),
                     None => return Admission::Refused,
@@ -211,7 +236,7 @@ impl Registry {
             }
         }
         if state.open.len() >= self.max_connections {
-            match state.idle.values().next().copied() {
+            match state.evictable(&state.idle) {
                 Some(id) => state.evict(id),
                 None => return Admission::Full,
             }
@@ -219,6 +244,7 @@ impl Registry {
         let id = state.next_id;
         state.next_id += 1;
         let evicted = CancellationToken::new();
+        let writing = Arc::new(AtomicBool::new(false));
         state.open.insert(
             id,
             Entry {
@@ -226,6 +252,7 @@ impl Registry {
                 idle_since: None,
                 in_flight: 0,
                 evicted: evicted.clone(),
+                writing: Arc::clone(&writing),
             },
         );
         state.addrs.entry(addr).or_default().open += 1;
@@ -234,6 +261,7 @@ impl Registry {
             id,
             addr,
             evicted,
+            writing,
             registry: Arc::clone(self),
         }))
     }
@@ -302,6 +330,22 @@ mod tests {
         let _new = admitted(&registry, ip(3));
         assert!(squatter.evicted.is_cancelled());
         assert!(!keep_alive.evicted.is_cancelled());
+    }
+
+    #[test]
+    fn a_connection_still_writing_its_response_is_not_evicted() {
+        let registry = Registry::new(2, 0);
+        let downloading = admitted(&registry, ip(1));
+        let squatter = admitted(&registry, ip(2));
+        drop(squatter.busy());
+        downloading.set_writing(true);
+        let new = admitted(&registry, ip(3));
+        let _busy = new.busy();
+        assert!(!downloading.evicted.is_cancelled());
+        assert!(squatter.evicted.is_cancelled());
+        assert!(matches!(registry.admit(ip(4)), Admission::Full));
+        downloading.set_writing(false);
+        assert!(matches!(registry.admit(ip(4)), Admission::Admitted(_)));
     }
 
     #[tokio::test]

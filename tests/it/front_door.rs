@@ -247,16 +247,19 @@ async fn a_client_that_never_reads_its_responses_is_closed_after_the_write_timeo
     let (mut reader, mut writer) = stream.split();
     let _ = tokio::time::timeout(Duration::from_secs(2), writer.write_all(&pipelined)).await;
 
-    // Read nothing for well past the write timeout, then everything.
-    tokio::time::sleep(write_timeout * 3).await;
+    // Read nothing for well past the write timeout (room for a loaded
+    // machine to fill the buffers first), then everything.
+    tokio::time::sleep(write_timeout * 8).await;
     let mut answer = Vec::new();
-    let read = tokio::time::timeout(Duration::from_secs(10), reader.read_to_end(&mut answer)).await;
+    let read = tokio::time::timeout(Duration::from_secs(60), reader.read_to_end(&mut answer)).await;
     let answered = String::from_utf8_lossy(&answer)
         .matches("HTTP/1.1 200 OK")
         .count();
+    // Had the server kept the connection, all answers would arrive and then
+    // the connection would stay open for the 30s header timeout.
     assert!(
         read.is_ok(),
-        "the connection was still open 10s after reading resumed ({answered} answers read)"
+        "the connection was still open 60s after reading resumed ({answered} answers read)"
     );
     assert!(
         answered < requests,
@@ -372,9 +375,10 @@ async fn serve_answers_probes_and_orders_within_a_second_while_3000_half_open_co
     }
     let opened_in = opening.elapsed();
     // Accepted as fast as they come: a server that let new connections queue
-    // in its backlog would hold connect() up until header timeouts freed slots.
+    // in its backlog would hold connect() up until header timeouts freed slots
+    // (37s with the old accept loop; 2-12s here, on a loaded 2-core machine).
     assert!(
-        opened_in < header_timeout / 2,
+        opened_in < header_timeout * 2 / 3,
         "opening {FLOOD} connections took {opened_in:?}: the server stopped accepting"
     );
     // More half-open connections keep arriving while the probes run.
