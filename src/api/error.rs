@@ -170,7 +170,9 @@ impl ApiError {
         }
     }
 
-    fn log(&self) {
+    /// Logs the error as its answer is sent: 5xx with their causes, the
+    /// rest briefly.
+    pub(crate) fn log(&self) {
         match self {
             ApiError::Internal(_) => tracing::error!(error = self.detail(), "request failed"),
             ApiError::DatabaseUnavailable { .. } => {

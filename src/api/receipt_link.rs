@@ -76,7 +76,7 @@ pub(crate) fn refusal(error: ApiError, headers: &HeaderMap) -> Response {
         ),
     };
     // Logged as the JSON answer would be; the page itself is static text.
-    let _ = error.into_response();
+    error.log();
     let page = format!(
         "<!doctype html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">\
          <meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">\
