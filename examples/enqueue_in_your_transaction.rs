@@ -13,7 +13,8 @@
 
 use anyhow::Context as _;
 use diesel::prelude::*;
-use outbox_relay::outbox::{NewJob, enqueue};
+use outbox_relay::effects::Noop;
+use outbox_relay::outbox::{Enqueuer, JobOptions};
 
 // Your application's own table; temporary here, so the example leaves no trace of it.
 diesel::table! {
@@ -32,6 +33,9 @@ fn main() -> anyhow::Result<()> {
     )
     .execute(&mut conn)?;
 
+    // Built once, kept in your application's state.
+    let enqueuer = Enqueuer::new();
+
     // Committed: the shipment and its job exist together, and relays are
     // notified when (and only when) the transaction commits.
     let (shipment_id, job_id) = conn.transaction(|conn| -> anyhow::Result<(i64, i64)> {
@@ -39,9 +43,8 @@ fn main() -> anyhow::Result<()> {
             .values(shipments::address.eq("Nevsky Prospekt 28, St Petersburg"))
             .returning(shipments::id)
             .get_result(conn)?;
-        let job =
-            NewJob::new("noop", serde_json::json!({ "shipment_id": shipment_id })).max_attempts(5);
-        let job_id = enqueue(conn, &job)?;
+        let job = Noop(serde_json::json!({ "shipment_id": shipment_id }));
+        let job_id = enqueuer.enqueue(conn, &job, &JobOptions::default().max_attempts(5))?;
         Ok((shipment_id, job_id))
     })?;
     println!("committed shipment {shipment_id} with job {job_id}");
@@ -53,8 +56,8 @@ fn main() -> anyhow::Result<()> {
             .values(shipments::address.eq("nowhere"))
             .returning(shipments::id)
             .get_result(conn)?;
-        let job = NewJob::new("noop", serde_json::json!({ "shipment_id": shipment_id }));
-        doomed_job = Some(enqueue(conn, &job)?);
+        let job = Noop(serde_json::json!({ "shipment_id": shipment_id }));
+        doomed_job = Some(enqueuer.enqueue(conn, &job, &JobOptions::default())?);
         anyhow::bail!("payment declined after the job was enqueued")
     });
     if let (Err(why), Some(job_id)) = (outcome, doomed_job) {

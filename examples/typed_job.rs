@@ -17,8 +17,9 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context as _, bail};
+use diesel::connection::SimpleConnection as _;
 use diesel::prelude::*;
-use outbox_core::outbox::{CommitHook, JobOptions, LocalWrite, enqueue_job};
+use outbox_core::outbox::{CommitHook, Enqueuer, JobOptions, LocalWrite};
 use outbox_core::relay::{Relay, RelaySettings};
 use outbox_core::schema::jobs_all;
 use outbox_core::worker::{EffectError, EffectResult, JobArgs, JobContext, Worker, Workers};
@@ -120,20 +121,17 @@ pub async fn run(database_url: &str) -> anyhow::Result<Report> {
     let mut conn = tokio::task::spawn_blocking(move || -> anyhow::Result<PgConnection> {
         let mut conn = outbox_core::db::establish(&url)?;
         outbox_core::db::run_migrations(&mut conn)?;
-        diesel::sql_query(
-            "CREATE TABLE IF NOT EXISTS signups (id bigserial PRIMARY KEY, email text NOT NULL)",
-        )
-        .execute(&mut conn)?;
-        diesel::sql_query(
-            "CREATE TABLE IF NOT EXISTS welcome_log (
-                 signup_id bigint PRIMARY KEY REFERENCES signups (id), job_id bigint NOT NULL)",
-        )
-        .execute(&mut conn)?;
+        conn.batch_execute(
+            "CREATE TABLE IF NOT EXISTS signups (id bigserial PRIMARY KEY, email text NOT NULL);
+             CREATE TABLE IF NOT EXISTS welcome_log (
+                 signup_id bigint PRIMARY KEY REFERENCES signups (id), job_id bigint NOT NULL);",
+        )?;
         Ok(conn)
     })
     .await??;
 
     // Your write and its job commit together, or neither does.
+    let enqueuer = Enqueuer::new(); // built once, kept in your application's state
     let job_id = conn.transaction(|conn| -> QueryResult<i64> {
         let signup_id: i64 = diesel::insert_into(signups::table)
             .values(signups::email.eq("ada@example.com"))
@@ -148,7 +146,7 @@ pub async fn run(database_url: &str) -> anyhow::Result<Report> {
         let options = JobOptions::default()
             .max_attempts(5)
             .ordering_key(format!("signup-{signup_id}"));
-        enqueue_job(conn, &args, &options)
+        enqueuer.enqueue(conn, &args, &options)
     })?;
     println!("enqueued {} job {job_id}", WelcomeMessage::KIND);
 
@@ -157,7 +155,7 @@ pub async fn run(database_url: &str) -> anyhow::Result<Report> {
     let kinds = workers.kinds().iter().map(|k| (*k).to_owned()).collect();
     let mut settings = RelaySettings::new("typed-job-example", kinds);
     settings.poll_interval = Duration::from_millis(100);
-    let pool = outbox_core::db::build_pool(database_url, 4, false);
+    let pool = outbox_core::db::build_pool(database_url, &Default::default());
     let relay = Relay::new(pool, database_url.to_owned(), settings, Arc::new(workers))?;
     let shutdown = CancellationToken::new();
     let running = tokio::spawn(relay.run_until_stopped(shutdown.clone()));
@@ -177,7 +175,7 @@ pub async fn run(database_url: &str) -> anyhow::Result<Report> {
         tokio::time::sleep(Duration::from_millis(50)).await;
     };
     shutdown.cancel();
-    running.await.context("the relay task")??;
+    running.await.context("the relay task")?;
 
     let welcomes: i64 = welcome_log::table
         .filter(welcome_log::job_id.eq(job_id))

@@ -4,8 +4,7 @@
 use diesel::pg::PgConnection;
 use diesel_migrations::{EmbeddedMigrations, embed_migrations};
 pub use outbox_core::db::{
-    DEFAULT_CHECKOUT_TIMEOUT, DbError, Failure, PgPool, PoolOptions, PooledPg, build_pool,
-    build_pool_with, establish, is_statement_timeout, redact_url, run_blocking,
+    DbError, Failure, PgPool, PoolOptions, build_pool, establish, run_blocking,
 };
 
 /// The service's migrations (`migrations/`): orders, their items, events and
@@ -17,10 +16,28 @@ pub const MIGRATIONS: EmbeddedMigrations = embed_migrations!("migrations");
 /// Applies the service's pending migrations, then the core's, under one
 /// advisory lock. Safe to call from many processes at once.
 pub fn run_migrations(conn: &mut PgConnection) -> anyhow::Result<()> {
-    outbox_core::db::run_migration_sets(conn, [MIGRATIONS, outbox_core::db::MIGRATIONS])
+    Ok(outbox_core::db::run_migration_sets(
+        conn,
+        [MIGRATIONS, outbox_core::db::MIGRATIONS],
+    )?)
 }
 
 /// Connects once and migrates; used at the start of `serve`, `relay` and `demo`.
 pub fn migrate_url(database_url: &str) -> anyhow::Result<()> {
     run_migrations(&mut establish(database_url)?)
+}
+
+/// A URL as logs and error messages may show it: any password replaced by
+/// `***`; an unparsable one not shown at all, since it may still hold a
+/// password. For database and SMTP URLs alike.
+pub fn redact_url(raw: &str) -> String {
+    match url::Url::parse(raw) {
+        Ok(mut parsed) => {
+            if parsed.password().is_some() {
+                let _ = parsed.set_password(Some("***"));
+            }
+            parsed.to_string()
+        }
+        Err(_) => "(unparsable URL, not shown)".to_owned(),
+    }
 }

@@ -16,6 +16,8 @@
 //! - [`effects`]: the job types (`ConfirmationEmail`, `ReceiptPdf`,
 //!   `OrderWebhook`, `Noop`), their workers, and what each effect does (email,
 //!   receipt PDF, signed webhook).
+//! - [`endpoints`]: the subscribers order events go to (`endpoints` table):
+//!   their URLs, secrets, event types and limits, checked at the edge.
 //! - [`api`]: the order HTTP API (axum), and the operator dashboard under `/admin`
 //!   (`api::admin`: templates in `templates/admin/`, its SQL in `src/api/admin/sql/`).
 //! - [`links`]: the signed, expiring receipt links written into emails.
@@ -31,13 +33,14 @@
 //! - [`trace_context`]: W3C trace context from a request's headers into the
 //!   enqueuing span (the core stores it with each job) and out to the effect's.
 //! - [`text`]: outside text shortened to one line for display.
+//! - [`shutdown`]: SIGTERM / SIGINT as a cancellation token.
 //! - [`cli`]: the `outbox-relay` subcommands.
 //! - Development tooling, behind the `dev-tools` feature (on by default):
 //!   `demo` (the whole system end to end with nothing to set up, and the local
 //!   SMTP and webhook sinks it and the tests use), `bench`, `private_pg` (a
 //!   throwaway PostgreSQL) and `scratch` (a throwaway database on a server).
 //! - Re-exported from the core: [`outbox`] (the jobs table), [`relay`] (the
-//!   worker pool), [`worker`] (typed jobs and workers), [`shutdown`].
+//!   worker pool), [`worker`] (typed jobs and workers).
 
 pub mod api;
 #[cfg(feature = "dev-tools")]
@@ -48,6 +51,7 @@ pub mod db;
 #[cfg(feature = "dev-tools")]
 pub mod demo;
 pub mod effects;
+pub mod endpoints;
 pub mod http_server;
 pub mod job_list;
 pub mod links;
@@ -58,10 +62,11 @@ pub mod private_pg;
 pub mod schema;
 #[cfg(feature = "dev-tools")]
 pub mod scratch;
+pub mod shutdown;
 pub mod telemetry;
 pub mod text;
 pub mod trace_context;
 
 /// The queue core this service is built on, whole.
 pub use outbox_core;
-pub use outbox_core::{outbox, relay, shutdown, worker};
+pub use outbox_core::{outbox, relay, worker};

@@ -97,6 +97,28 @@ diesel::table! {
     }
 }
 
+diesel::table! {
+    endpoints (id) {
+        id -> Int8,
+        name -> Text,
+        url -> Text,
+        event_types -> Nullable<Array<Text>>,
+        enabled -> Bool,
+        disabled_reason -> Nullable<Text>,
+        rate_limit -> Nullable<Float8>,
+        max_in_flight -> Int4,
+        secret -> Text,
+        previous_secret -> Nullable<Text>,
+        previous_secret_expires_at -> Nullable<Timestamptz>,
+        allow_http -> Bool,
+        failing_since -> Nullable<Timestamptz>,
+        stream -> Nullable<Text>,
+        subject_prefix -> Nullable<Text>,
+        created_at -> Timestamptz,
+        updated_at -> Timestamptz,
+    }
+}
+
 diesel::joinable!(order_items -> orders (order_id));
 diesel::joinable!(jobs -> orders (order_id));
 diesel::joinable!(jobs_all -> orders (order_id));
@@ -109,5 +131,6 @@ diesel::allow_tables_to_appear_in_same_query!(
     order_events,
     jobs,
     jobs_all,
-    receipts
+    receipts,
+    endpoints
 );

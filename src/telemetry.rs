@@ -130,7 +130,7 @@ pub fn metrics_handle() -> PrometheusHandle {
         .clone()
 }
 
-/// `# HELP` lines for every metric this crate emits; the list the README shows.
+/// `# HELP` lines for every metric this crate emits; the list docs/operations.md shows.
 fn describe_metrics() {
     use metrics::{Unit, describe_counter, describe_gauge, describe_histogram};
     describe_counter!(

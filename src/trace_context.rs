@@ -10,20 +10,24 @@ use std::collections::HashMap;
 
 use axum::http::{HeaderMap, HeaderName, HeaderValue};
 use opentelemetry::propagation::TextMapPropagator as _;
+use opentelemetry::trace::TraceContextExt as _;
 use opentelemetry_sdk::propagation::TraceContextPropagator;
 use tracing_opentelemetry::OpenTelemetrySpanExt as _;
-
-pub use outbox_core::trace_context::{
-    StoredContext, adopt, capture, continue_stored, current, record_trace_id,
-};
 
 /// Makes `span` (just created) a child of the caller's `traceparent` and
 /// `tracestate` headers when they hold a valid context, and records its
 /// `trace_id`. Without them, or with malformed ones, the span starts a trace.
+/// (The queue core does the same for a job's stored context.)
 pub fn continue_from_headers(span: &tracing::Span, headers: &HeaderMap) {
     let cx = TraceContextPropagator::new().extract(&opentelemetry_http::HeaderExtractor(headers));
-    adopt(span, cx);
-    record_trace_id(span);
+    if cx.span().span_context().is_valid() {
+        // Fails only for a span already entered or disabled; it stays a root.
+        let _ = span.set_parent(cx);
+    }
+    let span_context = span.context().span().span_context().clone();
+    if span_context.is_valid() {
+        span.record("trace_id", tracing::field::display(span_context.trace_id()));
+    }
 }
 
 /// `traceparent` (and `tracestate`) headers for an outgoing request made

@@ -9,7 +9,7 @@ use axum::http::{HeaderMap, header};
 use super::error::ApiError;
 use crate::orders::IdempotencyKey;
 
-/// Largest accepted body: over 64 KiB is 413 (the README, "The order API").
+/// Largest accepted body: over 64 KiB is 413 (docs/api.md).
 pub const MAX_BODY_BYTES: usize = 64 * 1024;
 
 pub const IDEMPOTENCY_KEY: &str = "idempotency-key";

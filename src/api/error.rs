@@ -11,7 +11,7 @@ use axum::http::{HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use serde::Serialize;
 
-use crate::db::{DbError, is_statement_timeout};
+use crate::db::DbError;
 use crate::orders::ValidationError;
 
 /// How long a client should wait before retrying a 503.
@@ -209,7 +209,7 @@ impl From<DbError> for ApiError {
     fn from(error: DbError) -> Self {
         // A statement cancelled by the API's statement_timeout was rolled back:
         // like an outage, it is worth retrying and wrote nothing.
-        if error.is_unavailable() || is_statement_timeout(&error) {
+        if error.is_unavailable() || error.is_statement_timeout() {
             ApiError::DatabaseUnavailable {
                 cause: error.to_string(),
             }

@@ -1,4 +1,4 @@
-//! The order HTTP API (the README, "The order API"), on axum.
+//! The order HTTP API (docs/api.md), on axum.
 //!
 //! - `orders`: `POST /orders`, `GET /orders/{id}`, `GET /orders/{id}/receipt.pdf`;
 //! - `receipt_link`: the signed customer link to a receipt, and its refusal page;
@@ -116,7 +116,7 @@ impl Default for ApiSettings {
 /// connection that died while idle), checkout bounded by `db_wait`,
 /// statements by `statement_timeout`.
 pub fn connect(database_url: &str, settings: &ApiSettings) -> PgPool {
-    db::build_pool_with(
+    db::build_pool(
         database_url,
         &PoolOptions {
             size: settings.pool_size,
@@ -133,7 +133,7 @@ fn router(pool: PgPool, settings: ApiSettings, waker: Waker) -> Router {
     // Installs the recorder before the first request records anything.
     let _ = metrics_handle();
     let state = state::AppState {
-        waker,
+        enqueuer: crate::effects::jobs::order_enqueuer().wake_after_commit(waker),
         db: state::Db::new(pool, settings.db_wait),
         queue_depth: Arc::new(QueueDepthGauge::new(settings.queue_depth_ttl)),
         settings: Arc::new(settings.clone()),

@@ -15,8 +15,8 @@ use super::receipt_link::{self, LinkCheck};
 use super::state::AppState;
 use crate::orders::{
     NewOrder, Order, OrderEvent, OrderJob, PlaceOrderError, Placement, Transition, TransitionError,
-    TransitionOutcome, load_order, load_order_events, load_order_jobs, place_order_waking,
-    transition_order_waking,
+    TransitionOutcome, load_order, load_order_events, load_order_jobs, place_order,
+    transition_order,
 };
 use crate::schema::receipts;
 
@@ -73,35 +73,38 @@ pub(crate) async fn place(
 
     let max_attempts = state.settings.max_attempts;
     let keyed = key.is_some();
-    let waker = state.waker.clone();
-    let (placement, view) = state
-        .db
-        .run(move |conn| {
-            let placed = place_order_waking(conn, &order, key.as_ref(), max_attempts, &waker)
-                .map_err(|e| match e {
-                    PlaceOrderError::IdempotencyConflict { .. } => ApiError::IdempotencyConflict,
-                    PlaceOrderError::Database(e) => ApiError::from(e),
+    let enqueuer = state.enqueuer.clone();
+    let (placement, view) =
+        state
+            .db
+            .run(move |conn| {
+                let placed = place_order(conn, &enqueuer, &order, key.as_ref(), max_attempts)
+                    .map_err(|e| match e {
+                        PlaceOrderError::IdempotencyConflict { .. } => {
+                            ApiError::IdempotencyConflict
+                        }
+                        PlaceOrderError::Database(e) => ApiError::from(e),
+                    })?;
+                let placement = placed.placement;
+                // A new order is answered with what the placement wrote: reading
+                // it back would double the round trips of every placement.
+                if let Some(created) = placed.created {
+                    let view = OrderView {
+                        order: created.order,
+                        jobs: created.jobs,
+                        events: created.events,
+                    };
+                    return Ok((placement, view));
+                }
+                let id = placement.order_id();
+                let view = load_view(conn, id)?.ok_or_else(|| {
+                    ApiError::Internal(anyhow::anyhow!(
+                        "order {id} vanished right after placing it"
+                    ))
                 })?;
-            let placement = placed.placement;
-            // A new order is answered with what the placement wrote: reading
-            // it back would double the round trips of every placement.
-            if let Some(created) = placed.created {
-                let view = OrderView {
-                    order: created.order,
-                    jobs: created.jobs,
-                    events: created.events,
-                };
-                return Ok((placement, view));
-            }
-            let id = placement.order_id();
-            let view = load_view(conn, id)?.ok_or_else(|| {
-                ApiError::Internal(anyhow::anyhow!(
-                    "order {id} vanished right after placing it"
-                ))
-            })?;
-            Ok((placement, view))
-        })
-        .await?;
+                Ok((placement, view))
+            })
+            .await?;
 
     let status = match placement {
         Placement::Created(id) => {
@@ -145,12 +148,12 @@ pub(crate) async fn transition(
     let transition = Transition::parse(&action, &value)?;
 
     let max_attempts = state.settings.max_attempts;
-    let waker = state.waker.clone();
+    let enqueuer = state.enqueuer.clone();
     let (outcome, view) = state
         .db
         .run(move |conn| {
             let outcome =
-                transition_order_waking(conn, id, &transition, key.as_ref(), max_attempts, &waker)
+                transition_order(conn, &enqueuer, id, &transition, key.as_ref(), max_attempts)
                     .map_err(|e| match e {
                         TransitionError::NotFound(_) => ApiError::OrderNotFound(raw),
                         TransitionError::Invalid {

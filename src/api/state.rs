@@ -9,7 +9,7 @@ use tokio::sync::Semaphore;
 use super::ApiSettings;
 use super::error::ApiError;
 use crate::db::{PgPool, run_blocking};
-use crate::outbox::Waker;
+use crate::outbox::Enqueuer;
 use crate::telemetry::QueueDepthGauge;
 
 #[derive(Debug, Clone)]
@@ -17,8 +17,9 @@ pub(crate) struct AppState {
     pub db: Db,
     pub settings: Arc<ApiSettings>,
     pub queue_depth: Arc<QueueDepthGauge>,
-    /// Wakes the relays after a placement or transition commits.
-    pub waker: Waker,
+    /// Writes the jobs of placements and transitions, and wakes the relays
+    /// once each has committed.
+    pub enqueuer: Enqueuer,
 }
 
 /// The pool behind a semaphore with one permit per connection.

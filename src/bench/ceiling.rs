@@ -12,7 +12,7 @@ use diesel::sql_types::{Array, BigInt};
 
 use super::report::DrainRun;
 use super::{BenchArgs, drain_seconds, enqueue_noops, stats};
-use crate::outbox::{ClaimPosition, ClaimRequest, claim_jobs, claim_jobs_after};
+use outbox_core::driver::{ClaimPosition, ClaimRequest, claim_jobs, claim_jobs_after};
 
 pub async fn measure(url: &str, args: &BenchArgs) -> anyhow::Result<DrainRun> {
     measure_at(url, args, args.batch).await

@@ -12,9 +12,11 @@ use tokio_util::sync::CancellationToken;
 
 use super::BenchArgs;
 use super::report::Latency;
+use crate::effects::Noop;
 use crate::effects::{BoxFuture, EffectResult, Executor, JobContext};
-use crate::outbox::{ClaimedJob, NewJob, enqueue};
+use crate::outbox::{Enqueuer, JobOptions};
 use crate::relay::{Relay, RelaySettings};
+use outbox_core::driver::ClaimedJob;
 
 /// Notes when each job's effect started.
 struct StartRecorder {
@@ -95,7 +97,7 @@ async fn reset(url: &str) -> anyhow::Result<()> {
     tokio::task::spawn_blocking(move || -> anyhow::Result<()> {
         let mut conn = PgConnection::establish(&url)?;
         diesel::sql_query("TRUNCATE jobs, jobs_done").execute(&mut conn)?;
-        crate::outbox::ensure_done_partitions(&mut conn)?;
+        outbox_core::driver::ensure_done_partitions(&mut conn)?;
         Ok(())
     })
     .await?
@@ -105,7 +107,7 @@ async fn reset(url: &str) -> anyhow::Result<()> {
 struct RecordingRelay {
     starts: Arc<Mutex<HashMap<i64, Instant>>>,
     stop: CancellationToken,
-    running: tokio::task::JoinHandle<anyhow::Result<()>>,
+    running: tokio::task::JoinHandle<()>,
 }
 
 impl RecordingRelay {
@@ -121,8 +123,10 @@ impl RecordingRelay {
         settings.batch_size = args.batch;
         let pool = crate::db::build_pool(
             url,
-            u32::try_from(settings.concurrency + 4).unwrap_or(20),
-            false,
+            &crate::db::PoolOptions {
+                size: u32::try_from(settings.concurrency + 4).unwrap_or(20),
+                ..crate::db::PoolOptions::default()
+            },
         );
         let relay = Relay::new(
             pool,
@@ -164,7 +168,7 @@ impl RecordingRelay {
             tokio::time::sleep(Duration::from_millis(10)).await;
         }
         self.stop.cancel();
-        self.running.await??;
+        self.running.await?;
 
         let starts = self.starts.lock().unwrap_or_else(|e| e.into_inner());
         let mut micros: Vec<u64> = committed
@@ -188,11 +192,13 @@ async fn take_samples(url: &str, args: &BenchArgs) -> anyhow::Result<Vec<(i64, I
         let mut conn = PgConnection::establish(&url)?;
         let progress = indicatif::ProgressBar::new(samples as u64);
         let mut committed = Vec::with_capacity(samples);
+        let enqueuer = Enqueuer::new();
         for i in 0..samples {
             let id = conn.transaction(|conn| {
-                enqueue(
+                enqueuer.enqueue(
                     conn,
-                    &NewJob::new("noop", serde_json::json!({ "sample": i })),
+                    &Noop(serde_json::json!({ "sample": i })),
+                    &JobOptions::default(),
                 )
             })?;
             committed.push((id, Instant::now()));

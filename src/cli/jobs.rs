@@ -14,8 +14,8 @@ mod reports;
 use std::time::Duration;
 
 use clap::{Args, Subcommand};
-use diesel::PgConnection;
 
+pub(super) use crate::cli::with_conn;
 use crate::config::{DatabaseArgs, parse_count, parse_positive_duration};
 use crate::outbox::JobStatus;
 use prune::prune;
@@ -187,20 +187,6 @@ pub async fn run(command: JobsCommand) -> anyhow::Result<()> {
         JobsCommand::Prune(args) => prune(args).await,
         JobsCommand::Blocked(args) => blocked(args).await,
     }
-}
-
-/// Runs `f` on a fresh connection, on a blocking thread.
-async fn with_conn<T, F>(db: &DatabaseArgs, f: F) -> anyhow::Result<T>
-where
-    F: FnOnce(&mut PgConnection) -> anyhow::Result<T> + Send + 'static,
-    T: Send + 'static,
-{
-    let url = db.database_url.clone();
-    tokio::task::spawn_blocking(move || {
-        let mut conn = crate::db::establish(&url)?;
-        f(&mut conn)
-    })
-    .await?
 }
 
 /// `1 job`, `2 jobs`.

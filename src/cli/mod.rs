@@ -1,5 +1,6 @@
-//! The `outbox-relay` command line: the subcommands of the README's "Configuration" and "Operations".
+//! The `outbox-relay` command line: the subcommands of the README's "Configuration" and of docs/operations.md.
 
+mod endpoints;
 mod jobs;
 mod relay;
 mod serve;
@@ -11,6 +12,7 @@ use clap::{CommandFactory as _, Parser, Subcommand};
 
 use crate::config::{ConfigError, DatabaseArgs, RelayArgs};
 
+pub use endpoints::EndpointsCommand;
 pub use jobs::JobsCommand;
 pub use serve::ServeArgs;
 
@@ -58,6 +60,15 @@ pub enum Command {
     Jobs {
         #[command(subcommand)]
         command: JobsCommand,
+    },
+    /// Manage the subscribers order events are delivered to: add, list, enable,
+    /// disable, remove, rotate-secret.
+    ///
+    /// Not yet wired to the relay: it still delivers order webhooks to
+    /// WEBHOOK_URL alone. Endpoints added here are checked and stored.
+    Endpoints {
+        #[command(subcommand)]
+        command: EndpointsCommand,
     },
     /// Run everything end to end with nothing to set up: a private PostgreSQL (unless
     /// DATABASE_URL is set), the API, a relay, local mail and webhook sinks, sample orders.
@@ -134,9 +145,25 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Bench { args } => crate::bench::run(*args).await,
         Command::Serve { db, args } => serve::run(db, args).await,
         Command::Jobs { command } => jobs::run(command).await,
+        Command::Endpoints { command } => endpoints::run(command).await,
         #[cfg(feature = "dev-tools")]
         Command::Demo { args } => crate::demo::run(*args).await,
     }
+}
+
+/// Runs `f` on a fresh connection of its own (an operator command needs no
+/// pool and runs no migrations), on a blocking thread.
+pub(crate) async fn with_conn<T, F>(db: &DatabaseArgs, f: F) -> anyhow::Result<T>
+where
+    F: FnOnce(&mut diesel::PgConnection) -> anyhow::Result<T> + Send + 'static,
+    T: Send + 'static,
+{
+    let url = db.database_url.clone();
+    tokio::task::spawn_blocking(move || {
+        let mut conn = crate::db::establish(&url)?;
+        f(&mut conn)
+    })
+    .await?
 }
 
 /// Prints clap's error, adding the environment variable a bad value came from,

@@ -64,7 +64,7 @@ pub async fn run(db_args: DatabaseArgs, args: RelayArgs) -> anyhow::Result<()> {
         |size| u32::try_from(size).unwrap_or(u32::MAX),
     );
     let timeouts = args.session_timeouts()?;
-    let pool = db::build_pool_with(
+    let pool = db::build_pool(
         &db_args.database_url,
         &db::PoolOptions {
             size: pool_size,
@@ -99,7 +99,7 @@ pub async fn run(db_args: DatabaseArgs, args: RelayArgs) -> anyhow::Result<()> {
         "serving /metrics, /healthz, /readyz and /livez"
     );
 
-    relay.run_until_stopped(shutdown.clone()).await?;
+    relay.run_until_stopped(shutdown.clone()).await;
     shutdown.cancel();
     let _ = metrics_server.await;
     Ok(())

@@ -59,6 +59,10 @@ pub struct EffectArgs {
     /// Total time for one webhook call (the connect timeout is 5s).
     #[arg(long, env = "WEBHOOK_TIMEOUT", default_value = "30s", value_parser = parse_positive_duration)]
     pub webhook_timeout: Duration,
+    /// Deliver webhooks to loopback, private and link-local addresses too; off,
+    /// a URL whose host is or resolves to one is refused at connect time.
+    #[arg(long, env = "WEBHOOK_ALLOW_PRIVATE", default_value_t = false, action = clap::ArgAction::Set, value_parser = clap::builder::BoolishValueParser::new())]
+    pub webhook_allow_private: bool,
     /// Base for links in emails.
     #[arg(long, env = "PUBLIC_BASE_URL", default_value = DEFAULT_PUBLIC_BASE_URL, value_parser = parse_http_url)]
     pub public_base_url: url::Url,
@@ -141,6 +145,7 @@ impl EffectArgs {
             url,
             secret,
             timeout: self.webhook_timeout,
+            allow_private: self.webhook_allow_private,
         }))
     }
 }
@@ -159,6 +164,7 @@ mod tests {
             webhook_url: parse_http_url("https://hooks.example.com/t/tok-abc123").ok(),
             webhook_secret: Some("whsec-hunter2".into()),
             webhook_timeout: DEFAULT_WEBHOOK_TIMEOUT,
+            webhook_allow_private: false,
             public_base_url: parse_http_url(DEFAULT_PUBLIC_BASE_URL).expect("default URL"),
         };
         let shown = format!("{args:?}");
@@ -207,12 +213,9 @@ mod tests {
 
     #[test]
     fn an_explicit_receipt_font_path_is_the_font_receipts_use() {
-        let path = crate::effects::receipt::DEFAULT_CJK_FONT_PATH;
+        let path = crate::effects::receipt::TEST_CJK_FONT;
         let args = relay_args(&["--receipt-font-path", path]).expect("parses");
-        let settings = args
-            .receipt
-            .settings(true)
-            .expect("fonts-noto-cjk is installed");
+        let settings = args.receipt.settings(true).expect("the test font loads");
         assert_eq!(
             settings.preload().expect("loaded"),
             Some(std::path::Path::new(path))

@@ -5,7 +5,7 @@ use std::str::FromStr;
 
 use chrono::{DateTime, Utc};
 use diesel::prelude::*;
-use outbox_core::outbox::{JobOptions, NewJob};
+use outbox_core::outbox::{Enqueuer, JobOptions, NewJob};
 use outbox_core::worker::JobArgs;
 use serde::{Deserialize, Serialize};
 
@@ -87,10 +87,17 @@ struct OrderJobRow<'a> {
     trace_context: Option<&'a serde_json::Value>,
 }
 
+/// The service's enqueuer: the queue's rows, with `order_id` written
+/// (`insert_order_jobs`); NOTIFY in the transaction. The API adds its
+/// waker to it ([`Enqueuer::wake_after_commit`]).
+pub fn order_enqueuer() -> Enqueuer {
+    Enqueuer::new().insert_with(insert_order_jobs)
+}
+
 /// The service's [`InsertJobs`](outbox_core::outbox::InsertJobs): the
 /// queue's rows with `order_id` set from each job's `order_id` argument,
 /// which every order job carries. One multi-row INSERT, as the queue's own.
-pub fn insert_order_jobs(conn: &mut PgConnection, new_jobs: &[NewJob]) -> QueryResult<Vec<i64>> {
+fn insert_order_jobs(conn: &mut PgConnection, new_jobs: &[NewJob]) -> QueryResult<Vec<i64>> {
     let rows: Vec<OrderJobRow<'_>> = new_jobs
         .iter()
         .map(|job| OrderJobRow {

@@ -19,8 +19,21 @@ pub mod webhook;
 pub mod workers;
 
 pub use jobs::{ConfirmationEmail, EffectKind, Noop, OrderWebhook, ReceiptPdf};
-pub use outbox_core::worker::{
-    BoxFuture, EffectError, EffectResult, Executor, JobArgs, JobContext, Worker, Workers,
-    error_chain,
-};
+pub use outbox_core::driver::{BoxFuture, Executor};
+pub use outbox_core::worker::{EffectError, EffectResult, JobArgs, JobContext, Worker, Workers};
 pub use workers::{EmailWorker, NoopWorker, ReceiptWorker, WebhookWorker, workers};
+
+/// An error and its sources on one line, each cause once (transport errors
+/// often repeat their source's text in their own).
+pub fn error_chain(error: &(dyn std::error::Error + 'static)) -> String {
+    let mut parts: Vec<String> = Vec::new();
+    let mut next = Some(error);
+    while let Some(e) = next {
+        let text = e.to_string();
+        if !parts.iter().any(|p| p.contains(&text)) {
+            parts.push(text);
+        }
+        next = e.source();
+    }
+    parts.join(": ")
+}

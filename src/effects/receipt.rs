@@ -18,6 +18,13 @@
 mod canvas;
 #[cfg(test)]
 mod fixtures;
+/// The subset of Noto Sans CJK that ships with the repository for the tests
+/// (`tests/fonts/`), so that they need no font installed on the machine.
+#[cfg(test)]
+pub(crate) const TEST_CJK_FONT: &str = concat!(
+    env!("CARGO_MANIFEST_DIR"),
+    "/tests/fonts/NotoSansCJK-Regular-subset.otf"
+);
 mod fonts;
 mod layout;
 mod pdf;

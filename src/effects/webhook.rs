@@ -21,6 +21,7 @@
 
 mod answer;
 mod body;
+pub mod guard;
 
 use std::fmt;
 use std::time::{Duration, SystemTime};
@@ -49,6 +50,10 @@ pub struct WebhookConfig {
     pub secret: String,
     /// Total time for one call: connect, send, and read the answer.
     pub timeout: Duration,
+    /// Deliver to loopback, private and link-local addresses too
+    /// (`WEBHOOK_ALLOW_PRIVATE`): for tests, the demo and receivers on the
+    /// relay's own network. Off, such addresses are refused at connect time.
+    pub allow_private: bool,
 }
 
 impl fmt::Debug for WebhookConfig {
@@ -57,6 +62,7 @@ impl fmt::Debug for WebhookConfig {
             .field("url", &redacted(&self.url))
             .field("secret", &"***")
             .field("timeout", &self.timeout)
+            .field("allow_private", &self.allow_private)
             .finish()
     }
 }
@@ -69,6 +75,7 @@ pub struct WebhookSender {
     /// Holds the keys, so it is never printed.
     secrets: Secrets,
     timeout: Duration,
+    allow_private: bool,
 }
 
 impl fmt::Debug for WebhookSender {
@@ -83,13 +90,17 @@ impl fmt::Debug for WebhookSender {
 impl WebhookSender {
     pub fn new(config: &WebhookConfig) -> anyhow::Result<WebhookSender> {
         ensure_crypto_provider();
-        let client = reqwest::Client::builder()
+        let mut builder = reqwest::Client::builder()
             .connect_timeout(CONNECT_TIMEOUT.min(config.timeout))
             .timeout(config.timeout)
             .user_agent(USER_AGENT)
             // Following a redirect would hand the signed order to wherever the
             // Location points; a moved receiver is a configuration change.
-            .redirect(reqwest::redirect::Policy::none())
+            .redirect(reqwest::redirect::Policy::none());
+        if !config.allow_private {
+            builder = builder.dns_resolver(guard::PublicOnlyResolver);
+        }
+        let client = builder
             .build()
             .context("cannot build the webhook HTTP client")?;
         let secrets = Secrets::parse(&config.secret).context("WEBHOOK_SECRET")?;
@@ -98,6 +109,7 @@ impl WebhookSender {
             url: config.url.clone(),
             secrets,
             timeout: config.timeout,
+            allow_private: config.allow_private,
         })
     }
 
@@ -112,6 +124,10 @@ impl WebhookSender {
         let body = event_body(order, event).map_err(|e| {
             EffectError::permanent(format!("order {} does not serialize: {e}", order.id))
         })?;
+        if !self.allow_private {
+            // reqwest resolves no literal address, so the resolver never sees it.
+            guard::check_literal_host(&self.url).map_err(EffectError::permanent)?;
+        }
         let id = idempotency_key(job_id);
         // This attempt's time, not the job's: receivers refuse stale timestamps.
         let timestamp = chrono::Utc::now().timestamp();
@@ -210,6 +226,7 @@ mod tests {
             url: url::Url::parse("https://hooks.example.com/t/SECRET-PATH-TOKEN?k=v").expect("url"),
             secret: "s3cr3t-signing-key".to_owned(),
             timeout: Duration::from_secs(30),
+            allow_private: false,
         }
     }
 

@@ -16,18 +16,13 @@ pub use domain::{
     CustomerEmail, DisplayText, MAX_ITEMS, MAX_QUANTITY, MAX_UNIT_PRICE, Money, NewOrder,
     NewOrderItem, Quantity, ValidationError,
 };
-pub use place::{
-    IdempotencyKey, PlaceOrderError, Placed, PlacedOrder, Placement, place_order,
-    place_order_waking,
-};
+pub use place::{IdempotencyKey, PlaceOrderError, Placed, PlacedOrder, Placement, place_order};
 pub use read::{
     Order, OrderEvent, OrderItem, OrderJob, load_event, load_order, load_order_events,
     load_order_jobs,
 };
 pub use status::OrderStatus;
-pub use transition::{
-    Transition, TransitionError, TransitionOutcome, transition_order, transition_order_waking,
-};
+pub use transition::{Transition, TransitionError, TransitionOutcome, transition_order};
 
 /// The ordering key of an order's webhooks: delivered one at a time, in event order.
 pub fn webhook_key(order_id: i64) -> String {

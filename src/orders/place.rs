@@ -8,11 +8,11 @@ use chrono::{DateTime, Utc};
 
 use super::domain::NewOrder;
 use super::read::{Order, OrderEvent, OrderItem, OrderJob};
-use super::transition::{event_email, event_webhook, record_event};
+use super::transition::{KeyAge, event_email, event_webhook, record_event};
 use super::{ORDER_JOB_KINDS, OrderStatus};
 use crate::effects::ReceiptPdf;
-use crate::effects::jobs::{insert_order_jobs, new_job};
-use crate::outbox::{self, JobOptions, JobStatus, NewJob};
+use crate::effects::jobs::new_job;
+use crate::outbox::{Enqueuer, JobOptions, JobStatus, NewJob};
 use crate::schema::{order_items, orders};
 
 /// A client-chosen key that makes `POST /orders` safe to retry.
@@ -53,7 +53,7 @@ impl Placement {
     }
 }
 
-/// What [`place_order_waking`] did, with the order it created as
+/// What [`place_order`] did, with the order it created as
 /// `GET /orders/{id}` shows it right after the commit: built from what the
 /// placement wrote, so the caller needs no second read to answer with it.
 #[derive(Debug, Clone)]
@@ -61,6 +61,13 @@ pub struct Placed {
     pub placement: Placement,
     /// `None` when the idempotency key found an earlier order.
     pub created: Option<PlacedOrder>,
+}
+
+impl Placed {
+    /// The order placed, or found under the idempotency key.
+    pub fn order_id(&self) -> i64 {
+        self.placement.order_id()
+    }
 }
 
 #[derive(Debug, Clone)]
@@ -99,49 +106,28 @@ struct ItemRow<'a> {
     unit_price_cents: i64,
 }
 
-/// Writes the order, its items and one job per effect in one transaction, and
-/// notifies the relay in that same transaction (PostgreSQL delivers the NOTIFY
-/// only on commit, so a relay never wakes for an order it cannot see yet).
+/// Writes the order, its items and one job per effect in one transaction;
+/// `enqueuer` (the service's, [`order_enqueuer`](crate::effects::jobs::order_enqueuer),
+/// with the API's waker in the API) writes the jobs and wakes the relays once
+/// the transaction commits, so a relay never wakes for an order it cannot see
+/// yet.
 ///
 /// With an idempotency key, a repeat of the same order returns
 /// [`Placement::Existing`]; the unique constraint on the key, not a prior check,
 /// decides who wins when requests race.
 pub fn place_order(
     conn: &mut PgConnection,
+    enqueuer: &Enqueuer,
     order: &NewOrder,
     key: Option<&IdempotencyKey>,
     max_attempts: i32,
-) -> Result<Placement, PlaceOrderError> {
-    place_order_in_transaction(conn, order, key, max_attempts, None).map(|p| p.placement)
-}
-
-/// [`place_order`] without a NOTIFY in the transaction: `waker` wakes the
-/// relays once it has committed. What the API does: a NOTIFY in every
-/// placement serialises all commits on PostgreSQL's notify lock
-/// ([`outbox::Waker`] says why and by how much).
-pub fn place_order_waking(
-    conn: &mut PgConnection,
-    order: &NewOrder,
-    key: Option<&IdempotencyKey>,
-    max_attempts: i32,
-    waker: &outbox::Waker,
-) -> Result<Placed, PlaceOrderError> {
-    place_order_in_transaction(conn, order, key, max_attempts, Some(waker))
-}
-
-fn place_order_in_transaction(
-    conn: &mut PgConnection,
-    order: &NewOrder,
-    key: Option<&IdempotencyKey>,
-    max_attempts: i32,
-    waker: Option<&outbox::Waker>,
 ) -> Result<Placed, PlaceOrderError> {
     // The parent of every job this order enqueues (NewJob takes the current
     // span's trace context), so its effects hang under the placement.
     let span = tracing::info_span!("place_order", order_id = tracing::field::Empty);
     let _entered = span.enter();
     let fingerprint = key.map(|_| fingerprint(order));
-    let placement = conn.transaction(|conn| {
+    let placement = enqueuer.transaction(conn, |conn| {
         let inserted: Option<(i64, DateTime<Utc>)> = diesel::insert_into(orders::table)
             .values(OrderRow {
                 customer_email: order.customer_email.as_str(),
@@ -207,7 +193,7 @@ fn place_order_in_transaction(
             None,
         )?;
         let jobs = vec![
-            event_email(order_id, event_id, max_attempts)?,
+            event_email(order_id, event_id, max_attempts, KeyAge::New)?,
             new_job(
                 &ReceiptPdf {
                     order_id,
@@ -215,19 +201,14 @@ fn place_order_in_transaction(
                 },
                 &JobOptions::default().max_attempts(max_attempts),
             )?,
-            event_webhook(order_id, event_id, max_attempts)?,
+            event_webhook(order_id, event_id, max_attempts, KeyAge::New)?,
         ];
         debug_assert!(
             jobs.iter()
                 .map(NewJob::kind)
                 .eq(ORDER_JOB_KINDS.iter().copied())
         );
-        // The keys are named after this order, which nobody else can see yet.
-        let job_ids =
-            outbox::enqueue_many_with_new_keys_unnotified_with(conn, &jobs, insert_order_jobs)?;
-        if waker.is_none() {
-            outbox::notify(conn, ORDER_JOB_KINDS.iter().copied())?;
-        }
+        let job_ids = enqueuer.enqueue_many(conn, &jobs)?;
         // Every default timestamp of this transaction is its start, now():
         // created_at of the order and the event, run_after of the jobs.
         let created = PlacedOrder {
@@ -279,9 +260,6 @@ fn place_order_in_transaction(
             created: Some(created),
         })
     })?;
-    if let (Some(waker), Placement::Created(_)) = (waker, &placement.placement) {
-        waker.wake(ORDER_JOB_KINDS.iter().copied());
-    }
     Ok(placement)
 }
 

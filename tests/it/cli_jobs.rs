@@ -1,6 +1,8 @@
 //! `outbox-relay jobs ...` as an operator runs it: the built binary against a
 //! real database.
 
+use crate::support::enqueue;
+use outbox_relay::effects::jobs::order_enqueuer;
 use std::process::{Command, Output};
 
 use diesel::prelude::*;
@@ -47,7 +49,7 @@ fn assert_ok(output: &Output) {
 fn seed_orders(conn: &mut PgConnection, n: usize) -> Vec<(i64, Vec<i64>)> {
     (0..n)
         .map(|_| {
-            let order_id = place_order(conn, &sample_order(), None, 8)
+            let order_id = place_order(conn, &order_enqueuer(), &sample_order(), None, 8)
                 .expect("place order")
                 .order_id();
             let ids = jobs::table
@@ -350,7 +352,7 @@ fn cancel_gives_up_on_pending_and_failed_jobs_and_refuses_the_rest() {
 
 #[test]
 fn cancelling_a_failed_head_releases_the_next_job_of_its_key() {
-    use outbox_relay::outbox::{NewJob, enqueue};
+    use outbox_relay::outbox::NewJob;
     let db = TestDb::new();
     let mut conn = db.conn();
     let job = |n: i32| NewJob::new("noop", serde_json::json!({ "n": n })).ordering_key("k-1");

@@ -1,5 +1,6 @@
 //! confirmation_email end to end: a real relay, lettre, and an SMTP server on port 0.
 
+use outbox_relay::effects::jobs::order_enqueuer;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -30,7 +31,7 @@ fn mailer_for(smtp_url: String) -> Mailer {
 /// Places one order; returns its id and the id of its confirmation_email job.
 fn place(conn: &mut PgConnection, name: &str, max_attempts: i32) -> (i64, i64) {
     let order = NewOrder::parse(&order_json(name)).expect("valid order");
-    let order_id = place_order(conn, &order, None, max_attempts)
+    let order_id = place_order(conn, &order_enqueuer(), &order, None, max_attempts)
         .expect("place order")
         .order_id();
     let job_id = jobs_all::table
@@ -352,7 +353,7 @@ async fn a_japanese_order_is_mailed_as_utf8_in_both_parts_and_an_encoded_to_head
         ]
     }))
     .expect("valid order");
-    place_order(&mut conn, &order, None, 8).expect("place order");
+    place_order(&mut conn, &order_enqueuer(), &order, None, 8).expect("place order");
 
     let relay = email_relay(&db, mailer_for(sink.url()));
     wait_until("the confirmation is sent", Duration::from_secs(20), || {

@@ -3,6 +3,7 @@
 //!
 //! `RECEIPT_SAMPLE_DIR=/some/dir` keeps the PDFs this file renders, for a look.
 
+use outbox_relay::effects::jobs::order_enqueuer;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
@@ -15,12 +16,13 @@ use outbox_relay::schema::{jobs, jobs_all, receipts};
 use tokio_util::sync::CancellationToken;
 
 use crate::support::{
-    TestDb, count, executor, init_tracing, order_json, spawn_relay, test_settings, wait_until,
+    TestDb, count, executor, init_tracing, order_json, spawn_relay, test_cjk_font, test_settings,
+    wait_until,
 };
 
 fn place(conn: &mut PgConnection, body: &serde_json::Value) -> (i64, i64) {
     let order = NewOrder::parse(body).expect("valid order");
-    let order_id = place_order(conn, &order, None, 8)
+    let order_id = place_order(conn, &order_enqueuer(), &order, None, 8)
         .expect("place order")
         .order_id();
     let job_id = jobs_all::table
@@ -46,6 +48,7 @@ fn text_of(pdf: &[u8]) -> String {
 
 fn keep_sample(name: &str, pdf: &[u8]) {
     if let Some(dir) = std::env::var_os("RECEIPT_SAMPLE_DIR") {
+        std::fs::create_dir_all(&dir).expect("create RECEIPT_SAMPLE_DIR");
         let path = std::path::Path::new(&dir).join(name);
         std::fs::write(&path, pdf).expect("write sample receipt");
         eprintln!("kept {}", path.display());
@@ -219,8 +222,8 @@ async fn a_retried_or_rerun_receipt_job_never_stores_a_second_receipt() {
     assert!(text_of(&after[0].1).contains("Zoë Ångström"));
 }
 
-/// Needs a CJK font: Debian's fonts-noto-cjk at the default path (CI and the
-/// Docker image install it).
+/// Set in the subset of Noto Sans CJK that ships with the tests
+/// (`tests/fonts/`), given as `RECEIPT_FONT_PATH` would be.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn japanese_chinese_and_korean_names_and_items_are_printed_not_boxes() {
     init_tracing();
@@ -272,7 +275,7 @@ async fn japanese_chinese_and_korean_names_and_items_are_printed_not_boxes() {
         db.pool(4),
         None,
         None,
-        ReceiptSettings::default(),
+        ReceiptSettings::with_cjk_font(&test_cjk_font()).expect("the test CJK font"),
     ));
     let relay = spawn_relay(&db, test_settings("receipts", &["receipt_pdf"]), effects);
     wait_until("three receipts rendered", Duration::from_secs(60), || {
@@ -306,7 +309,7 @@ async fn japanese_chinese_and_korean_names_and_items_are_printed_not_boxes() {
             assert!(
                 text.contains(expected),
                 "order {order_id}: {expected:?} not in:\n{text}\n\
-                 (is fonts-noto-cjk installed, or RECEIPT_FONT_PATH set?)"
+                 (does tests/fonts/ hold every character the test prints?)"
             );
         }
     }

@@ -13,6 +13,7 @@ mod demo;
 mod effects_email;
 mod effects_receipt;
 mod effects_webhook;
+mod endpoints;
 mod faults;
 mod front_door;
 mod metrics;

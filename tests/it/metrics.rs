@@ -1,8 +1,10 @@
 //! Prometheus metrics: scraped over HTTP, seen moving when requests and jobs happen.
 
+use crate::support::enqueue;
+use outbox_relay::effects::jobs::order_enqueuer;
 use std::time::Duration;
 
-use outbox_relay::outbox::{NewJob, QueueDepth, enqueue, queue_depth};
+use outbox_relay::outbox::{NewJob, QueueDepth, queue_depth};
 use reqwest::StatusCode;
 
 use crate::support::app::{http_client, spawn_app};
@@ -130,7 +132,8 @@ async fn the_relays_metrics_endpoint_serves_queue_depth_and_health() {
     let _gauge = GAUGE.lock().await;
     let db = TestDb::new();
     let mut conn = db.conn();
-    outbox_relay::orders::place_order(&mut conn, &sample_order(), None, 8).expect("place");
+    outbox_relay::orders::place_order(&mut conn, &order_enqueuer(), &sample_order(), None, 8)
+        .expect("place");
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
         .await
         .expect("bind");
@@ -189,7 +192,8 @@ fn queue_depth_counts_jobs_by_status() {
     let mut conn = db.conn();
     assert_eq!(queue_depth(&mut conn), Ok(QueueDepth::default()));
     for _ in 0..2 {
-        outbox_relay::orders::place_order(&mut conn, &sample_order(), None, 8).expect("place");
+        outbox_relay::orders::place_order(&mut conn, &order_enqueuer(), &sample_order(), None, 8)
+            .expect("place");
     }
     use diesel::RunQueryDsl as _;
     crate::support::make_done(&mut conn, "kind = 'receipt_pdf'", "now()");
@@ -229,7 +233,8 @@ fn queue_depth_counts_done_jobs_from_the_archives_statistics_not_its_rows() {
         .execute(&mut conn)
         .expect("partitions");
     for _ in 0..3 {
-        outbox_relay::orders::place_order(&mut conn, &sample_order(), None, 8).expect("place");
+        outbox_relay::orders::place_order(&mut conn, &order_enqueuer(), &sample_order(), None, 8)
+            .expect("place");
     }
     // Done on three different days and in the default partition (40 days ago
     // has none): every partition's counter is summed.

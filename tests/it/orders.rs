@@ -1,10 +1,12 @@
 //! Placing orders: one transaction for the order, its items and its jobs.
 
+use crate::support::enqueue;
 use diesel::prelude::*;
+use outbox_relay::effects::jobs::order_enqueuer;
 use outbox_relay::orders::{
     IdempotencyKey, PlaceOrderError, Placement, load_order, load_order_jobs, place_order,
 };
-use outbox_relay::outbox::{NewJob, enqueue};
+use outbox_relay::outbox::NewJob;
 use outbox_relay::schema::{jobs_all, order_items, orders};
 
 use crate::support::{TestDb, order_json, sample_order};
@@ -14,7 +16,9 @@ fn placing_an_order_writes_the_order_its_items_and_three_jobs_together() {
     let db = TestDb::new();
     let mut conn = db.conn();
 
-    let placed = place_order(&mut conn, &sample_order(), None, 5).expect("placed");
+    let placed = place_order(&mut conn, &order_enqueuer(), &sample_order(), None, 5)
+        .expect("placed")
+        .placement;
 
     let Placement::Created(order_id) = placed else {
         panic!("expected a new order, got {placed:?}")
@@ -64,6 +68,7 @@ fn a_failure_after_the_order_insert_leaves_nothing_behind() {
 
     let result = outbox_relay::orders::place_order(
         &mut conn,
+        &order_enqueuer(),
         &sample_order(),
         None,
         outbox_relay::outbox::DEFAULT_MAX_ATTEMPTS,
@@ -132,10 +137,14 @@ fn the_same_idempotency_key_returns_the_same_order_and_a_different_body_conflict
     let mut conn = db.conn();
     let key = IdempotencyKey::parse("order-abc-1").expect("valid key");
 
-    let first = place_order(&mut conn, &sample_order(), Some(&key), 8).expect("first");
-    let again = place_order(&mut conn, &sample_order(), Some(&key), 8).expect("again");
+    let first = place_order(&mut conn, &order_enqueuer(), &sample_order(), Some(&key), 8)
+        .expect("first")
+        .placement;
+    let again = place_order(&mut conn, &order_enqueuer(), &sample_order(), Some(&key), 8)
+        .expect("again")
+        .placement;
     let other = outbox_relay::orders::NewOrder::parse(&order_json("Someone Else")).expect("valid");
-    let conflict = place_order(&mut conn, &other, Some(&key), 8);
+    let conflict = place_order(&mut conn, &order_enqueuer(), &other, Some(&key), 8);
 
     let Placement::Created(id) = first else {
         panic!("{first:?}")

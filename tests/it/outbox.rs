@@ -1,14 +1,16 @@
 //! The queue statements on their own: claim, fencing, reaping, release, admin.
 
+use crate::support::enqueue_many;
 use std::collections::HashSet;
 use std::time::Duration;
 
 use diesel::prelude::*;
 use diesel::sql_types::Text;
 use outbox_relay::effects::receipt::store_receipt;
-use outbox_relay::outbox::{
-    ClaimRequest, Finish, JobLease, NewJob, Outcome, ReapRequest, claim_jobs, enqueue_many,
-    extend_leases, finish_jobs, reap_expired_leases, release_jobs,
+use outbox_relay::outbox::NewJob;
+use outbox_relay::outbox_core::driver::{
+    ClaimRequest, Finish, JobLease, Outcome, ReapRequest, claim_jobs, extend_leases, finish_jobs,
+    reap_expired_leases, release_jobs,
 };
 use outbox_relay::schema::jobs_all;
 
@@ -26,7 +28,7 @@ fn claim(
     worker: &str,
     limit: i64,
     lease: Duration,
-) -> Vec<outbox_relay::outbox::ClaimedJob> {
+) -> Vec<outbox_relay::outbox_core::driver::ClaimedJob> {
     let kinds = vec!["noop".to_owned()];
     claim_jobs(
         conn,
@@ -676,7 +678,7 @@ fn an_error_with_nul_bytes_control_characters_and_100_kb_is_stored_cleaned() {
         "{}",
         &stored[..60]
     );
-    assert!(stored.len() <= outbox_relay::outbox::text::MAX_ERROR_BYTES);
+    assert!(stored.len() <= outbox_relay::outbox_core::driver::MAX_ERROR_BYTES);
     assert!(stored.ends_with("more bytes]"));
 }
 
@@ -745,7 +747,9 @@ fn under_a_pinned_horizon_a_claim_from_the_cursor_skips_the_dead_prefix() {
     let mut finished = 0;
     while finished < 20_000 {
         let jobs = match cursor {
-            Some(after) => outbox_relay::outbox::claim_jobs_after(&mut conn, &request, after),
+            Some(after) => {
+                outbox_relay::outbox_core::driver::claim_jobs_after(&mut conn, &request, after)
+            }
             None => claim_jobs(&mut conn, &request),
         }
         .expect("claim");
@@ -779,7 +783,7 @@ fn under_a_pinned_horizon_a_claim_from_the_cursor_skips_the_dead_prefix() {
         "a claim from the cursor should read about what an unpinned claim reads: {from_cursor} vs {unpinned}"
     );
     // Both still claim the right jobs: the oldest 16 left.
-    let next = outbox_relay::outbox::claim_jobs_after(
+    let next = outbox_relay::outbox_core::driver::claim_jobs_after(
         &mut conn,
         &ClaimRequest {
             limit: 16,

@@ -1,6 +1,7 @@
 //! The relay end to end in-process: exactly once under concurrency, retries,
 //! leases, heartbeats, shutdown and wake-ups.
 
+use crate::support::{enqueue, enqueue_many};
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
@@ -8,7 +9,8 @@ use std::time::{Duration, Instant};
 
 use diesel::prelude::*;
 use outbox_relay::effects::{self, EffectError, receipt::ReceiptSettings};
-use outbox_relay::outbox::{ClaimRequest, NewJob, claim_jobs, enqueue, enqueue_many};
+use outbox_relay::outbox::NewJob;
+use outbox_relay::outbox_core::driver::{ClaimRequest, claim_jobs};
 use outbox_relay::relay::RelayStats;
 use outbox_relay::schema::jobs_all;
 

@@ -1,6 +1,7 @@
 //! Retention of done jobs: the daily partitions of `jobs_done`, what
 //! `jobs_done_ensure_partitions` makes and what `prune_done_jobs` drops.
 
+use outbox_relay::effects::jobs::order_enqueuer;
 use std::time::Duration;
 
 use diesel::prelude::*;
@@ -67,7 +68,7 @@ fn ensure_partitions_since(conn: &mut PgConnection, days_ago: i32) {
 /// Places one order and returns its three job ids.
 fn three_jobs(conn: &mut PgConnection) -> [i64; 3] {
     use outbox_relay::schema::jobs;
-    let order_id = place_order(conn, &sample_order(), None, 8)
+    let order_id = place_order(conn, &order_enqueuer(), &sample_order(), None, 8)
         .expect("place order")
         .order_id();
     let ids: Vec<i64> = jobs::table

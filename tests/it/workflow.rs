@@ -3,12 +3,13 @@
 //! time in enqueue order, a failed head blocks only its key, and blocked jobs
 //! cost the claim nothing.
 
+use crate::support::enqueue_many;
 use std::time::Duration;
 
 use diesel::prelude::*;
-use outbox_relay::outbox::{
-    ClaimRequest, ClaimedJob, Finish, NewJob, Outcome, blocked_keys, claim_jobs, enqueue_many,
-    finish_jobs, release_stranded_keys,
+use outbox_relay::outbox::{NewJob, blocked_keys};
+use outbox_relay::outbox_core::driver::{
+    ClaimRequest, ClaimedJob, Finish, Outcome, claim_jobs, finish_jobs, release_stranded_keys,
 };
 use outbox_relay::schema::{jobs_all, order_events};
 use reqwest::StatusCode;

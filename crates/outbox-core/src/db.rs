@@ -7,21 +7,17 @@
 
 use std::time::Duration;
 
-use anyhow::Context as _;
 use diesel::pg::PgConnection;
-use diesel::r2d2::{ConnectionManager, Pool, PooledConnection};
+use diesel::r2d2::{ConnectionManager, Pool};
 use diesel::sql_types::BigInt;
 use diesel::{RunQueryDsl, sql_query};
 use diesel_migrations::{EmbeddedMigrations, MigrationHarness, embed_migrations};
 
-/// An r2d2 pool of Diesel PostgreSQL connections, as [`build_pool`] and
-/// [`build_pool_with`] build it. Cheap to clone (clones share the pool), and
+/// An r2d2 pool of Diesel PostgreSQL connections, as [`build_pool`] builds
+/// it. Cheap to clone (clones share the pool), and
 /// safe to share between threads and tasks. Its connections are blocking:
 /// use them from async code only through [`run_blocking`].
 pub type PgPool = Pool<ConnectionManager<PgConnection>>;
-/// A connection checked out of a [`PgPool`]; it goes back to the pool when
-/// dropped (or is discarded, if Diesel marked it broken).
-pub type PooledPg = PooledConnection<ConnectionManager<PgConnection>>;
 
 /// The queue's migrations (this crate's `migrations/`), embedded.
 pub const MIGRATIONS: EmbeddedMigrations = embed_migrations!("migrations");
@@ -32,7 +28,7 @@ const MIGRATION_LOCK_KEY: i64 = 0x6f75_7462_6f78; // "outbox"
 
 /// How long a caller waits for a pooled connection before the request fails
 /// (the API turns that into a 503 instead of hanging).
-pub const DEFAULT_CHECKOUT_TIMEOUT: Duration = Duration::from_secs(5);
+pub(crate) const DEFAULT_CHECKOUT_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// Errors from getting a connection or running a query.
 #[derive(Debug, thiserror::Error)]
@@ -74,7 +70,7 @@ impl DbError {
     /// How to treat this failure. Diesel keeps the SQLSTATE to itself except
     /// for a few kinds it maps (connection failures, 40001), so the timeouts
     /// and the deadlock are recognised by the server's message, which is stable
-    /// for PostgreSQL's default English `lc_messages` (see [`is_statement_timeout`]).
+    /// for PostgreSQL's default English `lc_messages` (see [`DbError::is_statement_timeout`]).
     pub fn failure(&self) -> Failure {
         use diesel::result::DatabaseErrorKind as Kind;
         if self.is_unavailable() {
@@ -95,6 +91,19 @@ impl DbError {
         }
     }
 
+    /// True when this is PostgreSQL cancelling a statement that ran past
+    /// `statement_timeout` (SQLSTATE 57014). Diesel 2.3 does not expose the
+    /// SQLSTATE of this error (its `DatabaseErrorKind` maps only a few codes
+    /// and the error information is private), so this reads the server's
+    /// message.
+    pub fn is_statement_timeout(&self) -> bool {
+        matches!(
+            self,
+            DbError::Query(diesel::result::Error::DatabaseError(_, info))
+                if info.message().contains("statement timeout")
+        )
+    }
+
     /// True when the database itself could not be reached (as opposed to a query
     /// that was rejected), i.e. when the caller should answer 503 or retry later.
     pub fn is_unavailable(&self) -> bool {
@@ -110,38 +119,21 @@ impl DbError {
     }
 }
 
-/// Builds a pool of `size` connections. Connections are opened lazily, so a pool
-/// can be built while the database is still starting; `min_idle(0)` keeps a
-/// restart of PostgreSQL from leaving the pool full of dead connections.
-///
-/// `validate_on_checkout` pings each connection before handing it out. The API
-/// wants that (a request should not fail on a connection that died while idle);
-/// the relay does not, since a ping would double the round trips of its hot loop
-/// and a failed claim is simply retried (Diesel marks the broken connection and
-/// r2d2 drops it).
-pub fn build_pool(database_url: &str, size: u32, validate_on_checkout: bool) -> PgPool {
-    build_pool_with(
-        database_url,
-        &PoolOptions {
-            size,
-            validate_on_checkout,
-            ..PoolOptions::default()
-        },
-    )
-}
-
-/// What [`build_pool_with`] builds.
+/// What [`build_pool`] builds.
 #[derive(Debug, Clone)]
 pub struct PoolOptions {
     /// Most connections the pool holds (at least 1; 0 is taken as 1).
     /// Opened on demand, none kept idle. Default 10.
     pub size: u32,
-    /// Ping each connection before handing it out (see [`build_pool`] for
-    /// who wants it). Default `false`.
+    /// Ping each connection before handing it out. An API wants that (a
+    /// request should not fail on a connection that died while idle); a relay
+    /// does not, since a ping would double the round trips of its hot loop
+    /// and a failed claim is simply retried (Diesel marks the broken
+    /// connection and r2d2 drops it). Default `false`.
     pub validate_on_checkout: bool,
     /// How long a checkout waits for a connection (including opening one)
     /// before it fails with [`DbError::Unavailable`]. Default
-    /// [`DEFAULT_CHECKOUT_TIMEOUT`]; at least 1 ms.
+    /// 5 s; at least 1 ms.
     pub checkout_timeout: Duration,
     /// `statement_timeout` set on every connection the pool opens; `None`
     /// leaves the server's default. A bound here keeps a query stuck behind a
@@ -171,10 +163,12 @@ impl Default for PoolOptions {
     }
 }
 
-/// [`build_pool`] with every knob. Builds without connecting (no error if
-/// the database is not up yet); each new connection runs the `SET`s of the
-/// timeouts given once, before its first checkout.
-pub fn build_pool_with(database_url: &str, options: &PoolOptions) -> PgPool {
+/// Builds a pool as `options` say. Builds without connecting (no error if the
+/// database is not up yet): connections are opened lazily, and `min_idle(0)`
+/// keeps a restart of PostgreSQL from leaving the pool full of dead ones.
+/// Each new connection runs the `SET`s of the timeouts given once, before its
+/// first checkout.
+pub fn build_pool(database_url: &str, options: &PoolOptions) -> PgPool {
     let manager = ConnectionManager::<PgConnection>::new(database_url);
     let mut builder = Pool::builder()
         .max_size(options.size.max(1))
@@ -220,23 +214,37 @@ const TRANSIENT_MESSAGES: [&str; 3] = [
     "deadlock detected",
 ];
 
-/// True when `error` is PostgreSQL cancelling a statement that ran past
-/// `statement_timeout` (SQLSTATE 57014). Diesel 2.3 does not expose the
-/// SQLSTATE of this error (its `DatabaseErrorKind` maps only a few codes and
-/// the error information is private), so this reads the server's message.
-pub fn is_statement_timeout(error: &DbError) -> bool {
-    matches!(
-        error,
-        DbError::Query(diesel::result::Error::DatabaseError(_, info))
-            if info.message().contains("statement timeout")
-    )
+/// Why [`establish`] could not connect, or a migration could not run.
+#[derive(Debug, thiserror::Error)]
+pub enum SetupError {
+    /// The database did not accept a connection; `url` has its password hidden.
+    #[error("connecting to {url}")]
+    Connect {
+        /// The URL, its password replaced by `***`.
+        url: String,
+        /// Diesel's reason.
+        #[source]
+        source: diesel::ConnectionError,
+    },
+    /// Taking or releasing the migration lock failed.
+    #[error("{step} the migration lock")]
+    Lock {
+        /// `"taking"` or `"releasing"`.
+        step: &'static str,
+        /// The database's reason.
+        #[source]
+        source: diesel::result::Error,
+    },
+    /// A migration failed; it was rolled back.
+    #[error("running migrations")]
+    Migrate(#[source] Box<dyn std::error::Error + Send + Sync>),
 }
 
 /// Applies this crate's pending migrations (the queue's tables) under an
 /// advisory lock. Safe to call from many processes at once: the second
 /// waits, then finds nothing to do. An application with migrations of its
 /// own runs them with these through [`run_migration_sets`].
-pub fn run_migrations(conn: &mut PgConnection) -> anyhow::Result<()> {
+pub fn run_migrations(conn: &mut PgConnection) -> Result<(), SetupError> {
     run_migration_sets(conn, [MIGRATIONS])
 }
 
@@ -246,11 +254,14 @@ pub fn run_migrations(conn: &mut PgConnection) -> anyhow::Result<()> {
 pub fn run_migration_sets(
     conn: &mut PgConnection,
     sets: impl IntoIterator<Item = EmbeddedMigrations>,
-) -> anyhow::Result<()> {
+) -> Result<(), SetupError> {
     sql_query("SELECT pg_advisory_lock($1)")
         .bind::<BigInt, _>(MIGRATION_LOCK_KEY)
         .execute(conn)
-        .context("taking the migration lock")?;
+        .map_err(|source| SetupError::Lock {
+            step: "taking",
+            source,
+        })?;
     let result = sets.into_iter().try_for_each(|set| {
         conn.run_pending_migrations(set)
             .map(|applied| {
@@ -258,25 +269,25 @@ pub fn run_migration_sets(
                     tracing::info!(%version, "applied migration");
                 }
             })
-            .map_err(|e| anyhow::anyhow!("running migrations: {e}"))
+            .map_err(SetupError::Migrate)
     });
     sql_query("SELECT pg_advisory_unlock($1)")
         .bind::<BigInt, _>(MIGRATION_LOCK_KEY)
         .execute(conn)
-        .context("releasing the migration lock")?;
+        .map_err(|source| SetupError::Lock {
+            step: "releasing",
+            source,
+        })?;
     result
 }
 
 /// One connection, with an error that names the database (password hidden).
-pub fn establish(database_url: &str) -> anyhow::Result<PgConnection> {
+pub fn establish(database_url: &str) -> Result<PgConnection, SetupError> {
     use diesel::Connection as _;
-    PgConnection::establish(database_url)
-        .with_context(|| format!("connecting to {}", redact_url(database_url)))
-}
-
-/// Connects once and applies this crate's migrations.
-pub fn migrate_url(database_url: &str) -> anyhow::Result<()> {
-    run_migrations(&mut establish(database_url)?)
+    PgConnection::establish(database_url).map_err(|source| SetupError::Connect {
+        url: redact_url(database_url),
+        source,
+    })
 }
 
 /// Runs `f` with a pooled connection on tokio's blocking thread pool, inside
@@ -305,7 +316,7 @@ where
 /// A URL as logs and error messages may show it: any password replaced by
 /// `***`; an unparsable one not shown at all, since it may still hold a
 /// password. For database and SMTP URLs alike.
-pub fn redact_url(raw: &str) -> String {
+pub(crate) fn redact_url(raw: &str) -> String {
     match url::Url::parse(raw) {
         Ok(mut parsed) => {
             if parsed.password().is_some() {

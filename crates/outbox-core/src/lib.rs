@@ -1,6 +1,6 @@
 //! outbox-core: a transactional outbox and job queue on PostgreSQL.
 //!
-//! Enqueue a job inside your own Diesel transaction ([`outbox::enqueue_job`]):
+//! Enqueue a job inside your own Diesel transaction ([`outbox::Enqueuer`]):
 //! it commits or vanishes with your writes. A [`relay::Relay`] claims due jobs
 //! with `FOR UPDATE SKIP LOCKED`, hands each to the [`worker::Worker`]
 //! registered for its kind, and records the outcome with a fenced update, so a
@@ -18,27 +18,29 @@
 //!
 //! - [`worker`]: typed job arguments, workers, the registry that routes a
 //!   claimed job to its worker, and the error classes.
-//! - [`outbox`]: the jobs table: enqueue, claim, finish (fenced), heartbeat,
-//!   reap, ordering keys, the archive of done jobs, operator actions (retry,
-//!   cancel, prune, stats). Its SQL lives in `src/outbox/sql/`, one statement
-//!   a file.
+//! - [`outbox`]: the jobs table: enqueue, the job's status, operator actions
+//!   (retry, cancel, blocked keys, prune, stats). Its SQL lives in
+//!   `src/outbox/sql/`, one statement a file.
+//! - [`driver`]: the relay's own statements (claim, finish, heartbeat, reap),
+//!   public for benchmarks and tests of one statement; not for applications.
 //! - [`relay`]: the worker pool: producer, executor, completer, heartbeat,
 //!   reaper, LISTEN/NOTIFY wake-ups (over TLS too), graceful shutdown, and the
 //!   retry policy.
 //! - [`db`]: the r2d2 pool, this crate's embedded migrations, running Diesel
 //!   off the async threads, and what a database error means for a retry.
 //! - [`schema`]: the Diesel tables of the queue.
-//! - [`trace_context`]: W3C trace context stored with a job and continued by
-//!   the relay's span for it.
-//! - [`shutdown`]: SIGTERM / SIGINT as a cancellation token.
+//!
+//! Every enqueue stores the W3C trace context of the current span with its
+//! job (when the subscriber has `tracing-opentelemetry`'s layer), and the
+//! relay's span for the job continues it (`src/trace_context.rs`).
 #![warn(missing_docs)]
 
 pub mod db;
+pub mod driver;
 pub mod outbox;
 pub mod relay;
 // Diesel's `table!` generates items it cannot document.
 #[allow(missing_docs)]
 pub mod schema;
-pub mod shutdown;
-pub mod trace_context;
+mod trace_context;
 pub mod worker;

@@ -14,11 +14,11 @@ use opentelemetry_sdk::propagation::TraceContextPropagator;
 use tracing_opentelemetry::OpenTelemetrySpanExt as _;
 
 /// The stored form: `{"traceparent": "00-…-…-01", "tracestate": "…"}`.
-pub type StoredContext = serde_json::Value;
+pub(crate) type StoredContext = serde_json::Value;
 
 /// The context of `span`, as stored in `jobs.trace_context`; `None` when the
 /// span carries none (disabled, or no OpenTelemetry layer).
-pub fn capture(span: &tracing::Span) -> Option<StoredContext> {
+pub(crate) fn capture(span: &tracing::Span) -> Option<StoredContext> {
     let cx = span.context();
     if !cx.span().span_context().is_valid() {
         return None;
@@ -29,14 +29,14 @@ pub fn capture(span: &tracing::Span) -> Option<StoredContext> {
 }
 
 /// [`capture`] of the current span.
-pub fn current() -> Option<StoredContext> {
+pub(crate) fn current() -> Option<StoredContext> {
     capture(&tracing::Span::current())
 }
 
 /// Makes `span` (just created, not yet entered) a child of a stored context,
 /// and records its `trace_id`. A missing or malformed context leaves the
 /// span a root of its own trace: a job is performed all the same.
-pub fn continue_stored(span: &tracing::Span, stored: Option<&StoredContext>) {
+pub(crate) fn continue_stored(span: &tracing::Span, stored: Option<&StoredContext>) {
     if let Some(fields) = stored.and_then(serde_json::Value::as_object) {
         let carrier: HashMap<String, String> = fields
             .iter()
@@ -50,7 +50,7 @@ pub fn continue_stored(span: &tracing::Span, stored: Option<&StoredContext>) {
 /// Makes `span` (not yet entered) a child of `cx`, when `cx` holds a valid
 /// span context; otherwise, or if the span is disabled or already entered,
 /// leaves it as it is. [`continue_stored`] is this for a stored context.
-pub fn adopt(span: &tracing::Span, cx: opentelemetry::Context) {
+pub(crate) fn adopt(span: &tracing::Span, cx: opentelemetry::Context) {
     if cx.span().span_context().is_valid() {
         // Fails only for a span already entered or disabled; it stays a root.
         let _ = span.set_parent(cx);
@@ -59,7 +59,7 @@ pub fn adopt(span: &tracing::Span, cx: opentelemetry::Context) {
 
 /// Fills the span's (declared, empty) `trace_id` field, so that every log
 /// line inside it names its trace.
-pub fn record_trace_id(span: &tracing::Span) {
+pub(crate) fn record_trace_id(span: &tracing::Span) {
     let cx = span.context();
     let span_context = cx.span().span_context().clone();
     if span_context.is_valid() {

@@ -8,33 +8,32 @@
 //! arguments that do not decode into a permanent failure with a clear
 //! `last_error`, never a panic.
 //!
-//! [`Executor`] is the untyped interface underneath, for callers that need the
-//! raw row (a benchmark's recorder, a test's scripted effect).
+//! [`driver::Executor`](crate::driver::Executor) is the untyped interface
+//! underneath, for callers that need the raw row (a benchmark's recorder, a
+//! test's scripted effect).
 //!
 //! [`Relay`]: crate::relay::Relay
 
 mod context;
 mod error;
+pub(crate) mod executor;
 
 use std::collections::BTreeMap;
 use std::future::Future;
 use std::marker::PhantomData;
-use std::pin::Pin;
 
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 
 pub use context::JobContext;
-pub use error::{EffectError, error_chain};
+pub use error::EffectError;
 
-use crate::outbox::{ClaimedJob, LocalWrite};
+use crate::driver::{BoxFuture, ClaimedJob, Executor};
+use crate::outbox::LocalWrite;
 
 /// Success, possibly with a write to commit atomically with the job's
 /// completion (see [`LocalWrite`]).
 pub type EffectResult = Result<Option<LocalWrite>, EffectError>;
-
-/// A boxed, sendable future: what an [`Executor`] returns.
-pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
 
 /// The arguments of one kind of job. The kind lives on the type, so a job is
 /// enqueued and performed by the same definition and the name is written once.
@@ -90,15 +89,6 @@ pub trait Worker<A: JobArgs>: Send + Sync + 'static {
     fn work(&self, args: A, ctx: JobContext) -> impl Future<Output = EffectResult> + Send;
 }
 
-/// Runs one claimed job, untyped: the interface the relay calls. [`Workers`]
-/// implements it; implement it directly only when a job's raw row is needed.
-/// Implementations must not panic on bad input: a payload that does not
-/// decode is [`EffectError::Permanent`].
-pub trait Executor: Send + Sync + 'static {
-    /// Performs one attempt of `job`.
-    fn execute<'a>(&'a self, job: &'a ClaimedJob, ctx: JobContext) -> BoxFuture<'a, EffectResult>;
-}
-
 /// One worker per kind; the [`Executor`] a relay runs.
 ///
 /// ```
@@ -150,11 +140,6 @@ impl Workers {
     pub fn kinds(&self) -> Vec<&'static str> {
         self.by_kind.keys().copied().collect()
     }
-
-    /// True when a worker is registered for `kind`.
-    pub fn handles(&self, kind: &str) -> bool {
-        self.by_kind.contains_key(kind)
-    }
 }
 
 impl Executor for Workers {
@@ -175,7 +160,7 @@ impl Executor for Workers {
 /// Decodes a job's payload into its arguments. The error names the path of
 /// the field that did not decode (`items[0].quantity: invalid type ...`) and
 /// quotes the payload, since that is what an operator needs to fix it.
-pub fn decode_args<A: JobArgs>(payload: &serde_json::Value) -> Result<A, EffectError> {
+fn decode_args<A: JobArgs>(payload: &serde_json::Value) -> Result<A, EffectError> {
     serde_path_to_error::deserialize::<_, A>(payload).map_err(|e| {
         let at = e.path().to_string();
         let at = if at == "." {

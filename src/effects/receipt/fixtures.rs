@@ -1,10 +1,14 @@
 //! Which orders, fonts and checks the receipt's tests share.
 
+use std::path::Path;
+use std::sync::LazyLock;
+
 use chrono::DateTime;
 
 use super::canvas::Draw;
-use super::fonts::{self, Fonts};
+use super::fonts::Fonts;
 use super::style::Style;
+use super::{ReceiptSettings, TEST_CJK_FONT};
 use crate::orders::{Currency, Order, OrderItem};
 
 pub(super) fn item(sku: &str, name: &str, quantity: i32, unit_price_cents: i64) -> OrderItem {
@@ -30,8 +34,17 @@ pub(super) fn sample(id: i64, name: &str, currency: &str, items: Vec<OrderItem>)
     }
 }
 
+/// Receipt settings whose CJK font is the test subset of Noto Sans CJK.
+pub(super) fn cjk_settings() -> ReceiptSettings {
+    ReceiptSettings::with_cjk_font(Path::new(TEST_CJK_FONT)).expect("the test CJK font parses")
+}
+
+/// DejaVu and the test subset of Noto Sans CJK, loaded once.
 pub(super) fn fonts() -> &'static Fonts {
-    fonts::default_fonts().expect("embedded fonts parse")
+    static FONTS: LazyLock<Fonts> = LazyLock::new(|| {
+        Fonts::with_cjk_font(Path::new(TEST_CJK_FONT)).expect("the test CJK font parses")
+    });
+    &FONTS
 }
 
 pub(super) fn texts(pages: &[Vec<Draw>]) -> impl Iterator<Item = (usize, Style, f32, f32, &str)> {

@@ -216,7 +216,7 @@ mod tests {
             vec![item("A", "Green tea", 2, 450)],
         );
         let japanese = sample(13, "山田太郎", "JPY", vec![item("A", "お茶碗", 1, 4500)]);
-        let settings = ReceiptSettings::default();
+        let settings = cjk_settings();
         let latin = render_receipt(&latin, &settings).expect("renders");
         let japanese = render_receipt(&japanese, &settings).expect("renders");
         // Noto Sans CJK is CFF-based, embedded as /FontFile3; DejaVu as /FontFile2.

@@ -8,6 +8,7 @@
 //! - a heartbeat that meets a row someone else holds locked;
 //! - `/livez` for a relay whose claims are refused, and wake-ups at a retry's due time.
 
+use crate::support::{enqueue, enqueue_many};
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
@@ -16,9 +17,9 @@ use std::time::{Duration, Instant};
 use diesel::prelude::*;
 use outbox_relay::db::{DbError, Failure};
 use outbox_relay::effects::EffectError;
-use outbox_relay::outbox::{
-    ClaimRequest, ClaimedJob, NewJob, ReapRequest, claim_jobs, enqueue, enqueue_many,
-    reap_expired_leases,
+use outbox_relay::outbox::NewJob;
+use outbox_relay::outbox_core::driver::{
+    ClaimRequest, ClaimedJob, ReapRequest, claim_jobs, reap_expired_leases,
 };
 use outbox_relay::relay::{JobTimeouts, RelayStats};
 use outbox_relay::schema::jobs_all;
@@ -104,7 +105,7 @@ async fn hostile_bytes_from_a_mail_server_and_a_webhook_receiver_freeze_nothing(
             !error.contains('\0') && !error.contains('\u{1b}'),
             "{error:?}"
         );
-        assert!(error.len() <= outbox_relay::outbox::text::MAX_ERROR_BYTES);
+        assert!(error.len() <= outbox_relay::outbox_core::driver::MAX_ERROR_BYTES);
     }
     let live = http_client()
         .get(format!("{metrics}/livez"))
@@ -392,7 +393,7 @@ async fn two_attempts_of_one_job_in_one_relay_after_an_outage_keep_their_own_lea
         Arc::clone(&first_cancelled),
         Arc::clone(&release_second),
     );
-    let pool = outbox_relay::db::build_pool_with(
+    let pool = outbox_relay::db::build_pool(
         &via_proxy,
         &outbox_relay::db::PoolOptions {
             size: 8,
@@ -459,7 +460,7 @@ async fn two_attempts_of_one_job_in_one_relay_after_an_outage_keep_their_own_lea
     release_second.notify_one();
     wait_until("the job done", MINUTE, || count(&mut conn, "done") == 1).await;
     shutdown.cancel();
-    running.await.expect("task").expect("relay");
+    running.await.expect("task");
 
     let starts = starts.lock().expect("log").clone();
     assert_eq!(starts.len(), 2, "no third attempt: {starts:?}");
@@ -677,7 +678,7 @@ fn database_failures_are_classified_as_unavailable_transient_or_rejected() {
 #[test]
 fn pooled_sessions_carry_their_statement_lock_and_idle_timeouts() {
     let db = TestDb::new();
-    let pool = outbox_relay::db::build_pool_with(
+    let pool = outbox_relay::db::build_pool(
         &db.url,
         &outbox_relay::db::PoolOptions {
             size: 1,

@@ -26,6 +26,7 @@ mod security;
 mod tls;
 mod workers;
 
+use outbox_relay::effects::jobs::order_enqueuer;
 use std::net::SocketAddr;
 use std::time::Duration;
 
@@ -82,7 +83,7 @@ pub fn place_orders(conn: &mut PgConnection, n: usize, max_attempts: i32) -> Vec
     let order = sample_order();
     (0..n)
         .map(|_| {
-            place_order(conn, &order, None, max_attempts)
+            place_order(conn, &order_enqueuer(), &order, None, max_attempts)
                 .expect("place order")
                 .order_id()
         })

@@ -1,6 +1,7 @@
 //! Ordered delivery with real relays: every order's events reach the receiver
 //! in `seq` order, whatever fails, whoever claims them, whoever crashes.
 
+use outbox_relay::effects::jobs::order_enqueuer;
 use std::collections::HashMap;
 use std::time::Duration;
 
@@ -17,7 +18,9 @@ const MINUTE: Duration = Duration::from_secs(60);
 
 fn transition(conn: &mut PgConnection, order_id: i64, action: &str, body: Value) -> i64 {
     let transition = Transition::parse(action, &body).expect("a valid transition");
-    match transition_order(conn, order_id, &transition, None, 8).expect("transition") {
+    match transition_order(conn, &order_enqueuer(), order_id, &transition, None, 8)
+        .expect("transition")
+    {
         outbox_relay::orders::TransitionOutcome::Applied { event_id }
         | outbox_relay::orders::TransitionOutcome::Repeated { event_id } => event_id,
     }

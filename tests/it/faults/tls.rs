@@ -7,12 +7,13 @@
 //! A server without TLS fails these tests rather than skipping them: a relay
 //! on a managed database always meets TLS, so CI must too.
 
+use crate::support::enqueue;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use diesel::prelude::*;
 use diesel::sql_types::{BigInt, Bool, Double, Text};
-use outbox_relay::outbox::{NewJob, enqueue};
+use outbox_relay::outbox::NewJob;
 use outbox_relay::relay::Relay;
 
 use crate::support::app::http_client;
@@ -318,10 +319,7 @@ async fn verify_full_against_a_certificate_for_another_name_says_why_and_the_rel
     // Long enough for several reconnect attempts: still one warning.
     tokio::time::sleep(Duration::from_millis(1500)).await;
     shutdown.cancel();
-    running
-        .await
-        .expect("relay task did not panic")
-        .expect("relay returned Ok");
+    running.await.expect("relay task did not panic");
 
     let text = logs.text();
     let warnings: Vec<&str> = text
@@ -354,12 +352,18 @@ fn start_relay_listening_on(
     worker: &str,
 ) -> (
     tokio_util::sync::CancellationToken,
-    tokio::task::JoinHandle<anyhow::Result<()>>,
+    tokio::task::JoinHandle<()>,
 ) {
     let mut settings = test_settings(worker, &["noop"]);
     settings.poll_interval = Duration::from_millis(200);
     let relay = Relay::new(
-        outbox_relay::db::build_pool(url, 6, false),
+        outbox_relay::db::build_pool(
+            url,
+            &outbox_relay::db::PoolOptions {
+                size: 6,
+                ..Default::default()
+            },
+        ),
         listen_url,
         settings,
         executor(|_| async { Ok(None) }),
@@ -407,7 +411,7 @@ async fn a_server_without_tls_is_refused_by_require_with_the_reason_and_used_in_
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
     stop.cancel();
-    running.await.expect("no panic").expect("relay returned Ok");
+    running.await.expect("no panic");
     let text = logs.text();
     let warning = text
         .lines()
@@ -443,7 +447,7 @@ async fn a_server_without_tls_is_refused_by_require_with_the_reason_and_used_in_
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
     stop.cancel();
-    running.await.expect("no panic").expect("relay returned Ok");
+    running.await.expect("no panic");
     let after_prefer = logs.text();
     assert_eq!(
         after_prefer.matches("cannot LISTEN").count(),

@@ -187,7 +187,13 @@ impl TestDb {
     }
 
     pub fn pool(&self, size: u32) -> PgPool {
-        db::build_pool(&self.url, size, false)
+        db::build_pool(
+            &self.url,
+            &db::PoolOptions {
+                size,
+                ..Default::default()
+            },
+        )
     }
 }
 

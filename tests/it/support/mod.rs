@@ -16,11 +16,23 @@ use std::time::{Duration, Instant};
 use diesel::prelude::*;
 use outbox_relay::effects::{BoxFuture, EffectResult, Executor, JobContext};
 use outbox_relay::orders::NewOrder;
-use outbox_relay::outbox::ClaimedJob;
+use outbox_relay::outbox::{Enqueuer, NewJob};
+use outbox_relay::outbox_core::driver::ClaimedJob;
 use outbox_relay::relay::{Relay, RelaySettings, RelayStats};
 use tokio_util::sync::CancellationToken;
 
 pub use self::db::TestDb;
+
+/// Enqueues one untyped job with the queue's own enqueuer (NOTIFY in the
+/// transaction), as an application without columns of its own would.
+pub fn enqueue(conn: &mut PgConnection, job: &NewJob) -> QueryResult<i64> {
+    Ok(enqueue_many(conn, std::slice::from_ref(job))?[0])
+}
+
+/// [`enqueue`] for several jobs, in one INSERT.
+pub fn enqueue_many(conn: &mut PgConnection, jobs: &[NewJob]) -> QueryResult<Vec<i64>> {
+    Enqueuer::new().enqueue_many(conn, jobs)
+}
 
 /// `TEST_LOG=1` shows the traces of the code under test.
 pub fn init_tracing() {
@@ -33,6 +45,13 @@ pub fn init_tracing() {
             .with_test_writer()
             .try_init();
     }
+}
+
+/// The subset of Noto Sans CJK that ships with the tests (`tests/fonts/`):
+/// receipts in Chinese, Japanese and Korean without a font on the machine.
+pub fn test_cjk_font() -> std::path::PathBuf {
+    std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/fonts/NotoSansCJK-Regular-subset.otf")
 }
 
 pub fn order_json(name: &str) -> serde_json::Value {
@@ -141,7 +160,7 @@ pub fn test_settings(worker: &str, kinds: &[&str]) -> RelaySettings {
 pub struct RunningRelay {
     pub shutdown: CancellationToken,
     pub stats: Arc<RelayStats>,
-    handle: tokio::task::JoinHandle<anyhow::Result<()>>,
+    handle: tokio::task::JoinHandle<()>,
 }
 
 impl RunningRelay {
@@ -151,8 +170,7 @@ impl RunningRelay {
         tokio::time::timeout(Duration::from_secs(60), self.handle)
             .await
             .expect("relay stops within 60s")
-            .expect("relay task did not panic")
-            .expect("relay returned Ok");
+            .expect("relay task did not panic");
     }
 }
 
@@ -196,7 +214,7 @@ pub fn metric(text: &str, name: &str, labels: &[(&str, &str)]) -> f64 {
 /// afterwards, so nothing is claimed. Starts at `after`, or at the front.
 pub fn claim_buffers(
     conn: &mut diesel::PgConnection,
-    after: Option<outbox_relay::outbox::ClaimPosition>,
+    after: Option<outbox_relay::outbox_core::driver::ClaimPosition>,
 ) -> i64 {
     use diesel::RunQueryDsl as _;
     use diesel::connection::SimpleConnection as _;

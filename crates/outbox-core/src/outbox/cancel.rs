@@ -14,7 +14,7 @@ use crate::schema::jobs;
 
 /// Ids per `cancel_jobs.sql` statement: each statement locks at most this many
 /// rows, for the few milliseconds it runs.
-pub const CANCEL_BATCH: usize = 1000;
+pub(crate) const CANCEL_BATCH: usize = 1000;
 
 /// A job named to `cancel_jobs` that cannot be cancelled.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
@@ -119,7 +119,7 @@ pub fn cancel_job_batch(conn: &mut PgConnection, ids: &[i64]) -> QueryResult<Vec
     let mut keys: Vec<String> = rows.iter().filter_map(|r| r.ordering_key.clone()).collect();
     keys.sort_unstable();
     keys.dedup();
-    super::release_ordering_keys(conn, &keys)?;
+    super::keys::release_ordering_keys(conn, &keys)?;
     Ok(rows.into_iter().map(|r| r.id).collect())
 }
 

@@ -53,7 +53,7 @@ impl PartialEq for LocalWrite {
 impl Eq for LocalWrite {}
 
 /// What happened to one attempt, and so the job's next status.
-/// [`decide`](crate::relay::decide) derives it from a worker's result.
+/// The relay derives it from a worker's result and the job's attempts left.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Outcome {
     /// The effect succeeded: the job ends `done`, leaves `jobs` for the
@@ -69,13 +69,14 @@ pub enum Outcome {
         /// From the database's `now()` when the outcome is written, to the
         /// millisecond: the new `run_after`.
         delay: Duration,
-        /// Stored as `last_error`, cleaned ([`clean_error`]).
+        /// Stored as `last_error`, cleaned of control characters and cut
+        /// to [`MAX_ERROR_BYTES`](crate::driver::MAX_ERROR_BYTES).
         error: String,
     },
     /// The job ends `failed`: it stays in `jobs`, holds its ordering key, and
     /// waits for an operator to retry or cancel it.
     Failed {
-        /// Stored as `last_error`, cleaned ([`clean_error`]).
+        /// Stored as `last_error`, cleaned as [`Outcome::Retry`]'s is.
         error: String,
     },
 }
@@ -93,10 +94,10 @@ impl Outcome {
 /// One claim's outcome, with the fencing token the claim drew.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Finish {
-    /// The claimed job ([`ClaimedJob::id`](super::ClaimedJob::id)).
+    /// The claimed job ([`ClaimedJob::id`](crate::driver::ClaimedJob::id)).
     pub job_id: i64,
     /// The claim's fencing token
-    /// ([`ClaimedJob::lease_token`](super::ClaimedJob::lease_token)): the
+    /// ([`ClaimedJob::lease_token`](crate::driver::ClaimedJob::lease_token)): the
     /// outcome is written only while the job is still `processing` under it.
     pub lease_token: i64,
     /// What to record.
@@ -131,9 +132,11 @@ struct HeldRow {
 }
 
 /// Records `finishes` in one transaction: one fenced statement for all of them,
-/// then the [`CommitHook`]s of the jobs whose outcome it wrote. Error texts are
-/// cleaned here ([`clean_error`]), so whatever an executor returns (a mail
-/// server's reply, a receiver's body) can always be stored.
+/// then the [`CommitHook`]s of the jobs whose outcome it wrote. Error texts
+/// are cleaned here (control characters out, cut to
+/// [`MAX_ERROR_BYTES`](crate::driver::MAX_ERROR_BYTES)), so whatever an
+/// executor returns (a mail server's reply, a receiver's body) can always be
+/// stored.
 pub fn finish_jobs(conn: &mut PgConnection, finishes: &[Finish]) -> QueryResult<FinishReport> {
     if finishes.is_empty() {
         return Ok(FinishReport::default());

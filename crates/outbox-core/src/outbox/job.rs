@@ -1,14 +1,14 @@
-//! A job to enqueue: untyped ([`NewJob`]) or typed ([`enqueue_job`]), with
-//! its options.
+//! A job to enqueue ([`NewJob`]) and its options ([`JobOptions`]).
 
 use chrono::{DateTime, Utc};
 use diesel::prelude::*;
 
-use super::{DEFAULT_MAX_ATTEMPTS, enqueue};
+use super::DEFAULT_MAX_ATTEMPTS;
 use crate::schema::jobs;
 use crate::worker::JobArgs;
 
-/// A job to enqueue. Build with [`NewJob::new`] and the setters.
+/// A job to enqueue with [`Enqueuer::enqueue_many`](super::Enqueuer::enqueue_many):
+/// typed with [`NewJob::for_args`], untyped with [`NewJob::new`] and the setters.
 #[derive(Debug, Clone, Insertable)]
 #[diesel(table_name = jobs)]
 pub struct NewJob {
@@ -17,17 +17,20 @@ pub struct NewJob {
     pub(super) run_after: Option<DateTime<Utc>>,
     pub(super) max_attempts: i32,
     pub(super) ordering_key: Option<String>,
-    /// Decided by [`enqueue_many`](super::enqueue_many) from the key's
-    /// unfinished jobs, never by callers.
+    /// Decided by the enqueue from the key's unfinished jobs, never by
+    /// callers.
     pub(super) blocked: bool,
     pub(super) trace_context: Option<serde_json::Value>,
+    /// No other job can have the key yet (see [`JobOptions::new_ordering_key`]).
+    #[diesel(skip_insertion)]
+    pub(super) key_is_new: bool,
 }
 
 impl NewJob {
     /// A job carrying the trace context of the current span, if it has one
-    /// (see [`crate::trace_context`]): the relay's span for this job becomes
-    /// its child, so a caller enqueueing in its own transaction gets one
-    /// trace across the outbox without doing anything.
+    /// (with `tracing-opentelemetry`'s layer installed): the relay's span for
+    /// this job becomes its child, so a caller enqueueing in its own
+    /// transaction gets one trace across the outbox without doing anything.
     pub fn new(kind: impl Into<String>, payload: serde_json::Value) -> Self {
         NewJob {
             kind: kind.into(),
@@ -37,6 +40,7 @@ impl NewJob {
             ordering_key: None,
             blocked: false,
             trace_context: crate::trace_context::current(),
+            key_is_new: false,
         }
     }
     /// Another trace context than the current span's (`None`: no trace).
@@ -62,9 +66,9 @@ impl NewJob {
     /// retried (and succeeds) or cancelled.
     pub fn ordering_key(mut self, key: impl Into<String>) -> Self {
         self.ordering_key = Some(key.into());
+        self.key_is_new = false;
         self
     }
-    /// The job's kind: which relays claim it and which worker performs it.
     /// The job's arguments, as stored in `jobs.payload`.
     pub fn payload(&self) -> &serde_json::Value {
         &self.payload
@@ -110,6 +114,7 @@ impl NewJob {
         }
         if let Some(key) = &options.ordering_key {
             job = job.ordering_key(key.clone());
+            job.key_is_new = options.ordering_key_is_new;
         }
         Ok(job)
     }
@@ -126,6 +131,10 @@ pub struct JobOptions {
     /// Jobs with the same key run one at a time, in enqueue order (see
     /// [`NewJob::ordering_key`]).
     pub ordering_key: Option<String>,
+    /// No other job can have [`JobOptions::ordering_key`] yet, so the enqueue
+    /// skips the key's lock and head lookup (see
+    /// [`JobOptions::new_ordering_key`]).
+    pub ordering_key_is_new: bool,
 }
 
 impl JobOptions {
@@ -142,44 +151,20 @@ impl JobOptions {
     /// Sets [`JobOptions::ordering_key`].
     pub fn ordering_key(mut self, key: impl Into<String>) -> Self {
         self.ordering_key = Some(key.into());
+        self.ordering_key_is_new = false;
         self
     }
-}
-
-/// Enqueues a typed job inside whatever transaction `conn` is in, and wakes
-/// the relays of its kind when that transaction commits: the job commits or
-/// vanishes with the caller's own writes. Returns the job's id.
-///
-/// ```no_run
-/// use diesel::Connection as _;
-/// use outbox_core::outbox::{JobOptions, enqueue_job};
-/// use outbox_core::worker::JobArgs;
-///
-/// #[derive(serde::Serialize, serde::Deserialize)]
-/// struct SendInvoice {
-///     invoice_id: i64,
-/// }
-///
-/// impl JobArgs for SendInvoice {
-///     const KIND: &'static str = "send_invoice";
-/// }
-///
-/// # fn demo(conn: &mut diesel::PgConnection) -> diesel::QueryResult<()> {
-/// conn.transaction(|conn| {
-///     // ... your own writes on `conn` ...
-///     let options = JobOptions::default().max_attempts(5).ordering_key("invoice-42");
-///     let job_id = enqueue_job(conn, &SendInvoice { invoice_id: 42 }, &options)?;
-///     println!("enqueued job {job_id}");
-///     Ok(())
-/// })
-/// # }
-/// ```
-pub fn enqueue_job<A: JobArgs>(
-    conn: &mut PgConnection,
-    args: &A,
-    options: &JobOptions,
-) -> QueryResult<i64> {
-    let job = NewJob::for_args(args, options)
-        .map_err(|e| diesel::result::Error::SerializationError(Box::new(e)))?;
-    enqueue(conn, &job)
+    /// Sets an ordering key no other job can have: one named after a row the
+    /// enqueuing transaction has just created (say `invoice-<id>-emails` for
+    /// an invoice it just inserted), which no other transaction can see
+    /// before this one commits, so none can have enqueued under it. The
+    /// first job of the key is claimable, later ones wait behind it, and the
+    /// enqueue skips the key's lock and head lookup (two round trips). A key
+    /// that does have older jobs would break ordered delivery: use
+    /// [`JobOptions::ordering_key`] when in doubt.
+    pub fn new_ordering_key(mut self, key: impl Into<String>) -> Self {
+        self.ordering_key = Some(key.into());
+        self.ordering_key_is_new = true;
+        self
+    }
 }

@@ -5,8 +5,6 @@ use diesel::prelude::*;
 use diesel::sql_types::{BigInt, Integer, Nullable, Text, Timestamptz};
 use serde::Serialize;
 
-use super::release_ordering_keys;
-
 /// A key whose head job failed: nothing behind it runs until the head is
 /// retried and succeeds, or is cancelled.
 #[derive(Debug, Clone, PartialEq, QueryableByName, Serialize)]
@@ -51,7 +49,7 @@ pub fn blocked_keys(conn: &mut PgConnection, limit: i64) -> QueryResult<Vec<Bloc
 /// Releases the blocked head of up to `limit` keys whose earlier jobs have all
 /// ended, which a finish can miss in one interleaving with an enqueue (see
 /// `sql/stranded_ordering_keys.sql`): the keys with a blocked job, then
-/// [`release_ordering_keys`] on them. Returns the ids released; the relay's
+/// `release_ordering_keys` on them. Returns the ids released; the relay's
 /// reaper calls it every pass.
 pub fn release_stranded_keys(conn: &mut PgConnection, limit: i64) -> QueryResult<Vec<i64>> {
     #[derive(QueryableByName)]
@@ -66,4 +64,28 @@ pub fn release_stranded_keys(conn: &mut PgConnection, limit: i64) -> QueryResult
         .map(|r| r.key)
         .collect();
     release_ordering_keys(conn, &keys)
+}
+
+/// Releases the next job of each key in `keys` whose earlier jobs have all
+/// ended (after an operator cancelled one). Returns the ids released.
+pub(crate) fn release_ordering_keys(
+    conn: &mut PgConnection,
+    keys: &[String],
+) -> QueryResult<Vec<i64>> {
+    if keys.is_empty() {
+        return Ok(Vec::new());
+    }
+    #[derive(QueryableByName)]
+    struct IdRow {
+        #[diesel(sql_type = diesel::sql_types::BigInt)]
+        id: i64,
+    }
+    Ok(
+        diesel::sql_query(include_str!("sql/release_ordering_keys.sql"))
+            .bind::<diesel::sql_types::Array<Text>, _>(keys)
+            .load::<IdRow>(conn)?
+            .into_iter()
+            .map(|r| r.id)
+            .collect(),
+    )
 }

@@ -74,7 +74,7 @@ pub fn prune_done_jobs(
     mut progress: impl FnMut(u64),
 ) -> QueryResult<PruneReport> {
     let mut report = PruneReport::default();
-    super::ensure_done_partitions(conn)?;
+    super::archive::ensure_done_partitions(conn)?;
     for partition in prunable_partitions(conn, older_than)? {
         match drop_partition(conn, &partition.partition_name, older_than)? {
             DropOutcome::Dropped => {

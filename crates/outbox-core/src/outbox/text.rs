@@ -14,7 +14,7 @@ pub const MAX_ERROR_BYTES: usize = 4096;
 /// overrides) written as a visible escape such as `\0`, `\n` or `\u{1b}`, cut
 /// to at most [`MAX_ERROR_BYTES`] bytes on a character boundary, with a note
 /// of how much was cut.
-pub fn clean_error(text: &str) -> String {
+pub(crate) fn clean_error(text: &str) -> String {
     let mut out = String::with_capacity(text.len().min(MAX_ERROR_BYTES));
     for (at, c) in text.char_indices() {
         let start = out.len();

@@ -4,14 +4,16 @@
 //! behind one cluster-wide lock, held through the commit's WAL flush. With a
 //! NOTIFY in each enqueuing transaction (three rows of the application's and
 //! three jobs each), 8 pgbench clients committed 870 of them a second against
-//! 3,255 without it. A [`Waker`] moves the NOTIFY
-//! out: callers enqueue without one and call [`Waker::wake`] once their
-//! transaction has committed; a background task sends one NOTIFY per kind for
-//! everything woken since its last one, in a transaction of its own that does
-//! not wait for a WAL flush (a lost wake-up costs a poll interval, nothing
-//! more), and never more often than every [`Waker::MIN_GAP`]. Under load many
-//! enqueuing transactions share one NOTIFY; an idle relay still hears of a job within a
-//! round trip of its commit.
+//! 3,255 without it. A [`Waker`] moves the NOTIFY out: an
+//! [`Enqueuer`](super::Enqueuer) built with
+//! [`wake_after_commit`](super::Enqueuer::wake_after_commit) enqueues without
+//! one and calls [`Waker::wake`] once its transaction has committed; a
+//! background task sends one NOTIFY per kind for everything woken since its
+//! last one, in a transaction of its own that does not wait for a WAL flush (a
+//! lost wake-up costs a poll interval, nothing more), and never more often
+//! than every [`Waker::MIN_GAP`]. Under load many enqueuing transactions share
+//! one NOTIFY; an idle relay still hears of a job within a round trip of its
+//! commit.
 
 use std::collections::BTreeSet;
 use std::sync::{Arc, Mutex, PoisonError};
@@ -41,7 +43,7 @@ impl Waker {
     /// The shortest time between two NOTIFYs. Short next to the relays' own
     /// claim round trip, long enough that a busy API sends a few hundred
     /// NOTIFYs a second at most, whatever its enqueue rate.
-    pub const MIN_GAP: Duration = Duration::from_millis(1);
+    pub(crate) const MIN_GAP: Duration = Duration::from_millis(1);
 
     /// A waker whose NOTIFYs nobody sends until [`Waker::run`] runs.
     pub fn new() -> Waker {
@@ -57,7 +59,7 @@ impl Waker {
     /// Asks for relays of `kinds` to be woken. Call it after the transaction
     /// that enqueued the jobs committed: a relay woken earlier would not see
     /// them. Never blocks; callable from blocking threads.
-    pub fn wake<'a>(&self, kinds: impl IntoIterator<Item = &'a str>) {
+    pub(crate) fn wake<'a>(&self, kinds: impl IntoIterator<Item = &'a str>) {
         let mut pending = self
             .inner
             .kinds
@@ -66,6 +68,11 @@ impl Waker {
         pending.extend(kinds.into_iter().map(str::to_owned));
         drop(pending);
         self.inner.signal.notify_one();
+    }
+
+    /// True when `other` is a clone of this waker.
+    pub(super) fn same_as(&self, other: &Waker) -> bool {
+        Arc::ptr_eq(&self.inner, &other.inner)
     }
 }
 

@@ -3,27 +3,28 @@
 
 use std::time::Duration;
 
-use crate::outbox::Outcome;
+use crate::driver::Outcome;
 use crate::worker::{EffectError, EffectResult};
 
 /// Default [`BackoffPolicy::base`]: the first retry comes 0.5 to 1 s after
 /// the failed first attempt.
-pub const DEFAULT_BACKOFF_BASE: Duration = Duration::from_secs(1);
+pub(crate) const DEFAULT_BACKOFF_BASE: Duration = Duration::from_secs(1);
 /// Default [`BackoffPolicy::max`]: no retry waits longer than an hour (a
 /// receiver's `Retry-After` aside, up to [`MAX_RETRY_AFTER`]).
-pub const DEFAULT_BACKOFF_MAX: Duration = Duration::from_secs(3600);
+pub(crate) const DEFAULT_BACKOFF_MAX: Duration = Duration::from_secs(3600);
 /// A receiver's `Retry-After` wins over the backoff when larger, up to this:
 /// a misbehaving receiver cannot park a job for a year.
-pub const MAX_RETRY_AFTER: Duration = Duration::from_secs(24 * 3600);
+pub(crate) const MAX_RETRY_AFTER: Duration = Duration::from_secs(24 * 3600);
 
 /// Exponential backoff with equal jitter: how long a job waits after a failed
-/// attempt (see [`BackoffPolicy::delay`]). The default doubles from
-/// [`DEFAULT_BACKOFF_BASE`] up to [`DEFAULT_BACKOFF_MAX`].
+/// attempt (see [`BackoffPolicy::delay`]). The default doubles from 1 s up
+/// to an hour. A receiver's `Retry-After` wins when it is longer, up to a day.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct BackoffPolicy {
-    /// Delay before the second attempt (the first retry), before jitter.
+    /// Delay before the second attempt (the first retry), before jitter
+    /// (default 1 s).
     pub base: Duration,
-    /// No delay exceeds this.
+    /// No delay exceeds this (default an hour).
     pub max: Duration,
 }
 
@@ -71,7 +72,7 @@ impl BackoffPolicy {
 /// policy's delay for `attempt` (with `jitter` in `[0, 1)`), or after the
 /// receiver's `retry_after` when that is longer, capped at
 /// [`MAX_RETRY_AFTER`]. The error text says which attempt failed and why.
-pub fn decide(
+pub(crate) fn decide(
     result: EffectResult,
     attempt: i32,
     max_attempts: i32,

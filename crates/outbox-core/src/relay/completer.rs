@@ -21,8 +21,8 @@ use tokio_util::sync::CancellationToken;
 use super::in_flight::Claim;
 use super::{MAX_COMPLETION_BATCH, RelayStats, Shared, backoff};
 use crate::db::{DbError, Failure, run_blocking};
+use crate::driver::{Finish, FinishReport, Outcome, finish_jobs};
 use crate::outbox::text::clean_error;
-use crate::outbox::{Finish, FinishReport, Outcome, finish_jobs};
 use crate::worker::EffectError;
 
 /// How soon an outcome whose row was locked is tried again.

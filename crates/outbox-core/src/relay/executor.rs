@@ -13,7 +13,8 @@ use tracing::Instrument as _;
 use super::completer::Completion;
 use super::in_flight::Claim;
 use super::{RelayStats, Shared, backoff};
-use crate::outbox::{ClaimedJob, Finish, Outcome};
+use crate::driver::ClaimedJob;
+use crate::driver::{Finish, Outcome};
 use crate::worker::{EffectError, JobContext};
 
 pub(super) async fn run(

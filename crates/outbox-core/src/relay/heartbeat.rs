@@ -8,7 +8,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::Shared;
 use crate::db::run_blocking;
-use crate::outbox::extend_leases;
+use crate::driver::extend_leases;
 
 pub(super) async fn run(shared: Arc<Shared>, stop: CancellationToken) {
     let mut ticks = tokio::time::interval(shared.settings.heartbeat_interval);

@@ -14,7 +14,8 @@ use std::sync::{Arc, Mutex, MutexGuard};
 
 use tokio_util::sync::CancellationToken;
 
-use crate::outbox::{ClaimedJob, JobLease};
+use crate::driver::ClaimedJob;
+use crate::driver::JobLease;
 
 #[derive(Debug)]
 struct Entry {

@@ -4,7 +4,7 @@
 //! - `producer`: claims due jobs, never more than there are free slots, and
 //!   wakes on NOTIFY (`listener`) or the poll interval;
 //! - `executor`: runs one job's effect and turns its result into an outcome
-//!   ([`backoff::decide`]);
+//!   (`backoff::decide`, a pure function of the result and the attempt);
 //! - `completer`: writes outcomes in fenced batches;
 //! - `heartbeat`: extends the leases of everything in flight, one UPDATE for all;
 //! - `reaper`: puts jobs whose lease expired (a dead worker's) back in the queue;
@@ -14,7 +14,7 @@
 //!
 //! Shutdown is a [`CancellationToken`] passed down and `select!`ed on.
 
-pub mod backoff;
+mod backoff;
 mod completer;
 mod executor;
 mod health;
@@ -32,12 +32,12 @@ use std::time::{Duration, Instant};
 use tokio::sync::{Notify, Semaphore, mpsc};
 use tokio_util::sync::CancellationToken;
 
-pub use backoff::{BackoffPolicy, decide};
+pub use backoff::BackoffPolicy;
 pub use health::Liveness;
-pub use timeouts::{DEFAULT_JOB_TIMEOUT, JobTimeouts};
+pub use timeouts::JobTimeouts;
 
 use crate::db::PgPool;
-use crate::worker::Executor;
+use crate::driver::Executor;
 
 /// Default [`RelaySettings::concurrency`]: effects in flight at once per relay.
 pub const DEFAULT_CONCURRENCY: usize = 16;
@@ -48,11 +48,11 @@ pub const DEFAULT_BATCH_SIZE: usize = 16;
 pub const DEFAULT_LEASE: Duration = Duration::from_secs(60);
 /// Default [`RelaySettings::poll_interval`]: the longest an idle relay goes
 /// without looking for due jobs when no NOTIFY wakes it.
-pub const DEFAULT_POLL_INTERVAL: Duration = Duration::from_secs(1);
+pub(crate) const DEFAULT_POLL_INTERVAL: Duration = Duration::from_secs(1);
 /// Default [`RelaySettings::shutdown_grace`].
-pub const DEFAULT_SHUTDOWN_GRACE: Duration = Duration::from_secs(30);
+pub(crate) const DEFAULT_SHUTDOWN_GRACE: Duration = Duration::from_secs(30);
 /// Default [`RelaySettings::stall_timeout`].
-pub const DEFAULT_STALL_TIMEOUT: Duration = Duration::from_secs(120);
+pub(crate) const DEFAULT_STALL_TIMEOUT: Duration = Duration::from_secs(120);
 /// The shortest lease a relay accepts: below it, the heartbeat (a third of
 /// the lease) would renew faster than a database round trip can be relied on.
 pub const MIN_LEASE: Duration = Duration::from_millis(100);
@@ -151,42 +151,44 @@ impl RelaySettings {
         self.stall_timeout.max(self.poll_interval * 2)
     }
 
-    fn validate(&self) -> anyhow::Result<()> {
-        anyhow::ensure!(
-            !self.worker_id.is_empty(),
-            "the worker id must not be empty"
-        );
-        anyhow::ensure!(
-            !self.kinds.is_empty(),
-            "the relay must handle at least one kind"
-        );
-        anyhow::ensure!(self.concurrency > 0, "concurrency must be at least 1");
-        anyhow::ensure!(self.batch_size > 0, "the batch size must be at least 1");
-        anyhow::ensure!(
-            self.lease >= MIN_LEASE,
-            "the lease must be at least {}",
-            humantime::format_duration(MIN_LEASE)
-        );
-        anyhow::ensure!(
-            !self.heartbeat_interval.is_zero(),
-            "the heartbeat interval must be positive"
-        );
-        anyhow::ensure!(
-            !self.reap_interval.is_zero(),
-            "the reap interval must be positive"
-        );
-        anyhow::ensure!(
-            !self.poll_interval.is_zero(),
-            "the poll interval must be positive"
-        );
-        anyhow::ensure!(
-            !self.stall_timeout.is_zero(),
-            "the stall timeout must be positive"
-        );
-        self.job_timeouts.validate()?;
-        Ok(())
+    fn validate(&self) -> Result<(), InvalidSettings> {
+        let refuse = |why: String| Err(InvalidSettings(why));
+        if self.worker_id.is_empty() {
+            return refuse("the worker id must not be empty".into());
+        }
+        if self.kinds.is_empty() {
+            return refuse("the relay must handle at least one kind".into());
+        }
+        if self.concurrency == 0 {
+            return refuse("concurrency must be at least 1".into());
+        }
+        if self.batch_size == 0 {
+            return refuse("the batch size must be at least 1".into());
+        }
+        if self.lease < MIN_LEASE {
+            return refuse(format!(
+                "the lease must be at least {}",
+                humantime::format_duration(MIN_LEASE)
+            ));
+        }
+        let periods = [
+            ("heartbeat interval", self.heartbeat_interval),
+            ("reap interval", self.reap_interval),
+            ("poll interval", self.poll_interval),
+            ("stall timeout", self.stall_timeout),
+        ];
+        if let Some((name, _)) = periods.iter().find(|(_, d)| d.is_zero()) {
+            return refuse(format!("the {name} must be positive"));
+        }
+        self.job_timeouts.validate().map_err(InvalidSettings)
     }
 }
+
+/// Why [`Relay::new`] refused its [`RelaySettings`]: which setting, and what
+/// it must be.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{0}")]
+pub struct InvalidSettings(String);
 
 /// Counters a relay keeps for itself (tests and `bench` read them; Prometheus
 /// gets the same numbers through the `metrics` facade).
@@ -319,7 +321,7 @@ impl Relay {
         database_url: impl Into<String>,
         settings: RelaySettings,
         executor: Arc<dyn Executor>,
-    ) -> anyhow::Result<Relay> {
+    ) -> Result<Relay, InvalidSettings> {
         settings.validate()?;
         let slots = Arc::new(Semaphore::new(settings.concurrency));
         Ok(Relay {
@@ -354,7 +356,7 @@ impl Relay {
     /// Runs until `shutdown` is cancelled, then stops claiming, gives in-flight
     /// effects `shutdown_grace` to finish, interrupts the rest (their jobs go back
     /// to `pending`, the attempt counted), writes every outcome, and returns.
-    pub async fn run_until_stopped(self, shutdown: CancellationToken) -> anyhow::Result<()> {
+    pub async fn run_until_stopped(self, shutdown: CancellationToken) {
         let shared = self.shared;
         let settings = &shared.settings;
         tracing::info!(
@@ -452,6 +454,5 @@ impl Relay {
             reaped = RelayStats::get(&stats.reaped),
             "relay stopped"
         );
-        Ok(())
     }
 }

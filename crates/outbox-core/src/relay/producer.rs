@@ -12,8 +12,9 @@ use super::completer::Completion;
 use super::in_flight::Claim;
 use super::{RelayStats, Shared, executor};
 use crate::db::{Failure, run_blocking};
-use crate::outbox::{
-    ClaimPosition, ClaimRequest, ClaimedJob, JobLease, claim_jobs, claim_jobs_after, release_jobs,
+use crate::driver::ClaimedJob;
+use crate::driver::{
+    ClaimPosition, ClaimRequest, JobLease, claim_jobs, claim_jobs_after, release_jobs,
 };
 
 /// Claims and starts jobs until `shutdown`.

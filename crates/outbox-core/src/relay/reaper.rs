@@ -8,10 +8,10 @@ use tokio_util::sync::CancellationToken;
 
 use super::{REAP_BATCH, RelayStats, Shared};
 use crate::db::run_blocking;
-use crate::outbox::{
-    PARTITION_UPKEEP_EVERY, ReapRequest, ensure_done_partitions, reap_expired_leases,
-    release_stranded_keys,
+use crate::driver::{
+    ReapRequest, ensure_done_partitions, reap_expired_leases, release_stranded_keys,
 };
+use crate::outbox::archive::PARTITION_UPKEEP_EVERY;
 
 /// Reaps at every `reap_interval` (and once at start), until `stop`. Safe on
 /// every relay at once: the reap query skips rows another reaper holds.

@@ -7,15 +7,15 @@ use std::time::Duration;
 
 /// Five minutes: longer than any sane SMTP or webhook exchange or document
 /// render, short enough that a hung effect does not hold its slot for hours.
-pub const DEFAULT_JOB_TIMEOUT: Duration = Duration::from_secs(300);
+pub(crate) const DEFAULT_JOB_TIMEOUT: Duration = Duration::from_secs(300);
 
 /// How long an effect may run before it is cancelled and the attempt recorded
 /// as a retryable failure. Written `5m` or `5m,resize_image=30s,send_invoice=1m`:
 /// a default, then `kind=duration` overrides.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct JobTimeouts {
-    /// The deadline of a kind with no override (default
-    /// [`DEFAULT_JOB_TIMEOUT`]). Must be positive.
+    /// The deadline of a kind with no override (default five minutes).
+    /// Must be positive.
     pub default: Duration,
     /// Deadlines by job kind, overriding `default`. Each must be positive.
     pub per_kind: BTreeMap<String, Duration>,
@@ -44,10 +44,12 @@ impl JobTimeouts {
         self.per_kind.get(kind).copied().unwrap_or(self.default)
     }
 
-    pub(super) fn validate(&self) -> anyhow::Result<()> {
-        anyhow::ensure!(!self.default.is_zero(), "the job timeout must be positive");
+    pub(super) fn validate(&self) -> Result<(), String> {
+        if self.default.is_zero() {
+            return Err("the job timeout must be positive".into());
+        }
         if let Some((kind, _)) = self.per_kind.iter().find(|(_, d)| d.is_zero()) {
-            anyhow::bail!("the job timeout of {kind} must be positive");
+            return Err(format!("the job timeout of {kind} must be positive"));
         }
         Ok(())
     }

@@ -39,18 +39,3 @@ impl EffectError {
         }
     }
 }
-
-/// An error and its sources on one line, each cause once (transport errors
-/// often repeat their source's text in their own).
-pub fn error_chain(error: &(dyn std::error::Error + 'static)) -> String {
-    let mut parts: Vec<String> = Vec::new();
-    let mut next = Some(error);
-    while let Some(e) = next {
-        let text = e.to_string();
-        if !parts.iter().any(|p| p.contains(&text)) {
-            parts.push(text);
-        }
-        next = e.source();
-    }
-    parts.join(": ")
-}

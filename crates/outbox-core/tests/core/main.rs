@@ -1,0 +1,5 @@
+//! The queue core's own tests, on databases that hold only its tables.
+
+mod enqueue;
+mod relay;
+mod support;

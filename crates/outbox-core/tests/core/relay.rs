@@ -1,0 +1,238 @@
+//! Relays running typed workers: exactly once, retries, fencing, wake-ups.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use diesel::prelude::*;
+use outbox_core::driver::{
+    ClaimRequest, Finish, Outcome, ReapRequest, claim_jobs, finish_jobs, reap_expired_leases,
+};
+use outbox_core::outbox::{Enqueuer, JobOptions, NewJob, Waker};
+use outbox_core::schema::{jobs, jobs_all};
+use outbox_core::worker::{EffectError, EffectResult, JobArgs, JobContext, Worker, Workers};
+use serde::{Deserialize, Serialize};
+use tokio_util::sync::CancellationToken;
+
+use crate::support::{TestDb, count, settings, spawn_relay, wait_until};
+
+#[derive(Debug, Serialize, Deserialize)]
+struct Tally {
+    n: i64,
+}
+
+impl JobArgs for Tally {
+    const KIND: &'static str = "tally";
+}
+
+/// Counts each job it performs, by job id.
+#[derive(Clone, Default)]
+struct Counter(Arc<Mutex<HashMap<i64, u32>>>);
+
+impl Counter {
+    fn runs(&self) -> HashMap<i64, u32> {
+        self.0.lock().expect("counter").clone()
+    }
+}
+
+impl Worker<Tally> for Counter {
+    async fn work(&self, _args: Tally, ctx: JobContext) -> EffectResult {
+        *self.0.lock().expect("counter").entry(ctx.id()).or_default() += 1;
+        Ok(None)
+    }
+}
+
+const MINUTE: Duration = Duration::from_secs(60);
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn three_relays_perform_every_job_exactly_once() {
+    let db = TestDb::new();
+    let mut conn = db.conn();
+    let jobs: Vec<NewJob> = (0..300)
+        .map(|n| NewJob::for_args(&Tally { n }, &JobOptions::default()).expect("job"))
+        .collect();
+    let ids = Enqueuer::new()
+        .enqueue_many(&mut conn, &jobs)
+        .expect("enqueue");
+    let counter = Counter::default();
+
+    let relays: Vec<_> = (0..3)
+        .map(|i| {
+            let workers = Workers::new().register::<Tally, _>(counter.clone());
+            let mut settings = settings(&format!("relay-{i}"), &workers);
+            settings.concurrency = 4;
+            settings.batch_size = 4;
+            spawn_relay(&db, settings, workers)
+        })
+        .collect();
+    wait_until("every job done", MINUTE, || count(&mut conn, "done") == 300).await;
+    let claimed: Vec<u64> = relays
+        .iter()
+        .map(|r| outbox_core::relay::RelayStats::get(&r.stats.claimed))
+        .collect();
+    for relay in relays {
+        relay.stop().await;
+    }
+
+    let runs = counter.runs();
+    assert_eq!(runs.len(), 300, "every job ran");
+    assert!(
+        ids.iter().all(|id| runs.get(id) == Some(&1)),
+        "each job ran once"
+    );
+    assert_eq!(
+        claimed.iter().sum::<u64>(),
+        300,
+        "claims per relay: {claimed:?}"
+    );
+}
+
+/// Fails every attempt with a retryable error.
+#[derive(Clone, Default)]
+struct Flaky(Arc<Mutex<Vec<i32>>>);
+
+impl Worker<Tally> for Flaky {
+    async fn work(&self, _args: Tally, ctx: JobContext) -> EffectResult {
+        self.0.lock().expect("attempts").push(ctx.attempt());
+        Err(EffectError::retryable("the receiver is down"))
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_retryable_error_is_retried_then_fails_after_max_attempts() {
+    let db = TestDb::new();
+    let mut conn = db.conn();
+    let id = Enqueuer::new()
+        .enqueue(
+            &mut conn,
+            &Tally { n: 1 },
+            &JobOptions::default().max_attempts(3),
+        )
+        .expect("enqueue");
+    let flaky = Flaky::default();
+    let workers = Workers::new().register::<Tally, _>(flaky.clone());
+
+    let relay = spawn_relay(&db, settings("flaky", &workers), workers);
+    wait_until("the job failed", MINUTE, || count(&mut conn, "failed") == 1).await;
+    relay.stop().await;
+
+    assert_eq!(*flaky.0.lock().expect("attempts"), vec![1, 2, 3]);
+    let (attempts, last_error): (i32, Option<String>) = jobs_all::table
+        .find(id)
+        .select((jobs_all::attempts, jobs_all::last_error))
+        .first(&mut conn)
+        .expect("the job");
+    assert_eq!(attempts, 3);
+    let last_error = last_error.expect("a last_error");
+    assert!(
+        last_error.contains("attempt 3 of 3") && last_error.contains("the receiver is down"),
+        "{last_error}"
+    );
+}
+
+#[test]
+fn a_zombie_whose_lease_was_reaped_finishes_nothing() {
+    let db = TestDb::new();
+    let mut conn = db.conn();
+    let id = Enqueuer::new()
+        .enqueue(&mut conn, &Tally { n: 1 }, &JobOptions::default())
+        .expect("enqueue");
+    let kinds = vec![Tally::KIND.to_owned()];
+    let claim = |conn: &mut PgConnection, worker_id: &str, lease: Duration| {
+        claim_jobs(
+            conn,
+            &ClaimRequest {
+                worker_id,
+                kinds: &kinds,
+                limit: 1,
+                lease,
+            },
+        )
+        .expect("claim")
+        .pop()
+        .expect("a job")
+    };
+
+    // The zombie's lease runs out; the reaper hands the job on.
+    let zombie = claim(&mut conn, "zombie", Duration::from_millis(1));
+    std::thread::sleep(Duration::from_millis(20));
+    let reaped =
+        reap_expired_leases(&mut conn, &ReapRequest::new(10), |_| Duration::ZERO).expect("reap");
+    assert_eq!(reaped.requeued, 1);
+    let heir = claim(&mut conn, "heir", Duration::from_secs(60));
+    assert_eq!(heir.id, id);
+    assert_ne!(heir.lease_token, zombie.lease_token);
+
+    let report = finish_jobs(
+        &mut conn,
+        &[Finish {
+            job_id: id,
+            lease_token: zombie.lease_token,
+            outcome: Outcome::Done { local: None },
+        }],
+    )
+    .expect("finish");
+
+    assert_eq!(report.lost, vec![id]);
+    assert!(report.applied.is_empty());
+    let (status, locked_by, token): (String, Option<String>, Option<i64>) = jobs::table
+        .find(id)
+        .select((jobs::status, jobs::locked_by, jobs::lease_token))
+        .first(&mut conn)
+        .expect("the job");
+    assert_eq!(
+        (status.as_str(), locked_by.as_deref(), token),
+        ("processing", Some("heir"), Some(heir.lease_token)),
+        "the heir's claim is untouched"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_job_woken_after_commit_starts_long_before_the_next_poll() {
+    let db = TestDb::new();
+    let counter = Counter::default();
+    let workers = Workers::new().register::<Tally, _>(counter.clone());
+    let mut settings = settings("listener", &workers);
+    settings.poll_interval = Duration::from_secs(30);
+    let relay = spawn_relay(&db, settings, workers);
+    let waker = Waker::new();
+    let stop_waker = CancellationToken::new();
+    let waking = tokio::spawn(waker.clone().run(db.pool(), stop_waker.clone()));
+    let enqueuer = Enqueuer::new().wake_after_commit(waker);
+    // The relay's first claim (at start) finds nothing; it then waits on LISTEN.
+    let mut conn = db.conn();
+    wait_until("the relay is listening", MINUTE, || listening(&mut conn)).await;
+
+    let enqueued = Instant::now();
+    enqueuer
+        .transaction(&mut conn, |conn| {
+            enqueuer.enqueue(conn, &Tally { n: 1 }, &JobOptions::default())
+        })
+        .expect("enqueue");
+    wait_until("the job ran", MINUTE, || !counter.runs().is_empty()).await;
+    let latency = enqueued.elapsed();
+    relay.stop().await;
+    stop_waker.cancel();
+    waking.await.expect("the waker stops");
+
+    assert!(
+        latency < Duration::from_secs(10),
+        "woken after {latency:?}; the poll interval is 30s"
+    );
+}
+
+/// True once a session of this database is waiting on LISTEN.
+fn listening(conn: &mut PgConnection) -> bool {
+    #[derive(QueryableByName)]
+    struct Count {
+        #[diesel(sql_type = diesel::sql_types::BigInt)]
+        n: i64,
+    }
+    diesel::sql_query(
+        "SELECT count(*) AS n FROM pg_stat_activity
+         WHERE datname = current_database() AND query LIKE 'LISTEN%'",
+    )
+    .get_result::<Count>(conn)
+    .expect("pg_stat_activity")
+    .n > 0
+}

@@ -1,0 +1,313 @@
+//! `outbox-relay endpoints ...`: the subscribers order events are delivered to.
+//!
+//! Each command opens one connection of its own, as the `jobs` commands do.
+//! A value that does not parse is refused before anything is written, naming
+//! its flag (exit 2); a refusal by the table (a name taken, deliveries still
+//! queued) writes nothing either (exit 1).
+
+use std::time::Duration;
+
+use anyhow::Context as _;
+use clap::{Args, Subcommand};
+use serde::Serialize;
+
+use crate::cli::table::{Align, Table};
+use crate::cli::with_conn;
+use crate::config::{ConfigError, DatabaseArgs, parse_duration};
+use crate::endpoints::store::{self, Endpoint, NewEndpoint};
+use crate::endpoints::{
+    DEFAULT_MAX_IN_FLIGHT, EndpointName, EndpointUrl, EventTypes, RateLimit, SigningSecret,
+    SpecError, spec,
+};
+
+#[derive(Debug, Subcommand)]
+pub enum EndpointsCommand {
+    /// Add a subscriber: a URL that receives the order events it subscribes to,
+    /// signed with its own secret.
+    ///
+    /// Without --secret a new whsec_ secret is made and printed once: give it
+    /// to the receiver, which verifies every delivery with it.
+    #[command(after_help = "Examples:\n  \
+        outbox-relay endpoints add --name erp --url https://erp.example.com/hooks/orders\n  \
+        outbox-relay endpoints add --name fulfilment --url https://ship.example.com/in \\\n      \
+        --events order.paid,order.cancelled --rate-limit 5/s --max-in-flight 4")]
+    Add(AddArgs),
+    /// Every endpoint, with its state and limits.
+    List(ListArgs),
+    /// Stop delivering to an endpoint: its deliveries wait, in order, until it is enabled.
+    Disable(NameArgs),
+    /// Deliver to an endpoint again, releasing what waited, in order.
+    Enable(NameArgs),
+    /// Remove an endpoint. With unfinished deliveries to it, --force cancels them too.
+    Remove(RemoveArgs),
+    /// Give an endpoint a new secret, printed once; the old one signs beside it until --keep-old passes.
+    RotateSecret(RotateArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct AddArgs {
+    #[command(flatten)]
+    db: DatabaseArgs,
+    /// A unique name (letters, digits, '_', '.', '-').
+    #[arg(long)]
+    name: String,
+    /// Where deliveries go: https://… (http://… only with --allow-http).
+    #[arg(long)]
+    url: String,
+    /// Event types to deliver, comma-separated (order.placed, order.paid, order.shipped,
+    /// order.delivered, order.cancelled, endpoint.disabled); every one when left out.
+    #[arg(long, value_name = "TYPE,TYPE")]
+    events: Option<String>,
+    /// Deliveries per second at most, across every relay: 10/s, 300/m, 1000/h.
+    #[arg(long, value_name = "N/UNIT")]
+    rate_limit: Option<String>,
+    /// Deliveries in flight to this endpoint at once, across every relay.
+    #[arg(long, value_name = "N")]
+    max_in_flight: Option<String>,
+    /// The signing secret: whsec_ and the base64 of 24 to 64 bytes. Made for you when left out.
+    #[arg(long)]
+    secret: Option<String>,
+    /// Allow a plain http:// URL (events and signatures travel in the clear).
+    #[arg(long)]
+    allow_http: bool,
+    /// Print {"id","name","secret"} as JSON instead of text.
+    #[arg(long)]
+    json: bool,
+}
+
+#[derive(Debug, Args)]
+pub struct ListArgs {
+    #[command(flatten)]
+    db: DatabaseArgs,
+    /// Print JSON instead of a table.
+    #[arg(long)]
+    json: bool,
+}
+
+#[derive(Debug, Args)]
+pub struct NameArgs {
+    #[command(flatten)]
+    db: DatabaseArgs,
+    /// The endpoint's name.
+    name: String,
+}
+
+#[derive(Debug, Args)]
+pub struct RemoveArgs {
+    #[command(flatten)]
+    db: DatabaseArgs,
+    /// The endpoint's name.
+    name: String,
+    /// Also cancel its unfinished deliveries.
+    #[arg(long)]
+    force: bool,
+}
+
+#[derive(Debug, Args)]
+pub struct RotateArgs {
+    #[command(flatten)]
+    db: DatabaseArgs,
+    /// The endpoint's name.
+    name: String,
+    /// How long the old secret still signs beside the new one (0s: not at all).
+    #[arg(long, default_value = "24h", value_parser = parse_duration)]
+    keep_old: Duration,
+    /// Print {"id","name","secret"} as JSON instead of text.
+    #[arg(long)]
+    json: bool,
+}
+
+pub async fn run(command: EndpointsCommand) -> anyhow::Result<()> {
+    match command {
+        EndpointsCommand::Add(args) => add(args).await,
+        EndpointsCommand::List(args) => list(args).await,
+        EndpointsCommand::Disable(args) => set_enabled(args, false).await,
+        EndpointsCommand::Enable(args) => set_enabled(args, true).await,
+        EndpointsCommand::Remove(args) => remove(args).await,
+        EndpointsCommand::RotateSecret(args) => rotate(args).await,
+    }
+}
+
+fn usage(error: SpecError) -> anyhow::Error {
+    ConfigError(error.to_string()).into()
+}
+
+/// Every flag of `add`, checked; the first bad one is the error.
+fn parse_new(args: &AddArgs) -> Result<NewEndpoint, SpecError> {
+    Ok(NewEndpoint {
+        name: EndpointName::parse(&args.name)?,
+        url: EndpointUrl::parse(&args.url, args.allow_http)?,
+        event_types: match &args.events {
+            Some(raw) => EventTypes::parse(raw)?,
+            None => EventTypes::ALL,
+        },
+        rate_limit: args
+            .rate_limit
+            .as_deref()
+            .map(str::parse::<RateLimit>)
+            .transpose()?,
+        max_in_flight: match &args.max_in_flight {
+            Some(raw) => spec::parse_max_in_flight(raw)?,
+            None => DEFAULT_MAX_IN_FLIGHT,
+        },
+        secret: match &args.secret {
+            Some(raw) => SigningSecret::parse(raw, "--secret")?,
+            None => new_secret()?,
+        },
+    })
+}
+
+fn new_secret() -> Result<SigningSecret, SpecError> {
+    SigningSecret::generate().map_err(|e| SpecError {
+        flag: "--secret",
+        message: format!("no randomness to make a secret with ({e}); give one with --secret"),
+    })
+}
+
+#[derive(Debug, Serialize)]
+struct SecretJson<'a> {
+    id: i64,
+    name: &'a str,
+    secret: &'a str,
+}
+
+fn print_secret(endpoint: &Endpoint, secret: &SigningSecret, json: bool) -> anyhow::Result<()> {
+    if json {
+        let out = SecretJson {
+            id: endpoint.id,
+            name: &endpoint.name,
+            secret: secret.expose(),
+        };
+        println!("{}", serde_json::to_string(&out)?);
+    } else {
+        println!("secret: {}", secret.expose());
+        println!("(shown once: give it to the receiver, which verifies each delivery with it)");
+    }
+    Ok(())
+}
+
+async fn add(args: AddArgs) -> anyhow::Result<()> {
+    let new = parse_new(&args).map_err(usage)?;
+    let secret = new.secret.clone();
+    let endpoint = with_conn(&args.db, move |conn| {
+        store::add(conn, &new).map_err(anyhow::Error::from)
+    })
+    .await?;
+    if !args.json {
+        println!(
+            "added endpoint {} (id {}): {} for {}",
+            endpoint.name,
+            endpoint.id,
+            endpoint.url,
+            events_of(&endpoint)
+        );
+    }
+    // A secret the operator chose is theirs already: printed only when made here.
+    if args.secret.is_none() || args.json {
+        print_secret(&endpoint, &secret, args.json)?;
+    }
+    Ok(())
+}
+
+fn events_of(endpoint: &Endpoint) -> String {
+    endpoint
+        .event_types
+        .as_ref()
+        .map_or_else(|| "every event".to_owned(), |types| types.join(","))
+}
+
+fn rate_of(endpoint: &Endpoint) -> String {
+    endpoint.rate_limit.map_or_else(
+        || "-".to_owned(),
+        |rate| RateLimit::from_per_second(rate).to_string(),
+    )
+}
+
+async fn list(args: ListArgs) -> anyhow::Result<()> {
+    let endpoints = with_conn(&args.db, |conn| {
+        store::list(conn).context("reading endpoints")
+    })
+    .await?;
+    if args.json {
+        println!("{}", serde_json::to_string_pretty(&endpoints)?);
+        return Ok(());
+    }
+    if endpoints.is_empty() {
+        println!("no endpoints (add one with `outbox-relay endpoints add`)");
+        return Ok(());
+    }
+    let mut table = Table::new(&[
+        ("NAME", Align::Left),
+        ("STATE", Align::Left),
+        ("URL", Align::Left),
+        ("EVENTS", Align::Left),
+        ("RATE", Align::Right),
+        ("IN FLIGHT", Align::Right),
+        ("FAILING SINCE", Align::Left),
+    ]);
+    for e in &endpoints {
+        table.push(vec![
+            e.name.clone(),
+            e.state(),
+            e.url.clone(),
+            events_of(e),
+            rate_of(e),
+            e.max_in_flight.to_string(),
+            e.failing_since.map_or_else(
+                || "-".to_owned(),
+                |t| t.format("%Y-%m-%d %H:%M:%S UTC").to_string(),
+            ),
+        ]);
+    }
+    print!("{table}");
+    Ok(())
+}
+
+async fn set_enabled(args: NameArgs, enabled: bool) -> anyhow::Result<()> {
+    let name = args.name.clone();
+    let endpoint = with_conn(&args.db, move |conn| {
+        store::set_enabled(conn, &name, enabled).map_err(anyhow::Error::from)
+    })
+    .await?;
+    println!("endpoint {} is {}", endpoint.name, endpoint.state());
+    Ok(())
+}
+
+async fn remove(args: RemoveArgs) -> anyhow::Result<()> {
+    let (name, force) = (args.name.clone(), args.force);
+    let removed = with_conn(&args.db, move |conn| {
+        store::remove(conn, &name, force).map_err(anyhow::Error::from)
+    })
+    .await?;
+    match removed.cancelled.len() {
+        0 => println!("removed endpoint {}", removed.endpoint.name),
+        n => println!(
+            "removed endpoint {} and cancelled its {n} unfinished deliveries",
+            removed.endpoint.name
+        ),
+    }
+    Ok(())
+}
+
+async fn rotate(args: RotateArgs) -> anyhow::Result<()> {
+    let secret = new_secret().map_err(usage)?;
+    let (name, keep_old, made) = (args.name.clone(), args.keep_old, secret.clone());
+    let endpoint = with_conn(&args.db, move |conn| {
+        store::rotate_secret(conn, &name, &made, keep_old).map_err(anyhow::Error::from)
+    })
+    .await?;
+    if !args.json {
+        match endpoint.previous_secret_expires_at {
+            Some(until) => println!(
+                "rotated the secret of {}; the old one also signs until {}",
+                endpoint.name,
+                until.format("%Y-%m-%d %H:%M:%S UTC")
+            ),
+            None => println!(
+                "rotated the secret of {}; the old one no longer signs",
+                endpoint.name
+            ),
+        }
+    }
+    print_secret(&endpoint, &secret, args.json)
+}

@@ -1,0 +1,14 @@
+//! Subscribers as data: the endpoints order events are delivered to, each
+//! with its own URL, signing secret, event types, throttle and breaker state.
+//!
+//! [`spec`] parses what an operator says about an endpoint (every error names
+//! its flag); [`store`] keeps the `endpoints` table.
+
+pub mod spec;
+pub mod store;
+
+pub use spec::{
+    DEFAULT_MAX_IN_FLIGHT, EVENT_ENDPOINT_DISABLED, EndpointName, EndpointUrl, EventTypes,
+    RateLimit, SigningSecret, SpecError,
+};
+pub use store::{Endpoint, NewEndpoint, Removed, StoreError};
