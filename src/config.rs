@@ -10,6 +10,7 @@
 mod admin;
 mod database_url;
 mod effects;
+mod links;
 mod parse;
 mod relay;
 
@@ -21,6 +22,7 @@ use crate::http_server::{self, ConnectionLimits};
 
 pub use admin::AdminArgs;
 pub use effects::{EffectArgs, ReceiptArgs};
+pub use links::LinkArgs;
 pub use parse::{
     parse_count, parse_database_url, parse_duration, parse_http_url, parse_positive_duration,
     parse_socket_addr,
@@ -48,10 +50,21 @@ pub struct HttpLimitsArgs {
     /// keep-alive one; past it the connection is closed.
     #[arg(long, env = "HTTP_HEADER_TIMEOUT", default_value = "10s", value_parser = parse_positive_duration)]
     pub http_header_timeout: Duration,
-    /// Connections open at once at most; past it new ones wait in the backlog
-    /// (lowered to fit the open-files limit).
+    /// Longest a response may wait for the client to read any of it; past it
+    /// the connection is closed (a client that never reads keeps no slot).
+    #[arg(long, env = "HTTP_WRITE_TIMEOUT", default_value = "30s", value_parser = parse_positive_duration)]
+    pub http_write_timeout: Duration,
+    /// Connections open at once at most (lowered to fit the open-files
+    /// limit); past it the longest-idle connection (a half-open one, or an
+    /// idle keep-alive one) is closed for the new one, and only when every
+    /// connection has a request in flight do new ones wait in the backlog.
     #[arg(long, env = "HTTP_MAX_CONNECTIONS", default_value_t = http_server::DEFAULT_MAX_CONNECTIONS, value_parser = parse_count)]
     pub http_max_connections: usize,
+    /// Connections one client address may hold; past it that address's own
+    /// longest-idle connection is closed first. 0 (the default): no such cap,
+    /// as behind a proxy, whose one address every client shares.
+    #[arg(long, env = "HTTP_MAX_CONNECTIONS_PER_ADDRESS", default_value_t = 0)]
+    pub http_max_connections_per_address: usize,
     /// Requests served on one keep-alive connection before it is closed.
     #[arg(long, env = "HTTP_MAX_REQUESTS_PER_CONNECTION", default_value_t = http_server::DEFAULT_MAX_REQUESTS_PER_CONNECTION, value_parser = parse_requests)]
     pub http_max_requests_per_connection: u64,
@@ -61,7 +74,9 @@ impl HttpLimitsArgs {
     pub fn limits(&self) -> ConnectionLimits {
         ConnectionLimits {
             header_timeout: self.http_header_timeout,
+            write_timeout: self.http_write_timeout,
             max_connections: self.http_max_connections,
+            max_connections_per_address: self.http_max_connections_per_address,
             max_requests_per_connection: self.http_max_requests_per_connection,
         }
     }

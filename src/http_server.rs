@@ -2,15 +2,30 @@
 //! place that decides how long a client may take and how many may be connected.
 //!
 //! `axum::serve` keeps a connection for as long as the client keeps it open,
-//! sending nothing. Here each connection holds a permit of a [`Semaphore`]
-//! taken *before* `accept` (as in mini-redis), so past the cap new clients wait
-//! in the kernel's accept backlog instead of costing a descriptor; hyper closes
-//! a connection whose request head does not arrive within the header timeout,
-//! which also bounds how long an idle keep-alive connection is kept; and a
-//! connection is told to close after a number of requests, so no client holds
-//! one forever by keeping it busy.
+//! sending nothing. Here:
+//!
+//! - hyper closes a connection whose request head does not arrive within the
+//!   header timeout, which also bounds how long an idle keep-alive connection
+//!   is kept;
+//! - a response the client does not read fails after the write timeout, so a
+//!   client that never reads does not keep its slot;
+//! - a connection is told to close after a number of requests, so no client
+//!   holds one forever by keeping it busy;
+//! - at the connection cap, the connection that has been idle longest (a
+//!   half-open one that never finished its request head, or an idle
+//!   keep-alive one) is evicted to let the new one in (`registry`). A flood
+//!   of half-open connections therefore churns among itself, while a health
+//!   probe or a client that sends its request at once is served. Only when
+//!   every slot has a request in flight do new clients wait in the kernel's
+//!   accept backlog. An optional cap per client address makes one address
+//!   give up its own idle connections first (for a server clients reach
+//!   directly; behind a proxy every client shares the proxy's address).
+
+mod deadline;
+mod registry;
 
 use std::convert::Infallible;
+use std::net::SocketAddr;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
@@ -21,10 +36,13 @@ use axum::http::{HeaderValue, header};
 use axum::response::Response;
 use hyper_util::rt::{TokioIo, TokioTimer};
 use tokio::net::TcpListener;
-use tokio::sync::Semaphore;
 use tokio_util::sync::CancellationToken;
 
+use self::deadline::{GuardedBody, WriteDeadline};
+use self::registry::{Admission, Connection, Registry};
+
 pub const DEFAULT_HEADER_TIMEOUT: Duration = Duration::from_secs(10);
+pub const DEFAULT_WRITE_TIMEOUT: Duration = Duration::from_secs(30);
 pub const DEFAULT_MAX_CONNECTIONS: usize = 2048;
 pub const DEFAULT_MAX_REQUESTS_PER_CONNECTION: u64 = 1000;
 /// Descriptors kept free for everything a process needs besides its clients:
@@ -38,8 +56,17 @@ pub struct ConnectionLimits {
     /// the connection opens or falls idle after a response. A half-open or
     /// idle keep-alive connection is closed past it.
     pub header_timeout: Duration,
-    /// Connections open at once at most; past it, new ones wait in the backlog.
+    /// Longest a write of a response may wait for the client to take a
+    /// byte; past it the connection is closed.
+    pub write_timeout: Duration,
+    /// Connections open at once at most; past it, the longest-idle one is
+    /// evicted for a new one, or, when none is idle, new ones wait in the
+    /// backlog.
     pub max_connections: usize,
+    /// Connections one client address may hold; past it that address's own
+    /// longest-idle connection is evicted, or the new one is closed at once.
+    /// 0: no such cap (behind a proxy, whose address every client shares).
+    pub max_connections_per_address: usize,
     /// Requests served on one connection before it is closed (the last
     /// response carries `Connection: close`).
     pub max_requests_per_connection: u64,
@@ -49,7 +76,9 @@ impl Default for ConnectionLimits {
     fn default() -> Self {
         ConnectionLimits {
             header_timeout: DEFAULT_HEADER_TIMEOUT,
+            write_timeout: DEFAULT_WRITE_TIMEOUT,
             max_connections: DEFAULT_MAX_CONNECTIONS,
+            max_connections_per_address: 0,
             max_requests_per_connection: DEFAULT_MAX_REQUESTS_PER_CONNECTION,
         }
     }
@@ -106,7 +135,7 @@ pub async fn serve(
     grace: Duration,
 ) -> std::io::Result<()> {
     let max_connections = limits.effective_max_connections();
-    let permits = Arc::new(Semaphore::new(max_connections));
+    let registry = Registry::new(max_connections, limits.max_connections_per_address);
     // Cancelled when this function returns, so no connection outlives it.
     let abandon = CancellationToken::new();
     let _abandon_on_return = abandon.clone().drop_guard();
@@ -116,19 +145,15 @@ pub async fn serve(
         .keep_alive(true);
     let http = Arc::new(http);
 
-    loop {
-        let permit = tokio::select! {
+    'accepting: loop {
+        tokio::select! {
             () = shutdown.cancelled() => break,
-            permit = Arc::clone(&permits).acquire_owned() => match permit {
-                Ok(permit) => permit,
-                // Never closed while this loop runs.
-                Err(_) => break,
-            },
-        };
-        let stream = tokio::select! {
+            () = registry.room() => {}
+        }
+        let (stream, peer) = tokio::select! {
             () = shutdown.cancelled() => break,
             accepted = listener.accept() => match accepted {
-                Ok((stream, _)) => stream,
+                Ok(accepted) => accepted,
                 Err(error) => {
                     // Out of descriptors, or a connection reset before it was
                     // accepted: the listener is fine, back off and go on.
@@ -138,20 +163,48 @@ pub async fn serve(
                 }
             },
         };
+        // The room seen above may be gone (the idle connection then got its
+        // request head): this one waits, unserved, until a slot frees.
+        let connection = loop {
+            match registry.admit(peer.ip()) {
+                Admission::Admitted(connection) => break connection,
+                Admission::Refused => {
+                    tracing::debug!(%peer, "connection refused: its address holds its cap, all busy");
+                    continue 'accepting;
+                }
+                Admission::Full => tokio::select! {
+                    () = shutdown.cancelled() => break 'accepting,
+                    () = registry.room() => {}
+                },
+            }
+        };
         // Small requests and answers: send them now rather than batch them.
         let _ = stream.set_nodelay(true);
-        let service = ConnectionService::new(router.clone(), limits.max_requests_per_connection);
-        let connection = http.serve_connection(TokioIo::new(stream), service);
+        let io = TokioIo::new(WriteDeadline::new(
+            stream,
+            limits.write_timeout,
+            Some(Arc::clone(&connection)),
+        ));
+        let service = ConnectionService::new(
+            router.clone(),
+            limits.max_requests_per_connection,
+            peer,
+            Arc::clone(&connection),
+        );
+        let served = http.serve_connection(io, service);
         let (shutdown, abandon) = (shutdown.clone(), abandon.clone());
         tokio::spawn(async move {
-            let _permit = permit;
-            let mut connection = std::pin::pin!(connection);
+            let evicted = connection.evicted.clone();
+            let mut served = std::pin::pin!(served);
             let result = tokio::select! {
-                result = connection.as_mut() => result,
+                result = served.as_mut() => result,
+                // Idle (no request in flight, no response being written):
+                // closing it loses nothing.
+                () = evicted.cancelled() => Ok(()),
                 () = shutdown.cancelled() => {
-                    connection.as_mut().graceful_shutdown();
+                    served.as_mut().graceful_shutdown();
                     tokio::select! {
-                        result = connection.as_mut() => result,
+                        result = served.as_mut() => result,
                         () = abandon.cancelled() => Ok(()),
                     }
                 }
@@ -161,15 +214,25 @@ pub async fn serve(
                 // Timeouts and clients that went away are their business.
                 tracing::debug!(error = %error, "connection closed with an error");
             }
+            // The slot is given back when the last handle on `connection`
+            // (this task's, and the service's inside hyper's connection)
+            // drops: when this task ends.
         });
     }
 
-    // Every permit back means every connection closed.
-    let all = u32::try_from(max_connections).unwrap_or(u32::MAX);
-    if tokio::time::timeout(grace, permits.acquire_many(all))
-        .await
-        .is_err()
-    {
+    if registry.evictions() > 0 {
+        tracing::info!(
+            evicted = registry.evictions(),
+            "idle connections evicted at the connection cap while serving"
+        );
+    }
+    // Every connection gone means every request answered.
+    let drained = async {
+        while registry.open() > 0 {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    };
+    if tokio::time::timeout(grace, drained).await.is_err() {
         tracing::warn!(
             ?grace,
             "in-flight requests did not finish within the grace period; stopping anyway"
@@ -184,14 +247,26 @@ struct ConnectionService {
     router: Router,
     served: Arc<AtomicU64>,
     max_requests: u64,
+    /// Handed to handlers as axum's `ConnectInfo` (the login limit counts
+    /// per client).
+    peer: SocketAddr,
+    /// Marked busy from each request's head until its response is sent.
+    connection: Arc<Connection>,
 }
 
 impl ConnectionService {
-    fn new(router: Router, max_requests: u64) -> Self {
+    fn new(
+        router: Router,
+        max_requests: u64,
+        peer: SocketAddr,
+        connection: Arc<Connection>,
+    ) -> Self {
         ConnectionService {
             router,
             served: Arc::new(AtomicU64::new(0)),
             max_requests,
+            peer,
+            connection,
         }
     }
 }
@@ -205,10 +280,14 @@ impl hyper::service::Service<hyper::Request<hyper::body::Incoming>> for Connecti
 
     fn call(&self, request: hyper::Request<hyper::body::Incoming>) -> Self::Future {
         use tower_service::Service as _;
+        let busy = self.connection.busy();
         let last = self.served.fetch_add(1, Ordering::Relaxed) + 1 >= self.max_requests;
         // A Router is always ready, so it is called without `poll_ready`.
         let mut router = self.router.clone();
-        let request: Request = request.map(axum::body::Body::new);
+        let mut request: Request = request.map(axum::body::Body::new);
+        request
+            .extensions_mut()
+            .insert(axum::extract::ConnectInfo(self.peer));
         Box::pin(async move {
             let mut response = router.call(request).await?;
             if last {
@@ -217,7 +296,7 @@ impl hyper::service::Service<hyper::Request<hyper::body::Incoming>> for Connecti
                     .headers_mut()
                     .insert(header::CONNECTION, HeaderValue::from_static("close"));
             }
-            Ok(response)
+            Ok(response.map(|body| axum::body::Body::new(GuardedBody::new(body, busy))))
         })
     }
 }

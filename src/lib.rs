@@ -20,12 +20,14 @@
 //!   their URLs, secrets, event types and limits, checked at the edge.
 //! - [`api`]: the order HTTP API (axum), and the operator dashboard under `/admin`
 //!   (`api::admin`: templates in `templates/admin/`, its SQL in `src/api/admin/sql/`).
+//! - [`links`]: the signed, expiring receipt links written into emails.
 //! - [`job_list`]: the operator's list of jobs (`jobs list`), by status, kind or order.
 //! - [`config`]: typed settings from flags and the environment, validated at start.
 //! - [`db`]: the core's pool and helpers, and this service's migrations.
 //! - [`schema`]: the Diesel tables of the service, and its view of `jobs` with `order_id`.
-//! - [`http_server`]: the accept loop of every listener: header timeout,
-//!   connection cap, keep-alive limits, graceful shutdown.
+//! - [`http_server`]: the accept loop of every listener: header and write
+//!   timeouts, the connection cap (evicting the longest-idle connection),
+//!   keep-alive limits, graceful shutdown.
 //! - [`telemetry`]: tracing subscriber, Prometheus metrics, `/healthz`.
 //! - [`otel`]: the OpenTelemetry tracer and its OTLP/HTTP export.
 //! - [`trace_context`]: W3C trace context from a request's headers into the
@@ -52,6 +54,7 @@ pub mod effects;
 pub mod endpoints;
 pub mod http_server;
 pub mod job_list;
+pub mod links;
 pub mod orders;
 pub mod otel;
 #[cfg(feature = "dev-tools")]

@@ -46,6 +46,8 @@ pub enum ApiError {
     OrderNotFound(String),
     #[error("the receipt of order {0} is not rendered yet; try again later")]
     ReceiptNotReady(i64),
+    #[error("{}", link_message(.0))]
+    Link(crate::links::LinkError),
     #[error("there is no {0} here")]
     RouteNotFound(String),
     #[error("{method} is not allowed on {path}")]
@@ -62,6 +64,19 @@ pub enum ApiError {
     Timeout(Duration),
     #[error("internal error")]
     Internal(#[source] anyhow::Error),
+}
+
+/// What a customer who followed a receipt link is told; the same for a
+/// malformed and a tampered link (the logs tell them apart).
+fn link_message(error: &crate::links::LinkError) -> &'static str {
+    match error {
+        crate::links::LinkError::Expired => {
+            "this receipt link has expired; ask the shop for a new one"
+        }
+        crate::links::LinkError::Malformed | crate::links::LinkError::Tampered => {
+            "this receipt link is not valid; use the link from your email exactly as it is"
+        }
+    }
 }
 
 fn validation_message(error: &ValidationError) -> String {
@@ -103,6 +118,8 @@ impl ApiError {
             | ApiError::ReceiptNotReady(_)
             | ApiError::RouteNotFound(_) => StatusCode::NOT_FOUND,
             ApiError::MethodNotAllowed { .. } => StatusCode::METHOD_NOT_ALLOWED,
+            ApiError::Link(crate::links::LinkError::Expired) => StatusCode::GONE,
+            ApiError::Link(_) => StatusCode::FORBIDDEN,
             ApiError::DatabaseUnavailable { .. } | ApiError::Timeout(_) => {
                 StatusCode::SERVICE_UNAVAILABLE
             }
@@ -125,6 +142,8 @@ impl ApiError {
             ApiError::ReceiptNotReady(_) => "receipt_not_ready",
             ApiError::RouteNotFound(_) => "not_found",
             ApiError::MethodNotAllowed { .. } => "method_not_allowed",
+            ApiError::Link(crate::links::LinkError::Expired) => "link_expired",
+            ApiError::Link(_) => "invalid_link",
             ApiError::DatabaseUnavailable { .. } => "database_unavailable",
             ApiError::Timeout(_) => "timeout",
             ApiError::Internal(_) => "internal_error",
@@ -151,7 +170,9 @@ impl ApiError {
         }
     }
 
-    fn log(&self) {
+    /// Logs the error as its answer is sent: 5xx with their causes, the
+    /// rest briefly.
+    pub(crate) fn log(&self) {
         match self {
             ApiError::Internal(_) => tracing::error!(error = self.detail(), "request failed"),
             ApiError::DatabaseUnavailable { .. } => {
@@ -161,6 +182,7 @@ impl ApiError {
                 )
             }
             ApiError::Timeout(limit) => tracing::warn!(?limit, "request timed out"),
+            ApiError::Link(why) => tracing::info!(error = %why, "receipt link refused"),
             rejected => {
                 tracing::debug!(code = rejected.code(), error = %rejected, "request rejected")
             }

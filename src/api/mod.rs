@@ -1,6 +1,8 @@
 //! The order HTTP API (docs/api.md), on axum.
 //!
 //! - `orders`: `POST /orders`, `GET /orders/{id}`, `GET /orders/{id}/receipt.pdf`;
+//! - `receipt_link`: the signed customer link to a receipt, and its refusal page;
+//! - [`client_addr`]: the client's address, through `TRUSTED_PROXIES`;
 //! - `body`: reading a JSON body by hand, so every rejection is a JSON error;
 //! - [`error`]: [`ApiError`], the one error of every handler, and the one place
 //!   that maps it to a status and a body;
@@ -26,10 +28,12 @@
 
 pub mod admin;
 mod body;
+pub mod client_addr;
 pub mod error;
 mod middleware;
 mod ops;
 mod orders;
+mod receipt_link;
 mod state;
 
 use std::net::SocketAddr;
@@ -86,6 +90,9 @@ pub struct ApiSettings {
     pub connections: ConnectionLimits,
     /// The dashboard under `/admin`; `None` (or no tokens): `/admin` is 404.
     pub admin: Option<admin::AdminSettings>,
+    /// Checks the signed receipt links that emails carry (`LINK_SIGNING_KEY`);
+    /// `None` only with keys and links turned off.
+    pub receipt_links: Option<crate::links::ReceiptLinks>,
 }
 
 impl Default for ApiSettings {
@@ -100,6 +107,7 @@ impl Default for ApiSettings {
             shutdown_grace: DEFAULT_SHUTDOWN_GRACE,
             connections: ConnectionLimits::default(),
             admin: None,
+            receipt_links: None,
         }
     }
 }

@@ -3,7 +3,7 @@
 use axum::Json;
 use axum::body::Bytes;
 use axum::extract::rejection::{BytesRejection, PathRejection};
-use axum::extract::{Path, State};
+use axum::extract::{Path, RawQuery, State};
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use diesel::prelude::*;
@@ -11,6 +11,7 @@ use serde::Serialize;
 
 use super::body;
 use super::error::ApiError;
+use super::receipt_link::{self, LinkCheck};
 use super::state::AppState;
 use crate::orders::{
     NewOrder, Order, OrderEvent, OrderJob, PlaceOrderError, Placement, Transition, TransitionError,
@@ -205,12 +206,22 @@ pub(crate) async fn show(
 }
 
 /// `GET /orders/{id}/receipt.pdf`: the stored PDF, or 404 until the
-/// receipt_pdf job has written it.
+/// receipt_pdf job has written it. A signed link from an email
+/// (`?expires=…&signature=…`) is checked first: refused, it is a page saying
+/// why (403, or 410 once expired), and the database is never asked.
 pub(crate) async fn receipt(
     State(state): State<AppState>,
     id: Result<Path<String>, PathRejection>,
+    RawQuery(query): RawQuery,
+    headers: HeaderMap,
 ) -> Result<Response, ApiError> {
     let (raw, id) = order_id(id)?;
+    match receipt_link::check(state.settings.receipt_links.as_ref(), id, query.as_deref()) {
+        // With a valid link the caller needs no key; without one, the
+        // key check of the route applies.
+        Ok(LinkCheck::Valid | LinkCheck::Absent) => {}
+        Err(refused) => return Ok(receipt_link::refusal(refused, &headers)),
+    }
     let pdf = state
         .db
         .run(move |conn| {
@@ -241,6 +252,8 @@ pub(crate) async fn receipt(
                 HeaderValue::from_static("application/pdf"),
             ),
             (header::CONTENT_DISPOSITION, disposition),
+            // A customer's receipt: never kept by a shared cache.
+            (header::CACHE_CONTROL, HeaderValue::from_static("no-store")),
         ],
         pdf,
     )

@@ -41,6 +41,11 @@ pub async fn measure(url: &str, args: &BenchArgs, batch: usize) -> anyhow::Resul
             ("WEBHOOK_SECRET", SECRET.to_owned()),
             // The bench's receiver listens on 127.0.0.1.
             ("WEBHOOK_ALLOW_PRIVATE", "true".to_owned()),
+            // The emails' receipt links are signed; any key of 32 bytes does here.
+            (
+                "LINK_SIGNING_KEY",
+                "bench-link-signing-key-of-32-bytes".to_owned(),
+            ),
         ],
         enqueue: enqueue_orders,
         pin: None,

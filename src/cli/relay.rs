@@ -14,9 +14,17 @@ pub async fn run(db_args: DatabaseArgs, args: RelayArgs) -> anyhow::Result<()> {
     // should fail at deploy time, naming what is wrong.
     let settings = args.settings()?;
     let kinds = args.kinds();
-    let email = args
-        .effects
-        .email(kinds.contains(&EffectKind::ConfirmationEmail))?;
+    let sends_email = kinds.contains(&EffectKind::ConfirmationEmail);
+    let email = args.effects.email(sends_email)?;
+    // Every email links to its receipt. Issue 20's API_AUTH=none (keys off,
+    // the receipt route open) is the one case that may pass `false` here.
+    let receipt_links = args
+        .links
+        .receipt_links(sends_email, "a relay that sends emails")?;
+    let email = email.map(|config| email::EmailConfig {
+        receipt_links,
+        ..config
+    });
     let webhook = args
         .effects
         .webhook(kinds.contains(&EffectKind::OrderWebhook))?;

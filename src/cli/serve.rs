@@ -8,7 +8,7 @@ use clap::Args;
 
 use crate::api::{self, ApiSettings, Application};
 use crate::config::{
-    AdminArgs, ConfigError, DEFAULT_API_ADDR, DatabaseArgs, EnqueueArgs, HttpLimitsArgs,
+    AdminArgs, ConfigError, DEFAULT_API_ADDR, DatabaseArgs, EnqueueArgs, HttpLimitsArgs, LinkArgs,
     parse_positive_duration, parse_socket_addr,
 };
 use crate::db;
@@ -28,6 +28,8 @@ pub struct ServeArgs {
     pub enqueue: EnqueueArgs,
     #[command(flatten)]
     pub admin: AdminArgs,
+    #[command(flatten)]
+    pub links: LinkArgs,
 }
 
 pub async fn run(db_args: DatabaseArgs, args: ServeArgs) -> anyhow::Result<()> {
@@ -35,6 +37,11 @@ pub async fn run(db_args: DatabaseArgs, args: ServeArgs) -> anyhow::Result<()> {
     let listener = tokio::net::TcpListener::bind(args.addr)
         .await
         .map_err(|e| ConfigError(format!("API_ADDR {}: cannot listen: {e}", args.addr)))?;
+
+    // API_AUTH=none (keys off, receipts open) passes `false` here.
+    let receipt_links = args.links.receipt_links(true, "serve")?;
+    // Checked before the database is touched, like every other setting.
+    let admin = args.admin.settings()?;
 
     let shutdown = crate::shutdown::on_signals();
     let migrated = db::migrate_when_writable(&db_args.database_url, &shutdown)
@@ -44,12 +51,12 @@ pub async fn run(db_args: DatabaseArgs, args: ServeArgs) -> anyhow::Result<()> {
         return Ok(());
     }
 
-    let admin = args.admin.settings()?;
     let settings = ApiSettings {
         max_attempts: args.enqueue.max_attempts,
         request_timeout: args.request_timeout,
         connections: args.http.limits(),
         admin: admin.clone(),
+        receipt_links,
         ..ApiSettings::default()
     };
     let pool = api::connect(&db_args.database_url, &settings);

@@ -5,6 +5,10 @@ use clap::Args;
 use super::ConfigError;
 use super::parse::parse_cookie_secure;
 
+fn parse_trusted_proxies(raw: &str) -> Result<crate::api::client_addr::TrustedProxies, String> {
+    crate::api::client_addr::TrustedProxies::parse(raw)
+}
+
 /// The dashboard under `/admin` (`serve`). `Debug` hides the tokens.
 #[derive(Clone, Args)]
 pub struct AdminArgs {
@@ -23,6 +27,9 @@ pub struct AdminArgs {
     /// When the session cookie is Secure: auto (always, except plain http to a loopback address) or always.
     #[arg(long, env = "ADMIN_COOKIE_SECURE", default_value = "auto", value_parser = parse_cookie_secure)]
     pub admin_cookie_secure: crate::api::admin::CookieSecure,
+    /// Proxies in front of serve, as IPs or CIDR networks (comma-separated): behind them, the client address the failed-login limit counts is read from X-Forwarded-For.
+    #[arg(long, env = "TRUSTED_PROXIES", value_parser = parse_trusted_proxies)]
+    pub trusted_proxies: Option<crate::api::client_addr::TrustedProxies>,
     /// Sender of confirmation emails; its domain completes the Message-IDs shown on an order's timeline.
     #[arg(long, env = "MAIL_FROM")]
     pub mail_from: Option<String>,
@@ -39,6 +46,7 @@ impl std::fmt::Debug for AdminArgs {
             .field("admin_read_only", &self.admin_read_only)
             .field("admin_hide_payload", &self.admin_hide_payload)
             .field("admin_cookie_secure", &self.admin_cookie_secure)
+            .field("trusted_proxies", &self.trusted_proxies)
             .field("mail_from", &self.mail_from)
             .finish()
     }
@@ -51,7 +59,8 @@ impl AdminArgs {
             self.admin_token.as_deref(),
             self.admin_readonly_token.as_deref(),
         )
-        .map_err(|e| ConfigError(format!("ADMIN_TOKEN / ADMIN_READONLY_TOKEN: {e}")))?;
+        // The error names ADMIN_TOKEN or ADMIN_READONLY_TOKEN itself.
+        .map_err(ConfigError)?;
         if tokens.is_empty() {
             return Ok(None);
         }
@@ -59,6 +68,7 @@ impl AdminArgs {
         settings.read_only = self.admin_read_only;
         settings.hide_payload = self.admin_hide_payload;
         settings.cookie_secure = self.admin_cookie_secure;
+        settings.trusted_proxies = self.trusted_proxies.clone().unwrap_or_default();
         settings.mail_domain = self
             .mail_from
             .as_deref()

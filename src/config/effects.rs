@@ -113,6 +113,8 @@ impl EffectArgs {
             smtp_url,
             mail_from,
             public_base_url: self.public_base_url.to_string(),
+            // The caller's, from LinkArgs.
+            receipt_links: None,
         }))
     }
 

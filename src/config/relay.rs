@@ -9,7 +9,7 @@ use super::parse::{
     parse_count, parse_duration, parse_job_timeouts, parse_kind, parse_positive_duration,
     parse_socket_addr,
 };
-use super::{ConfigError, DEFAULT_METRICS_ADDR, EffectArgs, HttpLimitsArgs, ReceiptArgs};
+use super::{ConfigError, DEFAULT_METRICS_ADDR, EffectArgs, HttpLimitsArgs, LinkArgs, ReceiptArgs};
 use crate::effects::EffectKind;
 use crate::relay::{self, BackoffPolicy, JobTimeouts, MIN_LEASE, RelaySettings};
 
@@ -76,6 +76,8 @@ pub struct RelayArgs {
     pub effects: EffectArgs,
     #[command(flatten)]
     pub receipt: ReceiptArgs,
+    #[command(flatten)]
+    pub links: LinkArgs,
 }
 
 impl RelayArgs {

@@ -47,10 +47,17 @@ pub(super) async fn start_services(
         settings.mail_domain = crate::effects::email::mail_from_domain(MAIL_FROM);
         settings
     });
+    // The emails' receipt links, signed with a key of this run's own.
+    let receipt_links = crate::links::ReceiptLinks::new(
+        &random_bytes::<32>("the receipt links' key")?,
+        crate::links::DEFAULT_RECEIPT_LINK_TTL,
+    )
+    .map_err(|e| anyhow::anyhow!("the demo's receipt link key {e}"))?;
     let api_settings = ApiSettings {
         max_attempts: args.enqueue.max_attempts,
         shutdown_grace: SHUTDOWN_GRACE,
         admin,
+        receipt_links: Some(receipt_links.clone()),
         ..ApiSettings::default()
     };
     let app = Application::build(
@@ -65,6 +72,7 @@ pub(super) async fn start_services(
         mail_from: MAIL_FROM.to_owned(),
         // Links in the emails lead to this run's API.
         public_base_url: api_url.clone(),
+        receipt_links: Some(receipt_links),
     })?;
     let sender = WebhookSender::new(&WebhookConfig {
         url: webhook.url(),
@@ -127,12 +135,17 @@ pub(super) async fn start_services(
     })
 }
 
-/// 128 random bits, hex: the demo dashboard's operator token.
+/// 128 random bits, hex (32 characters, the shortest `ADMIN_TOKEN` accepted):
+/// the demo dashboard's operator token.
 fn demo_admin_token() -> anyhow::Result<String> {
-    let mut bytes = [0_u8; 16];
-    getrandom::fill(&mut bytes)
-        .map_err(|e| anyhow::anyhow!("no randomness for the admin token: {e}"))?;
-    Ok(hex::encode(bytes))
+    Ok(hex::encode(random_bytes::<16>("the admin token")?))
+}
+
+/// `N` bytes from the operating system's CSPRNG, for the secret named `what`.
+fn random_bytes<const N: usize>(what: &str) -> anyhow::Result<[u8; N]> {
+    let mut bytes = [0_u8; N];
+    getrandom::fill(&mut bytes).map_err(|e| anyhow::anyhow!("no randomness for {what}: {e}"))?;
+    Ok(bytes)
 }
 
 impl Running {
@@ -150,5 +163,19 @@ impl Running {
             Ok(Err(error)) => eprintln!("the API task failed: {error}"),
             Err(_) => eprintln!("the API did not stop within {limit:?}"),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn the_demo_admin_token_is_long_enough_for_the_dashboard() {
+        let token = super::demo_admin_token().expect("randomness");
+        assert!(
+            token.len() >= crate::api::admin::MIN_ADMIN_TOKEN_CHARS,
+            "{token}"
+        );
+        let tokens = crate::api::admin::parse_admin_tokens(Some(&format!("op:{token}")), None);
+        assert_eq!(tokens.map(|t| t.len()), Ok(1));
     }
 }

@@ -83,6 +83,9 @@ pub struct EmailConfig {
     pub smtp_url: String,
     pub mail_from: String,
     pub public_base_url: String,
+    /// Signs the receipt links in emails; `None` (only with `API_AUTH=none`)
+    /// writes plain links to an open receipt route.
+    pub receipt_links: Option<crate::links::ReceiptLinks>,
 }
 
 impl fmt::Debug for EmailConfig {
@@ -91,6 +94,7 @@ impl fmt::Debug for EmailConfig {
             .field("smtp_url", &crate::db::redact_url(&self.smtp_url))
             .field("mail_from", &self.mail_from)
             .field("public_base_url", &self.public_base_url)
+            .field("receipt_links", &self.receipt_links)
             .finish()
     }
 }
@@ -102,6 +106,7 @@ pub struct Mailer {
     /// Right-hand side of every `Message-ID`: the sender's domain.
     message_id_domain: String,
     public_base_url: url::Url,
+    receipt_links: Option<crate::links::ReceiptLinks>,
     templates: Environment<'static>,
     /// The SMTP password, scrubbed from every error we report.
     password: Option<String>,
@@ -154,6 +159,7 @@ impl Mailer {
             message_id_domain: from.email.domain().to_owned(),
             from,
             public_base_url,
+            receipt_links: config.receipt_links.clone(),
             templates: templates().context("the embedded email templates do not load")?,
             password,
         })
@@ -250,6 +256,7 @@ mod tests {
             smtp_url: "smtp://mailer:p%40ss-w0rd@127.0.0.1:2525".to_owned(),
             mail_from: "Outbox Shop <orders@shop.example>".to_owned(),
             public_base_url: "https://shop.example/store/".to_owned(),
+            receipt_links: None,
         }
     }
 
@@ -317,8 +324,27 @@ mod tests {
         let mailer = Mailer::new(&config()).expect("valid config");
         assert_eq!(mailer.message_id(42), "<job-42.confirmation@shop.example>");
         assert_eq!(
-            mailer.receipt_url(7),
+            mailer.receipt_url(7, 1_800_000_000),
             "https://shop.example/store/orders/7/receipt.pdf"
+        );
+    }
+
+    #[tokio::test]
+    async fn receipt_links_are_signed_when_a_key_is_set() {
+        let links =
+            crate::links::ReceiptLinks::new(&[7; 32], Duration::from_secs(60)).expect("key");
+        let mailer = Mailer::new(&EmailConfig {
+            receipt_links: Some(links.clone()),
+            ..config()
+        })
+        .expect("valid config");
+        let url = url::Url::parse(&mailer.receipt_url(7, 1_800_000_000)).expect("a URL");
+        assert_eq!(url.path(), "/store/orders/7/receipt.pdf");
+        let query: std::collections::HashMap<_, _> = url.query_pairs().collect();
+        assert_eq!(query["expires"], "1800000060");
+        assert_eq!(
+            links.verify(7, &query["expires"], &query["signature"], 1_800_000_000),
+            Ok(())
         );
     }
 }

@@ -18,10 +18,11 @@ use crate::support::app::{TestApp, spawn_app, spawn_app_with, test_api_settings}
 use crate::support::browser::Browser;
 use crate::support::{make_done, sample_order};
 
-const OPERATOR: &str = "operator-secret-1";
-const VIEWER: &str = "viewer-secret-2";
+/// Tokens of 32 characters and more, as `serve` requires.
+pub(crate) const OPERATOR: &str = "operator-secret-1-0123456789abcdef";
+pub(crate) const VIEWER: &str = "viewer-secret-2-0123456789abcdef-x";
 
-fn admin_settings() -> ApiSettings {
+pub(crate) fn admin_settings() -> ApiSettings {
     let tokens = parse_admin_tokens(Some(&format!("op:{OPERATOR},ro:{VIEWER}")), None)
         .expect("valid tokens");
     let mut admin = AdminSettings::new(tokens);
@@ -33,14 +34,14 @@ fn admin_settings() -> ApiSettings {
 }
 
 /// Where the screenshots go: `target/admin-screenshots/`.
-fn screenshot_path(name: &str) -> PathBuf {
+pub(crate) fn screenshot_path(name: &str) -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))
         .join("target/admin-screenshots")
         .join(format!("{name}.png"))
 }
 
 /// A client that shows redirects instead of following them.
-fn raw_client() -> reqwest::Client {
+pub(crate) fn raw_client() -> reqwest::Client {
     let _ = crate::support::app::http_client();
     reqwest::Client::builder()
         .no_proxy()
@@ -52,7 +53,7 @@ fn raw_client() -> reqwest::Client {
 
 /// An `application/x-www-form-urlencoded` body (reqwest is built without its
 /// `form` feature).
-fn form(pairs: &[(&str, &str)]) -> String {
+pub(crate) fn form(pairs: &[(&str, &str)]) -> String {
     let encode = |s: &str| {
         percent_encoding::utf8_percent_encode(s, percent_encoding::NON_ALPHANUMERIC).to_string()
     };
@@ -205,7 +206,7 @@ fn audit_rows(conn: &mut PgConnection) -> Vec<(String, String, i64)> {
 }
 
 /// Polls until the browser's URL contains `part`.
-async fn wait_for_url(browser: &Browser, part: &str) -> String {
+pub(crate) async fn wait_for_url(browser: &Browser, part: &str) -> String {
     let deadline = Instant::now() + Duration::from_secs(10);
     loop {
         let url = browser.current_url().await;
@@ -221,7 +222,7 @@ async fn wait_for_url(browser: &Browser, part: &str) -> String {
 }
 
 /// Polls until the page's text contains `part`.
-async fn wait_for_text(browser: &Browser, part: &str) -> String {
+pub(crate) async fn wait_for_text(browser: &Browser, part: &str) -> String {
     let deadline = Instant::now() + Duration::from_secs(10);
     loop {
         let text = browser.text().await;
@@ -236,7 +237,7 @@ async fn wait_for_text(browser: &Browser, part: &str) -> String {
     }
 }
 
-async fn log_in(browser: &Browser, app: &TestApp, token: &str) {
+pub(crate) async fn log_in(browser: &Browser, app: &TestApp, token: &str) {
     browser.goto(&app.url("/admin/login")).await;
     browser.type_into("#token", token).await;
     browser.click("main button[type=submit]").await;
@@ -442,7 +443,11 @@ async fn post_form(
         .expect("POST")
 }
 
-async fn http_login(client: &reqwest::Client, app: &TestApp, token: &str) -> (String, String) {
+pub(crate) async fn http_login(
+    client: &reqwest::Client,
+    app: &TestApp,
+    token: &str,
+) -> (String, String) {
     let response = client
         .post(app.url("/admin/login"))
         .header("content-type", "application/x-www-form-urlencoded")

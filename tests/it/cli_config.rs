@@ -16,6 +16,8 @@ fn relay_with(env: &[(&str, &str)], args: &[&str]) -> Output {
         "RELAY_CONCURRENCY",
         "METRICS_ADDR",
         "RECEIPT_FONT_PATH",
+        "LINK_SIGNING_KEY",
+        "RECEIPT_LINK_TTL",
     ] {
         cmd.env_remove(var);
     }
@@ -150,4 +152,59 @@ fn a_whsec_webhook_secret_that_is_not_base64_stops_the_relay_without_printing_it
     assert_eq!(out.status.code(), Some(2), "{err}");
     assert!(err.contains("WEBHOOK_SECRET: secret 1 of 1"), "{err}");
     assert!(!err.contains("hunter2"), "{err}");
+}
+
+const MAIL: [(&str, &str); 2] = [
+    ("SMTP_URL", "smtp://127.0.0.1:9"),
+    ("MAIL_FROM", "Shop <orders@shop.example>"),
+];
+
+#[test]
+fn a_relay_that_sends_emails_needs_a_link_signing_key_of_32_bytes() {
+    let out = relay_with(&[DB, MAIL[0], MAIL[1]], &["--kinds", "confirmation_email"]);
+    let err = stderr(&out);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(err.contains("LINK_SIGNING_KEY is not set"), "{err}");
+
+    for key in ["", "short-hunter2"] {
+        let out = relay_with(
+            &[DB, MAIL[0], MAIL[1], ("LINK_SIGNING_KEY", key)],
+            &["--kinds", "confirmation_email"],
+        );
+        let err = stderr(&out);
+        assert_eq!(out.status.code(), Some(2), "{key:?}: {err}");
+        assert!(err.contains("LINK_SIGNING_KEY is "), "{err}");
+        assert!(err.contains("at least 32"), "{err}");
+        assert!(
+            !err.contains("hunter2") && !err.contains("panicked"),
+            "{err}"
+        );
+    }
+    // A relay that sends no email does not need one.
+    let out = relay_with(&[DB, ("RELAY_LEASE", "soon")], &["--kinds", "noop"]);
+    assert!(
+        !stderr(&out).contains("LINK_SIGNING_KEY"),
+        "{}",
+        stderr(&out)
+    );
+}
+
+#[test]
+fn serve_refuses_a_missing_or_short_link_signing_key_naming_it() {
+    for key in [None, Some(""), Some("0123456789abcdef0123456789abcde")] {
+        let mut cmd = Command::new(env!("CARGO_BIN_EXE_outbox-relay"));
+        cmd.arg("serve")
+            .env("DATABASE_URL", DB.1)
+            .env("API_ADDR", "127.0.0.1:0")
+            .env_remove("LINK_SIGNING_KEY")
+            .env_remove("ADMIN_TOKEN");
+        if let Some(key) = key {
+            cmd.env("LINK_SIGNING_KEY", key);
+        }
+        let out = cmd.output().expect("run outbox-relay serve");
+        let err = stderr(&out);
+        assert_eq!(out.status.code(), Some(2), "{key:?}: {err}");
+        assert!(err.contains("LINK_SIGNING_KEY"), "{err}");
+        assert!(!err.contains("panicked"), "{err}");
+    }
 }

@@ -23,6 +23,7 @@ fn mailer_for(smtp_url: String) -> Mailer {
         smtp_url,
         mail_from: MAIL_FROM.to_owned(),
         public_base_url: "https://shop.example/".to_owned(),
+        receipt_links: Some(crate::support::app::test_receipt_links()),
     })
     .expect("mailer")
 }
@@ -126,7 +127,13 @@ async fn each_order_gets_one_confirmation_with_both_parts_and_a_job_derived_mess
             assert!(part.contains(&receipt), "{part}");
         }
         assert!(text.contains("2 × Green tea"), "{text}");
-        assert!(html.contains(&format!("href=\"{receipt}\"")), "{html}");
+        // A signed link: `&` is `&amp;` in HTML, as it should be.
+        assert!(
+            html.contains(&format!("href=\"{receipt}?expires="))
+                && html.contains("&amp;signature="),
+            "{html}"
+        );
+        assert!(text.contains(&format!("{receipt}?expires=")), "{text}");
     }
 }
 

@@ -4,6 +4,7 @@
 mod support;
 
 mod admin;
+mod admin_sessions;
 mod api;
 mod bench;
 mod cli_config;
@@ -19,6 +20,7 @@ mod metrics;
 mod orders;
 mod outbox;
 mod queue_core;
+mod receipt_links;
 mod relay;
 mod retention;
 mod trace;

@@ -1,43 +1,25 @@
-//! Who is asking: the login form, the session cookie, and the limit on failed
-//! logins.
-//!
-//! The session is stateless: the cookie is `{token index}.{expiry}.{mac}`,
-//! where the MAC is HMAC-SHA256 keyed by the token's own secret. So every
-//! `serve` instance behind a load balancer accepts it, a restart keeps
-//! operators logged in, and removing or rotating a token ends its sessions at
-//! once. The secret never leaves the server.
+//! Who is asking: the login form's token check, the session cookie, and
+//! where the session is found (signing and storage are in `session`).
 
-use std::collections::VecDeque;
-use std::sync::Mutex;
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 
-use axum::extract::FromRequestParts;
+use axum::extract::{ConnectInfo, FromRequestParts};
 use axum::http::request::Parts;
 use axum::http::{HeaderMap, header};
-use hmac::{Hmac, Mac as _};
 use sha2::{Digest as _, Sha256};
 
 use super::AdminState;
 use super::error::AdminError;
+use super::session;
 use super::settings::{AdminSettings, AdminToken, CookieSecure, Role};
 
 pub(super) const COOKIE_NAME: &str = "outbox_admin";
 
-/// Failed logins allowed within `FAILURE_WINDOW`, across all clients. Past it,
-/// every login attempt is answered 429 until the oldest failure ages out: a
-/// guesser gets at most this many tries a minute. The limit is global, not per
-/// client address, because `serve` usually sits behind a proxy whose address
-/// every client shares; the cost is that a flood of bad guesses can delay a
-/// real operator's login by up to a minute, while sessions already open keep
-/// working.
-pub(super) const MAX_FAILURES: usize = 10;
-pub(super) const FAILURE_WINDOW: Duration = Duration::from_secs(60);
-
-type HmacSha256 = Hmac<Sha256>;
-
 /// A logged-in operator.
 #[derive(Debug, Clone)]
 pub(super) struct Session {
+    /// The row in `admin_sessions`; logging out revokes it.
+    pub id: String,
     /// Who acts, for the audit log (`operator#1`).
     pub actor: String,
     pub role: Role,
@@ -75,47 +57,38 @@ pub(super) fn find_token<'a>(
     found
 }
 
-fn mac(token: &AdminToken, purpose: &str, message: &str) -> HmacSha256 {
-    let mut mac: HmacSha256 = token.mac.clone();
-    mac.update(purpose.as_bytes());
-    mac.update(&[0]);
-    mac.update(message.as_bytes());
-    mac
-}
-
-fn unix_now() -> u64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| d.as_secs())
-}
-
-/// A fresh session cookie's value for token `index`.
-pub(super) fn issue_session(settings: &AdminSettings, index: usize) -> Option<String> {
-    let token = settings.tokens.get(index)?;
-    let expires = unix_now().saturating_add(settings.session_length.as_secs());
-    let body = format!("{index}.{expires}");
-    let tag = hex::encode(mac(token, "session", &body).finalize().into_bytes());
-    Some(format!("{body}.{tag}"))
-}
-
-/// The session a cookie value stands for, if it is genuine and unexpired.
-pub(super) fn verify_session(settings: &AdminSettings, value: &str) -> Option<Session> {
-    let mut parts = value.splitn(3, '.');
-    let index: usize = parts.next()?.parse().ok()?;
-    let expires: u64 = parts.next()?.parse().ok()?;
-    let tag = hex::decode(parts.next()?).ok()?;
-    let token = settings.tokens.get(index)?;
-    mac(token, "session", &format!("{index}.{expires}"))
-        .verify_slice(&tag)
-        .ok()?;
-    if expires <= unix_now() {
-        return None;
+/// The session a request's cookie stands for: genuine (signed with the
+/// server's key for a configured token), unexpired, and still live in the
+/// database (not logged out). `None` without one.
+pub(super) async fn current_session(
+    state: &AdminState,
+    headers: &HeaderMap,
+) -> Result<Option<Session>, AdminError> {
+    let Some(value) = cookie(headers, COOKIE_NAME) else {
+        return Ok(None);
+    };
+    let key = state.session_key().await?;
+    let Some(signed) = session::verify(key, &state.settings, value, crate::links::unix_now())
+    else {
+        return Ok(None);
+    };
+    let Some(token) = state.settings.tokens.get(signed.token_index) else {
+        return Ok(None);
+    };
+    let id = signed.id.clone();
+    let live = state
+        .db
+        .run(move |conn| Ok(session::is_live(conn, &id)?))
+        .await?;
+    if !live {
+        return Ok(None);
     }
-    Some(Session {
+    Ok(Some(Session {
+        id: signed.id,
         actor: token.label.clone(),
-        role: settings.effective_role(token),
-        csrf: super::csrf::token_for(token, value),
-    })
+        role: state.settings.effective_role(token),
+        csrf: super::csrf::token_for(key, value),
+    }))
 }
 
 /// The value of cookie `name` in the request's `Cookie` headers.
@@ -183,36 +156,27 @@ pub(super) fn set_cookie(
     }
 }
 
-/// Failed logins in the last `FAILURE_WINDOW`.
-#[derive(Debug, Default)]
-pub(super) struct LoginLimiter {
-    failures: Mutex<VecDeque<Instant>>,
-}
+/// The address a login attempt is counted against: the peer's, or behind a
+/// trusted proxy the client's (`TRUSTED_PROXIES`, see `client_addr`).
+#[derive(Debug, Clone, Copy)]
+pub(super) struct ClientAddr(pub IpAddr);
 
-impl LoginLimiter {
-    /// `Some(wait)` when logins are refused for now.
-    pub fn blocked_for(&self) -> Option<Duration> {
-        let mut failures = self.failures.lock().unwrap_or_else(|p| p.into_inner());
-        let now = Instant::now();
-        while failures
-            .front()
-            .is_some_and(|t| now.duration_since(*t) >= FAILURE_WINDOW)
-        {
-            failures.pop_front();
-        }
-        if failures.len() < MAX_FAILURES {
-            return None;
-        }
-        let oldest = failures.front().copied().unwrap_or(now);
-        Some(FAILURE_WINDOW.saturating_sub(now.duration_since(oldest)))
-    }
+impl FromRequestParts<AdminState> for ClientAddr {
+    type Rejection = std::convert::Infallible;
 
-    pub fn record_failure(&self) {
-        let mut failures = self.failures.lock().unwrap_or_else(|p| p.into_inner());
-        failures.push_back(Instant::now());
-        while failures.len() > MAX_FAILURES {
-            failures.pop_front();
-        }
+    async fn from_request_parts(
+        parts: &mut Parts,
+        state: &AdminState,
+    ) -> Result<Self, Self::Rejection> {
+        // Set by the accept loop; a router served some other way has none,
+        // and then every client shares one count, as before.
+        let peer = parts
+            .extensions
+            .get::<ConnectInfo<SocketAddr>>()
+            .map_or(IpAddr::V4(Ipv4Addr::UNSPECIFIED), |c| c.0.ip());
+        Ok(ClientAddr(
+            state.settings.trusted_proxies.client(peer, &parts.headers),
+        ))
     }
 }
 
@@ -223,8 +187,8 @@ impl FromRequestParts<AdminState> for Session {
         parts: &mut Parts,
         state: &AdminState,
     ) -> Result<Self, Self::Rejection> {
-        cookie(&parts.headers, COOKIE_NAME)
-            .and_then(|value| verify_session(&state.settings, value))
+        current_session(state, &parts.headers)
+            .await?
             .ok_or(AdminError::LoginRequired)
     }
 }
@@ -234,45 +198,21 @@ mod tests {
     use super::*;
     use crate::api::admin::settings::parse_admin_tokens;
 
-    fn settings() -> AdminSettings {
-        AdminSettings::new(parse_admin_tokens(Some("op:alpha,ro:beta"), None).expect("tokens"))
-    }
-
-    #[test]
-    fn a_session_verifies_until_its_token_changes() {
-        let settings = settings();
-        let value = issue_session(&settings, 1).expect("session");
-        let session = verify_session(&settings, &value).expect("genuine");
-        assert_eq!(session.role, Role::ReadOnly);
-        assert_eq!(session.actor, "read-only#2");
-
-        let forged = value.replacen("1.", "0.", 1);
-        assert!(verify_session(&settings, &forged).is_none());
-        let rotated = AdminSettings::new(
-            parse_admin_tokens(Some("op:alpha,ro:gamma"), None).expect("tokens"),
-        );
-        assert!(verify_session(&rotated, &value).is_none());
-        assert!(verify_session(&settings, "garbage").is_none());
-    }
-
     #[test]
     fn logins_match_tokens_and_loopback_http_gets_no_secure_flag() {
-        let settings = settings();
-        assert_eq!(find_token(&settings, "beta").map(|(i, _)| i), Some(1));
-        assert!(find_token(&settings, "bet").is_none());
+        let settings = AdminSettings::new(
+            parse_admin_tokens(
+                Some("op:alpha-token-0123456789abcdef-0123,ro:beta-token-0123456789abcdef-01234"),
+                None,
+            )
+            .expect("tokens"),
+        );
+        let found = find_token(&settings, "beta-token-0123456789abcdef-01234");
+        assert_eq!(found.map(|(i, _)| i), Some(1));
+        assert!(find_token(&settings, "beta-token-0123456789abcdef-0123").is_none());
         assert!(is_loopback_host("127.0.0.1:8080"));
         assert!(is_loopback_host("[::1]:80"));
         assert!(is_loopback_host("localhost"));
         assert!(!is_loopback_host("ops.example.com"));
-    }
-
-    #[test]
-    fn the_limiter_blocks_after_too_many_failures() {
-        let limiter = LoginLimiter::default();
-        for _ in 0..MAX_FAILURES {
-            assert!(limiter.blocked_for().is_none());
-            limiter.record_failure();
-        }
-        assert!(limiter.blocked_for().is_some());
     }
 }

@@ -1,23 +1,20 @@
 //! CSRF tokens for the dashboard's forms.
 //!
-//! A form token is an HMAC of the session cookie's value, keyed by the token's
-//! secret: it is tied to one session, needs no storage, and cannot be made by
-//! a page that cannot read the cookie (HttpOnly) or the secret. Every POST but
+//! A form token is an HMAC of the session cookie's value, keyed by the
+//! server's session key: it is tied to one session, needs no storage, and
+//! cannot be made by a page that cannot read the cookie (HttpOnly) or the key. Every POST but
 //! the login carries it in a hidden `csrf` field; the SameSite=Strict cookie
 //! is a second line, not the only one.
 
-use hmac::{Hmac, Mac as _};
-use sha2::Sha256;
+use hmac::Mac as _;
 
 use super::auth::{Session, constant_time_eq};
 use super::error::AdminError;
-use super::settings::AdminToken;
+use super::session::SessionKey;
 
 /// The form token of the session whose cookie is `cookie_value`.
-pub(super) fn token_for(token: &AdminToken, cookie_value: &str) -> String {
-    let mut mac: Hmac<Sha256> = token.mac.clone();
-    mac.update(b"csrf\0");
-    mac.update(cookie_value.as_bytes());
+pub(super) fn token_for(key: &SessionKey, cookie_value: &str) -> String {
+    let mac = key.mac("csrf", &[cookie_value.as_bytes()]);
     hex::encode(mac.finalize().into_bytes())
 }
 

@@ -3,7 +3,9 @@
 //! when `ADMIN_TOKEN` is set.
 //!
 //! - `settings`: tokens and roles, read-only mode, payload hiding, cookie rules;
-//! - `auth`: the login form's checks, the signed session cookie, the failed-login limit;
+//! - `auth`: the login form's checks, the session cookie, the client's address;
+//! - `session`: the server's session key and the sessions table (logout revokes);
+//! - `limiter`: the failed-login limit, per client address;
 //! - `csrf`: the form token every POST carries;
 //! - `pages`: overview, jobs, an order's timeline, the audit log, login;
 //! - `actions`: retry and cancel, one job or every match, preview first, audited;
@@ -21,8 +23,10 @@ mod chart;
 mod csrf;
 mod error;
 mod filter;
+mod limiter;
 mod pages;
 mod queries;
+mod session;
 mod settings;
 mod view;
 
@@ -36,8 +40,8 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 
 pub use settings::{
-    AdminSettings, AdminToken, CookieSecure, DEFAULT_ADMIN_STATEMENT_TIMEOUT, Role,
-    parse_admin_tokens,
+    AdminSettings, AdminToken, CookieSecure, DEFAULT_ADMIN_STATEMENT_TIMEOUT,
+    MIN_ADMIN_TOKEN_CHARS, Role, parse_admin_tokens,
 };
 
 use super::state::{AppState, Db};
@@ -46,7 +50,29 @@ use super::state::{AppState, Db};
 pub(crate) struct AdminState {
     db: Db,
     settings: Arc<AdminSettings>,
-    limiter: Arc<auth::LoginLimiter>,
+    limiter: Arc<limiter::LoginLimiter>,
+    /// The session key, read from the database (made there by the first
+    /// replica) on the first request that needs it; a failed read is tried
+    /// again on the next one.
+    key: Arc<tokio::sync::OnceCell<session::SessionKey>>,
+}
+
+impl AdminState {
+    async fn session_key(&self) -> Result<&session::SessionKey, error::AdminError> {
+        self.key
+            .get_or_try_init(|| async {
+                let bytes = self
+                    .db
+                    .run(|conn| {
+                        session::load_or_create_key(conn).map_err(|e| {
+                            crate::api::ApiError::Internal(e.context("the dashboard's session key"))
+                        })
+                    })
+                    .await?;
+                session::SessionKey::new(&bytes).map_err(error::AdminError::Internal)
+            })
+            .await
+    }
 }
 
 /// The script nonce of one response.
@@ -62,7 +88,8 @@ pub(crate) fn routes(db: Db, settings: Option<&AdminSettings>) -> Router<AppStat
     let state = AdminState {
         db,
         settings: Arc::new(settings.clone()),
-        limiter: Arc::new(auth::LoginLimiter::default()),
+        limiter: Arc::new(limiter::LoginLimiter::default()),
+        key: Arc::new(tokio::sync::OnceCell::new()),
     };
     let admin = Router::new()
         .route("/", get(pages::overview))

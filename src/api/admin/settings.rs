@@ -30,9 +30,9 @@ pub struct AdminToken {
     pub label: String,
     pub role: Role,
     pub(super) secret: String,
-    /// HMAC-SHA256 keyed by the secret: signs this token's sessions and form
-    /// tokens (cloned per use; keying once means no fallible step per request).
-    pub(super) mac: hmac::Hmac<sha2::Sha256>,
+    /// SHA-256 of the secret, inside every session MAC (never in a cookie or
+    /// the database): rotating the token ends its sessions.
+    pub(super) fingerprint: [u8; 32],
 }
 
 impl std::fmt::Debug for AdminToken {
@@ -87,6 +87,9 @@ pub struct AdminSettings {
     /// `statement_timeout` of every dashboard query and action batch.
     pub statement_timeout: Duration,
     pub session_length: Duration,
+    /// The proxies whose `X-Forwarded-For` names the client that the
+    /// failed-login limit counts (`TRUSTED_PROXIES`); empty: the peer.
+    pub trusted_proxies: crate::api::client_addr::TrustedProxies,
 }
 
 impl AdminSettings {
@@ -99,6 +102,7 @@ impl AdminSettings {
             mail_domain: None,
             statement_timeout: DEFAULT_ADMIN_STATEMENT_TIMEOUT,
             session_length: DEFAULT_SESSION_LENGTH,
+            trusted_proxies: Default::default(),
         }
     }
 
@@ -112,18 +116,23 @@ impl AdminSettings {
     }
 }
 
+/// The shortest token accepted: 32 characters, as `openssl rand -hex 16`
+/// prints, so a login form is not worth guessing at.
+pub const MIN_ADMIN_TOKEN_CHARS: usize = 32;
+
 /// Parses `ADMIN_TOKEN` and `ADMIN_READONLY_TOKEN`.
 ///
 /// `ADMIN_TOKEN` is a comma-separated list; each entry is `op:SECRET` (an
 /// operator), `ro:SECRET` (read-only), or a bare `SECRET` (an operator, so a
 /// plain `ADMIN_TOKEN=s3cret` keeps working). `ADMIN_READONLY_TOKEN` is a
-/// comma-separated list of read-only secrets. A secret may not contain a comma
-/// and may not be used twice.
+/// comma-separated list of read-only secrets. A secret may not contain a comma,
+/// may not be used twice, and has at least [`MIN_ADMIN_TOKEN_CHARS`]
+/// characters. Errors name the variable and the entry, never the secret.
 pub fn parse_admin_tokens(
     tokens: Option<&str>,
     read_only_tokens: Option<&str>,
 ) -> Result<Vec<AdminToken>, String> {
-    let mut entries: Vec<(Role, String)> = Vec::new();
+    let mut entries: Vec<(Role, String, &str)> = Vec::new();
     for entry in tokens.unwrap_or_default().split(',') {
         let entry = entry.trim();
         if entry.is_empty() {
@@ -134,32 +143,42 @@ pub fn parse_admin_tokens(
             Some(("ro" | "read-only" | "readonly", secret)) => (Role::ReadOnly, secret),
             _ => (Role::Operator, entry),
         };
-        entries.push((role, secret.to_owned()));
+        entries.push((role, secret.to_owned(), "ADMIN_TOKEN"));
     }
     for secret in read_only_tokens.unwrap_or_default().split(',') {
         let secret = secret.trim();
         if !secret.is_empty() {
-            entries.push((Role::ReadOnly, secret.to_owned()));
+            entries.push((Role::ReadOnly, secret.to_owned(), "ADMIN_READONLY_TOKEN"));
         }
     }
     let mut tokens: Vec<AdminToken> = Vec::with_capacity(entries.len());
-    for (i, (role, secret)) in entries.into_iter().enumerate() {
+    for (i, (role, secret, variable)) in entries.into_iter().enumerate() {
         if secret.is_empty() {
-            return Err(format!("token {} has a role but no secret", i + 1));
-        }
-        if tokens.iter().any(|t| t.secret == secret) {
             return Err(format!(
-                "token {} repeats an earlier one (each secret names one role)",
+                "{variable}: token {} has a role but no secret",
                 i + 1
             ));
         }
-        let mac = <hmac::Hmac<sha2::Sha256> as hmac::Mac>::new_from_slice(secret.as_bytes())
-            .map_err(|_| format!("token {} cannot key HMAC-SHA256", i + 1))?;
+        let chars = secret.chars().count();
+        if chars < MIN_ADMIN_TOKEN_CHARS {
+            return Err(format!(
+                "{variable}: token {} is {chars} characters; at least \
+                 {MIN_ADMIN_TOKEN_CHARS} are needed (e.g. `openssl rand -hex 16`)",
+                i + 1
+            ));
+        }
+        if tokens.iter().any(|t| t.secret == secret) {
+            return Err(format!(
+                "{variable}: token {} repeats an earlier one (each secret names one role)",
+                i + 1
+            ));
+        }
+        let fingerprint = <sha2::Sha256 as sha2::Digest>::digest(secret.as_bytes()).into();
         tokens.push(AdminToken {
             label: format!("{}#{}", role.as_str(), i + 1),
             role,
             secret,
-            mac,
+            fingerprint,
         });
     }
     Ok(tokens)
@@ -169,22 +188,28 @@ pub fn parse_admin_tokens(
 mod tests {
     use super::*;
 
+    const ONE: &str = "one-token-0123456789abcdef-012345";
+    const TWO: &str = "two-token-0123456789abcdef-012345";
+    const THREE: &str = "three-token-0123456789abcdef-0123";
+    const FOUR: &str = "four-token-0123456789abcdef-01234";
+
     #[test]
     fn a_plain_token_is_an_operator_and_lists_give_roles() {
-        let tokens = parse_admin_tokens(Some("s3cret"), None).expect("valid");
+        let tokens = parse_admin_tokens(Some(ONE), None).expect("valid");
         assert_eq!(tokens.len(), 1);
         assert_eq!(tokens[0].role, Role::Operator);
         assert_eq!(tokens[0].label, "operator#1");
 
-        let tokens = parse_admin_tokens(Some("op:one, ro:two,three"), Some("four")).expect("valid");
+        let listed = format!("op:{ONE}, ro:{TWO},{THREE}");
+        let tokens = parse_admin_tokens(Some(&listed), Some(FOUR)).expect("valid");
         let roles: Vec<(&str, Role)> = tokens.iter().map(|t| (t.secret.as_str(), t.role)).collect();
         assert_eq!(
             roles,
             [
-                ("one", Role::Operator),
-                ("two", Role::ReadOnly),
-                ("three", Role::Operator),
-                ("four", Role::ReadOnly)
+                (ONE, Role::Operator),
+                (TWO, Role::ReadOnly),
+                (THREE, Role::Operator),
+                (FOUR, Role::ReadOnly)
             ]
         );
         assert_eq!(tokens[1].label, "read-only#2");
@@ -198,7 +223,24 @@ mod tests {
                 .is_empty()
         );
         assert!(parse_admin_tokens(Some("op:"), None).is_err());
-        assert!(parse_admin_tokens(Some("a"), Some("a")).is_err());
-        assert!(!format!("{:?}", parse_admin_tokens(Some("hunter2"), None)).contains("hunter2"));
+        assert!(parse_admin_tokens(Some(ONE), Some(ONE)).is_err());
+        assert!(!format!("{:?}", parse_admin_tokens(Some(ONE), None)).contains(ONE));
+    }
+
+    #[test]
+    fn short_tokens_are_refused_naming_the_variable_not_the_token() {
+        let error = parse_admin_tokens(Some("op:change-me"), None).expect_err("short");
+        assert!(
+            error.starts_with("ADMIN_TOKEN: token 1 is 9 characters"),
+            "{error}"
+        );
+        assert!(!error.contains("change-me"), "{error}");
+        let error = parse_admin_tokens(Some(ONE), Some("hunter2")).expect_err("short");
+        assert!(
+            error.starts_with("ADMIN_READONLY_TOKEN: token 2 is 7"),
+            "{error}"
+        );
+        let exactly = "x".repeat(MIN_ADMIN_TOKEN_CHARS);
+        assert!(parse_admin_tokens(Some(&exactly), None).is_ok());
     }
 }

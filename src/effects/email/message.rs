@@ -54,7 +54,11 @@ impl Mailer {
             ))
         })?;
         let to = Mailbox::new(display_name(&order.customer_name), address);
-        let mut view = ConfirmationView::new(order, &self.receipt_url(order.id), &self.from)?;
+        let mut view = ConfirmationView::new(
+            order,
+            &self.receipt_url(order.id, crate::links::unix_now()),
+            &self.from,
+        )?;
         let detail = |name: &str| {
             details
                 .get(name)
@@ -96,12 +100,16 @@ impl Mailer {
             })
     }
 
-    /// `PUBLIC_BASE_URL/orders/{id}/receipt.pdf`, keeping any path prefix of the base.
-    pub(super) fn receipt_url(&self, order_id: i64) -> String {
+    /// `PUBLIC_BASE_URL/orders/{id}/receipt.pdf`, keeping any path prefix of
+    /// the base, signed to expire `RECEIPT_LINK_TTL` after `now` (unix seconds).
+    pub(super) fn receipt_url(&self, order_id: i64, now: u64) -> String {
         let mut url = self.public_base_url.clone();
         if let Ok(mut path) = url.path_segments_mut() {
             path.pop_if_empty()
                 .extend(["orders", &order_id.to_string(), "receipt.pdf"]);
+        }
+        if let Some(links) = &self.receipt_links {
+            url.set_query(Some(&links.sign(order_id, now).query()));
         }
         url.to_string()
     }

@@ -134,6 +134,8 @@ async fn no_secret_appears_in_the_debug_logs_of_a_full_run() {
         // lettre's AUTH PLAIN payload, and the password alone, base64-encoded.
         base64::engine::general_purpose::STANDARD.encode(format!("\0mailer\0{smtp_password}")),
         base64::engine::general_purpose::STANDARD.encode(&smtp_password),
+        // Both processes get the tests' receipt link key (Launch::serve, ::relay).
+        crate::support::app::LINK_SIGNING_KEY.to_owned(),
     ];
     if database_url.password().is_none() {
         let _ = database_url.set_password(Some(&db_password));

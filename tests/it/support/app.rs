@@ -6,6 +6,7 @@ use std::time::Duration;
 use diesel::prelude::*;
 use outbox_relay::api::{self, ApiSettings, Application};
 use outbox_relay::db::PgPool;
+use outbox_relay::links::{DEFAULT_RECEIPT_LINK_TTL, ReceiptLinks};
 use outbox_relay::schema::{jobs_all, order_items, orders};
 use reqwest::StatusCode;
 use serde_json::Value;
@@ -13,12 +14,22 @@ use tokio_util::sync::CancellationToken;
 
 use super::TestDb;
 
+/// The `LINK_SIGNING_KEY` of every API, relay and process the tests start.
+pub const LINK_SIGNING_KEY: &str = "test-link-signing-key/32-bytes-at-least";
+
+/// Receipt links signed with [`LINK_SIGNING_KEY`], valid for the default 30 days.
+pub fn test_receipt_links() -> ReceiptLinks {
+    ReceiptLinks::new(LINK_SIGNING_KEY.as_bytes(), DEFAULT_RECEIPT_LINK_TTL)
+        .expect("the test key is long enough")
+}
+
 /// Settings for tests: the queue-depth gauge re-counted on every scrape, a
-/// short shutdown grace.
+/// short shutdown grace, receipt links checked with the tests' key.
 pub fn test_api_settings() -> ApiSettings {
     ApiSettings {
         queue_depth_ttl: Duration::ZERO,
         shutdown_grace: Duration::from_secs(5),
+        receipt_links: Some(test_receipt_links()),
         ..ApiSettings::default()
     }
 }
@@ -140,12 +151,19 @@ impl TestApp {
 
     /// Asks for shutdown and waits for the server to return.
     pub async fn stop(self) {
+        drop(self.stop_keeping_db().await);
+    }
+
+    /// Stops the server and hands back its database, to start another
+    /// server on it (a restart).
+    pub async fn stop_keeping_db(self) -> TestDb {
         self.shutdown.cancel();
         tokio::time::timeout(Duration::from_secs(30), self.handle)
             .await
             .expect("the API stops within 30s")
             .expect("the API task did not panic")
             .expect("the API returned Ok");
+        self.db
     }
 }
 

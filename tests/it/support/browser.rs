@@ -297,6 +297,23 @@ impl Browser {
         .await
     }
 
+    /// The value of cookie `name` for the current page, HttpOnly ones
+    /// included (WebDriver sees what page scripts cannot).
+    pub async fn cookie(&self, name: &str) -> Option<String> {
+        let cookies = self.call(reqwest::Method::GET, "/cookie", None).await;
+        cookies.as_array()?.iter().find_map(|c| {
+            (c["name"] == name).then(|| c["value"].as_str().unwrap_or_default().to_owned())
+        })
+    }
+
+    /// Sends `headers` with every request the page makes from now on, as a
+    /// proxy in front of the server would add them (`X-Forwarded-For`).
+    pub async fn extra_headers(&self, headers: Value) {
+        self.cdp("Network.enable", json!({})).await;
+        self.cdp("Network.setExtraHTTPHeaders", json!({"headers": headers}))
+            .await;
+    }
+
     /// A desktop viewport (1280 wide) or a phone's (390 wide, touch, mobile
     /// viewport rules), for the pages loaded next.
     pub async fn viewport(&self, phone: bool) {

@@ -39,8 +39,8 @@ impl Launch {
     }
 
     /// `relay` as the fault tests run it: worker id `name`, metrics on port 0,
-    /// a 2s lease, quick retries and polls, a 10s shutdown grace. Mail and
-    /// webhook settings are the caller's.
+    /// a 2s lease, quick retries and polls, a 10s shutdown grace, the tests'
+    /// `LINK_SIGNING_KEY`. Mail and webhook settings are the caller's.
     pub fn relay(name: &str, database_url: &str) -> Launch {
         Launch::new(name, &["relay"])
             .env("DATABASE_URL", database_url)
@@ -55,13 +55,15 @@ impl Launch {
             // The tests' receivers listen on 127.0.0.1.
             .env("WEBHOOK_ALLOW_PRIVATE", "true")
             .env("MAIL_FROM", MAIL_FROM)
+            .env("LINK_SIGNING_KEY", super::app::LINK_SIGNING_KEY)
     }
 
-    /// `serve` on port 0.
+    /// `serve` on port 0, with the tests' `LINK_SIGNING_KEY`.
     pub fn serve(name: &str, database_url: &str) -> Launch {
         Launch::new(name, &["serve"])
             .env("DATABASE_URL", database_url)
             .env("API_ADDR", "127.0.0.1:0")
+            .env("LINK_SIGNING_KEY", super::app::LINK_SIGNING_KEY)
     }
 
     /// Sets (or replaces) one environment variable.

@@ -8,8 +8,9 @@ use minijinja::{Value, context};
 use serde::Deserialize;
 
 use super::base;
-use crate::api::admin::auth::{self, Session};
+use crate::api::admin::auth::{self, ClientAddr, Session};
 use crate::api::admin::error::AdminError;
+use crate::api::admin::session as sessions;
 use crate::api::admin::view::render;
 use crate::api::admin::{AdminState, Nonce};
 
@@ -18,10 +19,7 @@ pub(in crate::api::admin) async fn login_form(
     Extension(nonce): Extension<Nonce>,
     headers: HeaderMap,
 ) -> Result<Response, AdminError> {
-    let signed_in = auth::cookie(&headers, auth::COOKIE_NAME)
-        .and_then(|v| auth::verify_session(&state.settings, v))
-        .is_some();
-    if signed_in {
+    if auth::current_session(&state, &headers).await?.is_some() {
         return Ok(Redirect::to("/admin").into_response());
     }
     let page = render(
@@ -57,18 +55,20 @@ fn same_origin(headers: &HeaderMap) -> bool {
 pub(in crate::api::admin) async fn login(
     State(state): State<AdminState>,
     Extension(nonce): Extension<Nonce>,
+    ClientAddr(client): ClientAddr,
     headers: HeaderMap,
     Form(form): Form<LoginForm>,
 ) -> Result<Response, AdminError> {
     if !same_origin(&headers) {
         return Err(AdminError::CsrfRejected);
     }
-    if let Some(wait) = state.limiter.blocked_for() {
+    if let Some(wait) = state.limiter.blocked_for(client) {
+        tracing::warn!(%client, "dashboard login refused: too many failures from this client");
         return Err(AdminError::TooManyLogins(wait));
     }
     let Some((index, token)) = auth::find_token(&state.settings, form.token.trim()) else {
-        state.limiter.record_failure();
-        tracing::warn!("dashboard login failed: unknown token");
+        state.limiter.record_failure(client);
+        tracing::warn!(%client, "dashboard login failed: unknown token");
         let page = render(
             "login.html",
             context! {
@@ -78,9 +78,15 @@ pub(in crate::api::admin) async fn login(
         )?;
         return Ok((StatusCode::UNAUTHORIZED, page).into_response());
     };
-    let value = auth::issue_session(&state.settings, index)
-        .ok_or_else(|| AdminError::Internal(anyhow::anyhow!("token {index} vanished")))?;
-    tracing::info!(actor = %token.label, "dashboard login");
+    let key = state.session_key().await?;
+    let (id, value) = sessions::issue(key, &state.settings, index, crate::links::unix_now())
+        .map_err(AdminError::Internal)?;
+    let (actor, length) = (token.label.clone(), state.settings.session_length);
+    state
+        .db
+        .run(move |conn| Ok(sessions::insert(conn, &id, &actor, length)?))
+        .await?;
+    tracing::info!(actor = %token.label, %client, "dashboard login");
     let cookie = auth::set_cookie(&state.settings, &headers, Some(&value));
     Ok(([(header::SET_COOKIE, cookie)], Redirect::to("/admin")).into_response())
 }
@@ -97,6 +103,14 @@ pub(in crate::api::admin) async fn logout(
     Form(form): Form<CsrfOnly>,
 ) -> Result<Response, AdminError> {
     crate::api::admin::csrf::check(&session, form.csrf.as_deref())?;
+    // Ended on the server, not only in this browser: a copy of the cookie
+    // is refused from now on, by every replica.
+    let id = session.id.clone();
+    state
+        .db
+        .run(move |conn| Ok(sessions::revoke(conn, &id)?))
+        .await?;
+    tracing::info!(actor = %session.actor, "dashboard logout");
     let cookie = auth::set_cookie(&state.settings, &headers, None);
     Ok(([(header::SET_COOKIE, cookie)], Redirect::to("/admin/login")).into_response())
 }

@@ -1,0 +1,2 @@
+DROP TABLE IF EXISTS admin_sessions;
+DROP TABLE IF EXISTS admin_secrets;

@@ -1,0 +1,203 @@
+//! The signed receipt link of the emails: followed from a real email it
+//! fetches the PDF; changed, re-encoded or expired, it is refused with a page
+//! that says why (403, 410), before the database is asked.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use base64::Engine as _;
+use outbox_relay::effects::email::{EmailConfig, Mailer};
+use outbox_relay::effects::receipt::ReceiptSettings;
+use outbox_relay::effects::{self, Executor};
+use outbox_relay::links::{ReceiptLinks, unix_now};
+use reqwest::StatusCode;
+use serde_json::Value;
+
+use crate::support::app::{TestApp, error_of, spawn_app, test_receipt_links};
+use crate::support::smtp::SmtpSink;
+use crate::support::{count, order_json, spawn_relay, test_settings, wait_until};
+
+/// Places an order over the API and lets a relay send its confirmation and
+/// render its receipt; returns the order id and the receipt link of the
+/// email's text part.
+async fn order_with_emailed_link(app: &TestApp, sink: &SmtpSink) -> (i64, url::Url) {
+    let placed = app.post_order(&order_json("Ada Lovelace"), None).await;
+    assert_eq!(placed.status(), StatusCode::CREATED);
+    let order: Value = placed.json().await.expect("JSON");
+    let id = order["id"].as_i64().expect("an id");
+
+    let mailer = Mailer::new(&EmailConfig {
+        smtp_url: sink.url(),
+        mail_from: "Shop <orders@shop.example>".to_owned(),
+        public_base_url: app.url("/"),
+        receipt_links: Some(test_receipt_links()),
+    })
+    .expect("mailer");
+    let executor: Arc<dyn Executor> = Arc::new(effects::workers(
+        app.db.pool(4),
+        Some(mailer),
+        None,
+        ReceiptSettings::default(),
+    ));
+    let relay = spawn_relay(
+        &app.db,
+        test_settings("links", &["confirmation_email", "receipt_pdf"]),
+        executor,
+    );
+    let mut conn = app.db.conn();
+    wait_until(
+        "the email sent and the receipt rendered",
+        Duration::from_secs(30),
+        || count(&mut conn, "done") == 2,
+    )
+    .await;
+    relay.stop().await;
+
+    let mails = sink.mails();
+    assert_eq!(mails.len(), 1);
+    let text = mails[0].part("text/plain").expect("a text part");
+    let link = text
+        .split_whitespace()
+        .find(|word| word.contains("/receipt.pdf"))
+        .unwrap_or_else(|| panic!("no receipt link in\n{text}"));
+    (id, url::Url::parse(link).expect("the link is a URL"))
+}
+
+fn param(url: &url::Url, name: &str) -> String {
+    url.query_pairs()
+        .find(|(n, _)| n == name)
+        .map(|(_, v)| v.into_owned())
+        .unwrap_or_else(|| panic!("no {name} in {url}"))
+}
+
+fn with_params(url: &url::Url, expires: &str, signature: &str) -> String {
+    let mut url = url.clone();
+    url.query_pairs_mut()
+        .clear()
+        .append_pair("expires", expires)
+        .append_pair("signature", signature);
+    url.to_string()
+}
+
+async fn get_html(app: &TestApp, url: &str) -> reqwest::Response {
+    app.client
+        .get(url)
+        .header("accept", "text/html,application/xhtml+xml,*/*;q=0.8")
+        .send()
+        .await
+        .expect("GET")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_link_in_a_real_email_fetches_the_receipt_and_a_changed_one_is_refused() {
+    let app = spawn_app().await;
+    let sink = SmtpSink::start().await;
+    let (id, link) = order_with_emailed_link(&app, &sink).await;
+    let (expires, signature) = (param(&link, "expires"), param(&link, "signature"));
+    let ttl = test_receipt_links().ttl().as_secs();
+    let expires_at: u64 = expires.parse().expect("unix seconds");
+    assert!(
+        expires_at.abs_diff(unix_now() + ttl) < 120,
+        "expires {expires_at}: 30 days from now"
+    );
+
+    // As written into the email, followed by a browser.
+    let followed = get_html(&app, link.as_str()).await;
+    assert_eq!(followed.status(), StatusCode::OK);
+    assert_eq!(followed.headers()["content-type"], "application/pdf");
+    assert_eq!(followed.headers()["cache-control"], "no-store");
+    let pdf = followed.bytes().await.expect("body");
+    assert!(pdf.starts_with(b"%PDF-"), "a PDF");
+
+    // One character of the signature changed.
+    let mut flipped = signature.clone().into_bytes();
+    flipped[3] = if flipped[3] == b'A' { b'B' } else { b'A' };
+    let flipped = String::from_utf8(flipped).expect("ASCII");
+    // The same bytes, in standard base64 with padding and in hex.
+    let tag = base64::engine::general_purpose::URL_SAFE_NO_PAD
+        .decode(&signature)
+        .expect("base64url");
+    let padded = base64::engine::general_purpose::STANDARD.encode(&tag);
+    let hexed = hex::encode(&tag);
+    let refused = [
+        (
+            "a changed signature",
+            with_params(&link, &expires, &flipped),
+        ),
+        (
+            "a later expiry",
+            with_params(&link, &(expires_at + 86_400).to_string(), &signature),
+        ),
+        ("standard base64", with_params(&link, &expires, &padded)),
+        ("hex", with_params(&link, &expires, &hexed)),
+        (
+            "no signature",
+            format!("{}?expires={expires}", app.url(link.path())),
+        ),
+        (
+            "another order",
+            format!(
+                "{}?{}",
+                app.url(&format!("/orders/{}/receipt.pdf", id + 1)),
+                link.query().unwrap_or_default()
+            ),
+        ),
+    ];
+    for (what, url) in &refused {
+        let response = get_html(&app, url).await;
+        assert_eq!(response.status(), StatusCode::FORBIDDEN, "{what}: {url}");
+        assert!(
+            response.headers()["content-type"]
+                .to_str()
+                .expect("ASCII")
+                .starts_with("text/html"),
+            "{what}"
+        );
+        assert_eq!(response.headers()["cache-control"], "no-store", "{what}");
+        let page = response.text().await.expect("page");
+        assert!(
+            page.contains("This receipt link is not valid"),
+            "{what}: {page}"
+        );
+        assert!(page.len() < 2_000, "a small page: {page}");
+        for leak in ["panicked", "Error(", "diesel", "HMAC", LINK_KEY_PREFIX] {
+            assert!(!page.contains(leak), "{what}: {leak} in {page}");
+        }
+    }
+    // The same refusal for an API client, as the API's JSON error.
+    let json = app.get(&refused[0].1[app.url("").len()..]).await;
+    let error = error_of(json, StatusCode::FORBIDDEN).await;
+    assert_eq!(error["code"], "invalid_link");
+    app.stop().await;
+}
+
+/// The start of the tests' key, which no page may show.
+const LINK_KEY_PREFIX: &str = "test-link-signing";
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_expired_link_is_gone_with_a_page_saying_so() {
+    let app = spawn_app().await;
+    // Signed with the server's key 31 days ago: genuine, but past its 30 days.
+    let links = test_receipt_links();
+    let old = links.sign(1, unix_now() - 31 * 24 * 3600);
+    let path = format!("/orders/1/receipt.pdf?{}", old.query());
+
+    let page = get_html(&app, &app.url(&path)).await;
+    assert_eq!(page.status(), StatusCode::GONE);
+    assert_eq!(page.headers()["cache-control"], "no-store");
+    let page = page.text().await.expect("page");
+    assert!(page.contains("This receipt link has expired"), "{page}");
+    assert!(page.contains("Ask the shop for a new one"), "{page}");
+
+    let error = error_of(app.get(&path).await, StatusCode::GONE).await;
+    assert_eq!(error["code"], "link_expired");
+    // Expired and signed with another key: refused as not genuine, so an
+    // expired answer is only ever about a link the server made.
+    let other = ReceiptLinks::new(&[1; 32], links.ttl()).expect("key");
+    let forged = other.sign(1, unix_now() - 31 * 24 * 3600);
+    let response = app
+        .get(&format!("/orders/1/receipt.pdf?{}", forged.query()))
+        .await;
+    assert_eq!(response.status(), StatusCode::FORBIDDEN);
+    app.stop().await;
+}
