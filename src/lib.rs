@@ -16,6 +16,8 @@
 //! - [`effects`]: the job types (`ConfirmationEmail`, `ReceiptPdf`,
 //!   `OrderWebhook`, `Noop`), their workers, and what each effect does (email,
 //!   receipt PDF, signed webhook).
+//! - [`api_keys`]: API keys (`ork_…`): their scopes, their stored hash,
+//!   creating, listing, revoking and authenticating them.
 //! - [`api`]: the order HTTP API (axum), and the operator dashboard under `/admin`
 //!   (`api::admin`: templates in `templates/admin/`, its SQL in `src/api/admin/sql/`).
 //! - [`job_list`]: the operator's list of jobs (`jobs list`), by status, kind or order.
@@ -38,6 +40,7 @@
 //!   worker pool), [`worker`] (typed jobs and workers), [`shutdown`].
 
 pub mod api;
+pub mod api_keys;
 #[cfg(feature = "dev-tools")]
 pub mod bench;
 pub mod cli;

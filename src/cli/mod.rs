@@ -1,6 +1,7 @@
 //! The `outbox-relay` command line: the subcommands of the README's "Configuration" and "Operations".
 
 mod jobs;
+mod keys;
 mod relay;
 mod serve;
 mod table;
@@ -12,6 +13,7 @@ use clap::{CommandFactory as _, Parser, Subcommand};
 use crate::config::{ConfigError, DatabaseArgs, RelayArgs};
 
 pub use jobs::JobsCommand;
+pub use keys::KeysCommand;
 pub use serve::ServeArgs;
 
 #[derive(Debug, Parser)]
@@ -58,6 +60,11 @@ pub enum Command {
     Jobs {
         #[command(subcommand)]
         command: JobsCommand,
+    },
+    /// Create, list and revoke the API keys of the order API.
+    Keys {
+        #[command(subcommand)]
+        command: KeysCommand,
     },
     /// Run everything end to end with nothing to set up: a private PostgreSQL (unless
     /// DATABASE_URL is set), the API, a relay, local mail and webhook sinks, sample orders.
@@ -134,6 +141,7 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Bench { args } => crate::bench::run(*args).await,
         Command::Serve { db, args } => serve::run(db, args).await,
         Command::Jobs { command } => jobs::run(command).await,
+        Command::Keys { command } => keys::run(command).await,
         #[cfg(feature = "dev-tools")]
         Command::Demo { args } => crate::demo::run(*args).await,
     }
