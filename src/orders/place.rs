@@ -262,7 +262,6 @@ fn place_order_in_transaction(
                     max_attempts: job.max_attempts_value(),
                     run_after: created_at,
                     finished_at: None,
-                    last_error: None,
                 })
                 .collect(),
             events: vec![OrderEvent {
