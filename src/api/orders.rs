@@ -3,12 +3,13 @@
 use axum::Json;
 use axum::body::Bytes;
 use axum::extract::rejection::{BytesRejection, PathRejection};
-use axum::extract::{Path, State};
+use axum::extract::{Extension, Path, State};
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use diesel::prelude::*;
 use serde::Serialize;
 
+use super::auth::{Caller, ReceiptAccess, verify_receipt_link};
 use super::body;
 use super::error::ApiError;
 use super::state::AppState;
@@ -62,11 +63,12 @@ fn location(order_id: i64) -> HeaderValue {
 /// order and its jobs, or, for a repeated key, finds the earlier order.
 pub(crate) async fn place(
     State(state): State<AppState>,
+    Extension(caller): Extension<Caller>,
     headers: HeaderMap,
     raw_body: Result<Bytes, BytesRejection>,
 ) -> Result<Response, ApiError> {
     body::require_json(&headers)?;
-    let key = body::idempotency_key(&headers)?;
+    let key = body::idempotency_key(&headers)?.map(|k| k.scoped_to(caller.api_key_id()));
     let value = body::parse_json(raw_body)?;
     let order = NewOrder::parse(&value)?;
 
@@ -124,6 +126,7 @@ pub(crate) async fn place(
 /// order, records the event and enqueues its jobs. `200` with the order.
 pub(crate) async fn transition(
     State(state): State<AppState>,
+    Extension(caller): Extension<Caller>,
     path: Result<Path<(String, String)>, PathRejection>,
     headers: HeaderMap,
     raw_body: Result<Bytes, BytesRejection>,
@@ -139,7 +142,7 @@ pub(crate) async fn transition(
     }
     let (raw, id) = order_id(Ok(Path(raw_id)))?;
     body::require_json(&headers)?;
-    let key = body::idempotency_key(&headers)?;
+    let key = body::idempotency_key(&headers)?.map(|k| k.scoped_to(caller.api_key_id()));
     let value = body::parse_json(raw_body)?;
     let transition = Transition::parse(&action, &value)?;
 
@@ -202,12 +205,17 @@ pub(crate) async fn show(
 }
 
 /// `GET /orders/{id}/receipt.pdf`: the stored PDF, or 404 until the
-/// receipt_pdf job has written it.
+/// receipt_pdf job has written it. With a key (`orders:read`), or with a
+/// signed link, checked before anything is read.
 pub(crate) async fn receipt(
     State(state): State<AppState>,
+    Extension(access): Extension<ReceiptAccess>,
     id: Result<Path<String>, PathRejection>,
 ) -> Result<Response, ApiError> {
     let (raw, id) = order_id(id)?;
+    if let ReceiptAccess::SignedLink { expires, signature } = &access {
+        verify_receipt_link(id, expires.as_deref(), signature.as_deref())?;
+    }
     let pdf = state
         .db
         .run(move |conn| {

@@ -14,7 +14,8 @@ use tokio_util::sync::CancellationToken;
 
 use super::BenchArgs;
 use super::report::Latency;
-use crate::api::{self, ApiSettings, Application};
+use crate::api::{self, ApiAuth, ApiSettings, Application};
+use crate::api_keys;
 use crate::http_server::ConnectionLimits;
 
 #[derive(Debug, Clone)]
@@ -26,6 +27,9 @@ pub struct Placement {
     pub api_latency: Latency,
     /// The same load again while half-open connections hold the server.
     pub half_open: Option<HalfOpenRun>,
+    /// What API keys cost placement: the same load against a server with
+    /// keys and one with `API_AUTH=none`, in alternating slices.
+    pub auth_cost: AuthCost,
     /// `None` when pgbench is not installed.
     pub pgbench_orders_per_second: Option<f64>,
     /// WAL bytes per order of the API run and of the pgbench run.
@@ -41,6 +45,26 @@ pub struct HalfOpenRun {
     pub orders_per_second: f64,
     pub errors: u64,
     pub latency: Latency,
+}
+
+/// Placement with API keys against placement without (`API_AUTH=none`):
+/// two servers on the same database, loaded in turn, `ROUNDS` slices each,
+/// so drift on a shared machine falls on both alike.
+#[derive(Debug, Clone)]
+pub struct AuthCost {
+    pub with_keys_orders_per_second: f64,
+    pub without_orders_per_second: f64,
+    pub with_keys_errors: u64,
+    pub without_errors: u64,
+}
+
+impl AuthCost {
+    const ROUNDS: u32 = 2;
+
+    /// With keys over without: 1.0 is free.
+    pub fn ratio(&self) -> f64 {
+        self.with_keys_orders_per_second / self.without_orders_per_second
+    }
 }
 
 /// What a half-open client sends: never the blank line that ends the head.
@@ -78,12 +102,13 @@ pub async fn measure(url: &str, args: &BenchArgs) -> anyhow::Result<Placement> {
         clients,
         half_open,
         args.api_duration * 4 + Duration::from_secs(30),
+        ApiAuth::Keys,
     )
     .await?;
     let (app_addr, endpoint) = (api.addr, api.endpoint());
 
     crate::effects::webhook::ensure_crypto_provider();
-    let client = load_client(clients)?;
+    let client = load_client(clients, api.api_key.as_deref())?;
     // Warm-up: connections, prepared plans, the pool.
     load(&client, &endpoint, clients, Duration::from_millis(500)).await;
     truncate(url).await?;
@@ -104,6 +129,7 @@ pub async fn measure(url: &str, args: &BenchArgs) -> anyhow::Result<Placement> {
     } else {
         None
     };
+    let auth_cost = auth_cost(url, &api, &client, clients, duration).await?;
     api.stop().await?;
 
     truncate(url).await?;
@@ -126,9 +152,50 @@ pub async fn measure(url: &str, args: &BenchArgs) -> anyhow::Result<Placement> {
         api_errors: unloaded.errors,
         api_latency: unloaded.latency(),
         half_open,
+        auth_cost,
         pgbench_orders_per_second: pgbench,
         api_wal_bytes_per_order: api_wal,
         pgbench_wal_bytes_per_order: pgbench_wal,
+    })
+}
+
+/// [`AuthCost`]: `keyed`, and a server with `API_AUTH=none` started here.
+async fn auth_cost(
+    url: &str,
+    keyed: &ApiUnderTest,
+    keyed_client: &reqwest::Client,
+    clients: usize,
+    duration: Duration,
+) -> anyhow::Result<AuthCost> {
+    let open = ApiUnderTest::start(url, clients, 0, Duration::from_secs(30), ApiAuth::None).await?;
+    let open_client = load_client(clients, None)?;
+    load(
+        &open_client,
+        &open.endpoint(),
+        clients,
+        Duration::from_millis(500),
+    )
+    .await;
+    let slice = duration / AuthCost::ROUNDS;
+    let (mut with_keys, mut without) = (Vec::new(), Vec::new());
+    for _ in 0..AuthCost::ROUNDS {
+        truncate(url).await?;
+        with_keys.push(load(keyed_client, &keyed.endpoint(), clients, slice).await);
+        truncate(url).await?;
+        without.push(load(&open_client, &open.endpoint(), clients, slice).await);
+    }
+    open.stop().await?;
+    let rate = |runs: &[LoadRun]| {
+        let ok: u64 = runs.iter().map(|r| r.ok).sum();
+        let secs: f64 = runs.iter().map(|r| r.elapsed.as_secs_f64()).sum();
+        ok as f64 / secs
+    };
+    let errors = |runs: &[LoadRun]| runs.iter().map(|r| r.errors).sum();
+    Ok(AuthCost {
+        with_keys_orders_per_second: rate(&with_keys),
+        without_orders_per_second: rate(&without),
+        with_keys_errors: errors(&with_keys),
+        without_errors: errors(&without),
     })
 }
 
@@ -164,6 +231,8 @@ async fn wal_per_order(url: &str, from: &str) -> anyhow::Result<Option<f64>> {
 /// The order API on a port of its own, in this process.
 pub(super) struct ApiUnderTest {
     pub addr: std::net::SocketAddr,
+    /// A key with `orders:*`, unless the server runs with `API_AUTH=none`.
+    pub api_key: Option<String>,
     stop: CancellationToken,
     server: tokio::task::JoinHandle<std::io::Result<()>>,
 }
@@ -176,6 +245,7 @@ impl ApiUnderTest {
         clients: usize,
         idle: usize,
         header_timeout: Duration,
+        auth: ApiAuth,
     ) -> anyhow::Result<ApiUnderTest> {
         let settings = ApiSettings {
             pool_size: u32::try_from(clients).unwrap_or(16).clamp(1, 64),
@@ -184,14 +254,26 @@ impl ApiUnderTest {
                 max_connections: idle + clients + 64,
                 ..ConnectionLimits::default()
             },
+            auth,
+            // Unlimited: the bench measures the API, not the limiter's refusals.
+            rate_limit: None,
             ..ApiSettings::default()
+        };
+        let api_key = match auth {
+            ApiAuth::Keys => Some(bench_key(url).await?),
+            ApiAuth::None => None,
         };
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
         let app = Application::build(api::connect(url, &settings), settings, listener)?;
         let addr = app.local_addr();
         let stop = CancellationToken::new();
         let server = tokio::spawn(app.run_until_stopped(stop.clone()));
-        Ok(ApiUnderTest { addr, stop, server })
+        Ok(ApiUnderTest {
+            addr,
+            api_key,
+            stop,
+            server,
+        })
     }
 
     pub fn endpoint(&self) -> String {
@@ -205,11 +287,37 @@ impl ApiUnderTest {
     }
 }
 
-/// An HTTP client that keeps a connection per load client.
-pub(super) fn load_client(clients: usize) -> anyhow::Result<reqwest::Client> {
+/// A new key with every scope, named after this run.
+async fn bench_key(url: &str) -> anyhow::Result<String> {
+    let url = url.to_owned();
+    tokio::task::spawn_blocking(move || -> anyhow::Result<String> {
+        let mut conn = PgConnection::establish(&url)?;
+        let name = api_keys::KeyName::parse(&format!("bench-{:08x}", fastrand::u32(..)))
+            .map_err(|e| anyhow::anyhow!("the bench key's name {e}"))?;
+        let created = api_keys::create_key(&mut conn, &name, &[api_keys::Scope::All], None)
+            .context("creating the bench's API key")?;
+        Ok(created.secret.expose().to_owned())
+    })
+    .await?
+}
+
+/// An HTTP client that keeps a connection per load client, and sends
+/// `api_key` with every request.
+pub(super) fn load_client(
+    clients: usize,
+    api_key: Option<&str>,
+) -> anyhow::Result<reqwest::Client> {
     crate::effects::webhook::ensure_crypto_provider();
+    let mut headers = reqwest::header::HeaderMap::new();
+    if let Some(key) = api_key {
+        let mut bearer = reqwest::header::HeaderValue::from_str(&format!("Bearer {key}"))
+            .context("the API key as a header")?;
+        bearer.set_sensitive(true);
+        headers.insert(reqwest::header::AUTHORIZATION, bearer);
+    }
     reqwest::Client::builder()
         .pool_max_idle_per_host(clients)
+        .default_headers(headers)
         .build()
         .context("building the load generator's client")
 }

@@ -6,7 +6,8 @@ use std::time::Duration;
 use anyhow::Context as _;
 use clap::Args;
 
-use crate::api::{self, ApiSettings, Application};
+use crate::api::rate_limit::{DEFAULT_RATE_LIMIT, RateLimitSetting, parse_rate_limit};
+use crate::api::{self, ApiAuth, ApiSettings, Application};
 use crate::config::{
     AdminArgs, ConfigError, DEFAULT_API_ADDR, DatabaseArgs, EnqueueArgs, HttpLimitsArgs,
     parse_positive_duration, parse_socket_addr,
@@ -28,6 +29,16 @@ pub struct ServeArgs {
     pub enqueue: EnqueueArgs,
     #[command(flatten)]
     pub admin: AdminArgs,
+    /// `keys`: every /orders route needs `Authorization: Bearer <key>` with
+    /// its scope (create keys with `outbox-relay keys create`). `none`: no
+    /// checks, for local development only.
+    #[arg(long, env = "API_AUTH", value_enum, default_value_t = ApiAuth::Keys)]
+    pub api_auth: ApiAuth,
+    /// Requests per API key, counted by each replica: 50/s, 600/m, 10000/h,
+    /// or none. A key may send a burst of that many at once; past it, 429
+    /// with Retry-After.
+    #[arg(long, env = "API_RATE_LIMIT", default_value = DEFAULT_RATE_LIMIT, value_parser = parse_rate_limit)]
+    pub api_rate_limit: RateLimitSetting,
 }
 
 pub async fn run(db_args: DatabaseArgs, args: ServeArgs) -> anyhow::Result<()> {
@@ -47,12 +58,17 @@ pub async fn run(db_args: DatabaseArgs, args: ServeArgs) -> anyhow::Result<()> {
         request_timeout: args.request_timeout,
         connections: args.http.limits(),
         admin: admin.clone(),
+        auth: args.api_auth,
+        rate_limit: args.api_rate_limit.0,
         ..ApiSettings::default()
     };
     let pool = api::connect(&db_args.database_url, &settings);
     let app = Application::build(pool, settings, listener)?;
     // On stdout, for people and scripts that asked for port 0.
     println!("serving the order API on http://{}", app.local_addr());
+    if args.api_auth == ApiAuth::None {
+        println!("WARNING: API_AUTH=none: the order API asks no one for a key");
+    }
     if admin.is_some() {
         println!("dashboard on http://{}/admin", app.local_addr());
     }

@@ -5,6 +5,7 @@ mod support;
 
 mod admin;
 mod api;
+mod api_keys;
 mod bench;
 mod cli_config;
 mod cli_jobs;
