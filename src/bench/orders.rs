@@ -29,7 +29,7 @@ pub struct Placement {
     pub half_open: Option<HalfOpenRun>,
     /// What API keys cost placement: the same load against a server with
     /// keys and one with `API_AUTH=none`, in alternating slices.
-    pub auth_cost: AuthCost,
+    pub auth_cost: super::auth_cost::AuthCost,
     /// `None` when pgbench is not installed.
     pub pgbench_orders_per_second: Option<f64>,
     /// WAL bytes per order of the API run and of the pgbench run.
@@ -45,26 +45,6 @@ pub struct HalfOpenRun {
     pub orders_per_second: f64,
     pub errors: u64,
     pub latency: Latency,
-}
-
-/// Placement with API keys against placement without (`API_AUTH=none`):
-/// two servers on the same database, loaded in turn, `ROUNDS` slices each,
-/// so drift on a shared machine falls on both alike.
-#[derive(Debug, Clone)]
-pub struct AuthCost {
-    pub with_keys_orders_per_second: f64,
-    pub without_orders_per_second: f64,
-    pub with_keys_errors: u64,
-    pub without_errors: u64,
-}
-
-impl AuthCost {
-    const ROUNDS: u32 = 2;
-
-    /// With keys over without: 1.0 is free.
-    pub fn ratio(&self) -> f64 {
-        self.with_keys_orders_per_second / self.without_orders_per_second
-    }
 }
 
 /// What a half-open client sends: never the blank line that ends the head.
@@ -129,7 +109,7 @@ pub async fn measure(url: &str, args: &BenchArgs) -> anyhow::Result<Placement> {
     } else {
         None
     };
-    let auth_cost = auth_cost(url, &api, &client, clients, duration).await?;
+    let auth_cost = super::auth_cost::measure(url, &api, &client, clients, duration).await?;
     api.stop().await?;
 
     truncate(url).await?;
@@ -156,46 +136,6 @@ pub async fn measure(url: &str, args: &BenchArgs) -> anyhow::Result<Placement> {
         pgbench_orders_per_second: pgbench,
         api_wal_bytes_per_order: api_wal,
         pgbench_wal_bytes_per_order: pgbench_wal,
-    })
-}
-
-/// [`AuthCost`]: `keyed`, and a server with `API_AUTH=none` started here.
-async fn auth_cost(
-    url: &str,
-    keyed: &ApiUnderTest,
-    keyed_client: &reqwest::Client,
-    clients: usize,
-    duration: Duration,
-) -> anyhow::Result<AuthCost> {
-    let open = ApiUnderTest::start(url, clients, 0, Duration::from_secs(30), ApiAuth::None).await?;
-    let open_client = load_client(clients, None)?;
-    load(
-        &open_client,
-        &open.endpoint(),
-        clients,
-        Duration::from_millis(500),
-    )
-    .await;
-    let slice = duration / AuthCost::ROUNDS;
-    let (mut with_keys, mut without) = (Vec::new(), Vec::new());
-    for _ in 0..AuthCost::ROUNDS {
-        truncate(url).await?;
-        with_keys.push(load(keyed_client, &keyed.endpoint(), clients, slice).await);
-        truncate(url).await?;
-        without.push(load(&open_client, &open.endpoint(), clients, slice).await);
-    }
-    open.stop().await?;
-    let rate = |runs: &[LoadRun]| {
-        let ok: u64 = runs.iter().map(|r| r.ok).sum();
-        let secs: f64 = runs.iter().map(|r| r.elapsed.as_secs_f64()).sum();
-        ok as f64 / secs
-    };
-    let errors = |runs: &[LoadRun]| runs.iter().map(|r| r.errors).sum();
-    Ok(AuthCost {
-        with_keys_orders_per_second: rate(&with_keys),
-        without_orders_per_second: rate(&without),
-        with_keys_errors: errors(&with_keys),
-        without_errors: errors(&without),
     })
 }
 
@@ -368,7 +308,7 @@ async fn hold_half_open(
 pub(super) struct LoadRun {
     pub ok: u64,
     pub errors: u64,
-    elapsed: Duration,
+    pub elapsed: Duration,
     /// Microseconds to each `201`, unsorted.
     micros: Vec<u64>,
 }
@@ -385,7 +325,7 @@ impl LoadRun {
 }
 
 /// `clients` loops posting orders for `duration`.
-async fn load(
+pub(super) async fn load(
     client: &reqwest::Client,
     endpoint: &str,
     clients: usize,
