@@ -245,7 +245,7 @@ mod tests {
         let mut headers = HeaderMap::new();
         headers.insert(
             header::AUTHORIZATION,
-            HeaderValue::from_bytes(value).unwrap(),
+            HeaderValue::from_bytes(value).expect("valid"),
         );
         headers
     }
@@ -259,7 +259,7 @@ mod tests {
             b"Bearer \xff\xfe",
             &[b'a'; 4096],
         ] {
-            let error = presented_key(&headers(value)).unwrap_err();
+            let error = presented_key(&headers(value)).expect_err("refused");
             assert!(matches!(error, ApiError::Unauthorized(_)), "{error:?}");
         }
         assert!(matches!(
@@ -270,9 +270,9 @@ mod tests {
 
     #[test]
     fn a_well_formed_key_is_read_whatever_the_scheme_case() {
-        let key = crate::api_keys::NewSecret::generate().unwrap();
+        let key = crate::api_keys::NewSecret::generate().expect("valid");
         let value = format!("bearer  {}", key.expose());
-        let presented = presented_key(&headers(value.as_bytes())).unwrap();
+        let presented = presented_key(&headers(value.as_bytes())).expect("valid");
         assert_eq!(presented.sha256(), key.sha256());
     }
 

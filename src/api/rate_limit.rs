@@ -130,17 +130,21 @@ mod tests {
     #[test]
     fn limits_parse_with_their_unit() {
         assert_eq!(
-            parse_rate_limit("50/s").unwrap().0,
+            parse_rate_limit("50/s").expect("valid").0,
             Some(RateLimit {
-                requests: NonZeroU32::new(50).unwrap(),
+                requests: NonZeroU32::new(50).expect("valid"),
                 per: Duration::from_secs(1)
             })
         );
         assert_eq!(
-            parse_rate_limit("600/m").unwrap().0.unwrap().to_string(),
+            parse_rate_limit("600/m")
+                .expect("valid")
+                .0
+                .expect("valid")
+                .to_string(),
             "600/m"
         );
-        assert_eq!(parse_rate_limit("none").unwrap().0, None);
+        assert_eq!(parse_rate_limit("none").expect("valid").0, None);
         for bad in ["50", "0/s", "-1/s", "50/d", "fast", "50/"] {
             assert!(parse_rate_limit(bad).is_err(), "{bad}");
         }
@@ -148,7 +152,7 @@ mod tests {
 
     #[test]
     fn a_key_over_its_limit_is_told_when_to_come_back_and_others_are_not() {
-        let limiter = RateLimiter::new("2/m".parse().unwrap()).unwrap();
+        let limiter = RateLimiter::new("2/m".parse().expect("valid")).expect("valid");
         assert!(limiter.check(1).is_ok());
         assert!(limiter.check(1).is_ok());
         match limiter.check(1) {

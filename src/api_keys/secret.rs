@@ -123,28 +123,28 @@ mod tests {
 
     #[test]
     fn a_new_key_parses_and_hashes_to_the_same_digest() {
-        let key = NewSecret::generate().unwrap();
+        let key = NewSecret::generate().expect("valid");
         assert_eq!(key.expose().len(), KEY_LEN);
         assert!(key.expose().starts_with("ork_"));
-        let presented = PresentedKey::parse(key.expose()).unwrap();
+        let presented = PresentedKey::parse(key.expose()).expect("valid");
         assert_eq!(presented.sha256(), key.sha256());
     }
 
     #[test]
     fn two_keys_differ() {
         let (a, b) = (
-            NewSecret::generate().unwrap(),
-            NewSecret::generate().unwrap(),
+            NewSecret::generate().expect("valid"),
+            NewSecret::generate().expect("valid"),
         );
         assert_ne!(a.expose(), b.expose());
     }
 
     #[test]
     fn a_changed_character_fails_the_checksum() {
-        let key = NewSecret::generate().unwrap();
+        let key = NewSecret::generate().expect("valid");
         let mut bytes = key.expose().as_bytes().to_vec();
         bytes[10] = if bytes[10] == b'a' { b'b' } else { b'a' };
-        let typo = String::from_utf8(bytes).unwrap();
+        let typo = String::from_utf8(bytes).expect("valid");
         assert_eq!(PresentedKey::parse(&typo), Err(MalformedKey::Checksum));
     }
 
@@ -159,7 +159,7 @@ mod tests {
 
     #[test]
     fn the_debug_form_hides_the_key() {
-        let key = NewSecret::generate().unwrap();
+        let key = NewSecret::generate().expect("valid");
         assert!(!format!("{key:?}").contains(&key.expose()[4..]));
     }
 }
