@@ -9,7 +9,9 @@
 
 use std::sync::Arc;
 
-use axum::extract::{Request, State};
+use std::collections::HashMap;
+
+use axum::extract::{Path, Request, State};
 use axum::http::{HeaderMap, header};
 use axum::middleware::Next;
 use axum::response::Response;
@@ -18,6 +20,7 @@ use super::error::ApiError;
 use super::rate_limit::RateLimiter;
 use super::state::AppState;
 use crate::api_keys::{self, KeyState, PresentedKey, Scope};
+use crate::orders::Transition;
 
 pub use super::rate_limit::RateLimit;
 
@@ -122,12 +125,7 @@ async fn admit(gate: &Gate, request: &mut Request) -> Result<(), ApiError> {
             let scope = match gate.required {
                 Required::Scope(scope) => Some(scope),
                 Required::Receipt => Some(Scope::Read),
-                Required::ActionScope => request
-                    .uri()
-                    .path()
-                    .rsplit('/')
-                    .next()
-                    .and_then(Scope::of_action),
+                Required::ActionScope => action_of(request).await.and_then(Scope::of_action),
             };
             let id = authenticate(gate, request.headers(), scope).await?;
             if let Some(limiter) = &gate.limiter {
@@ -143,6 +141,17 @@ async fn admit(gate: &Gate, request: &mut Request) -> Result<(), ApiError> {
             .insert(ReceiptAccess::Caller(caller));
     }
     Ok(())
+}
+
+/// The `{action}` of `/orders/{id}/{action}`, percent-decoded by the same
+/// extractor as the handler's, so `/orders/1/p%61y` needs `orders:pay` too.
+async fn action_of(request: &mut Request) -> Option<&'static str> {
+    use axum::extract::FromRequestParts as _;
+    let (mut parts, body) = std::mem::take(request).into_parts();
+    let params = Path::<HashMap<String, String>>::from_request_parts(&mut parts, &()).await;
+    *request = Request::from_parts(parts, body);
+    let action = params.ok()?.0.remove("action")?;
+    Transition::ACTIONS.iter().copied().find(|a| *a == action)
 }
 
 /// The key's id, if the request carries a valid key holding `scope` (any

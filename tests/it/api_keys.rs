@@ -199,6 +199,12 @@ async fn every_route_is_allowed_with_its_scope_and_refused_without_it() {
         assert_ne!(state_of(&app, order), before, "{action} applied");
     }
 
+    // The action is read as the handler reads it: percent-encoding hides
+    // no scope.
+    let url = app.url(&format!("/orders/{id}/p%61y"));
+    let body = json!({"payment_reference": "pi_x"});
+    forbidden(post(&read, url, &body).await, Scope::Pay).await;
+
     // An unknown action needs a valid key first, then is a 404.
     let url = app.url(&format!("/orders/{id}/refund"));
     unauthorized(post(&anonymous, url.clone(), &json!({})).await).await;
