@@ -2,7 +2,6 @@
 
 use chrono::{DateTime, Utc};
 use diesel::prelude::*;
-use diesel::sql_types::{Array, Bool, Bytea, Int8, Text};
 use serde::Serialize;
 
 use super::scope::Scope;
@@ -173,43 +172,74 @@ pub struct Authenticated {
     pub state: KeyState,
 }
 
-#[derive(QueryableByName)]
-struct AuthRow {
-    #[diesel(sql_type = Int8)]
-    id: i64,
-    #[diesel(sql_type = Array<Text>)]
-    scopes: Vec<String>,
-    #[diesel(sql_type = Bool)]
-    revoked: bool,
-    #[diesel(sql_type = Bool)]
-    expired: bool,
-}
+/// How stale `last_used_at` may get before a request moves it.
+const LAST_USED_GRANULARITY_SECONDS: i64 = 60;
 
 /// Looks `key` up by its hash, and notes its use (at most once a minute).
 /// `None`: no such key.
 ///
 /// The look-up is an index probe on the hash, not a comparison of secrets:
 /// its timing can tell an attacker at most how a guess's SHA-256 compares
-/// with stored ones, which says nothing about any secret.
+/// with stored ones, which says nothing about any secret. It is Diesel's
+/// DSL, so a prepared statement per connection: it runs on every request.
 pub fn authenticate(
     conn: &mut PgConnection,
     key: &PresentedKey,
 ) -> QueryResult<Option<Authenticated>> {
-    let row: Option<AuthRow> = diesel::sql_query(include_str!("sql/authenticate.sql"))
-        .bind::<Bytea, _>(key.sha256().as_slice())
-        .get_result(conn)
+    type Row = (
+        i64,
+        Vec<String>,
+        Option<DateTime<Utc>>,
+        Option<DateTime<Utc>>,
+        Option<DateTime<Utc>>,
+    );
+    let row: Option<Row> = api_keys::table
+        .filter(api_keys::secret_sha256.eq(key.sha256().as_slice()))
+        .select((
+            api_keys::id,
+            api_keys::scopes,
+            api_keys::expires_at,
+            api_keys::revoked_at,
+            api_keys::last_used_at,
+        ))
+        .first(conn)
         .optional()?;
-    Ok(row.map(|row| Authenticated {
-        id: row.id,
-        scopes: row.scopes,
-        state: if row.revoked {
-            KeyState::Revoked
-        } else if row.expired {
-            KeyState::Expired
-        } else {
-            KeyState::Active
-        },
-    }))
+    let Some((id, scopes, expires_at, revoked_at, last_used_at)) = row else {
+        return Ok(None);
+    };
+    let now = Utc::now();
+    let state = if revoked_at.is_some() {
+        KeyState::Revoked
+    } else if expires_at.is_some_and(|at| at <= now) {
+        KeyState::Expired
+    } else {
+        KeyState::Active
+    };
+    let stale =
+        last_used_at.is_none_or(|at| (now - at).num_seconds() >= LAST_USED_GRANULARITY_SECONDS);
+    if state == KeyState::Active && stale {
+        touch(conn, id)?;
+    }
+    Ok(Some(Authenticated { id, scopes, state }))
+}
+
+/// Moves the key's `last_used_at` to now, unless another request did so in
+/// the last minute. So a key is written at most about once a minute, not on
+/// every request (a write per request would add a WAL record and a commit
+/// flush to each). Requests that race at the minute each try: the first
+/// writes, the others wait for its row lock, re-check the condition on the
+/// row it committed, and write nothing.
+fn touch(conn: &mut PgConnection, id: i64) -> QueryResult<usize> {
+    let a_minute_ago = Utc::now() - chrono::Duration::seconds(LAST_USED_GRANULARITY_SECONDS);
+    diesel::update(
+        api_keys::table.find(id).filter(
+            api_keys::last_used_at
+                .is_null()
+                .or(api_keys::last_used_at.lt(a_minute_ago)),
+        ),
+    )
+    .set(api_keys::last_used_at.eq(diesel::dsl::now))
+    .execute(conn)
 }
 
 #[cfg(test)]
