@@ -143,18 +143,18 @@ fn router(pool: PgPool, settings: ApiSettings, waker: Waker) -> Router {
         db: state::Db::new(pool, settings.db_wait),
         queue_depth: Arc::new(QueueDepthGauge::new(settings.queue_depth_ttl)),
         settings: Arc::new(settings.clone()),
+        limiter: settings
+            .rate_limit
+            .and_then(rate_limit::RateLimiter::new)
+            .map(Arc::new),
     };
-    let limiter = settings
-        .rate_limit
-        .and_then(rate_limit::RateLimiter::new)
-        .map(Arc::new);
-    // What each route needs, next to it: the one check is auth::authorize.
+    // What each route needs, next to it: checked by auth::authorize and,
+    // on the request's connection, by AppState::run_as.
     let needs = |required| {
         axum::middleware::from_fn_with_state(
             auth::Gate {
-                state: state.clone(),
+                auth: settings.auth,
                 required,
-                limiter: limiter.clone(),
             },
             auth::authorize,
         )

@@ -68,7 +68,7 @@ pub(crate) async fn place(
     raw_body: Result<Bytes, BytesRejection>,
 ) -> Result<Response, ApiError> {
     body::require_json(&headers)?;
-    let key = body::idempotency_key(&headers)?.map(|k| k.scoped_to(caller.api_key_id()));
+    let key = body::idempotency_key(&headers)?;
     let value = body::parse_json(raw_body)?;
     let order = NewOrder::parse(&value)?;
 
@@ -76,8 +76,8 @@ pub(crate) async fn place(
     let keyed = key.is_some();
     let waker = state.waker.clone();
     let (placement, view) = state
-        .db
-        .run(move |conn| {
+        .run_as(caller, move |conn, verified| {
+            let key = key.map(|k| k.scoped_to(verified.api_key_id));
             let placed = place_order_waking(conn, &order, key.as_ref(), max_attempts, &waker)
                 .map_err(|e| match e {
                     PlaceOrderError::IdempotencyConflict { .. } => ApiError::IdempotencyConflict,
@@ -142,15 +142,15 @@ pub(crate) async fn transition(
     }
     let (raw, id) = order_id(Ok(Path(raw_id)))?;
     body::require_json(&headers)?;
-    let key = body::idempotency_key(&headers)?.map(|k| k.scoped_to(caller.api_key_id()));
+    let key = body::idempotency_key(&headers)?;
     let value = body::parse_json(raw_body)?;
     let transition = Transition::parse(&action, &value)?;
 
     let max_attempts = state.settings.max_attempts;
     let waker = state.waker.clone();
     let (outcome, view) = state
-        .db
-        .run(move |conn| {
+        .run_as(caller, move |conn, verified| {
+            let key = key.map(|k| k.scoped_to(verified.api_key_id));
             let outcome =
                 transition_order_waking(conn, id, &transition, key.as_ref(), max_attempts, &waker)
                     .map_err(|e| match e {
@@ -193,12 +193,12 @@ pub(crate) async fn transition(
 /// `GET /orders/{id}`.
 pub(crate) async fn show(
     State(state): State<AppState>,
+    Extension(caller): Extension<Caller>,
     id: Result<Path<String>, PathRejection>,
 ) -> Result<Json<OrderView>, ApiError> {
     let (raw, id) = order_id(id)?;
     state
-        .db
-        .run(move |conn| load_view(conn, id))
+        .run_as(caller, move |conn, _| load_view(conn, id))
         .await?
         .map(Json)
         .ok_or(ApiError::OrderNotFound(raw))
@@ -213,12 +213,16 @@ pub(crate) async fn receipt(
     id: Result<Path<String>, PathRejection>,
 ) -> Result<Response, ApiError> {
     let (raw, id) = order_id(id)?;
-    if let ReceiptAccess::SignedLink { expires, signature } = &access {
-        verify_receipt_link(id, expires.as_deref(), signature.as_deref())?;
-    }
+    let caller = match access {
+        ReceiptAccess::Caller(caller) => caller,
+        // A valid link opens this one receipt without a key.
+        ReceiptAccess::SignedLink { expires, signature } => {
+            verify_receipt_link(id, expires.as_deref(), signature.as_deref())?;
+            Caller::Anyone
+        }
+    };
     let pdf = state
-        .db
-        .run(move |conn| {
+        .run_as(caller, move |conn, _| {
             let pdf: Option<Vec<u8>> = receipts::table
                 .find(id)
                 .select(receipts::pdf)
