@@ -21,7 +21,6 @@ use axum::extract::{Path, Request, State};
 use axum::http::{HeaderMap, header};
 use axum::middleware::Next;
 use axum::response::Response;
-
 use diesel::PgConnection;
 
 use super::error::ApiError;
@@ -51,7 +50,7 @@ const MAX_AUTHORIZATION_BYTES: usize = 256;
 pub(crate) enum Required {
     Scope(Scope),
     /// `POST /orders/{id}/{action}`: the action's scope (`orders:pay`, …);
-    /// an unknown action needs a valid key, then is a 404.
+    /// an unknown action needs a well-formed key, then is a 404.
     ActionScope,
     /// `GET /orders/{id}/receipt.pdf`: `orders:read`, or a signed link.
     Receipt,
