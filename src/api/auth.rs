@@ -1,13 +1,13 @@
 //! The front door of `/orders`: every route names what it needs
-//! ([`Required`]), and this file checks it. A refusal is an [`ApiError`]
+//! (`Required`), and this file checks it. A refusal is an [`ApiError`]
 //! (401, 403 or 429), so it is a JSON error like any other, and nothing has
 //! been written.
 //!
-//! The check has two halves. [`authorize`], a middleware on every `/orders`
+//! The check has two halves. `authorize`, a middleware on every `/orders`
 //! route, refuses a request whose `Authorization` header holds no
 //! well-formed key, before the handler runs, and hands the handler a
-//! [`Caller`]. The handler's database work runs through
-//! `AppState::run_as`, which first calls [`Caller::verify`]: the key's
+//! `Caller`. The handler's database work runs through
+//! `AppState::run_as`, which first calls `Caller::verify`: the key's
 //! row, its expiry and revocation, the route's scope, the rate limit. So
 //! the look-up shares the request's one connection and blocking task
 //! instead of taking its own: a look-up through a second checkout measured
