@@ -18,6 +18,8 @@
 //!   receipt PDF, signed webhook).
 //! - [`endpoints`]: the subscribers order events go to (`endpoints` table):
 //!   their URLs, secrets, event types and limits, checked at the edge.
+//! - [`api_keys`]: API keys (`ork_…`): their scopes, their stored hash,
+//!   creating, listing, revoking and authenticating them.
 //! - [`api`]: the order HTTP API (axum), and the operator dashboard under `/admin`
 //!   (`api::admin`: templates in `templates/admin/`, its SQL in `src/api/admin/sql/`).
 //! - [`links`]: the signed, expiring receipt links written into emails.
@@ -43,6 +45,7 @@
 //!   worker pool), [`worker`] (typed jobs and workers).
 
 pub mod api;
+pub mod api_keys;
 #[cfg(feature = "dev-tools")]
 pub mod bench;
 pub mod cli;

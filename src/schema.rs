@@ -13,6 +13,7 @@ diesel::table! {
         request_hash -> Nullable<Text>,
         created_at -> Timestamptz,
         status -> Text,
+        api_key_id -> Nullable<Int8>,
     }
 }
 
@@ -27,6 +28,7 @@ diesel::table! {
         idempotency_key -> Nullable<Text>,
         request_hash -> Nullable<Text>,
         created_at -> Timestamptz,
+        api_key_id -> Nullable<Int8>,
     }
 }
 
@@ -119,6 +121,20 @@ diesel::table! {
     }
 }
 
+diesel::table! {
+    /// API keys: only the SHA-256 of each secret is stored.
+    api_keys (id) {
+        id -> Int8,
+        name -> Text,
+        scopes -> Array<Text>,
+        secret_sha256 -> Bytea,
+        created_at -> Timestamptz,
+        expires_at -> Nullable<Timestamptz>,
+        last_used_at -> Nullable<Timestamptz>,
+        revoked_at -> Nullable<Timestamptz>,
+    }
+}
+
 diesel::joinable!(order_items -> orders (order_id));
 diesel::joinable!(jobs -> orders (order_id));
 diesel::joinable!(jobs_all -> orders (order_id));
@@ -132,5 +148,6 @@ diesel::allow_tables_to_appear_in_same_query!(
     jobs,
     jobs_all,
     receipts,
-    endpoints
+    endpoints,
+    api_keys
 );

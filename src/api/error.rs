@@ -42,6 +42,16 @@ pub enum ApiError {
         current: &'static str,
         requested: &'static str,
     },
+    /// No key, or one that is malformed, unknown, expired or revoked.
+    #[error("{0}")]
+    Unauthorized(String),
+    #[error("this API key lacks the scope {scope}")]
+    Forbidden { scope: crate::api_keys::Scope },
+    /// A signed link that does not open what it asks for.
+    #[error("{0}")]
+    LinkRefused(String),
+    #[error("too many requests with this API key; retry in {retry_after_seconds}s")]
+    RateLimited { retry_after_seconds: u64 },
     #[error("there is no order {0}")]
     OrderNotFound(String),
     #[error("the receipt of order {0} is not rendered yet; try again later")]
@@ -114,6 +124,9 @@ impl ApiError {
             ApiError::IdempotencyConflict | ApiError::InvalidTransition { .. } => {
                 StatusCode::CONFLICT
             }
+            ApiError::Unauthorized(_) => StatusCode::UNAUTHORIZED,
+            ApiError::Forbidden { .. } | ApiError::LinkRefused(_) => StatusCode::FORBIDDEN,
+            ApiError::RateLimited { .. } => StatusCode::TOO_MANY_REQUESTS,
             ApiError::OrderNotFound(_)
             | ApiError::ReceiptNotReady(_)
             | ApiError::RouteNotFound(_) => StatusCode::NOT_FOUND,
@@ -138,6 +151,9 @@ impl ApiError {
             ApiError::Validation(_) => "validation_failed",
             ApiError::IdempotencyConflict => "idempotency_conflict",
             ApiError::InvalidTransition { .. } => "invalid_transition",
+            ApiError::Unauthorized(_) => "unauthorized",
+            ApiError::Forbidden { .. } | ApiError::LinkRefused(_) => "forbidden",
+            ApiError::RateLimited { .. } => "rate_limited",
             ApiError::OrderNotFound(_) => "order_not_found",
             ApiError::ReceiptNotReady(_) => "receipt_not_ready",
             ApiError::RouteNotFound(_) => "not_found",
@@ -195,11 +211,27 @@ impl IntoResponse for ApiError {
         self.log();
         let status = self.status();
         let mut response = (status, Json(ErrorEnvelope { error: self.body() })).into_response();
-        if status == StatusCode::SERVICE_UNAVAILABLE {
-            response.headers_mut().insert(
-                header::RETRY_AFTER,
-                HeaderValue::from_static(RETRY_AFTER_SECONDS),
-            );
+        let headers = response.headers_mut();
+        match &self {
+            // RFC 6750: the scheme a client should use.
+            ApiError::Unauthorized(_) => {
+                headers.insert(
+                    header::WWW_AUTHENTICATE,
+                    HeaderValue::from_static("Bearer realm=\"orders\""),
+                );
+            }
+            ApiError::RateLimited {
+                retry_after_seconds,
+            } => {
+                headers.insert(header::RETRY_AFTER, HeaderValue::from(*retry_after_seconds));
+            }
+            _ if status == StatusCode::SERVICE_UNAVAILABLE => {
+                headers.insert(
+                    header::RETRY_AFTER,
+                    HeaderValue::from_static(RETRY_AFTER_SECONDS),
+                );
+            }
+            _ => {}
         }
         response
     }

@@ -1,5 +1,7 @@
 //! The order HTTP API (docs/api.md), on axum.
 //!
+//! - [`auth`]: the scope each `/orders` route needs, checked in one place
+//!   (401, 403, the per-key 429 of [`rate_limit`]);
 //! - `orders`: `POST /orders`, `GET /orders/{id}`, `GET /orders/{id}/receipt.pdf`;
 //! - `receipt_link`: the signed customer link to a receipt, and its refusal page;
 //! - [`client_addr`]: the client's address, through `TRUSTED_PROXIES`;
@@ -27,6 +29,7 @@
 //! ```
 
 pub mod admin;
+pub mod auth;
 mod body;
 pub mod client_addr;
 pub mod error;
@@ -34,6 +37,7 @@ mod middleware;
 mod ops;
 mod orders;
 mod receipt_link;
+pub mod rate_limit;
 mod state;
 
 use std::net::SocketAddr;
@@ -46,14 +50,17 @@ use axum::routing::{get, post};
 use tokio_util::sync::CancellationToken;
 use tower_http::trace::{DefaultOnResponse, TraceLayer};
 
+pub use auth::{ApiAuth, RateLimit};
 pub use body::MAX_BODY_BYTES;
 pub use error::ApiError;
 pub use orders::OrderView;
 
+use crate::api_keys::Scope;
 use crate::db::{self, PgPool, PoolOptions};
 use crate::http_server::ConnectionLimits;
 use crate::outbox::Waker;
 use crate::telemetry::{QueueDepthGauge, metrics_handle, run_metrics_upkeep};
+use auth::Required;
 
 pub const DEFAULT_POOL_SIZE: u32 = 16;
 pub const DEFAULT_REQUEST_TIMEOUT: Duration = Duration::from_secs(10);
@@ -93,6 +100,11 @@ pub struct ApiSettings {
     /// Checks the signed receipt links that emails carry (`LINK_SIGNING_KEY`);
     /// `None` only with keys and links turned off.
     pub receipt_links: Option<crate::links::ReceiptLinks>,
+    /// Whether `/orders` needs an API key (`API_AUTH`).
+    pub auth: ApiAuth,
+    /// Requests per key at most (`API_RATE_LIMIT`), counted in this process;
+    /// `None`: no limit.
+    pub rate_limit: Option<RateLimit>,
 }
 
 impl Default for ApiSettings {
@@ -108,6 +120,8 @@ impl Default for ApiSettings {
             connections: ConnectionLimits::default(),
             admin: None,
             receipt_links: None,
+            auth: ApiAuth::Keys,
+            rate_limit: None,
         }
     }
 }
@@ -137,15 +151,42 @@ fn router(pool: PgPool, settings: ApiSettings, waker: Waker) -> Router {
         db: state::Db::new(pool, settings.db_wait),
         queue_depth: Arc::new(QueueDepthGauge::new(settings.queue_depth_ttl)),
         settings: Arc::new(settings.clone()),
+        limiter: settings
+            .rate_limit
+            .and_then(rate_limit::RateLimiter::new)
+            .map(Arc::new),
+    };
+    // What each route needs, next to it: checked by auth::authorize and,
+    // on the request's connection, by AppState::run_as.
+    let needs = |required| {
+        axum::middleware::from_fn_with_state(
+            auth::Gate {
+                auth: settings.auth,
+                required,
+            },
+            auth::authorize,
+        )
     };
     // Layers run outside-in in the reverse order of the calls: the span
     // first, so metrics, timeouts and handlers all log inside it; metrics
     // outside the time limit, so a timed-out request is counted as its 503.
     Router::new()
-        .route("/orders", post(orders::place))
-        .route("/orders/{id}", get(orders::show))
-        .route("/orders/{id}/receipt.pdf", get(orders::receipt))
-        .route("/orders/{id}/{action}", post(orders::transition))
+        .route(
+            "/orders",
+            post(orders::place).route_layer(needs(Required::Scope(Scope::Place))),
+        )
+        .route(
+            "/orders/{id}",
+            get(orders::show).route_layer(needs(Required::Scope(Scope::Read))),
+        )
+        .route(
+            "/orders/{id}/receipt.pdf",
+            get(orders::receipt).route_layer(needs(Required::Receipt)),
+        )
+        .route(
+            "/orders/{id}/{action}",
+            post(orders::transition).route_layer(needs(Required::ActionScope)),
+        )
         .route("/healthz", get(ops::healthz))
         .route("/metrics", get(ops::metrics))
         .merge(admin::routes(state.db.clone(), settings.admin.as_ref()))
@@ -195,6 +236,13 @@ impl Application {
         let shutdown_grace = settings.shutdown_grace;
         let connections = settings.connections.clone();
         let waker = Waker::new();
+        if settings.auth == ApiAuth::None {
+            tracing::warn!(
+                "API_AUTH=none: THE ORDER API ACCEPTS EVERY REQUEST WITHOUT A KEY. \
+                 Anyone who can reach it can read, pay, ship and cancel every order. \
+                 For local development only."
+            );
+        }
         Ok(Application {
             listener,
             local_addr,

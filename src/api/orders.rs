@@ -3,12 +3,14 @@
 use axum::Json;
 use axum::body::Bytes;
 use axum::extract::rejection::{BytesRejection, PathRejection};
-use axum::extract::{Path, RawQuery, State};
+use axum::extract::{Extension, Path, RawQuery, State};
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use diesel::prelude::*;
 use serde::Serialize;
 
+use super::ApiAuth;
+use super::auth::{Caller, ReceiptAccess};
 use super::body;
 use super::error::ApiError;
 use super::receipt_link::{self, LinkCheck};
@@ -63,6 +65,7 @@ fn location(order_id: i64) -> HeaderValue {
 /// order and its jobs, or, for a repeated key, finds the earlier order.
 pub(crate) async fn place(
     State(state): State<AppState>,
+    Extension(caller): Extension<Caller>,
     headers: HeaderMap,
     raw_body: Result<Bytes, BytesRejection>,
 ) -> Result<Response, ApiError> {
@@ -74,37 +77,34 @@ pub(crate) async fn place(
     let max_attempts = state.settings.max_attempts;
     let keyed = key.is_some();
     let enqueuer = state.enqueuer.clone();
-    let (placement, view) =
-        state
-            .db
-            .run(move |conn| {
-                let placed = place_order(conn, &enqueuer, &order, key.as_ref(), max_attempts)
-                    .map_err(|e| match e {
-                        PlaceOrderError::IdempotencyConflict { .. } => {
-                            ApiError::IdempotencyConflict
-                        }
-                        PlaceOrderError::Database(e) => ApiError::from(e),
-                    })?;
-                let placement = placed.placement;
-                // A new order is answered with what the placement wrote: reading
-                // it back would double the round trips of every placement.
-                if let Some(created) = placed.created {
-                    let view = OrderView {
-                        order: created.order,
-                        jobs: created.jobs,
-                        events: created.events,
-                    };
-                    return Ok((placement, view));
-                }
-                let id = placement.order_id();
-                let view = load_view(conn, id)?.ok_or_else(|| {
-                    ApiError::Internal(anyhow::anyhow!(
-                        "order {id} vanished right after placing it"
-                    ))
+    let (placement, view) = state
+        .run_as(caller, move |conn, verified| {
+            let key = key.map(|k| k.scoped_to(verified.api_key_id));
+            let placed = place_order(conn, &enqueuer, &order, key.as_ref(), max_attempts)
+                .map_err(|e| match e {
+                    PlaceOrderError::IdempotencyConflict { .. } => ApiError::IdempotencyConflict,
+                    PlaceOrderError::Database(e) => ApiError::from(e),
                 })?;
-                Ok((placement, view))
-            })
-            .await?;
+            let placement = placed.placement;
+            // A new order is answered with what the placement wrote: reading
+            // it back would double the round trips of every placement.
+            if let Some(created) = placed.created {
+                let view = OrderView {
+                    order: created.order,
+                    jobs: created.jobs,
+                    events: created.events,
+                };
+                return Ok((placement, view));
+            }
+            let id = placement.order_id();
+            let view = load_view(conn, id)?.ok_or_else(|| {
+                ApiError::Internal(anyhow::anyhow!(
+                    "order {id} vanished right after placing it"
+                ))
+            })?;
+            Ok((placement, view))
+        })
+        .await?;
 
     let status = match placement {
         Placement::Created(id) => {
@@ -128,6 +128,7 @@ pub(crate) async fn place(
 /// order, records the event and enqueues its jobs. `200` with the order.
 pub(crate) async fn transition(
     State(state): State<AppState>,
+    Extension(caller): Extension<Caller>,
     path: Result<Path<(String, String)>, PathRejection>,
     headers: HeaderMap,
     raw_body: Result<Bytes, BytesRejection>,
@@ -150,8 +151,8 @@ pub(crate) async fn transition(
     let max_attempts = state.settings.max_attempts;
     let enqueuer = state.enqueuer.clone();
     let (outcome, view) = state
-        .db
-        .run(move |conn| {
+        .run_as(caller, move |conn, verified| {
+            let key = key.map(|k| k.scoped_to(verified.api_key_id));
             let outcome =
                 transition_order(conn, &enqueuer, id, &transition, key.as_ref(), max_attempts)
                     .map_err(|e| match e {
@@ -194,37 +195,50 @@ pub(crate) async fn transition(
 /// `GET /orders/{id}`.
 pub(crate) async fn show(
     State(state): State<AppState>,
+    Extension(caller): Extension<Caller>,
     id: Result<Path<String>, PathRejection>,
 ) -> Result<Json<OrderView>, ApiError> {
     let (raw, id) = order_id(id)?;
     state
-        .db
-        .run(move |conn| load_view(conn, id))
+        .run_as(caller, move |conn, _| load_view(conn, id))
         .await?
         .map(Json)
         .ok_or(ApiError::OrderNotFound(raw))
 }
 
 /// `GET /orders/{id}/receipt.pdf`: the stored PDF, or 404 until the
-/// receipt_pdf job has written it. A signed link from an email
-/// (`?expires=…&signature=…`) is checked first: refused, it is a page saying
-/// why (403, or 410 once expired), and the database is never asked.
+/// receipt_pdf job has written it. With a key (`orders:read`), or with a
+/// signed link from an email (`?expires=…&signature=…`), checked first:
+/// refused, it is a page saying why (403, or 410 once expired), and the
+/// database is never asked.
 pub(crate) async fn receipt(
     State(state): State<AppState>,
+    Extension(access): Extension<ReceiptAccess>,
     id: Result<Path<String>, PathRejection>,
     RawQuery(query): RawQuery,
     headers: HeaderMap,
 ) -> Result<Response, ApiError> {
     let (raw, id) = order_id(id)?;
-    match receipt_link::check(state.settings.receipt_links.as_ref(), id, query.as_deref()) {
-        // With a valid link the caller needs no key; without one, the
-        // key check of the route applies.
-        Ok(LinkCheck::Valid | LinkCheck::Absent) => {}
-        Err(refused) => return Ok(receipt_link::refusal(refused, &headers)),
-    }
+    let caller = match access {
+        ReceiptAccess::Caller(caller) => caller,
+        ReceiptAccess::SignedLink => {
+            match receipt_link::check(state.settings.receipt_links.as_ref(), id, query.as_deref()) {
+                // A valid link opens this one receipt without a key.
+                Ok(LinkCheck::Valid) => Caller::Anyone,
+                // No link signer: only with keys off (API_AUTH=none), when
+                // every receipt is open anyway.
+                Ok(LinkCheck::Absent) if state.settings.auth == ApiAuth::None => Caller::Anyone,
+                Ok(LinkCheck::Absent) => {
+                    return Err(ApiError::Unauthorized(
+                        "this route needs an API key or a signed link".to_owned(),
+                    ));
+                }
+                Err(refused) => return Ok(receipt_link::refusal(refused, &headers)),
+            }
+        }
+    };
     let pdf = state
-        .db
-        .run(move |conn| {
+        .run_as(caller, move |conn, _| {
             let pdf: Option<Vec<u8>> = receipts::table
                 .find(id)
                 .select(receipts::pdf)

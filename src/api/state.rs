@@ -7,7 +7,9 @@ use diesel::PgConnection;
 use tokio::sync::Semaphore;
 
 use super::ApiSettings;
+use super::auth::{Caller, Verified};
 use super::error::ApiError;
+use super::rate_limit::RateLimiter;
 use crate::db::{PgPool, run_blocking};
 use crate::outbox::Enqueuer;
 use crate::telemetry::QueueDepthGauge;
@@ -20,6 +22,28 @@ pub(crate) struct AppState {
     /// Writes the jobs of placements and transitions, and wakes the relays
     /// once each has committed.
     pub enqueuer: Enqueuer,
+    /// The per-key rate limit; `None`: none.
+    pub limiter: Option<Arc<RateLimiter>>,
+}
+
+impl AppState {
+    /// Runs `f` on a connection once `caller` is verified there
+    /// ([`Caller::verify`]: the key, its scope, its rate limit), in the same
+    /// blocking task, on the same connection: every `/orders` handler's
+    /// database work goes through here.
+    pub async fn run_as<T, F>(&self, caller: Caller, f: F) -> Result<T, ApiError>
+    where
+        F: FnOnce(&mut PgConnection, Verified) -> Result<T, ApiError> + Send + 'static,
+        T: Send + 'static,
+    {
+        let limiter = self.limiter.clone();
+        self.db
+            .run(move |conn| {
+                let verified = caller.verify(conn, limiter.as_deref())?;
+                f(conn, verified)
+            })
+            .await
+    }
 }
 
 /// The pool behind a semaphore with one permit per connection.

@@ -68,10 +68,17 @@ pub async fn measure_loaded(url: &str, args: &BenchArgs) -> anyhow::Result<Loade
         .collect();
     let relay = RecordingRelay::start(url, kinds, args).await?;
     let clients = args.api_clients;
-    let api = super::orders::ApiUnderTest::start(url, clients, 0, Duration::from_secs(30)).await?;
+    let api = super::orders::ApiUnderTest::start(
+        url,
+        clients,
+        0,
+        Duration::from_secs(30),
+        crate::api::ApiAuth::Keys,
+    )
+    .await?;
     let stop_load = CancellationToken::new();
     let load = tokio::spawn(super::orders::load_until(
-        super::orders::load_client(clients)?,
+        super::orders::load_client(clients, api.api_key.as_deref())?,
         api.endpoint(),
         clients,
         stop_load.clone(),

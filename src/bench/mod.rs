@@ -5,6 +5,7 @@
 //! Machines are noisy; the figures worth quoting are the ratios between runs
 //! made minutes apart on the same machine, which this command prints.
 
+mod auth_cost;
 mod ceiling;
 mod drain;
 mod latency;

@@ -14,7 +14,8 @@ use tokio_util::sync::CancellationToken;
 
 use super::BenchArgs;
 use super::report::Latency;
-use crate::api::{self, ApiSettings, Application};
+use crate::api::{self, ApiAuth, ApiSettings, Application};
+use crate::api_keys;
 use crate::http_server::ConnectionLimits;
 
 #[derive(Debug, Clone)]
@@ -26,6 +27,9 @@ pub struct Placement {
     pub api_latency: Latency,
     /// The same load again while half-open connections hold the server.
     pub half_open: Option<HalfOpenRun>,
+    /// What API keys cost placement: the same load against a server with
+    /// keys and one with `API_AUTH=none`, in alternating slices.
+    pub auth_cost: super::auth_cost::AuthCost,
     /// `None` when pgbench is not installed.
     pub pgbench_orders_per_second: Option<f64>,
     /// WAL bytes per order of the API run and of the pgbench run.
@@ -78,12 +82,13 @@ pub async fn measure(url: &str, args: &BenchArgs) -> anyhow::Result<Placement> {
         clients,
         half_open,
         args.api_duration * 4 + Duration::from_secs(30),
+        ApiAuth::Keys,
     )
     .await?;
     let (app_addr, endpoint) = (api.addr, api.endpoint());
 
     crate::effects::webhook::ensure_crypto_provider();
-    let client = load_client(clients)?;
+    let client = load_client(clients, api.api_key.as_deref())?;
     // Warm-up: connections, prepared plans, the pool.
     load(&client, &endpoint, clients, Duration::from_millis(500)).await;
     truncate(url).await?;
@@ -104,6 +109,7 @@ pub async fn measure(url: &str, args: &BenchArgs) -> anyhow::Result<Placement> {
     } else {
         None
     };
+    let auth_cost = super::auth_cost::measure(url, &api, &client, clients, duration).await?;
     api.stop().await?;
 
     truncate(url).await?;
@@ -126,6 +132,7 @@ pub async fn measure(url: &str, args: &BenchArgs) -> anyhow::Result<Placement> {
         api_errors: unloaded.errors,
         api_latency: unloaded.latency(),
         half_open,
+        auth_cost,
         pgbench_orders_per_second: pgbench,
         api_wal_bytes_per_order: api_wal,
         pgbench_wal_bytes_per_order: pgbench_wal,
@@ -164,6 +171,8 @@ async fn wal_per_order(url: &str, from: &str) -> anyhow::Result<Option<f64>> {
 /// The order API on a port of its own, in this process.
 pub(super) struct ApiUnderTest {
     pub addr: std::net::SocketAddr,
+    /// A key with `orders:*`, unless the server runs with `API_AUTH=none`.
+    pub api_key: Option<String>,
     stop: CancellationToken,
     server: tokio::task::JoinHandle<std::io::Result<()>>,
 }
@@ -176,6 +185,7 @@ impl ApiUnderTest {
         clients: usize,
         idle: usize,
         header_timeout: Duration,
+        auth: ApiAuth,
     ) -> anyhow::Result<ApiUnderTest> {
         let settings = ApiSettings {
             pool_size: u32::try_from(clients).unwrap_or(16).clamp(1, 64),
@@ -184,14 +194,26 @@ impl ApiUnderTest {
                 max_connections: idle + clients + 64,
                 ..ConnectionLimits::default()
             },
+            auth,
+            // Unlimited: the bench measures the API, not the limiter's refusals.
+            rate_limit: None,
             ..ApiSettings::default()
+        };
+        let api_key = match auth {
+            ApiAuth::Keys => Some(bench_key(url).await?),
+            ApiAuth::None => None,
         };
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
         let app = Application::build(api::connect(url, &settings), settings, listener)?;
         let addr = app.local_addr();
         let stop = CancellationToken::new();
         let server = tokio::spawn(app.run_until_stopped(stop.clone()));
-        Ok(ApiUnderTest { addr, stop, server })
+        Ok(ApiUnderTest {
+            addr,
+            api_key,
+            stop,
+            server,
+        })
     }
 
     pub fn endpoint(&self) -> String {
@@ -205,11 +227,37 @@ impl ApiUnderTest {
     }
 }
 
-/// An HTTP client that keeps a connection per load client.
-pub(super) fn load_client(clients: usize) -> anyhow::Result<reqwest::Client> {
+/// A new key with every scope, named after this run.
+async fn bench_key(url: &str) -> anyhow::Result<String> {
+    let url = url.to_owned();
+    tokio::task::spawn_blocking(move || -> anyhow::Result<String> {
+        let mut conn = PgConnection::establish(&url)?;
+        let name = api_keys::KeyName::parse(&format!("bench-{:08x}", fastrand::u32(..)))
+            .map_err(|e| anyhow::anyhow!("the bench key's name {e}"))?;
+        let created = api_keys::create_key(&mut conn, &name, &[api_keys::Scope::All], None)
+            .context("creating the bench's API key")?;
+        Ok(created.secret.expose().to_owned())
+    })
+    .await?
+}
+
+/// An HTTP client that keeps a connection per load client, and sends
+/// `api_key` with every request.
+pub(super) fn load_client(
+    clients: usize,
+    api_key: Option<&str>,
+) -> anyhow::Result<reqwest::Client> {
     crate::effects::webhook::ensure_crypto_provider();
+    let mut headers = reqwest::header::HeaderMap::new();
+    if let Some(key) = api_key {
+        let mut bearer = reqwest::header::HeaderValue::from_str(&format!("Bearer {key}"))
+            .context("the API key as a header")?;
+        bearer.set_sensitive(true);
+        headers.insert(reqwest::header::AUTHORIZATION, bearer);
+    }
     reqwest::Client::builder()
         .pool_max_idle_per_host(clients)
+        .default_headers(headers)
         .build()
         .context("building the load generator's client")
 }
@@ -260,7 +308,7 @@ async fn hold_half_open(
 pub(super) struct LoadRun {
     pub ok: u64,
     pub errors: u64,
-    elapsed: Duration,
+    pub elapsed: Duration,
     /// Microseconds to each `201`, unsorted.
     micros: Vec<u64>,
 }
@@ -277,7 +325,7 @@ impl LoadRun {
 }
 
 /// `clients` loops posting orders for `duration`.
-async fn load(
+pub(super) async fn load(
     client: &reqwest::Client,
     endpoint: &str,
     clients: usize,

@@ -2,6 +2,7 @@
 
 mod endpoints;
 mod jobs;
+mod keys;
 mod relay;
 mod serve;
 mod table;
@@ -14,6 +15,7 @@ use crate::config::{ConfigError, DatabaseArgs, RelayArgs};
 
 pub use endpoints::EndpointsCommand;
 pub use jobs::JobsCommand;
+pub use keys::KeysCommand;
 pub use serve::ServeArgs;
 
 #[derive(Debug, Parser)]
@@ -69,6 +71,11 @@ pub enum Command {
     Endpoints {
         #[command(subcommand)]
         command: EndpointsCommand,
+    },
+    /// Create, list and revoke the API keys of the order API.
+    Keys {
+        #[command(subcommand)]
+        command: KeysCommand,
     },
     /// Run everything end to end with nothing to set up: a private PostgreSQL (unless
     /// DATABASE_URL is set), the API, a relay, local mail and webhook sinks, sample orders.
@@ -147,6 +154,7 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Serve { db, args } => serve::run(db, args).await,
         Command::Jobs { command } => jobs::run(command).await,
         Command::Endpoints { command } => endpoints::run(command).await,
+        Command::Keys { command } => keys::run(command).await,
         #[cfg(feature = "dev-tools")]
         Command::Demo { args } => crate::demo::run(*args).await,
     }

@@ -6,7 +6,8 @@ use std::time::Duration;
 use anyhow::Context as _;
 use clap::Args;
 
-use crate::api::{self, ApiSettings, Application};
+use crate::api::rate_limit::{DEFAULT_RATE_LIMIT, RateLimitSetting, parse_rate_limit};
+use crate::api::{self, ApiAuth, ApiSettings, Application};
 use crate::config::{
     AdminArgs, ConfigError, DEFAULT_API_ADDR, DatabaseArgs, EnqueueArgs, HttpLimitsArgs, LinkArgs,
     parse_positive_duration, parse_socket_addr,
@@ -30,6 +31,16 @@ pub struct ServeArgs {
     pub admin: AdminArgs,
     #[command(flatten)]
     pub links: LinkArgs,
+    /// `keys`: every /orders route needs `Authorization: Bearer <key>` with
+    /// its scope (create keys with `outbox-relay keys create`). `none`: no
+    /// checks, for local development only.
+    #[arg(long, env = "API_AUTH", value_enum, default_value_t = ApiAuth::Keys)]
+    pub api_auth: ApiAuth,
+    /// Requests per API key, counted by each replica: 50/s, 600/m, 10000/h,
+    /// or none. A key may send a burst of that many at once; past it, 429
+    /// with Retry-After.
+    #[arg(long, env = "API_RATE_LIMIT", default_value = DEFAULT_RATE_LIMIT, value_parser = parse_rate_limit)]
+    pub api_rate_limit: RateLimitSetting,
 }
 
 pub async fn run(db_args: DatabaseArgs, args: ServeArgs) -> anyhow::Result<()> {
@@ -38,8 +49,10 @@ pub async fn run(db_args: DatabaseArgs, args: ServeArgs) -> anyhow::Result<()> {
         .await
         .map_err(|e| ConfigError(format!("API_ADDR {}: cannot listen: {e}", args.addr)))?;
 
-    // API_AUTH=none (keys off, receipts open) passes `false` here.
-    let receipt_links = args.links.receipt_links(true, "serve")?;
+    // With API_AUTH=none (keys off, receipts open) the key is optional.
+    let receipt_links = args
+        .links
+        .receipt_links(args.api_auth == ApiAuth::Keys, "serve")?;
     // Checked before the database is touched, like every other setting.
     let admin = args.admin.settings()?;
 
@@ -57,12 +70,17 @@ pub async fn run(db_args: DatabaseArgs, args: ServeArgs) -> anyhow::Result<()> {
         connections: args.http.limits(),
         admin: admin.clone(),
         receipt_links,
+        auth: args.api_auth,
+        rate_limit: args.api_rate_limit.0,
         ..ApiSettings::default()
     };
     let pool = api::connect(&db_args.database_url, &settings);
     let app = Application::build(pool, settings, listener)?;
     // On stdout, for people and scripts that asked for port 0.
     println!("serving the order API on http://{}", app.local_addr());
+    if args.api_auth == ApiAuth::None {
+        println!("WARNING: API_AUTH=none: the order API asks no one for a key");
+    }
     if admin.is_some() {
         println!("dashboard on http://{}/admin", app.local_addr());
     }

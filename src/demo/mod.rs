@@ -258,7 +258,7 @@ struct Demo<'a> {
 impl Demo<'_> {
     /// Places the orders, watches the relay work, and sums up.
     async fn exercise(&self) -> anyhow::Result<()> {
-        let client = http_client()?;
+        let client = http_client(&self.running.api_key)?;
         let orders = self.args.orders;
         let api_url = &self.running.api_url;
         let view = LiveView::new(orders as u64);

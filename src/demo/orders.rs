@@ -15,14 +15,19 @@ pub(super) struct Placed {
     pub(super) total: String,
 }
 
-/// A plain-HTTP client for talking to the API; never through a proxy, since
-/// the API is on loopback.
-pub(super) fn http_client() -> anyhow::Result<reqwest::Client> {
+/// A plain-HTTP client for talking to the API, sending the run's API key;
+/// never through a proxy, since the API is on loopback.
+pub(super) fn http_client(api_key: &str) -> anyhow::Result<reqwest::Client> {
     if rustls::crypto::CryptoProvider::get_default().is_none() {
         let _ = rustls::crypto::ring::default_provider().install_default();
     }
+    let mut bearer = reqwest::header::HeaderValue::from_str(&format!("Bearer {api_key}"))
+        .context("the API key as a header")?;
+    bearer.set_sensitive(true);
+    let headers = reqwest::header::HeaderMap::from_iter([(reqwest::header::AUTHORIZATION, bearer)]);
     reqwest::Client::builder()
         .no_proxy()
+        .default_headers(headers)
         .timeout(Duration::from_secs(15))
         .build()
         .context("building the HTTP client")

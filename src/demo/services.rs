@@ -10,6 +10,7 @@ use super::sinks::smtp::SmtpSink;
 use super::sinks::webhook::WebhookSink;
 use super::{DemoArgs, MAIL_FROM, SHUTDOWN_GRACE, WEBHOOK_SECRET};
 use crate::api::{self, ApiSettings, Application};
+use crate::api_keys;
 use crate::db::{self, PgPool, PoolOptions};
 use crate::effects::email::{EmailConfig, Mailer};
 use crate::effects::webhook::{WebhookConfig, WebhookSender};
@@ -21,6 +22,10 @@ pub(super) struct Running {
     pub(super) api_url: String,
     /// The dashboard's operator token, with `--keep-running` (printed with its URL).
     pub(super) admin_token: Option<String>,
+    /// The run's API key (`orders:*`), sent with every request; revoked when
+    /// the run ends, since the database may outlive it.
+    pub(super) api_key: String,
+    api_key_name: String,
     pub(super) database_url: String,
     /// A small pool for the demo's own reads of the jobs table.
     pub(super) watch_pool: PgPool,
@@ -66,6 +71,7 @@ pub(super) async fn start_services(
         listener,
     )?;
     let api_url = format!("http://{}", app.local_addr());
+    let (api_key_name, api_key) = create_demo_key(database_url).await?;
 
     let mailer = Mailer::new(&EmailConfig {
         smtp_url: smtp.url(),
@@ -122,6 +128,8 @@ pub(super) async fn start_services(
     Ok(Running {
         api_url,
         admin_token,
+        api_key,
+        api_key_name,
         database_url: database_url.to_owned(),
         watch_pool: db::build_pool(
             database_url,
@@ -133,6 +141,25 @@ pub(super) async fn start_services(
         api: tokio::spawn(app.run_until_stopped(services.clone())),
         relay: tokio::spawn(relay.run_until_stopped(services.clone())),
     })
+}
+
+/// A key with every scope, named after this run (the database may be a
+/// shared one, from DATABASE_URL, with keys of its own).
+async fn create_demo_key(database_url: &str) -> anyhow::Result<(String, String)> {
+    let url = database_url.to_owned();
+    tokio::task::spawn_blocking(move || {
+        let mut conn = db::establish(&url)?;
+        let name = api_keys::KeyName::parse(&format!(
+            "demo-{}-{:08x}",
+            std::process::id(),
+            fastrand::u32(..)
+        ))
+        .map_err(|e| anyhow::anyhow!("the demo key's name {e}"))?;
+        let created = api_keys::create_key(&mut conn, &name, &[api_keys::Scope::All], None)
+            .context("creating the demo's API key")?;
+        Ok((created.name, created.secret.expose().to_owned()))
+    })
+    .await?
 }
 
 /// 128 random bits, hex (32 characters, the shortest `ADMIN_TOKEN` accepted):
@@ -162,6 +189,16 @@ impl Running {
             Ok(Ok(Err(error))) => eprintln!("the API stopped with an error: {error}"),
             Ok(Err(error)) => eprintln!("the API task failed: {error}"),
             Err(_) => eprintln!("the API did not stop within {limit:?}"),
+        }
+        let (url, name) = (self.database_url, self.api_key_name);
+        let revoked = tokio::task::spawn_blocking(move || {
+            let mut conn = db::establish(&url)?;
+            api_keys::revoke_key(&mut conn, &name)?;
+            anyhow::Ok(())
+        })
+        .await;
+        if let Ok(Err(error)) | Err(error) = revoked.map_err(anyhow::Error::from) {
+            eprintln!("the demo's API key could not be revoked: {error:#}");
         }
     }
 }

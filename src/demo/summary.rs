@@ -153,7 +153,10 @@ impl Demo<'_> {
         println!();
         if args.keep_running {
             println!("Look further (while this runs):");
-            println!("  curl {}/orders/1", running.api_url);
+            println!(
+                "  curl -H 'Authorization: Bearer {}' {}/orders/1",
+                running.api_key, running.api_url
+            );
             println!(
                 "  DATABASE_URL={} {exe} jobs stats",
                 db::redact_url(&running.database_url)

@@ -15,13 +15,21 @@ use crate::effects::jobs::new_job;
 use crate::outbox::{Enqueuer, JobOptions, JobStatus, NewJob};
 use crate::schema::{order_items, orders};
 
-/// A client-chosen key that makes `POST /orders` safe to retry.
+/// A client-chosen key that makes `POST /orders` (and a transition) safe to
+/// retry, in the space of the API key that sent it: two API keys may use the
+/// same text and each gets its own order.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct IdempotencyKey(String);
+pub struct IdempotencyKey {
+    key: String,
+    /// The API key the client sent it with; `None` (requests without API
+    /// keys, `API_AUTH=none`, library callers) is one shared space.
+    api_key_id: Option<i64>,
+}
 
 impl IdempotencyKey {
     pub const MAX_LEN: usize = 255;
 
+    /// An unscoped key; see [`IdempotencyKey::scoped_to`].
     pub fn parse(raw: &str) -> Result<Self, String> {
         if raw.is_empty() || raw.len() > Self::MAX_LEN {
             return Err(format!("must be 1 to {} bytes", Self::MAX_LEN));
@@ -29,10 +37,23 @@ impl IdempotencyKey {
         if !raw.chars().all(|c| c.is_ascii_graphic()) {
             return Err("must be printable ASCII without spaces".into());
         }
-        Ok(IdempotencyKey(raw.to_owned()))
+        Ok(IdempotencyKey {
+            key: raw.to_owned(),
+            api_key_id: None,
+        })
     }
+
+    /// This key in the space of API key `api_key_id`.
+    pub fn scoped_to(self, api_key_id: Option<i64>) -> Self {
+        IdempotencyKey { api_key_id, ..self }
+    }
+
     pub fn as_str(&self) -> &str {
-        &self.0
+        &self.key
+    }
+
+    pub fn api_key_id(&self) -> Option<i64> {
+        self.api_key_id
     }
 }
 
@@ -94,6 +115,7 @@ struct OrderRow<'a> {
     total_cents: i64,
     idempotency_key: Option<&'a str>,
     request_hash: Option<&'a str>,
+    api_key_id: Option<i64>,
 }
 
 #[derive(Insertable)]
@@ -136,9 +158,13 @@ pub fn place_order(
                 total_cents: order.total().cents(),
                 idempotency_key: key.map(IdempotencyKey::as_str),
                 request_hash: fingerprint.as_deref(),
+                api_key_id: key.and_then(IdempotencyKey::api_key_id),
             })
-            .on_conflict(orders::idempotency_key)
-            .do_nothing()
+            // Only the idempotency indexes can conflict (the id is a
+            // sequence's): orders_idempotency_key_per_api_key and
+            // orders_idempotency_key_without_api_key, partial indexes that
+            // an ON CONFLICT target could not name without their predicate.
+            .on_conflict_do_nothing()
             .returning((orders::id, orders::created_at))
             .get_result(conn)
             .optional()?;
@@ -146,9 +172,18 @@ pub fn place_order(
         let Some((order_id, created_at)) = inserted else {
             // The key exists: a concurrent or earlier request won. ON CONFLICT waited
             // for its transaction, so the row is visible now.
-            let key = key.map(IdempotencyKey::as_str).unwrap_or_default();
-            let (existing_id, existing_hash): (i64, Option<String>) = orders::table
-                .filter(orders::idempotency_key.eq(key))
+            // Without a key nothing can conflict: were it to, an error, not a panic.
+            let Some(key) = key else {
+                return Err(PlaceOrderError::Database(DieselError::NotFound));
+            };
+            let same_key = orders::table
+                .filter(orders::idempotency_key.eq(key.as_str()))
+                .into_boxed();
+            let same_key = match key.api_key_id() {
+                Some(id) => same_key.filter(orders::api_key_id.eq(id)),
+                None => same_key.filter(orders::api_key_id.is_null()),
+            };
+            let (existing_id, existing_hash): (i64, Option<String>) = same_key
                 .select((orders::id, orders::request_hash))
                 .first(conn)?;
             return if existing_hash == fingerprint {
@@ -243,7 +278,6 @@ pub fn place_order(
                     max_attempts: job.max_attempts_value(),
                     run_after: created_at,
                     finished_at: None,
-                    last_error: None,
                 })
                 .collect(),
             events: vec![OrderEvent {

@@ -35,7 +35,9 @@ impl OrderItem {
     }
 }
 
-/// A job as shown with its order.
+/// A job as shown with its order. Without `last_error`: it quotes receivers
+/// and SMTP servers, which is for operators (`/admin`, `jobs list`), not
+/// for API clients.
 #[derive(Debug, Clone, Queryable, Selectable, Serialize)]
 #[diesel(table_name = jobs_all)]
 pub struct OrderJob {
@@ -46,7 +48,6 @@ pub struct OrderJob {
     pub max_attempts: i32,
     pub run_after: DateTime<Utc>,
     pub finished_at: Option<DateTime<Utc>>,
-    pub last_error: Option<String>,
 }
 
 /// An order with its items, as effects and the API see it.

@@ -208,8 +208,14 @@ pub fn transition_order(
             return Err(TransitionError::NotFound(order_id));
         };
         if let Some(key) = key {
-            let earlier: Option<(i64, i64, Option<String>)> = order_events::table
+            let same_key = order_events::table
                 .filter(order_events::idempotency_key.eq(key.as_str()))
+                .into_boxed();
+            let same_key = match key.api_key_id() {
+                Some(id) => same_key.filter(order_events::api_key_id.eq(id)),
+                None => same_key.filter(order_events::api_key_id.is_null()),
+            };
+            let earlier: Option<(i64, i64, Option<String>)> = same_key
                 .select((
                     order_events::id,
                     order_events::order_id,
@@ -290,6 +296,7 @@ pub(super) fn record_event(
             order_events::event_type.eq(event_type),
             order_events::data.eq(data),
             order_events::idempotency_key.eq(key.map(IdempotencyKey::as_str)),
+            order_events::api_key_id.eq(key.and_then(IdempotencyKey::api_key_id)),
             order_events::request_hash.eq(request_hash),
         ))
         .returning(order_events::id)

@@ -160,6 +160,16 @@ fn bench_runs_a_small_workload_and_reports_every_figure() {
             .is_some_and(|p| p > 0.0),
         "{placement}"
     );
+    // What API keys cost placement: both sides ran, without errors.
+    let auth = &placement["auth_cost"];
+    assert_eq!(auth["with_keys_errors"], 0, "{auth}");
+    assert_eq!(auth["without_errors"], 0, "{auth}");
+    assert!(
+        auth["with_keys_over_without"]
+            .as_f64()
+            .is_some_and(|r| r > 0.0),
+        "{auth}"
+    );
     assert_eq!(placement["half_open"]["connections"], 200, "{placement}");
     assert_eq!(placement["half_open"]["errors"], 0, "{placement}");
     assert!(

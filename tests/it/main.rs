@@ -6,6 +6,7 @@ mod support;
 mod admin;
 mod admin_sessions;
 mod api;
+mod api_keys;
 mod bench;
 mod cli_config;
 mod cli_jobs;

@@ -152,7 +152,11 @@ async fn one_trace_runs_from_post_orders_through_the_relay_to_the_receivers() {
             .env("RUST_LOG", "info,outbox_relay=debug,outbox_core=debug"),
     )
     .await;
-    let client = crate::support::app::http_client();
+    let client = crate::support::app::http_client_with_key(&crate::support::app::create_api_key(
+        &db.url,
+        "traced",
+        &[outbox_relay::api_keys::Scope::All],
+    ));
 
     // One order continues the caller's trace, one starts its own.
     let traced = client

@@ -75,6 +75,13 @@ impl BenchReport {
                 "pgbench_orders_per_second": p.pgbench_orders_per_second,
                 "api_over_pgbench": p.pgbench_orders_per_second.map(|c| p.api_orders_per_second / c),
                 "api_wal_bytes_per_order": p.api_wal_bytes_per_order,
+                "auth_cost": {
+                    "with_keys_orders_per_second": p.auth_cost.with_keys_orders_per_second,
+                    "without_orders_per_second": p.auth_cost.without_orders_per_second,
+                    "with_keys_errors": p.auth_cost.with_keys_errors,
+                    "without_errors": p.auth_cost.without_errors,
+                    "with_keys_over_without": finite(p.auth_cost.ratio()),
+                },
                 "pgbench_wal_bytes_per_order": p.pgbench_wal_bytes_per_order,
                 "latency_ms": { "p50": p.api_latency.p50_ms, "p99": p.api_latency.p99_ms, "samples": p.api_latency.samples },
                 "half_open": p.half_open.as_ref().map(|h| json!({

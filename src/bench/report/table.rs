@@ -216,6 +216,16 @@ impl BenchReport {
                 wal(p.api_wal_bytes_per_order),
                 wal(p.pgbench_wal_bytes_per_order),
             ));
+            let a = &p.auth_cost;
+            out.push_str(&format!(
+                "  what API keys cost placement (same database, alternating runs): with keys {:.0} orders/s \
+                 ({} errors), with API_AUTH=none {:.0} orders/s ({} errors), ratio {:.2}x\n",
+                a.with_keys_orders_per_second,
+                a.with_keys_errors,
+                a.without_orders_per_second,
+                a.without_errors,
+                a.ratio(),
+            ));
             let l = &p.api_latency;
             out.push_str(&format!(
                 "  POST /orders latency: p50 {:.2} ms   p99 {:.2} ms   ({} orders)\n",

@@ -12,11 +12,12 @@ use reqwest::StatusCode;
 use serde_json::Value;
 
 use super::{Sinks, wait_all_terminal};
-use crate::support::app::http_client;
+use crate::support::app::{create_api_key, http_client_with_key};
 use crate::support::db::admin_url;
 use crate::support::http::Answer;
 use crate::support::process::{BinProcess, Launch};
 use crate::support::{TestDb, order_json, wait_until};
+use outbox_relay::api_keys::Scope;
 
 const MINUTE: Duration = Duration::from_secs(60);
 
@@ -109,7 +110,7 @@ async fn connections_killed_under_the_relay_and_the_api_are_replaced_without_a_r
     let sinks = Sinks::start([], Answer::status(200)).await;
     let (mut api, base) = BinProcess::start_api(Launch::serve("conn-api", &db.url)).await;
     let (mut relay, _) = BinProcess::start_relay(sinks.relay("conn-relay", &db.url)).await;
-    let client = http_client();
+    let client = http_client_with_key(&create_api_key(&db.url, "conn", &[Scope::All]));
     for _ in 0..5 {
         assert_eq!(post_order(&client, &base).await.status, StatusCode::CREATED);
     }
@@ -162,7 +163,8 @@ async fn a_database_server_restart_is_survived_by_the_relay_and_the_api_without_
     let sinks = Sinks::start([], Answer::Hang(Duration::from_millis(800))).await;
     let (mut api, base) = BinProcess::start_api(Launch::serve("restart-api", &url)).await;
     let (mut relay, relay_base) = BinProcess::start_relay(sinks.relay("restart-relay", &url)).await;
-    let client = http_client();
+    // After `serve` started: it migrated the new server.
+    let client = http_client_with_key(&create_api_key(&url, "restart", &[Scope::All]));
     for _ in 0..5 {
         assert_eq!(post_order(&client, &base).await.status, StatusCode::CREATED);
     }

@@ -11,10 +11,11 @@ use reqwest::StatusCode;
 use sha2::{Digest, Sha256};
 
 use super::{Sinks, WEBHOOK_SECRET, load_jobs, place_orders, wait_all_terminal};
-use crate::support::app::http_client;
+use crate::support::app::{create_api_key, http_client_with_key};
 use crate::support::http::Answer;
 use crate::support::process::{BinProcess, Launch};
 use crate::support::{TestDb, order_json};
+use outbox_relay::api_keys::Scope;
 
 const MINUTE: Duration = Duration::from_secs(60);
 
@@ -147,6 +148,9 @@ async fn no_secret_appears_in_the_debug_logs_of_a_full_run() {
         }
     }
     let database_url = database_url.to_string();
+    // The API key the client sends: never logged either.
+    let api_key = create_api_key(&db.url, "secrets", &[Scope::All]);
+    secrets.push(api_key.clone());
 
     let sinks = Sinks::start(
         [Answer::status(500).body("receiver trouble")],
@@ -178,7 +182,7 @@ async fn no_secret_appears_in_the_debug_logs_of_a_full_run() {
     ))
     .await;
 
-    let client = http_client();
+    let client = http_client_with_key(&api_key);
     for (body, expected) in [
         (order_json("Ada"), StatusCode::CREATED),
         (order_json("Grace"), StatusCode::CREATED),

@@ -5,10 +5,12 @@ use std::time::Duration;
 
 use diesel::prelude::*;
 use outbox_relay::api::{self, ApiSettings, Application};
+use outbox_relay::api_keys::{self, KeyName, Scope};
 use outbox_relay::db::PgPool;
 use outbox_relay::links::{DEFAULT_RECEIPT_LINK_TTL, ReceiptLinks};
 use outbox_relay::schema::{jobs_all, order_items, orders};
 use reqwest::StatusCode;
+use reqwest::header::{AUTHORIZATION, HeaderMap, HeaderValue};
 use serde_json::Value;
 use tokio_util::sync::CancellationToken;
 
@@ -38,7 +40,10 @@ pub fn test_api_settings() -> ApiSettings {
 pub struct TestApp {
     pub addr: SocketAddr,
     pub db: TestDb,
+    /// Sends [`TestApp::api_key`] with every request.
     pub client: reqwest::Client,
+    /// A key with `orders:*`, named `test`.
+    pub api_key: String,
     pub shutdown: CancellationToken,
     handle: tokio::task::JoinHandle<std::io::Result<()>>,
 }
@@ -64,13 +69,61 @@ pub async fn spawn_app_on(db: TestDb, pool: PgPool, settings: ApiSettings) -> Te
     let addr = app.local_addr();
     let shutdown = CancellationToken::new();
     let handle = tokio::spawn(app.run_until_stopped(shutdown.clone()));
+    let api_key = create_api_key(&db.url, "test", &[Scope::All]);
     TestApp {
         addr,
         db,
-        client: http_client(),
+        client: http_client_with_key(&api_key),
+        api_key,
         shutdown,
         handle,
     }
+}
+
+/// Creates an API key named `name` with `scopes` in the database at `url`;
+/// the key's text.
+pub fn create_api_key(url: &str, name: &str, scopes: &[Scope]) -> String {
+    let mut conn = PgConnection::establish(url).expect("connect to create an API key");
+    let name = KeyName::parse(name).expect("a valid key name");
+    api_keys::create_key(&mut conn, &name, scopes, None)
+        .expect("create an API key")
+        .secret
+        .expose()
+        .to_owned()
+}
+
+/// A key made by `outbox-relay keys create --json` in the database at
+/// `url`, as an operator would; the key's text.
+pub fn cli_api_key(url: &str, name: &str, scopes: &str) -> String {
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_outbox-relay"))
+        .args([
+            "keys", "create", "--name", name, "--scopes", scopes, "--json",
+        ])
+        .env("DATABASE_URL", url)
+        .output()
+        .expect("run outbox-relay keys create");
+    assert!(
+        out.status.success(),
+        "keys create: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let created: Value = serde_json::from_slice(&out.stdout).expect("keys create --json");
+    created["key"].as_str().expect("a key").to_owned()
+}
+
+/// [`http_client`] sending `Authorization: Bearer <api_key>` with every
+/// request (a request's own Authorization header replaces it).
+pub fn http_client_with_key(api_key: &str) -> reqwest::Client {
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    let mut bearer =
+        HeaderValue::from_str(&format!("Bearer {api_key}")).expect("a key is a header value");
+    bearer.set_sensitive(true);
+    reqwest::Client::builder()
+        .no_proxy()
+        .timeout(Duration::from_secs(30))
+        .default_headers(HeaderMap::from_iter([(AUTHORIZATION, bearer)]))
+        .build()
+        .expect("HTTP client")
 }
 
 /// A plain-HTTP client. reqwest is built without a default TLS crypto
