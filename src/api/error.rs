@@ -47,9 +47,6 @@ pub enum ApiError {
     Unauthorized(String),
     #[error("this API key lacks the scope {scope}")]
     Forbidden { scope: crate::api_keys::Scope },
-    /// A signed link that does not open what it asks for.
-    #[error("{0}")]
-    LinkRefused(String),
     #[error("too many requests with this API key; retry in {retry_after_seconds}s")]
     RateLimited { retry_after_seconds: u64 },
     #[error("there is no order {0}")]
@@ -125,7 +122,7 @@ impl ApiError {
                 StatusCode::CONFLICT
             }
             ApiError::Unauthorized(_) => StatusCode::UNAUTHORIZED,
-            ApiError::Forbidden { .. } | ApiError::LinkRefused(_) => StatusCode::FORBIDDEN,
+            ApiError::Forbidden { .. } => StatusCode::FORBIDDEN,
             ApiError::RateLimited { .. } => StatusCode::TOO_MANY_REQUESTS,
             ApiError::OrderNotFound(_)
             | ApiError::ReceiptNotReady(_)
@@ -152,7 +149,7 @@ impl ApiError {
             ApiError::IdempotencyConflict => "idempotency_conflict",
             ApiError::InvalidTransition { .. } => "invalid_transition",
             ApiError::Unauthorized(_) => "unauthorized",
-            ApiError::Forbidden { .. } | ApiError::LinkRefused(_) => "forbidden",
+            ApiError::Forbidden { .. } => "forbidden",
             ApiError::RateLimited { .. } => "rate_limited",
             ApiError::OrderNotFound(_) => "order_not_found",
             ApiError::ReceiptNotReady(_) => "receipt_not_ready",

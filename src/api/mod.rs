@@ -36,8 +36,8 @@ pub mod error;
 mod middleware;
 mod ops;
 mod orders;
-mod receipt_link;
 pub mod rate_limit;
+mod receipt_link;
 mod state;
 
 use std::net::SocketAddr;

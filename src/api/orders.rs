@@ -77,34 +77,37 @@ pub(crate) async fn place(
     let max_attempts = state.settings.max_attempts;
     let keyed = key.is_some();
     let enqueuer = state.enqueuer.clone();
-    let (placement, view) = state
-        .run_as(caller, move |conn, verified| {
-            let key = key.map(|k| k.scoped_to(verified.api_key_id));
-            let placed = place_order(conn, &enqueuer, &order, key.as_ref(), max_attempts)
-                .map_err(|e| match e {
-                    PlaceOrderError::IdempotencyConflict { .. } => ApiError::IdempotencyConflict,
-                    PlaceOrderError::Database(e) => ApiError::from(e),
+    let (placement, view) =
+        state
+            .run_as(caller, move |conn, verified| {
+                let key = key.map(|k| k.scoped_to(verified.api_key_id));
+                let placed = place_order(conn, &enqueuer, &order, key.as_ref(), max_attempts)
+                    .map_err(|e| match e {
+                        PlaceOrderError::IdempotencyConflict { .. } => {
+                            ApiError::IdempotencyConflict
+                        }
+                        PlaceOrderError::Database(e) => ApiError::from(e),
+                    })?;
+                let placement = placed.placement;
+                // A new order is answered with what the placement wrote: reading
+                // it back would double the round trips of every placement.
+                if let Some(created) = placed.created {
+                    let view = OrderView {
+                        order: created.order,
+                        jobs: created.jobs,
+                        events: created.events,
+                    };
+                    return Ok((placement, view));
+                }
+                let id = placement.order_id();
+                let view = load_view(conn, id)?.ok_or_else(|| {
+                    ApiError::Internal(anyhow::anyhow!(
+                        "order {id} vanished right after placing it"
+                    ))
                 })?;
-            let placement = placed.placement;
-            // A new order is answered with what the placement wrote: reading
-            // it back would double the round trips of every placement.
-            if let Some(created) = placed.created {
-                let view = OrderView {
-                    order: created.order,
-                    jobs: created.jobs,
-                    events: created.events,
-                };
-                return Ok((placement, view));
-            }
-            let id = placement.order_id();
-            let view = load_view(conn, id)?.ok_or_else(|| {
-                ApiError::Internal(anyhow::anyhow!(
-                    "order {id} vanished right after placing it"
-                ))
-            })?;
-            Ok((placement, view))
-        })
-        .await?;
+                Ok((placement, view))
+            })
+            .await?;
 
     let status = match placement {
         Placement::Created(id) => {

@@ -178,17 +178,18 @@ async fn past_the_connection_cap_a_new_client_evicts_the_oldest_half_open_one_an
     app.stop().await;
 }
 
-/// Connections that send a whole request head and then trickle the body:
-/// each has a request in flight until the API's request timeout.
-async fn open_slow_uploads(addr: std::net::SocketAddr, n: usize) -> Vec<TcpStream> {
+/// Connections that send a whole request head, with a key, and then trickle
+/// the body: each has a request in flight until the API's request timeout.
+async fn open_slow_uploads(addr: std::net::SocketAddr, n: usize, api_key: &str) -> Vec<TcpStream> {
+    let head = format!(
+        "POST /orders HTTP/1.1\r\nHost: shop.example\r\nAuthorization: Bearer {api_key}\r\n\
+         Content-Type: application/json\r\nContent-Length: 1000\r\n\r\n{{\"customer"
+    );
     let mut streams = Vec::with_capacity(n);
     for _ in 0..n {
         let mut stream = TcpStream::connect(addr).await.expect("connect");
         stream
-            .write_all(
-                b"POST /orders HTTP/1.1\r\nHost: shop.example\r\n\
-                  Content-Type: application/json\r\nContent-Length: 1000\r\n\r\n{\"customer",
-            )
+            .write_all(head.as_bytes())
             .await
             .expect("send a head and a little body");
         streams.push(stream);
@@ -206,7 +207,7 @@ async fn when_every_slot_has_a_request_in_flight_a_new_client_waits_for_one_to_f
         ..ConnectionLimits::default()
     };
     let app = spawn_app_with(settings).await;
-    let _uploads = open_slow_uploads(app.addr, 2).await;
+    let _uploads = open_slow_uploads(app.addr, 2, &app.api_key).await;
     // Let the server read both heads, so both connections are busy.
     tokio::time::sleep(Duration::from_millis(300)).await;
 
@@ -325,11 +326,18 @@ fn ensure_open_files(needed: usize) {
     );
 }
 
-/// A client that opens a new connection for every request, as a probe does.
-fn fresh_connection_client() -> reqwest::Client {
+/// A client that opens a new connection for every request, as a probe does,
+/// sending `api_key`.
+fn fresh_connection_client(api_key: &str) -> reqwest::Client {
     let _ = crate::support::app::http_client();
+    let bearer = reqwest::header::HeaderValue::from_str(&format!("Bearer {api_key}"))
+        .expect("a key is a header value");
     reqwest::Client::builder()
         .no_proxy()
+        .default_headers(reqwest::header::HeaderMap::from_iter([(
+            reqwest::header::AUTHORIZATION,
+            bearer,
+        )]))
         .pool_max_idle_per_host(0)
         .timeout(Duration::from_secs(5))
         .build()
@@ -400,7 +408,12 @@ async fn serve_answers_probes_and_orders_within_a_second_while_3000_half_open_co
         }
     });
 
-    let client = fresh_connection_client();
+    let api_key = crate::support::app::create_api_key(
+        &db.url,
+        "front-door",
+        &[outbox_relay::api_keys::Scope::Place],
+    );
+    let client = fresh_connection_client(&api_key);
     let mut slowest = Duration::ZERO;
     for round in 0..10 {
         let started = Instant::now();

@@ -79,8 +79,18 @@ fn with_params(url: &url::Url, expires: &str, signature: &str) -> String {
     url.to_string()
 }
 
-async fn get_html(app: &TestApp, url: &str) -> reqwest::Response {
-    app.client
+/// `path` fetched as a script would follow a link: JSON errors, no API key.
+async fn get_json(app: &TestApp, path: &str) -> reqwest::Response {
+    crate::support::app::http_client()
+        .get(app.url(path))
+        .send()
+        .await
+        .expect("GET")
+}
+
+/// As a customer's browser opens an email's link: with no API key.
+async fn get_html(_app: &TestApp, url: &str) -> reqwest::Response {
+    crate::support::app::http_client()
         .get(url)
         .header("accept", "text/html,application/xhtml+xml,*/*;q=0.8")
         .send()
@@ -165,7 +175,7 @@ async fn the_link_in_a_real_email_fetches_the_receipt_and_a_changed_one_is_refus
         }
     }
     // The same refusal for an API client, as the API's JSON error.
-    let json = app.get(&refused[0].1[app.url("").len()..]).await;
+    let json = get_json(&app, &refused[0].1[app.url("").len()..]).await;
     let error = error_of(json, StatusCode::FORBIDDEN).await;
     assert_eq!(error["code"], "invalid_link");
     app.stop().await;
@@ -189,15 +199,13 @@ async fn an_expired_link_is_gone_with_a_page_saying_so() {
     assert!(page.contains("This receipt link has expired"), "{page}");
     assert!(page.contains("Ask the shop for a new one"), "{page}");
 
-    let error = error_of(app.get(&path).await, StatusCode::GONE).await;
+    let error = error_of(get_json(&app, &path).await, StatusCode::GONE).await;
     assert_eq!(error["code"], "link_expired");
     // Expired and signed with another key: refused as not genuine, so an
     // expired answer is only ever about a link the server made.
     let other = ReceiptLinks::new(&[1; 32], links.ttl()).expect("key");
     let forged = other.sign(1, unix_now() - 31 * 24 * 3600);
-    let response = app
-        .get(&format!("/orders/1/receipt.pdf?{}", forged.query()))
-        .await;
+    let response = get_json(&app, &format!("/orders/1/receipt.pdf?{}", forged.query())).await;
     assert_eq!(response.status(), StatusCode::FORBIDDEN);
     app.stop().await;
 }

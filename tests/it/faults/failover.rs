@@ -18,10 +18,11 @@ use tokio_util::sync::CancellationToken;
 
 use self::cluster::{Cluster, Replication};
 use super::{Sinks, wait_all_terminal};
-use crate::support::app::http_client;
+use crate::support::app::{create_api_key, http_client, http_client_with_key};
 use crate::support::http::Answer;
 use crate::support::order_json;
 use crate::support::process::{BinProcess, Launch};
+use outbox_relay::api_keys::Scope;
 
 const MINUTE: Duration = Duration::from_secs(60);
 
@@ -41,14 +42,14 @@ struct Load {
 }
 
 impl Load {
-    fn start(base: &str, clients: usize) -> Load {
+    fn start(base: &str, api_key: &str, clients: usize) -> Load {
         let answers = Arc::new(Mutex::new(Vec::new()));
         let stop = CancellationToken::new();
         let tasks = (0..clients)
             .map(|_| {
                 let (answers, stop, base) = (answers.clone(), stop.clone(), base.to_owned());
+                let client = http_client_with_key(api_key);
                 tokio::spawn(async move {
-                    let client = http_client();
                     while !stop.is_cancelled() {
                         let placed = place(&client, &base).await;
                         answers.lock().expect("answers").push(placed);
@@ -189,11 +190,13 @@ async fn switch(cluster: Cluster, outage: Duration) -> (Cluster, Instant, Durati
 }
 
 /// The relay, mailing to and calling `sinks`, with the webhook receiver slow
-/// enough that deliveries are in flight at the crash.
-async fn start_processes(sinks: &Sinks, url: &str) -> (BinProcess, String, BinProcess) {
+/// enough that deliveries are in flight at the crash; and an API key to place
+/// orders with.
+async fn start_processes(sinks: &Sinks, url: &str) -> (BinProcess, String, BinProcess, String) {
     let (api, base) = BinProcess::start_api(Launch::serve("failover-api", url)).await;
     let (relay, _) = BinProcess::start_relay(sinks.relay("failover-relay", url)).await;
-    (api, base, relay)
+    let api_key = create_api_key(url, "failover", &[Scope::Place]);
+    (api, base, relay, api_key)
 }
 
 /// Every order whose POST answered 201 is on `conn`'s server.
@@ -226,8 +229,8 @@ async fn a_promoted_synchronous_standby_takes_over_under_load_with_nothing_lost_
         .expect("task");
     let url = cluster.url();
     let sinks = Sinks::start([], Answer::Hang(Duration::from_millis(200))).await;
-    let (mut api, base, mut relay) = start_processes(&sinks, &url).await;
-    let load = Load::start(&base, 3);
+    let (mut api, base, mut relay, api_key) = start_processes(&sinks, &url).await;
+    let load = Load::start(&base, &api_key, 3);
     let started = Instant::now();
     load.wait_created(20, started).await;
     crate::support::wait_until("a webhook in flight", MINUTE, || {
@@ -300,8 +303,8 @@ async fn switching_the_primary_back_and_forth_three_times_loses_nothing() {
         .expect("task");
     let url = cluster.url();
     let sinks = Sinks::start([], Answer::Hang(Duration::from_millis(100))).await;
-    let (mut api, base, mut relay) = start_processes(&sinks, &url).await;
-    let load = Load::start(&base, 2);
+    let (mut api, base, mut relay, api_key) = start_processes(&sinks, &url).await;
+    let load = Load::start(&base, &api_key, 2);
     load.wait_created(10, Instant::now()).await;
 
     let mut cluster = cluster;
@@ -360,8 +363,8 @@ async fn with_asynchronous_replication_only_what_the_database_lost_is_lost() {
         .expect("task");
     let url = cluster.url();
     let sinks = Sinks::start([], Answer::Hang(Duration::from_millis(200))).await;
-    let (mut api, base, mut relay) = start_processes(&sinks, &url).await;
-    let load = Load::start(&base, 3);
+    let (mut api, base, mut relay, api_key) = start_processes(&sinks, &url).await;
+    let load = Load::start(&base, &api_key, 3);
     load.wait_created(20, Instant::now()).await;
     let (cluster, promoted, progress) = switch(cluster, Duration::from_secs(1)).await;
     load.wait_created(10, promoted).await;
