@@ -8,6 +8,7 @@
 //! stays here.
 
 mod admin;
+pub mod default_endpoint;
 mod effects;
 mod parse;
 mod relay;
@@ -19,6 +20,7 @@ use clap::Args;
 use crate::http_server::{self, ConnectionLimits};
 
 pub use admin::AdminArgs;
+pub use default_endpoint::DefaultEndpointArgs;
 pub use effects::{EffectArgs, ReceiptArgs};
 pub use parse::{
     parse_count, parse_database_url, parse_duration, parse_http_url, parse_positive_duration,

@@ -134,3 +134,17 @@ diesel::allow_tables_to_appear_in_same_query!(
     receipts,
     endpoints
 );
+
+diesel::table! {
+    delivery_attempts (id) {
+        id -> Int8,
+        job_id -> Int8,
+        endpoint_id -> Int8,
+        attempt -> Int4,
+        started_at -> Timestamptz,
+        duration_ms -> Int4,
+        status_code -> Nullable<Int2>,
+        outcome -> Text,
+        excerpt -> Nullable<Text>,
+    }
+}

@@ -48,6 +48,11 @@ pub async fn run(db_args: DatabaseArgs, args: RelayArgs) -> anyhow::Result<()> {
     tokio::task::spawn_blocking(move || db::migrate_url(&url))
         .await?
         .context("migrating the database")?;
+    crate::config::default_endpoint::write_default(
+        &db_args.database_url,
+        webhook.as_ref().map(|w| (w.url.clone(), w.secret.clone())),
+    )
+    .await?;
 
     // By default one connection per effect slot (effects load their order),
     // plus the producer, the completer, the heartbeat and the reaper.

@@ -8,8 +8,8 @@ use clap::Args;
 
 use crate::api::{self, ApiSettings, Application};
 use crate::config::{
-    AdminArgs, ConfigError, DEFAULT_API_ADDR, DatabaseArgs, EnqueueArgs, HttpLimitsArgs,
-    parse_positive_duration, parse_socket_addr,
+    AdminArgs, ConfigError, DEFAULT_API_ADDR, DatabaseArgs, DefaultEndpointArgs, EnqueueArgs,
+    HttpLimitsArgs, parse_positive_duration, parse_socket_addr,
 };
 use crate::db;
 
@@ -28,9 +28,12 @@ pub struct ServeArgs {
     pub enqueue: EnqueueArgs,
     #[command(flatten)]
     pub admin: AdminArgs,
+    #[command(flatten)]
+    pub default_endpoint: DefaultEndpointArgs,
 }
 
 pub async fn run(db_args: DatabaseArgs, args: ServeArgs) -> anyhow::Result<()> {
+    let default_endpoint = args.default_endpoint.checked()?;
     // A port already taken is a deployment mistake: say so before migrating.
     let listener = tokio::net::TcpListener::bind(args.addr)
         .await
@@ -40,6 +43,7 @@ pub async fn run(db_args: DatabaseArgs, args: ServeArgs) -> anyhow::Result<()> {
     tokio::task::spawn_blocking(move || db::migrate_url(&url))
         .await?
         .context("migrating the database")?;
+    crate::config::default_endpoint::write_default(&db_args.database_url, default_endpoint).await?;
 
     let admin = args.admin.settings()?;
     let settings = ApiSettings {

@@ -40,7 +40,8 @@ impl JobArgs for ReceiptPdf {
     const KIND: &'static str = "receipt_pdf";
 }
 
-/// The webhook of an order event; no event: the original `order.placed` body.
+/// The delivery of an order event to one webhook endpoint; no event: the
+/// original `order.placed` body.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct OrderWebhook {
@@ -49,6 +50,10 @@ pub struct OrderWebhook {
     /// The event to deliver.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub event_id: Option<i64>,
+    /// The endpoint to deliver to; none for a job queued before endpoints
+    /// existed, which goes to the endpoint named `default`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub endpoint_id: Option<i64>,
 }
 
 impl JobArgs for OrderWebhook {

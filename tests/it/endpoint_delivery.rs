@@ -1,0 +1,305 @@
+//! Deliveries to endpoints: fan-out in the order's transaction, each
+//! endpoint's own secrets, the attempt log, and jobs queued before endpoints.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use diesel::prelude::*;
+use outbox_relay::effects::jobs::{new_job, order_enqueuer};
+use outbox_relay::effects::receipt::ReceiptSettings;
+use outbox_relay::effects::webhook::{WebhookConfig, WebhookSender};
+use outbox_relay::effects::{self, Executor, OrderWebhook};
+use outbox_relay::endpoints::spec::{EndpointName, EndpointUrl, EventTypes, SigningSecret};
+use outbox_relay::endpoints::{NewEndpoint, store, target};
+use outbox_relay::orders::{NewOrder, Transition, place_order, transition_order};
+use outbox_relay::outbox::JobOptions;
+use outbox_relay::schema::{delivery_attempts, jobs_all};
+use serde_json::json;
+
+use crate::support::http::{Answer, HttpSink, Recorded};
+use crate::support::{
+    RunningRelay, TestDb, init_tracing, order_json, spawn_relay, test_settings, wait_until,
+};
+
+/// An endpoint named `name` at `sink`, subscribed to `events` (all: none);
+/// returns its id and secret.
+pub fn add_endpoint(
+    conn: &mut PgConnection,
+    name: &str,
+    sink: &HttpSink,
+    events: Option<&str>,
+    max_in_flight: i32,
+) -> (i64, String) {
+    let secret = SigningSecret::generate().expect("a secret");
+    let endpoint = store::add(
+        conn,
+        &NewEndpoint {
+            name: EndpointName::parse(name).expect("name"),
+            url: EndpointUrl::parse(sink.url().as_str(), true).expect("url"),
+            event_types: events.map_or(EventTypes::ALL, |e| EventTypes::parse(e).expect("events")),
+            rate_limit: None,
+            max_in_flight,
+            secret: secret.clone(),
+        },
+    )
+    .expect("add endpoint");
+    (endpoint.id, secret.expose().to_owned())
+}
+
+/// A relay in this process delivering order_webhook jobs; `fallback` is its
+/// WEBHOOK_URL (used only where no `default` endpoint exists).
+pub fn delivery_relay(db: &TestDb, fallback: &HttpSink, concurrency: usize) -> RunningRelay {
+    let sender = WebhookSender::new(&WebhookConfig {
+        url: fallback.url(),
+        secret: "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw".to_owned(),
+        timeout: Duration::from_secs(60),
+        allow_private: true,
+    })
+    .expect("webhook sender");
+    let effects: Arc<dyn Executor> = Arc::new(effects::workers(
+        db.pool(u32::try_from(concurrency).unwrap_or(16) + 4),
+        None,
+        Some(sender),
+        ReceiptSettings::default(),
+    ));
+    let mut settings = test_settings("delivery-relay", &["order_webhook"]);
+    settings.concurrency = concurrency;
+    spawn_relay(db, settings, effects)
+}
+
+pub fn place(conn: &mut PgConnection) -> i64 {
+    let order = NewOrder::parse(&order_json("Ada Lovelace")).expect("valid order");
+    place_order(conn, &order_enqueuer(), &order, None, 8)
+        .expect("place order")
+        .order_id()
+}
+
+fn pay(conn: &mut PgConnection, order_id: i64) {
+    let transition =
+        Transition::parse("pay", &json!({"payment_reference": "pi_123"})).expect("pay");
+    transition_order(conn, &order_enqueuer(), order_id, &transition, None, 8).expect("paid");
+}
+
+fn done_webhooks(conn: &mut PgConnection) -> i64 {
+    jobs_all::table
+        .filter(jobs_all::kind.eq("order_webhook"))
+        .filter(jobs_all::status.eq("done"))
+        .count()
+        .get_result(conn)
+        .expect("count")
+}
+
+/// The Standard Webhooks reference verifier (the `standardwebhooks` crate).
+pub fn reference_verify(request: &Recorded, secret: &str) -> Result<(), String> {
+    let verifier = standardwebhooks::Webhook::new(secret).map_err(|e| e.to_string())?;
+    let mut headers = reqwest::header::HeaderMap::new();
+    for name in ["webhook-id", "webhook-timestamp", "webhook-signature"] {
+        if let Some(value) = request.header(name) {
+            headers.insert(name, value.parse().expect("a header value"));
+        }
+    }
+    verifier
+        .verify(&request.body, &headers)
+        .map_err(|e| e.to_string())
+}
+
+fn event_types(requests: &[Recorded]) -> Vec<String> {
+    requests
+        .iter()
+        .map(|r| {
+            r.json()["type"]
+                .as_str()
+                .unwrap_or("order.placed")
+                .to_owned()
+        })
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn each_endpoint_gets_its_events_signed_with_its_own_secret_only() {
+    init_tracing();
+    let db = TestDb::new();
+    let mut conn = db.conn();
+    let erp = HttpSink::start([], Answer::status(204)).await;
+    let analytics = HttpSink::start([], Answer::status(200)).await;
+    let fallback = HttpSink::start([], Answer::status(204)).await;
+    let (erp_id, erp_secret) = add_endpoint(&mut conn, "erp", &erp, None, 4);
+    let (analytics_id, analytics_secret) =
+        add_endpoint(&mut conn, "analytics", &analytics, Some("order.paid"), 4);
+
+    let order_id = place(&mut conn);
+    pay(&mut conn, order_id);
+    let payloads: Vec<(serde_json::Value, Option<String>)> = jobs_all::table
+        .filter(jobs_all::kind.eq("order_webhook"))
+        .order(jobs_all::id)
+        .select((jobs_all::payload, jobs_all::ordering_key))
+        .load(&mut conn)
+        .expect("jobs");
+    let endpoints_of: Vec<(i64, String)> = payloads
+        .iter()
+        .map(|(p, k)| {
+            (
+                p["endpoint_id"].as_i64().expect("endpoint_id"),
+                k.clone().expect("key"),
+            )
+        })
+        .collect();
+    assert_eq!(
+        endpoints_of,
+        vec![
+            (erp_id, format!("endpoint:{erp_id}:order:{order_id}")),
+            (erp_id, format!("endpoint:{erp_id}:order:{order_id}")),
+            (
+                analytics_id,
+                format!("endpoint:{analytics_id}:order:{order_id}")
+            ),
+        ],
+        "one delivery per subscribed endpoint and event, keyed per endpoint and order"
+    );
+
+    let relay = delivery_relay(&db, &fallback, 4);
+    wait_until("three deliveries are done", Duration::from_secs(30), || {
+        done_webhooks(&mut conn) == 3
+    })
+    .await;
+    relay.stop().await;
+
+    let to_erp = erp.requests();
+    let to_analytics = analytics.requests();
+    assert_eq!(event_types(&to_erp), ["order.placed", "order.paid"]);
+    assert_eq!(event_types(&to_analytics), ["order.paid"]);
+    assert!(
+        fallback.requests().is_empty(),
+        "nothing went to WEBHOOK_URL"
+    );
+    for request in &to_erp {
+        reference_verify(request, &erp_secret).expect("erp's delivery verifies with erp's secret");
+        assert!(
+            reference_verify(request, &analytics_secret).is_err(),
+            "erp's delivery must not verify with analytics' secret"
+        );
+    }
+    for request in &to_analytics {
+        reference_verify(request, &analytics_secret).expect("verifies with its own secret");
+        assert!(reference_verify(request, &erp_secret).is_err());
+    }
+
+    let attempts: Vec<(i64, Option<i16>, String)> = delivery_attempts::table
+        .order(delivery_attempts::id)
+        .select((
+            delivery_attempts::endpoint_id,
+            delivery_attempts::status_code,
+            delivery_attempts::outcome,
+        ))
+        .load(&mut conn)
+        .expect("attempts");
+    assert_eq!(attempts.len(), 3, "one attempt row per call: {attempts:?}");
+    assert_eq!(attempts.iter().filter(|a| a.0 == erp_id).count(), 2);
+    assert!(attempts.iter().all(|a| a.2 == "ok"), "{attempts:?}");
+    assert!(
+        attempts
+            .iter()
+            .any(|a| a.0 == analytics_id && a.1 == Some(200))
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_rotated_secret_signs_beside_the_new_one_until_it_expires() {
+    init_tracing();
+    let db = TestDb::new();
+    let mut conn = db.conn();
+    let erp = HttpSink::start([], Answer::status(204)).await;
+    let (_, old_secret) = add_endpoint(&mut conn, "erp", &erp, None, 4);
+    let new_secret = SigningSecret::generate().expect("a secret");
+    store::rotate_secret(&mut conn, "erp", &new_secret, Duration::from_secs(3600)).expect("rotate");
+    place(&mut conn);
+    let relay = delivery_relay(&db, &erp, 2);
+    wait_until("the delivery is done", Duration::from_secs(30), || {
+        done_webhooks(&mut conn) == 1
+    })
+    .await;
+    relay.stop().await;
+    let request = &erp.requests()[0];
+    reference_verify(request, new_secret.expose()).expect("the new secret verifies");
+    reference_verify(request, &old_secret).expect("the old secret still verifies");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn jobs_queued_before_endpoints_existed_go_to_default() {
+    init_tracing();
+    let db = TestDb::new();
+    let mut conn = db.conn();
+    let order_id = place(&mut conn);
+    // A database of the previous release: one order, its webhook queued
+    // without an endpoint (the payload the old code wrote).
+    let legacy: serde_json::Value = jobs_all::table
+        .filter(jobs_all::kind.eq("order_webhook"))
+        .select(jobs_all::payload)
+        .first(&mut conn)
+        .expect("the placement's delivery");
+    assert_eq!(
+        legacy.get("endpoint_id"),
+        None,
+        "no endpoints yet: {legacy}"
+    );
+    // And one queued by hand, as the old code queued them.
+    let old = new_job(
+        &OrderWebhook {
+            order_id,
+            event_id: None,
+            endpoint_id: None,
+        },
+        &JobOptions::default().ordering_key(format!("order-{order_id}-webhooks")),
+    )
+    .expect("job");
+    crate::support::enqueue(&mut conn, &old).expect("enqueue");
+
+    // The upgrade: a relay (or migrate) given WEBHOOK_URL writes `default`;
+    // another endpoint exists too.
+    let default_sink = HttpSink::start([], Answer::status(204)).await;
+    let other = HttpSink::start([], Answer::status(204)).await;
+    let default_secret = SigningSecret::generate().expect("a secret");
+    target::upsert_default(&mut conn, &default_sink.url(), default_secret.expose())
+        .expect("default");
+    add_endpoint(&mut conn, "erp", &other, None, 4);
+    let fallback = HttpSink::start([], Answer::status(204)).await;
+
+    let relay = delivery_relay(&db, &fallback, 2);
+    wait_until(
+        "both old deliveries are done",
+        Duration::from_secs(30),
+        || done_webhooks(&mut conn) == 2,
+    )
+    .await;
+    relay.stop().await;
+    let requests = default_sink.requests();
+    assert_eq!(requests.len(), 2, "both went to default");
+    for request in &requests {
+        reference_verify(request, default_secret.expose()).expect("signed by default's secret");
+    }
+    assert!(
+        other.requests().is_empty(),
+        "erp never saw jobs queued before it"
+    );
+    assert!(fallback.requests().is_empty());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_disabled_endpoint_gets_no_new_deliveries() {
+    init_tracing();
+    let db = TestDb::new();
+    let mut conn = db.conn();
+    let erp = HttpSink::start([], Answer::status(204)).await;
+    let crm = HttpSink::start([], Answer::status(204)).await;
+    add_endpoint(&mut conn, "erp", &erp, None, 4);
+    let (crm_id, _) = add_endpoint(&mut conn, "crm", &crm, None, 4);
+    store::set_enabled(&mut conn, "erp", false).expect("disable");
+    place(&mut conn);
+    let targets: Vec<serde_json::Value> = jobs_all::table
+        .filter(jobs_all::kind.eq("order_webhook"))
+        .select(jobs_all::payload)
+        .load(&mut conn)
+        .expect("jobs");
+    assert_eq!(targets.len(), 1);
+    assert_eq!(targets[0]["endpoint_id"], json!(crm_id));
+}
