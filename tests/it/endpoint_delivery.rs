@@ -303,3 +303,40 @@ async fn a_disabled_endpoint_gets_no_new_deliveries() {
     assert_eq!(targets.len(), 1);
     assert_eq!(targets[0]["endpoint_id"], json!(crm_id));
 }
+
+#[test]
+fn jobs_prune_deletes_old_delivery_attempts_and_keeps_recent_ones() {
+    let db = TestDb::new();
+    let mut conn = db.conn();
+    diesel::sql_query(
+        "INSERT INTO delivery_attempts \
+           (job_id, endpoint_id, attempt, started_at, duration_ms, status_code, outcome) \
+         SELECT g, 1, 1, now() - make_interval(days => g), 5, 200, 'ok' \
+         FROM generate_series(1, 10) AS g",
+    )
+    .execute(&mut conn)
+    .expect("attempts");
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_outbox-relay"))
+        .args(["jobs", "prune", "--older-than", "7d", "--batch-size", "2"])
+        .env("DATABASE_URL", &db.url)
+        .output()
+        .expect("run jobs prune");
+    let said = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{said} {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        said.contains("deleted 4 delivery attempts that started more than 7d ago"),
+        "{said}"
+    );
+    let left: i64 = delivery_attempts::table
+        .count()
+        .get_result(&mut conn)
+        .expect("count");
+    assert_eq!(
+        left, 6,
+        "days 1 to 6 stay; day 7 started just before the cutoff"
+    );
+}
