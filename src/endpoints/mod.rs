@@ -6,6 +6,7 @@
 //! delivery reads of its endpoint, and keeps `default` from `WEBHOOK_URL`.
 
 pub mod attempts;
+pub mod recover;
 pub mod spec;
 pub mod store;
 pub mod target;

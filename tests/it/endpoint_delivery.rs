@@ -340,3 +340,112 @@ fn jobs_prune_deletes_old_delivery_attempts_and_keeps_recent_ones() {
         "days 1 to 6 stay; day 7 started just before the cutoff"
     );
 }
+
+fn failed_webhooks(conn: &mut PgConnection) -> Vec<i64> {
+    jobs_all::table
+        .filter(jobs_all::kind.eq("order_webhook"))
+        .filter(jobs_all::status.eq("failed"))
+        .order(jobs_all::id)
+        .select(jobs_all::id)
+        .load(conn)
+        .expect("failed")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn recover_redelivers_exactly_the_failed_deliveries_since_then_in_order() {
+    init_tracing();
+    let db = TestDb::new();
+    let mut conn = db.conn();
+    // The first three calls are refused for good (400): the three placements.
+    let erp = HttpSink::start(
+        [
+            Answer::status(400),
+            Answer::status(400),
+            Answer::status(400),
+        ],
+        Answer::status(204),
+    )
+    .await;
+    add_endpoint(&mut conn, "erp", &erp, None, 4);
+    let orders: Vec<i64> = (0..3).map(|_| place(&mut conn)).collect();
+    for &order in &orders {
+        pay(&mut conn, order);
+    }
+    let relay = delivery_relay(&db, &erp, 4);
+    wait_until(
+        "the three placements failed",
+        Duration::from_secs(30),
+        || failed_webhooks(&mut conn).len() == 3,
+    )
+    .await;
+    // Each order's payment waits behind its failed placement.
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert_eq!(erp.requests().len(), 3, "nothing passes a failed head");
+    // One of them failed long ago: outside --since.
+    let failed = failed_webhooks(&mut conn);
+    diesel::sql_query("UPDATE jobs SET finished_at = now() - interval '2 days' WHERE id = $1")
+        .bind::<diesel::sql_types::BigInt, _>(failed[0])
+        .execute(&mut conn)
+        .expect("age one failure");
+
+    let preview = std::process::Command::new(env!("CARGO_BIN_EXE_outbox-relay"))
+        .args(["endpoints", "recover", "erp", "--since", "6h", "--dry-run"])
+        .env("DATABASE_URL", &db.url)
+        .output()
+        .expect("recover --dry-run");
+    let said = String::from_utf8_lossy(&preview.stdout);
+    assert!(
+        said.contains("would put back 2 failed deliveries"),
+        "{said}"
+    );
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_outbox-relay"))
+        .args(["endpoints", "recover", "erp", "--since", "6h"])
+        .env("DATABASE_URL", &db.url)
+        .output()
+        .expect("recover");
+    let said = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{said}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        said.contains(&format!("put back 2 failed deliveries to erp since")),
+        "{said}"
+    );
+    assert!(
+        said.ends_with(&format!("{} {}\n", failed[1], failed[2])),
+        "{said}"
+    );
+    wait_until(
+        "the recovered orders are delivered",
+        Duration::from_secs(30),
+        || done_webhooks(&mut conn) == 4,
+    )
+    .await;
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    relay.stop().await;
+    assert_eq!(
+        failed_webhooks(&mut conn),
+        vec![failed[0]],
+        "the old failure stays failed"
+    );
+
+    // Each recovered order: its placement again, then its payment; the
+    // order left failed got nothing more.
+    let requests = erp.requests();
+    assert_eq!(requests.len(), 7, "3 refused + 2 x (placed, paid)");
+    let mut by_order: std::collections::HashMap<i64, Vec<String>> = Default::default();
+    for request in &requests[3..] {
+        let body = request.json();
+        let order = body["data"]["order"]["id"].as_i64().expect("order id");
+        by_order
+            .entry(order)
+            .or_default()
+            .push(body["type"].as_str().expect("type").to_owned());
+    }
+    assert_eq!(by_order.len(), 2, "{by_order:?}");
+    for types in by_order.values() {
+        assert_eq!(types, &["order.placed", "order.paid"]);
+    }
+}
