@@ -410,7 +410,7 @@ async fn recover_redelivers_exactly_the_failed_deliveries_since_then_in_order() 
         String::from_utf8_lossy(&out.stderr)
     );
     assert!(
-        said.contains(&format!("put back 2 failed deliveries to erp since")),
+        said.contains("put back 2 failed deliveries to erp since"),
         "{said}"
     );
     assert!(
