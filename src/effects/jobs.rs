@@ -60,6 +60,21 @@ impl JobArgs for OrderWebhook {
     const KIND: &'static str = "order_webhook";
 }
 
+/// A notice about the endpoints themselves (`endpoint.disabled`) to one
+/// endpoint subscribed to it: the body is made when the notice is queued.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct EndpointNotice {
+    /// The endpoint told.
+    pub endpoint_id: i64,
+    /// The event, as it is sent (`{"type","id","timestamp","data"}`).
+    pub event: serde_json::Value,
+}
+
+impl JobArgs for EndpointNotice {
+    const KIND: &'static str = "endpoint_notice";
+}
+
 /// Succeeds at once, whatever it carries (benchmarks, smoke tests).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(transparent)]
@@ -135,16 +150,19 @@ pub enum EffectKind {
     ReceiptPdf,
     /// [`OrderWebhook`].
     OrderWebhook,
+    /// [`EndpointNotice`].
+    EndpointNotice,
     /// [`Noop`].
     Noop,
 }
 
 impl EffectKind {
     /// Every kind, in the order the CLI lists them.
-    pub const ALL: [EffectKind; 4] = [
+    pub const ALL: [EffectKind; 5] = [
         EffectKind::ConfirmationEmail,
         EffectKind::ReceiptPdf,
         EffectKind::OrderWebhook,
+        EffectKind::EndpointNotice,
         EffectKind::Noop,
     ];
 
@@ -161,6 +179,7 @@ impl EffectKind {
             EffectKind::ConfirmationEmail => ConfirmationEmail::KIND,
             EffectKind::ReceiptPdf => ReceiptPdf::KIND,
             EffectKind::OrderWebhook => OrderWebhook::KIND,
+            EffectKind::EndpointNotice => EndpointNotice::KIND,
             EffectKind::Noop => Noop::KIND,
         }
     }

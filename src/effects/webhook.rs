@@ -34,6 +34,7 @@ use self::answer::{classify, read_error_body};
 use self::body::event_body;
 pub use super::signature::Secrets;
 use super::{EffectError, error_chain};
+use crate::endpoints::breaker::Breaker;
 use crate::orders::{Order, OrderEvent};
 use crate::text::one_line;
 
@@ -76,6 +77,8 @@ pub struct WebhookSender {
     secrets: Secrets,
     timeout: Duration,
     allow_private: bool,
+    /// What a failing endpoint's deliveries do (`ENDPOINT_DISABLE_AFTER`).
+    breaker: Breaker,
 }
 
 impl fmt::Debug for WebhookSender {
@@ -110,7 +113,18 @@ impl WebhookSender {
             secrets,
             timeout: config.timeout,
             allow_private: config.allow_private,
+            breaker: Breaker::default(),
         })
+    }
+
+    /// This sender with `breaker` for the endpoints it delivers to.
+    pub fn with_breaker(mut self, breaker: Breaker) -> Self {
+        self.breaker = breaker;
+        self
+    }
+
+    pub fn breaker(&self) -> Breaker {
+        self.breaker
     }
 
     /// POSTs `event` of `order` (without one, the legacy `order.placed` body)
@@ -137,6 +151,29 @@ impl WebhookSender {
         order: &Order,
         event: Option<&OrderEvent>,
     ) -> AttemptOutcome {
+        match event_body(order, event) {
+            Ok(body) => self.post_to(url, secrets, job_id, body).await,
+            Err(e) => AttemptOutcome {
+                status: None,
+                excerpt: None,
+                duration: Duration::ZERO,
+                result: Err(EffectError::permanent(format!(
+                    "order {} does not serialize: {e}",
+                    order.id
+                ))),
+            },
+        }
+    }
+
+    /// POSTs `body` for job `job_id` to `url`, signed with `secrets`, and
+    /// says what the attempt saw.
+    pub async fn post_to(
+        &self,
+        url: &url::Url,
+        secrets: &Secrets,
+        job_id: i64,
+        body: Vec<u8>,
+    ) -> AttemptOutcome {
         let started = std::time::Instant::now();
         let mut outcome = AttemptOutcome {
             status: None,
@@ -149,8 +186,7 @@ impl WebhookSender {
                 url,
                 secrets,
                 job_id,
-                order,
-                event,
+                body,
                 &mut outcome.status,
                 &mut outcome.excerpt,
             )
@@ -159,20 +195,15 @@ impl WebhookSender {
         outcome
     }
 
-    #[allow(clippy::too_many_arguments)]
     async fn send(
         &self,
         url: &url::Url,
         secrets: &Secrets,
         job_id: i64,
-        order: &Order,
-        event: Option<&OrderEvent>,
+        body: Vec<u8>,
         status_seen: &mut Option<u16>,
         excerpt: &mut Option<String>,
     ) -> Result<(), EffectError> {
-        let body = event_body(order, event).map_err(|e| {
-            EffectError::permanent(format!("order {} does not serialize: {e}", order.id))
-        })?;
         if !self.allow_private {
             // reqwest resolves no literal address, so the resolver never sees it.
             guard::check_literal_host(url).map_err(EffectError::permanent)?;

@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use chrono::{DateTime, Utc};
 use diesel::prelude::*;
-use diesel::sql_types::{BigInt, Integer, Nullable, SmallInt, Text, Timestamptz};
+use diesel::sql_types::{BigInt, Bool, Integer, Nullable, SmallInt, Text, Timestamptz};
 
 /// Characters of an answer (or an error) kept in a row (the CHECK allows 1000).
 pub const EXCERPT_CHARS: usize = 500;
@@ -24,15 +24,21 @@ pub struct NewAttempt {
     pub excerpt: Option<String>,
 }
 
+/// An endpoint's health after an attempt.
+#[derive(Debug, Clone, PartialEq, Eq, QueryableByName)]
+pub struct Health {
+    /// Since when every attempt has failed; none after a success.
+    #[diesel(sql_type = Nullable<Timestamptz>)]
+    pub failing_since: Option<DateTime<Utc>>,
+    /// Whether this attempt began or ended a failing streak.
+    #[diesel(sql_type = Bool)]
+    pub changed: bool,
+}
+
 /// Writes the attempt and moves the endpoint's `failing_since` in one
 /// statement: set at the first failure of a streak, cleared by a success.
-/// Returns the endpoint's `failing_since` after the attempt.
-pub fn record(conn: &mut PgConnection, attempt: &NewAttempt) -> QueryResult<Option<DateTime<Utc>>> {
-    #[derive(QueryableByName)]
-    struct Health {
-        #[diesel(sql_type = Nullable<Timestamptz>)]
-        failing_since: Option<DateTime<Utc>>,
-    }
+/// `None` when the endpoint is gone.
+pub fn record(conn: &mut PgConnection, attempt: &NewAttempt) -> QueryResult<Option<Health>> {
     let excerpt = attempt
         .excerpt
         .as_deref()
@@ -48,9 +54,9 @@ pub fn record(conn: &mut PgConnection, attempt: &NewAttempt) -> QueryResult<Opti
              WHERE id = $2 AND (failing_since IS NULL) <> ($7 = 'ok') \
              RETURNING failing_since \
          ) \
-         SELECT failing_since FROM health \
+         SELECT failing_since, true AS changed FROM health \
          UNION ALL \
-         SELECT failing_since FROM endpoints \
+         SELECT failing_since, false FROM endpoints \
          WHERE id = $2 AND NOT EXISTS (SELECT 1 FROM health)",
     )
     .bind::<BigInt, _>(attempt.job_id)
@@ -62,7 +68,7 @@ pub fn record(conn: &mut PgConnection, attempt: &NewAttempt) -> QueryResult<Opti
     .bind::<Text, _>(attempt.outcome)
     .bind::<Nullable<Text>, _>(excerpt)
     .load(conn)?;
-    Ok(rows.into_iter().next().and_then(|h| h.failing_since))
+    Ok(rows.into_iter().next())
 }
 
 /// Deletes the attempts that started more than `older_than` ago, in batches

@@ -6,6 +6,8 @@
 //! delivery reads of its endpoint, and keeps `default` from `WEBHOOK_URL`.
 
 pub mod attempts;
+pub mod breaker;
+pub mod keys;
 pub mod recover;
 pub mod spec;
 pub mod store;

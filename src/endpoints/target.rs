@@ -69,7 +69,23 @@ pub fn load(conn: &mut PgConnection, endpoint_id: Option<i64>) -> QueryResult<Op
 /// (subscribed to every event), or points it at them again: what `migrate`,
 /// `serve` and `relay` do when given those variables. Its enabled state,
 /// limits and breaker are left as an operator set them.
-pub fn upsert_default(conn: &mut PgConnection, url: &url::Url, secret: &str) -> QueryResult<i64> {
+pub fn upsert_default(
+    conn: &mut PgConnection,
+    url: &url::Url,
+    secret: &str,
+) -> Result<i64, super::StoreError> {
+    conn.transaction(|conn| {
+        let id = write_default(conn, url, secret)?;
+        // A new `default` gets its key's limits; an existing one keeps its
+        // breaker's pause, which only the breaker and operators change.
+        if !super::keys::has_limit(conn, id)? {
+            super::keys::sync(conn, id, None)?;
+        }
+        Ok(id)
+    })
+}
+
+fn write_default(conn: &mut PgConnection, url: &url::Url, secret: &str) -> QueryResult<i64> {
     diesel::sql_query(
         "INSERT INTO endpoints (name, url, secret, allow_http) \
          VALUES ($1, $2, $3, $2 ~ '^http://') \
