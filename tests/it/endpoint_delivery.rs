@@ -9,6 +9,7 @@ use outbox_relay::effects::jobs::{new_job, order_enqueuer};
 use outbox_relay::effects::receipt::ReceiptSettings;
 use outbox_relay::effects::webhook::{WebhookConfig, WebhookSender};
 use outbox_relay::effects::{self, Executor, OrderWebhook};
+use outbox_relay::endpoints::breaker::Breaker;
 use outbox_relay::endpoints::spec::{EndpointName, EndpointUrl, EventTypes, SigningSecret};
 use outbox_relay::endpoints::{NewEndpoint, store, target};
 use outbox_relay::orders::{NewOrder, Transition, place_order, transition_order};
@@ -49,20 +50,32 @@ pub fn add_endpoint(
 /// A relay in this process delivering order_webhook jobs; `fallback` is its
 /// WEBHOOK_URL (used only where no `default` endpoint exists).
 pub fn delivery_relay(db: &TestDb, fallback: &HttpSink, concurrency: usize) -> RunningRelay {
+    delivery_relay_with(db, fallback, concurrency, Breaker::default())
+}
+
+/// [`delivery_relay`] with a breaker of its own (a shortened
+/// ENDPOINT_DISABLE_AFTER); it also delivers endpoint notices.
+pub fn delivery_relay_with(
+    db: &TestDb,
+    fallback: &HttpSink,
+    concurrency: usize,
+    breaker: Breaker,
+) -> RunningRelay {
     let sender = WebhookSender::new(&WebhookConfig {
         url: fallback.url(),
         secret: "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw".to_owned(),
         timeout: Duration::from_secs(60),
         allow_private: true,
     })
-    .expect("webhook sender");
+    .expect("webhook sender")
+    .with_breaker(breaker);
     let effects: Arc<dyn Executor> = Arc::new(effects::workers(
         db.pool(u32::try_from(concurrency).unwrap_or(16) + 4),
         None,
         Some(sender),
         ReceiptSettings::default(),
     ));
-    let mut settings = test_settings("delivery-relay", &["order_webhook"]);
+    let mut settings = test_settings("delivery-relay", &["order_webhook", "endpoint_notice"]);
     settings.concurrency = concurrency;
     spawn_relay(db, settings, effects)
 }
@@ -447,5 +460,123 @@ async fn recover_redelivers_exactly_the_failed_deliveries_since_then_in_order() 
     assert_eq!(by_order.len(), 2, "{by_order:?}");
     for types in by_order.values() {
         assert_eq!(types, &["order.placed", "order.paid"]);
+    }
+}
+
+/// A URL where nothing listens: every call is refused.
+async fn dead_url() -> String {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("bind");
+    let addr = listener.local_addr().expect("addr");
+    drop(listener);
+    format!("http://{addr}/hooks/orders")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_dead_endpoint_is_probed_then_disabled_and_enabling_it_delivers_what_waited_in_order() {
+    init_tracing();
+    let db = TestDb::new();
+    let mut conn = db.conn();
+    let erp = HttpSink::start([], Answer::status(204)).await;
+    let ops = HttpSink::start([], Answer::status(204)).await;
+    let revived = HttpSink::start([], Answer::status(204)).await;
+    let (dead_id, _) = add_endpoint(&mut conn, "dead", &revived, None, 4);
+    diesel::update(outbox_relay::schema::endpoints::table.find(dead_id))
+        .set(outbox_relay::schema::endpoints::url.eq(dead_url().await))
+        .execute(&mut conn)
+        .expect("point it nowhere");
+    add_endpoint(&mut conn, "erp", &erp, Some("order.placed,order.paid"), 4);
+    add_endpoint(&mut conn, "ops", &ops, Some("endpoint.disabled"), 4);
+    let orders: Vec<i64> = (0..3).map(|_| place(&mut conn)).collect();
+    for &order in &orders {
+        pay(&mut conn, order);
+    }
+
+    // ENDPOINT_DISABLE_AFTER shortened from 5 days to 3 seconds.
+    let disable_after = Duration::from_secs(3);
+    let relay = delivery_relay_with(&db, &erp, 8, Breaker { disable_after });
+    wait_until(
+        "the dead endpoint is disabled",
+        Duration::from_secs(60),
+        || {
+            let row: (bool, Option<String>) = outbox_relay::schema::endpoints::table
+                .find(dead_id)
+                .select((
+                    outbox_relay::schema::endpoints::enabled,
+                    outbox_relay::schema::endpoints::disabled_reason,
+                ))
+                .first(&mut conn)
+                .expect("row");
+            row == (false, Some("failing".to_owned()))
+        },
+    )
+    .await;
+    wait_until("ops is told", Duration::from_secs(30), || {
+        !ops.requests().is_empty()
+    })
+    .await;
+    // Longer than any probe wait: a paused key lets nothing through.
+    tokio::time::sleep(Duration::from_secs(2)).await;
+
+    let calls_to_dead: i64 = delivery_attempts::table
+        .filter(delivery_attempts::endpoint_id.eq(dead_id))
+        .count()
+        .get_result(&mut conn)
+        .expect("count");
+    // Up to max_in_flight (4) calls before the first failure is seen, then
+    // one probe at a time after 1 s, 2 s (waits double): a handful, not one
+    // per delivery per backoff step.
+    assert!(
+        (1..=8).contains(&calls_to_dead),
+        "calls to the dead endpoint while down: {calls_to_dead}"
+    );
+    let notice = ops.requests()[0].json();
+    assert_eq!(notice["type"], "endpoint.disabled");
+    assert_eq!(notice["data"]["endpoint"]["name"], "dead");
+    assert_eq!(notice["data"]["reason"], "failing");
+    assert_eq!(ops.requests().len(), 1, "one notice");
+    assert_eq!(erp.requests().len(), 6, "erp was never held back");
+    let waiting: Vec<String> = jobs_all::table
+        .filter(jobs_all::kind.eq("order_webhook"))
+        .filter(
+            jobs_all::payload
+                .retrieve_as_text("endpoint_id")
+                .eq(dead_id.to_string()),
+        )
+        .select(jobs_all::status)
+        .load(&mut conn)
+        .expect("dead's deliveries");
+    assert_eq!(waiting.len(), 6);
+    assert!(
+        waiting.iter().all(|s| s == "pending"),
+        "the disabled endpoint's deliveries wait: {waiting:?}"
+    );
+
+    // The receiver is back (at a new address); the operator enables it.
+    diesel::update(outbox_relay::schema::endpoints::table.find(dead_id))
+        .set(outbox_relay::schema::endpoints::url.eq(revived.url().as_str()))
+        .execute(&mut conn)
+        .expect("point it at the live receiver");
+    store::set_enabled(&mut conn, "dead", true).expect("enable");
+    wait_until("what waited is delivered", Duration::from_secs(30), || {
+        revived.requests().len() == 6
+    })
+    .await;
+    relay.stop().await;
+    let mut by_order: std::collections::HashMap<i64, Vec<String>> = Default::default();
+    for request in revived.requests() {
+        let body = request.json();
+        by_order
+            .entry(body["data"]["order"]["id"].as_i64().expect("order id"))
+            .or_default()
+            .push(body["type"].as_str().expect("type").to_owned());
+    }
+    for order in &orders {
+        assert_eq!(
+            by_order[order],
+            ["order.placed", "order.paid"],
+            "order {order}"
+        );
     }
 }
