@@ -61,6 +61,7 @@ diesel::table! {
         ordering_key -> Nullable<Text>,
         blocked -> Bool,
         trace_context -> Nullable<Jsonb>,
+        concurrency_key -> Nullable<Text>,
     }
 }
 
@@ -86,6 +87,7 @@ diesel::table! {
         ordering_key -> Nullable<Text>,
         blocked -> Bool,
         trace_context -> Nullable<Jsonb>,
+        concurrency_key -> Nullable<Text>,
     }
 }
 

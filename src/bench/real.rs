@@ -43,6 +43,7 @@ pub async fn measure(url: &str, args: &BenchArgs, batch: usize) -> anyhow::Resul
             ("WEBHOOK_ALLOW_PRIVATE", "true".to_owned()),
         ],
         enqueue: enqueue_orders,
+        keys: None,
         pin: None,
     };
     let (owned_url, concurrency) = (url.to_owned(), args.concurrency);

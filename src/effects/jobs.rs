@@ -105,6 +105,7 @@ struct OrderJobRow<'a> {
     ordering_key: Option<&'a str>,
     blocked: bool,
     trace_context: Option<&'a serde_json::Value>,
+    concurrency_key: Option<&'a str>,
 }
 
 /// The service's enqueuer: the queue's rows, with `order_id` written
@@ -132,6 +133,7 @@ fn insert_order_jobs(conn: &mut PgConnection, new_jobs: &[NewJob]) -> QueryResul
             ordering_key: job.ordering_key_value(),
             blocked: job.is_blocked(),
             trace_context: job.trace_context_value(),
+            concurrency_key: job.concurrency_key_value(),
         })
         .collect();
     diesel::insert_into(crate::schema::jobs::table)
