@@ -18,11 +18,10 @@ use diesel::sql_types::{BigInt, Nullable, Text, Timestamptz};
 
 use super::attempts::Health;
 use super::keys;
-use super::keys::pending_limits::KeyLimitError;
 use super::spec::EVENT_ENDPOINT_DISABLED;
 use crate::effects::EndpointNotice;
 use crate::effects::jobs::{new_job, order_enqueuer};
-use crate::outbox::JobOptions;
+use crate::outbox::{JobOptions, KeyLimitError};
 
 /// `ENDPOINT_DISABLE_AFTER` when not set: Svix's five days.
 pub const DEFAULT_DISABLE_AFTER: Duration = Duration::from_secs(5 * 24 * 3600);
@@ -168,7 +167,9 @@ fn disable(
                         endpoint_id: s.id,
                         event: event.clone(),
                     },
-                    &JobOptions::default().ordering_key(format!("endpoint:{}:notices", s.id)),
+                    &JobOptions::default()
+                        .ordering_key(format!("endpoint:{}:notices", s.id))
+                        .concurrency_key(crate::orders::endpoint_key(s.id)),
                 )
             })
             .collect::<QueryResult<Vec<_>>>()?;

@@ -8,33 +8,7 @@ use chrono::{DateTime, Utc};
 use diesel::prelude::*;
 
 use crate::orders::endpoint_key;
-// TEMPORARY until branch `limits` is merged: its API, doing nothing.
-use self::pending_limits::{KeyLimit, KeyLimitError, key_limit, remove_key_limit, set_key_limit};
-#[allow(dead_code, clippy::unnecessary_wraps)]
-pub mod pending_limits {
-    use chrono::{DateTime, Utc};
-    use diesel::PgConnection;
-    #[derive(Debug, Clone, Copy, Default, PartialEq)]
-    pub struct KeyLimit {
-        pub max_in_flight: Option<i32>,
-        pub per_second: Option<f64>,
-        pub paused_until: Option<DateTime<Utc>>,
-    }
-    #[derive(Debug, thiserror::Error)]
-    pub enum KeyLimitError {
-        #[error(transparent)]
-        Database(#[from] diesel::result::Error),
-    }
-    pub fn set_key_limit(_: &mut PgConnection, _: &str, _: &KeyLimit) -> Result<(), KeyLimitError> {
-        Ok(())
-    }
-    pub fn remove_key_limit(_: &mut PgConnection, _: &str) -> Result<(), KeyLimitError> {
-        Ok(())
-    }
-    pub fn key_limit(_: &mut PgConnection, _: &str) -> Result<Option<KeyLimit>, KeyLimitError> {
-        Ok(None)
-    }
-}
+use crate::outbox::{KeyLimit, KeyLimitError, key_state, remove_key_limit, set_key_limit};
 use crate::schema::endpoints;
 
 /// What the limit of an endpoint's key depends on.
@@ -71,9 +45,9 @@ pub fn limit_for(state: &KeyState) -> KeyLimit {
     }
 }
 
-/// Whether endpoint `id`'s key has a limit row.
-pub fn has_limit(conn: &mut PgConnection, id: i64) -> Result<bool, KeyLimitError> {
-    Ok(key_limit(conn, &endpoint_key(id))?.is_some())
+/// Whether endpoint `id`'s key has limits set.
+pub fn has_limit(conn: &mut PgConnection, id: i64) -> QueryResult<bool> {
+    Ok(key_state(conn, &endpoint_key(id))?.is_some_and(|s| s.limit != KeyLimit::default()))
 }
 
 /// Sets the limit of endpoint `id`'s key from its row (`probe_at`: the

@@ -34,7 +34,7 @@ pub enum StoreError {
     )]
     DeliveriesRunning { name: String, count: i64 },
     #[error("cannot set the endpoint's delivery limits: {0}")]
-    Limit(#[from] super::keys::pending_limits::KeyLimitError),
+    Limit(#[from] crate::outbox::KeyLimitError),
     #[error(transparent)]
     Database(#[from] DieselError),
 }

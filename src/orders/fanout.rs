@@ -98,7 +98,9 @@ impl RecordedEvent {
                         event_id: Some(self.event_id),
                         endpoint_id: Some(endpoint_id),
                     },
-                    &keys.options(max_attempts, delivery_key(endpoint_id, order_id)),
+                    &keys
+                        .options(max_attempts, delivery_key(endpoint_id, order_id))
+                        .concurrency_key(endpoint_key(endpoint_id)),
                 )
             })
             .collect()

@@ -524,6 +524,7 @@ async fn a_dead_endpoint_is_probed_then_disabled_and_enabling_it_delivers_what_w
         .count()
         .get_result(&mut conn)
         .expect("count");
+    eprintln!("calls to the dead endpoint while down: {calls_to_dead}");
     // Up to max_in_flight (4) calls before the first failure is seen, then
     // one probe at a time after 1 s, 2 s (waits double): a handful, not one
     // per delivery per backoff step.
