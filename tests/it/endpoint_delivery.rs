@@ -581,3 +581,122 @@ async fn a_dead_endpoint_is_probed_then_disabled_and_enabling_it_delivers_what_w
         );
     }
 }
+
+/// Places `n` orders at `per_second`, on a blocking thread.
+async fn place_paced(db: &TestDb, n: usize, per_second: f64) {
+    let url = db.url.clone();
+    tokio::task::spawn_blocking(move || {
+        let mut conn = PgConnection::establish(&url).expect("connect");
+        let start = std::time::Instant::now();
+        for i in 0..n {
+            let due = start + Duration::from_secs_f64(i as f64 / per_second);
+            std::thread::sleep(due.saturating_duration_since(std::time::Instant::now()));
+            place(&mut conn);
+        }
+    })
+    .await
+    .expect("placing orders");
+}
+
+/// Delivery latency of each request `sink` received: arrival minus the
+/// placement of its order (the job's created_at).
+fn latencies_ms(conn: &mut PgConnection, sink: &HttpSink) -> Vec<f64> {
+    let created: std::collections::HashMap<i64, chrono::DateTime<chrono::Utc>> = jobs_all::table
+        .filter(jobs_all::kind.eq("order_webhook"))
+        .select((jobs_all::id, jobs_all::created_at))
+        .load::<(i64, chrono::DateTime<chrono::Utc>)>(conn)
+        .expect("jobs")
+        .into_iter()
+        .collect();
+    let mut out: Vec<f64> = sink
+        .requests()
+        .iter()
+        .map(|r| {
+            let id: i64 = r
+                .header("webhook-id")
+                .and_then(|h| h.strip_prefix("order-webhook-"))
+                .and_then(|id| id.parse().ok())
+                .expect("webhook-id");
+            (r.at - created[&id]).num_microseconds().unwrap_or(i64::MAX) as f64 / 1000.0
+        })
+        .collect();
+    out.sort_by(f64::total_cmp);
+    out
+}
+
+fn p99(sorted: &[f64]) -> f64 {
+    sorted[((sorted.len() as f64 * 0.99).ceil() as usize).clamp(1, sorted.len()) - 1]
+}
+
+const ORDERS: usize = 500;
+const PACE: f64 = 50.0;
+/// The slow receiver's answer time, as in the issue.
+const SLOW: Duration = Duration::from_secs(25);
+
+/// The fast endpoint's delivery latencies for [`ORDERS`] orders, with a slow
+/// endpoint beside it or not; with it, also the slow receiver's arrivals.
+async fn fairness_run(with_slow: bool) -> (Vec<f64>, Vec<chrono::DateTime<chrono::Utc>>) {
+    let db = TestDb::new();
+    let mut conn = db.conn();
+    let fast = HttpSink::start([], Answer::status(204)).await;
+    let slow = HttpSink::start([], Answer::Hang(SLOW)).await;
+    add_endpoint(&mut conn, "fast", &fast, None, 16);
+    if with_slow {
+        add_endpoint(&mut conn, "slow", &slow, None, 4);
+    }
+    let relay = delivery_relay(&db, &fast, 16);
+    place_paced(&db, ORDERS, PACE).await;
+    wait_until(
+        "the fast endpoint has every order",
+        Duration::from_secs(60),
+        || fast.requests().len() == ORDERS,
+    )
+    .await;
+    if with_slow {
+        // A full answer time and more, so that calls have ended and new ones begun.
+        tokio::time::sleep(SLOW + Duration::from_secs(3)).await;
+    }
+    let latencies = latencies_ms(&mut conn, &fast);
+    let arrivals = slow.requests().iter().map(|r| r.at).collect();
+    relay.stop().await;
+    (latencies, arrivals)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_slow_endpoint_costs_a_fast_one_little_and_never_exceeds_its_max_in_flight() {
+    init_tracing();
+    let (alone, _) = fairness_run(false).await;
+    let (shared, slow_arrivals) = fairness_run(true).await;
+    let (alone_p99, shared_p99) = (p99(&alone), p99(&shared));
+    eprintln!(
+        "fast endpoint delivery latency p99: alone {alone_p99:.1} ms, beside a 25 s endpoint {shared_p99:.1} ms; \
+         slow endpoint calls begun: {}",
+        slow_arrivals.len()
+    );
+    // Open calls at each arrival: the arrivals of the previous answer time.
+    let most_open = slow_arrivals
+        .iter()
+        .map(|&at| {
+            slow_arrivals
+                .iter()
+                .filter(|&&other| {
+                    other <= at && at - other < chrono::Duration::from_std(SLOW).expect("span")
+                })
+                .count()
+        })
+        .max()
+        .unwrap_or(0);
+    assert!(
+        most_open <= 4,
+        "the slow endpoint had {most_open} calls open (max_in_flight 4)"
+    );
+    assert!(
+        slow_arrivals.len() >= 5,
+        "the slow endpoint was being called: {}",
+        slow_arrivals.len()
+    );
+    assert!(
+        shared_p99 <= 2.0 * alone_p99,
+        "fast endpoint p99 {shared_p99:.1} ms beside the slow one, {alone_p99:.1} ms alone"
+    );
+}
