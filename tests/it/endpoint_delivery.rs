@@ -75,7 +75,9 @@ pub fn delivery_relay_with(
         Some(sender),
         ReceiptSettings::default(),
     ));
-    let mut settings = test_settings("delivery-relay", &["order_webhook", "endpoint_notice"]);
+    // Each relay its own worker id: some tests run two.
+    let worker = format!("delivery-relay-{}", fastrand::u32(..));
+    let mut settings = test_settings(&worker, &["order_webhook", "endpoint_notice"]);
     settings.concurrency = concurrency;
     spawn_relay(db, settings, effects)
 }
@@ -698,5 +700,51 @@ async fn a_slow_endpoint_costs_a_fast_one_little_and_never_exceeds_its_max_in_fl
     assert!(
         shared_p99 <= 2.0 * alone_p99,
         "fast endpoint p99 {shared_p99:.1} ms beside the slow one, {alone_p99:.1} ms alone"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_rate_limited_endpoint_gets_five_a_second_give_or_take_one_from_two_relays() {
+    init_tracing();
+    let db = TestDb::new();
+    let mut conn = db.conn();
+    let sink = HttpSink::start([], Answer::status(204)).await;
+    let (id, _) = add_endpoint(&mut conn, "partner", &sink, None, 16);
+    // As `endpoints add --rate-limit 5/s` sets it.
+    diesel::update(outbox_relay::schema::endpoints::table.find(id))
+        .set(outbox_relay::schema::endpoints::rate_limit.eq(Some(5.0)))
+        .execute(&mut conn)
+        .expect("rate");
+    outbox_relay::endpoints::keys::sync(&mut conn, id, None).expect("limit");
+    // More than 30 s worth, queued before the relays start: always a backlog.
+    for _ in 0..200 {
+        place(&mut conn);
+    }
+    let relays = [delivery_relay(&db, &sink, 8), delivery_relay(&db, &sink, 8)];
+    tokio::time::sleep(Duration::from_secs(32)).await;
+    for relay in relays {
+        relay.stop().await;
+    }
+    let arrivals: Vec<i64> = sink.requests().iter().map(|r| r.at.timestamp()).collect();
+    let (first, last) = (arrivals[0], arrivals[arrivals.len() - 1]);
+    let per_second: Vec<usize> = (first..=last)
+        .map(|second| arrivals.iter().filter(|&&at| at == second).count())
+        .collect();
+    eprintln!("arrivals per second at a 5/s endpoint, two relays: {per_second:?}");
+    assert!(
+        per_second.len() >= 30,
+        "{} seconds observed",
+        per_second.len()
+    );
+    assert!(
+        per_second.iter().all(|&n| n <= 6),
+        "more than 5+1 in a second: {per_second:?}"
+    );
+    // Whole seconds (not the first or last) get their 5, give or take one.
+    assert!(
+        per_second[1..per_second.len() - 1]
+            .iter()
+            .all(|&n| (4..=6).contains(&n)),
+        "{per_second:?}"
     );
 }
