@@ -139,8 +139,12 @@ SET status = 'processing',
     lease_expires_at = now() + $4 * interval '1 millisecond',
     attempts = j.attempts + 1,
     lease_token = nextval('jobs_lease_token_seq')
-FROM picked, async_commit
-WHERE j.id = picked.id
+FROM async_commit
+-- An array of ids, not a join: the keyless LIMIT above is an expression the
+-- planner cannot estimate, and a join sized by its guess (a tenth of the
+-- table) would be a hash join over a scan of the whole table; = ANY is
+-- always a probe of the primary key per id.
+WHERE j.id = ANY (ARRAY(SELECT id FROM picked))
 RETURNING j.id, j.kind, j.payload, j.attempts, j.max_attempts, j.lease_token,
           j.created_at, j.trace_context, j.run_after, j.concurrency_key
 ),
