@@ -454,6 +454,7 @@ fn the_claim_reads_no_job_of_a_saturated_key() {
                 * loops;
         }
     });
+    println!("the claim read {read} job rows");
     assert!(read <= 64.0, "the claim read {read} job rows: {plan:#}");
 }
 
