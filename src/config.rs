@@ -9,6 +9,7 @@
 
 mod admin;
 mod database_url;
+pub mod default_endpoint;
 mod effects;
 mod links;
 mod parse;
@@ -21,6 +22,7 @@ use clap::Args;
 use crate::http_server::{self, ConnectionLimits};
 
 pub use admin::AdminArgs;
+pub use default_endpoint::DefaultEndpointArgs;
 pub use effects::{EffectArgs, ReceiptArgs};
 pub use links::LinkArgs;
 pub use parse::{

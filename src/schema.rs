@@ -63,6 +63,7 @@ diesel::table! {
         ordering_key -> Nullable<Text>,
         blocked -> Bool,
         trace_context -> Nullable<Jsonb>,
+        concurrency_key -> Nullable<Text>,
     }
 }
 
@@ -88,6 +89,7 @@ diesel::table! {
         ordering_key -> Nullable<Text>,
         blocked -> Bool,
         trace_context -> Nullable<Jsonb>,
+        concurrency_key -> Nullable<Text>,
     }
 }
 
@@ -151,3 +153,17 @@ diesel::allow_tables_to_appear_in_same_query!(
     endpoints,
     api_keys
 );
+
+diesel::table! {
+    delivery_attempts (id) {
+        id -> Int8,
+        job_id -> Int8,
+        endpoint_id -> Int8,
+        attempt -> Int4,
+        started_at -> Timestamptz,
+        duration_ms -> Int4,
+        status_code -> Nullable<Int2>,
+        outcome -> Text,
+        excerpt -> Nullable<Text>,
+    }
+}

@@ -150,6 +150,10 @@ fn describe_metrics() {
         "Expired leases put back, by outcome (requeued, failed)."
     );
     describe_counter!(
+        "outbox_endpoints_disabled_total",
+        "Endpoints the circuit breaker disabled after ENDPOINT_DISABLE_AFTER of failures, by endpoint."
+    );
+    describe_counter!(
         "outbox_stranded_keys_released_total",
         "Ordering keys the reaper's sweep released: a head ended without releasing the next job."
     );

@@ -30,7 +30,28 @@ pub async fn measure_pinned(
         kinds: "noop".to_owned(),
         env: Vec::new(),
         enqueue: enqueue_noops,
+        keys: None,
         pin,
+    };
+    let (url, concurrency) = (url.to_owned(), args.concurrency);
+    tokio::task::spawn_blocking(move || run(&url, &workload, concurrency, batch)).await?
+}
+
+/// [`measure`] with the jobs spread over `keys` concurrency keys.
+pub async fn measure_keyed(
+    url: &str,
+    args: &BenchArgs,
+    batch: usize,
+    keys: usize,
+) -> anyhow::Result<DrainRun> {
+    let workload = Workload {
+        label: format!("{batch}, {keys} keys"),
+        jobs: args.jobs,
+        kinds: "noop".to_owned(),
+        env: Vec::new(),
+        enqueue: enqueue_noops,
+        keys: Some(keys),
+        pin: None,
     };
     let (url, concurrency) = (url.to_owned(), args.concurrency);
     tokio::task::spawn_blocking(move || run(&url, &workload, concurrency, batch)).await?
@@ -48,6 +69,9 @@ pub struct Workload {
     /// Enqueues `jobs` due jobs untimed; the marks hold the database's clock
     /// at commit and the counters around the enqueue.
     pub enqueue: fn(&mut PgConnection, usize) -> anyhow::Result<stats::EnqueueMarks>,
+    /// Spread the `noop` jobs over this many concurrency keys instead
+    /// (`enqueue` is not used then).
+    pub keys: Option<usize>,
     /// Hold a snapshot open from before the enqueue for up to this long.
     pub pin: Option<Duration>,
 }
@@ -74,7 +98,10 @@ pub fn run(
     let before = stats::read(&mut conn, &name)?;
     let cpu_before = process_cpu_seconds(Some(relay.pid()));
     let tokens_before = lease_tokens_drawn(&mut conn);
-    let marks = (workload.enqueue)(&mut conn, jobs)?;
+    let marks = match workload.keys {
+        Some(keys) => super::enqueue_keyed_noops(&mut conn, jobs, keys)?,
+        None => (workload.enqueue)(&mut conn, jobs)?,
+    };
     let start = marks.committed_at;
     let progress = indicatif::ProgressBar::new(jobs as u64);
     progress.set_style(

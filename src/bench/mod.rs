@@ -85,6 +85,11 @@ pub struct BenchArgs {
     /// the same round.
     #[arg(long, value_parser = crate::config::parse_positive_duration)]
     pub pinned_horizon: Option<Duration>,
+    /// Also drain the `noop` jobs spread over this many concurrency keys (no
+    /// limits: the cost of claiming through the keys), reported against the
+    /// keyless drain of the same round.
+    #[arg(long, value_parser = parse_count)]
+    pub concurrency_keys: Option<usize>,
 }
 
 /// What the drained jobs do.
@@ -159,6 +164,16 @@ pub async fn run(args: BenchArgs) -> anyhow::Result<()> {
             );
             report.pinned.push(pinned);
         }
+        if let Some(keys) = args.concurrency_keys {
+            let keyed = drain::measure_keyed(&scratch.url, &args, args.batch, keys)
+                .await
+                .context("draining keyed jobs with the relay")?;
+            eprintln!(
+                "  relay, {keys} concurrency keys: {:.0} jobs/s",
+                keyed.jobs_per_second()
+            );
+            report.keyed.push(keyed);
+        }
         if args.batch != 1 && !args.no_batch_1 {
             let ceiling1 = ceiling::measure_at(&scratch.url, &args, 1).await?;
             eprintln!(
@@ -228,6 +243,34 @@ fn enqueue_noops(conn: &mut PgConnection, n: usize) -> anyhow::Result<stats::Enq
             "INSERT INTO jobs (kind, payload) SELECT 'noop', '{}'::jsonb FROM generate_series(1, $1)",
         )
         .bind::<diesel::sql_types::BigInt, _>(i64::try_from(n).unwrap_or(i64::MAX))
+        .execute(conn)
+        .map(drop)
+    })
+}
+
+/// Inserts `n` due `noop` jobs spread round-robin over `keys` concurrency
+/// keys (each given its row, with no limits, as the enqueue does), in one
+/// transaction, timed like [`enqueue_noops`].
+fn enqueue_keyed_noops(
+    conn: &mut PgConnection,
+    n: usize,
+    keys: usize,
+) -> anyhow::Result<stats::EnqueueMarks> {
+    use diesel::sql_types::BigInt;
+    let keys = i64::try_from(keys.max(1)).unwrap_or(i64::MAX);
+    enqueue_timed(conn, "jobs", "noop", |conn| {
+        diesel::sql_query("DELETE FROM job_concurrency_keys").execute(conn)?;
+        diesel::sql_query(
+            "INSERT INTO job_concurrency_keys (key) SELECT 'bench-' || k FROM generate_series(0, $1 - 1) AS k",
+        )
+        .bind::<BigInt, _>(keys)
+        .execute(conn)?;
+        diesel::sql_query(
+            "INSERT INTO jobs (kind, payload, concurrency_key) \
+             SELECT 'noop', '{}'::jsonb, 'bench-' || (g % $2) FROM generate_series(1, $1) AS g",
+        )
+        .bind::<BigInt, _>(i64::try_from(n).unwrap_or(i64::MAX))
+        .bind::<BigInt, _>(keys)
         .execute(conn)
         .map(drop)
     })

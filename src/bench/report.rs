@@ -127,6 +127,10 @@ pub struct BenchReport {
     pub pinned_horizon: Option<std::time::Duration>,
     /// Enqueue-to-start latency while the API takes orders.
     pub latency_loaded: Option<super::latency::LoadedLatency>,
+    /// `--concurrency-keys`: relay drains at `batch` of jobs spread over
+    /// that many keys, one per round, each next to that round's keyless drain.
+    pub keyed: Vec<DrainRun>,
+    pub concurrency_keys: Option<usize>,
 }
 
 /// The share of a real job's wall time that a `noop` job, which is nothing
@@ -173,6 +177,8 @@ impl BenchReport {
             pinned: Vec::new(),
             pinned_horizon: args.pinned_horizon,
             latency_loaded: None,
+            keyed: Vec::new(),
+            concurrency_keys: args.concurrency_keys,
         }
     }
 

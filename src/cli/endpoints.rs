@@ -14,6 +14,7 @@ use serde::Serialize;
 use crate::cli::table::{Align, Table};
 use crate::cli::with_conn;
 use crate::config::{ConfigError, DatabaseArgs, parse_duration};
+use crate::endpoints::recover;
 use crate::endpoints::store::{self, Endpoint, NewEndpoint};
 use crate::endpoints::{
     DEFAULT_MAX_IN_FLIGHT, EndpointName, EndpointUrl, EventTypes, RateLimit, SigningSecret,
@@ -42,6 +43,26 @@ pub enum EndpointsCommand {
     Remove(RemoveArgs),
     /// Give an endpoint a new secret, printed once; the old one signs beside it until --keep-old passes.
     RotateSecret(RotateArgs),
+    /// Put an endpoint's failed deliveries since a time back to pending, once
+    /// each, oldest first (each order's deliveries stay in order).
+    #[command(after_help = "Examples:\n  \
+        outbox-relay endpoints recover erp --since 6h --dry-run\n  \
+        outbox-relay endpoints recover erp --since 2d")]
+    Recover(RecoverArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct RecoverArgs {
+    #[command(flatten)]
+    db: DatabaseArgs,
+    /// The endpoint's name.
+    name: String,
+    /// Deliveries that failed within this long before now: 6h, 2d, 90m.
+    #[arg(long, value_parser = parse_duration)]
+    since: Duration,
+    /// Count them, and change nothing.
+    #[arg(long)]
+    dry_run: bool,
 }
 
 #[derive(Debug, Args)]
@@ -125,6 +146,7 @@ pub async fn run(command: EndpointsCommand) -> anyhow::Result<()> {
         EndpointsCommand::Enable(args) => set_enabled(args, true).await,
         EndpointsCommand::Remove(args) => remove(args).await,
         EndpointsCommand::RotateSecret(args) => rotate(args).await,
+        EndpointsCommand::Recover(args) => recover(args).await,
     }
 }
 
@@ -310,4 +332,36 @@ async fn rotate(args: RotateArgs) -> anyhow::Result<()> {
         }
     }
     print_secret(&endpoint, &secret, args.json)
+}
+
+async fn recover(args: RecoverArgs) -> anyhow::Result<()> {
+    let since = chrono::Duration::from_std(args.since)
+        .ok()
+        .and_then(|age| chrono::Utc::now().checked_sub_signed(age))
+        .ok_or_else(|| ConfigError(format!("--since {:?}: too far back", args.since)))?;
+    let (name, dry_run) = (args.name.clone(), args.dry_run);
+    // A dry run counts; a recovery returns the ids it put back.
+    let (count, ids) = with_conn(&args.db, move |conn| {
+        if dry_run {
+            recover::preview(conn, &name, since).map(|n| (n, Vec::new()))
+        } else {
+            recover::recover(conn, &name, since).map(|ids| (ids.len(), ids))
+        }
+        .map_err(anyhow::Error::from)
+    })
+    .await?;
+    let since = since.format("%Y-%m-%d %H:%M:%S UTC");
+    match (count, args.dry_run) {
+        (0, _) => println!("{} has no failed deliveries since {since}", args.name),
+        (n, true) => println!(
+            "would put back {n} failed deliveries to {} since {since} (dry run: nothing changed)",
+            args.name
+        ),
+        (n, false) => println!(
+            "put back {n} failed deliveries to {} since {since}, oldest first: {}",
+            args.name,
+            ids.iter().map(i64::to_string).collect::<Vec<_>>().join(" ")
+        ),
+    }
+    Ok(())
 }

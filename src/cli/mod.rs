@@ -35,6 +35,8 @@ pub enum Command {
     Migrate {
         #[command(flatten)]
         db: DatabaseArgs,
+        #[command(flatten)]
+        default: crate::config::DefaultEndpointArgs,
     },
     /// Run the worker pool: claim jobs and perform their effects until SIGTERM/SIGINT.
     Relay {
@@ -66,8 +68,9 @@ pub enum Command {
     /// Manage the subscribers order events are delivered to: add, list, enable,
     /// disable, remove, rotate-secret.
     ///
-    /// Not yet wired to the relay: it still delivers order webhooks to
-    /// WEBHOOK_URL alone. Endpoints added here are checked and stored.
+    /// Each order event is delivered to every enabled endpoint subscribed to
+    /// its type, signed with that endpoint's secrets. WEBHOOK_URL and
+    /// WEBHOOK_SECRET keep the endpoint `default`.
     Endpoints {
         #[command(subcommand)]
         command: EndpointsCommand,
@@ -141,9 +144,11 @@ pub fn main() -> ExitCode {
 
 async fn run(cli: Cli) -> anyhow::Result<()> {
     match cli.command {
-        Command::Migrate { db } => {
+        Command::Migrate { db, default } => {
+            let endpoint = default.checked()?;
             let shutdown = crate::shutdown::on_signals();
             if crate::db::migrate_when_writable(&db.database_url, &shutdown).await? {
+                crate::config::default_endpoint::write_default(&db.database_url, endpoint).await?;
                 println!("migrations applied");
             }
             Ok(())

@@ -37,9 +37,12 @@ pub async fn run(db_args: DatabaseArgs, args: RelayArgs) -> anyhow::Result<()> {
         .transpose()
         // Mailer::new names the variable at fault (SMTP_URL, MAIL_FROM, PUBLIC_BASE_URL).
         .map_err(|e| ConfigError(format!("{e:#}")))?;
+    let breaker = crate::endpoints::breaker::Breaker {
+        disable_after: args.effects.endpoint_disable_after,
+    };
     let sender = webhook
         .as_ref()
-        .map(webhook::WebhookSender::new)
+        .map(|config| webhook::WebhookSender::new(config).map(|s| s.with_breaker(breaker)))
         .transpose()
         .map_err(|e| ConfigError(format!("WEBHOOK_URL: {e:#}")))?;
     let metrics = tokio::net::TcpListener::bind(args.metrics_addr)
@@ -100,6 +103,11 @@ pub async fn run(db_args: DatabaseArgs, args: RelayArgs) -> anyhow::Result<()> {
         .await
         .context("migrating the database")?;
     if migrated {
+        crate::config::default_endpoint::write_default(
+            &db_args.database_url,
+            webhook.as_ref().map(|w| (w.url.clone(), w.secret.clone())),
+        )
+        .await?;
         let relay = Relay::new(pool, db_args.database_url, settings, executor)?;
         let _ = liveness.set(relay.liveness());
         relay.run_until_stopped(shutdown.clone()).await;

@@ -9,8 +9,8 @@ use clap::Args;
 use crate::api::rate_limit::{DEFAULT_RATE_LIMIT, RateLimitSetting, parse_rate_limit};
 use crate::api::{self, ApiAuth, ApiSettings, Application};
 use crate::config::{
-    AdminArgs, ConfigError, DEFAULT_API_ADDR, DatabaseArgs, EnqueueArgs, HttpLimitsArgs, LinkArgs,
-    parse_positive_duration, parse_socket_addr,
+    AdminArgs, ConfigError, DEFAULT_API_ADDR, DatabaseArgs, DefaultEndpointArgs, EnqueueArgs,
+    HttpLimitsArgs, LinkArgs, parse_positive_duration, parse_socket_addr,
 };
 use crate::db;
 
@@ -41,9 +41,12 @@ pub struct ServeArgs {
     /// with Retry-After.
     #[arg(long, env = "API_RATE_LIMIT", default_value = DEFAULT_RATE_LIMIT, value_parser = parse_rate_limit)]
     pub api_rate_limit: RateLimitSetting,
+    #[command(flatten)]
+    pub default_endpoint: DefaultEndpointArgs,
 }
 
 pub async fn run(db_args: DatabaseArgs, args: ServeArgs) -> anyhow::Result<()> {
+    let default_endpoint = args.default_endpoint.checked()?;
     // A port already taken is a deployment mistake: say so before migrating.
     let listener = tokio::net::TcpListener::bind(args.addr)
         .await
@@ -63,6 +66,7 @@ pub async fn run(db_args: DatabaseArgs, args: ServeArgs) -> anyhow::Result<()> {
     if !migrated {
         return Ok(());
     }
+    crate::config::default_endpoint::write_default(&db_args.database_url, default_endpoint).await?;
 
     let settings = ApiSettings {
         max_attempts: args.enqueue.max_attempts,

@@ -63,6 +63,10 @@ pub struct EffectArgs {
     /// a URL whose host is or resolves to one is refused at connect time.
     #[arg(long, env = "WEBHOOK_ALLOW_PRIVATE", default_value_t = false, action = clap::ArgAction::Set, value_parser = clap::builder::BoolishValueParser::new())]
     pub webhook_allow_private: bool,
+    /// An endpoint whose every delivery has failed this long is disabled
+    /// (`disabled_reason = 'failing'`); its deliveries wait until it is enabled.
+    #[arg(long, env = "ENDPOINT_DISABLE_AFTER", default_value = "5d", value_parser = parse_positive_duration)]
+    pub endpoint_disable_after: Duration,
     /// Base for links in emails.
     #[arg(long, env = "PUBLIC_BASE_URL", default_value = DEFAULT_PUBLIC_BASE_URL, value_parser = parse_http_url)]
     pub public_base_url: url::Url,
@@ -88,6 +92,7 @@ impl std::fmt::Debug for EffectArgs {
                 &self.webhook_secret.as_ref().map(|_| "***"),
             )
             .field("webhook_timeout", &self.webhook_timeout)
+            .field("endpoint_disable_after", &self.endpoint_disable_after)
             .field("public_base_url", &self.public_base_url.as_str())
             .finish()
     }
@@ -165,6 +170,7 @@ mod tests {
             webhook_secret: Some("whsec-hunter2".into()),
             webhook_timeout: DEFAULT_WEBHOOK_TIMEOUT,
             webhook_allow_private: false,
+            endpoint_disable_after: crate::endpoints::breaker::DEFAULT_DISABLE_AFTER,
             public_base_url: parse_http_url(DEFAULT_PUBLIC_BASE_URL).expect("default URL"),
         };
         let shown = format!("{args:?}");

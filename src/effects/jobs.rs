@@ -40,7 +40,8 @@ impl JobArgs for ReceiptPdf {
     const KIND: &'static str = "receipt_pdf";
 }
 
-/// The webhook of an order event; no event: the original `order.placed` body.
+/// The delivery of an order event to one webhook endpoint; no event: the
+/// original `order.placed` body.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct OrderWebhook {
@@ -49,10 +50,29 @@ pub struct OrderWebhook {
     /// The event to deliver.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub event_id: Option<i64>,
+    /// The endpoint to deliver to; none for a job queued before endpoints
+    /// existed, which goes to the endpoint named `default`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub endpoint_id: Option<i64>,
 }
 
 impl JobArgs for OrderWebhook {
     const KIND: &'static str = "order_webhook";
+}
+
+/// A notice about the endpoints themselves (`endpoint.disabled`) to one
+/// endpoint subscribed to it: the body is made when the notice is queued.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct EndpointNotice {
+    /// The endpoint told.
+    pub endpoint_id: i64,
+    /// The event, as it is sent (`{"type","id","timestamp","data"}`).
+    pub event: serde_json::Value,
+}
+
+impl JobArgs for EndpointNotice {
+    const KIND: &'static str = "endpoint_notice";
 }
 
 /// Succeeds at once, whatever it carries (benchmarks, smoke tests).
@@ -85,6 +105,7 @@ struct OrderJobRow<'a> {
     ordering_key: Option<&'a str>,
     blocked: bool,
     trace_context: Option<&'a serde_json::Value>,
+    concurrency_key: Option<&'a str>,
 }
 
 /// The service's enqueuer: the queue's rows, with `order_id` written
@@ -112,6 +133,7 @@ fn insert_order_jobs(conn: &mut PgConnection, new_jobs: &[NewJob]) -> QueryResul
             ordering_key: job.ordering_key_value(),
             blocked: job.is_blocked(),
             trace_context: job.trace_context_value(),
+            concurrency_key: job.concurrency_key_value(),
         })
         .collect();
     diesel::insert_into(crate::schema::jobs::table)
@@ -130,16 +152,19 @@ pub enum EffectKind {
     ReceiptPdf,
     /// [`OrderWebhook`].
     OrderWebhook,
+    /// [`EndpointNotice`].
+    EndpointNotice,
     /// [`Noop`].
     Noop,
 }
 
 impl EffectKind {
     /// Every kind, in the order the CLI lists them.
-    pub const ALL: [EffectKind; 4] = [
+    pub const ALL: [EffectKind; 5] = [
         EffectKind::ConfirmationEmail,
         EffectKind::ReceiptPdf,
         EffectKind::OrderWebhook,
+        EffectKind::EndpointNotice,
         EffectKind::Noop,
     ];
 
@@ -156,6 +181,7 @@ impl EffectKind {
             EffectKind::ConfirmationEmail => ConfirmationEmail::KIND,
             EffectKind::ReceiptPdf => ReceiptPdf::KIND,
             EffectKind::OrderWebhook => OrderWebhook::KIND,
+            EffectKind::EndpointNotice => EndpointNotice::KIND,
             EffectKind::Noop => Noop::KIND,
         }
     }

@@ -11,6 +11,7 @@
 //!
 //! [`Worker`]: outbox_core::worker::Worker
 
+pub mod delivery;
 pub mod email;
 pub mod jobs;
 pub mod receipt;
@@ -18,10 +19,11 @@ pub mod signature;
 pub mod webhook;
 pub mod workers;
 
-pub use jobs::{ConfirmationEmail, EffectKind, Noop, OrderWebhook, ReceiptPdf};
+pub use delivery::{EndpointNoticeWorker, WebhookWorker};
+pub use jobs::{ConfirmationEmail, EffectKind, EndpointNotice, Noop, OrderWebhook, ReceiptPdf};
 pub use outbox_core::driver::{BoxFuture, Executor};
 pub use outbox_core::worker::{EffectError, EffectResult, JobArgs, JobContext, Worker, Workers};
-pub use workers::{EmailWorker, NoopWorker, ReceiptWorker, WebhookWorker, workers};
+pub use workers::{EmailWorker, NoopWorker, ReceiptWorker, workers};
 
 /// An error and its sources on one line, each cause once (transport errors
 /// often repeat their source's text in their own).

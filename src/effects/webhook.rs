@@ -32,8 +32,9 @@ use reqwest::header::{CONTENT_TYPE, LOCATION, RETRY_AFTER};
 pub use self::answer::parse_retry_after;
 use self::answer::{classify, read_error_body};
 use self::body::event_body;
-use super::signature::Secrets;
+pub use super::signature::Secrets;
 use super::{EffectError, error_chain};
+use crate::endpoints::breaker::Breaker;
 use crate::orders::{Order, OrderEvent};
 use crate::text::one_line;
 
@@ -76,6 +77,8 @@ pub struct WebhookSender {
     secrets: Secrets,
     timeout: Duration,
     allow_private: bool,
+    /// What a failing endpoint's deliveries do (`ENDPOINT_DISABLE_AFTER`).
+    breaker: Breaker,
 }
 
 impl fmt::Debug for WebhookSender {
@@ -110,48 +113,124 @@ impl WebhookSender {
             secrets,
             timeout: config.timeout,
             allow_private: config.allow_private,
+            breaker: Breaker::default(),
         })
     }
 
+    /// This sender with `breaker` for the endpoints it delivers to.
+    pub fn with_breaker(mut self, breaker: Breaker) -> Self {
+        self.breaker = breaker;
+        self
+    }
+
+    pub fn breaker(&self) -> Breaker {
+        self.breaker
+    }
+
     /// POSTs `event` of `order` (without one, the legacy `order.placed` body)
-    /// for job `job_id`.
+    /// for job `job_id` to the configured URL, signed with the configured
+    /// secrets.
     pub async fn deliver(
         &self,
         job_id: i64,
         order: &Order,
         event: Option<&OrderEvent>,
     ) -> Result<(), EffectError> {
-        let body = event_body(order, event).map_err(|e| {
-            EffectError::permanent(format!("order {} does not serialize: {e}", order.id))
-        })?;
+        self.deliver_to(&self.url, &self.secrets, job_id, order, event)
+            .await
+            .result
+    }
+
+    /// POSTs `event` of `order` for job `job_id` to `url`, signed with
+    /// `secrets` (an endpoint's), and says what the attempt saw.
+    pub async fn deliver_to(
+        &self,
+        url: &url::Url,
+        secrets: &Secrets,
+        job_id: i64,
+        order: &Order,
+        event: Option<&OrderEvent>,
+    ) -> AttemptOutcome {
+        match event_body(order, event) {
+            Ok(body) => self.post_to(url, secrets, job_id, body).await,
+            Err(e) => AttemptOutcome {
+                status: None,
+                excerpt: None,
+                duration: Duration::ZERO,
+                result: Err(EffectError::permanent(format!(
+                    "order {} does not serialize: {e}",
+                    order.id
+                ))),
+            },
+        }
+    }
+
+    /// POSTs `body` for job `job_id` to `url`, signed with `secrets`, and
+    /// says what the attempt saw.
+    pub async fn post_to(
+        &self,
+        url: &url::Url,
+        secrets: &Secrets,
+        job_id: i64,
+        body: Vec<u8>,
+    ) -> AttemptOutcome {
+        let started = std::time::Instant::now();
+        let mut outcome = AttemptOutcome {
+            status: None,
+            excerpt: None,
+            duration: Duration::ZERO,
+            result: Ok(()),
+        };
+        outcome.result = self
+            .send(
+                url,
+                secrets,
+                job_id,
+                body,
+                &mut outcome.status,
+                &mut outcome.excerpt,
+            )
+            .await;
+        outcome.duration = started.elapsed();
+        outcome
+    }
+
+    async fn send(
+        &self,
+        url: &url::Url,
+        secrets: &Secrets,
+        job_id: i64,
+        body: Vec<u8>,
+        status_seen: &mut Option<u16>,
+        excerpt: &mut Option<String>,
+    ) -> Result<(), EffectError> {
         if !self.allow_private {
             // reqwest resolves no literal address, so the resolver never sees it.
-            guard::check_literal_host(&self.url).map_err(EffectError::permanent)?;
+            guard::check_literal_host(url).map_err(EffectError::permanent)?;
         }
         let id = idempotency_key(job_id);
         // This attempt's time, not the job's: receivers refuse stale timestamps.
         let timestamp = chrono::Utc::now().timestamp();
         let response = self
             .client
-            .post(self.url.clone())
+            .post(url.clone())
             .header(CONTENT_TYPE, "application/json")
             .header("Idempotency-Key", &id)
-            .header("X-Signature", self.sign(&body))
+            .header("X-Signature", secrets.x_signature(&body))
             // The receiver continues the job's trace (W3C Trace Context).
             .headers(crate::trace_context::outgoing_headers())
             .header("webhook-id", &id)
             .header("webhook-timestamp", timestamp.to_string())
-            .header(
-                "webhook-signature",
-                self.secrets.sign_v1(&id, timestamp, &body),
-            )
+            .header("webhook-signature", secrets.sign_v1(&id, timestamp, &body))
             .body(body)
             .send()
             .await
-            .map_err(|e| self.transport_error(e))?;
+            .map_err(|e| self.transport_error(url, e))?;
 
         let status = response.status();
+        *status_seen = Some(status.as_u16());
         if status.is_success() {
+            *excerpt = Some(read_error_body(response).await);
             return Ok(());
         }
         let retry_after = response
@@ -165,6 +244,7 @@ impl WebhookSender {
             .and_then(|v| v.to_str().ok())
             .map(|v| one_line(v, EXCERPT_CHARS));
         let body = read_error_body(response).await;
+        *excerpt = Some(body.clone());
         Err(classify(status, retry_after, location.as_deref(), &body))
     }
 
@@ -173,10 +253,10 @@ impl WebhookSender {
         self.secrets.x_signature(body)
     }
 
-    fn transport_error(&self, error: reqwest::Error) -> EffectError {
+    fn transport_error(&self, url: &url::Url, error: reqwest::Error) -> EffectError {
         // The URL may carry a token in its path or query: say only where it went.
         let error = error.without_url();
-        let target = redacted(&self.url);
+        let target = redacted(url);
         if error.is_timeout() {
             EffectError::retryable(format!(
                 "webhook POST to {target} timed out (WEBHOOK_TIMEOUT {}, connect timeout {})",
@@ -195,6 +275,18 @@ impl WebhookSender {
             ))
         }
     }
+}
+
+/// What one attempt saw, for `delivery_attempts`.
+#[derive(Debug)]
+pub struct AttemptOutcome {
+    /// The receiver's HTTP status; none when no answer came.
+    pub status: Option<u16>,
+    /// The start of the answer's body, bounded ([`EXCERPT_CHARS`]).
+    pub excerpt: Option<String>,
+    /// From the start of the call to the end of reading the answer.
+    pub duration: Duration,
+    pub result: Result<(), EffectError>,
 }
 
 /// Stable for a job across all its attempts, distinct between jobs.

@@ -6,8 +6,9 @@
 use outbox_core::worker::{EffectError, EffectResult, JobContext, Worker, Workers};
 use tracing::Instrument as _;
 
+use super::delivery::{EndpointNoticeWorker, WebhookWorker};
 use super::email::{EmailKind, Mailer};
-use super::jobs::{ConfirmationEmail, Noop, OrderWebhook, ReceiptPdf};
+use super::jobs::{ConfirmationEmail, EndpointNotice, Noop, OrderWebhook, ReceiptPdf};
 use super::receipt::{self, ReceiptSettings};
 use super::webhook::WebhookSender;
 use crate::db::{PgPool, run_blocking};
@@ -33,6 +34,10 @@ pub fn workers(
             orders: orders.clone(),
             settings: receipt,
         })
+        .register::<EndpointNotice, _>(EndpointNoticeWorker {
+            pool: orders.pool.clone(),
+            sender: webhook.clone(),
+        })
         .register::<OrderWebhook, _>(WebhookWorker {
             orders,
             sender: webhook,
@@ -42,26 +47,29 @@ pub fn workers(
 
 /// The span an order job's worker runs in, inside the relay's `job` span, so
 /// that its log lines name the order.
-fn order_span(order_id: i64) -> tracing::Span {
+pub(super) fn order_span(order_id: i64) -> tracing::Span {
     tracing::info_span!("order_job", order_id)
 }
 
 /// Reads what an order job names, with the error classes a worker needs: a
 /// database that does not answer is worth a retry, a row that is gone is not.
 #[derive(Debug, Clone)]
-struct OrderLoader {
-    pool: PgPool,
+pub(super) struct OrderLoader {
+    pub(super) pool: PgPool,
 }
 
 impl OrderLoader {
-    async fn order(&self, order_id: i64) -> Result<Order, EffectError> {
+    pub(super) async fn order(&self, order_id: i64) -> Result<Order, EffectError> {
         run_blocking(&self.pool, move |conn| Ok(load_order(conn, order_id)?))
             .await
             .map_err(|e| EffectError::retryable(format!("loading order {order_id}: {e}")))?
             .ok_or_else(|| EffectError::permanent(format!("order {order_id} no longer exists")))
     }
 
-    async fn event(&self, event_id: Option<i64>) -> Result<Option<OrderEvent>, EffectError> {
+    pub(super) async fn event(
+        &self,
+        event_id: Option<i64>,
+    ) -> Result<Option<OrderEvent>, EffectError> {
         let Some(event_id) = event_id else {
             return Ok(None);
         };
@@ -135,32 +143,6 @@ impl ReceiptWorker {
             .await
             .map_err(|e| EffectError::retryable(format!("receipt renderer crashed: {e}")))??;
         Ok(Some(receipt::store_receipt(args.order_id, pdf)))
-    }
-}
-
-/// Delivers an order event to the webhook receiver, signed.
-#[derive(Debug)]
-pub struct WebhookWorker {
-    orders: OrderLoader,
-    sender: Option<WebhookSender>,
-}
-
-impl Worker<OrderWebhook> for WebhookWorker {
-    async fn work(&self, args: OrderWebhook, ctx: JobContext) -> EffectResult {
-        let span = order_span(args.order_id);
-        self.deliver(args, ctx).instrument(span).await
-    }
-}
-
-impl WebhookWorker {
-    async fn deliver(&self, args: OrderWebhook, ctx: JobContext) -> EffectResult {
-        let sender = self.sender.as_ref().ok_or_else(|| {
-            EffectError::retryable("this relay has no WEBHOOK_URL configured for order_webhook")
-        })?;
-        let order = self.orders.order(args.order_id).await?;
-        let event = self.orders.event(args.event_id).await?;
-        sender.deliver(ctx.id(), &order, event.as_ref()).await?;
-        Ok(None)
     }
 }
 

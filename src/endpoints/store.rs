@@ -33,6 +33,8 @@ pub enum StoreError {
          wait for them to finish (or for their leases to expire) and remove it then"
     )]
     DeliveriesRunning { name: String, count: i64 },
+    #[error("cannot set the endpoint's delivery limits: {0}")]
+    Limit(#[from] crate::outbox::KeyLimitError),
     #[error(transparent)]
     Database(#[from] DieselError),
 }
@@ -77,8 +79,17 @@ impl Endpoint {
     }
 }
 
-/// Adds an endpoint. A name already taken is refused and nothing is written.
+/// Adds an endpoint, with the limits of its key. A name already taken is
+/// refused and nothing is written.
 pub fn add(conn: &mut PgConnection, new: &NewEndpoint) -> Result<Endpoint, StoreError> {
+    conn.transaction(|conn| {
+        let endpoint = insert(conn, new)?;
+        super::keys::sync(conn, endpoint.id, None)?;
+        Ok(endpoint)
+    })
+}
+
+fn insert(conn: &mut PgConnection, new: &NewEndpoint) -> Result<Endpoint, StoreError> {
     diesel::insert_into(endpoints::table)
         .values((
             endpoints::name.eq(new.name.as_str()),
@@ -118,8 +129,21 @@ pub fn find(conn: &mut PgConnection, name: &str) -> Result<Endpoint, StoreError>
 }
 
 /// Enables an endpoint (clearing why it was disabled and its failing streak),
-/// or disables it for an operator's reason. Idempotent.
+/// releasing its waiting deliveries in order, or disables it for an
+/// operator's reason, pausing them. Idempotent.
 pub fn set_enabled(
+    conn: &mut PgConnection,
+    name: &str,
+    enabled: bool,
+) -> Result<Endpoint, StoreError> {
+    conn.transaction(|conn| {
+        let endpoint = update_enabled(conn, name, enabled)?;
+        super::keys::sync(conn, endpoint.id, None)?;
+        Ok(endpoint)
+    })
+}
+
+fn update_enabled(
     conn: &mut PgConnection,
     name: &str,
     enabled: bool,
@@ -207,6 +231,7 @@ pub fn remove(conn: &mut PgConnection, name: &str, force: bool) -> Result<Remove
         let ids: Vec<i64> = deliveries.iter().map(|d| d.id).collect();
         let cancelled = crate::outbox::cancel_job_batch(conn, &ids)?;
         diesel::delete(endpoints::table.find(endpoint.id)).execute(conn)?;
+        super::keys::sync(conn, endpoint.id, None)?;
         Ok(Removed {
             endpoint,
             cancelled,

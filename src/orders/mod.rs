@@ -5,6 +5,7 @@ use crate::effects::EffectKind;
 
 mod currency;
 mod domain;
+mod fanout;
 mod json;
 mod place;
 mod read;
@@ -16,6 +17,7 @@ pub use domain::{
     CustomerEmail, DisplayText, MAX_ITEMS, MAX_QUANTITY, MAX_UNIT_PRICE, Money, NewOrder,
     NewOrderItem, Quantity, ValidationError,
 };
+pub use fanout::{delivery_key, endpoint_key};
 pub use place::{IdempotencyKey, PlaceOrderError, Placed, PlacedOrder, Placement, place_order};
 pub use read::{
     Order, OrderEvent, OrderItem, OrderJob, load_event, load_order, load_order_events,
@@ -24,7 +26,8 @@ pub use read::{
 pub use status::OrderStatus;
 pub use transition::{Transition, TransitionError, TransitionOutcome, transition_order};
 
-/// The ordering key of an order's webhooks: delivered one at a time, in event order.
+/// The ordering key of an order's deliveries queued without an endpoint (to
+/// `default`, before any endpoint existed): one at a time, in event order.
 pub fn webhook_key(order_id: i64) -> String {
     format!("order-{order_id}-webhooks")
 }

@@ -6,13 +6,14 @@ use sha2::{Digest, Sha256};
 
 use chrono::{DateTime, Utc};
 
+use super::OrderStatus;
 use super::domain::NewOrder;
+use super::fanout::record_event;
 use super::read::{Order, OrderEvent, OrderItem, OrderJob};
-use super::transition::{KeyAge, event_email, event_webhook, record_event};
-use super::{ORDER_JOB_KINDS, OrderStatus};
+use super::transition::{KeyAge, event_email};
 use crate::effects::ReceiptPdf;
 use crate::effects::jobs::new_job;
-use crate::outbox::{Enqueuer, JobOptions, JobStatus, NewJob};
+use crate::outbox::{Enqueuer, JobOptions, JobStatus};
 use crate::schema::{order_items, orders};
 
 /// A client-chosen key that makes `POST /orders` (and a transition) safe to
@@ -218,7 +219,7 @@ pub fn place_order(
 
         // The order's first event; its webhook and email open the order's
         // ordering keys, so later events are delivered after them.
-        let event_id = record_event(
+        let event = record_event(
             conn,
             order_id,
             1,
@@ -227,7 +228,8 @@ pub fn place_order(
             None,
             None,
         )?;
-        let jobs = vec![
+        let event_id = event.event_id;
+        let mut jobs = vec![
             event_email(order_id, event_id, max_attempts, KeyAge::New)?,
             new_job(
                 &ReceiptPdf {
@@ -236,13 +238,8 @@ pub fn place_order(
                 },
                 &JobOptions::default().max_attempts(max_attempts),
             )?,
-            event_webhook(order_id, event_id, max_attempts, KeyAge::New)?,
         ];
-        debug_assert!(
-            jobs.iter()
-                .map(NewJob::kind)
-                .eq(ORDER_JOB_KINDS.iter().copied())
-        );
+        jobs.extend(event.deliveries(order_id, max_attempts, KeyAge::New)?);
         let job_ids = enqueuer.enqueue_many(conn, &jobs)?;
         // Every default timestamp of this transaction is its start, now():
         // created_at of the order and the event, run_after of the jobs.

@@ -1,6 +1,6 @@
 //! Order transitions: pay, ship, deliver, cancel. Each is one transaction: a
 //! guarded status update that locks the order row, the event with the next
-//! `seq`, and the jobs the event needs (a webhook for every event, an email for
+//! `seq`, and the jobs the event needs (a delivery to every subscribed endpoint, an email for
 //! shipped and cancelled), queued behind the order's earlier jobs of the same
 //! kind by their ordering key.
 
@@ -11,11 +11,12 @@ use sha2::{Digest, Sha256};
 use serde::Deserialize;
 
 use super::domain::{DisplayText, ValidationError};
+use super::fanout::record_event;
 use super::json::{from_json, required};
 use super::place::IdempotencyKey;
-use super::{OrderStatus, email_key, webhook_key};
+use super::{OrderStatus, email_key};
+use crate::effects::ConfirmationEmail;
 use crate::effects::jobs::new_job;
-use crate::effects::{ConfirmationEmail, OrderWebhook};
 use crate::outbox::{Enqueuer, JobOptions, NewJob};
 use crate::schema::{order_events, orders};
 
@@ -246,7 +247,7 @@ pub fn transition_order(
             .set(orders::status.eq(requested.as_str()))
             .execute(conn)?;
         let seq = next_seq(conn, order_id)?;
-        let event_id = record_event(
+        let event = record_event(
             conn,
             order_id,
             seq,
@@ -255,12 +256,8 @@ pub fn transition_order(
             key,
             fingerprint.as_deref(),
         )?;
-        let mut jobs = vec![event_webhook(
-            order_id,
-            event_id,
-            max_attempts,
-            KeyAge::Used,
-        )?];
+        let event_id = event.event_id;
+        let mut jobs = event.deliveries(order_id, max_attempts, KeyAge::Used)?;
         if transition.emails() {
             jobs.push(event_email(order_id, event_id, max_attempts, KeyAge::Used)?);
         }
@@ -279,30 +276,6 @@ fn next_seq(conn: &mut PgConnection, order_id: i64) -> QueryResult<i32> {
         + 1)
 }
 
-/// Inserts event `seq` of the order (1 for the placement, which needs no lookup).
-pub(super) fn record_event(
-    conn: &mut PgConnection,
-    order_id: i64,
-    seq: i32,
-    event_type: &str,
-    data: Value,
-    key: Option<&IdempotencyKey>,
-    request_hash: Option<&str>,
-) -> QueryResult<i64> {
-    diesel::insert_into(order_events::table)
-        .values((
-            order_events::order_id.eq(order_id),
-            order_events::seq.eq(seq),
-            order_events::event_type.eq(event_type),
-            order_events::data.eq(data),
-            order_events::idempotency_key.eq(key.map(IdempotencyKey::as_str)),
-            order_events::api_key_id.eq(key.and_then(IdempotencyKey::api_key_id)),
-            order_events::request_hash.eq(request_hash),
-        ))
-        .returning(order_events::id)
-        .get_result(conn)
-}
-
 /// Whether an order's ordering keys may already have jobs.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(super) enum KeyAge {
@@ -314,29 +287,13 @@ pub(super) enum KeyAge {
 }
 
 impl KeyAge {
-    fn options(self, max_attempts: i32, key: String) -> JobOptions {
+    pub(super) fn options(self, max_attempts: i32, key: String) -> JobOptions {
         let options = JobOptions::default().max_attempts(max_attempts);
         match self {
             KeyAge::New => options.new_ordering_key(key),
             KeyAge::Used => options.ordering_key(key),
         }
     }
-}
-
-/// The webhook of one event, behind the order's earlier webhooks.
-pub(super) fn event_webhook(
-    order_id: i64,
-    event_id: i64,
-    max_attempts: i32,
-    keys: KeyAge,
-) -> QueryResult<NewJob> {
-    new_job(
-        &OrderWebhook {
-            order_id,
-            event_id: Some(event_id),
-        },
-        &keys.options(max_attempts, webhook_key(order_id)),
-    )
 }
 
 /// The email about one event, behind the order's earlier emails.

@@ -64,6 +64,35 @@ pub(crate) fn form(pairs: &[(&str, &str)]) -> String {
         .join("&")
 }
 
+/// An endpoint `erp`, failing, with three attempts (two ok); returns its id.
+fn seed_endpoint(conn: &mut PgConnection) -> i64 {
+    #[derive(QueryableByName)]
+    struct Id {
+        #[diesel(sql_type = diesel::sql_types::BigInt)]
+        id: i64,
+    }
+    let id = diesel::sql_query(
+        "INSERT INTO endpoints (name, url, secret, failing_since) \
+         VALUES ('erp', 'https://erp.example.com/hooks/t0ken', \
+                 'whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw', now() - interval '5 minutes') \
+         RETURNING id",
+    )
+    .get_result::<Id>(conn)
+    .expect("endpoint")
+    .id;
+    diesel::sql_query(
+        "INSERT INTO delivery_attempts \
+           (job_id, endpoint_id, attempt, started_at, duration_ms, status_code, outcome, excerpt) \
+         VALUES (1, $1, 1, now() - interval '9 minutes', 42, 200, 'ok', 'thanks'), \
+                (2, $1, 1, now() - interval '8 minutes', 57, 204, 'ok', ''), \
+                (3, $1, 1, now() - interval '5 minutes', 1203, 503, 'retryable', 'upstream down')",
+    )
+    .bind::<diesel::sql_types::BigInt, _>(id)
+    .execute(conn)
+    .expect("attempts");
+    id
+}
+
 /// What the seeded orders look like.
 struct Seeded {
     /// The order whose email and webhook went out and whose receipt exists.
@@ -366,6 +395,25 @@ async fn an_operator_works_the_dashboard_in_a_real_browser() {
     );
     browser.screenshot(&screenshot_path("audit-desktop")).await;
 
+    // The endpoints, and one endpoint's attempt log.
+    let endpoint = seed_endpoint(&mut conn);
+    browser.goto(&app.url("/admin/endpoints")).await;
+    let list = wait_for_text(&browser, "Endpoints").await;
+    for expected in ["erp", "failing", "https://erp.example.com", "66.7%"] {
+        assert!(list.contains(expected), "{expected:?} in\n{list}");
+    }
+    browser
+        .screenshot(&screenshot_path("endpoints-desktop"))
+        .await;
+    browser
+        .goto(&app.url(&format!("/admin/endpoints/{endpoint}")))
+        .await;
+    let log = wait_for_text(&browser, "Endpoint erp").await;
+    assert!(log.contains("503") && log.contains("retryable"), "{log}");
+    browser
+        .screenshot(&screenshot_path("endpoint-desktop"))
+        .await;
+
     // One order's timeline, with what was sent.
     browser
         .goto(&app.url(&format!("/admin/orders/{}", seeded.sent_order)))
@@ -391,6 +439,8 @@ async fn an_operator_works_the_dashboard_in_a_real_browser() {
         ("overview", "/admin".to_owned()),
         ("jobs", "/admin/jobs".to_owned()),
         ("order", format!("/admin/orders/{}", seeded.sent_order)),
+        ("endpoints", "/admin/endpoints".to_owned()),
+        ("endpoint", format!("/admin/endpoints/{endpoint}")),
     ] {
         browser.goto(&app.url(&path)).await;
         browser
@@ -870,6 +920,7 @@ async fn dashboard_pages_answer_well_under_a_second_on_a_million_jobs() {
         format!("/admin/jobs?order={order}"),
         format!("/admin/orders/{order}"),
         "/admin/audit".to_owned(),
+        "/admin/endpoints".to_owned(),
     ];
     let mut report = Vec::new();
     for path in &pages {

@@ -14,6 +14,7 @@ mod demo;
 mod effects_email;
 mod effects_receipt;
 mod effects_webhook;
+mod endpoint_delivery;
 mod endpoints;
 mod faults;
 mod front_door;

@@ -55,6 +55,20 @@ struct PlanLine {
     line: String,
 }
 
+/// Whether `plan` sorts jobs: a sort on the claim order. The claim also reads
+/// the concurrency keys' small table (job_concurrency_keys), which the planner
+/// may sort and scan whole while it has few rows; that is not the jobs table.
+fn sorts_jobs(plan: &str) -> bool {
+    plan.lines()
+        .any(|line| line.contains("Sort Key") && line.contains("run_after"))
+}
+
+/// Whether `plan` reads the whole jobs table.
+fn scans_jobs(plan: &str) -> bool {
+    plan.lines()
+        .any(|line| line.contains("Seq Scan on jobs") && !line.contains("Seq Scan on jobs_"))
+}
+
 /// The claim's plan, on a table where most rows are finished: an index scan of
 /// jobs_claim_idx in (run_after, id) order, stopped by the LIMIT, with no sort
 /// and no walk of the primary key. Seen on PostgreSQL 15:
@@ -114,10 +128,10 @@ fn the_claim_reads_its_partial_index_in_order_and_skips_finished_rows() {
         "claim does not use its index:\n{plan}"
     );
     assert!(
-        !plan.contains("Sort"),
+        !sorts_jobs(&plan),
         "claim sorts instead of reading the index in order:\n{plan}"
     );
-    assert!(!plan.contains("Seq Scan"), "claim scans the table:\n{plan}");
+    assert!(!scans_jobs(&plan), "claim scans the table:\n{plan}");
 }
 
 #[test]
@@ -496,7 +510,7 @@ fn a_claim_for_a_rare_kind_does_not_walk_another_kinds_backlog() {
     assert!(rare.contains("jobs_kind_claim_idx"), "rare kind:\n{rare}");
     let backlog = plan_for(&mut conn, "ARRAY['order_webhook']");
     assert!(
-        backlog.contains("Index Scan using jobs_claim_idx") && !backlog.contains("Sort"),
+        backlog.contains("Index Scan using jobs_claim_idx") && !sorts_jobs(&backlog),
         "backlog kind:\n{backlog}"
     );
 

@@ -23,6 +23,7 @@ diesel::table! {
         ordering_key -> Nullable<Text>,
         blocked -> Bool,
         trace_context -> Nullable<Jsonb>,
+        concurrency_key -> Nullable<Text>,
     }
 }
 
@@ -47,6 +48,7 @@ diesel::table! {
         ordering_key -> Nullable<Text>,
         blocked -> Bool,
         trace_context -> Nullable<Jsonb>,
+        concurrency_key -> Nullable<Text>,
     }
 }
 

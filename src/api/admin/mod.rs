@@ -100,6 +100,8 @@ pub(crate) fn routes(db: Db, settings: Option<&AdminSettings>) -> Router<AppStat
         .route("/jobs/act", post(actions::act))
         .route("/orders", get(pages::find_order))
         .route("/orders/{id}", get(pages::order))
+        .route("/endpoints", get(pages::endpoints))
+        .route("/endpoints/{id}", get(pages::endpoint))
         .route("/audit", get(pages::audit))
         .route("/static/admin.css", get(stylesheet))
         .layer(axum::middleware::from_fn(security_headers))

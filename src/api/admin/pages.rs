@@ -1,8 +1,10 @@
-//! The pages: login, overview, jobs, an order's timeline, the audit log.
+//! The pages: login, overview, jobs, an order's timeline, the endpoints and
+//! their attempts, the audit log.
 //!
 //! Each page has a file of its own; this one holds what they share (the
 //! layout's context, how times and ages read) and the audit log.
 
+mod endpoints;
 mod jobs;
 mod login;
 mod order;
@@ -21,6 +23,7 @@ use super::queries;
 use super::view::{num, render};
 use super::{AdminState, Nonce};
 
+pub(super) use endpoints::{endpoint, endpoints};
 pub(super) use jobs::jobs;
 pub(super) use login::{login, login_form, logout};
 pub(super) use order::{find_order, order};

@@ -43,6 +43,14 @@ const TEMPLATES: &[(&str, &str)] = &[
         include_str!("../../../templates/admin/audit.html"),
     ),
     (
+        "endpoints.html",
+        include_str!("../../../templates/admin/endpoints.html"),
+    ),
+    (
+        "endpoint.html",
+        include_str!("../../../templates/admin/endpoint.html"),
+    ),
+    (
         "error.html",
         include_str!("../../../templates/admin/error.html"),
     ),

@@ -119,6 +119,15 @@ impl BenchReport {
                 }),
                 _ => serde_json::Value::Null,
             },
+            "concurrency_keys": match (median(&self.keyed), median(&self.relay), self.concurrency_keys) {
+                (Some(keyed), Some(free), Some(keys)) => json!({
+                    "keys": keys,
+                    "keyed": run(Some(keyed)),
+                    "keyless_jobs_per_second": free.jobs_per_second(),
+                    "keyed_over_keyless": finite(pinned_ratio(keyed, free)),
+                }),
+                _ => serde_json::Value::Null,
+            },
         })
     }
 }

@@ -99,6 +99,24 @@ impl BenchReport {
         out
     }
 
+    fn keyed_lines(&self) -> String {
+        let (Some(keyed), Some(free), Some(keys)) = (
+            median(&self.keyed),
+            median(&self.relay),
+            self.concurrency_keys,
+        ) else {
+            return String::new();
+        };
+        format!(
+            "\nconcurrency keys (the noop jobs spread over {keys} keys without limits):\n\
+             \x20 relay batch {} {:.0} jobs/s keyed against {:.0} keyless in the same run: ratio {:.2}x\n",
+            keyed.batch,
+            keyed.jobs_per_second(),
+            free.jobs_per_second(),
+            pinned_ratio(keyed, free),
+        )
+    }
+
     fn pinned_lines(&self) -> String {
         let (Some(pinned), Some(free), Some(hold)) = (
             median(&self.pinned),
@@ -248,6 +266,7 @@ impl BenchReport {
         }
         out.push_str(&self.cost_table());
         out.push_str(&self.pinned_lines());
+        out.push_str(&self.keyed_lines());
         out.push_str(
             "\nCPU s/10k: the relay process's CPU (ceiling: the bench process's own client CPU).\n",
         );

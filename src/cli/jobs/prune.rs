@@ -73,6 +73,18 @@ pub(super) async fn prune(args: PruneArgs) -> anyhow::Result<()> {
             ways.join(" and ")
         );
     }
+    // The attempt log ages with the jobs it describes.
+    let attempts = with_conn(&args.db, move |conn| {
+        crate::endpoints::attempts::prune(conn, older_than, batch)
+            .context("pruning delivery_attempts")
+    })
+    .await?;
+    if attempts > 0 {
+        println!(
+            "deleted {} that started more than {age} ago",
+            count_of(attempts, "delivery attempt", "delivery attempts")
+        );
+    }
     if report.partitions_busy > 0 {
         anyhow::bail!(
             "{} stayed locked by other sessions (readers of jobs_all) and {} kept; \

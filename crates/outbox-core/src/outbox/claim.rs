@@ -66,6 +66,10 @@ pub struct ClaimedJob {
     /// `id`, its place in the claim order.
     #[diesel(sql_type = diesel::sql_types::Timestamptz)]
     pub run_after: DateTime<Utc>,
+    /// The job's concurrency key (`jobs.concurrency_key`): the claim took a
+    /// slot of it, which this claim's end gives back.
+    #[diesel(sql_type = Nullable<Text>)]
+    pub concurrency_key: Option<String>,
 }
 
 impl ClaimedJob {
@@ -89,8 +93,9 @@ pub struct ClaimPosition {
 
 /// Claims up to `request.limit` due jobs, oldest first. See `sql/claim_jobs.sql`.
 ///
-/// A job is due when it is `pending`, its `run_after` has passed, and it is
-/// not waiting behind an earlier job of its ordering key. Each claimed job
+/// A job is due when it is `pending`, its `run_after` has passed, it is
+/// not waiting behind an earlier job of its ordering key, and its
+/// concurrency key (if any) has room under its [`KeyLimit`](crate::outbox::KeyLimit). Each claimed job
 /// becomes `processing` under a new fencing token and counts an attempt, in
 /// one statement; rows another worker has locked are skipped, not waited
 /// for, so concurrent claimers never take the same job and never block each
@@ -104,7 +109,8 @@ pub fn claim_jobs(
     claim(conn, request, None)
 }
 
-/// [`claim_jobs`], taking only jobs that come after `after` in the claim order:
+/// [`claim_jobs`], taking only keyless jobs that come after `after` in the
+/// claim order (keyed jobs are claimed through their key, from its front):
 /// a relay draining a backlog passes where its last claim ended, so it does
 /// not walk again the index entries of the jobs it already took (which, while
 /// an old snapshot pins the MVCC horizon, nothing can remove). Jobs that a

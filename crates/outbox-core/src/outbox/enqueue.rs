@@ -130,6 +130,7 @@ impl Enqueuer {
         if new_jobs.is_empty() {
             return Ok(Vec::new());
         }
+        ensure_concurrency_keys(conn, new_jobs)?;
         let ids = insert_queued(conn, new_jobs, self.insert)?;
         let kinds = new_jobs.iter().map(NewJob::kind);
         match &self.waker {
@@ -243,6 +244,24 @@ fn notify<'a>(
     diesel::sql_query(include_str!("sql/notify_in_transaction.sql"))
         .bind::<Text, _>(NOTIFY_CHANNEL)
         .bind::<Array<Text>, _>(&kinds)
+        .execute(conn)
+        .map(drop)
+}
+
+/// Gives each concurrency key of `new_jobs` its row, through which the claim
+/// finds the key's jobs: one round trip, only when a job has a key.
+fn ensure_concurrency_keys(conn: &mut PgConnection, new_jobs: &[NewJob]) -> QueryResult<()> {
+    let mut keys: Vec<&str> = new_jobs
+        .iter()
+        .filter_map(NewJob::concurrency_key_value)
+        .collect();
+    if keys.is_empty() {
+        return Ok(());
+    }
+    keys.sort_unstable();
+    keys.dedup();
+    diesel::sql_query(include_str!("sql/ensure_concurrency_keys.sql"))
+        .bind::<Array<Text>, _>(&keys)
         .execute(conn)
         .map(drop)
 }

@@ -21,6 +21,7 @@ pub struct NewJob {
     /// callers.
     pub(super) blocked: bool,
     pub(super) trace_context: Option<serde_json::Value>,
+    pub(super) concurrency_key: Option<String>,
     /// No other job can have the key yet (see [`JobOptions::new_ordering_key`]).
     #[diesel(skip_insertion)]
     pub(super) key_is_new: bool,
@@ -40,6 +41,7 @@ impl NewJob {
             ordering_key: None,
             blocked: false,
             trace_context: crate::trace_context::current(),
+            concurrency_key: None,
             key_is_new: false,
         }
     }
@@ -68,6 +70,19 @@ impl NewJob {
         self.ordering_key = Some(key.into());
         self.key_is_new = false;
         self
+    }
+    /// The job counts against `key`'s limits, set with
+    /// [`set_key_limit`](super::set_key_limit): at most `max_in_flight` of
+    /// the key's jobs processing, claims at most `per_second`, none while the
+    /// key is paused. A key without limits is unlimited. Independent of the
+    /// ordering key: a job may have both.
+    pub fn concurrency_key(mut self, key: impl Into<String>) -> Self {
+        self.concurrency_key = Some(key.into());
+        self
+    }
+    /// The job's concurrency key, if it has one.
+    pub fn concurrency_key_value(&self) -> Option<&str> {
+        self.concurrency_key.as_deref()
     }
     /// The job's arguments, as stored in `jobs.payload`.
     pub fn payload(&self) -> &serde_json::Value {
@@ -116,6 +131,9 @@ impl NewJob {
             job = job.ordering_key(key.clone());
             job.key_is_new = options.ordering_key_is_new;
         }
+        if let Some(key) = &options.concurrency_key {
+            job = job.concurrency_key(key.clone());
+        }
         Ok(job)
     }
 }
@@ -135,6 +153,9 @@ pub struct JobOptions {
     /// skips the key's lock and head lookup (see
     /// [`JobOptions::new_ordering_key`]).
     pub ordering_key_is_new: bool,
+    /// The job counts against this key's limits (see
+    /// [`NewJob::concurrency_key`]).
+    pub concurrency_key: Option<String>,
 }
 
 impl JobOptions {
@@ -152,6 +173,12 @@ impl JobOptions {
     pub fn ordering_key(mut self, key: impl Into<String>) -> Self {
         self.ordering_key = Some(key.into());
         self.ordering_key_is_new = false;
+        self
+    }
+    /// Sets [`JobOptions::concurrency_key`]: the job counts against the
+    /// key's [`KeyLimit`](super::KeyLimit).
+    pub fn concurrency_key(mut self, key: impl Into<String>) -> Self {
+        self.concurrency_key = Some(key.into());
         self
     }
     /// Sets an ordering key no other job can have: one named after a row the

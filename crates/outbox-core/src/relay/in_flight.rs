@@ -129,6 +129,7 @@ mod tests {
             created_at: chrono::Utc::now(),
             trace_context: None,
             run_after: chrono::Utc::now(),
+            concurrency_key: None,
         }
     }
 

@@ -115,7 +115,21 @@ struct ClaimState {
     /// Claims of this relay under way.
     claiming: AtomicUsize,
     cursor: Mutex<Cursor>,
+    /// When a claim last took a job with a concurrency key.
+    keyed_at: Mutex<Option<Instant>>,
 }
+
+/// How soon a relay that has been taking keyed jobs claims again after a
+/// short claim. A key held back by its limits gets room with nothing to
+/// wake anyone: a token comes due, or a slot frees on another relay. Until
+/// [`KEYED_LINGER`] after its last keyed job, the relay looks again this
+/// often instead of at the poll interval: a key at 5 a second gets a token
+/// every 200 ms and would otherwise run at one job per poll.
+const KEYED_POLL: Duration = Duration::from_millis(100);
+/// How long after its last keyed job a relay keeps claiming every
+/// [`KEYED_POLL`]: longer than the gap between two tokens of a key at 0.2 a
+/// second; slower keys wait for the poll interval or a NOTIFY.
+const KEYED_LINGER: Duration = Duration::from_secs(5);
 
 /// Where this relay's claims start (see `claim_jobs.sql`). While the relay
 /// drains a backlog, each claim starts where the previous one ended, so it
@@ -237,7 +251,13 @@ async fn claim_and_start(
             return;
         }
     };
-    let end = jobs.iter().map(|(job, _)| job.position()).max();
+    // Keyed jobs come through their keys, outside the cursor's order: only
+    // the keyless ones say where the claim's ordered scan ended.
+    let end = jobs
+        .iter()
+        .filter(|(job, _)| job.concurrency_key.is_none())
+        .map(|(job, _)| job.position())
+        .max();
     lock(&state.cursor).claimed(from, end, jobs.len(), wanted);
     // A short claim from the cursor may have missed jobs behind it: the next
     // claim, from the front, decides whether the queue is empty. So may a
@@ -245,6 +265,17 @@ async fn claim_and_start(
     // the rows they were taking, and the queue behind them may be long (taking
     // it for empty stalled a relay at concurrency 1024 for a poll interval in
     // the middle of a drain, halving its throughput in some runs).
+    let now = Instant::now();
+    let keyed_at = {
+        let mut keyed_at = state.keyed_at.lock().unwrap_or_else(|e| e.into_inner());
+        if jobs.iter().any(|(job, _)| job.concurrency_key.is_some()) {
+            *keyed_at = Some(now);
+        }
+        *keyed_at
+    };
+    if jobs.len() < wanted && keyed_at.is_some_and(|at| now.duration_since(at) < KEYED_LINGER) {
+        shared.wake_at(now + KEYED_POLL);
+    }
     if jobs.len() < wanted && from.is_none() && siblings == 0 {
         state.queue_empty.store(true, Ordering::Release);
     } else if jobs.len() == wanted {

@@ -1,6 +1,7 @@
 -- Claims up to $1 due jobs of the kinds in $2 for worker $3, leasing them for $4 ms,
--- taking only jobs whose (run_after, id) comes after ($5, $6) ($5 NULL: from the
--- front).
+-- taking only keyless jobs whose (run_after, id) comes after ($5, $6) ($5 NULL:
+-- from the front), and keyed jobs (a concurrency_key) only as their key's
+-- limits allow.
 --
 -- Index: jobs_claim_idx ON jobs (run_after, id) WHERE finished_at IS NULL AND
 -- NOT blocked (a job waiting behind an earlier job of its ordering key is not
@@ -42,22 +43,95 @@
 -- even counted, and a worker that had started it is fenced out when it reports,
 -- since the next claim draws a token past the lost one (nextval is not rolled
 -- back, and the sequence is WAL-logged ahead of the values it hands out).
+-- Concurrency keys: a job with a concurrency_key is not in jobs_claim_idx; it
+-- is claimed through its key's row in job_concurrency_keys (`ready`), which
+-- the claim locks FOR NO KEY UPDATE SKIP LOCKED: while one claim holds a key,
+-- no other claim takes that key's jobs, and a key another claim holds is
+-- skipped, never waited for. Under that lock the row's in_flight and token
+-- bucket are current (the locking read returns the newest version and
+-- rechecks the WHERE on it), so `room` (what the key may start now: below
+-- max_in_flight, within its tokens, zero while paused) cannot be spent twice
+-- by two relays; `counted` adds what was taken, in this same statement.
+-- Finishing, releasing and reaping give slots back (finish_jobs.sql,
+-- release_jobs.sql, update_reaped_jobs.sql), only ever lowering in_flight,
+-- and a relative update (in_flight + n) keeps each of them. A key without
+-- room is filtered out on its row: its pending jobs are never read, so a
+-- saturated or paused key's backlog costs the claim one key row, and those
+-- jobs stay pending for whichever claim finds the key with room.
+--
+-- Index: keys are walked least recently served first
+-- (job_concurrency_keys_served_idx), each key's jobs through
+-- jobs_concurrency_claim_idx (concurrency_key, run_after, id), at most `room`
+-- of them (LIMIT inside the lateral), and the walk stops once $1 keyed jobs
+-- are found. Keyless jobs fill the rest of the batch, through the ordered
+-- scan of jobs_claim_idx as before (its LIMIT, $1 less the keyed jobs, is
+-- computed once). Keyed jobs come first: a key's limits bound what it can
+-- take, and a keyless backlog must not hold every key's jobs back; keys
+-- without limits compete with keyless jobs on equal terms only if they are
+-- given limits. A key whose row says it has room but which
+-- has no due job costs one probe of that index (the walk's cost grows with
+-- such idle keys, never with the jobs of saturated ones).
+--
 WITH async_commit AS MATERIALIZED (
     SELECT set_config('synchronous_commit', 'off', true)
 ),
-picked AS (
+-- The keys that may start a job now, and how many.
+ready AS (
+    SELECT k.key,
+           least($1,
+                 coalesce(k.max_in_flight - k.in_flight, $1),
+                 CASE WHEN k.per_second IS NULL THEN $1
+                      ELSE floor(least(greatest(1.0, k.per_second / 10),
+                                       coalesce(k.tokens + k.per_second
+                                                    * extract(epoch FROM now() - k.tokens_at),
+                                                'Infinity'))) END)::bigint AS room
+    FROM job_concurrency_keys AS k
+    WHERE (k.paused_until IS NULL OR k.paused_until <= now())
+      AND (k.max_in_flight IS NULL OR k.in_flight < k.max_in_flight)
+      AND (k.per_second IS NULL
+           OR k.tokens IS NULL
+           OR k.tokens + k.per_second * extract(epoch FROM now() - k.tokens_at) >= 1)
+    ORDER BY k.served_at, k.key
+    FOR NO KEY UPDATE OF k SKIP LOCKED
+),
+keyed AS (
+    SELECT m.id
+    FROM ready AS r
+    CROSS JOIN LATERAL (
+        SELECT j.id
+        FROM jobs AS j
+        WHERE j.concurrency_key = r.key
+          AND j.finished_at IS NULL
+          AND NOT j.blocked
+          AND j.run_after <= now()
+          AND j.status = 'pending'
+          AND j.kind = ANY($2)
+        ORDER BY j.run_after, j.id
+        LIMIT r.room
+        FOR UPDATE OF j SKIP LOCKED
+    ) AS m
+    LIMIT $1
+),
+keyless AS (
     SELECT id
     FROM jobs
     WHERE finished_at IS NULL
       AND NOT blocked
+      AND concurrency_key IS NULL
       AND run_after <= now()
       AND (run_after, id) > (coalesce($5::timestamptz, '-infinity'), $6::bigint)
       AND status = 'pending'
       AND kind = ANY($2)
     ORDER BY run_after, id
-    LIMIT $1
+    LIMIT $1 - (SELECT count(*) FROM keyed)
     FOR UPDATE SKIP LOCKED
-)
+),
+picked AS (
+    SELECT id FROM keyed
+    UNION ALL
+    SELECT id FROM keyless
+),
+claimed AS (
 UPDATE jobs AS j
 SET status = 'processing',
     locked_by = $3,
@@ -65,7 +139,35 @@ SET status = 'processing',
     lease_expires_at = now() + $4 * interval '1 millisecond',
     attempts = j.attempts + 1,
     lease_token = nextval('jobs_lease_token_seq')
-FROM picked, async_commit
-WHERE j.id = picked.id
+FROM async_commit
+-- An array of ids, not a join: the keyless LIMIT above is an expression the
+-- planner cannot estimate, and a join sized by its guess (a tenth of the
+-- table) would be a hash join over a scan of the whole table; = ANY is
+-- always a probe of the primary key per id.
+WHERE j.id = ANY (ARRAY(SELECT id FROM picked))
 RETURNING j.id, j.kind, j.payload, j.attempts, j.max_attempts, j.lease_token,
-          j.created_at, j.trace_context, j.run_after
+          j.created_at, j.trace_context, j.run_after, j.concurrency_key
+),
+taken AS (
+    SELECT concurrency_key AS key, count(*) AS n
+    FROM claimed
+    WHERE concurrency_key IS NOT NULL
+    GROUP BY concurrency_key
+),
+-- Rows `ready` locked: no other statement changed them since.
+counted AS (
+    UPDATE job_concurrency_keys AS k
+    SET in_flight = k.in_flight + t.n,
+        tokens = CASE WHEN k.per_second IS NULL THEN NULL
+                      ELSE least(greatest(1.0, k.per_second / 10),
+                                 coalesce(k.tokens + k.per_second
+                                              * extract(epoch FROM now() - k.tokens_at),
+                                          'Infinity')) - t.n END,
+        tokens_at = now(),
+        served_at = now()
+    FROM taken AS t
+    WHERE k.key = t.key
+)
+SELECT id, kind, payload, attempts, max_attempts, lease_token, created_at, trace_context,
+       run_after, concurrency_key
+FROM claimed

@@ -27,6 +27,16 @@
 -- enqueue behind the same key holds the head row FOR SHARE until it commits
 -- (lock_ordering_heads.sql); SKIP LOCKED then reports the head busy, and the
 -- retry, with a newer snapshot, sees and releases the new job.
+--
+-- Concurrency keys: every claim this statement ends (`written` and `moved`
+-- return only rows that were 'processing' under the claim's token) gives
+-- its slot back to its key (`freed`): once, since a claim is ended by one
+-- fenced write, and a zombie's late outcome ends nothing. The key rows are
+-- locked in key order first (`key_locks`, forced to run before `freed` by
+-- the scalar subquery), so two completers, or a completer and a reaper,
+-- freeing the same keys wait on each other in one order and cannot
+-- deadlock; a claim holds a key row for one statement and never waits, so
+-- the wait here is short. A batch without keyed jobs probes no key row.
 WITH outcome AS MATERIALIZED (
     SELECT *
     FROM unnest($1::bigint[], $2::bigint[], $3::text[], $4::bigint[], $5::text[])
@@ -65,7 +75,7 @@ written AS (
       AND l.status <> 'done'
       AND j.status = 'processing'
       AND j.lease_token = l.lease_token
-    RETURNING j.id, j.status, j.ordering_key
+    RETURNING j.id, j.status, j.ordering_key, j.concurrency_key
 ),
 -- A done job leaves `jobs` (no dead index entries or tuples for a later
 -- DELETE to clean up) and is appended to the day partition of jobs_done.
@@ -78,16 +88,16 @@ moved AS (
       AND j.lease_token = l.lease_token
     RETURNING j.id, j.kind, j.payload, j.run_after, j.attempts, j.max_attempts,
               j.locked_by, j.locked_at, j.created_at, j.last_error, j.lease_token,
-              j.trace_context, j.ordering_key
+              j.trace_context, j.ordering_key, j.concurrency_key
 ),
 archived AS (
     INSERT INTO jobs_done (id, kind, payload, status, run_after, attempts,
                            max_attempts, locked_by, locked_at, lease_expires_at, created_at,
                            finished_at, last_error, lease_token, trace_context, ordering_key,
-                           blocked)
+                           blocked, concurrency_key)
     SELECT id, kind, payload, 'done', run_after, attempts, max_attempts, locked_by,
            locked_at, NULL, created_at, now(), last_error, lease_token, trace_context,
-           ordering_key, false
+           ordering_key, false, concurrency_key
     FROM moved
     RETURNING id
 ),
@@ -104,6 +114,28 @@ released AS (
                   ORDER BY m.id
                   LIMIT 1)
     RETURNING n.id
+),
+ended AS (
+    SELECT e.concurrency_key AS key, count(*) AS n
+    FROM (SELECT concurrency_key FROM written
+          UNION ALL
+          SELECT concurrency_key FROM moved) AS e
+    WHERE e.concurrency_key IS NOT NULL
+    GROUP BY e.concurrency_key
+),
+key_locks AS (
+    SELECT k.key
+    FROM job_concurrency_keys AS k
+    WHERE k.key = ANY (ARRAY(SELECT key FROM ended))
+    ORDER BY k.key
+    FOR NO KEY UPDATE OF k
+),
+freed AS (
+    UPDATE job_concurrency_keys AS k
+    SET in_flight = k.in_flight - e.n
+    FROM ended AS e
+    WHERE k.key = e.key
+      AND (SELECT count(*) FROM key_locks) >= 0
 ),
 -- Claims this statement could not lock: still held (busy: locked by another
 -- transaction at this moment) or lost. Usually none, so the probe is skipped.

@@ -5,8 +5,9 @@
 -- mentions status) would make every claim and heartbeat a non-HOT update,
 -- writing an entry per index per job; the layout keeps them HOT instead
 -- (migrations/2026-12-02-000001_jobs_layout_v2). The reaper runs every few
--- seconds, so it reads the unfinished jobs, through jobs_claim_idx or a
--- sequential scan as the planner finds cheaper: O(backlog) per pass, never
+-- seconds, so it reads the unfinished jobs, through jobs_claim_idx (keyless
+-- jobs only, so not usable here once keyed jobs exist) or a sequential scan
+-- as the planner finds cheaper: O(backlog) per pass, never
 -- the history, which has left for jobs_done.
 --
 -- The margin ($2): a relay whose heartbeat missed a beat or two during a short

@@ -4,6 +4,13 @@
 -- Index: the primary key. Runs in the reaper's transaction, which holds the row
 -- locks taken by select_expired_leases.sql; the status and token guard only
 -- restate what those locks already guarantee.
+--
+-- Concurrency keys: each reaped claim gives its key's slot back, once: the
+-- row leaves 'processing' under this claim's token here, so the zombie's
+-- late finish (fenced by the token) ends nothing and frees nothing. The key
+-- rows are locked in key order, as in finish_jobs.sql, so this cannot
+-- deadlock with a completer freeing the same keys. Returns the reaped ids.
+WITH reaped AS (
 UPDATE jobs AS j
 SET status = r.status,
     run_after = CASE WHEN r.status = 'pending'
@@ -20,3 +27,26 @@ WHERE j.id = r.id
   AND j.id = ANY($1)
   AND j.status = 'processing'
   AND j.lease_token = r.lease_token
+RETURNING j.id, j.concurrency_key
+),
+ended AS (
+    SELECT concurrency_key AS key, count(*) AS n
+    FROM reaped
+    WHERE concurrency_key IS NOT NULL
+    GROUP BY concurrency_key
+),
+key_locks AS (
+    SELECT k.key
+    FROM job_concurrency_keys AS k
+    WHERE k.key = ANY (ARRAY(SELECT key FROM ended))
+    ORDER BY k.key
+    FOR NO KEY UPDATE OF k
+),
+freed AS (
+    UPDATE job_concurrency_keys AS k
+    SET in_flight = k.in_flight - e.n
+    FROM ended AS e
+    WHERE k.key = e.key
+      AND (SELECT count(*) FROM key_locks) >= 0
+)
+SELECT id FROM reaped

@@ -1,0 +1,26 @@
+DROP VIEW jobs_all;
+DROP INDEX jobs_concurrency_claim_idx;
+DROP INDEX jobs_claim_idx;
+DROP INDEX jobs_kind_claim_idx;
+CREATE INDEX jobs_claim_idx ON jobs (run_after, id) WHERE finished_at IS NULL AND NOT blocked;
+CREATE INDEX jobs_kind_claim_idx ON jobs (kind, run_after, id) WHERE finished_at IS NULL AND NOT blocked;
+DROP TABLE job_concurrency_keys;
+ALTER TABLE jobs_done DROP COLUMN concurrency_key;
+ALTER TABLE jobs DROP COLUMN concurrency_key;
+DO $$
+DECLARE
+    columns text;
+BEGIN
+    SELECT string_agg(quote_ident(a.attname), ', ' ORDER BY a.attnum)
+    INTO columns
+    FROM pg_attribute AS a
+    WHERE a.attrelid = 'jobs'::regclass
+      AND a.attnum > 0
+      AND NOT a.attisdropped
+      AND EXISTS (SELECT 1 FROM pg_attribute AS d
+                  WHERE d.attrelid = 'jobs_done'::regclass
+                    AND d.attname = a.attname
+                    AND NOT d.attisdropped);
+    EXECUTE format('CREATE VIEW jobs_all AS SELECT %1$s FROM jobs UNION ALL SELECT %1$s FROM jobs_done',
+                   columns);
+END $$;

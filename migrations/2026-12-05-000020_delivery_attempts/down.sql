@@ -1,0 +1,1 @@
+DROP TABLE delivery_attempts;

@@ -1,0 +1,208 @@
+//! The endpoints: each with its state, `failing_since`, and its recent
+//! success rate and p95 latency from `delivery_attempts`; and one endpoint's
+//! attempt log, newest first, a page at a time (keyset on `(started_at, id)`).
+
+use axum::extract::{Extension, Path, Query, State};
+use axum::response::Html;
+use chrono::{DateTime, Utc};
+use diesel::prelude::*;
+use diesel::sql_types::{BigInt, Bool, Double, Integer, Nullable, SmallInt, Text, Timestamptz};
+use minijinja::{Value, context};
+use serde::Deserialize;
+
+use super::{base, opt_time, time};
+use crate::api::admin::auth::Session;
+use crate::api::admin::error::AdminError;
+use crate::api::admin::queries::read;
+use crate::api::admin::view::render;
+use crate::api::admin::{AdminState, Nonce};
+
+/// Attempts per page of an endpoint's log.
+const PAGE: i64 = 50;
+
+#[derive(Debug, QueryableByName)]
+struct Row {
+    #[diesel(sql_type = BigInt)]
+    id: i64,
+    #[diesel(sql_type = Text)]
+    name: String,
+    #[diesel(sql_type = Text)]
+    origin: String,
+    #[diesel(sql_type = Bool)]
+    enabled: bool,
+    #[diesel(sql_type = Nullable<Text>)]
+    disabled_reason: Option<String>,
+    #[diesel(sql_type = Nullable<Timestamptz>)]
+    failing_since: Option<DateTime<Utc>>,
+    #[diesel(sql_type = Integer)]
+    max_in_flight: i32,
+    #[diesel(sql_type = Nullable<Double>)]
+    rate_limit: Option<f64>,
+    #[diesel(sql_type = BigInt)]
+    attempts: i64,
+    #[diesel(sql_type = BigInt)]
+    ok: i64,
+    #[diesel(sql_type = Nullable<Double>)]
+    p95_ms: Option<f64>,
+}
+
+// The last 1000 attempts of each endpoint through
+// delivery_attempts_endpoint_idx: bounded however busy it is.
+const LIST: &str = "\
+SELECT e.id, e.name, substring(e.url FROM '^[a-z]+://[^/?#]*') AS origin, e.enabled,
+       e.disabled_reason, e.failing_since, e.max_in_flight, e.rate_limit,
+       count(r.*) AS attempts, count(r.*) FILTER (WHERE r.outcome = 'ok') AS ok,
+       percentile_cont(0.95) WITHIN GROUP (ORDER BY r.duration_ms) AS p95_ms
+FROM endpoints e
+LEFT JOIN LATERAL (
+    SELECT a.outcome, a.duration_ms FROM delivery_attempts a
+    WHERE a.endpoint_id = e.id
+    ORDER BY a.started_at DESC, a.id DESC LIMIT 1000
+) r ON true
+GROUP BY e.id
+ORDER BY e.name";
+
+pub(in crate::api::admin) async fn endpoints(
+    State(state): State<AdminState>,
+    Extension(nonce): Extension<Nonce>,
+    session: Session,
+) -> Result<Html<String>, AdminError> {
+    let timeout = state.settings.statement_timeout;
+    let rows: Vec<Row> = state
+        .db
+        .run(move |conn| {
+            Ok(read(conn, timeout, |conn| {
+                diesel::sql_query(LIST).load(conn)
+            })?)
+        })
+        .await?;
+    let rows: Vec<Value> = rows
+        .iter()
+        .map(|r| {
+            context! {
+                id => r.id,
+                name => r.name.clone(),
+                origin => r.origin.clone(),
+                state => match (r.enabled, &r.disabled_reason) {
+                    (true, _) if r.failing_since.is_some() => "failing".to_owned(),
+                    (true, _) => "enabled".to_owned(),
+                    (false, Some(reason)) => format!("disabled ({reason})"),
+                    (false, None) => "disabled".to_owned(),
+                },
+                failing_since => opt_time(r.failing_since),
+                limits => format!(
+                    "{} in flight{}",
+                    r.max_in_flight,
+                    r.rate_limit.map(|l| format!(", {l}/s")).unwrap_or_default()
+                ),
+                attempts => r.attempts,
+                success => if r.attempts > 0 {
+                    format!("{:.1}%", 100.0 * r.ok as f64 / r.attempts as f64)
+                } else {
+                    String::new()
+                },
+                p95 => r.p95_ms.map(|ms| format!("{ms:.0} ms")).unwrap_or_default(),
+            }
+        })
+        .collect();
+    render(
+        "endpoints.html",
+        context! { endpoints => rows, ..base(Some(&session), &nonce, "endpoints", "Endpoints") },
+    )
+}
+
+#[derive(Debug, QueryableByName)]
+struct Attempt {
+    #[diesel(sql_type = BigInt)]
+    id: i64,
+    #[diesel(sql_type = BigInt)]
+    job_id: i64,
+    #[diesel(sql_type = Integer)]
+    attempt: i32,
+    #[diesel(sql_type = Timestamptz)]
+    started_at: DateTime<Utc>,
+    #[diesel(sql_type = Integer)]
+    duration_ms: i32,
+    #[diesel(sql_type = Nullable<SmallInt>)]
+    status_code: Option<i16>,
+    #[diesel(sql_type = Text)]
+    outcome: String,
+    #[diesel(sql_type = Nullable<Text>)]
+    excerpt: Option<String>,
+}
+
+// Keyset: the page after attempt $2 (NULL: the newest), by the index's order.
+const ATTEMPTS: &str = "\
+SELECT id, job_id, attempt, started_at, duration_ms, status_code, outcome, excerpt
+FROM delivery_attempts
+WHERE endpoint_id = $1
+  AND ($2::bigint IS NULL
+       OR (started_at, id) < (SELECT started_at, id FROM delivery_attempts WHERE id = $2))
+ORDER BY started_at DESC, id DESC
+LIMIT $3";
+
+#[derive(Debug, Deserialize)]
+pub(in crate::api::admin) struct Cursor {
+    before: Option<i64>,
+}
+
+pub(in crate::api::admin) async fn endpoint(
+    State(state): State<AdminState>,
+    Extension(nonce): Extension<Nonce>,
+    session: Session,
+    Path(raw_id): Path<String>,
+    Query(cursor): Query<Cursor>,
+) -> Result<Html<String>, AdminError> {
+    let id: i64 = raw_id
+        .parse()
+        .ok()
+        .filter(|id| *id > 0)
+        .ok_or_else(|| AdminError::NotFound(format!("there is no endpoint {raw_id:?}")))?;
+    let timeout = state.settings.statement_timeout;
+    let before = cursor.before;
+    let (name, mut attempts) = state
+        .db
+        .run(move |conn| {
+            Ok(read(conn, timeout, |conn| {
+                let name: Option<String> = crate::schema::endpoints::table
+                    .find(id)
+                    .select(crate::schema::endpoints::name)
+                    .first(conn)
+                    .optional()?;
+                let attempts: Vec<Attempt> = diesel::sql_query(ATTEMPTS)
+                    .bind::<BigInt, _>(id)
+                    .bind::<Nullable<BigInt>, _>(before)
+                    .bind::<BigInt, _>(PAGE + 1)
+                    .load(conn)?;
+                Ok((name, attempts))
+            })?)
+        })
+        .await?;
+    let name = name.ok_or_else(|| AdminError::NotFound(format!("there is no endpoint {id}")))?;
+    let more = attempts.len() > PAGE as usize;
+    attempts.truncate(PAGE as usize);
+    let next = more.then(|| attempts.last().map(|a| a.id)).flatten();
+    let rows: Vec<Value> = attempts
+        .iter()
+        .map(|a| {
+            context! {
+                at => time(a.started_at),
+                job => a.job_id,
+                attempt => a.attempt,
+                duration => format!("{} ms", a.duration_ms),
+                status => a.status_code.map(|s| s.to_string()).unwrap_or_else(|| "-".to_owned()),
+                outcome => a.outcome.clone(),
+                excerpt => a.excerpt.clone().unwrap_or_default(),
+            }
+        })
+        .collect();
+    render(
+        "endpoint.html",
+        context! {
+            endpoint => context! { id => id, name => name.clone() },
+            attempts => rows,
+            next => next,
+            ..base(Some(&session), &nonce, "endpoints", &format!("Endpoint {name}"))
+        },
+    )
+}

@@ -1,0 +1,198 @@
+//! The workers that deliver to endpoints: an order event ([`WebhookWorker`])
+//! and a notice about the endpoints themselves ([`EndpointNoticeWorker`]).
+//! Each reads its endpoint fresh (URL, secrets, enabled), signs with that
+//! endpoint's secrets, logs the attempt in `delivery_attempts`, and hands
+//! the endpoint's health to its breaker.
+
+use std::time::Duration;
+
+use outbox_core::worker::{EffectError, EffectResult, JobContext, Worker};
+use tracing::Instrument as _;
+
+use super::jobs::{EndpointNotice, OrderWebhook};
+use super::webhook::{AttemptOutcome, Secrets, WebhookSender};
+use super::workers::{OrderLoader, order_span};
+use crate::db::{PgPool, run_blocking};
+use crate::endpoints::attempts::{self, NewAttempt};
+use crate::endpoints::breaker::Verdict;
+use crate::endpoints::target::{self, Target};
+
+/// How long a delivery claimed for a disabled endpoint waits before it is
+/// tried again (the endpoint's paused key normally keeps it unclaimed).
+const DISABLED_RETRY: Duration = Duration::from_secs(60);
+
+/// Delivers an order event to its endpoint.
+#[derive(Debug)]
+pub struct WebhookWorker {
+    pub(super) orders: OrderLoader,
+    pub(super) sender: Option<WebhookSender>,
+}
+
+impl Worker<OrderWebhook> for WebhookWorker {
+    async fn work(&self, args: OrderWebhook, ctx: JobContext) -> EffectResult {
+        let span = order_span(args.order_id);
+        self.deliver(args, ctx).instrument(span).await
+    }
+}
+
+impl WebhookWorker {
+    async fn deliver(&self, args: OrderWebhook, ctx: JobContext) -> EffectResult {
+        let sender = sender_of(self.sender.as_ref())?;
+        let order = self.orders.order(args.order_id).await?;
+        let event = self.orders.event(args.event_id).await?;
+        let Some(target) = load_target(&self.orders.pool, args.endpoint_id).await? else {
+            return match args.endpoint_id {
+                // A database where no relay has written `default` yet: this
+                // relay's own WEBHOOK_URL is what `default` would be.
+                None => {
+                    sender.deliver(ctx.id(), &order, event.as_ref()).await?;
+                    Ok(None)
+                }
+                Some(id) => Err(EffectError::permanent(format!(
+                    "endpoint {id} no longer exists (removed)"
+                ))),
+            };
+        };
+        let (url, secrets) = usable(&target)?;
+        let started_at = chrono::Utc::now();
+        let outcome = sender
+            .deliver_to(&url, &secrets, ctx.id(), &order, event.as_ref())
+            .await;
+        after_attempt(
+            &self.orders.pool,
+            sender,
+            &target,
+            &ctx,
+            started_at,
+            outcome,
+        )
+        .await
+    }
+}
+
+/// Delivers an `endpoint.disabled` notice to one subscribed endpoint.
+#[derive(Debug)]
+pub struct EndpointNoticeWorker {
+    pub(super) pool: PgPool,
+    pub(super) sender: Option<WebhookSender>,
+}
+
+impl Worker<EndpointNotice> for EndpointNoticeWorker {
+    async fn work(&self, args: EndpointNotice, ctx: JobContext) -> EffectResult {
+        let sender = sender_of(self.sender.as_ref())?;
+        let target = load_target(&self.pool, Some(args.endpoint_id))
+            .await?
+            .ok_or_else(|| {
+                EffectError::permanent(format!(
+                    "endpoint {} no longer exists (removed)",
+                    args.endpoint_id
+                ))
+            })?;
+        let (url, secrets) = usable(&target)?;
+        let body = serde_json::to_vec(&args.event)
+            .map_err(|e| EffectError::permanent(format!("the notice does not serialize: {e}")))?;
+        let started_at = chrono::Utc::now();
+        let outcome = sender.post_to(&url, &secrets, ctx.id(), body).await;
+        after_attempt(&self.pool, sender, &target, &ctx, started_at, outcome).await
+    }
+}
+
+fn sender_of(sender: Option<&WebhookSender>) -> Result<&WebhookSender, EffectError> {
+    sender.ok_or_else(|| {
+        EffectError::retryable("this relay has no WEBHOOK_URL configured for order_webhook")
+    })
+}
+
+async fn load_target(
+    pool: &PgPool,
+    endpoint_id: Option<i64>,
+) -> Result<Option<Target>, EffectError> {
+    run_blocking(pool, move |conn| Ok(target::load(conn, endpoint_id)?))
+        .await
+        .map_err(|e| EffectError::retryable(format!("loading the endpoint: {e}")))
+}
+
+/// The endpoint's URL and secrets, if it takes deliveries now.
+fn usable(target: &Target) -> Result<(url::Url, Secrets), EffectError> {
+    if !target.enabled {
+        return Err(EffectError::Retryable {
+            message: format!(
+                "endpoint {:?} is disabled; the delivery waits until it is enabled",
+                target.name
+            ),
+            retry_after: Some(DISABLED_RETRY),
+        });
+    }
+    let url = url::Url::parse(&target.url).map_err(|e| {
+        EffectError::permanent(format!("endpoint {:?} has a bad URL: {e}", target.name))
+    })?;
+    let secrets = Secrets::parse(&target.signing_secrets()).map_err(|e| {
+        EffectError::permanent(format!("endpoint {:?} has a bad secret: {e}", target.name))
+    })?;
+    Ok((url, secrets))
+}
+
+/// Logs the attempt, moves the endpoint's breaker, and returns the attempt's
+/// result. Neither the log nor the breaker can undo a call that happened:
+/// their failures are logged, never the job's.
+async fn after_attempt(
+    pool: &PgPool,
+    sender: &WebhookSender,
+    target: &Target,
+    ctx: &JobContext,
+    started_at: chrono::DateTime<chrono::Utc>,
+    outcome: AttemptOutcome,
+) -> EffectResult {
+    let attempt = NewAttempt {
+        job_id: ctx.id(),
+        endpoint_id: target.id,
+        attempt: ctx.attempt(),
+        started_at,
+        duration: outcome.duration,
+        status_code: outcome.status,
+        outcome: match &outcome.result {
+            Ok(()) => "ok",
+            Err(EffectError::Retryable { .. }) => "retryable",
+            Err(EffectError::Permanent { .. }) => "permanent",
+        },
+        excerpt: match &outcome.result {
+            Err(e) if outcome.status.is_none() => Some(e.to_string()),
+            _ => outcome.excerpt.clone(),
+        },
+    };
+    let breaker = sender.breaker();
+    let endpoint_id = target.id;
+    let verdict = run_blocking(pool, move |conn| {
+        let Some(health) = attempts::record(conn, &attempt)? else {
+            return Ok(Ok(None));
+        };
+        Ok(breaker
+            .after_attempt(conn, endpoint_id, &health, chrono::Utc::now())
+            .map(Some))
+    })
+    .await
+    .map_err(|e| e.to_string())
+    .and_then(|breaker| breaker.map_err(|e| e.to_string()));
+    match verdict {
+        Ok(Some(Verdict::Disabled { endpoint, told })) => {
+            tracing::warn!(
+                endpoint = %endpoint,
+                disable_after = %humantime::format_duration(breaker.disable_after),
+                told,
+                "endpoint disabled: every delivery failed for ENDPOINT_DISABLE_AFTER; \
+                 its deliveries wait until `outbox-relay endpoints enable {endpoint}`"
+            );
+            metrics::counter!("outbox_endpoints_disabled_total", "endpoint" => endpoint)
+                .increment(1);
+        }
+        Ok(Some(Verdict::Healthy { recovered: true })) => {
+            tracing::info!(endpoint = %target.name, "endpoint recovered: a delivery succeeded");
+        }
+        Ok(_) => {}
+        Err(error) => {
+            tracing::warn!(endpoint = %target.name, %error, "cannot log the delivery attempt");
+        }
+    }
+    outcome.result?;
+    Ok(None)
+}
