@@ -58,7 +58,7 @@ pub enum Command {
         #[command(flatten)]
         db: DatabaseArgs,
         #[command(flatten)]
-        args: ServeArgs,
+        args: Box<ServeArgs>,
     },
     /// Inspect and repair the jobs table: stats, list, retry, prune.
     Jobs {
@@ -156,7 +156,7 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Relay { db, args } => relay::run(db, *args).await,
         #[cfg(feature = "dev-tools")]
         Command::Bench { args } => crate::bench::run(*args).await,
-        Command::Serve { db, args } => serve::run(db, args).await,
+        Command::Serve { db, args } => serve::run(db, *args).await,
         Command::Jobs { command } => jobs::run(command).await,
         Command::Endpoints { command } => endpoints::run(command).await,
         Command::Keys { command } => keys::run(command).await,
