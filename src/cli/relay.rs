@@ -34,6 +34,7 @@ pub async fn run(db_args: DatabaseArgs, args: RelayArgs) -> anyhow::Result<()> {
         .map(webhook::WebhookSender::new)
         .transpose()
         .map_err(|e| ConfigError(format!("WEBHOOK_URL: {e:#}")))?;
+    let nats = args.effects.nats().await?;
     let metrics = tokio::net::TcpListener::bind(args.metrics_addr)
         .await
         .map_err(|e| {
@@ -66,7 +67,13 @@ pub async fn run(db_args: DatabaseArgs, args: RelayArgs) -> anyhow::Result<()> {
             ..db::PoolOptions::default()
         },
     );
-    let executor = Arc::new(effects::workers(pool.clone(), mailer, sender, receipt));
+    let executor = Arc::new(effects::workers(
+        pool.clone(),
+        mailer,
+        sender,
+        receipt,
+        nats.clone(),
+    ));
 
     // The relay's gauges bind to the recorder installed when they are made,
     // and its listener makes one as soon as it starts: install ours first.
@@ -78,6 +85,7 @@ pub async fn run(db_args: DatabaseArgs, args: RelayArgs) -> anyhow::Result<()> {
         pool,
         args.http.limits(),
         Some(relay.liveness()),
+        Some(nats),
         shutdown.clone(),
     ));
     // The bound address, so that METRICS_ADDR=...:0 logs the port it got.

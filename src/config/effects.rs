@@ -9,6 +9,7 @@ use clap::Args;
 use super::parse::{parse_http_url, parse_positive_duration};
 use super::{ConfigError, DEFAULT_PUBLIC_BASE_URL};
 use crate::effects::email::EmailConfig;
+use crate::effects::nats::{NatsConnections, NatsCredentials};
 use crate::effects::receipt::ReceiptSettings;
 use crate::effects::webhook::WebhookConfig;
 
@@ -63,6 +64,10 @@ pub struct EffectArgs {
     /// a URL whose host is or resolves to one is refused at connect time.
     #[arg(long, env = "WEBHOOK_ALLOW_PRIVATE", default_value_t = false, action = clap::ArgAction::Set, value_parser = clap::builder::BoolishValueParser::new())]
     pub webhook_allow_private: bool,
+    /// Credentials file for NATS endpoints (a user JWT and its nkey seed, as
+    /// `nsc` writes them); without it, connections to NATS carry none.
+    #[arg(long, env = "NATS_CREDENTIALS")]
+    pub nats_credentials: Option<PathBuf>,
     /// Base for links in emails.
     #[arg(long, env = "PUBLIC_BASE_URL", default_value = DEFAULT_PUBLIC_BASE_URL, value_parser = parse_http_url)]
     pub public_base_url: url::Url,
@@ -88,6 +93,7 @@ impl std::fmt::Debug for EffectArgs {
                 &self.webhook_secret.as_ref().map(|_| "***"),
             )
             .field("webhook_timeout", &self.webhook_timeout)
+            .field("nats_credentials", &self.nats_credentials)
             .field("public_base_url", &self.public_base_url.as_str())
             .finish()
     }
@@ -114,6 +120,16 @@ impl EffectArgs {
             mail_from,
             public_base_url: self.public_base_url.to_string(),
         }))
+    }
+
+    /// The NATS connections of a relay that publishes (with `NATS_CREDENTIALS`,
+    /// read now so that a bad file fails the start, naming the variable).
+    pub async fn nats(&self) -> Result<NatsConnections, ConfigError> {
+        let credentials = match &self.nats_credentials {
+            Some(path) => Some(NatsCredentials::load(path).await.map_err(ConfigError)?),
+            None => None,
+        };
+        Ok(NatsConnections::new(credentials))
     }
 
     /// The webhook settings, required when the relay handles order_webhook.
@@ -163,6 +179,7 @@ mod tests {
             webhook_secret: Some("whsec-hunter2".into()),
             webhook_timeout: DEFAULT_WEBHOOK_TIMEOUT,
             webhook_allow_private: false,
+            nats_credentials: None,
             public_base_url: parse_http_url(DEFAULT_PUBLIC_BASE_URL).expect("default URL"),
         };
         let shown = format!("{args:?}");

@@ -55,6 +55,33 @@ impl JobArgs for OrderWebhook {
     const KIND: &'static str = "order_webhook";
 }
 
+/// An order event published to a NATS JetStream endpoint (see
+/// [`super::nats`]); enqueued with the ordering key
+/// `endpoint:<endpoint id>:order:<order id>`, so an order's subjects reach the
+/// stream in event order.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct OrderPublish {
+    /// The order the event belongs to.
+    pub order_id: i64,
+    /// The event to publish.
+    pub event_id: i64,
+    /// The `nats://` endpoint to publish to.
+    pub endpoint_id: i64,
+}
+
+impl JobArgs for OrderPublish {
+    const KIND: &'static str = "order_publish";
+}
+
+impl OrderPublish {
+    /// `endpoint:<endpoint id>:order:<order id>`, the key every delivery of
+    /// an order to one endpoint shares.
+    pub fn ordering_key(&self) -> String {
+        format!("endpoint:{}:order:{}", self.endpoint_id, self.order_id)
+    }
+}
+
 /// Succeeds at once, whatever it carries (benchmarks, smoke tests).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(transparent)]
@@ -130,16 +157,19 @@ pub enum EffectKind {
     ReceiptPdf,
     /// [`OrderWebhook`].
     OrderWebhook,
+    /// [`OrderPublish`].
+    OrderPublish,
     /// [`Noop`].
     Noop,
 }
 
 impl EffectKind {
     /// Every kind, in the order the CLI lists them.
-    pub const ALL: [EffectKind; 4] = [
+    pub const ALL: [EffectKind; 5] = [
         EffectKind::ConfirmationEmail,
         EffectKind::ReceiptPdf,
         EffectKind::OrderWebhook,
+        EffectKind::OrderPublish,
         EffectKind::Noop,
     ];
 
@@ -156,6 +186,7 @@ impl EffectKind {
             EffectKind::ConfirmationEmail => ConfirmationEmail::KIND,
             EffectKind::ReceiptPdf => ReceiptPdf::KIND,
             EffectKind::OrderWebhook => OrderWebhook::KIND,
+            EffectKind::OrderPublish => OrderPublish::KIND,
             EffectKind::Noop => Noop::KIND,
         }
     }

@@ -2,23 +2,24 @@
 //! (the same API a library user writes their own jobs with):
 //!
 //! - [`jobs`]: the job types ([`ConfirmationEmail`], [`ReceiptPdf`],
-//!   [`OrderWebhook`], [`Noop`]), whose `KIND` constants are the only place
+//!   [`OrderWebhook`], [`OrderPublish`], [`Noop`]), whose `KIND` constants are the only place
 //!   the kind names are written;
 //! - [`mod@workers`]: the workers that perform them, and [`workers()`], the
 //!   registry a relay runs;
-//! - [`email`], [`receipt`], [`webhook`]: what each effect does; [`signature`]:
+//! - [`email`], [`receipt`], [`webhook`], [`nats`]: what each effect does; [`signature`]:
 //!   the webhook signatures.
 //!
 //! [`Worker`]: outbox_core::worker::Worker
 
 pub mod email;
 pub mod jobs;
+pub mod nats;
 pub mod receipt;
 pub mod signature;
 pub mod webhook;
 pub mod workers;
 
-pub use jobs::{ConfirmationEmail, EffectKind, Noop, OrderWebhook, ReceiptPdf};
+pub use jobs::{ConfirmationEmail, EffectKind, Noop, OrderPublish, OrderWebhook, ReceiptPdf};
 pub use outbox_core::driver::{BoxFuture, Executor};
 pub use outbox_core::worker::{EffectError, EffectResult, JobArgs, JobContext, Worker, Workers};
 pub use workers::{EmailWorker, NoopWorker, ReceiptWorker, WebhookWorker, workers};

@@ -7,7 +7,8 @@ use outbox_core::worker::{EffectError, EffectResult, JobContext, Worker, Workers
 use tracing::Instrument as _;
 
 use super::email::{EmailKind, Mailer};
-use super::jobs::{ConfirmationEmail, Noop, OrderWebhook, ReceiptPdf};
+use super::jobs::{ConfirmationEmail, Noop, OrderPublish, OrderWebhook, ReceiptPdf};
+use super::nats::{NatsConnections, PublishWorker};
 use super::receipt::{self, ReceiptSettings};
 use super::webhook::WebhookSender;
 use crate::db::{PgPool, run_blocking};
@@ -22,7 +23,9 @@ pub fn workers(
     mailer: Option<Mailer>,
     webhook: Option<WebhookSender>,
     receipt: ReceiptSettings,
+    nats: NatsConnections,
 ) -> Workers {
+    let publisher = PublishWorker::new(pool.clone(), nats);
     let orders = OrderLoader { pool };
     Workers::new()
         .register::<ConfirmationEmail, _>(EmailWorker {
@@ -37,6 +40,7 @@ pub fn workers(
             orders,
             sender: webhook,
         })
+        .register::<OrderPublish, _>(publisher)
         .register::<Noop, _>(NoopWorker)
 }
 
@@ -49,19 +53,26 @@ fn order_span(order_id: i64) -> tracing::Span {
 /// Reads what an order job names, with the error classes a worker needs: a
 /// database that does not answer is worth a retry, a row that is gone is not.
 #[derive(Debug, Clone)]
-struct OrderLoader {
+pub(crate) struct OrderLoader {
     pool: PgPool,
 }
 
 impl OrderLoader {
-    async fn order(&self, order_id: i64) -> Result<Order, EffectError> {
+    pub(crate) fn new(pool: PgPool) -> OrderLoader {
+        OrderLoader { pool }
+    }
+
+    pub(crate) async fn order(&self, order_id: i64) -> Result<Order, EffectError> {
         run_blocking(&self.pool, move |conn| Ok(load_order(conn, order_id)?))
             .await
             .map_err(|e| EffectError::retryable(format!("loading order {order_id}: {e}")))?
             .ok_or_else(|| EffectError::permanent(format!("order {order_id} no longer exists")))
     }
 
-    async fn event(&self, event_id: Option<i64>) -> Result<Option<OrderEvent>, EffectError> {
+    pub(crate) async fn event(
+        &self,
+        event_id: Option<i64>,
+    ) -> Result<Option<OrderEvent>, EffectError> {
         let Some(event_id) = event_id else {
             return Ok(None);
         };

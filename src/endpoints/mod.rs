@@ -2,11 +2,13 @@
 //! with its own URL, signing secret, event types, throttle and breaker state.
 //!
 //! [`spec`] parses what an operator says about an endpoint (every error names
-//! its flag); [`store`] keeps the `endpoints` table.
+//! its flag), [`nats`] what a NATS endpoint adds; [`store`] keeps the `endpoints` table.
 
+pub mod nats;
 pub mod spec;
 pub mod store;
 
+pub use nats::{NatsTarget, StreamName, SubjectPrefix};
 pub use spec::{
     DEFAULT_MAX_IN_FLIGHT, EVENT_ENDPOINT_DISABLED, EndpointName, EndpointUrl, EventTypes,
     RateLimit, SigningSecret, SpecError,
