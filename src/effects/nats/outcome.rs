@@ -82,7 +82,9 @@ pub async fn classify(
 ) -> Result<Published, EffectError> {
     let stream = publication.stream;
     let subject = &publication.subject;
-    let fail = |class, what: String| Err(failure(class, endpoint, stream, &what));
+    let fail = |class: ErrorClass, what: String| -> Result<Published, EffectError> {
+        Err(failure(class, endpoint, stream, &what))
+    };
     match error.kind() {
         PublishErrorKind::WrongLastSequence => Ok(Published::AlreadyPublished),
         PublishErrorKind::TimedOut => {
