@@ -67,7 +67,7 @@ pub async fn run(db_args: DatabaseArgs, args: RelayArgs) -> anyhow::Result<()> {
             ..db::PoolOptions::default()
         },
     );
-    let executor = Arc::new(effects::workers(
+    let executor = Arc::new(effects::workers_with_nats(
         pool.clone(),
         mailer,
         sender,

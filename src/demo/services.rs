@@ -108,7 +108,6 @@ pub(super) async fn start_services(
         Some(mailer),
         Some(sender),
         receipt,
-        effects::nats::NatsConnections::default(),
     ));
     let relay = Relay::new(relay_pool, database_url, settings, executor)?;
 

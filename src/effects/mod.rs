@@ -22,7 +22,9 @@ pub mod workers;
 pub use jobs::{ConfirmationEmail, EffectKind, Noop, OrderPublish, OrderWebhook, ReceiptPdf};
 pub use outbox_core::driver::{BoxFuture, Executor};
 pub use outbox_core::worker::{EffectError, EffectResult, JobArgs, JobContext, Worker, Workers};
-pub use workers::{EmailWorker, NoopWorker, ReceiptWorker, WebhookWorker, workers};
+pub use workers::{
+    EmailWorker, NoopWorker, ReceiptWorker, WebhookWorker, workers, workers_with_nats,
+};
 
 /// An error and its sources on one line, each cause once (transport errors
 /// often repeat their source's text in their own).

@@ -23,6 +23,17 @@ pub fn workers(
     mailer: Option<Mailer>,
     webhook: Option<WebhookSender>,
     receipt: ReceiptSettings,
+) -> Workers {
+    workers_with_nats(pool, mailer, webhook, receipt, NatsConnections::default())
+}
+
+/// [`workers()`], publishing to NATS over `nats` (the relay's connections,
+/// with its `NATS_CREDENTIALS`).
+pub fn workers_with_nats(
+    pool: PgPool,
+    mailer: Option<Mailer>,
+    webhook: Option<WebhookSender>,
+    receipt: ReceiptSettings,
     nats: NatsConnections,
 ) -> Workers {
     let publisher = PublishWorker::new(pool.clone(), nats);

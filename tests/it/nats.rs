@@ -8,7 +8,7 @@ use std::net::TcpListener;
 use std::process::{Child, Command, Output, Stdio};
 use std::time::Duration;
 
-use async_nats::jetstream::{self, stream::StreamMessage};
+use async_nats::jetstream::{self, message::StreamMessage};
 use diesel::prelude::*;
 use outbox_relay::effects::jobs::{OrderPublish, order_enqueuer};
 use outbox_relay::orders::{Transition, transition_order};
@@ -552,6 +552,7 @@ async fn endpoints_add_checks_the_stream_at_once_and_refuses_bad_nats_input() {
         .port();
     let down = format!("nats://127.0.0.1:{closed_port}");
     let mut auth = PrivateNats::start(&["--user", "relay", "--pass", "s3cret"]);
+    let auth_url = auth.url();
 
     let cases: Vec<(Vec<&str>, Vec<&str>)> = vec![
         (
@@ -625,7 +626,7 @@ async fn endpoints_add_checks_the_stream_at_once_and_refuses_bad_nats_input() {
         (
             vec![
                 "--url",
-                &auth.url(),
+                &auth_url,
                 "--stream",
                 &stream,
                 "--subject-prefix",
