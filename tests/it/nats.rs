@@ -163,6 +163,15 @@ fn all_done(conn: &mut PgConnection) -> bool {
         .all(|(_, status, _, _)| status == "done")
 }
 
+fn webhooks_pending(conn: &mut PgConnection) -> i64 {
+    jobs_all::table
+        .filter(jobs_all::kind.eq("order_webhook"))
+        .filter(jobs_all::status.ne("done"))
+        .count()
+        .get_result(conn)
+        .expect("count webhooks")
+}
+
 fn relay(name: &str, db: &TestDb) -> Launch {
     Launch::relay(name, &db.url).env("RELAY_KINDS", "order_publish")
 }
@@ -472,7 +481,13 @@ async fn every_event_arrives_once_and_in_order_across_a_10s_nats_outage() {
     // Down before the first publish: every order's first attempt fails.
     server.stop();
     let jobs = enqueue_publishes(&mut conn, endpoint, &orders);
-    let (mut relay, metrics) = BinProcess::start_relay(relay("nats-outage", &db)).await;
+    let receiver =
+        crate::support::http::HttpSink::start([], crate::support::http::Answer::status(200)).await;
+    let launch = relay("nats-outage", &db)
+        .env("RELAY_KINDS", "order_publish,order_webhook")
+        .env("WEBHOOK_URL", receiver.url().as_str())
+        .env("WEBHOOK_SECRET", crate::faults::WEBHOOK_SECRET);
+    let (mut relay, metrics) = BinProcess::start_relay(launch).await;
     let client = crate::support::app::http_client();
     wait_until("a publish failed and waits for a retry", MINUTE, || {
         publish_jobs(&mut conn).iter().any(|(_, _, error, _)| {
@@ -488,7 +503,19 @@ async fn every_event_arrives_once_and_in_order_across_a_10s_nats_outage() {
         .await
         .expect("readyz");
     assert_eq!(ready.status(), 503, "NATS is down");
-    tokio::time::sleep(Duration::from_secs(10)).await;
+    let outage = std::time::Instant::now();
+    wait_until(
+        "every webhook delivered while NATS is down",
+        Duration::from_secs(10),
+        || webhooks_pending(&mut conn) == 0,
+    )
+    .await;
+    eprintln!(
+        "{} webhooks delivered {:?} into the NATS outage",
+        receiver.requests().len(),
+        outage.elapsed()
+    );
+    tokio::time::sleep(Duration::from_secs(10).saturating_sub(outage.elapsed())).await;
     assert!(
         publish_jobs(&mut conn)
             .iter()
