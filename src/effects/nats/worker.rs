@@ -1,6 +1,10 @@
 //! The worker of [`OrderPublish`]: loads the endpoint, the order and the
 //! event, and publishes the webhook's body to the endpoint's stream.
 
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
 use diesel::prelude::*;
 use outbox_core::worker::{EffectError, EffectResult, JobContext, Worker};
 use tracing::Instrument as _;
@@ -19,6 +23,10 @@ use crate::schema::endpoints;
 /// exactly-once tests set it).
 pub const TEST_EXIT_AFTER_PUBACK: &str = "OUTBOX_TEST_EXIT_AFTER_PUBACK";
 
+/// How long a worker trusts an endpoint's row: every job of an endpoint
+/// needs its stream and prefix, which change only by an operator's hand.
+const TARGET_TTL: Duration = Duration::from_secs(5);
+
 /// Publishes order events to NATS endpoints over the relay's shared
 /// connections.
 #[derive(Debug, Clone)]
@@ -26,6 +34,7 @@ pub struct PublishWorker {
     orders: OrderLoader,
     pool: PgPool,
     connections: NatsConnections,
+    targets: Arc<Mutex<HashMap<i64, (Instant, Target)>>>,
 }
 
 impl PublishWorker {
@@ -34,6 +43,7 @@ impl PublishWorker {
             orders: OrderLoader::new(pool.clone()),
             pool,
             connections,
+            targets: Arc::default(),
         }
     }
 }
@@ -105,7 +115,22 @@ impl PublishWorker {
         Ok(None)
     }
 
+    /// The endpoint's row, at most [`TARGET_TTL`] old.
     async fn target(&self, endpoint_id: i64) -> Result<Target, EffectError> {
+        if let Ok(targets) = self.targets.lock()
+            && let Some((at, target)) = targets.get(&endpoint_id)
+            && at.elapsed() < TARGET_TTL
+        {
+            return Ok(target.clone());
+        }
+        let target = self.load_target(endpoint_id).await?;
+        if let Ok(mut targets) = self.targets.lock() {
+            targets.insert(endpoint_id, (Instant::now(), target.clone()));
+        }
+        Ok(target)
+    }
+
+    async fn load_target(&self, endpoint_id: i64) -> Result<Target, EffectError> {
         run_blocking(&self.pool, move |conn| {
             Ok(endpoints::table
                 .find(endpoint_id)
