@@ -266,8 +266,9 @@ impl QueueDepthGauge {
 pub const QUEUE_DEPTH_TTL: std::time::Duration = std::time::Duration::from_secs(5);
 
 /// Serves the relay's sidecar endpoint on `listener` until `shutdown`:
-/// `/metrics` (Prometheus text); `/healthz` and `/readyz` (200 when the
-/// database answers, else 503); `/livez` (503 when `liveness` says the relay is
+/// `/metrics` (Prometheus text); `/healthz` (200 when the database answers,
+/// else 503); `/readyz` (the same, and 503 while a NATS connection this relay
+/// has made is down, each listed under `"nats"`); `/livez` (503 when `liveness` says the relay is
 /// stuck; it does not ask the database, so an outage restarts no relay). The
 /// relay fills `liveness` once it runs: while its start waits for a primary,
 /// `/livez` answers 200 and `/readyz` 503.
@@ -276,6 +277,7 @@ pub async fn serve_metrics(
     pool: crate::db::PgPool,
     limits: crate::http_server::ConnectionLimits,
     liveness: std::sync::Arc<std::sync::OnceLock<crate::relay::Liveness>>,
+    nats: Option<crate::effects::nats::NatsConnections>,
     shutdown: tokio_util::sync::CancellationToken,
 ) -> std::io::Result<()> {
     use axum::routing::get;
@@ -312,10 +314,40 @@ pub async fn serve_metrics(
             }),
         )
         .route("/healthz", get(ready.clone()))
-        .route("/readyz", get(ready));
+        .route(
+            "/readyz",
+            get(move || {
+                let (ready, nats) = (ready.clone(), nats.clone());
+                async move { with_nats(ready().await, nats.as_ref()).await }
+            }),
+        );
     tokio::spawn(run_metrics_upkeep(shutdown.clone()));
     // A scrape is quick: a short grace is plenty.
     crate::http_server::serve(listener, app, limits, shutdown, Duration::from_secs(5)).await
+}
+
+/// The database's answer, with the state of each NATS connection under
+/// `"nats"`; 503 while one is not connected (its publishes wait and retry).
+async fn with_nats(
+    answer: (axum::http::StatusCode, axum::Json<serde_json::Value>),
+    nats: Option<&crate::effects::nats::NatsConnections>,
+) -> (axum::http::StatusCode, axum::Json<serde_json::Value>) {
+    let Some(nats) = nats else { return answer };
+    let (mut status, axum::Json(mut body)) = answer;
+    let states = nats.states().await;
+    if states.is_empty() {
+        return (status, axum::Json(body));
+    }
+    if states.iter().any(|(_, state)| *state != "connected") {
+        status = axum::http::StatusCode::SERVICE_UNAVAILABLE;
+        body["status"] = "unavailable".into();
+    }
+    body["nats"] = states
+        .into_iter()
+        .map(|(url, state)| (url, serde_json::Value::from(state)))
+        .collect::<serde_json::Map<_, _>>()
+        .into();
+    (status, axum::Json(body))
 }
 
 /// `200 {"status":"live"}` while the relay makes progress, else `503` with what

@@ -10,6 +10,7 @@ mod ceiling;
 mod drain;
 mod latency;
 mod orders;
+mod publish;
 mod real;
 mod report;
 mod stats;
@@ -67,7 +68,12 @@ pub struct BenchArgs {
     /// local SMTP sink and signed webhooks to a local HTTP sink.
     #[arg(long, value_enum, default_value_t = EffectsMode::Noop)]
     pub effects: EffectsMode,
-    /// Jobs in the real-effects drain (half emails, half webhooks).
+    /// NATS server of the real-effects run's publish drain (skipped when
+    /// none answers there).
+    #[arg(long, env = "BENCH_NATS_URL", default_value = "nats://127.0.0.1:4222")]
+    pub nats_url: String,
+    /// Jobs in the real-effects drain (half emails, half webhooks), and in
+    /// its publish drain.
     #[arg(long, default_value_t = 10_000, value_parser = parse_jobs)]
     pub real_jobs: usize,
     /// Only the order placement runs (through the API, with and without
@@ -197,6 +203,18 @@ pub async fn run(args: BenchArgs) -> anyhow::Result<()> {
                 real.jobs_per_second()
             );
             report.real.push(real);
+            if let Some(publish) = publish::measure(&scratch.url, &args, args.batch)
+                .await
+                .context("draining NATS publishes")?
+            {
+                eprintln!(
+                    "  relay (NATS publishes): {:.0} jobs/s; raw async-nats loop: {:.0} msgs/s; \
+                     ratio {:.2}",
+                    publish.drain.jobs_per_second(),
+                    publish.raw_per_second,
+                    publish.ratio()
+                );
+            }
         }
     }
     if args.api_clients > 0 {

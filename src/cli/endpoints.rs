@@ -14,11 +14,12 @@ use serde::Serialize;
 use crate::cli::table::{Align, Table};
 use crate::cli::with_conn;
 use crate::config::{ConfigError, DatabaseArgs, parse_duration};
+use crate::effects::nats::{self, NatsCredentials};
 use crate::endpoints::recover;
 use crate::endpoints::store::{self, Endpoint, NewEndpoint};
 use crate::endpoints::{
-    DEFAULT_MAX_IN_FLIGHT, EndpointName, EndpointUrl, EventTypes, RateLimit, SigningSecret,
-    SpecError, spec,
+    DEFAULT_MAX_IN_FLIGHT, EndpointName, EndpointUrl, EventTypes, NatsTarget, RateLimit,
+    SigningSecret, SpecError, StreamName, SubjectPrefix, spec,
 };
 
 #[derive(Debug, Subcommand)]
@@ -31,7 +32,9 @@ pub enum EndpointsCommand {
     #[command(after_help = "Examples:\n  \
         outbox-relay endpoints add --name erp --url https://erp.example.com/hooks/orders\n  \
         outbox-relay endpoints add --name fulfilment --url https://ship.example.com/in \\\n      \
-        --events order.paid,order.cancelled --rate-limit 5/s --max-in-flight 4")]
+        --events order.paid,order.cancelled --rate-limit 5/s --max-in-flight 4\n  \
+        outbox-relay endpoints add --name events --url nats://127.0.0.1:4222 \\\n      \
+        --stream ORDERS --subject-prefix orders --create-stream")]
     Add(AddArgs),
     /// Every endpoint, with its state and limits.
     List(ListArgs),
@@ -72,7 +75,8 @@ pub struct AddArgs {
     /// A unique name (letters, digits, '_', '.', '-').
     #[arg(long)]
     name: String,
-    /// Where deliveries go: https://… (http://… only with --allow-http).
+    /// Where deliveries go: https://… (http://… only with --allow-http), or a NATS
+    /// server, nats://host:port (with --stream and --subject-prefix).
     #[arg(long)]
     url: String,
     /// Event types to deliver, comma-separated (order.placed, order.paid, order.shipped,
@@ -94,6 +98,21 @@ pub struct AddArgs {
     /// Print {"id","name","secret"} as JSON instead of text.
     #[arg(long)]
     json: bool,
+    /// NATS endpoints: the JetStream stream that captures <subject-prefix>.>
+    /// (checked now: it must exist, or be created with --create-stream).
+    #[arg(long)]
+    stream: Option<String>,
+    /// NATS endpoints: events are published to <prefix>.<event>.<order id>
+    /// (orders.paid.42).
+    #[arg(long, value_name = "PREFIX")]
+    subject_prefix: Option<String>,
+    /// NATS endpoints: create the stream (capturing <prefix>.>, a 2 minute
+    /// duplicate window) when it does not exist.
+    #[arg(long)]
+    create_stream: bool,
+    /// Credentials file for the NATS server (a user JWT and its nkey seed).
+    #[arg(long, env = "NATS_CREDENTIALS")]
+    nats_credentials: Option<std::path::PathBuf>,
 }
 
 #[derive(Debug, Args)]
@@ -156,9 +175,11 @@ fn usage(error: SpecError) -> anyhow::Error {
 
 /// Every flag of `add`, checked; the first bad one is the error.
 fn parse_new(args: &AddArgs) -> Result<NewEndpoint, SpecError> {
+    let url = EndpointUrl::parse(&args.url, args.allow_http)?;
     Ok(NewEndpoint {
         name: EndpointName::parse(&args.name)?,
-        url: EndpointUrl::parse(&args.url, args.allow_http)?,
+        nats: parse_nats(args, &url)?,
+        url,
         event_types: match &args.events {
             Some(raw) => EventTypes::parse(raw)?,
             None => EventTypes::ALL,
@@ -177,6 +198,79 @@ fn parse_new(args: &AddArgs) -> Result<NewEndpoint, SpecError> {
             None => new_secret()?,
         },
     })
+}
+
+/// `--stream` and `--subject-prefix`: both for a `nats://` URL, neither
+/// (nor `--create-stream`) for any other.
+fn parse_nats(args: &AddArgs, url: &EndpointUrl) -> Result<Option<NatsTarget>, SpecError> {
+    if !url.is_nats() {
+        let given = [
+            ("--stream", args.stream.is_some()),
+            ("--subject-prefix", args.subject_prefix.is_some()),
+            ("--create-stream", args.create_stream),
+        ];
+        return match given.into_iter().find(|(_, given)| *given) {
+            Some((flag, _)) => Err(SpecError {
+                flag,
+                message: format!("is for nats:// endpoints only, not {}", url.as_str()),
+            }),
+            None => Ok(None),
+        };
+    }
+    let needed = |flag: &'static str| SpecError {
+        flag,
+        message: "a nats:// endpoint needs --stream and --subject-prefix".to_owned(),
+    };
+    let stream = args.stream.as_deref().ok_or_else(|| needed("--stream"))?;
+    let prefix = args
+        .subject_prefix
+        .as_deref()
+        .ok_or_else(|| needed("--subject-prefix"))?;
+    Ok(Some(NatsTarget {
+        stream: StreamName::parse(stream)?,
+        subject_prefix: SubjectPrefix::parse(prefix)?,
+    }))
+}
+
+/// Checks, before anything is written, that the NATS server answers, takes
+/// the credentials, and has a stream fit for the endpoint (creating it with
+/// `--create-stream`). Every refusal names the endpoint and its URL.
+async fn check_nats(args: &AddArgs, url: &str, target: &NatsTarget) -> anyhow::Result<()> {
+    let refused = |what: String| -> anyhow::Error {
+        ConfigError(format!("endpoint {:?} (--url {url}): {what}", args.name)).into()
+    };
+    let credentials = match &args.nats_credentials {
+        Some(path) => Some(NatsCredentials::load(path).await.map_err(ConfigError)?),
+        None => None,
+    };
+    let client = nats::connection::connect_once(url, credentials.as_ref())
+        .await
+        .map_err(|e| refused(e.to_string()))?;
+    let checked = nats::stream::check_stream(
+        client,
+        url,
+        target.stream.as_str(),
+        target.subject_prefix.as_str(),
+        args.create_stream,
+    )
+    .await
+    .map_err(|e| {
+        let flag = match e {
+            nats::stream::StreamError::DoesNotCapture { .. } => "--subject-prefix",
+            _ => "--stream",
+        };
+        refused(format!("{flag}: {e}"))
+    })?;
+    if !args.json {
+        println!(
+            "stream {} {} (duplicate window {}); events go to {}.<event>.<order id>",
+            target.stream.as_str(),
+            if checked.created { "created" } else { "found" },
+            humantime::format_duration(checked.duplicate_window),
+            target.subject_prefix
+        );
+    }
+    Ok(())
 }
 
 fn new_secret() -> Result<SigningSecret, SpecError> {
@@ -210,6 +304,9 @@ fn print_secret(endpoint: &Endpoint, secret: &SigningSecret, json: bool) -> anyh
 
 async fn add(args: AddArgs) -> anyhow::Result<()> {
     let new = parse_new(&args).map_err(usage)?;
+    if let Some(target) = &new.nats {
+        check_nats(&args, new.url.as_str(), target).await?;
+    }
     let secret = new.secret.clone();
     let endpoint = with_conn(&args.db, move |conn| {
         store::add(conn, &new).map_err(anyhow::Error::from)

@@ -45,6 +45,7 @@ pub async fn run(db_args: DatabaseArgs, args: RelayArgs) -> anyhow::Result<()> {
         .map(|config| webhook::WebhookSender::new(config).map(|s| s.with_breaker(breaker)))
         .transpose()
         .map_err(|e| ConfigError(format!("WEBHOOK_URL: {e:#}")))?;
+    let nats = args.effects.nats().await?;
     let metrics = tokio::net::TcpListener::bind(args.metrics_addr)
         .await
         .map_err(|e| {
@@ -72,7 +73,13 @@ pub async fn run(db_args: DatabaseArgs, args: RelayArgs) -> anyhow::Result<()> {
             ..db::PoolOptions::default()
         },
     );
-    let executor = Arc::new(effects::workers(pool.clone(), mailer, sender, receipt));
+    let executor = Arc::new(effects::workers_with_nats(
+        pool.clone(),
+        mailer,
+        sender,
+        receipt,
+        nats.clone(),
+    ));
 
     // The relay's gauges bind to the recorder installed when they are made,
     // and its listener makes one as soon as it starts: install ours first.
@@ -86,6 +93,7 @@ pub async fn run(db_args: DatabaseArgs, args: RelayArgs) -> anyhow::Result<()> {
         pool.clone(),
         args.http.limits(),
         Arc::clone(&liveness),
+        Some(nats.clone()),
         shutdown.clone(),
     ));
     // The bound address, so that METRICS_ADDR=...:0 logs the port it got.

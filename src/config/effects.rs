@@ -9,6 +9,7 @@ use clap::Args;
 use super::parse::{parse_http_url, parse_positive_duration};
 use super::{ConfigError, DEFAULT_PUBLIC_BASE_URL};
 use crate::effects::email::EmailConfig;
+use crate::effects::nats::{NatsConnections, NatsCredentials};
 use crate::effects::receipt::ReceiptSettings;
 use crate::effects::webhook::WebhookConfig;
 
@@ -67,6 +68,10 @@ pub struct EffectArgs {
     /// (`disabled_reason = 'failing'`); its deliveries wait until it is enabled.
     #[arg(long, env = "ENDPOINT_DISABLE_AFTER", default_value = "5d", value_parser = parse_positive_duration)]
     pub endpoint_disable_after: Duration,
+    /// Credentials file for NATS endpoints (a user JWT and its nkey seed, as
+    /// `nsc` writes them); without it, connections to NATS carry none.
+    #[arg(long, env = "NATS_CREDENTIALS")]
+    pub nats_credentials: Option<PathBuf>,
     /// Base for links in emails.
     #[arg(long, env = "PUBLIC_BASE_URL", default_value = DEFAULT_PUBLIC_BASE_URL, value_parser = parse_http_url)]
     pub public_base_url: url::Url,
@@ -93,6 +98,7 @@ impl std::fmt::Debug for EffectArgs {
             )
             .field("webhook_timeout", &self.webhook_timeout)
             .field("endpoint_disable_after", &self.endpoint_disable_after)
+            .field("nats_credentials", &self.nats_credentials)
             .field("public_base_url", &self.public_base_url.as_str())
             .finish()
     }
@@ -121,6 +127,16 @@ impl EffectArgs {
             // The caller's, from LinkArgs.
             receipt_links: None,
         }))
+    }
+
+    /// The NATS connections of a relay that publishes (with `NATS_CREDENTIALS`,
+    /// read now so that a bad file fails the start, naming the variable).
+    pub async fn nats(&self) -> Result<NatsConnections, ConfigError> {
+        let credentials = match &self.nats_credentials {
+            Some(path) => Some(NatsCredentials::load(path).await.map_err(ConfigError)?),
+            None => None,
+        };
+        Ok(NatsConnections::new(credentials))
     }
 
     /// The webhook settings, required when the relay handles order_webhook.
@@ -171,6 +187,7 @@ mod tests {
             webhook_timeout: DEFAULT_WEBHOOK_TIMEOUT,
             webhook_allow_private: false,
             endpoint_disable_after: crate::endpoints::breaker::DEFAULT_DISABLE_AFTER,
+            nats_credentials: None,
             public_base_url: parse_http_url(DEFAULT_PUBLIC_BASE_URL).expect("default URL"),
         };
         let shown = format!("{args:?}");

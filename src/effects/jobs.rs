@@ -75,6 +75,33 @@ impl JobArgs for EndpointNotice {
     const KIND: &'static str = "endpoint_notice";
 }
 
+/// An order event published to a NATS JetStream endpoint (see
+/// [`super::nats`]); enqueued with the ordering key
+/// `endpoint:<endpoint id>:order:<order id>`, so an order's subjects reach the
+/// stream in event order.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct OrderPublish {
+    /// The order the event belongs to.
+    pub order_id: i64,
+    /// The event to publish.
+    pub event_id: i64,
+    /// The `nats://` endpoint to publish to.
+    pub endpoint_id: i64,
+}
+
+impl JobArgs for OrderPublish {
+    const KIND: &'static str = "order_publish";
+}
+
+impl OrderPublish {
+    /// `endpoint:<endpoint id>:order:<order id>`, the key every delivery of
+    /// an order to one endpoint shares.
+    pub fn ordering_key(&self) -> String {
+        format!("endpoint:{}:order:{}", self.endpoint_id, self.order_id)
+    }
+}
+
 /// Succeeds at once, whatever it carries (benchmarks, smoke tests).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(transparent)]
@@ -154,17 +181,20 @@ pub enum EffectKind {
     OrderWebhook,
     /// [`EndpointNotice`].
     EndpointNotice,
+    /// [`OrderPublish`].
+    OrderPublish,
     /// [`Noop`].
     Noop,
 }
 
 impl EffectKind {
     /// Every kind, in the order the CLI lists them.
-    pub const ALL: [EffectKind; 5] = [
+    pub const ALL: [EffectKind; 6] = [
         EffectKind::ConfirmationEmail,
         EffectKind::ReceiptPdf,
         EffectKind::OrderWebhook,
         EffectKind::EndpointNotice,
+        EffectKind::OrderPublish,
         EffectKind::Noop,
     ];
 
@@ -182,6 +212,7 @@ impl EffectKind {
             EffectKind::ReceiptPdf => ReceiptPdf::KIND,
             EffectKind::OrderWebhook => OrderWebhook::KIND,
             EffectKind::EndpointNotice => EndpointNotice::KIND,
+            EffectKind::OrderPublish => OrderPublish::KIND,
             EffectKind::Noop => Noop::KIND,
         }
     }

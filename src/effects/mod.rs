@@ -2,11 +2,11 @@
 //! (the same API a library user writes their own jobs with):
 //!
 //! - [`jobs`]: the job types ([`ConfirmationEmail`], [`ReceiptPdf`],
-//!   [`OrderWebhook`], [`Noop`]), whose `KIND` constants are the only place
+//!   [`OrderWebhook`], [`OrderPublish`], [`Noop`]), whose `KIND` constants are the only place
 //!   the kind names are written;
 //! - [`mod@workers`]: the workers that perform them, and [`workers()`], the
 //!   registry a relay runs;
-//! - [`email`], [`receipt`], [`webhook`]: what each effect does; [`signature`]:
+//! - [`email`], [`receipt`], [`webhook`], [`nats`]: what each effect does; [`signature`]:
 //!   the webhook signatures.
 //!
 //! [`Worker`]: outbox_core::worker::Worker
@@ -14,16 +14,19 @@
 pub mod delivery;
 pub mod email;
 pub mod jobs;
+pub mod nats;
 pub mod receipt;
 pub mod signature;
 pub mod webhook;
 pub mod workers;
 
 pub use delivery::{EndpointNoticeWorker, WebhookWorker};
-pub use jobs::{ConfirmationEmail, EffectKind, EndpointNotice, Noop, OrderWebhook, ReceiptPdf};
+pub use jobs::{
+    ConfirmationEmail, EffectKind, EndpointNotice, Noop, OrderPublish, OrderWebhook, ReceiptPdf,
+};
 pub use outbox_core::driver::{BoxFuture, Executor};
 pub use outbox_core::worker::{EffectError, EffectResult, JobArgs, JobContext, Worker, Workers};
-pub use workers::{EmailWorker, NoopWorker, ReceiptWorker, workers};
+pub use workers::{EmailWorker, NoopWorker, ReceiptWorker, workers, workers_with_nats};
 
 /// An error and its sources on one line, each cause once (transport errors
 /// often repeat their source's text in their own).

@@ -20,7 +20,7 @@
 //! this file holds the settings, the client and the send.
 
 mod answer;
-mod body;
+pub(crate) mod body;
 pub mod guard;
 
 use std::fmt;

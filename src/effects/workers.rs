@@ -8,7 +8,10 @@ use tracing::Instrument as _;
 
 use super::delivery::{EndpointNoticeWorker, WebhookWorker};
 use super::email::{EmailKind, Mailer};
-use super::jobs::{ConfirmationEmail, EndpointNotice, Noop, OrderWebhook, ReceiptPdf};
+use super::jobs::{
+    ConfirmationEmail, EndpointNotice, Noop, OrderPublish, OrderWebhook, ReceiptPdf,
+};
+use super::nats::{NatsConnections, PublishWorker};
 use super::receipt::{self, ReceiptSettings};
 use super::webhook::WebhookSender;
 use crate::db::{PgPool, run_blocking};
@@ -24,6 +27,19 @@ pub fn workers(
     webhook: Option<WebhookSender>,
     receipt: ReceiptSettings,
 ) -> Workers {
+    workers_with_nats(pool, mailer, webhook, receipt, NatsConnections::default())
+}
+
+/// [`workers()`], publishing to NATS over `nats` (the relay's connections,
+/// with its `NATS_CREDENTIALS`).
+pub fn workers_with_nats(
+    pool: PgPool,
+    mailer: Option<Mailer>,
+    webhook: Option<WebhookSender>,
+    receipt: ReceiptSettings,
+    nats: NatsConnections,
+) -> Workers {
+    let publisher = PublishWorker::new(pool.clone(), nats);
     let orders = OrderLoader { pool };
     Workers::new()
         .register::<ConfirmationEmail, _>(EmailWorker {
@@ -42,6 +58,7 @@ pub fn workers(
             orders,
             sender: webhook,
         })
+        .register::<OrderPublish, _>(publisher)
         .register::<Noop, _>(NoopWorker)
 }
 
@@ -54,19 +71,23 @@ pub(super) fn order_span(order_id: i64) -> tracing::Span {
 /// Reads what an order job names, with the error classes a worker needs: a
 /// database that does not answer is worth a retry, a row that is gone is not.
 #[derive(Debug, Clone)]
-pub(super) struct OrderLoader {
-    pub(super) pool: PgPool,
+pub(crate) struct OrderLoader {
+    pub(crate) pool: PgPool,
 }
 
 impl OrderLoader {
-    pub(super) async fn order(&self, order_id: i64) -> Result<Order, EffectError> {
+    pub(crate) fn new(pool: PgPool) -> OrderLoader {
+        OrderLoader { pool }
+    }
+
+    pub(crate) async fn order(&self, order_id: i64) -> Result<Order, EffectError> {
         run_blocking(&self.pool, move |conn| Ok(load_order(conn, order_id)?))
             .await
             .map_err(|e| EffectError::retryable(format!("loading order {order_id}: {e}")))?
             .ok_or_else(|| EffectError::permanent(format!("order {order_id} no longer exists")))
     }
 
-    pub(super) async fn event(
+    pub(crate) async fn event(
         &self,
         event_id: Option<i64>,
     ) -> Result<Option<OrderEvent>, EffectError> {

@@ -2,17 +2,20 @@
 //! with its own URL, signing secret, event types, throttle and breaker state.
 //!
 //! [`spec`] parses what an operator says about an endpoint (every error names
-//! its flag); [`store`] keeps the `endpoints` table; [`target`] is what a
-//! delivery reads of its endpoint, and keeps `default` from `WEBHOOK_URL`.
+//! its flag), [`nats`] what a NATS endpoint adds; [`store`] keeps the
+//! `endpoints` table; [`target`] is what a delivery reads of its endpoint, and
+//! keeps `default` from `WEBHOOK_URL`.
 
 pub mod attempts;
 pub mod breaker;
 pub mod keys;
+pub mod nats;
 pub mod recover;
 pub mod spec;
 pub mod store;
 pub mod target;
 
+pub use nats::{NatsTarget, StreamName, SubjectPrefix};
 pub use spec::{
     DEFAULT_MAX_IN_FLIGHT, EVENT_ENDPOINT_DISABLED, EndpointName, EndpointUrl, EventTypes,
     RateLimit, SigningSecret, SpecError,

@@ -30,7 +30,7 @@ pub struct SpecError {
     pub message: String,
 }
 
-fn refuse(flag: &'static str, message: impl Into<String>) -> SpecError {
+pub(super) fn refuse(flag: &'static str, message: impl Into<String>) -> SpecError {
     SpecError {
         flag,
         message: message.into(),
@@ -77,8 +77,8 @@ impl fmt::Display for EndpointName {
     }
 }
 
-/// Where deliveries go: an `https://` URL, `http://` only when allowed, with
-/// no credentials in it (they would be logged and shown wherever the URL is).
+/// Where deliveries go: an `https://` URL, `http://` only when allowed, or a
+/// `nats://` server, with no credentials in it (they would be logged and shown wherever the URL is).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct EndpointUrl(url::Url);
 
@@ -106,16 +106,12 @@ impl EndpointUrl {
                      the endpoint with --allow-http",
                 ));
             }
-            "nats" => {
-                return Err(refuse(
-                    "--url",
-                    "nats:// endpoints are not supported by this version; use https://",
-                ));
-            }
+            // Credentials come from NATS_CREDENTIALS, refused above in the URL.
+            "nats" => {}
             other => {
                 return Err(refuse(
                     "--url",
-                    format!("scheme {other:?} is not https:// or http://"),
+                    format!("scheme {other:?} is not https://, http:// or nats://"),
                 ));
             }
         }
@@ -128,6 +124,11 @@ impl EndpointUrl {
 
     pub fn is_http(&self) -> bool {
         self.0.scheme() == "http"
+    }
+
+    /// A NATS server, whose endpoint publishes to a JetStream stream.
+    pub fn is_nats(&self) -> bool {
+        self.0.scheme() == "nats"
     }
 }
 
@@ -330,12 +331,15 @@ mod tests {
     fn urls_must_be_https_without_credentials_unless_http_is_allowed() {
         assert!(EndpointUrl::parse("https://erp.example.com/hooks", false).is_ok());
         assert!(EndpointUrl::parse("http://erp.example.com/hooks", true).is_ok());
+        let nats = EndpointUrl::parse("nats://127.0.0.1:4222", false).expect("a NATS server");
+        assert!(nats.is_nats() && !nats.is_http());
         let cases = [
             ("http://erp.example.com/hooks", "--allow-http"),
             ("ftp://erp.example.com/", "scheme \"ftp\""),
             ("https://user:pw@erp.example.com/", "credentials"),
+            ("nats://user:pw@127.0.0.1:4222", "credentials"),
             ("not a url", "is not a URL"),
-            ("nats://127.0.0.1:4222", "nats://"),
+            ("nats://", "has no host"),
         ];
         for (raw, said) in cases {
             let error = EndpointUrl::parse(raw, false).expect_err(raw);

@@ -9,6 +9,7 @@ use diesel::result::{DatabaseErrorKind, Error as DieselError};
 use diesel::sql_types::{BigInt, Text};
 use serde::Serialize;
 
+use super::nats::NatsTarget;
 use super::spec::{EndpointName, EndpointUrl, EventTypes, RateLimit, SigningSecret};
 use crate::schema::endpoints;
 
@@ -48,6 +49,8 @@ pub struct NewEndpoint {
     pub rate_limit: Option<RateLimit>,
     pub max_in_flight: i32,
     pub secret: SigningSecret,
+    /// A `nats://` endpoint's stream and subject prefix.
+    pub nats: Option<NatsTarget>,
 }
 
 /// One row of `endpoints`, without its secrets.
@@ -99,6 +102,8 @@ fn insert(conn: &mut PgConnection, new: &NewEndpoint) -> Result<Endpoint, StoreE
             endpoints::max_in_flight.eq(new.max_in_flight),
             endpoints::secret.eq(new.secret.expose()),
             endpoints::allow_http.eq(new.url.is_http()),
+            endpoints::stream.eq(new.nats.as_ref().map(|n| n.stream.as_str())),
+            endpoints::subject_prefix.eq(new.nats.as_ref().map(|n| n.subject_prefix.as_str())),
         ))
         .returning(Endpoint::as_returning())
         .get_result(conn)

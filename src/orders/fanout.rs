@@ -14,7 +14,7 @@ use serde_json::Value;
 use super::place::IdempotencyKey;
 use super::transition::KeyAge;
 use super::webhook_key;
-use crate::effects::OrderWebhook;
+use crate::effects::{OrderPublish, OrderWebhook};
 use crate::effects::jobs::new_job;
 use crate::outbox::NewJob;
 
@@ -87,23 +87,32 @@ impl RecordedEvent {
             )?;
             return Ok(vec![job]);
         }
-        // NATS endpoints get `order_publish` jobs, built by the NATS
-        // publisher's change; until it is merged they get nothing here.
-        let _nats = &self.nats_endpoints;
-        self.webhook_endpoints
-            .iter()
-            .map(|&endpoint_id| {
-                new_job(
-                    &OrderWebhook {
-                        order_id,
-                        event_id: Some(self.event_id),
-                        endpoint_id: Some(endpoint_id),
-                    },
-                    &keys
-                        .options(max_attempts, delivery_key(endpoint_id, order_id))
-                        .concurrency_key(endpoint_key(endpoint_id)),
-                )
-            })
+        let webhooks = self.webhook_endpoints.iter().map(|&endpoint_id| {
+            new_job(
+                &OrderWebhook {
+                    order_id,
+                    event_id: Some(self.event_id),
+                    endpoint_id: Some(endpoint_id),
+                },
+                &keys
+                    .options(max_attempts, delivery_key(endpoint_id, order_id))
+                    .concurrency_key(endpoint_key(endpoint_id)),
+            )
+        });
+        let publishes = self.nats_endpoints.iter().map(|&endpoint_id| {
+            new_job(
+                &OrderPublish {
+                    order_id,
+                    event_id: self.event_id,
+                    endpoint_id,
+                },
+                &keys
+                    .options(max_attempts, delivery_key(endpoint_id, order_id))
+                    .concurrency_key(endpoint_key(endpoint_id)),
+            )
+        });
+        webhooks
+            .chain(publishes)
             .collect()
     }
 }

@@ -41,6 +41,7 @@ pub fn add_endpoint(
             rate_limit: None,
             max_in_flight,
             secret: secret.clone(),
+            nats: None,
         },
     )
     .expect("add endpoint");

@@ -19,6 +19,7 @@ mod endpoints;
 mod faults;
 mod front_door;
 mod metrics;
+mod nats;
 mod orders;
 mod outbox;
 mod queue_core;

@@ -144,6 +144,7 @@ async fn the_relays_metrics_endpoint_serves_queue_depth_and_health() {
         db.pool(2),
         outbox_relay::http_server::ConnectionLimits::default(),
         std::sync::Arc::default(),
+        None,
         shutdown.clone(),
     ));
     let client = http_client();

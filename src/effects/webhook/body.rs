@@ -12,7 +12,7 @@ use crate::orders::{Order, OrderEvent};
 /// An `order.placed` body also keeps the original `"event"` and `"order"`
 /// fields, so receivers written for the first version read it unchanged. A
 /// job enqueued before events existed has no event: it gets the original body.
-pub(super) fn event_body(order: &Order, event: Option<&OrderEvent>) -> serde_json::Result<Vec<u8>> {
+pub(crate) fn event_body(order: &Order, event: Option<&OrderEvent>) -> serde_json::Result<Vec<u8>> {
     let legacy = serde_json::to_value(OrderPlaced::new(order))?;
     let Some(event) = event else {
         return serde_json::to_vec(&legacy);

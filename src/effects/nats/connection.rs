@@ -1,0 +1,239 @@
+//! One NATS connection per server URL for the whole relay, shared by every
+//! publish to every endpoint on that server, made on first use and
+//! reconnecting on its own, with backoff, for as long as the relay runs.
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use async_nats::connection::State;
+use async_nats::jetstream;
+
+use super::PUBLISH_TIMEOUT;
+
+/// Longest wait for the TCP connection and the server's greeting.
+pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
+/// Longest pause between two reconnection attempts.
+const MAX_RECONNECT_DELAY: Duration = Duration::from_secs(5);
+
+/// A credentials file (`NATS_CREDENTIALS`): a user JWT and its nkey seed, as
+/// `nsc` writes them. Checked at start, read again by every connection.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NatsCredentials(PathBuf);
+
+impl NatsCredentials {
+    /// The file at `path`, refused (naming the variable) when it cannot be
+    /// read or holds no credentials.
+    pub async fn load(path: &Path) -> Result<NatsCredentials, String> {
+        async_nats::ConnectOptions::with_credentials_file(path)
+            .await
+            .map_err(|e| format!("NATS_CREDENTIALS {}: {e}", path.display()))?;
+        Ok(NatsCredentials(path.to_owned()))
+    }
+
+    pub fn path(&self) -> &Path {
+        &self.0
+    }
+}
+
+/// What connecting for `endpoints add` ran into.
+#[derive(Debug, thiserror::Error)]
+pub enum ConnectError {
+    #[error("the NATS server at {url} refused the credentials{from}: {detail}")]
+    Refused {
+        url: String,
+        from: String,
+        detail: String,
+    },
+    #[error("cannot connect to the NATS server at {url}: {detail}")]
+    Unreachable { url: String, detail: String },
+    #[error("{0}")]
+    Credentials(String),
+}
+
+async fn options(
+    credentials: Option<&NatsCredentials>,
+) -> Result<async_nats::ConnectOptions, ConnectError> {
+    let options = match credentials {
+        Some(credentials) => async_nats::ConnectOptions::with_credentials_file(credentials.path())
+            .await
+            .map_err(|e| {
+                ConnectError::Credentials(format!(
+                    "NATS_CREDENTIALS {}: {e}",
+                    credentials.path().display()
+                ))
+            })?,
+        None => async_nats::ConnectOptions::new(),
+    };
+    Ok(options
+        .name(concat!("outbox-relay/", env!("CARGO_PKG_VERSION")))
+        .connection_timeout(CONNECT_TIMEOUT)
+        .request_timeout(Some(PUBLISH_TIMEOUT)))
+}
+
+/// One connection attempt, for `endpoints add`: a server that is down or
+/// refuses the credentials is an error now, not a background retry.
+pub async fn connect_once(
+    url: &str,
+    credentials: Option<&NatsCredentials>,
+) -> Result<async_nats::Client, ConnectError> {
+    let options = options(credentials).await?;
+    options.connect(url).await.map_err(|e| {
+        let detail = super::super::error_chain(&e);
+        match e.kind() {
+            async_nats::ConnectErrorKind::AuthorizationViolation
+            | async_nats::ConnectErrorKind::Authentication => ConnectError::Refused {
+                url: url.to_owned(),
+                from: credentials.map_or_else(
+                    || " (no NATS_CREDENTIALS given)".to_owned(),
+                    |c| format!(" from NATS_CREDENTIALS {}", c.path().display()),
+                ),
+                detail,
+            },
+            _ => ConnectError::Unreachable {
+                url: url.to_owned(),
+                detail,
+            },
+        }
+    })
+}
+
+/// A relay's connection to one server, and what the server last complained
+/// about (an authorization or permission error arrives on its own, not as
+/// the answer to a publish).
+#[derive(Debug, Clone)]
+pub struct Connection {
+    pub url: String,
+    pub client: async_nats::Client,
+    pub jetstream: jetstream::Context,
+    last_server_error: Arc<std::sync::Mutex<Option<(Instant, String)>>>,
+}
+
+impl Connection {
+    /// `connected`, `connecting` or `disconnected`.
+    pub fn state(&self) -> &'static str {
+        match self.client.connection_state() {
+            State::Connected => "connected",
+            State::Pending => "connecting",
+            State::Disconnected => "disconnected",
+        }
+    }
+
+    /// The server's complaint of the last `within`, if any.
+    pub fn recent_server_error(&self, within: Duration) -> Option<String> {
+        let last = self.last_server_error.lock().ok()?;
+        last.as_ref()
+            .filter(|(at, _)| at.elapsed() <= within)
+            .map(|(_, error)| error.clone())
+    }
+}
+
+/// The relay's connections, by URL. Cloning shares them.
+#[derive(Debug, Clone, Default)]
+pub struct NatsConnections {
+    credentials: Option<NatsCredentials>,
+    by_url: Arc<tokio::sync::Mutex<HashMap<String, Connection>>>,
+}
+
+impl NatsConnections {
+    pub fn new(credentials: Option<NatsCredentials>) -> NatsConnections {
+        NatsConnections {
+            credentials,
+            by_url: Arc::default(),
+        }
+    }
+
+    /// The connection to `url`, made on first use. A server that is down
+    /// does not fail this: the connection keeps trying in the background and
+    /// publishes meanwhile time out, to be retried.
+    pub async fn get(&self, url: &str) -> Result<Connection, ConnectError> {
+        let mut by_url = self.by_url.lock().await;
+        if let Some(connection) = by_url.get(url) {
+            return Ok(connection.clone());
+        }
+        let last_server_error: Arc<std::sync::Mutex<Option<(Instant, String)>>> = Arc::default();
+        let errors = last_server_error.clone();
+        let logged_url = url.to_owned();
+        let client = options(self.credentials.as_ref())
+            .await?
+            .retry_on_initial_connect()
+            .max_reconnects(None)
+            .reconnect_delay_callback(reconnect_delay)
+            .event_callback(move |event| {
+                let (errors, url) = (errors.clone(), logged_url.clone());
+                async move { on_event(&url, &errors, event) }
+            })
+            .connect(url)
+            .await
+            .map_err(|e| ConnectError::Unreachable {
+                url: url.to_owned(),
+                detail: super::super::error_chain(&e),
+            })?;
+        let mut jetstream = jetstream::new(client.clone());
+        jetstream.set_timeout(PUBLISH_TIMEOUT);
+        let connection = Connection {
+            url: url.to_owned(),
+            client,
+            jetstream,
+            last_server_error,
+        };
+        by_url.insert(url.to_owned(), connection.clone());
+        Ok(connection)
+    }
+
+    /// Each server this relay has a connection to, and its state.
+    pub async fn states(&self) -> Vec<(String, &'static str)> {
+        let by_url = self.by_url.lock().await;
+        let mut states: Vec<(String, &'static str)> = by_url
+            .values()
+            .map(|c| (c.url.clone(), c.state()))
+            .collect();
+        states.sort();
+        states
+    }
+}
+
+/// 100 ms, doubling, at most [`MAX_RECONNECT_DELAY`], with jitter so that a
+/// fleet of relays does not reconnect in step.
+fn reconnect_delay(attempts: usize) -> Duration {
+    let exponent = u32::try_from(attempts.min(10)).unwrap_or(10);
+    let base = Duration::from_millis(100)
+        .saturating_mul(2u32.saturating_pow(exponent))
+        .min(MAX_RECONNECT_DELAY);
+    base.mul_f64(0.5 + fastrand::f64() / 2.0)
+}
+
+fn on_event(
+    url: &str,
+    errors: &std::sync::Mutex<Option<(Instant, String)>>,
+    event: async_nats::Event,
+) {
+    match event {
+        async_nats::Event::Connected => tracing::info!(url, "connected to NATS"),
+        async_nats::Event::Disconnected => {
+            tracing::warn!(url, "lost the connection to NATS; reconnecting");
+        }
+        async_nats::Event::ServerError(error) => {
+            tracing::warn!(url, error = %error, "the NATS server reported an error");
+            if let Ok(mut last) = errors.lock() {
+                *last = Some((Instant::now(), error.to_string()));
+            }
+        }
+        other => tracing::debug!(url, event = %other, "NATS connection event"),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn reconnection_backs_off_up_to_a_cap() {
+        assert!(reconnect_delay(0) <= Duration::from_millis(100));
+        assert!(reconnect_delay(3) >= Duration::from_millis(400));
+        for attempts in [10, 100, usize::MAX] {
+            assert!(reconnect_delay(attempts) <= MAX_RECONNECT_DELAY);
+        }
+    }
+}

@@ -1,0 +1,203 @@
+//! What a publish's answer means: done (new, a duplicate, or already on its
+//! subject), worth a retry, or not. Every error names its class and the
+//! endpoint, so `last_error` says both.
+
+use std::time::Duration;
+
+use async_nats::jetstream::ErrorCode;
+use async_nats::jetstream::context::{PublishError, PublishErrorKind};
+
+use super::connection::Connection;
+use super::stream::captures;
+use super::{PUBLISH_TIMEOUT, Publication};
+use crate::effects::{EffectError, error_chain};
+
+/// A publish that is done.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Published {
+    /// The stream stored it now.
+    New,
+    /// The stream had it already, from an earlier attempt inside its
+    /// duplicate window (a `duplicate` PubAck).
+    Duplicate,
+    /// The subject already holds its message, from an attempt before the
+    /// duplicate window ("wrong last sequence" to `Nats-Expected-Last-Subject-Sequence: 0`).
+    AlreadyPublished,
+}
+
+impl Published {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Published::New => "published",
+            Published::Duplicate => "duplicate",
+            Published::AlreadyPublished => "already_published",
+        }
+    }
+}
+
+/// How bad a failed publish is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ErrorClass {
+    Retryable,
+    Permanent,
+}
+
+impl ErrorClass {
+    pub fn of(error: &EffectError) -> ErrorClass {
+        match error {
+            EffectError::Permanent { .. } => ErrorClass::Permanent,
+            _ => ErrorClass::Retryable,
+        }
+    }
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ErrorClass::Retryable => "retryable",
+            ErrorClass::Permanent => "permanent",
+        }
+    }
+}
+
+/// `retryable: NATS endpoint "events" (stream ORDERS): ...`.
+pub fn failure(class: ErrorClass, endpoint: &str, stream: &str, what: &str) -> EffectError {
+    let message = format!(
+        "{}: NATS endpoint {endpoint:?} (stream {stream}): {what}",
+        class.as_str()
+    );
+    match class {
+        ErrorClass::Retryable => EffectError::retryable(message),
+        ErrorClass::Permanent => EffectError::permanent(message),
+    }
+}
+
+/// The outcome of a refused or unanswered publish of `publication` to
+/// `endpoint` over `connection`. "No responders" is looked into: the stream
+/// missing is permanent, the stream present (its leader being elected, say)
+/// is not.
+pub async fn classify(
+    error: PublishError,
+    connection: &Connection,
+    endpoint: &str,
+    publication: &Publication<'_>,
+) -> Result<Published, EffectError> {
+    let stream = publication.stream;
+    let subject = &publication.subject;
+    let fail = |class: ErrorClass, what: String| -> Result<Published, EffectError> {
+        Err(failure(class, endpoint, stream, &what))
+    };
+    match error.kind() {
+        PublishErrorKind::WrongLastSequence => Ok(Published::AlreadyPublished),
+        PublishErrorKind::TimedOut => {
+            if let Some(complaint) = connection
+                .recent_server_error(PUBLISH_TIMEOUT + Duration::from_secs(1))
+                .filter(|c| c.to_lowercase().contains("permissions violation"))
+                .filter(|c| c.contains(subject.as_str()))
+            {
+                return fail(
+                    ErrorClass::Permanent,
+                    format!("the server refused to let these credentials publish: {complaint}"),
+                );
+            }
+            fail(
+                ErrorClass::Retryable,
+                format!(
+                    "no PubAck for {subject} within {} (connection {}); retried with the same \
+                     Nats-Msg-Id {}, not assumed lost",
+                    humantime::format_duration(PUBLISH_TIMEOUT),
+                    connection.state(),
+                    publication.message_id
+                ),
+            )
+        }
+        PublishErrorKind::BrokenPipe => fail(
+            ErrorClass::Retryable,
+            format!(
+                "the connection to {} was lost before the PubAck for {subject}",
+                connection.url
+            ),
+        ),
+        PublishErrorKind::MaxPayloadExceeded => fail(
+            ErrorClass::Permanent,
+            format!(
+                "the message for {subject} is larger than the server's max_payload: {}",
+                error_chain(&error)
+            ),
+        ),
+        PublishErrorKind::StreamNotFound => no_responders(connection, subject, stream)
+            .await
+            .and_then(|(class, what)| fail(class, what)),
+        _ => {
+            let code = std::error::Error::source(&error)
+                .and_then(|s| s.downcast_ref::<async_nats::jetstream::Error>())
+                .map(async_nats::jetstream::Error::error_code);
+            let class = match code {
+                Some(
+                    ErrorCode::STREAM_MESSAGE_EXCEEDS_MAXIMUM
+                    | ErrorCode::STREAM_NOT_MATCH
+                    | ErrorCode::STREAM_NOT_FOUND,
+                ) => ErrorClass::Permanent,
+                // JetStream or the stream unavailable for now (10008, a 503),
+                // and whatever else the server may say: another attempt.
+                _ => ErrorClass::Retryable,
+            };
+            fail(
+                class,
+                format!("publishing {subject} failed: {}", error_chain(&error)),
+            )
+        }
+    }
+}
+
+/// Why nobody answered a publish to `subject`: the stream gone or no
+/// longer capturing it (permanent), or there but not answering (retryable).
+async fn no_responders(
+    connection: &Connection,
+    subject: &str,
+    stream: &str,
+) -> Result<(ErrorClass, String), EffectError> {
+    let found = connection.jetstream.get_stream(stream).await;
+    Ok(match found {
+        Ok(found) => {
+            let subjects = &found.cached_info().config.subjects;
+            if subjects.iter().any(|filter| captures(filter, subject)) {
+                (
+                    ErrorClass::Retryable,
+                    format!(
+                        "no responders for {subject} although the stream exists (a leader \
+                         election, or the stream restarting)"
+                    ),
+                )
+            } else {
+                (
+                    ErrorClass::Permanent,
+                    format!(
+                        "the stream no longer captures {subject} (its subjects: {})",
+                        subjects.join(", ")
+                    ),
+                )
+            }
+        }
+        Err(error) => {
+            let code = match error.kind() {
+                async_nats::jetstream::context::GetStreamErrorKind::JetStream(e) => {
+                    Some(e.error_code())
+                }
+                _ => None,
+            };
+            if code == Some(ErrorCode::STREAM_NOT_FOUND) {
+                (
+                    ErrorClass::Permanent,
+                    format!("no stream for {subject}: the stream does not exist (deleted?)"),
+                )
+            } else {
+                (
+                    ErrorClass::Retryable,
+                    format!(
+                        "no responders for {subject}, and JetStream did not say why: {}",
+                        error_chain(&error)
+                    ),
+                )
+            }
+        }
+    })
+}

@@ -1,0 +1,154 @@
+//! The worker of [`OrderPublish`]: loads the endpoint, the order and the
+//! event, and publishes the webhook's body to the endpoint's stream.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use diesel::prelude::*;
+use outbox_core::worker::{EffectError, EffectResult, JobContext, Worker};
+use tracing::Instrument as _;
+
+use super::connection::NatsConnections;
+use super::outcome::{ErrorClass, Published, failure};
+use super::{Publication, classify_publish, count, subject};
+use crate::db::{PgPool, run_blocking};
+use crate::effects::jobs::OrderPublish;
+use crate::effects::webhook::{body::event_body, idempotency_key};
+use crate::effects::workers::OrderLoader;
+use crate::schema::endpoints;
+
+/// Debug builds only: exit the process right after the stream's PubAck,
+/// before the outcome is written, as a crash there would (the
+/// exactly-once tests set it).
+pub const TEST_EXIT_AFTER_PUBACK: &str = "OUTBOX_TEST_EXIT_AFTER_PUBACK";
+
+/// How long a worker trusts an endpoint's row: every job of an endpoint
+/// needs its stream and prefix, which change only by an operator's hand.
+const TARGET_TTL: Duration = Duration::from_secs(5);
+
+/// Publishes order events to NATS endpoints over the relay's shared
+/// connections.
+#[derive(Debug, Clone)]
+pub struct PublishWorker {
+    orders: OrderLoader,
+    pool: PgPool,
+    connections: NatsConnections,
+    targets: Arc<Mutex<HashMap<i64, (Instant, Target)>>>,
+}
+
+impl PublishWorker {
+    pub fn new(pool: PgPool, connections: NatsConnections) -> PublishWorker {
+        PublishWorker {
+            orders: OrderLoader::new(pool.clone()),
+            pool,
+            connections,
+            targets: Arc::default(),
+        }
+    }
+}
+
+/// Where an endpoint's events go.
+#[derive(Debug, Clone, Queryable)]
+struct Target {
+    name: String,
+    url: String,
+    stream: Option<String>,
+    subject_prefix: Option<String>,
+}
+
+impl Worker<OrderPublish> for PublishWorker {
+    async fn work(&self, args: OrderPublish, ctx: JobContext) -> EffectResult {
+        let span = tracing::info_span!("order_job", order_id = args.order_id);
+        self.publish(args, ctx).instrument(span).await
+    }
+}
+
+impl PublishWorker {
+    async fn publish(&self, args: OrderPublish, ctx: JobContext) -> EffectResult {
+        let target = self.target(args.endpoint_id).await?;
+        let (Some(stream), Some(prefix)) = (&target.stream, &target.subject_prefix) else {
+            return Err(EffectError::permanent(format!(
+                "permanent: endpoint {:?} ({}) is not a NATS endpoint",
+                target.name, target.url
+            )));
+        };
+        let order = self.orders.order(args.order_id).await?;
+        let event = self
+            .orders
+            .event(Some(args.event_id))
+            .await?
+            .ok_or_else(|| EffectError::permanent("the job names no event"))?;
+        let body = event_body(&order, Some(&event)).map_err(|e| {
+            EffectError::permanent(format!("order {} does not serialize: {e}", order.id))
+        })?;
+        let message_id = idempotency_key(ctx.id());
+        let publication = Publication {
+            subject: subject(prefix, &event.event_type, order.id),
+            message_id: &message_id,
+            stream,
+            traceparent: crate::trace_context::current_traceparent(),
+            body,
+        };
+        let connection =
+            self.connections.get(&target.url).await.map_err(|e| {
+                failure(ErrorClass::Retryable, &target.name, stream, &e.to_string())
+            })?;
+        let result = classify_publish(&connection, &target.name, &publication).await;
+        count(&target.name, &result);
+        let published = result?;
+        if cfg!(debug_assertions) && std::env::var_os(TEST_EXIT_AFTER_PUBACK).is_some() {
+            tracing::warn!(
+                job_id = ctx.id(),
+                "{TEST_EXIT_AFTER_PUBACK}: exiting after the PubAck"
+            );
+            std::process::exit(86);
+        }
+        if published != Published::New {
+            tracing::info!(
+                endpoint = %target.name,
+                subject = %publication.subject,
+                outcome = published.as_str(),
+                "the stream already had this event; done"
+            );
+        }
+        Ok(None)
+    }
+
+    /// The endpoint's row, at most [`TARGET_TTL`] old.
+    async fn target(&self, endpoint_id: i64) -> Result<Target, EffectError> {
+        if let Ok(targets) = self.targets.lock()
+            && let Some((at, target)) = targets.get(&endpoint_id)
+            && at.elapsed() < TARGET_TTL
+        {
+            return Ok(target.clone());
+        }
+        let target = self.load_target(endpoint_id).await?;
+        if let Ok(mut targets) = self.targets.lock() {
+            targets.insert(endpoint_id, (Instant::now(), target.clone()));
+        }
+        Ok(target)
+    }
+
+    async fn load_target(&self, endpoint_id: i64) -> Result<Target, EffectError> {
+        run_blocking(&self.pool, move |conn| {
+            Ok(endpoints::table
+                .find(endpoint_id)
+                .select((
+                    endpoints::name,
+                    endpoints::url,
+                    endpoints::stream,
+                    endpoints::subject_prefix,
+                ))
+                .first::<Target>(conn)
+                .optional()?)
+        })
+        .await
+        .map_err(|e| EffectError::retryable(format!("loading endpoint {endpoint_id}: {e}")))?
+        .ok_or_else(|| {
+            EffectError::permanent(format!(
+                "permanent: endpoint {endpoint_id} no longer exists"
+            ))
+        })
+    }
+}

@@ -1,0 +1,729 @@
+//! order_publish against the real JetStream on 127.0.0.1:4222 (`.ci/run`
+//! starts it): each test has a stream and a subject prefix of its own,
+//! deleted at the end; the outage and credential tests run private servers
+//! on free ports, so that the machine's server is never stopped.
+
+use std::collections::{BTreeMap, HashMap};
+use std::net::TcpListener;
+use std::process::{Child, Command, Output, Stdio};
+use std::time::Duration;
+
+use async_nats::jetstream::{self, message::StreamMessage};
+use diesel::prelude::*;
+use outbox_relay::effects::jobs::{OrderPublish, order_enqueuer};
+use outbox_relay::orders::{Transition, transition_order};
+use outbox_relay::outbox_core::outbox::JobOptions;
+use outbox_relay::schema::{endpoints, jobs_all, order_events};
+use serde_json::json;
+
+use crate::faults::place_orders;
+use crate::support::process::{BinProcess, Launch};
+use crate::support::{TestDb, wait_until};
+
+const NATS_URL: &str = "nats://127.0.0.1:4222";
+const MINUTE: Duration = Duration::from_secs(60);
+
+/// A stream of the test's own, capturing `<prefix>.>`; deleted on drop.
+struct TestStream {
+    url: String,
+    name: String,
+    prefix: String,
+    js: jetstream::Context,
+}
+
+impl TestStream {
+    async fn new(url: &str, duplicate_window: Duration) -> TestStream {
+        let tag = format!("{}_{:08x}", std::process::id(), fastrand::u32(..));
+        let client = async_nats::connect(url).await.expect("connect to NATS");
+        let js = jetstream::new(client);
+        let (name, prefix) = (format!("T_{tag}"), format!("t{tag}"));
+        js.create_stream(jetstream::stream::Config {
+            name: name.clone(),
+            subjects: vec![format!("{prefix}.>")],
+            duplicate_window,
+            ..Default::default()
+        })
+        .await
+        .expect("create the test's stream");
+        TestStream {
+            url: url.to_owned(),
+            name,
+            prefix,
+            js,
+        }
+    }
+
+    /// Every message in the stream, by sequence.
+    async fn messages(&self) -> Vec<StreamMessage> {
+        let mut stream = self.js.get_stream(&self.name).await.expect("the stream");
+        let state = stream.info().await.expect("stream info").state.clone();
+        let mut messages = Vec::new();
+        for seq in state.first_sequence..=state.last_sequence {
+            if state.messages == 0 {
+                break;
+            }
+            if let Ok(message) = stream.get_raw_message(seq).await {
+                messages.push(message);
+            }
+        }
+        messages
+    }
+}
+
+impl Drop for TestStream {
+    fn drop(&mut self) {
+        let (url, name) = (self.url.clone(), self.name.clone());
+        // Drop cannot await: delete from a thread with a runtime of its own.
+        let _ = std::thread::spawn(move || {
+            let runtime = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .expect("runtime");
+            runtime.block_on(async {
+                if let Ok(client) = async_nats::connect(url).await {
+                    let _ = jetstream::new(client).delete_stream(&name).await;
+                }
+            });
+        })
+        .join();
+    }
+}
+
+/// A `nats://` endpoint row, written directly (`endpoints add` would refuse
+/// the short duplicate windows some tests need).
+fn add_endpoint(conn: &mut PgConnection, url: &str, stream: &TestStream) -> i64 {
+    diesel::insert_into(endpoints::table)
+        .values((
+            endpoints::name.eq(format!("events-{}", stream.prefix)),
+            endpoints::url.eq(url),
+            endpoints::secret.eq("unused"),
+            endpoints::stream.eq(&stream.name),
+            endpoints::subject_prefix.eq(&stream.prefix),
+        ))
+        .returning(endpoints::id)
+        .get_result(conn)
+        .expect("add the endpoint")
+}
+
+fn pay(conn: &mut PgConnection, order_id: i64) {
+    let transition = Transition::parse(
+        "pay",
+        &json!({"payment_reference": format!("pi_{order_id}")}),
+    )
+    .expect("a valid transition");
+    transition_order(conn, &order_enqueuer(), order_id, &transition, None, 8).expect("pay");
+}
+
+/// One order_publish job per event of each order, in event order, under
+/// the deliveries' ordering key (as the fan-out enqueues them).
+fn enqueue_publishes(conn: &mut PgConnection, endpoint_id: i64, order_ids: &[i64]) -> usize {
+    let enqueuer = order_enqueuer();
+    let mut count = 0;
+    for &order_id in order_ids {
+        let events: Vec<i64> = order_events::table
+            .filter(order_events::order_id.eq(order_id))
+            .order(order_events::seq)
+            .select(order_events::id)
+            .load(conn)
+            .expect("events");
+        for event_id in events {
+            let job = OrderPublish {
+                order_id,
+                event_id,
+                endpoint_id,
+            };
+            let options = JobOptions::default()
+                .ordering_key(job.ordering_key())
+                .max_attempts(100);
+            enqueuer.enqueue(conn, &job, &options).expect("enqueue");
+            count += 1;
+        }
+    }
+    count
+}
+
+/// (status, last_error) of every order_publish job, by id.
+fn publish_jobs(conn: &mut PgConnection) -> Vec<(i64, String, Option<String>, i32)> {
+    jobs_all::table
+        .filter(jobs_all::kind.eq("order_publish"))
+        .order(jobs_all::id)
+        .select((
+            jobs_all::id,
+            jobs_all::status,
+            jobs_all::last_error,
+            jobs_all::attempts,
+        ))
+        .load(conn)
+        .expect("jobs")
+}
+
+fn all_done(conn: &mut PgConnection) -> bool {
+    publish_jobs(conn)
+        .iter()
+        .all(|(_, status, _, _)| status == "done")
+}
+
+fn webhooks_pending(conn: &mut PgConnection) -> i64 {
+    jobs_all::table
+        .filter(jobs_all::kind.eq("order_webhook"))
+        .filter(jobs_all::status.ne("done"))
+        .count()
+        .get_result(conn)
+        .expect("count webhooks")
+}
+
+fn relay(name: &str, db: &TestDb) -> Launch {
+    Launch::relay(name, &db.url).env("RELAY_KINDS", "order_publish")
+}
+
+fn header(message: &StreamMessage, name: &str) -> Option<String> {
+    message.headers.get(name).map(ToString::to_string)
+}
+
+/// Exactly one message per job: by subject and by Nats-Msg-Id, each the
+/// job's own; and per order, subjects in event order.
+fn assert_once_each_in_order(
+    conn: &mut PgConnection,
+    stream: &TestStream,
+    messages: &[StreamMessage],
+    jobs: usize,
+) {
+    let mut by_subject: HashMap<String, usize> = HashMap::new();
+    let mut by_id: HashMap<String, usize> = HashMap::new();
+    let mut per_order: BTreeMap<i64, Vec<i64>> = BTreeMap::new();
+    for message in messages {
+        *by_subject.entry(message.subject.to_string()).or_default() += 1;
+        let id = header(message, "Nats-Msg-Id").expect("Nats-Msg-Id");
+        *by_id.entry(id).or_default() += 1;
+        let body: serde_json::Value = serde_json::from_slice(&message.payload).expect("JSON");
+        let order_id = body["data"]["order"]["id"].as_i64().expect("order id");
+        per_order
+            .entry(order_id)
+            .or_default()
+            .push(body["data"]["seq"].as_i64().expect("seq"));
+    }
+    assert_eq!(
+        messages.len(),
+        jobs,
+        "one message per event in {}",
+        stream.name
+    );
+    assert!(by_subject.values().all(|n| *n == 1), "a subject twice");
+    assert!(by_id.values().all(|n| *n == 1), "a Nats-Msg-Id twice");
+    for (order_id, seqs) in &per_order {
+        let mut sorted = seqs.clone();
+        sorted.sort_unstable();
+        assert_eq!(seqs, &sorted, "events of order {order_id} out of order");
+    }
+    for (job_id, status, _, _) in publish_jobs(conn) {
+        assert_eq!(status, "done", "job {job_id}");
+        assert_eq!(
+            by_id.get(&format!("order-webhook-{job_id}")),
+            Some(&1),
+            "the message of job {job_id}"
+        );
+    }
+}
+
+#[tokio::test]
+async fn each_event_is_published_once_to_its_subject_with_the_webhook_body_and_headers() {
+    let db = TestDb::new();
+    let mut conn = db.conn();
+    let stream = TestStream::new(NATS_URL, Duration::from_secs(120)).await;
+    let endpoint = add_endpoint(&mut conn, NATS_URL, &stream);
+    let orders = place_orders(&mut conn, 3, 8);
+    for &order in &orders {
+        pay(&mut conn, order);
+    }
+    let jobs = enqueue_publishes(&mut conn, endpoint, &orders);
+
+    let (mut relay, metrics) = BinProcess::start_relay(relay("nats-basic", &db)).await;
+    wait_until("every publish done", MINUTE, || all_done(&mut conn)).await;
+    let messages = stream.messages().await;
+    assert_once_each_in_order(&mut conn, &stream, &messages, jobs);
+
+    let placed = format!("{}.placed.{}", stream.prefix, orders[0]);
+    let first = messages
+        .iter()
+        .find(|m| m.subject.as_str() == placed)
+        .expect("order.placed of the first order, on its subject");
+    assert_eq!(
+        header(first, "content-type").as_deref(),
+        Some("application/json")
+    );
+    let body: serde_json::Value = serde_json::from_slice(&first.payload).expect("JSON");
+    assert_eq!(body["type"], "order.placed");
+    assert_eq!(
+        body["order"]["id"], orders[0],
+        "the webhook's body, legacy fields kept"
+    );
+    assert!(
+        messages
+            .iter()
+            .any(|m| m.subject.as_str() == format!("{}.paid.{}", stream.prefix, orders[2]))
+    );
+
+    let client = crate::support::app::http_client();
+    let ready = client
+        .get(format!("{metrics}/readyz"))
+        .send()
+        .await
+        .expect("readyz");
+    assert_eq!(ready.status(), 200);
+    let ready: serde_json::Value = ready.json().await.expect("JSON");
+    assert_eq!(ready["nats"][NATS_URL], "connected", "{ready}");
+    let text = client
+        .get(format!("{metrics}/metrics"))
+        .send()
+        .await
+        .expect("metrics")
+        .text()
+        .await
+        .expect("text");
+    let name = format!("events-{}", stream.prefix);
+    let published = crate::support::metric(
+        &text,
+        "outbox_nats_publishes_total",
+        &[("endpoint", name.as_str()), ("outcome", "published")],
+    );
+    assert!((published - jobs as f64).abs() < 0.5, "{text}");
+    relay.terminate().await;
+}
+
+#[tokio::test]
+async fn exactly_once_while_the_relay_is_killed_every_300ms() {
+    // 300 orders, one event each (order.placed): with order.paid too, 200
+    // publishes took 20 s on the shared two-core machine, so 600 would not
+    // fit a minute; several events per order under faults: the outage test.
+    const ORDERS: usize = 300;
+    let db = TestDb::new();
+    let mut conn = db.conn();
+    let stream = TestStream::new(NATS_URL, Duration::from_secs(120)).await;
+    let endpoint = add_endpoint(&mut conn, NATS_URL, &stream);
+    let orders = place_orders(&mut conn, ORDERS, 8);
+    let jobs = enqueue_publishes(&mut conn, endpoint, &orders);
+
+    let deadline = std::time::Instant::now() + Duration::from_secs(45);
+    let mut kills = 0;
+    while !all_done(&mut conn) {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "not done after 45s of kills"
+        );
+        // 300 ms of work from the moment it claims: on the loaded shared
+        // machine a relay's start alone can take longer than 300 ms, and
+        // killing it before it claims would test nothing.
+        let mut relay = relay(&format!("nats-crash-{kills}"), &db)
+            .env("RELAY_LEASE", "1s")
+            .spawn();
+        relay
+            .wait_for_line("relay started", Duration::from_secs(30))
+            .await;
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        relay.sigkill();
+        kills += 1;
+    }
+    let messages = stream.messages().await;
+    assert_once_each_in_order(&mut conn, &stream, &messages, jobs);
+    eprintln!("{jobs} publishes done, exactly once, across {kills} SIGKILLed relays");
+    assert!(kills >= 3, "the relay was killed {kills} times");
+}
+
+#[tokio::test]
+async fn a_publish_acked_but_never_recorded_is_not_repeated_after_the_duplicate_window() {
+    let db = TestDb::new();
+    let mut conn = db.conn();
+    let stream = TestStream::new(NATS_URL, Duration::from_secs(1)).await;
+    let endpoint = add_endpoint(&mut conn, NATS_URL, &stream);
+    let orders = place_orders(&mut conn, 1, 8);
+    let jobs = enqueue_publishes(&mut conn, endpoint, &orders);
+
+    let mut crashing = relay("nats-exit-after-ack", &db)
+        .env(
+            outbox_relay::effects::nats::worker::TEST_EXIT_AFTER_PUBACK,
+            "1",
+        )
+        .spawn();
+    let status = crashing.wait_exit(MINUTE).await;
+    assert_eq!(status.code(), Some(86), "{}", crashing.stderr());
+    assert_eq!(stream.messages().await.len(), 1, "the ack came");
+    assert_eq!(
+        publish_jobs(&mut conn)[0].1,
+        "processing",
+        "the outcome was never written"
+    );
+
+    // Past the 1 s window (the server forgets ids on a timer, so give it
+    // twice that); the 2 s lease also runs out meanwhile.
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let (mut relay, _) = BinProcess::start_relay(relay("nats-after-window", &db)).await;
+    wait_until("the retried publish done", MINUTE, || all_done(&mut conn)).await;
+    let messages = stream.messages().await;
+    assert_once_each_in_order(&mut conn, &stream, &messages, jobs);
+    relay
+        .wait_for_line("outcome=\"already_published\"", Duration::from_secs(5))
+        .await;
+    relay.terminate().await;
+}
+
+#[tokio::test]
+async fn a_deleted_stream_fails_the_publish_permanently_naming_the_endpoint() {
+    let db = TestDb::new();
+    let mut conn = db.conn();
+    let stream = TestStream::new(NATS_URL, Duration::from_secs(120)).await;
+    let endpoint = add_endpoint(&mut conn, NATS_URL, &stream);
+    let orders = place_orders(&mut conn, 1, 8);
+    enqueue_publishes(&mut conn, endpoint, &orders);
+    stream.js.delete_stream(&stream.name).await.expect("delete");
+
+    let (mut relay, _) = BinProcess::start_relay(relay("nats-deleted", &db)).await;
+    wait_until("the publish failed", MINUTE, || {
+        publish_jobs(&mut conn)[0].1 == "failed"
+    })
+    .await;
+    let (_, _, error, _) = &publish_jobs(&mut conn)[0];
+    let error = error.as_deref().unwrap_or_default();
+    assert!(
+        error.starts_with("permanent error on attempt 1: permanent: NATS endpoint \"events-"),
+        "{error}"
+    );
+    assert!(error.contains("does not exist"), "{error}");
+    relay.terminate().await;
+}
+
+/// A `nats-server -js` of the test's own on a free port, its store in a
+/// temporary directory that outlives restarts.
+struct PrivateNats {
+    port: u16,
+    dir: std::path::PathBuf,
+    args: Vec<String>,
+    child: Option<Child>,
+}
+
+impl PrivateNats {
+    fn start(extra: &[&str]) -> PrivateNats {
+        let port = TcpListener::bind("127.0.0.1:0")
+            .and_then(|l| l.local_addr())
+            .expect("a free port")
+            .port();
+        let dir = std::path::PathBuf::from(env!("CARGO_TARGET_TMPDIR"))
+            .join(format!("nats-{port}-{:08x}", fastrand::u32(..)));
+        std::fs::create_dir_all(&dir).expect("store directory");
+        let mut server = PrivateNats {
+            port,
+            dir,
+            args: extra.iter().map(|a| (*a).to_owned()).collect(),
+            child: None,
+        };
+        server.resume();
+        server
+    }
+
+    fn url(&self) -> String {
+        format!("nats://127.0.0.1:{}", self.port)
+    }
+
+    fn resume(&mut self) {
+        let child = Command::new("nats-server")
+            .args([
+                "-js",
+                "-a",
+                "127.0.0.1",
+                "-p",
+                &self.port.to_string(),
+                "-sd",
+            ])
+            .arg(&self.dir)
+            .args(&self.args)
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("start nats-server (Debian's package nats-server)");
+        self.child = Some(child);
+        let deadline = std::time::Instant::now() + Duration::from_secs(10);
+        while std::net::TcpStream::connect(("127.0.0.1", self.port)).is_err() {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "nats-server did not start"
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+
+    fn stop(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+}
+
+impl Drop for PrivateNats {
+    fn drop(&mut self) {
+        self.stop();
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+#[tokio::test]
+async fn every_event_arrives_once_and_in_order_across_a_10s_nats_outage() {
+    let mut server = PrivateNats::start(&[]);
+    let url = server.url();
+    let db = TestDb::new();
+    let mut conn = db.conn();
+    let stream = TestStream::new(&url, Duration::from_secs(120)).await;
+    let endpoint = add_endpoint(&mut conn, &url, &stream);
+    let orders = place_orders(&mut conn, 20, 8);
+    for &order in &orders {
+        pay(&mut conn, order);
+    }
+
+    // Down before the first publish: every order's first attempt fails.
+    server.stop();
+    let jobs = enqueue_publishes(&mut conn, endpoint, &orders);
+    let receiver =
+        crate::support::http::HttpSink::start([], crate::support::http::Answer::status(200)).await;
+    let launch = relay("nats-outage", &db)
+        .env("RELAY_KINDS", "order_publish,order_webhook")
+        .env("WEBHOOK_URL", receiver.url().as_str())
+        .env("WEBHOOK_SECRET", crate::faults::WEBHOOK_SECRET);
+    let (mut relay, metrics) = BinProcess::start_relay(launch).await;
+    let client = crate::support::app::http_client();
+    wait_until("a publish failed and waits for a retry", MINUTE, || {
+        publish_jobs(&mut conn).iter().any(|(_, _, error, _)| {
+            error
+                .as_deref()
+                .is_some_and(|e| e.contains("will retry: retryable: NATS endpoint"))
+        })
+    })
+    .await;
+    let ready = client
+        .get(format!("{metrics}/readyz"))
+        .send()
+        .await
+        .expect("readyz");
+    assert_eq!(ready.status(), 503, "NATS is down");
+    let outage = std::time::Instant::now();
+    wait_until(
+        "every webhook delivered while NATS is down",
+        Duration::from_secs(10),
+        || webhooks_pending(&mut conn) == 0,
+    )
+    .await;
+    eprintln!(
+        "{} webhooks delivered {:?} into the NATS outage",
+        receiver.requests().len(),
+        outage.elapsed()
+    );
+    tokio::time::sleep(Duration::from_secs(10).saturating_sub(outage.elapsed())).await;
+    assert!(
+        publish_jobs(&mut conn)
+            .iter()
+            .all(|(_, status, _, _)| status != "done"),
+        "nothing can be published while NATS is down"
+    );
+
+    server.resume();
+    wait_until("every publish done after the outage", MINUTE, || {
+        all_done(&mut conn)
+    })
+    .await;
+    let messages = stream.messages().await;
+    assert_once_each_in_order(&mut conn, &stream, &messages, jobs);
+    let retried = publish_jobs(&mut conn).iter().filter(|j| j.3 > 1).count();
+    assert!(retried > 0, "first publishes failed and were retried");
+    let ready = client
+        .get(format!("{metrics}/readyz"))
+        .send()
+        .await
+        .expect("readyz");
+    assert_eq!(ready.status(), 200, "reconnected");
+    relay.terminate().await;
+    drop(stream);
+}
+
+fn endpoints_add(db: &TestDb, args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_outbox-relay"))
+        .args(["endpoints", "add", "--name", "events"])
+        .args(args)
+        .env("DATABASE_URL", &db.url)
+        .env_remove("NATS_CREDENTIALS")
+        .output()
+        .expect("run outbox-relay")
+}
+
+fn endpoint_rows(conn: &mut PgConnection) -> i64 {
+    endpoints::table.count().get_result(conn).expect("count")
+}
+
+#[track_caller]
+fn assert_refused(output: &Output, said: &[&str]) {
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert_eq!(output.status.code(), Some(2), "{stderr}");
+    for needle in said {
+        assert!(stderr.contains(needle), "{needle:?} in {stderr}");
+    }
+}
+
+#[tokio::test]
+async fn endpoints_add_checks_the_stream_at_once_and_refuses_bad_nats_input() {
+    let db = TestDb::new();
+    let mut conn = db.conn();
+    let short = TestStream::new(NATS_URL, Duration::from_secs(1)).await;
+    let tag = format!("{}_{:08x}", std::process::id(), fastrand::u32(..));
+    let (stream, prefix) = (format!("C_{tag}"), format!("c{tag}"));
+    let closed_port = TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .expect("port")
+        .port();
+    let down = format!("nats://127.0.0.1:{closed_port}");
+    let mut auth = PrivateNats::start(&["--user", "relay", "--pass", "s3cret"]);
+    let auth_url = auth.url();
+
+    let cases: Vec<(Vec<&str>, Vec<&str>)> = vec![
+        (
+            vec![
+                "--url",
+                NATS_URL,
+                "--stream",
+                &stream,
+                "--subject-prefix",
+                "my orders",
+            ],
+            vec!["--subject-prefix", "whitespace"],
+        ),
+        (
+            vec![
+                "--url",
+                NATS_URL,
+                "--stream",
+                &stream,
+                "--subject-prefix",
+                "orders.*",
+            ],
+            vec!["--subject-prefix", "wildcard"],
+        ),
+        (
+            vec![
+                "--url",
+                "nats://",
+                "--stream",
+                &stream,
+                "--subject-prefix",
+                &prefix,
+            ],
+            vec!["--url"],
+        ),
+        (
+            vec!["--url", NATS_URL, "--subject-prefix", &prefix],
+            vec!["--stream", "needs"],
+        ),
+        (
+            vec!["--url", "https://erp.example.com/", "--stream", &stream],
+            vec!["--stream", "nats:// endpoints only"],
+        ),
+        (
+            vec![
+                "--url",
+                NATS_URL,
+                "--stream",
+                &stream,
+                "--subject-prefix",
+                &prefix,
+            ],
+            vec![
+                "endpoint \"events\"",
+                "--stream",
+                "no stream named",
+                "--create-stream",
+            ],
+        ),
+        (
+            vec![
+                "--url",
+                &down,
+                "--stream",
+                &stream,
+                "--subject-prefix",
+                &prefix,
+            ],
+            vec!["endpoint \"events\"", "cannot connect"],
+        ),
+        (
+            vec![
+                "--url",
+                &auth_url,
+                "--stream",
+                &stream,
+                "--subject-prefix",
+                &prefix,
+            ],
+            vec!["endpoint \"events\"", "refused the credentials"],
+        ),
+        (
+            vec![
+                "--url",
+                NATS_URL,
+                "--stream",
+                &short.name,
+                "--subject-prefix",
+                &short.prefix,
+            ],
+            vec!["duplicate window is 1s, shorter than 1m", "Nats-Msg-Id"],
+        ),
+        (
+            vec![
+                "--url",
+                NATS_URL,
+                "--stream",
+                &short.name,
+                "--subject-prefix",
+                &prefix,
+            ],
+            vec!["--subject-prefix", "not every subject under"],
+        ),
+    ];
+    for (args, said) in &cases {
+        let output = endpoints_add(&db, args);
+        assert_refused(&output, said);
+    }
+    assert_eq!(endpoint_rows(&mut conn), 0, "nothing written on a refusal");
+    auth.stop();
+
+    let output = endpoints_add(
+        &db,
+        &[
+            "--url",
+            NATS_URL,
+            "--stream",
+            &stream,
+            "--subject-prefix",
+            &prefix,
+            "--create-stream",
+        ],
+    );
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert_eq!(
+        output.status.code(),
+        Some(0),
+        "{stdout}{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    assert!(
+        stdout.contains(&format!("stream {stream} created")),
+        "{stdout}"
+    );
+    let (db_stream, db_prefix): (Option<String>, Option<String>) = endpoints::table
+        .select((endpoints::stream, endpoints::subject_prefix))
+        .first(&mut conn)
+        .expect("the endpoint");
+    assert_eq!(
+        (db_stream.as_deref(), db_prefix.as_deref()),
+        (Some(stream.as_str()), Some(prefix.as_str()))
+    );
+    let client = async_nats::connect(NATS_URL).await.expect("connect");
+    jetstream::new(client)
+        .delete_stream(&stream)
+        .await
+        .expect("delete the created stream");
+}
