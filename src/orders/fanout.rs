@@ -14,8 +14,8 @@ use serde_json::Value;
 use super::place::IdempotencyKey;
 use super::transition::KeyAge;
 use super::webhook_key;
-use crate::effects::{OrderPublish, OrderWebhook};
 use crate::effects::jobs::new_job;
+use crate::effects::{OrderPublish, OrderWebhook};
 use crate::outbox::NewJob;
 
 /// The ordering key of an order's deliveries to one endpoint.
@@ -111,8 +111,6 @@ impl RecordedEvent {
                     .concurrency_key(endpoint_key(endpoint_id)),
             )
         });
-        webhooks
-            .chain(publishes)
-            .collect()
+        webhooks.chain(publishes).collect()
     }
 }
