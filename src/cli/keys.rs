@@ -8,13 +8,13 @@ use std::time::Duration;
 use anyhow::Context as _;
 use chrono::{DateTime, Utc};
 use clap::{Args, Subcommand};
-use diesel::PgConnection;
 use serde::Serialize;
 
 use crate::api_keys::{
     self, ApiKey, CreateKeyError, KeyName, RevokeError, Revoked, Scope, parse_scopes,
 };
 use crate::cli::table::{Align, Table};
+use crate::cli::with_conn;
 use crate::config::{ConfigError, DatabaseArgs, parse_positive_duration};
 
 #[derive(Debug, Subcommand)]
@@ -88,19 +88,6 @@ pub async fn run(command: KeysCommand) -> anyhow::Result<()> {
         KeysCommand::List(args) => list(args).await,
         KeysCommand::Revoke(args) => revoke(args).await,
     }
-}
-
-async fn with_conn<T, F>(db: &DatabaseArgs, f: F) -> anyhow::Result<T>
-where
-    F: FnOnce(&mut PgConnection) -> anyhow::Result<T> + Send + 'static,
-    T: Send + 'static,
-{
-    let url = db.database_url.clone();
-    tokio::task::spawn_blocking(move || {
-        let mut conn = crate::db::establish(&url)?;
-        f(&mut conn)
-    })
-    .await?
 }
 
 #[derive(Debug, Serialize)]
