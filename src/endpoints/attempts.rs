@@ -33,7 +33,18 @@ pub struct Health {
     /// Whether this attempt began or ended a failing streak.
     #[diesel(sql_type = Bool)]
     pub changed: bool,
+    /// How many of the endpoint's attempts just before this one failed, of
+    /// the last [`CONSECUTIVE_FAILURES_TO_TRIP`] - 1: the breaker trips on a
+    /// run of failures, not on one.
+    #[diesel(sql_type = BigInt)]
+    pub failures_before: i64,
 }
+
+/// Failed attempts in a row, this one included, that trip an endpoint's
+/// breaker. A receiver that fails now and then is left to each delivery's own
+/// backoff; pausing the whole endpoint for one failed call would stall its
+/// healthy deliveries behind every blip.
+pub const CONSECUTIVE_FAILURES_TO_TRIP: i64 = 3;
 
 /// Writes the attempt and moves the endpoint's `failing_since` in one
 /// statement: set at the first failure of a streak, cleared by a success.
@@ -53,10 +64,14 @@ pub fn record(conn: &mut PgConnection, attempt: &NewAttempt) -> QueryResult<Opti
              SET failing_since = CASE WHEN $7 = 'ok' THEN NULL ELSE coalesce(failing_since, $4) END \
              WHERE id = $2 AND (failing_since IS NULL) <> ($7 = 'ok') \
              RETURNING failing_since \
+         ), before AS ( \
+             SELECT count(*) FILTER (WHERE outcome <> 'ok') AS failures_before \
+             FROM (SELECT outcome FROM delivery_attempts WHERE endpoint_id = $2 \
+                   ORDER BY started_at DESC, id DESC LIMIT $9) AS recent \
          ) \
-         SELECT failing_since, true AS changed FROM health \
+         SELECT failing_since, true AS changed, failures_before FROM health, before \
          UNION ALL \
-         SELECT failing_since, false FROM endpoints \
+         SELECT failing_since, false, failures_before FROM endpoints, before \
          WHERE id = $2 AND NOT EXISTS (SELECT 1 FROM health)",
     )
     .bind::<BigInt, _>(attempt.job_id)
@@ -67,6 +82,7 @@ pub fn record(conn: &mut PgConnection, attempt: &NewAttempt) -> QueryResult<Opti
     .bind::<Nullable<SmallInt>, _>(attempt.status_code.and_then(|s| i16::try_from(s).ok()))
     .bind::<Text, _>(attempt.outcome)
     .bind::<Nullable<Text>, _>(excerpt)
+    .bind::<BigInt, _>(CONSECUTIVE_FAILURES_TO_TRIP - 1)
     .load(conn)?;
     Ok(rows.into_iter().next())
 }

@@ -1,6 +1,7 @@
 //! The circuit breaker of an endpoint that fails every attempt.
 //!
-//! While it fails, its deliveries back off together: its key is paused until
+//! Once [`CONSECUTIVE_FAILURES_TO_TRIP`] attempts in a row have failed, and
+//! while it keeps failing, its deliveries back off together: its key is paused until
 //! the next probe and lets one delivery through at a time, the wait growing
 //! with how long it has been failing (as long again, from 1 s up to 5 min),
 //! so a dead receiver sees a handful of calls an hour, not one per queued
@@ -16,7 +17,7 @@ use chrono::{DateTime, Utc};
 use diesel::prelude::*;
 use diesel::sql_types::{BigInt, Nullable, Text, Timestamptz};
 
-use super::attempts::Health;
+use super::attempts::{CONSECUTIVE_FAILURES_TO_TRIP, Health};
 use super::keys;
 use super::spec::EVENT_ENDPOINT_DISABLED;
 use crate::effects::EndpointNotice;
@@ -48,6 +49,9 @@ impl Default for Breaker {
 pub enum Verdict {
     /// It succeeded; `recovered` if it ended a failing streak.
     Healthy { recovered: bool },
+    /// It failed, but too few attempts in a row have failed to trip the
+    /// breaker.
+    Failing,
     /// It failed: the next probe goes at this time.
     Probing(DateTime<Utc>),
     /// It failed past `disable_after`: the endpoint is now disabled, and
@@ -95,6 +99,11 @@ impl Breaker {
             && let Some(verdict) = disable(conn, id, failing_since)?
         {
             return Ok(verdict);
+        }
+        if health.failures_before + 1 < CONSECUTIVE_FAILURES_TO_TRIP {
+            // A blip: each delivery backs off on its own, the endpoint keeps
+            // its limits.
+            return Ok(Verdict::Failing);
         }
         let probe_at = next_probe(failing_since, now);
         keys::sync(conn, id, Some(probe_at))?;

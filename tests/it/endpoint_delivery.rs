@@ -21,6 +21,7 @@ use crate::support::http::{Answer, HttpSink, Recorded};
 use crate::support::{
     RunningRelay, TestDb, init_tracing, order_json, spawn_relay, test_settings, wait_until,
 };
+use outbox_relay::endpoints::attempts::CONSECUTIVE_FAILURES_TO_TRIP;
 
 /// An endpoint named `name` at `sink`, subscribed to `events` (all: none);
 /// returns its id and secret.
@@ -528,11 +529,14 @@ async fn a_dead_endpoint_is_probed_then_disabled_and_enabling_it_delivers_what_w
         .get_result(&mut conn)
         .expect("count");
     eprintln!("calls to the dead endpoint while down: {calls_to_dead}");
-    // Up to max_in_flight (4) calls before the first failure is seen, then
-    // one probe at a time after 1 s, 2 s (waits double): a handful, not one
-    // per delivery per backoff step.
+    // Up to max_in_flight (4) calls before the first failure is seen, and at
+    // most CONSECUTIVE_FAILURES_TO_TRIP - 1 retries before the breaker trips
+    // (a blip is left to each delivery's backoff); then one probe at a time
+    // after 1 s, 2 s, 4 s (waits double) until the 3 s disable: a handful,
+    // not one per delivery per backoff step (6 deliveries, 8 attempts each).
+    let bound = 4 + (CONSECUTIVE_FAILURES_TO_TRIP - 1) + 3;
     assert!(
-        (1..=8).contains(&calls_to_dead),
+        (1..=bound).contains(&calls_to_dead),
         "calls to the dead endpoint while down: {calls_to_dead}"
     );
     let notice = ops.requests()[0].json();

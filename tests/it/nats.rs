@@ -12,7 +12,6 @@ use async_nats::jetstream::{self, message::StreamMessage};
 use diesel::prelude::*;
 use outbox_relay::effects::jobs::{OrderPublish, order_enqueuer};
 use outbox_relay::orders::{Transition, transition_order};
-use outbox_relay::outbox_core::outbox::JobOptions;
 use outbox_relay::schema::{endpoints, jobs_all, order_events};
 use serde_json::json;
 
@@ -111,13 +110,13 @@ fn pay(conn: &mut PgConnection, order_id: i64) {
         &json!({"payment_reference": format!("pi_{order_id}")}),
     )
     .expect("a valid transition");
-    transition_order(conn, &order_enqueuer(), order_id, &transition, None, 8).expect("pay");
+    transition_order(conn, &order_enqueuer(), order_id, &transition, None, 100).expect("pay");
 }
 
-/// One order_publish job per event of each order, in event order, under
-/// the deliveries' ordering key (as the fan-out enqueues them).
+/// The order_publish jobs the fan-out enqueued for `order_ids`, checked to
+/// be one per event of each order, to `endpoint_id`, under the deliveries'
+/// ordering key; how many there are.
 fn enqueue_publishes(conn: &mut PgConnection, endpoint_id: i64, order_ids: &[i64]) -> usize {
-    let enqueuer = order_enqueuer();
     let mut count = 0;
     for &order_id in order_ids {
         let events: Vec<i64> = order_events::table
@@ -126,18 +125,30 @@ fn enqueue_publishes(conn: &mut PgConnection, endpoint_id: i64, order_ids: &[i64
             .select(order_events::id)
             .load(conn)
             .expect("events");
-        for event_id in events {
-            let job = OrderPublish {
-                order_id,
-                event_id,
-                endpoint_id,
-            };
-            let options = JobOptions::default()
-                .ordering_key(job.ordering_key())
-                .max_attempts(100);
-            enqueuer.enqueue(conn, &job, &options).expect("enqueue");
-            count += 1;
-        }
+        let queued: Vec<(serde_json::Value, Option<String>)> = jobs_all::table
+            .filter(jobs_all::kind.eq("order_publish"))
+            .filter(jobs_all::order_id.eq(order_id))
+            .order(jobs_all::id)
+            .select((jobs_all::payload, jobs_all::ordering_key))
+            .load(conn)
+            .expect("publish jobs");
+        let expected: Vec<(serde_json::Value, Option<String>)> = events
+            .iter()
+            .map(|&event_id| {
+                let job = OrderPublish {
+                    order_id,
+                    event_id,
+                    endpoint_id,
+                };
+                let key = job.ordering_key();
+                (serde_json::to_value(job).expect("args"), Some(key))
+            })
+            .collect();
+        assert_eq!(
+            queued, expected,
+            "the fan-out's publishes of order {order_id}"
+        );
+        count += queued.len();
     }
     count
 }
@@ -231,7 +242,7 @@ async fn each_event_is_published_once_to_its_subject_with_the_webhook_body_and_h
     let mut conn = db.conn();
     let stream = TestStream::new(NATS_URL, Duration::from_secs(120)).await;
     let endpoint = add_endpoint(&mut conn, NATS_URL, &stream);
-    let orders = place_orders(&mut conn, 3, 8);
+    let orders = place_orders(&mut conn, 3, 100);
     for &order in &orders {
         pay(&mut conn, order);
     }
@@ -300,7 +311,7 @@ async fn exactly_once_while_the_relay_is_killed_every_300ms() {
     let mut conn = db.conn();
     let stream = TestStream::new(NATS_URL, Duration::from_secs(120)).await;
     let endpoint = add_endpoint(&mut conn, NATS_URL, &stream);
-    let orders = place_orders(&mut conn, ORDERS, 8);
+    let orders = place_orders(&mut conn, ORDERS, 100);
     let jobs = enqueue_publishes(&mut conn, endpoint, &orders);
 
     let deadline = std::time::Instant::now() + Duration::from_secs(45);
@@ -335,7 +346,7 @@ async fn a_publish_acked_but_never_recorded_is_not_repeated_after_the_duplicate_
     let mut conn = db.conn();
     let stream = TestStream::new(NATS_URL, Duration::from_secs(1)).await;
     let endpoint = add_endpoint(&mut conn, NATS_URL, &stream);
-    let orders = place_orders(&mut conn, 1, 8);
+    let orders = place_orders(&mut conn, 1, 100);
     let jobs = enqueue_publishes(&mut conn, endpoint, &orders);
 
     let mut crashing = relay("nats-exit-after-ack", &db)
@@ -372,7 +383,7 @@ async fn a_deleted_stream_fails_the_publish_permanently_naming_the_endpoint() {
     let mut conn = db.conn();
     let stream = TestStream::new(NATS_URL, Duration::from_secs(120)).await;
     let endpoint = add_endpoint(&mut conn, NATS_URL, &stream);
-    let orders = place_orders(&mut conn, 1, 8);
+    let orders = place_orders(&mut conn, 1, 100);
     enqueue_publishes(&mut conn, endpoint, &orders);
     stream.js.delete_stream(&stream.name).await.expect("delete");
 
@@ -473,7 +484,7 @@ async fn every_event_arrives_once_and_in_order_across_a_10s_nats_outage() {
     let mut conn = db.conn();
     let stream = TestStream::new(&url, Duration::from_secs(120)).await;
     let endpoint = add_endpoint(&mut conn, &url, &stream);
-    let orders = place_orders(&mut conn, 20, 8);
+    let orders = place_orders(&mut conn, 20, 100);
     for &order in &orders {
         pay(&mut conn, order);
     }
