@@ -38,6 +38,23 @@ fn assert_exit(output: &Output, code: i32) {
     );
 }
 
+#[derive(Clone, Copy)]
+enum Stream {
+    Stdout,
+    Stderr,
+}
+
+/// The command exited with `code` and said `text` on `stream`.
+#[track_caller]
+fn assert_says(output: &Output, code: i32, stream: Stream, text: &str) {
+    assert_exit(output, code);
+    let said = match stream {
+        Stream::Stdout => stdout(output),
+        Stream::Stderr => stderr(output),
+    };
+    assert!(said.contains(text), "expected {text:?} in: {said}");
+}
+
 fn endpoint_count(conn: &mut PgConnection) -> i64 {
     endpoints::table.count().get_result(conn).expect("count")
 }
@@ -186,11 +203,11 @@ fn add_refuses_each_bad_value_naming_its_flag_and_writes_nothing() {
         &db,
         &["add", ok[0], ok[1], ok[2], "https://other.example.com/"],
     );
-    assert_exit(&again, 1);
-    assert!(
-        stderr(&again).contains("an endpoint named \"erp\" already exists"),
-        "{}",
-        stderr(&again)
+    assert_says(
+        &again,
+        1,
+        Stream::Stderr,
+        "an endpoint named \"erp\" already exists",
     );
     assert_eq!(endpoint_count(&mut conn), 1);
     let http = endpoints_cmd(
@@ -218,26 +235,11 @@ fn disable_and_enable_change_the_state_and_an_unknown_name_is_refused() {
         0,
     );
     let disabled = endpoints_cmd(&db, &["disable", "erp"]);
-    assert_exit(&disabled, 0);
-    assert!(
-        stdout(&disabled).contains("erp is disabled (operator)"),
-        "{}",
-        stdout(&disabled)
-    );
+    assert_says(&disabled, 0, Stream::Stdout, "erp is disabled (operator)");
     let enabled = endpoints_cmd(&db, &["enable", "erp"]);
-    assert_exit(&enabled, 0);
-    assert!(
-        stdout(&enabled).contains("erp is enabled"),
-        "{}",
-        stdout(&enabled)
-    );
+    assert_says(&enabled, 0, Stream::Stdout, "erp is enabled");
     let unknown = endpoints_cmd(&db, &["disable", "nope"]);
-    assert_exit(&unknown, 1);
-    assert!(
-        stderr(&unknown).contains("no endpoint is named \"nope\""),
-        "{}",
-        stderr(&unknown)
-    );
+    assert_says(&unknown, 1, Stream::Stderr, "no endpoint is named \"nope\"");
 }
 
 #[test]
@@ -274,12 +276,7 @@ fn a_rotated_secret_keeps_the_old_one_signing_for_the_grace_period_only() {
     assert!((3500.0..=3600.0).contains(&grace), "{grace}");
 
     let dropped = endpoints_cmd(&db, &["rotate-secret", "erp", "--keep-old", "0s"]);
-    assert_exit(&dropped, 0);
-    assert!(
-        stdout(&dropped).contains("the old one no longer signs"),
-        "{}",
-        stdout(&dropped)
-    );
+    assert_says(&dropped, 0, Stream::Stdout, "the old one no longer signs");
     let (third, previous) = secret_of(&mut conn, "erp");
     assert_ne!(third, second);
     assert_eq!(previous, None);
@@ -335,11 +332,11 @@ fn removing_an_endpoint_with_queued_deliveries_asks_for_force_and_says_how_many(
     assert_eq!(endpoint_count(&mut conn), 1, "nothing removed");
 
     let forced = endpoints_cmd(&db, &["remove", "erp", "--force"]);
-    assert_exit(&forced, 0);
-    assert!(
-        stdout(&forced).contains("cancelled its 2 unfinished deliveries"),
-        "{}",
-        stdout(&forced)
+    assert_says(
+        &forced,
+        0,
+        Stream::Stdout,
+        "cancelled its 2 unfinished deliveries",
     );
     assert_eq!(endpoint_count(&mut conn), 0);
     let status = |conn: &mut PgConnection, id: i64| -> String {
