@@ -877,17 +877,20 @@ async fn dashboard_pages_answer_well_under_a_second_on_a_million_jobs() {
     for (name, sql) in [
         (
             "kind_status_counts",
-            include_str!("../../src/api/admin/sql/kind_status_counts.sql"),
+            include_str!("../../crates/outbox-relay/src/api/admin/sql/kind_status_counts.sql"),
         ),
         (
             "queue_health",
-            include_str!("../../src/api/admin/sql/queue_health.sql"),
+            include_str!("../../crates/outbox-relay/src/api/admin/sql/queue_health.sql"),
         ),
         (
             "throughput",
-            include_str!("../../src/api/admin/sql/throughput.sql"),
+            include_str!("../../crates/outbox-relay/src/api/admin/sql/throughput.sql"),
         ),
-        ("relays", include_str!("../../src/api/admin/sql/relays.sql")),
+        (
+            "relays",
+            include_str!("../../crates/outbox-relay/src/api/admin/sql/relays.sql"),
+        ),
     ] {
         let plan: Vec<PlanLine> = diesel::sql_query(format!("EXPLAIN {sql}"))
             .load(&mut conn)

@@ -111,7 +111,7 @@ fn the_demo_leaves_emails_signed_webhooks_and_receipts_in_its_out_dir_and_drops_
     let mut subjects = Vec::new();
     for path in &emails {
         let text = std::fs::read_to_string(path).expect("an .eml is UTF-8");
-        let headers = outbox_relay::demo::sinks::smtp::parse_headers(
+        let headers = outbox_dev_tools::demo::sinks::smtp::parse_headers(
             text.split("\r\n\r\n").next().unwrap_or_default(),
         );
         let header = |name: &str| {
@@ -240,7 +240,7 @@ fn postgres_processes_under(dir_prefix: &str) -> Vec<String> {
 /// demo started must not outlive it, nor its temporary directory remain.
 #[test]
 fn a_second_ctrl_c_still_stops_and_removes_the_private_postgres() {
-    if outbox_relay::private_pg::find_bindir().is_none() {
+    if outbox_dev_tools::private_pg::find_bindir().is_none() {
         panic!("initdb and pg_ctl are needed (the CI script installs the PostgreSQL server)");
     }
     let tmp = TempDir::new();

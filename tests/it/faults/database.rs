@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 
 use diesel::prelude::*;
 use diesel::sql_types::{BigInt, Integer, Text};
-use outbox_relay::private_pg::PrivatePostgres;
+use outbox_dev_tools::private_pg::PrivatePostgres;
 use reqwest::StatusCode;
 use serde_json::Value;
 

@@ -385,7 +385,7 @@ async fn a_server_without_tls_is_refused_by_require_with_the_reason_and_used_in_
         .with_ansi(false)
         .finish();
     let _guard = tracing::subscriber::set_default(subscriber);
-    let server = outbox_relay::private_pg::PrivatePostgres::start_temporary()
+    let server = outbox_dev_tools::private_pg::PrivatePostgres::start_temporary()
         .expect("a private PostgreSQL for this test");
     let url = server.url();
     outbox_relay::db::migrate_url(&url).expect("migrate");

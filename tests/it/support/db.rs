@@ -27,7 +27,7 @@ pub fn admin_url() -> String {
             return DEFAULT_ADMIN_URL.to_owned();
         }
         let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("target/test-pg");
-        let server = outbox_relay::private_pg::PrivatePostgres::start_persistent(&root)
+        let server = outbox_dev_tools::private_pg::PrivatePostgres::start_persistent(&root)
             .unwrap_or_else(|e| {
                 panic!("no DATABASE_URL, no local server, and no private one: {e}")
             });

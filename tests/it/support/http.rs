@@ -1,11 +1,11 @@
 //! The webhook receiver the tests talk to: the library's
-//! (`outbox_relay::demo::sinks::webhook`, also the demo's), answering from a
+//! (`outbox_dev_tools::demo::sinks::webhook`, also the demo's), answering from a
 //! script, then with a default answer; a panic instead of an error when it
 //! cannot start, and `Recorded::json` for assertions.
 
-use outbox_relay::demo::sinks::webhook::{self as sink, WebhookSink};
+use outbox_dev_tools::demo::sinks::webhook::{self as sink, WebhookSink};
 
-pub use outbox_relay::demo::sinks::webhook::Answer;
+pub use outbox_dev_tools::demo::sinks::webhook::Answer;
 
 /// One request as the sink received it: the library's record (fields and
 /// `header` through `Deref`) with a JSON reader for assertions.

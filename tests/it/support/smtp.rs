@@ -1,10 +1,10 @@
 //! The SMTP sink the tests talk to: the library's
-//! (`outbox_relay::demo::sinks::smtp`, also the demo's), with what tests need on
+//! (`outbox_dev_tools::demo::sinks::smtp`, also the demo's), with what tests need on
 //! top: a panic instead of an error when it cannot start, and `Mail::part` to
 //! read one decoded MIME part.
 
 use base64::Engine as _;
-use outbox_relay::demo::sinks::smtp::{self as sink, parse_headers};
+use outbox_dev_tools::demo::sinks::smtp::{self as sink, parse_headers};
 
 /// One message as the sink received it: the library's [`sink::Mail`] (its
 /// fields and header accessors through `Deref`), plus [`Mail::part`].

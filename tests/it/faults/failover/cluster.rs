@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use diesel::prelude::*;
 use diesel::sql_types::Text;
-use outbox_relay::private_pg::find_bindir;
+use outbox_dev_tools::private_pg::find_bindir;
 
 /// Replication mode of the standby.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

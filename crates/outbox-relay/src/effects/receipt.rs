@@ -23,7 +23,7 @@ mod fixtures;
 #[cfg(test)]
 pub(crate) const TEST_CJK_FONT: &str = concat!(
     env!("CARGO_MANIFEST_DIR"),
-    "/tests/fonts/NotoSansCJK-Regular-subset.otf"
+    "/../../tests/fonts/NotoSansCJK-Regular-subset.otf"
 );
 mod fonts;
 mod layout;

@@ -297,7 +297,7 @@ pub fn idempotency_key(job_id: i64) -> String {
 /// reqwest is built with `rustls-no-provider` and panics when it builds a
 /// client without a process-wide rustls crypto provider. Installs ring's,
 /// unless the application installed one of its own first.
-pub(crate) fn ensure_crypto_provider() {
+pub fn ensure_crypto_provider() {
     if rustls::crypto::CryptoProvider::get_default().is_none() {
         // Losing a race with another installer is fine: one is installed either way.
         let _ = rustls::crypto::ring::default_provider().install_default();

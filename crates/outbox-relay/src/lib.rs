@@ -21,7 +21,7 @@
 //! - [`api_keys`]: API keys (`ork_…`): their scopes, their stored hash,
 //!   creating, listing, revoking and authenticating them.
 //! - [`api`]: the order HTTP API (axum), and the operator dashboard under `/admin`
-//!   (`api::admin`: templates in `templates/admin/`, its SQL in `src/api/admin/sql/`).
+//!   (`api::admin`: templates in `templates/admin/`, its SQL in `crates/outbox-relay/src/api/admin/sql/`).
 //! - [`links`]: the signed, expiring receipt links written into emails.
 //! - [`job_list`]: the operator's list of jobs (`jobs list`), by status, kind or order.
 //! - [`config`]: typed settings from flags and the environment, validated at start.
@@ -36,23 +36,15 @@
 //!   enqueuing span (the core stores it with each job) and out to the effect's.
 //! - [`text`]: outside text shortened to one line for display.
 //! - [`shutdown`]: SIGTERM / SIGINT as a cancellation token.
-//! - [`cli`]: the `outbox-relay` subcommands.
-//! - Development tooling, behind the `dev-tools` feature (on by default):
-//!   `demo` (the whole system end to end with nothing to set up, and the local
-//!   SMTP and webhook sinks it and the tests use), `bench`, `private_pg` (a
-//!   throwaway PostgreSQL) and `scratch` (a throwaway database on a server).
+//! - The `outbox-relay` command line is the binary at the repository's root
+//!   (`src/cli/`); the demo and the bench are the `outbox-dev-tools` crate.
 //! - Re-exported from the core: [`outbox`] (the jobs table), [`relay`] (the
 //!   worker pool), [`worker`] (typed jobs and workers).
 
 pub mod api;
 pub mod api_keys;
-#[cfg(feature = "dev-tools")]
-pub mod bench;
-pub mod cli;
 pub mod config;
 pub mod db;
-#[cfg(feature = "dev-tools")]
-pub mod demo;
 pub mod effects;
 pub mod endpoints;
 pub mod http_server;
@@ -60,11 +52,7 @@ pub mod job_list;
 pub mod links;
 pub mod orders;
 pub mod otel;
-#[cfg(feature = "dev-tools")]
-pub mod private_pg;
 pub mod schema;
-#[cfg(feature = "dev-tools")]
-pub mod scratch;
 pub mod shutdown;
 pub mod telemetry;
 pub mod text;

@@ -15,27 +15,27 @@ use crate::orders::{Currency, Order};
 const TEMPLATES: [(&str, &str); 6] = [
     (
         "confirmation.txt",
-        include_str!("../../../templates/email/confirmation.txt"),
+        include_str!("../../../../../templates/email/confirmation.txt"),
     ),
     (
         "confirmation.html",
-        include_str!("../../../templates/email/confirmation.html"),
+        include_str!("../../../../../templates/email/confirmation.html"),
     ),
     (
         "shipped.txt",
-        include_str!("../../../templates/email/shipped.txt"),
+        include_str!("../../../../../templates/email/shipped.txt"),
     ),
     (
         "shipped.html",
-        include_str!("../../../templates/email/shipped.html"),
+        include_str!("../../../../../templates/email/shipped.html"),
     ),
     (
         "cancelled.txt",
-        include_str!("../../../templates/email/cancelled.txt"),
+        include_str!("../../../../../templates/email/cancelled.txt"),
     ),
     (
         "cancelled.html",
-        include_str!("../../../templates/email/cancelled.html"),
+        include_str!("../../../../../templates/email/cancelled.html"),
     ),
 ];
 

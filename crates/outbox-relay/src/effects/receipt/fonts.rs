@@ -19,8 +19,8 @@ use std::sync::{Arc, LazyLock};
 
 use printpdf::ParsedFont;
 
-const REGULAR_TTF: &[u8] = include_bytes!("../../../templates/fonts/DejaVuSans.ttf");
-const BOLD_TTF: &[u8] = include_bytes!("../../../templates/fonts/DejaVuSans-Bold.ttf");
+const REGULAR_TTF: &[u8] = include_bytes!("../../../../../templates/fonts/DejaVuSans.ttf");
+const BOLD_TTF: &[u8] = include_bytes!("../../../../../templates/fonts/DejaVuSans-Bold.ttf");
 
 /// Where Debian's (and the Docker image's) `fonts-noto-cjk` puts Noto Sans CJK.
 pub const DEFAULT_CJK_FONT_PATH: &str = "/usr/share/fonts/opentype/noto/NotoSansCJK-Regular.ttc";

@@ -11,7 +11,7 @@ pub use outbox_core::db::{
 /// receipts, the admin audit, and the history of the jobs tables, which
 /// predates the core crate. They end by recording the core's baseline as
 /// applied, so [`run_migrations`] applies only what the core adds later.
-pub const MIGRATIONS: EmbeddedMigrations = embed_migrations!("migrations");
+pub const MIGRATIONS: EmbeddedMigrations = embed_migrations!("../../migrations");
 
 /// Applies the service's pending migrations, then the core's, under one
 /// advisory lock. Safe to call from many processes at once.
