@@ -168,3 +168,109 @@ fn the_same_idempotency_key_returns_the_same_order_and_a_different_body_conflict
         3
     );
 }
+
+/// A relay finishing an order's delivery and storing its receipt in one
+/// transaction, while the order moves on: the transition holds the order's row
+/// and waits for the delivery it must queue behind, and the receipt's foreign
+/// key check waits for the order's row. With `FOR UPDATE` on the order that
+/// was a deadlock (seen in the demo: a cancel failed with "deadlock
+/// detected"); the transition's `FOR NO KEY UPDATE` leaves the key check free.
+#[test]
+fn a_transition_waiting_on_a_delivery_does_not_deadlock_with_the_receipt_of_its_order() {
+    use outbox_relay::endpoints::spec::{EndpointName, EndpointUrl, EventTypes, SigningSecret};
+    use outbox_relay::endpoints::{NewEndpoint, store};
+    use outbox_relay::orders::{Transition, transition_order};
+
+    let db = TestDb::new();
+    let mut conn = db.conn();
+    store::add(
+        &mut conn,
+        &NewEndpoint {
+            name: EndpointName::parse("erp").expect("name"),
+            url: EndpointUrl::parse("http://127.0.0.1:9/hooks", true).expect("url"),
+            event_types: EventTypes::ALL,
+            rate_limit: None,
+            max_in_flight: 4,
+            secret: SigningSecret::generate().expect("secret"),
+            nats: None,
+        },
+    )
+    .expect("endpoint");
+    let order_id = place_order(&mut conn, &order_enqueuer(), &sample_order(), None, 8)
+        .expect("placed")
+        .order_id();
+    let head: i64 = jobs_all::table
+        .filter(jobs_all::kind.eq("order_webhook"))
+        .select(jobs_all::id)
+        .first(&mut conn)
+        .expect("the order.placed delivery");
+
+    // The relay's side: the delivery is being finished (its row is locked)...
+    let mut relay = db.conn();
+    diesel::sql_query("BEGIN")
+        .execute(&mut relay)
+        .expect("begin");
+    diesel::sql_query("SET LOCAL lock_timeout = '10s'")
+        .execute(&mut relay)
+        .expect("lock_timeout");
+    diesel::sql_query("UPDATE jobs SET last_error = NULL WHERE id = $1")
+        .bind::<diesel::sql_types::BigInt, _>(head)
+        .execute(&mut relay)
+        .expect("lock the delivery");
+
+    // ...when the order is paid: its transaction queues the order.paid
+    // delivery behind the locked one, and waits there.
+    let url = db.url.clone();
+    let paying = std::thread::spawn(move || {
+        let mut conn = PgConnection::establish(&url).expect("connect");
+        diesel::sql_query("SET lock_timeout = '10s'")
+            .execute(&mut conn)
+            .expect("lock_timeout");
+        let pay = Transition::parse("pay", &serde_json::json!({"payment_reference": "pi_1"}))
+            .expect("pay");
+        transition_order(&mut conn, &order_enqueuer(), order_id, &pay, None, 8)
+    });
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    loop {
+        #[derive(QueryableByName)]
+        struct Waiting {
+            #[diesel(sql_type = diesel::sql_types::BigInt)]
+            n: i64,
+        }
+        let waiting: Waiting = diesel::sql_query(
+            "SELECT count(*) AS n FROM pg_stat_activity
+             WHERE datname = current_database() AND wait_event_type = 'Lock'",
+        )
+        .get_result(&mut conn)
+        .expect("pg_stat_activity");
+        if waiting.n > 0 {
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the transition never waited on the delivery"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
+
+    // The relay stores the order's receipt in the same transaction and commits.
+    diesel::sql_query(
+        "INSERT INTO receipts (order_id, pdf) SELECT $1, '\\x25504446'::bytea
+         WHERE EXISTS (SELECT 1 FROM orders WHERE id = $1)",
+    )
+    .bind::<diesel::sql_types::BigInt, _>(order_id)
+    .execute(&mut relay)
+    .expect("the receipt is stored while the transition waits");
+    diesel::sql_query("COMMIT")
+        .execute(&mut relay)
+        .expect("commit");
+
+    let paid = paying.join().expect("the paying thread");
+    assert!(paid.is_ok(), "the transition failed: {paid:?}");
+    let status: String = orders::table
+        .find(order_id)
+        .select(orders::status)
+        .first(&mut conn)
+        .expect("order");
+    assert_eq!(status, "paid");
+}

@@ -199,10 +199,14 @@ pub fn transition_order(
     let fingerprint = key.map(|_| fingerprint(order_id, transition));
     enqueuer.transaction(conn, |conn| {
         // The row lock orders this order's transitions: seq follows commit order.
+        // NO KEY UPDATE, not UPDATE: the foreign key checks of rows that point
+        // at the order (a receipt a relay stores while finishing a delivery this
+        // transaction may queue behind) take KEY SHARE, which UPDATE would
+        // block, and the two transactions would deadlock.
         let current: Option<String> = orders::table
             .find(order_id)
             .select(orders::status)
-            .for_update()
+            .for_no_key_update()
             .first(conn)
             .optional()?;
         let Some(current) = current else {
