@@ -440,9 +440,9 @@ async fn recover(args: RecoverArgs) -> anyhow::Result<()> {
     // A dry run counts; a recovery returns the ids it put back.
     let (count, ids) = with_conn(&args.db, move |conn| {
         if dry_run {
-            recover::preview(conn, &name, since).map(|n| (n, Vec::new()))
+            recover::preview(conn, &name, recover::Window::since(since)).map(|n| (n, Vec::new()))
         } else {
-            recover::recover(conn, &name, since).map(|ids| (ids.len(), ids))
+            recover::recover(conn, &name, recover::Window::since(since)).map(|ids| (ids.len(), ids))
         }
         .map_err(anyhow::Error::from)
     })

@@ -25,9 +25,12 @@ pub async fn run(db_args: DatabaseArgs, args: RelayArgs) -> anyhow::Result<()> {
         receipt_links,
         ..config
     });
-    let webhook = args
-        .effects
-        .webhook(kinds.contains(&EffectKind::OrderWebhook))?;
+    // Deliveries go to the endpoint rows; WEBHOOK_URL, when given, is only
+    // the row `default`, written below before the relay claims anything.
+    let webhook = args.effects.webhook(
+        kinds.contains(&EffectKind::OrderWebhook) || kinds.contains(&EffectKind::EndpointNotice),
+    );
+    let default_endpoint = args.effects.default_endpoint()?;
     let receipt = args
         .receipt
         .settings(kinds.contains(&EffectKind::ReceiptPdf))?;
@@ -42,9 +45,11 @@ pub async fn run(db_args: DatabaseArgs, args: RelayArgs) -> anyhow::Result<()> {
     };
     let sender = webhook
         .as_ref()
-        .map(|config| webhook::WebhookSender::new(config).map(|s| s.with_breaker(breaker)))
+        .map(|options| {
+            webhook::WebhookSender::for_endpoints(options).map(|s| s.with_breaker(breaker))
+        })
         .transpose()
-        .map_err(|e| ConfigError(format!("WEBHOOK_URL: {e:#}")))?;
+        .map_err(|e| ConfigError(format!("the webhook client: {e:#}")))?;
     let nats = args.effects.nats().await?;
     let metrics = tokio::net::TcpListener::bind(args.metrics_addr)
         .await
@@ -111,11 +116,8 @@ pub async fn run(db_args: DatabaseArgs, args: RelayArgs) -> anyhow::Result<()> {
         .await
         .context("migrating the database")?;
     if migrated {
-        crate::config::default_endpoint::write_default(
-            &db_args.database_url,
-            webhook.as_ref().map(|w| (w.url.clone(), w.secret.clone())),
-        )
-        .await?;
+        crate::config::default_endpoint::write_default(&db_args.database_url, default_endpoint)
+            .await?;
         let relay = Relay::new(pool, db_args.database_url, settings, executor)?;
         let _ = liveness.set(relay.liveness());
         relay.run_until_stopped(shutdown.clone()).await;

@@ -476,7 +476,7 @@ async fn an_operator_works_the_dashboard_in_a_real_browser() {
 
 /// Logs in over HTTP; returns the session cookie (`name=value`) and the form token.
 /// A form POST to the dashboard with a session cookie.
-async fn post_form(
+pub(crate) async fn post_form(
     client: &reqwest::Client,
     app: &TestApp,
     path: &str,

@@ -100,12 +100,23 @@ fn a_malformed_host_list_or_an_unknown_target_session_attrs_is_refused_naming_th
     }
 }
 
+/// WEBHOOK_URL is optional (deliveries go to the endpoint rows; see
+/// endpoint_delivery), but given, it is the endpoint `default`, which needs a
+/// secret.
 #[test]
-fn a_relay_handling_webhooks_without_webhook_url_refuses_to_start() {
-    let out = relay_with(&[DB], &["--kinds", "order_webhook"]);
-    let err = stderr(&out);
-    assert_eq!(out.status.code(), Some(2), "{err}");
-    assert!(err.contains("WEBHOOK_URL is not set"), "{err}");
+fn a_relay_given_webhook_url_without_webhook_secret_refuses_to_start() {
+    for kinds in ["order_webhook", "receipt_pdf"] {
+        let out = relay_with(
+            &[DB, ("WEBHOOK_URL", "http://127.0.0.1:9/hook")],
+            &["--kinds", kinds],
+        );
+        let err = stderr(&out);
+        assert_eq!(out.status.code(), Some(2), "{kinds}: {err}");
+        assert!(
+            err.contains("WEBHOOK_SECRET is not set, but WEBHOOK_URL is"),
+            "{kinds}: {err}"
+        );
+    }
 }
 
 #[test]

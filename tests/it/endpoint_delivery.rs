@@ -91,13 +91,13 @@ pub fn place(conn: &mut PgConnection) -> i64 {
         .order_id()
 }
 
-fn pay(conn: &mut PgConnection, order_id: i64) {
+pub fn pay(conn: &mut PgConnection, order_id: i64) {
     let transition =
         Transition::parse("pay", &json!({"payment_reference": "pi_123"})).expect("pay");
     transition_order(conn, &order_enqueuer(), order_id, &transition, None, 8).expect("paid");
 }
 
-fn done_webhooks(conn: &mut PgConnection) -> i64 {
+pub fn done_webhooks(conn: &mut PgConnection) -> i64 {
     jobs_all::table
         .filter(jobs_all::kind.eq("order_webhook"))
         .filter(jobs_all::status.eq("done"))
@@ -358,7 +358,7 @@ fn jobs_prune_deletes_old_delivery_attempts_and_keeps_recent_ones() {
     );
 }
 
-fn failed_webhooks(conn: &mut PgConnection) -> Vec<i64> {
+pub fn failed_webhooks(conn: &mut PgConnection) -> Vec<i64> {
     jobs_all::table
         .filter(jobs_all::kind.eq("order_webhook"))
         .filter(jobs_all::status.eq("failed"))

@@ -4,6 +4,7 @@
 mod support;
 
 mod admin;
+mod admin_endpoints;
 mod admin_sessions;
 mod api;
 mod api_keys;

@@ -11,7 +11,7 @@ use super::{ConfigError, DEFAULT_PUBLIC_BASE_URL};
 use crate::effects::email::EmailConfig;
 use crate::effects::nats::{NatsConnections, NatsCredentials};
 use crate::effects::receipt::ReceiptSettings;
-use crate::effects::webhook::WebhookConfig;
+use crate::effects::webhook::DeliveryOptions;
 
 /// Settings of receipt_pdf (`relay` and `demo`).
 #[derive(Debug, Clone, Args)]
@@ -50,11 +50,12 @@ pub struct EffectArgs {
     /// Sender of the confirmation email, e.g. "Shop <orders@example.com>".
     #[arg(long, env = "MAIL_FROM")]
     pub mail_from: Option<String>,
-    /// Order webhook target.
+    /// Creates or updates the endpoint `default` (every event) with this URL;
+    /// deliveries go to the endpoint rows, `default` among them.
     #[arg(long, env = "WEBHOOK_URL", value_parser = parse_http_url)]
     pub webhook_url: Option<url::Url>,
-    /// Signing secrets, space-separated for rotation (`whsec_<base64>` or raw);
-    /// the first also keys X-Signature.
+    /// The signing secrets of `default`, space-separated for rotation
+    /// (`whsec_<base64>` or raw); the first also keys X-Signature.
     #[arg(long, env = "WEBHOOK_SECRET", hide_env_values = true)]
     pub webhook_secret: Option<String>,
     /// Total time for one webhook call (the connect timeout is 5s).
@@ -139,35 +140,22 @@ impl EffectArgs {
         Ok(NatsConnections::new(credentials))
     }
 
-    /// The webhook settings, required when the relay handles order_webhook.
-    pub fn webhook(&self, needed: bool) -> Result<Option<WebhookConfig>, ConfigError> {
-        if !needed {
-            return Ok(None);
-        }
-        let url = self.webhook_url.clone().ok_or_else(|| {
-            ConfigError(
-                "WEBHOOK_URL is not set, but this relay handles order_webhook \
-                 (set WEBHOOK_URL and WEBHOOK_SECRET, or leave order_webhook out of --kinds)"
-                    .into(),
-            )
-        })?;
-        let secret = self
-            .webhook_secret
-            .clone()
-            .filter(|s| !s.is_empty())
-            .ok_or_else(|| {
-                ConfigError(
-                    "WEBHOOK_SECRET is not set, but this relay handles order_webhook".into(),
-                )
-            })?;
-        crate::effects::signature::Secrets::parse(&secret)
-            .map_err(|e| ConfigError(format!("WEBHOOK_SECRET: {e}")))?;
-        Ok(Some(WebhookConfig {
-            url,
-            secret,
+    /// What a relay needs to deliver to endpoints (order_webhook,
+    /// endpoint_notice): no URL of its own, since every endpoint row has one.
+    /// `WEBHOOK_URL` is not needed: it only makes the endpoint `default`
+    /// ([`Self::default_endpoint`]).
+    pub fn webhook(&self, needed: bool) -> Option<DeliveryOptions> {
+        needed.then_some(DeliveryOptions {
             timeout: self.webhook_timeout,
             allow_private: self.webhook_allow_private,
-        }))
+        })
+    }
+
+    /// The endpoint `default` from `WEBHOOK_URL` / `WEBHOOK_SECRET`, checked
+    /// whenever they are given (the relay writes it whatever its kinds, as
+    /// `migrate` and `serve` do); none without `WEBHOOK_URL`.
+    pub fn default_endpoint(&self) -> Result<Option<(url::Url, String)>, ConfigError> {
+        super::default_endpoint::checked(self.webhook_url.as_ref(), self.webhook_secret.as_deref())
     }
 }
 
@@ -206,7 +194,7 @@ mod tests {
             "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw whsec_hunter2!!",
         ])
         .expect("parses");
-        let error = args.effects.webhook(true).expect_err("refused");
+        let error = args.effects.default_endpoint().expect_err("refused");
         assert!(
             error.0.starts_with("WEBHOOK_SECRET: secret 2 of 2"),
             "{error}"

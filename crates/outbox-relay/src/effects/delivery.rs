@@ -15,11 +15,14 @@ use super::workers::{OrderLoader, order_span};
 use crate::db::{PgPool, run_blocking};
 use crate::endpoints::attempts::{self, NewAttempt};
 use crate::endpoints::breaker::Verdict;
-use crate::endpoints::target::{self, Target};
+use crate::endpoints::target::{self, DEFAULT_ENDPOINT, Target};
 
 /// How long a delivery claimed for a disabled endpoint waits before it is
 /// tried again (the endpoint's paused key normally keeps it unclaimed).
 const DISABLED_RETRY: Duration = Duration::from_secs(60);
+
+/// How long a delivery for a missing `default` waits before it is tried again.
+const NO_DEFAULT_RETRY: Duration = Duration::from_secs(60);
 
 /// Delivers an order event to its endpoint.
 #[derive(Debug)]
@@ -42,12 +45,15 @@ impl WebhookWorker {
         let event = self.orders.event(args.event_id).await?;
         let Some(target) = load_target(&self.orders.pool, args.endpoint_id).await? else {
             return match args.endpoint_id {
-                // A database where no relay has written `default` yet: this
-                // relay's own WEBHOOK_URL is what `default` would be.
-                None => {
+                // A sender built with its own URL (a library user's, the
+                // demo's) is what `default` would be. A relay writes
+                // `default` from WEBHOOK_URL before it claims, so it never
+                // needs this.
+                None if sender.has_fallback() => {
                     sender.deliver(ctx.id(), &order, event.as_ref()).await?;
                     Ok(None)
                 }
+                None => Err(no_default()),
                 Some(id) => Err(EffectError::permanent(format!(
                     "endpoint {id} no longer exists (removed)"
                 ))),
@@ -99,8 +105,27 @@ impl Worker<EndpointNotice> for EndpointNoticeWorker {
 
 fn sender_of(sender: Option<&WebhookSender>) -> Result<&WebhookSender, EffectError> {
     sender.ok_or_else(|| {
-        EffectError::retryable("this relay has no WEBHOOK_URL configured for order_webhook")
+        EffectError::retryable("this relay was started without a webhook sender (see --kinds)")
     })
+}
+
+/// A delivery queued before endpoints existed (no endpoint in its payload)
+/// goes to `default`, and there is none. Retryable, not permanent: `default`
+/// is often only late (the relay or `migrate` that carries WEBHOOK_URL writes
+/// it when it starts, and relays roll out in any order), and a retry then
+/// delivers without an operator. If it never comes, the job fails after its
+/// max_attempts with this message, and `endpoints recover default` puts it
+/// back once `default` exists.
+fn no_default() -> EffectError {
+    EffectError::Retryable {
+        message: format!(
+            "this delivery was queued before endpoints existed and goes to the endpoint \
+             {DEFAULT_ENDPOINT:?}, which does not exist: set WEBHOOK_URL and WEBHOOK_SECRET \
+             on a relay, `serve` or `migrate` (they write it), or \
+             `outbox-relay endpoints add --name {DEFAULT_ENDPOINT} ...`"
+        ),
+        retry_after: Some(NO_DEFAULT_RETRY),
+    }
 }
 
 async fn load_target(

@@ -68,30 +68,66 @@ impl fmt::Debug for WebhookConfig {
     }
 }
 
+/// What a sender needs to deliver to endpoint rows: no URL or secret of its
+/// own, since each endpoint brings both.
+#[derive(Debug, Clone, Copy)]
+pub struct DeliveryOptions {
+    /// Total time for one call: connect, send, and read the answer.
+    pub timeout: Duration,
+    /// Deliver to loopback, private and link-local addresses too.
+    pub allow_private: bool,
+}
+
 /// Delivers order webhooks over one shared, pooled HTTP client.
 #[derive(Clone)]
 pub struct WebhookSender {
     client: reqwest::Client,
-    url: url::Url,
-    /// Holds the keys, so it is never printed.
-    secrets: Secrets,
+    /// The URL and secrets it was built with (`WEBHOOK_URL`), if any: where
+    /// [`WebhookSender::deliver`] sends. A relay builds its sender without
+    /// them and finds `default` among the endpoint rows instead.
+    fallback: Option<Fallback>,
     timeout: Duration,
     allow_private: bool,
     /// What a failing endpoint's deliveries do (`ENDPOINT_DISABLE_AFTER`).
     breaker: Breaker,
 }
 
+/// A URL and the secrets that sign for it. Holds the keys, so it is never
+/// printed.
+#[derive(Clone)]
+struct Fallback {
+    url: url::Url,
+    secrets: Secrets,
+}
+
 impl fmt::Debug for WebhookSender {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("WebhookSender")
-            .field("url", &redacted(&self.url))
+            .field("url", &self.fallback.as_ref().map(|f| redacted(&f.url)))
             .field("timeout", &self.timeout)
             .finish_non_exhaustive()
     }
 }
 
 impl WebhookSender {
+    /// A sender for `config.url`, signing with `config.secret`, that also
+    /// delivers to endpoint rows.
     pub fn new(config: &WebhookConfig) -> anyhow::Result<WebhookSender> {
+        let secrets = Secrets::parse(&config.secret).context("WEBHOOK_SECRET")?;
+        let mut sender = WebhookSender::for_endpoints(&DeliveryOptions {
+            timeout: config.timeout,
+            allow_private: config.allow_private,
+        })?;
+        sender.fallback = Some(Fallback {
+            url: config.url.clone(),
+            secrets,
+        });
+        Ok(sender)
+    }
+
+    /// A sender for endpoint rows only, each with its own URL and secrets:
+    /// what a relay runs, with or without `WEBHOOK_URL`.
+    pub fn for_endpoints(config: &DeliveryOptions) -> anyhow::Result<WebhookSender> {
         ensure_crypto_provider();
         let mut builder = reqwest::Client::builder()
             .connect_timeout(CONNECT_TIMEOUT.min(config.timeout))
@@ -106,11 +142,9 @@ impl WebhookSender {
         let client = builder
             .build()
             .context("cannot build the webhook HTTP client")?;
-        let secrets = Secrets::parse(&config.secret).context("WEBHOOK_SECRET")?;
         Ok(WebhookSender {
             client,
-            url: config.url.clone(),
-            secrets,
+            fallback: None,
             timeout: config.timeout,
             allow_private: config.allow_private,
             breaker: Breaker::default(),
@@ -127,16 +161,25 @@ impl WebhookSender {
         self.breaker
     }
 
+    /// Whether this sender was built with a URL of its own ([`Self::new`]).
+    pub fn has_fallback(&self) -> bool {
+        self.fallback.is_some()
+    }
+
     /// POSTs `event` of `order` (without one, the legacy `order.placed` body)
     /// for job `job_id` to the configured URL, signed with the configured
-    /// secrets.
+    /// secrets. A sender built by [`Self::for_endpoints`] has neither: that
+    /// is a permanent error, since retrying cannot give it a URL.
     pub async fn deliver(
         &self,
         job_id: i64,
         order: &Order,
         event: Option<&OrderEvent>,
     ) -> Result<(), EffectError> {
-        self.deliver_to(&self.url, &self.secrets, job_id, order, event)
+        let fallback = self.fallback.as_ref().ok_or_else(|| {
+            EffectError::permanent("this webhook sender has no URL of its own (no WEBHOOK_URL)")
+        })?;
+        self.deliver_to(&fallback.url, &fallback.secrets, job_id, order, event)
             .await
             .result
     }
@@ -248,9 +291,10 @@ impl WebhookSender {
         Err(classify(status, retry_after, location.as_deref(), &body))
     }
 
-    /// `sha256=<hex HMAC-SHA256(body)>`.
-    pub fn sign(&self, body: &[u8]) -> String {
-        self.secrets.x_signature(body)
+    /// `sha256=<hex HMAC-SHA256(body)>` with the configured secret; none for
+    /// a sender without one.
+    pub fn sign(&self, body: &[u8]) -> Option<String> {
+        self.fallback.as_ref().map(|f| f.secrets.x_signature(body))
     }
 
     fn transport_error(&self, url: &url::Url, error: reqwest::Error) -> EffectError {
@@ -342,8 +386,8 @@ mod tests {
         .expect("client builds");
         // RFC 4231, test case 2.
         assert_eq!(
-            sender.sign(b"what do ya want for nothing?"),
-            "sha256=5bdcc146bf60754e6a042426089575c75a003f089d2739839dec58b964ec3843"
+            sender.sign(b"what do ya want for nothing?").as_deref(),
+            Some("sha256=5bdcc146bf60754e6a042426089575c75a003f089d2739839dec58b964ec3843")
         );
     }
 }

@@ -106,7 +106,7 @@ pub(super) async fn act(
                 let outcome = one_job(conn, action, id)?;
                 if let Ok(changed) = outcome {
                     let target = serde_json::json!({ "ids": [id] });
-                    queries::insert_audit(conn, &actor, action, &target, changed)?;
+                    queries::insert_audit(conn, &actor, action.as_str(), &target, changed)?;
                 }
                 Ok(outcome)
             })
@@ -143,7 +143,7 @@ pub(super) async fn act(
                 Ok(n) | Err((n, _)) => *n,
             };
             // Audited even when a batch failed: the batches before it committed.
-            queries::insert_audit(conn, &actor, action, &target, changed)?;
+            queries::insert_audit(conn, &actor, action.as_str(), &target, changed)?;
             Ok(outcome.map_err(|(n, e)| (n, e.to_string())))
         })
         .await?;

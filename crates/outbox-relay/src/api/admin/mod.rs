@@ -9,6 +9,8 @@
 //! - `csrf`: the form token every POST carries;
 //! - `pages`: overview, jobs, an order's timeline, the audit log, login;
 //! - `actions`: retry and cancel, one job or every match, preview first, audited;
+//! - `endpoint_actions`: enable, disable and recover an endpoint (recover
+//!   previewed first), audited, through the same store functions as the CLI;
 //! - `queries` and `sql/`: every statement, each under a statement timeout;
 //! - `filter`, `chart`, `view`, `error`: the jobs filter, the SVG chart,
 //!   templates, and the one error type.
@@ -21,6 +23,7 @@ mod actions;
 mod auth;
 mod chart;
 mod csrf;
+mod endpoint_actions;
 mod error;
 mod filter;
 mod limiter;
@@ -102,6 +105,13 @@ pub(crate) fn routes(db: Db, settings: Option<&AdminSettings>) -> Router<AppStat
         .route("/orders/{id}", get(pages::order))
         .route("/endpoints", get(pages::endpoints))
         .route("/endpoints/{id}", get(pages::endpoint))
+        .route("/endpoints/{id}/enable", post(endpoint_actions::enable))
+        .route("/endpoints/{id}/disable", post(endpoint_actions::disable))
+        .route(
+            "/endpoints/{id}/recover/preview",
+            post(endpoint_actions::recover_preview),
+        )
+        .route("/endpoints/{id}/recover", post(endpoint_actions::recover))
         .route("/audit", get(pages::audit))
         .route("/static/admin.css", get(stylesheet))
         .layer(axum::middleware::from_fn(security_headers))

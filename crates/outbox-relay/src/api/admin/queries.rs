@@ -33,7 +33,7 @@ pub(super) fn read<T>(
 
 /// `statement_timeout` and `lock_timeout` for the rest of the transaction
 /// (`set_config(.., true)` is `SET LOCAL` in one statement that takes binds).
-fn set_local_timeouts(conn: &mut PgConnection, timeout: Duration) -> QueryResult<()> {
+pub(super) fn set_local_timeouts(conn: &mut PgConnection, timeout: Duration) -> QueryResult<()> {
     let ms = timeout.as_millis().clamp(1, 600_000).to_string();
     diesel::sql_query(
         "SELECT set_config('statement_timeout', $1, true), set_config('lock_timeout', $1, true)",
@@ -349,13 +349,13 @@ pub(super) fn apply(conn: &mut PgConnection, action: Action, ids: &[i64]) -> Que
 pub(super) fn insert_audit(
     conn: &mut PgConnection,
     actor: &str,
-    action: Action,
+    action: &str,
     target: &serde_json::Value,
     affected: i64,
 ) -> QueryResult<()> {
     diesel::sql_query(include_str!("sql/insert_audit.sql"))
         .bind::<Text, _>(actor)
-        .bind::<Text, _>(action.as_str())
+        .bind::<Text, _>(action)
         .bind::<Jsonb, _>(target)
         .bind::<BigInt, _>(affected)
         .execute(conn)

@@ -51,6 +51,10 @@ const TEMPLATES: &[(&str, &str)] = &[
         include_str!("../../../../../templates/admin/endpoint.html"),
     ),
     (
+        "endpoint_recover.html",
+        include_str!("../../../../../templates/admin/endpoint_recover.html"),
+    ),
+    (
         "error.html",
         include_str!("../../../../../templates/admin/error.html"),
     ),

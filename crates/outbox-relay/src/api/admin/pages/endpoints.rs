@@ -1,6 +1,7 @@
 //! The endpoints: each with its state, `failing_since`, and its recent
 //! success rate and p95 latency from `delivery_attempts`; and one endpoint's
-//! attempt log, newest first, a page at a time (keyset on `(started_at, id)`).
+//! attempt log, newest first, a page at a time (keyset on `(started_at, id)`),
+//! under its enable, disable and recover forms (`endpoint_actions` acts).
 
 use axum::extract::{Extension, Path, Query, State};
 use axum::response::Html;
@@ -12,10 +13,12 @@ use serde::Deserialize;
 
 use super::{base, opt_time, time};
 use crate::api::admin::auth::Session;
+use crate::api::admin::endpoint_actions::endpoint_id;
 use crate::api::admin::error::AdminError;
 use crate::api::admin::queries::read;
-use crate::api::admin::view::render;
+use crate::api::admin::view::{num, render};
 use crate::api::admin::{AdminState, Nonce};
+use crate::endpoints::Endpoint;
 
 /// Attempts per page of an endpoint's log.
 const PAGE: i64 = 50;
@@ -62,10 +65,73 @@ LEFT JOIN LATERAL (
 GROUP BY e.id
 ORDER BY e.name";
 
+/// A notice after an action: `enable:<id>`, `disable:<id>`, `recover:<n>`.
+#[derive(Debug, Default, Deserialize)]
+#[serde(default)]
+pub(in crate::api::admin) struct Done {
+    done: Option<String>,
+}
+
+/// What an action's notice says, `name` being the endpoint's.
+fn notice(done: Option<&str>, name: impl Fn(i64) -> Option<String>) -> Option<String> {
+    let (action, n) = done?.split_once(':')?;
+    let n: i64 = n.parse().ok()?;
+    match action {
+        "enable" => Some(format!(
+            "Enabled {}: the deliveries that waited go out now, each order's in order.",
+            name(n)?
+        )),
+        "disable" => Some(format!(
+            "Disabled {}: its deliveries wait, in order, until it is enabled.",
+            name(n)?
+        )),
+        "recover" => Some(match n {
+            0 => "Nothing to re-queue: no failed delivery in that window any more.".to_owned(),
+            1 => "Re-queued 1 failed delivery.".to_owned(),
+            n => format!("Re-queued {} failed deliveries, oldest first.", num(n)),
+        }),
+        _ => None,
+    }
+}
+
+/// `enabled`, `failing`, or `disabled (reason)`.
+fn state_label(enabled: bool, reason: Option<&str>, failing: bool) -> String {
+    match (enabled, reason) {
+        (true, _) if failing => "failing".to_owned(),
+        (true, _) => "enabled".to_owned(),
+        (false, Some(reason)) => format!("disabled ({reason})"),
+        (false, None) => "disabled".to_owned(),
+    }
+}
+
+fn row_view(r: &Row) -> Value {
+    context! {
+        id => r.id,
+        name => r.name.clone(),
+        origin => r.origin.clone(),
+        enabled => r.enabled,
+        state => state_label(r.enabled, r.disabled_reason.as_deref(), r.failing_since.is_some()),
+        failing_since => opt_time(r.failing_since),
+        limits => format!(
+            "{} in flight{}",
+            r.max_in_flight,
+            r.rate_limit.map(|l| format!(", {l}/s")).unwrap_or_default()
+        ),
+        attempts => r.attempts,
+        success => if r.attempts > 0 {
+            format!("{:.1}%", 100.0 * r.ok as f64 / r.attempts as f64)
+        } else {
+            String::new()
+        },
+        p95 => r.p95_ms.map(|ms| format!("{ms:.0} ms")).unwrap_or_default(),
+    }
+}
+
 pub(in crate::api::admin) async fn endpoints(
     State(state): State<AdminState>,
     Extension(nonce): Extension<Nonce>,
     session: Session,
+    Query(done): Query<Done>,
 ) -> Result<Html<String>, AdminError> {
     let timeout = state.settings.statement_timeout;
     let rows: Vec<Row> = state
@@ -76,38 +142,17 @@ pub(in crate::api::admin) async fn endpoints(
             })?)
         })
         .await?;
-    let rows: Vec<Value> = rows
-        .iter()
-        .map(|r| {
-            context! {
-                id => r.id,
-                name => r.name.clone(),
-                origin => r.origin.clone(),
-                state => match (r.enabled, &r.disabled_reason) {
-                    (true, _) if r.failing_since.is_some() => "failing".to_owned(),
-                    (true, _) => "enabled".to_owned(),
-                    (false, Some(reason)) => format!("disabled ({reason})"),
-                    (false, None) => "disabled".to_owned(),
-                },
-                failing_since => opt_time(r.failing_since),
-                limits => format!(
-                    "{} in flight{}",
-                    r.max_in_flight,
-                    r.rate_limit.map(|l| format!(", {l}/s")).unwrap_or_default()
-                ),
-                attempts => r.attempts,
-                success => if r.attempts > 0 {
-                    format!("{:.1}%", 100.0 * r.ok as f64 / r.attempts as f64)
-                } else {
-                    String::new()
-                },
-                p95 => r.p95_ms.map(|ms| format!("{ms:.0} ms")).unwrap_or_default(),
-            }
-        })
-        .collect();
+    let notice = notice(done.done.as_deref(), |id| {
+        rows.iter().find(|r| r.id == id).map(|r| r.name.clone())
+    });
+    let rows: Vec<Value> = rows.iter().map(row_view).collect();
     render(
         "endpoints.html",
-        context! { endpoints => rows, ..base(Some(&session), &nonce, "endpoints", "Endpoints") },
+        context! {
+            endpoints => rows,
+            notice => notice,
+            ..base(Some(&session), &nonce, "endpoints", "Endpoints")
+        },
     )
 }
 
@@ -141,9 +186,12 @@ WHERE endpoint_id = $1
 ORDER BY started_at DESC, id DESC
 LIMIT $3";
 
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Default, Deserialize)]
+#[serde(default)]
 pub(in crate::api::admin) struct Cursor {
     before: Option<i64>,
+    /// A notice after an action (see [`notice`]).
+    done: Option<String>,
 }
 
 pub(in crate::api::admin) async fn endpoint(
@@ -153,20 +201,16 @@ pub(in crate::api::admin) async fn endpoint(
     Path(raw_id): Path<String>,
     Query(cursor): Query<Cursor>,
 ) -> Result<Html<String>, AdminError> {
-    let id: i64 = raw_id
-        .parse()
-        .ok()
-        .filter(|id| *id > 0)
-        .ok_or_else(|| AdminError::NotFound(format!("there is no endpoint {raw_id:?}")))?;
+    let id = endpoint_id(&raw_id)?;
     let timeout = state.settings.statement_timeout;
     let before = cursor.before;
-    let (name, mut attempts) = state
+    let (endpoint, mut attempts) = state
         .db
         .run(move |conn| {
             Ok(read(conn, timeout, |conn| {
-                let name: Option<String> = crate::schema::endpoints::table
+                let endpoint: Option<Endpoint> = crate::schema::endpoints::table
                     .find(id)
-                    .select(crate::schema::endpoints::name)
+                    .select(Endpoint::as_select())
                     .first(conn)
                     .optional()?;
                 let attempts: Vec<Attempt> = diesel::sql_query(ATTEMPTS)
@@ -174,11 +218,12 @@ pub(in crate::api::admin) async fn endpoint(
                     .bind::<Nullable<BigInt>, _>(before)
                     .bind::<BigInt, _>(PAGE + 1)
                     .load(conn)?;
-                Ok((name, attempts))
+                Ok((endpoint, attempts))
             })?)
         })
         .await?;
-    let name = name.ok_or_else(|| AdminError::NotFound(format!("there is no endpoint {id}")))?;
+    let endpoint =
+        endpoint.ok_or_else(|| AdminError::NotFound(format!("there is no endpoint {id}")))?;
     let more = attempts.len() > PAGE as usize;
     attempts.truncate(PAGE as usize);
     let next = more.then(|| attempts.last().map(|a| a.id)).flatten();
@@ -190,19 +235,44 @@ pub(in crate::api::admin) async fn endpoint(
                 job => a.job_id,
                 attempt => a.attempt,
                 duration => format!("{} ms", a.duration_ms),
-                status => a.status_code.map(|s| s.to_string()).unwrap_or_else(|| "-".to_owned()),
+                status => a.status_code.map_or_else(|| "no answer".to_owned(), |s| s.to_string()),
                 outcome => a.outcome.clone(),
                 excerpt => a.excerpt.clone().unwrap_or_default(),
             }
         })
         .collect();
+    let name = endpoint.name.clone();
+    let notice = notice(cursor.done.as_deref(), |_| Some(name.clone()));
     render(
         "endpoint.html",
         context! {
-            endpoint => context! { id => id, name => name.clone() },
+            endpoint => context! {
+                id => id,
+                name => endpoint.name.clone(),
+                origin => origin(&endpoint.url),
+                enabled => endpoint.enabled,
+                state => state_label(
+                    endpoint.enabled,
+                    endpoint.disabled_reason.as_deref(),
+                    endpoint.failing_since.is_some(),
+                ),
+                failing_since => opt_time(endpoint.failing_since),
+            },
             attempts => rows,
             next => next,
-            ..base(Some(&session), &nonce, "endpoints", &format!("Endpoint {name}"))
+            first_page => before.is_none(),
+            notice => notice,
+            ..base(Some(&session), &nonce, "endpoints", &format!("Endpoint {}", endpoint.name))
         },
     )
+}
+
+/// Scheme, host and port: the path and query of a receiver's URL often
+/// carry a token, and the dashboard shows them to every viewer.
+fn origin(url: &str) -> String {
+    let Some((scheme, rest)) = url.split_once("://") else {
+        return String::new();
+    };
+    let end = rest.find(['/', '?', '#']).unwrap_or(rest.len());
+    format!("{scheme}://{}", &rest[..end])
 }
