@@ -199,10 +199,15 @@ pub fn transition_order(
     let fingerprint = key.map(|_| fingerprint(order_id, transition));
     enqueuer.transaction(conn, |conn| {
         // The row lock orders this order's transitions: seq follows commit order.
+        // NO KEY UPDATE, not UPDATE: a completer storing this order's receipt
+        // holds a key row of the endpoints' concurrency keys and then takes
+        // KEY SHARE on the order (the receipt's foreign key), while this
+        // transaction goes on to touch those key rows (the enqueue); FOR
+        // UPDATE conflicts with KEY SHARE and the two deadlocked.
         let current: Option<String> = orders::table
             .find(order_id)
             .select(orders::status)
-            .for_update()
+            .for_no_key_update()
             .first(conn)
             .optional()?;
         let Some(current) = current else {
