@@ -69,13 +69,13 @@ impl Fairness {
         let (a, b) = (&self.alone.fast, &self.beside.fast);
         format!(
             "endpoints: {} orders at {PACE}/s; the healthy endpoint (max_in_flight {FAST_MAX_IN_FLIGHT}) answers at once, \
-             the slow one (max_in_flight {SLOW_MAX_IN_FLIGHT}) after {}\n\
+             the slow one (max_in_flight {SLOW_MAX_IN_FLIGHT}) after {:.1}s\n\
              \x20 healthy endpoint delivery latency    p50 {:>9.1} ms   p99 {:>9.1} ms   alone\n\
              \x20                                      p50 {:>9.1} ms   p99 {:>9.1} ms   beside the slow one\n\
              \x20                                      p50 {:>8.2}x      p99 {:>8.2}x      beside / alone\n\
              \x20 slow endpoint: {} calls, at most {} open at once (max_in_flight {SLOW_MAX_IN_FLIGHT})",
             self.orders,
-            format!("{:.1}s", self.slow_answer.as_secs_f64()),
+            self.slow_answer.as_secs_f64(),
             a.p50_ms,
             a.p99_ms,
             b.p50_ms,

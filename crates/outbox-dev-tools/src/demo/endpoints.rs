@@ -40,7 +40,7 @@ pub(super) struct WebhookEndpoint {
 
 /// The NATS endpoint and its stream, or why there is none.
 pub(super) enum Nats {
-    Publishing(DemoStream),
+    Publishing(Box<DemoStream>),
     Skipped(String),
 }
 
@@ -197,7 +197,7 @@ impl DemoStream {
             nats: Some(target),
         };
         match add_row(database_url, new).await {
-            Ok(id) => Ok(Nats::Publishing(DemoStream { id, ..stream })),
+            Ok(id) => Ok(Nats::Publishing(Box::new(DemoStream { id, ..stream }))),
             Err(error) => {
                 stream.delete().await;
                 Err(error)
