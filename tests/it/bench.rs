@@ -234,3 +234,51 @@ fn assert_sane_cost(cost: &serde_json::Value, side: &str) {
     );
     assert!(cost["dead_tuples_after"].is_i64(), "{side}: {cost}");
 }
+
+/// `bench --endpoints` on a small run: both latencies measured, their ratio
+/// reported, and the slow receiver never had more calls open than its
+/// endpoint's max_in_flight.
+#[test]
+fn bench_endpoints_reports_the_healthy_latency_beside_a_slow_endpoint_and_its_open_calls() {
+    let output = Command::new(env!("CARGO_BIN_EXE_outbox-relay"))
+        .args([
+            "bench",
+            "--endpoints",
+            "--slow-answer",
+            "2s",
+            "--endpoint-orders",
+            "100",
+        ])
+        .env("DATABASE_URL", crate::support::db::admin_url())
+        .env_remove("RUST_LOG")
+        .output()
+        .expect("run bench --endpoints");
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(output.status.success(), "bench failed:\n{stdout}\n{stderr}");
+    let json_line = stdout
+        .lines()
+        .rev()
+        .find(|l| l.starts_with('{'))
+        .expect("a JSON line");
+    let report: serde_json::Value = serde_json::from_str(json_line).expect("valid JSON");
+    let run = &report["endpoints"];
+    for side in ["fast_alone", "fast_beside_slow"] {
+        assert_eq!(run[side]["samples"], 100, "{side}: {run}");
+        assert!(
+            run[side]["p99_ms"].as_f64().is_some_and(|p| p > 0.0),
+            "{side}: {run}"
+        );
+    }
+    assert!(run["p99_ratio"].as_f64().is_some_and(|r| r > 0.0), "{run}");
+    let (calls, most_open) = (
+        run["slow_calls"].as_u64().unwrap_or(0),
+        run["slow_most_open"].as_u64().unwrap_or(u64::MAX),
+    );
+    assert!(calls >= 4, "the slow endpoint was called: {run}");
+    assert!(
+        (1..=4).contains(&most_open) && run["slow_max_in_flight"] == 4,
+        "never more calls open than max_in_flight: {run}"
+    );
+    assert!(stdout.contains("beside / alone"), "{stdout}");
+}

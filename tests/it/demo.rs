@@ -51,7 +51,7 @@ struct Count {
 }
 
 #[test]
-fn the_demo_leaves_emails_signed_webhooks_and_receipts_in_its_out_dir_and_drops_its_database() {
+fn the_demo_delivers_to_both_endpoints_and_the_stream_leaves_its_files_and_drops_its_database() {
     let tmp = TempDir::new();
     let out = tmp.0.join("out");
     let stdout_path = tmp.0.join("stdout.txt");
@@ -91,16 +91,66 @@ fn the_demo_leaves_emails_signed_webhooks_and_receipts_in_its_out_dir_and_drops_
         "{status}\nstdout:\n{stdout}\nstderr:\n{stderr}"
     );
     assert!(stdout.contains("3 orders placed"), "{stdout}");
-    // 9 jobs for the placements; order #1 paid (a webhook), shipped (a webhook
-    // and an email) and delivered (a webhook); order #2 cancelled (a webhook
-    // and an email).
-    assert!(stdout.contains("15 jobs: 15 done, 0 failed"), "{stdout}");
+    // 3 orders: 3 placements, order #1 paid, shipped and delivered, order #2
+    // cancelled: 7 events, each to both webhook endpoints and, when a NATS
+    // server answers on 4222, to the stream; 3 receipts; 5 emails (3
+    // confirmations, the shipping and the cancellation).
+    let nats = !stdout.contains("NATS: skipped");
+    let jobs = 3 + 5 + 2 * 7 + if nats { 7 } else { 0 };
     assert!(
-        stdout.contains(
-            "1:order.placed ✗500 → 1:order.placed ✗500 → 1:order.placed ✓ → 2:order.paid ✓ → \
-             3:order.shipped ✓ → 4:order.delivered ✓"
-        ),
-        "order #1's events arrive in order, held back by the refused first one: {stdout}"
+        stdout.contains(&format!("{jobs} jobs: {jobs} done, 0 failed")),
+        "{stdout}"
+    );
+    if nats {
+        let line = stdout
+            .lines()
+            .find(|l| l.trim_start().starts_with("events ") && l.contains(" holds "))
+            .unwrap_or_else(|| panic!("a row for the NATS endpoint: {stdout}"));
+        assert!(line.contains("7 of 7"), "{line}");
+        assert!(
+            line.contains("stream DEMO_ORDERS_")
+                && line.contains("holds 7 messages: one per event"),
+            "the stream's count beside the webhooks: {line}"
+        );
+    } else {
+        assert!(
+            stdout.contains("NATS: skipped (nothing answers on 127.0.0.1:4222)"),
+            "{stdout}"
+        );
+    }
+    // Both endpoints got every event, each signed with its own secret only;
+    // analytics was refused 3 calls, then recovered.
+    let row = |name: &str| {
+        stdout
+            .lines()
+            .find(|l| l.trim_start().starts_with(&format!("{name} ")) && l.contains(" of "))
+            .unwrap_or_else(|| panic!("a row for {name}: {stdout}"))
+            .split_whitespace()
+            .collect::<Vec<_>>()
+            .join(" ")
+    };
+    assert_eq!(
+        row("shop-erp"),
+        "shop-erp 7 of 7 7 0 7 of 7 verify with shop-erp's secret, 0 with analytics'"
+    );
+    assert_eq!(
+        row("analytics"),
+        "analytics 7 of 7 10 3 10 of 10 verify with analytics' secret, 0 with shop-erp's"
+    );
+    assert!(
+        stdout.contains("it answered 503 to its first 3 calls, then recovered"),
+        "{stdout}"
+    );
+    let at_analytics = stdout
+        .lines()
+        .find(|l| l.contains("Order #1's events at analytics, as they arrived: "))
+        .unwrap_or_else(|| panic!("order #1's events at analytics: {stdout}"));
+    assert!(
+        at_analytics.contains("1:order.placed")
+            && at_analytics.ends_with(
+                "1:order.placed ✓ → 2:order.paid ✓ → 3:order.shipped ✓ → 4:order.delivered ✓"
+            ),
+        "order #1's events arrive in order, the later ones held back by a refused one: {at_analytics}"
     );
     assert!(!stderr.contains("panicked"), "{stderr}");
 
@@ -154,55 +204,55 @@ fn the_demo_leaves_emails_signed_webhooks_and_receipts_in_its_out_dir_and_drops_
         ]
     );
 
-    // Every webhook request, the two refused on purpose included, with its
-    // headers and a signature the receiver checked.
-    let webhooks: Vec<serde_json::Value> = files(&out.join("webhooks"), "json")
-        .iter()
-        .map(|path| {
-            serde_json::from_slice(&std::fs::read(path).expect("readable"))
-                .unwrap_or_else(|e| panic!("{} is JSON: {e}", path.display()))
-        })
-        .collect();
-    let mut answers_by_key: HashMap<String, Vec<i64>> = HashMap::new();
-    for hook in &webhooks {
-        let kind = hook["body"]["type"].as_str().unwrap_or_default();
-        if kind == "order.placed" {
-            assert_eq!(hook["body"]["event"], "order.placed", "{hook}");
-        } else {
-            assert!(kind.starts_with("order."), "{hook}");
-        }
-        assert!(
-            hook["headers"]["x-signature"]
+    // Every webhook request, the refused ones included, in its endpoint's
+    // directory, with its headers and signatures the receiver checked with
+    // that endpoint's secret.
+    for (endpoint, calls, refused) in [("shop-erp", 7, 0), ("analytics", 10, 3)] {
+        let webhooks: Vec<serde_json::Value> = files(&out.join("webhooks").join(endpoint), "json")
+            .iter()
+            .map(|path| {
+                serde_json::from_slice(&std::fs::read(path).expect("readable"))
+                    .unwrap_or_else(|e| panic!("{} is JSON: {e}", path.display()))
+            })
+            .collect();
+        assert_eq!(webhooks.len(), calls, "{endpoint}: {webhooks:?}");
+        let mut answers_by_key: HashMap<String, Vec<i64>> = HashMap::new();
+        for hook in &webhooks {
+            let kind = hook["body"]["type"].as_str().unwrap_or_default();
+            if kind == "order.placed" {
+                assert_eq!(hook["body"]["event"], "order.placed", "{hook}");
+            } else {
+                assert!(kind.starts_with("order."), "{hook}");
+            }
+            assert!(
+                hook["headers"]["webhook-signature"]
+                    .as_str()
+                    .is_some_and(|s| s.starts_with("v1,")),
+                "{hook}"
+            );
+            assert_eq!(hook["signature_valid"], true, "{endpoint}: {hook}");
+            let key = hook["headers"]["idempotency-key"]
                 .as_str()
-                .is_some_and(|s| s.starts_with("sha256=")),
-            "{hook}"
+                .expect("an Idempotency-Key header")
+                .to_owned();
+            answers_by_key
+                .entry(key)
+                .or_default()
+                .push(hook["answered"].as_i64().expect("the answer's status"));
+        }
+        assert_eq!(answers_by_key.len(), 7, "{endpoint}: {answers_by_key:?}");
+        let refusals: usize = answers_by_key
+            .values()
+            .map(|answers| answers.iter().filter(|&&a| a == 503).count())
+            .sum();
+        assert_eq!(refusals, refused, "{endpoint}: {answers_by_key:?}");
+        assert!(
+            answers_by_key
+                .values()
+                .all(|answers| answers.last() == Some(&200)),
+            "every delivery to {endpoint} ends accepted: {answers_by_key:?}"
         );
-        assert_eq!(hook["signature_valid"], true, "{hook}");
-        let key = hook["headers"]["idempotency-key"]
-            .as_str()
-            .expect("an Idempotency-Key header")
-            .to_owned();
-        answers_by_key
-            .entry(key)
-            .or_default()
-            .push(hook["answered"].as_i64().expect("the answer's status"));
     }
-    assert_eq!(answers_by_key.len(), 7, "{answers_by_key:?}");
-    let mut answers: Vec<Vec<i64>> = answers_by_key.into_values().collect();
-    answers.sort();
-    assert_eq!(
-        answers,
-        vec![
-            vec![200],
-            vec![200],
-            vec![200],
-            vec![200],
-            vec![200],
-            vec![200],
-            vec![500, 500, 200]
-        ],
-        "one webhook refused twice, then accepted; every other event once"
-    );
 
     // The receipts, fetched from the API, are PDFs a PDF library reads.
     let receipts = files(&out.join("receipts"), "pdf");

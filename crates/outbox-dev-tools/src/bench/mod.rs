@@ -8,6 +8,7 @@
 mod auth_cost;
 mod ceiling;
 mod drain;
+mod endpoints;
 mod latency;
 mod orders;
 mod publish;
@@ -96,6 +97,18 @@ pub struct BenchArgs {
     /// keyless drain of the same round.
     #[arg(long, value_parser = parse_count)]
     pub concurrency_keys: Option<usize>,
+    /// Only the endpoints' fairness run: orders fanned out to a healthy
+    /// endpoint and a slow one, each with a local receiver; the healthy one's
+    /// delivery latency alone and beside the slow one, and the slow one's
+    /// most calls open at once against its max_in_flight.
+    #[arg(long)]
+    pub endpoints: bool,
+    /// How long the slow endpoint's receiver takes to answer (`--endpoints`).
+    #[arg(long, default_value = "25s", value_parser = crate::config::parse_positive_duration)]
+    pub slow_answer: Duration,
+    /// Orders placed in each `--endpoints` run, 50 a second.
+    #[arg(long, default_value_t = 500, value_parser = parse_count)]
+    pub endpoint_orders: usize,
 }
 
 /// What the drained jobs do.
@@ -130,6 +143,15 @@ fn parse_jobs(raw: &str) -> Result<usize, String> {
 }
 
 pub async fn run(args: BenchArgs) -> anyhow::Result<()> {
+    if args.endpoints {
+        // The relay runs in this process; the slow calls it interrupts when
+        // each run ends would log a warning apiece over the table.
+        crate::telemetry::set_default_log_filter("error");
+        let fairness = endpoints::measure(&args).await?;
+        println!("{}", fairness.table());
+        println!("{}", serde_json::to_string(&fairness.json())?);
+        return Ok(());
+    }
     let admin = args.database_url.clone();
     let scratch = tokio::task::spawn_blocking(move || -> anyhow::Result<ScratchDatabase> {
         let scratch = ScratchDatabase::create(&admin, "outbox_bench")?;

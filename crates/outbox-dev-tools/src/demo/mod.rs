@@ -2,18 +2,20 @@
 //!
 //! A database (a private PostgreSQL from the machine's installation, or a
 //! scratch database on `DATABASE_URL`'s server), the order API and a relay in
-//! this process, a local SMTP sink and webhook receiver writing into the out
-//! directory, and a handful of sample orders placed over real HTTP. The first
-//! order's webhook is refused twice so a retry with backoff is seen. The demo
-//! waits until every job has finished, fetches the receipts from the API, and
-//! prints where everything is. Ctrl-C at any point stops it cleanly, removing
-//! the database.
+//! this process, a local SMTP sink, two webhook endpoints with receivers of
+//! their own writing into the out directory (one of them down for its first
+//! calls), a NATS endpoint when a server answers on 127.0.0.1:4222, and a
+//! handful of sample orders placed over real HTTP. The demo waits until every
+//! job has finished, fetches the receipts from the API, and prints where
+//! everything is. Ctrl-C at any point stops it cleanly, removing the database.
 //!
-//! The API and the relay are started in `services.rs`, the orders placed in
-//! `orders.rs`, the jobs followed in `watch.rs` and the outcome printed in
-//! `summary.rs`.
+//! The endpoints are added in `endpoints.rs`, the API and the relay started in
+//! `services.rs`, the orders placed in `orders.rs`, the jobs followed in
+//! `watch.rs` and the outcome printed in `summary.rs`.
 
 mod database;
+mod endpoints;
+mod endpoints_summary;
 mod orders;
 mod progress;
 mod samples;
@@ -31,16 +33,17 @@ use tokio_util::sync::CancellationToken;
 
 use crate::config::{EnqueueArgs, ReceiptArgs, parse_database_url, parse_positive_duration};
 use database::DemoDatabase;
+use endpoints::Subscribers;
 use orders::{Placed, http_client, place_order};
-use progress::LiveView;
+use progress::{LiveView, Narrator};
 use services::{Running, start_services};
 use sinks::smtp::SmtpSink;
-use sinks::webhook::{Answer, WebhookSink};
 use watch::watch;
 
 /// Sender of the confirmation emails.
 pub const MAIL_FROM: &str = "Outbox Relay Demo Shop <orders@shop.example>";
-/// Key of the webhooks' `X-Signature`; the receiver checks every signature with it.
+/// The relay's own `WEBHOOK_SECRET`: the demo's deliveries go to endpoint
+/// rows, each signed with that endpoint's secret, so this one signs nothing.
 pub const WEBHOOK_SECRET: &str = "demo-secret";
 /// How long the demo waits for every job to finish before summing up anyway.
 const SETTLE_DEADLINE: Duration = Duration::from_secs(45);
@@ -57,7 +60,8 @@ pub struct DemoArgs {
     /// Sample orders to place.
     #[arg(long, default_value_t = 5, value_parser = parse_orders)]
     pub orders: usize,
-    /// Where the emails (.eml), webhooks (JSON) and receipts (PDF) are written.
+    /// Where the emails (.eml), webhooks (JSON, a directory per endpoint) and
+    /// receipts (PDF) are written.
     #[arg(long, default_value = "demo-out")]
     pub out: PathBuf,
     /// Leave the API and the relay running after the summary, until Ctrl-C.
@@ -105,7 +109,10 @@ impl OutDir {
         let mut cleared = 0;
         for (dir, extension) in [
             (&out.emails, "eml"),
+            // Earlier runs wrote every webhook here; now each endpoint has its own.
             (&out.webhooks, "json"),
+            (&out.webhooks.join(endpoints::ERP), "json"),
+            (&out.webhooks.join(endpoints::ANALYTICS), "json"),
             (&out.receipts, "pdf"),
         ] {
             std::fs::create_dir_all(dir)
@@ -191,33 +198,28 @@ async fn run_on(
     let smtp = SmtpSink::start(Some(out.emails.clone()))
         .await
         .context("starting the SMTP sink")?;
-    let webhook = WebhookSink::start([], Answer::status(200), Some(out.webhooks.clone()))
-        .await
-        .context("starting the webhook receiver")?;
-    webhook.verify_signatures_with(WEBHOOK_SECRET);
-    webhook.answer_matching_with(
-        samples::is_flaky_webhook,
-        [
-            Answer::status(500).body("demo receiver: failing on purpose (1 of 2)"),
-            Answer::status(500).body("demo receiver: failing on purpose (2 of 2)"),
-        ],
-    );
-
+    let subscribers = Subscribers::start(database_url, &out.webhooks).await?;
     let services = shutdown.child_token();
-    let running = start_services(args, database_url, &smtp, &webhook, &services).await?;
+    let running = match start_services(args, database_url, &smtp, &subscribers, &services).await {
+        Ok(running) => running,
+        Err(error) => {
+            subscribers.stop().await;
+            return Err(error);
+        }
+    };
     println!(
-        "Order API on {}, a relay, an SMTP sink on {} and a webhook receiver on {} are running.",
+        "Order API on {}, a relay and an SMTP sink on {} are running.",
         running.api_url,
         smtp.url(),
-        webhook.url()
     );
+    subscribers.describe();
 
     let demo = Demo {
         args,
         running: &running,
         out,
         smtp: &smtp,
-        webhook: &webhook,
+        subscribers: &subscribers,
         shutdown,
         started,
     };
@@ -233,6 +235,7 @@ async fn run_on(
         shutdown.cancelled().await;
     }
     running.stop(&services).await;
+    subscribers.stop().await;
     result
 }
 
@@ -250,18 +253,28 @@ struct Demo<'a> {
     running: &'a Running,
     out: &'a OutDir,
     smtp: &'a SmtpSink,
-    webhook: &'a WebhookSink,
+    subscribers: &'a Subscribers,
     shutdown: &'a CancellationToken,
     started: Instant,
 }
 
 impl Demo<'_> {
+    /// The job kinds of this run: an order's, and a publish when NATS answered.
+    fn kinds(&self) -> Vec<&'static str> {
+        let mut kinds = crate::orders::ORDER_JOB_KINDS.to_vec();
+        if self.subscribers.stream().is_some() {
+            kinds.push(crate::effects::EffectKind::OrderPublish.as_str());
+        }
+        kinds
+    }
+
     /// Places the orders, watches the relay work, and sums up.
     async fn exercise(&self) -> anyhow::Result<()> {
         let client = http_client(&self.running.api_key)?;
         let orders = self.args.orders;
         let api_url = &self.running.api_url;
-        let view = LiveView::new(orders as u64);
+        let kinds = self.kinds();
+        let view = LiveView::new(orders as u64, &kinds);
         view.status(format!("placing {orders} orders through POST /orders"));
         view.line(format!(
             "Placing {orders} sample orders through POST {api_url}/orders:"
@@ -292,19 +305,26 @@ impl Demo<'_> {
             view.clear();
             return Err(error);
         }
-        view.status("the relay is working: an email, a receipt and a webhook for every order");
+        view.status("the relay is working: emails, receipts, and every event to every endpoint");
+        let narrator = Narrator::with_endpoints(self.subscribers.names());
+        // At least a job of each kind per order (webhooks: one per endpoint).
+        let expected = placed.len() * kinds.len();
         let watched = watch(
             self.running,
             self.out,
             &client,
             &view,
-            &placed,
+            (narrator, expected),
             self.shutdown,
         )
         .await;
         view.clear();
         if watched.ending != Ending::Interrupted {
-            self.summarize(&placed, &watched);
+            let nats_messages = match self.subscribers.stream() {
+                Some(stream) => Some(stream.messages().await),
+                None => None,
+            };
+            self.summarize(&placed, &watched, nats_messages);
         }
         Ok(())
     }

@@ -15,7 +15,6 @@ use chrono::{DateTime, Utc};
 use diesel::prelude::*;
 use indicatif::{MultiProgress, ProgressBar, ProgressDrawTarget, ProgressStyle};
 
-use crate::orders::ORDER_JOB_KINDS;
 use crate::schema::jobs_all;
 use crate::text::one_line;
 
@@ -31,11 +30,19 @@ pub struct JobState {
     pub max_attempts: i32,
     pub run_after: DateTime<Utc>,
     pub last_error: Option<String>,
+    pub payload: serde_json::Value,
 }
 
 impl JobState {
     pub fn is_finished(&self) -> bool {
         self.status == "done" || self.status == "failed"
+    }
+
+    /// The endpoint a delivery goes to.
+    pub fn endpoint_id(&self) -> Option<i64> {
+        self.payload
+            .get("endpoint_id")
+            .and_then(serde_json::Value::as_i64)
     }
 
     /// Pending after a failed attempt: waiting out its backoff.
@@ -95,7 +102,9 @@ pub struct LiveView {
 }
 
 impl LiveView {
-    pub fn new(orders: u64) -> LiveView {
+    /// A bar for each of `kinds`, `orders` long to begin with (a kind with
+    /// several jobs per order grows its bar as they appear).
+    pub fn new(orders: u64, kinds: &[&'static str]) -> LiveView {
         let multi = MultiProgress::with_draw_target(ProgressDrawTarget::stdout());
         let header = multi.add(ProgressBar::new_spinner());
         if let Ok(style) = ProgressStyle::with_template("{spinner} {elapsed:>3} {msg}") {
@@ -107,7 +116,7 @@ impl LiveView {
         )
         .map(|s| s.progress_chars("=> "))
         .unwrap_or_else(|_| ProgressStyle::default_bar());
-        let kinds = ORDER_JOB_KINDS
+        let kinds = kinds
             .iter()
             .map(|kind| {
                 let bar = multi.add(ProgressBar::new(orders));
@@ -169,9 +178,26 @@ impl LiveView {
 pub struct Narrator {
     /// Last seen (status, attempts) of each job.
     seen: HashMap<i64, (String, i32)>,
+    /// Endpoint names by id, to say where a delivery went.
+    endpoints: HashMap<i64, String>,
 }
 
 impl Narrator {
+    pub fn with_endpoints(endpoints: HashMap<i64, String>) -> Narrator {
+        Narrator {
+            endpoints,
+            ..Narrator::default()
+        }
+    }
+
+    /// `order_webhook`, or `order_webhook → analytics` for a delivery.
+    fn what(&self, job: &JobState) -> String {
+        match job.endpoint_id().and_then(|id| self.endpoints.get(&id)) {
+            Some(name) => format!("{} → {name}", job.kind),
+            None => job.kind.clone(),
+        }
+    }
+
     pub fn observe(&mut self, jobs: &[JobState], now: DateTime<Utc>) -> Vec<String> {
         let mut lines = Vec::new();
         for job in jobs {
@@ -198,7 +224,7 @@ impl Narrator {
                     .map_or(error.as_str(), |(_, cause)| cause);
                 lines.push(format!(
                     "  ↻ {order} {}: attempt {} of {} failed: {cause}; retrying in {:.1}s",
-                    job.kind,
+                    self.what(job),
                     job.attempts,
                     job.max_attempts,
                     wait.as_secs_f64()
@@ -206,12 +232,14 @@ impl Narrator {
             } else if job.status == "done" && job.attempts > 1 {
                 lines.push(format!(
                     "  ✓ {order} {}: succeeded on attempt {}",
-                    job.kind, job.attempts
+                    self.what(job),
+                    job.attempts
                 ));
             } else if job.status == "failed" {
                 lines.push(format!(
                     "  ✗ {order} {}: failed after {} attempt(s): {error}",
-                    job.kind, job.attempts
+                    self.what(job),
+                    job.attempts
                 ));
             }
             self.seen.insert(job.id, (job.status.clone(), job.attempts));
@@ -234,12 +262,13 @@ mod tests {
             max_attempts: 8,
             run_after: Utc::now() + chrono::Duration::milliseconds(400),
             last_error: error.map(str::to_owned),
+            payload: serde_json::json!({"order_id": 1, "endpoint_id": 7}),
         }
     }
 
     #[test]
-    fn a_retry_and_the_success_after_it_are_each_told_once() {
-        let mut narrator = Narrator::default();
+    fn a_retry_and_the_success_after_it_are_each_told_once_naming_the_endpoint() {
+        let mut narrator = Narrator::with_endpoints(HashMap::from([(7, "analytics".to_owned())]));
         let now = Utc::now();
         assert!(
             narrator
@@ -251,7 +280,7 @@ mod tests {
         assert_eq!(retry.len(), 1, "{retry:?}");
         assert!(
             retry[0].starts_with(
-                "  ↻ order #1 order_webhook: attempt 1 of 8 failed: HTTP 500; retrying in 0."
+                "  ↻ order #1 order_webhook → analytics: attempt 1 of 8 failed: HTTP 500; retrying in 0."
             ),
             "{retry:?}"
         );
@@ -263,7 +292,7 @@ mod tests {
         let done = narrator.observe(&[job(3, "done", 3, None)], now);
         assert_eq!(
             done,
-            vec!["  ✓ order #1 order_webhook: succeeded on attempt 3"]
+            vec!["  ✓ order #1 order_webhook → analytics: succeeded on attempt 3"]
         );
     }
 

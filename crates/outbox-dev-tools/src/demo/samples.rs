@@ -58,10 +58,6 @@ const SAMPLES: [Sample; 5] = [
     },
 ];
 
-/// The email address of the first sample order, whose webhook the demo's
-/// receiver refuses twice so that a retry with backoff is seen.
-pub const FLAKY_CUSTOMER_EMAIL: &str = "anna.karenina@example.com";
-
 /// The body of `POST /orders` for the `n`th sample order (from 0); the
 /// samples repeat, with distinct email addresses, past the fifth.
 pub fn order_body(n: usize) -> Value {
@@ -88,13 +84,6 @@ pub fn order_body(n: usize) -> Value {
     })
 }
 
-/// True when `body` is the webhook of the order placed for [`FLAKY_CUSTOMER_EMAIL`].
-pub fn is_flaky_webhook(body: &[u8]) -> bool {
-    serde_json::from_slice::<Value>(body).is_ok_and(|v| {
-        v.pointer("/order/customer_email").and_then(Value::as_str) == Some(FLAKY_CUSTOMER_EMAIL)
-    })
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -108,18 +97,5 @@ mod tests {
             NewOrder::parse(&body).unwrap_or_else(|e| panic!("sample {n}: {e}"));
             assert!(emails.insert(body["customer_email"].to_string()), "{body}");
         }
-        assert_eq!(order_body(0)["customer_email"], FLAKY_CUSTOMER_EMAIL);
-    }
-
-    #[test]
-    fn only_the_first_samples_webhook_is_flaky() {
-        let hook = |n: usize| {
-            serde_json::to_vec(&json!({"event": "order.placed", "order": order_body(n)}))
-                .unwrap_or_default()
-        };
-        assert!(is_flaky_webhook(&hook(0)));
-        assert!(!is_flaky_webhook(&hook(5)));
-        assert!(!is_flaky_webhook(&hook(1)));
-        assert!(!is_flaky_webhook(b"not json"));
     }
 }

@@ -6,8 +6,8 @@ use std::time::Duration;
 use anyhow::Context as _;
 use tokio_util::sync::CancellationToken;
 
+use super::endpoints::Subscribers;
 use super::sinks::smtp::SmtpSink;
-use super::sinks::webhook::WebhookSink;
 use super::{DemoArgs, MAIL_FROM, SHUTDOWN_GRACE, WEBHOOK_SECRET};
 use crate::api::{self, ApiSettings, Application};
 use crate::api_keys;
@@ -37,7 +37,7 @@ pub(super) async fn start_services(
     args: &DemoArgs,
     database_url: &str,
     smtp: &SmtpSink,
-    webhook: &WebhookSink,
+    subscribers: &Subscribers,
     services: &CancellationToken,
 ) -> anyhow::Result<Running> {
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
@@ -80,17 +80,22 @@ pub(super) async fn start_services(
         public_base_url: api_url.clone(),
         receipt_links: Some(receipt_links),
     })?;
+    // Every delivery goes to an endpoint row; the relay's own WEBHOOK_URL
+    // (a `default` for jobs queued before endpoints) is given one anyway.
     let sender = WebhookSender::new(&WebhookConfig {
-        url: webhook.url(),
+        url: subscribers.webhooks[0].sink.url(),
         secret: WEBHOOK_SECRET.to_owned(),
         timeout: Duration::from_secs(10),
         allow_private: true,
     })?;
-    let kinds = [
+    let mut kinds = vec![
         EffectKind::ConfirmationEmail,
         EffectKind::ReceiptPdf,
         EffectKind::OrderWebhook,
     ];
+    if subscribers.stream().is_some() {
+        kinds.push(EffectKind::OrderPublish);
+    }
     let mut settings = RelaySettings::new(
         format!("demo-{}", std::process::id()),
         kinds.iter().map(|k| k.as_str().to_owned()).collect(),
@@ -117,11 +122,12 @@ pub(super) async fn start_services(
             ..PoolOptions::default()
         },
     );
-    let executor = Arc::new(effects::workers(
+    let executor = Arc::new(effects::workers_with_nats(
         relay_pool.clone(),
         Some(mailer),
         Some(sender),
         receipt,
+        effects::nats::NatsConnections::default(),
     ));
     let relay = Relay::new(relay_pool, database_url, settings, executor)?;
 

@@ -1,31 +1,35 @@
-//! What the demo prints once the watch has ended: the jobs by kind, the
-//! webhook retries and event order it saw, and where its files are.
+//! What the demo prints once the watch has ended: the jobs by kind, where
+//! they went (`endpoints_summary.rs`), and where its files are.
 
 use std::path::{Path, PathBuf};
 
 use super::progress::KindCounts;
+use super::sinks::webhook::Recorded;
 use super::watch::Watched;
-use super::{Demo, Ending, Placed, WEBHOOK_SECRET, samples};
+use super::{Demo, Ending, Placed};
 use crate::db;
 
 impl Demo<'_> {
-    pub(super) fn summarize(&self, placed: &[Placed], watched: &Watched) {
+    pub(super) fn summarize(
+        &self,
+        placed: &[Placed],
+        watched: &Watched,
+        nats_messages: Option<anyhow::Result<u64>>,
+    ) {
         let Demo {
             args,
             running,
             out,
             smtp,
-            webhook,
+            subscribers,
             started,
             ..
         } = self;
         let (jobs, receipts, ending) = (&watched.jobs, &watched.receipts, watched.ending);
         let elapsed = started.elapsed().as_secs_f64();
+        let kinds = self.kinds();
         let total = |f: fn(&KindCounts) -> u64| -> u64 {
-            crate::orders::ORDER_JOB_KINDS
-                .iter()
-                .map(|k| f(&KindCounts::of(jobs, k)))
-                .sum()
+            kinds.iter().map(|k| f(&KindCounts::of(jobs, k))).sum()
         };
         println!();
         match ending {
@@ -50,7 +54,7 @@ impl Demo<'_> {
             "  {:<20} {:>5} {:>7} {:>12} {:>9}",
             "KIND", "DONE", "FAILED", "NOT FINISHED", "ATTEMPTS"
         );
-        for kind in crate::orders::ORDER_JOB_KINDS {
+        for kind in &kinds {
             let c = KindCounts::of(jobs, kind);
             println!(
                 "  {:<20} {:>5} {:>7} {:>12} {:>9}",
@@ -62,73 +66,14 @@ impl Demo<'_> {
             );
         }
 
-        let requests = webhook.requests();
-        let flaky_key = requests
-            .iter()
-            .find(|r| samples::is_flaky_webhook(&r.body))
-            .and_then(|r| r.header("idempotency-key").map(str::to_owned));
-        if let Some(key) = flaky_key {
-            let answers: Vec<String> = requests
-                .iter()
-                .filter(|r| r.header("idempotency-key") == Some(key.as_str()))
-                .map(|r| r.answered.to_string())
-                .collect();
-            println!();
-            println!(
-                "  The receiver refused order #{}'s webhook on purpose: answers {} to the same \
-                 request (Idempotency-Key {key}); the relay retried it with backoff.",
-                placed.first().map_or(0, |p| p.id),
-                answers.join(", ")
-            );
-        }
-
-        // Each walked order's events as the receiver got them, in arrival order.
-        for order in placed.iter().take(2) {
-            let arrivals: Vec<String> = requests
-                .iter()
-                .filter_map(|r| {
-                    let body: serde_json::Value = serde_json::from_slice(&r.body).ok()?;
-                    let id = body
-                        .pointer("/data/order/id")
-                        .or_else(|| body.pointer("/order/id"))
-                        .and_then(serde_json::Value::as_i64)?;
-                    (id == order.id).then(|| {
-                        let seq = body
-                            .pointer("/data/seq")
-                            .and_then(serde_json::Value::as_i64);
-                        let kind = body["type"].as_str().unwrap_or("order.placed");
-                        let mark = if (200..300).contains(&r.answered) {
-                            "✓".to_owned()
-                        } else {
-                            format!("✗{}", r.answered)
-                        };
-                        format!(
-                            "{}{kind} {mark}",
-                            seq.map(|s| format!("{s}:")).unwrap_or_default()
-                        )
-                    })
-                })
-                .collect();
-            if arrivals.len() > 1 {
-                println!(
-                    "  Order #{}'s webhooks, in the order they arrived: {}",
-                    order.id,
-                    arrivals.join(" → ")
-                );
-            }
-        }
-        if placed.len() >= 2 {
-            println!(
-                "  Events of one order share an ordering key: a refused delivery holds back \
-                 the order's later events until it succeeds."
-            );
-        }
+        self.summarize_endpoints(jobs, placed, nats_messages);
 
         let mails = smtp.accepted();
-        let signed = requests
+        let requests: Vec<(&str, Recorded)> = subscribers
+            .webhooks
             .iter()
-            .filter(|r| r.signature_valid == Some(true))
-            .count();
+            .flat_map(|w| w.sink.requests().into_iter().map(move |r| (w.name, r)))
+            .collect();
         println!();
         println!("What the relay produced is in {}/:", out.root.display());
         println!(
@@ -137,11 +82,10 @@ impl Demo<'_> {
             first_file(mails.iter().filter_map(|m| m.saved_as.as_deref()))
         );
         println!(
-            "  webhooks/  {} requests as JSON with their headers; {signed} of {} signatures valid \
-             (WEBHOOK_SECRET={WEBHOOK_SECRET}){}",
+            "  webhooks/  {} requests as JSON with their headers, answer and signature check, \
+             in a directory per endpoint{}",
             requests.len(),
-            requests.len(),
-            first_file(requests.iter().filter_map(|r| r.saved_as.as_deref()))
+            first_file_in_dir(requests.iter().filter_map(|(_, r)| r.saved_as.as_deref()))
         );
         println!(
             "  receipts/  {} PDFs fetched from GET /orders/{{id}}/receipt.pdf{}",
@@ -165,6 +109,10 @@ impl Demo<'_> {
                 "  DATABASE_URL={} {exe} jobs list",
                 db::redact_url(&running.database_url)
             );
+            println!(
+                "  DATABASE_URL={} {exe} endpoints list",
+                db::redact_url(&running.database_url)
+            );
             println!("  curl {}/metrics", running.api_url);
             if let Some(token) = &running.admin_token {
                 println!();
@@ -180,6 +128,22 @@ impl Demo<'_> {
             );
         }
     }
+}
+
+/// `(e.g. analytics/0001-….json)`: the first file with its directory's name.
+fn first_file_in_dir<'a>(mut paths: impl Iterator<Item = &'a Path>) -> String {
+    paths
+        .next()
+        .and_then(|path| {
+            let dir = path.parent()?.file_name()?;
+            let name = path.file_name()?;
+            Some(format!(
+                " (e.g. {}/{})",
+                dir.to_string_lossy(),
+                name.to_string_lossy()
+            ))
+        })
+        .unwrap_or_default()
 }
 
 fn first_file<'a>(mut paths: impl Iterator<Item = &'a Path>) -> String {

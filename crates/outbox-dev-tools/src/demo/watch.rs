@@ -8,7 +8,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::progress::{self, JobState, LiveView, Narrator};
 use super::services::Running;
-use super::{Ending, OutDir, POLL_EVERY, Placed, SETTLE_DEADLINE, sinks};
+use super::{Ending, OutDir, POLL_EVERY, SETTLE_DEADLINE, sinks};
 use crate::db::run_blocking;
 
 /// What the watch saw last.
@@ -20,7 +20,8 @@ pub(super) struct Watched {
     pub(super) receipts: Vec<PathBuf>,
 }
 
-/// Follows the jobs table until every job of the placed orders has finished
+/// Follows the jobs table until every job (at least
+/// `expected` of them) has finished
 /// and every rendered receipt has been fetched, or the deadline passes, or
 /// Ctrl-C. Returns the last snapshot and the receipts saved.
 pub(super) async fn watch(
@@ -28,15 +29,13 @@ pub(super) async fn watch(
     out: &OutDir,
     client: &reqwest::Client,
     view: &LiveView,
-    placed: &[Placed],
+    (mut narrator, expected): (Narrator, usize),
     shutdown: &CancellationToken,
 ) -> Watched {
     let deadline = Instant::now() + SETTLE_DEADLINE;
-    let mut narrator = Narrator::default();
     let mut receipts: Vec<(i64, PathBuf)> = Vec::new();
     let mut jobs: Vec<JobState> = Vec::new();
     let mut last_error: Option<String> = None;
-    let expected = placed.len() * crate::orders::ORDER_JOB_KINDS.len();
     loop {
         match run_blocking(&running.watch_pool, |conn| Ok(progress::load_jobs(conn)?)).await {
             Ok(snapshot) => {

@@ -87,6 +87,12 @@ impl Recorded {
     pub fn header(&self, name: &str) -> Option<&str> {
         self.headers.get(name).and_then(|v| v.to_str().ok())
     }
+
+    /// Whether both signatures verify with `secrets` (someone else's key,
+    /// say), as a receiver holding them would check them now.
+    pub fn verifies_with(&self, secrets: &Secrets) -> bool {
+        signatures_valid(secrets, &self.headers, &self.body, Utc::now().timestamp())
+    }
 }
 
 type Matcher = Box<dyn Fn(&[u8]) -> bool + Send + Sync>;
@@ -105,6 +111,9 @@ struct Script {
     spool: Option<PathBuf>,
     saved: u64,
     requests: Vec<Recorded>,
+    /// Calls whose answer has not been written yet, and the most there ever were.
+    open: usize,
+    most_open: usize,
 }
 
 #[derive(Clone)]
@@ -149,6 +158,8 @@ impl WebhookSink {
             spool,
             saved: 0,
             requests: Vec::new(),
+            open: 0,
+            most_open: 0,
         })));
         let app = axum::Router::new()
             .fallback(handle)
@@ -191,6 +202,32 @@ impl WebhookSink {
     pub fn requests(&self) -> Vec<Recorded> {
         self.script.lock().requests.clone()
     }
+
+    /// The most calls this receiver had open at once: received, not yet
+    /// answered (a hang counts until it answers or the caller hangs up).
+    pub fn most_open(&self) -> usize {
+        self.script.lock().most_open
+    }
+}
+
+/// One open call, counted from its arrival until its answer is handed back or
+/// its caller goes away (the handler's future is then dropped).
+struct OpenCall(Shared);
+
+impl OpenCall {
+    fn begin(script: &Shared) -> OpenCall {
+        let mut locked = script.lock();
+        locked.open += 1;
+        locked.most_open = locked.most_open.max(locked.open);
+        OpenCall(script.clone())
+    }
+}
+
+impl Drop for OpenCall {
+    fn drop(&mut self) {
+        let mut locked = self.0.lock();
+        locked.open = locked.open.saturating_sub(1);
+    }
 }
 
 impl Drop for WebhookSink {
@@ -206,6 +243,7 @@ async fn handle(
     headers: HeaderMap,
     body: Bytes,
 ) -> Response {
+    let _open = OpenCall::begin(&script);
     let (answer, mut recorded, spool) = {
         let mut script = script.lock();
         let ruled = script
