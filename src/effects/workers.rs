@@ -82,7 +82,10 @@ impl OrderLoader {
 
     pub(crate) async fn order(&self, order_id: OrderId) -> Result<Order, EffectError> {
         run_blocking(&self.pool, move |conn| match load_order(conn, order_id) {
-            Err(diesel::result::Error::DeserializationError(e)) => Ok(Err(e.to_string())),
+            // Diesel names the field; its source names the value.
+            Err(diesel::result::Error::DeserializationError(e)) => {
+                Ok(Err(super::error_chain(e.as_ref())))
+            }
             loaded => Ok(Ok(loaded?)),
         })
         .await

@@ -588,11 +588,13 @@ async fn a_notify_wakes_an_idle_relay_long_before_the_poll_interval() {
 }
 
 /// Backends of this database listening for jobs: a relay's listener, once
-/// connected.
+/// its LISTEN has finished (`idle`): while the statement still runs, a NOTIFY
+/// can go unheard.
 fn listeners(conn: &mut PgConnection) -> i64 {
     diesel::select(diesel::dsl::sql::<diesel::sql_types::BigInt>(
         "(SELECT count(*) FROM pg_stat_activity \
-          WHERE datname = current_database() AND query ILIKE 'LISTEN%')",
+          WHERE datname = current_database() AND state = 'idle' \
+            AND query ILIKE 'LISTEN%')",
     ))
     .get_result(conn)
     .expect("pg_stat_activity")
