@@ -39,7 +39,7 @@ const KNOWN: &[&str] = &[
 ];
 
 /// A validated ISO 4217 currency code such as `EUR` or `JPY`; in JSON, the
-/// code. Read from `orders.currency`, a code outside [`KNOWN`] is an error
+/// code. Read from `orders.currency`, a code outside the list is an error
 /// naming it, never a panic.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, FromSqlRow)]
 pub struct Currency([u8; 3]);
