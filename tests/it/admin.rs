@@ -3,7 +3,7 @@
 //! and desktop screenshots), its refusals over plain HTTP, and its speed on a
 //! table of a million jobs.
 
-use outbox_relay::effects::jobs::order_enqueuer;
+use outbox_relay::orders::order_enqueuer;
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 

@@ -9,6 +9,7 @@ use diesel::connection::SimpleConnection as _;
 use diesel::prelude::*;
 use outbox_relay::api::{self, MAX_BODY_BYTES};
 use outbox_relay::effects::receipt::store_receipt;
+use outbox_relay::orders::OrderId;
 use outbox_relay::schema::{jobs_all, receipts};
 use reqwest::StatusCode;
 use serde_json::{Value, json};
@@ -421,7 +422,7 @@ async fn the_receipt_is_404_until_its_job_has_run_then_a_pdf() {
         test_settings("receipts", &["receipt_pdf"]),
         executor(|job| async move {
             Ok(Some(store_receipt(
-                job.payload["order_id"].as_i64().unwrap_or_default(),
+                OrderId::new(job.payload["order_id"].as_i64().unwrap_or_default()),
                 PDF.to_vec(),
             )))
         }),

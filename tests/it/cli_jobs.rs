@@ -2,7 +2,7 @@
 //! real database.
 
 use crate::support::enqueue;
-use outbox_relay::effects::jobs::order_enqueuer;
+use outbox_relay::orders::order_enqueuer;
 use std::process::{Command, Output};
 
 use diesel::prelude::*;

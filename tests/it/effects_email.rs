@@ -1,6 +1,6 @@
 //! confirmation_email end to end: a real relay, lettre, and an SMTP server on port 0.
 
-use outbox_relay::effects::jobs::order_enqueuer;
+use outbox_relay::orders::order_enqueuer;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -8,7 +8,7 @@ use diesel::prelude::*;
 use outbox_relay::effects::email::{EmailConfig, Mailer};
 use outbox_relay::effects::receipt::ReceiptSettings;
 use outbox_relay::effects::{self, EffectError, Executor};
-use outbox_relay::orders::{NewOrder, Order, load_order, place_order};
+use outbox_relay::orders::{NewOrder, Order, OrderId, load_order, place_order};
 use outbox_relay::schema::jobs_all;
 
 use crate::support::smtp::{Mail, SmtpSink};
@@ -219,7 +219,7 @@ async fn an_smtp_password_never_reaches_last_error_even_when_the_server_echoes_i
 
 fn order_with(conn: &mut PgConnection, name: &str, email: &str) -> Order {
     let (order_id, _) = place(conn, "placeholder", 8);
-    let mut order = load_order(conn, order_id)
+    let mut order = load_order(conn, OrderId::new(order_id))
         .expect("load order")
         .expect("order exists");
     // Set past validation on purpose: the mailer must hold even for data that

@@ -3,7 +3,7 @@
 //!
 //! `RECEIPT_SAMPLE_DIR=/some/dir` keeps the PDFs this file renders, for a look.
 
-use outbox_relay::effects::jobs::order_enqueuer;
+use outbox_relay::orders::order_enqueuer;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
@@ -313,4 +313,44 @@ async fn japanese_chinese_and_korean_names_and_items_are_printed_not_boxes() {
             );
         }
     }
+}
+
+/// A stored order whose currency the service no longer knows (the column's
+/// CHECK takes any three capitals) cannot be rendered however often it is
+/// tried: the job fails at once, and says which code it was.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_order_with_an_unknown_stored_currency_fails_its_receipt_for_good() {
+    init_tracing();
+    let db = TestDb::new();
+    let mut conn = db.conn();
+    let (order_id, job_id) = place(&mut conn, &order_json("Ada Lovelace"));
+    diesel::sql_query("UPDATE orders SET currency = 'XYZ' WHERE id = $1")
+        .bind::<diesel::sql_types::BigInt, _>(order_id)
+        .execute(&mut conn)
+        .expect("an unknown code");
+    let effects: Arc<dyn Executor> = Arc::new(effects::workers(
+        db.pool(4),
+        None,
+        None,
+        ReceiptSettings::default(),
+    ));
+    let relay = spawn_relay(&db, test_settings("receipts", &["receipt_pdf"]), effects);
+    wait_until("the receipt job failed", Duration::from_secs(30), || {
+        count(&mut conn, "failed") == 1
+    })
+    .await;
+    relay.stop().await;
+
+    let (attempts, last_error): (i32, Option<String>) = jobs_all::table
+        .find(job_id)
+        .select((jobs_all::attempts, jobs_all::last_error))
+        .first(&mut conn)
+        .expect("the job");
+    assert_eq!(attempts, 1, "a permanent failure: {last_error:?}");
+    let last_error = last_error.unwrap_or_default();
+    assert!(
+        last_error.contains(&format!("order {order_id}")) && last_error.contains("\"XYZ\""),
+        "{last_error}"
+    );
+    assert!(stored_receipts(&mut conn).is_empty());
 }

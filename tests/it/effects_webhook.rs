@@ -1,6 +1,6 @@
 //! order_webhook end to end: a real relay, a real HTTP receiver on port 0.
 
-use outbox_relay::effects::jobs::order_enqueuer;
+use outbox_relay::orders::order_enqueuer;
 use std::io::Write as _;
 use std::process::{Command, Stdio};
 use std::sync::Arc;
@@ -15,7 +15,7 @@ use outbox_relay::effects::EffectError;
 use outbox_relay::effects::receipt::ReceiptSettings;
 use outbox_relay::effects::webhook::{WebhookConfig, WebhookSender};
 use outbox_relay::effects::{self, Executor};
-use outbox_relay::orders::{NewOrder, load_order, place_order};
+use outbox_relay::orders::{NewOrder, OrderId, load_order, place_order};
 use outbox_relay::schema::jobs_all;
 use sha2::Sha256;
 
@@ -286,7 +286,7 @@ async fn a_refused_connection_is_retryable_and_names_only_the_origin() {
     let db = TestDb::new();
     let mut conn = db.conn();
     let (order_id, _) = place(&mut conn, 8);
-    let order = load_order(&mut conn, order_id)
+    let order = load_order(&mut conn, OrderId::new(order_id))
         .expect("load order")
         .expect("order exists");
     // A port that was free a moment ago: nothing listens there now.
@@ -319,7 +319,7 @@ async fn without_webhook_allow_private_a_receiver_on_loopback_is_never_called() 
     let db = TestDb::new();
     let mut conn = db.conn();
     let (order_id, _) = place(&mut conn, 8);
-    let order = load_order(&mut conn, order_id)
+    let order = load_order(&mut conn, OrderId::new(order_id))
         .expect("load order")
         .expect("order exists");
     let sink = HttpSink::start([], Answer::status(204)).await;
@@ -454,7 +454,7 @@ async fn the_reference_verifier_accepts_a_delivery_with_each_of_two_rotated_secr
     let both = format!("{old} {new}");
     sink.verify_signatures_with(&both);
     let (order_id, job_id) = place(&mut conn, 8);
-    let order = load_order(&mut conn, order_id)
+    let order = load_order(&mut conn, OrderId::new(order_id))
         .expect("load order")
         .expect("order exists");
     let sender = WebhookSender::new(&WebhookConfig {

@@ -5,14 +5,14 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use diesel::prelude::*;
-use outbox_relay::effects::jobs::{new_job, order_enqueuer};
 use outbox_relay::effects::receipt::ReceiptSettings;
 use outbox_relay::effects::webhook::{WebhookConfig, WebhookSender};
 use outbox_relay::effects::{self, Executor, OrderWebhook};
 use outbox_relay::endpoints::breaker::Breaker;
 use outbox_relay::endpoints::spec::{EndpointName, EndpointUrl, EventTypes, SigningSecret};
 use outbox_relay::endpoints::{NewEndpoint, store, target};
-use outbox_relay::orders::{NewOrder, Transition, place_order, transition_order};
+use outbox_relay::orders::{NewOrder, OrderId, Transition, place_order, transition_order};
+use outbox_relay::orders::{new_job, order_enqueuer};
 use outbox_relay::outbox::JobOptions;
 use outbox_relay::schema::{delivery_attempts, jobs_all};
 use serde_json::json;
@@ -262,7 +262,7 @@ async fn jobs_queued_before_endpoints_existed_go_to_default() {
     // And one queued by hand, as the old code queued them.
     let old = new_job(
         &OrderWebhook {
-            order_id,
+            order_id: OrderId::new(order_id),
             event_id: None,
             endpoint_id: None,
         },

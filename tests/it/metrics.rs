@@ -1,7 +1,7 @@
 //! Prometheus metrics: scraped over HTTP, seen moving when requests and jobs happen.
 
 use crate::support::enqueue;
-use outbox_relay::effects::jobs::order_enqueuer;
+use outbox_relay::orders::order_enqueuer;
 use std::time::Duration;
 
 use outbox_relay::outbox::{NewJob, QueueDepth, queue_depth};

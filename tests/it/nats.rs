@@ -10,7 +10,8 @@ use std::time::Duration;
 
 use async_nats::jetstream::{self, message::StreamMessage};
 use diesel::prelude::*;
-use outbox_relay::effects::jobs::{OrderPublish, order_enqueuer};
+use outbox_relay::orders::OrderId;
+use outbox_relay::orders::jobs::{OrderPublish, order_enqueuer};
 use outbox_relay::orders::{Transition, transition_order};
 use outbox_relay::schema::{endpoints, jobs_all, order_events};
 use serde_json::json;
@@ -136,7 +137,7 @@ fn enqueue_publishes(conn: &mut PgConnection, endpoint_id: i64, order_ids: &[i64
             .iter()
             .map(|&event_id| {
                 let job = OrderPublish {
-                    order_id,
+                    order_id: OrderId::new(order_id),
                     event_id,
                     endpoint_id,
                 };

@@ -2,9 +2,10 @@
 
 use crate::support::enqueue;
 use diesel::prelude::*;
-use outbox_relay::effects::jobs::order_enqueuer;
+use outbox_relay::orders::order_enqueuer;
 use outbox_relay::orders::{
-    IdempotencyKey, PlaceOrderError, Placement, load_order, load_order_jobs, place_order,
+    IdempotencyKey, OrderId, OrderStatus, PlaceOrderError, Placement, load_order, load_order_jobs,
+    place_order,
 };
 use outbox_relay::outbox::NewJob;
 use outbox_relay::schema::{jobs_all, order_items, orders};
@@ -23,12 +24,15 @@ fn placing_an_order_writes_the_order_its_items_and_three_jobs_together() {
     let Placement::Created(order_id) = placed else {
         panic!("expected a new order, got {placed:?}")
     };
-    let order = load_order(&mut conn, order_id)
+    let order = load_order(&mut conn, OrderId::new(order_id))
         .expect("query")
         .expect("order exists");
+    assert_eq!(order.id, OrderId::new(order_id));
+    assert_eq!(order.status, OrderStatus::Placed);
+    assert_eq!(order.currency.code(), "EUR");
     assert_eq!(order.total_cents, 2 * 450 + 1200);
     assert_eq!(order.items.len(), 2);
-    let jobs = load_order_jobs(&mut conn, order_id).expect("jobs");
+    let jobs = load_order_jobs(&mut conn, OrderId::new(order_id)).expect("jobs");
     let mut kinds: Vec<_> = jobs.iter().map(|j| j.kind.as_str()).collect();
     kinds.sort_unstable();
     assert_eq!(

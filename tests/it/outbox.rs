@@ -7,6 +7,7 @@ use std::time::Duration;
 use diesel::prelude::*;
 use diesel::sql_types::Text;
 use outbox_relay::effects::receipt::store_receipt;
+use outbox_relay::orders::OrderId;
 use outbox_relay::outbox::NewJob;
 use outbox_relay::outbox_core::driver::{
     ClaimRequest, Finish, JobLease, Outcome, ReapRequest, claim_jobs, extend_leases, finish_jobs,
@@ -268,7 +269,7 @@ fn a_zombies_late_completion_and_failure_change_nothing() {
         outcome,
     };
     let receipt = Outcome::Done {
-        local: Some(store_receipt(1, vec![1])),
+        local: Some(store_receipt(OrderId::new(1), vec![1])),
     };
     let failed = Outcome::Failed {
         error: "late".into(),

@@ -530,8 +530,18 @@ async fn a_notify_wakes_an_idle_relay_long_before_the_poll_interval() {
             async { Ok(None) }
         }),
     );
-    // Let the relay go idle: listener connected, first (empty) claim done.
-    tokio::time::sleep(Duration::from_millis(500)).await;
+    // Let the relay go idle: its listener connected, and a probe job claimed
+    // and finished, so its producer has claimed at least once and waits.
+    wait_until("the relay's LISTEN", Duration::from_secs(30), || {
+        listeners(&mut conn) == 1
+    })
+    .await;
+    enqueue(&mut conn, &NewJob::new("noop", serde_json::json!({}))).expect("probe");
+    wait_until("the probe job done", Duration::from_secs(30), || {
+        relay.stats.done.load(Ordering::Relaxed) == 1
+    })
+    .await;
+    *started.lock().expect("lock") = None;
 
     let enqueued = Instant::now();
     conn.transaction(|conn| enqueue(conn, &NewJob::new("noop", serde_json::json!({}))))
@@ -542,8 +552,12 @@ async fn a_notify_wakes_an_idle_relay_long_before_the_poll_interval() {
     .await;
     let latency = started.lock().expect("lock").expect("started") - enqueued;
 
-    // The batch path (what place_order uses) notifies too.
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    // The batch path (what place_order uses) notifies too, once the relay is
+    // idle again: the first job's outcome written.
+    wait_until("the first job done", Duration::from_secs(30), || {
+        relay.stats.done.load(Ordering::Relaxed) == 2
+    })
+    .await;
     *started.lock().expect("lock") = None;
     let batch_enqueued = Instant::now();
     conn.transaction(|conn| {
@@ -571,4 +585,17 @@ async fn a_notify_wakes_an_idle_relay_long_before_the_poll_interval() {
         batch_latency < Duration::from_secs(2),
         "woken after {batch_latency:?} by enqueue_many, poll interval is 30s"
     );
+}
+
+/// Backends of this database listening for jobs: a relay's listener, once
+/// its LISTEN has finished (`idle`): while the statement still runs, a NOTIFY
+/// can go unheard.
+fn listeners(conn: &mut PgConnection) -> i64 {
+    diesel::select(diesel::dsl::sql::<diesel::sql_types::BigInt>(
+        "(SELECT count(*) FROM pg_stat_activity \
+          WHERE datname = current_database() AND state = 'idle' \
+            AND query ILIKE 'LISTEN%')",
+    ))
+    .get_result(conn)
+    .expect("pg_stat_activity")
 }

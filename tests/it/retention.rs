@@ -1,7 +1,7 @@
 //! Retention of done jobs: the daily partitions of `jobs_done`, what
 //! `jobs_done_ensure_partitions` makes and what `prune_done_jobs` drops.
 
-use outbox_relay::effects::jobs::order_enqueuer;
+use outbox_relay::orders::order_enqueuer;
 use std::time::Duration;
 
 use diesel::prelude::*;

@@ -55,6 +55,16 @@ pub trait JobArgs: Serialize + DeserializeOwned + Send + Sync + 'static {
     /// The job's `jobs.kind`: what relays claim by (`--kinds`) and what
     /// [`Workers`] routes on. One worker per kind in a registry.
     const KIND: &'static str;
+
+    /// Attaches to each job built from these arguments
+    /// ([`NewJob::for_args`](crate::outbox::NewJob::for_args), so every
+    /// enqueue) what the application's
+    /// [`InsertJobs`](crate::outbox::InsertJobs) writes into its own columns
+    /// of `jobs`, typed, with [`NewJob::with_extension`](crate::outbox::NewJob::with_extension).
+    /// The queue stores none of it. Default: nothing.
+    fn extend_job(&self, job: crate::outbox::NewJob) -> crate::outbox::NewJob {
+        job
+    }
 }
 
 /// Performs jobs of one type. Write it as an `async fn`:

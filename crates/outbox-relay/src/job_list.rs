@@ -8,6 +8,7 @@ use serde::Serialize;
 
 use outbox_core::outbox::JobStatus;
 
+use crate::orders::OrderId;
 use crate::schema::{jobs, jobs_all};
 
 /// A job as operators see it, wherever it lives (selectable from `jobs_all`;
@@ -16,7 +17,7 @@ use crate::schema::{jobs, jobs_all};
 #[diesel(table_name = jobs_all)]
 pub struct JobRow {
     pub id: i64,
-    pub order_id: Option<i64>,
+    pub order_id: Option<OrderId>,
     pub kind: String,
     pub status: String,
     pub attempts: i32,

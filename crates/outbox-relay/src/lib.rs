@@ -3,7 +3,7 @@
 //! An order service writes an order and the jobs that must follow it in one
 //! transaction ([`orders::place_order`]). The queue itself is the
 //! [`outbox_core`] crate, which knows nothing of orders: this crate defines the
-//! order jobs ([`effects::jobs`]) and their workers ([`effects::workers()`]) with
+//! order jobs ([`orders::jobs`]) and their workers ([`effects::workers()`]) with
 //! its typed API, as any library user would, and adds the order API, the
 //! operator dashboard and the CLI. ARCHITECTURE.md, at the root of the
 //! repository, follows one order through the files.
@@ -11,11 +11,12 @@
 //! # Layout
 //!
 //! - [`orders`]: `NewOrder` and its newtypes, parsed at the edge; `place_order`
-//!   and the order's transitions, each with its jobs in one transaction; reading
-//!   an order back.
-//! - [`effects`]: the job types (`ConfirmationEmail`, `ReceiptPdf`,
-//!   `OrderWebhook`, `Noop`), their workers, and what each effect does (email,
-//!   receipt PDF, signed webhook).
+//!   and the order's transitions, each with its jobs (`ConfirmationEmail`,
+//!   `ReceiptPdf`, `OrderWebhook`, `OrderPublish`) in one transaction; reading
+//!   an order back. It does not depend on `effects`.
+//! - [`effects`]: the kinds a relay performs, their workers (which read orders
+//!   through `orders`), and what each effect does (email, receipt PDF, signed
+//!   webhook, NATS publish).
 //! - [`endpoints`]: the subscribers order events go to (`endpoints` table):
 //!   their URLs, secrets, event types and limits, checked at the edge.
 //! - [`api_keys`]: API keys (`ork_…`): their scopes, their stored hash,

@@ -3,6 +3,7 @@
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 
 use diesel::prelude::*;
+use outbox_relay::orders::OrderId;
 use outbox_relay::schema::{jobs_all, orders, receipts};
 
 use crate::support::http::Recorded;
@@ -87,6 +88,7 @@ pub fn assert_invariants(
     for job in &jobs {
         let order_id = job
             .order_id
+            .map(OrderId::get)
             .unwrap_or_else(|| panic!("job without an order: {job:?}"));
         let previous = by_order
             .entry(order_id)
@@ -157,7 +159,7 @@ pub fn assert_invariants(
 
     // Every done effect was seen at least once.
     for job in jobs.iter().filter(|j| j.status == "done") {
-        let order_id = job.order_id.unwrap_or_default();
+        let order_id = job.order_id.map(OrderId::get).unwrap_or_default();
         match job.kind.as_str() {
             "order_webhook" => assert!(
                 webhook_count.contains_key(&order_id),
@@ -177,7 +179,7 @@ pub fn assert_invariants(
     let done_receipts: BTreeSet<i64> = jobs
         .iter()
         .filter(|j| j.kind == "receipt_pdf" && j.status == "done")
-        .filter_map(|j| j.order_id)
+        .filter_map(|j| j.order_id.map(OrderId::get))
         .collect();
     let stored: BTreeSet<i64> = receipt_orders.iter().copied().collect();
     assert_eq!(receipt_orders.len(), stored.len(), "a receipt stored twice");

@@ -28,7 +28,7 @@ mod security;
 mod tls;
 mod workers;
 
-use outbox_relay::effects::jobs::order_enqueuer;
+use outbox_relay::orders::order_enqueuer;
 use std::net::SocketAddr;
 use std::time::Duration;
 

@@ -1,7 +1,7 @@
 //! Ordered delivery with real relays: every order's events reach the receiver
 //! in `seq` order, whatever fails, whoever claims them, whoever crashes.
 
-use outbox_relay::effects::jobs::order_enqueuer;
+use outbox_relay::orders::order_enqueuer;
 use std::collections::HashMap;
 use std::time::Duration;
 

@@ -173,9 +173,9 @@ async fn with_sslmode_require_a_notify_over_tls_wakes_a_relay_that_polls_every_3
         Some(true),
         "the LISTEN backend is encrypted (pg_stat_ssl)"
     );
-    // Past the relay's first (empty) claim: from here only a NOTIFY or the
-    // 30s poll can start a job.
-    tokio::time::sleep(Duration::from_millis(500)).await;
+    // Past the relay's first claim, which a probe job done proves: from here
+    // only a NOTIFY or the 30s poll can start a job.
+    enqueue_to_claim(&mut conn).await;
 
     let mut latencies = Vec::new();
     for _ in 0..5 {
@@ -228,7 +228,8 @@ async fn with_verify_ca_and_the_servers_own_certificate_as_root_the_relay_listen
         );
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
-    tokio::time::sleep(Duration::from_millis(500)).await;
+    // A probe job first: the relay's first claim is behind it.
+    enqueue_to_claim(&mut conn).await;
     let latency = enqueue_to_claim(&mut conn).await;
     relay.terminate().await;
     eprintln!("enqueue-to-claim over a verify-ca LISTEN: {latency:?}");

@@ -1,5 +1,9 @@
 //! A job to enqueue ([`NewJob`]) and its options ([`JobOptions`]).
 
+use std::any::{Any, TypeId};
+use std::fmt;
+use std::sync::Arc;
+
 use chrono::{DateTime, Utc};
 use diesel::prelude::*;
 
@@ -25,6 +29,20 @@ pub struct NewJob {
     /// No other job can have the key yet (see [`JobOptions::new_ordering_key`]).
     #[diesel(skip_insertion)]
     pub(super) key_is_new: bool,
+    /// The application's typed values for its own columns.
+    #[diesel(skip_insertion)]
+    extensions: Extensions,
+}
+
+/// Values of distinct types, one per type, which the queue carries and never
+/// reads.
+#[derive(Clone, Default)]
+struct Extensions(Vec<(TypeId, Arc<dyn Any + Send + Sync>)>);
+
+impl fmt::Debug for Extensions {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "Extensions({})", self.0.len())
+    }
 }
 
 impl NewJob {
@@ -43,7 +61,27 @@ impl NewJob {
             trace_context: crate::trace_context::current(),
             concurrency_key: None,
             key_is_new: false,
+            extensions: Extensions::default(),
         }
+    }
+    /// Carries `value` to the [`InsertJobs`](super::InsertJobs) that writes
+    /// the row (one value per type; a second replaces the first): how an
+    /// application fills columns it added to `jobs` from the job's typed
+    /// arguments rather than from its JSON (see
+    /// [`JobArgs::extend_job`](crate::worker::JobArgs::extend_job)). The
+    /// queue stores none of it.
+    pub fn with_extension<T: Any + Send + Sync>(mut self, value: T) -> Self {
+        let id = TypeId::of::<T>();
+        self.extensions.0.retain(|(t, _)| *t != id);
+        self.extensions.0.push((id, Arc::new(value)));
+        self
+    }
+    /// The value of type `T` given to [`NewJob::with_extension`], if any.
+    pub fn extension<T: Any + Send + Sync>(&self) -> Option<&T> {
+        self.extensions
+            .0
+            .iter()
+            .find_map(|(_, value)| value.downcast_ref::<T>())
     }
     /// Another trace context than the current span's (`None`: no trace).
     pub fn trace_context(mut self, context: Option<serde_json::Value>) -> Self {
@@ -117,8 +155,9 @@ impl NewJob {
 
 impl NewJob {
     /// The job for typed arguments: kind `A::KIND`, payload the arguments'
-    /// JSON, and `options` applied. Fails only when `args` does not
-    /// serialize (a map with non-string keys, say).
+    /// JSON, `options` applied, and what [`JobArgs::extend_job`] attaches.
+    /// Fails only when `args` does not serialize (a map with non-string
+    /// keys, say).
     pub fn for_args<A: JobArgs>(args: &A, options: &JobOptions) -> serde_json::Result<Self> {
         let mut job = NewJob::new(A::KIND, serde_json::to_value(args)?);
         if let Some(max_attempts) = options.max_attempts {
@@ -134,7 +173,7 @@ impl NewJob {
         if let Some(key) = &options.concurrency_key {
             job = job.concurrency_key(key.clone());
         }
-        Ok(job)
+        Ok(args.extend_job(job))
     }
 }
 
@@ -193,5 +232,60 @@ impl JobOptions {
         self.ordering_key = Some(key.into());
         self.ordering_key_is_new = true;
         self
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// An application's own column value, as its `InsertJobs` reads it.
+    #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+    struct InvoiceId(i64);
+
+    #[derive(serde::Serialize, serde::Deserialize)]
+    struct SendInvoice {
+        invoice_id: i64,
+    }
+
+    impl JobArgs for SendInvoice {
+        const KIND: &'static str = "send_invoice";
+
+        fn extend_job(&self, job: NewJob) -> NewJob {
+            job.with_extension(InvoiceId(self.invoice_id))
+        }
+    }
+
+    #[derive(serde::Serialize, serde::Deserialize)]
+    struct Plain {
+        n: i64,
+    }
+
+    impl JobArgs for Plain {
+        const KIND: &'static str = "plain";
+    }
+
+    #[test]
+    fn typed_arguments_attach_their_extension_to_every_job_built_from_them() {
+        let job = NewJob::for_args(&SendInvoice { invoice_id: 42 }, &JobOptions::default())
+            .expect("serializes");
+        assert_eq!(job.extension::<InvoiceId>(), Some(&InvoiceId(42)));
+        assert_eq!(job.payload(), &serde_json::json!({ "invoice_id": 42 }));
+        let cloned = job.clone();
+        assert_eq!(cloned.extension::<InvoiceId>(), Some(&InvoiceId(42)));
+
+        let plain = NewJob::for_args(&Plain { n: 1 }, &JobOptions::default()).expect("serializes");
+        assert_eq!(plain.extension::<InvoiceId>(), None);
+    }
+
+    #[test]
+    fn a_second_extension_of_a_type_replaces_the_first_and_others_stay() {
+        let job = NewJob::new("k", serde_json::json!({}))
+            .with_extension(InvoiceId(1))
+            .with_extension("tenant-a")
+            .with_extension(InvoiceId(2));
+        assert_eq!(job.extension::<InvoiceId>(), Some(&InvoiceId(2)));
+        assert_eq!(job.extension::<&str>(), Some(&"tenant-a"));
+        assert_eq!(job.extension::<u8>(), None);
     }
 }

@@ -80,11 +80,16 @@ pub(super) async fn run(
         take_free(&shared, &mut permits, settings.batch_size);
         // A NOTIFY that came while we were claiming without a pause: the job
         // it announces may be behind the cursor.
-        if shared.wake.notified().now_or_never().is_some() {
+        let woken = shared.wake.notified().now_or_never().is_some();
+        if woken {
             lock(&state.cursor).restart();
         }
-        // An empty queue seen while we waited for the slot: do not claim blindly.
-        if state.queue_empty.load(Ordering::Acquire) {
+        // An empty queue seen while we waited for the slot: do not claim
+        // blindly. Unless we just took a wake-up: the empty answer may come
+        // from a claim whose snapshot predates the job that NOTIFY announced,
+        // and the wake-up is spent, so skipping this claim would leave that
+        // job to the poll interval.
+        if !woken && state.queue_empty.load(Ordering::Acquire) {
             drop(permits);
             continue;
         }

@@ -147,7 +147,7 @@ fn router(pool: PgPool, settings: ApiSettings, waker: Waker) -> Router {
     // Installs the recorder before the first request records anything.
     let _ = metrics_handle();
     let state = state::AppState {
-        enqueuer: crate::effects::jobs::order_enqueuer().wake_after_commit(waker),
+        enqueuer: crate::orders::order_enqueuer().wake_after_commit(waker),
         db: state::Db::new(pool, settings.db_wait),
         queue_depth: Arc::new(QueueDepthGauge::new(settings.queue_depth_ttl)),
         settings: Arc::new(settings.clone()),

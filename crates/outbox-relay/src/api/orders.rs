@@ -16,9 +16,9 @@ use super::error::ApiError;
 use super::receipt_link::{self, LinkCheck};
 use super::state::AppState;
 use crate::orders::{
-    NewOrder, Order, OrderEvent, OrderJob, PlaceOrderError, Placement, Transition, TransitionError,
-    TransitionOutcome, load_order, load_order_events, load_order_jobs, place_order,
-    transition_order,
+    NewOrder, Order, OrderEvent, OrderId, OrderJob, PlaceOrderError, Placement, Transition,
+    TransitionError, TransitionOutcome, load_order, load_order_events, load_order_jobs,
+    place_order, transition_order,
 };
 use crate::schema::receipts;
 
@@ -36,6 +36,7 @@ pub struct OrderView {
 /// Reads an order and its jobs under one snapshot, so the jobs shown are the
 /// jobs of the order shown.
 fn load_view(conn: &mut PgConnection, order_id: i64) -> Result<Option<OrderView>, ApiError> {
+    let order_id = OrderId::new(order_id);
     Ok(conn
         .build_transaction()
         .read_only()

@@ -9,13 +9,14 @@ use std::time::Duration;
 use outbox_core::worker::{EffectError, EffectResult, JobContext, Worker};
 use tracing::Instrument as _;
 
-use super::jobs::{EndpointNotice, OrderWebhook};
+use super::jobs::EndpointNotice;
 use super::webhook::{AttemptOutcome, Secrets, WebhookSender};
 use super::workers::{OrderLoader, order_span};
 use crate::db::{PgPool, run_blocking};
 use crate::endpoints::attempts::{self, NewAttempt};
 use crate::endpoints::breaker::Verdict;
 use crate::endpoints::target::{self, DEFAULT_ENDPOINT, Target};
+use crate::orders::jobs::OrderWebhook;
 
 /// How long a delivery claimed for a disabled endpoint waits before it is
 /// tried again (the endpoint's paused key normally keeps it unclaimed).

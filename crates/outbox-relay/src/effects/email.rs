@@ -34,7 +34,7 @@ use minijinja::Environment;
 
 use self::message::templates;
 use super::{EffectError, error_chain};
-use crate::orders::Order;
+use crate::orders::{Order, OrderId};
 
 /// Per SMTP command (connect, EHLO, MAIL, RCPT, DATA, ...). lettre's default is 60s.
 pub const SMTP_COMMAND_TIMEOUT: Duration = Duration::from_secs(30);
@@ -68,7 +68,7 @@ impl EmailKind {
         }
     }
 
-    fn subject(self, order_id: i64) -> String {
+    fn subject(self, order_id: OrderId) -> String {
         match self {
             EmailKind::Confirmation => format!("Your order #{order_id} is confirmed"),
             EmailKind::Shipped => format!("Your order #{order_id} is on its way"),

@@ -1,9 +1,10 @@
 //! The order service's effects, each a [`Worker`] on the core's typed job API
 //! (the same API a library user writes their own jobs with):
 //!
-//! - [`jobs`]: the job types ([`ConfirmationEmail`], [`ReceiptPdf`],
-//!   [`OrderWebhook`], [`OrderPublish`], [`Noop`]), whose `KIND` constants are the only place
-//!   the kind names are written;
+//! - [`jobs`]: [`EffectKind`], the kinds a relay performs, and the jobs that are not an
+//!   order's ([`EndpointNotice`], [`Noop`]); an order's job types ([`ConfirmationEmail`],
+//!   [`ReceiptPdf`], [`OrderWebhook`], [`OrderPublish`]) are in [`crate::orders::jobs`].
+//!   Their `KIND` constants are the only place the kind names are written;
 //! - [`mod@workers`]: the workers that perform them, and [`workers()`], the
 //!   registry a relay runs;
 //! - [`email`], [`receipt`], [`webhook`], [`nats`]: what each effect does; [`signature`]:
@@ -20,10 +21,9 @@ pub mod signature;
 pub mod webhook;
 pub mod workers;
 
+pub use crate::orders::jobs::{ConfirmationEmail, OrderPublish, OrderWebhook, ReceiptPdf};
 pub use delivery::{EndpointNoticeWorker, WebhookWorker};
-pub use jobs::{
-    ConfirmationEmail, EffectKind, EndpointNotice, Noop, OrderPublish, OrderWebhook, ReceiptPdf,
-};
+pub use jobs::{EffectKind, EndpointNotice, Noop};
 pub use outbox_core::driver::{BoxFuture, Executor};
 pub use outbox_core::worker::{EffectError, EffectResult, JobArgs, JobContext, Worker, Workers};
 pub use workers::{EmailWorker, NoopWorker, ReceiptWorker, workers, workers_with_nats};

@@ -8,14 +8,13 @@ use tracing::Instrument as _;
 
 use super::delivery::{EndpointNoticeWorker, WebhookWorker};
 use super::email::{EmailKind, Mailer};
-use super::jobs::{
-    ConfirmationEmail, EndpointNotice, Noop, OrderPublish, OrderWebhook, ReceiptPdf,
-};
+use super::jobs::{EndpointNotice, Noop};
 use super::nats::{NatsConnections, PublishWorker};
 use super::receipt::{self, ReceiptSettings};
 use super::webhook::WebhookSender;
 use crate::db::{PgPool, run_blocking};
-use crate::orders::{Order, OrderEvent, load_event, load_order};
+use crate::orders::jobs::{ConfirmationEmail, OrderPublish, OrderWebhook, ReceiptPdf};
+use crate::orders::{Order, OrderEvent, OrderId, load_event, load_order};
 
 /// The registry of the service's workers. `mailer` and `webhook` are `None`
 /// for relays that do not handle those kinds; a job of such a kind that
@@ -64,12 +63,13 @@ pub fn workers_with_nats(
 
 /// The span an order job's worker runs in, inside the relay's `job` span, so
 /// that its log lines name the order.
-pub(super) fn order_span(order_id: i64) -> tracing::Span {
-    tracing::info_span!("order_job", order_id)
+pub(super) fn order_span(order_id: OrderId) -> tracing::Span {
+    tracing::info_span!("order_job", order_id = order_id.get())
 }
 
 /// Reads what an order job names, with the error classes a worker needs: a
-/// database that does not answer is worth a retry, a row that is gone is not.
+/// database that does not answer is worth a retry; a row that is gone, or
+/// holds what its type refuses (a currency code no longer known), is not.
 #[derive(Debug, Clone)]
 pub(crate) struct OrderLoader {
     pub(crate) pool: PgPool,
@@ -80,11 +80,18 @@ impl OrderLoader {
         OrderLoader { pool }
     }
 
-    pub(crate) async fn order(&self, order_id: i64) -> Result<Order, EffectError> {
-        run_blocking(&self.pool, move |conn| Ok(load_order(conn, order_id)?))
-            .await
-            .map_err(|e| EffectError::retryable(format!("loading order {order_id}: {e}")))?
-            .ok_or_else(|| EffectError::permanent(format!("order {order_id} no longer exists")))
+    pub(crate) async fn order(&self, order_id: OrderId) -> Result<Order, EffectError> {
+        run_blocking(&self.pool, move |conn| match load_order(conn, order_id) {
+            // Diesel names the field; its source names the value.
+            Err(diesel::result::Error::DeserializationError(e)) => {
+                Ok(Err(super::error_chain(e.as_ref())))
+            }
+            loaded => Ok(Ok(loaded?)),
+        })
+        .await
+        .map_err(|e| EffectError::retryable(format!("loading order {order_id}: {e}")))?
+        .map_err(|e| EffectError::permanent(format!("order {order_id} cannot be read: {e}")))?
+        .ok_or_else(|| EffectError::permanent(format!("order {order_id} no longer exists")))
     }
 
     pub(crate) async fn event(

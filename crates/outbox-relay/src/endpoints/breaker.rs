@@ -21,7 +21,7 @@ use super::attempts::{CONSECUTIVE_FAILURES_TO_TRIP, Health};
 use super::keys;
 use super::spec::EVENT_ENDPOINT_DISABLED;
 use crate::effects::EndpointNotice;
-use crate::effects::jobs::{new_job, order_enqueuer};
+use crate::orders::{new_job, order_enqueuer};
 use crate::outbox::{JobOptions, KeyLimitError};
 
 /// `ENDPOINT_DISABLE_AFTER` when not set: Svix's five days.

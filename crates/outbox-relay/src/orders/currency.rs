@@ -9,6 +9,11 @@
 
 use std::fmt;
 
+use diesel::deserialize::{self, FromSql, FromSqlRow};
+use diesel::pg::{Pg, PgValue};
+use diesel::sql_types::Text;
+use serde::{Serialize, Serializer};
+
 /// Currencies whose minor unit is not two digits. Everything else in
 /// [`KNOWN`] has cents.
 const ZERO_DECIMALS: &[&str] = &[
@@ -33,8 +38,10 @@ const KNOWN: &[&str] = &[
     "UZS", "VES", "VND", "VUV", "WST", "XAF", "XCD", "XOF", "XPF", "YER", "ZAR", "ZMW", "ZWG",
 ];
 
-/// A validated ISO 4217 currency code such as `EUR` or `JPY`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+/// A validated ISO 4217 currency code such as `EUR` or `JPY`; in JSON, the
+/// code. Read from `orders.currency`, a code outside the list is an error
+/// naming it, never a panic.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, FromSqlRow)]
 pub struct Currency([u8; 3]);
 
 impl Currency {
@@ -91,6 +98,21 @@ impl Currency {
 impl fmt::Display for Currency {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(self.code())
+    }
+}
+
+impl Serialize for Currency {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.serialize_str(self.code())
+    }
+}
+
+/// `orders.currency` is `char(3)`, which Diesel reads as text.
+impl FromSql<Text, Pg> for Currency {
+    fn from_sql(value: PgValue<'_>) -> deserialize::Result<Self> {
+        let code = <String as FromSql<Text, Pg>>::from_sql(value)?;
+        Currency::parse(&code)
+            .ok_or_else(|| format!("orders.currency {code:?} is not a known ISO 4217 code").into())
     }
 }
 

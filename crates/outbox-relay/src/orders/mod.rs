@@ -1,11 +1,20 @@
 //! The order domain: parsing an order at the edge, placing it with its jobs in one
 //! transaction, and reading it back.
+//!
+//! Inside, [`place`](place_order) and [`transition`](transition_order) each
+//! depend on `events` (an event, its `seq`, its jobs) and never on each
+//! other; the jobs they queue are typed in [`jobs`]. Nothing here depends on
+//! [`crate::effects`], whose workers read orders through this module.
 
-use crate::effects::EffectKind;
+use jobs::{ConfirmationEmail, OrderWebhook, ReceiptPdf};
+use outbox_core::worker::JobArgs as _;
 
 mod currency;
 mod domain;
-mod fanout;
+mod events;
+mod id;
+mod idempotency;
+pub mod jobs;
 mod json;
 mod place;
 mod read;
@@ -17,8 +26,11 @@ pub use domain::{
     CustomerEmail, DisplayText, MAX_ITEMS, MAX_QUANTITY, MAX_UNIT_PRICE, Money, NewOrder,
     NewOrderItem, Quantity, ValidationError,
 };
-pub use fanout::{delivery_key, endpoint_key};
-pub use place::{IdempotencyKey, PlaceOrderError, Placed, PlacedOrder, Placement, place_order};
+pub use events::{delivery_key, endpoint_key};
+pub use id::OrderId;
+pub use idempotency::IdempotencyKey;
+pub use jobs::{new_job, order_enqueuer};
+pub use place::{PlaceOrderError, Placed, PlacedOrder, Placement, place_order};
 pub use read::{
     Order, OrderEvent, OrderItem, OrderJob, load_event, load_order, load_order_events,
     load_order_jobs,
@@ -37,10 +49,10 @@ pub fn email_key(order_id: i64) -> String {
     format!("order-{order_id}-emails")
 }
 
-/// The jobs every placed order gets, one per effect (the job types' own
-/// `KIND`s: see [`EffectKind::ORDER`]).
+/// The jobs every placed order gets, one per effect, in the order the
+/// placement queues them (the job types' own `KIND`s).
 pub const ORDER_JOB_KINDS: [&str; 3] = [
-    EffectKind::ORDER[0].as_str(),
-    EffectKind::ORDER[1].as_str(),
-    EffectKind::ORDER[2].as_str(),
+    ConfirmationEmail::KIND,
+    ReceiptPdf::KIND,
+    OrderWebhook::KIND,
 ];

@@ -6,57 +6,14 @@ use sha2::{Digest, Sha256};
 
 use chrono::{DateTime, Utc};
 
-use super::OrderStatus;
 use super::domain::NewOrder;
-use super::fanout::record_event;
+use super::events::{KeyAge, event_email, record_event};
+use super::idempotency::IdempotencyKey;
+use super::jobs::{ReceiptPdf, new_job};
 use super::read::{Order, OrderEvent, OrderItem, OrderJob};
-use super::transition::{KeyAge, event_email};
-use crate::effects::ReceiptPdf;
-use crate::effects::jobs::new_job;
+use super::{OrderId, OrderStatus};
 use crate::outbox::{Enqueuer, JobOptions, JobStatus};
 use crate::schema::{order_items, orders};
-
-/// A client-chosen key that makes `POST /orders` (and a transition) safe to
-/// retry, in the space of the API key that sent it: two API keys may use the
-/// same text and each gets its own order.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct IdempotencyKey {
-    key: String,
-    /// The API key the client sent it with; `None` (requests without API
-    /// keys, `API_AUTH=none`, library callers) is one shared space.
-    api_key_id: Option<i64>,
-}
-
-impl IdempotencyKey {
-    pub const MAX_LEN: usize = 255;
-
-    /// An unscoped key; see [`IdempotencyKey::scoped_to`].
-    pub fn parse(raw: &str) -> Result<Self, String> {
-        if raw.is_empty() || raw.len() > Self::MAX_LEN {
-            return Err(format!("must be 1 to {} bytes", Self::MAX_LEN));
-        }
-        if !raw.chars().all(|c| c.is_ascii_graphic()) {
-            return Err("must be printable ASCII without spaces".into());
-        }
-        Ok(IdempotencyKey {
-            key: raw.to_owned(),
-            api_key_id: None,
-        })
-    }
-
-    /// This key in the space of API key `api_key_id`.
-    pub fn scoped_to(self, api_key_id: Option<i64>) -> Self {
-        IdempotencyKey { api_key_id, ..self }
-    }
-
-    pub fn as_str(&self) -> &str {
-        &self.key
-    }
-
-    pub fn api_key_id(&self) -> Option<i64> {
-        self.api_key_id
-    }
-}
 
 /// What `place_order` did.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -122,7 +79,7 @@ struct OrderRow<'a> {
 #[derive(Insertable)]
 #[diesel(table_name = order_items)]
 struct ItemRow<'a> {
-    order_id: i64,
+    order_id: OrderId,
     sku: &'a str,
     name: &'a str,
     quantity: i32,
@@ -130,7 +87,7 @@ struct ItemRow<'a> {
 }
 
 /// Writes the order, its items and one job per effect in one transaction;
-/// `enqueuer` (the service's, [`order_enqueuer`](crate::effects::jobs::order_enqueuer),
+/// `enqueuer` (the service's, [`order_enqueuer`](super::order_enqueuer),
 /// with the API's waker in the API) writes the jobs and wakes the relays once
 /// the transaction commits, so a relay never wakes for an order it cannot see
 /// yet.
@@ -151,7 +108,7 @@ pub fn place_order(
     let _entered = span.enter();
     let fingerprint = key.map(|_| fingerprint(order));
     let placement = enqueuer.transaction(conn, |conn| {
-        let inserted: Option<(i64, DateTime<Utc>)> = diesel::insert_into(orders::table)
+        let inserted: Option<(OrderId, DateTime<Utc>)> = diesel::insert_into(orders::table)
             .values(OrderRow {
                 customer_email: order.customer_email.as_str(),
                 customer_name: order.customer_name.as_str(),
@@ -199,7 +156,7 @@ pub fn place_order(
             };
         };
 
-        span.record("order_id", order_id);
+        span.record("order_id", order_id.get());
 
         let items: Vec<ItemRow<'_>> = order
             .items()
@@ -248,9 +205,9 @@ pub fn place_order(
                 id: order_id,
                 customer_email: order.customer_email.as_str().to_owned(),
                 customer_name: order.customer_name.as_str().to_owned(),
-                currency: order.currency.code().to_owned(),
+                currency: order.currency,
                 total_cents: order.total().cents(),
-                status: OrderStatus::Placed.as_str().to_owned(),
+                status: OrderStatus::Placed,
                 created_at,
                 items: item_ids
                     .into_iter()
@@ -287,7 +244,7 @@ pub fn place_order(
             }],
         };
         Ok(Placed {
-            placement: Placement::Created(order_id),
+            placement: Placement::Created(order_id.get()),
             created: Some(created),
         })
     })?;

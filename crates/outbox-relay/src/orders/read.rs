@@ -1,21 +1,24 @@
-//! Reading an order back: the order, its items and its jobs.
+//! Reading an order back: the order, its items and its jobs, typed
+//! ([`OrderId`], [`Currency`], [`OrderStatus`]); their JSON is the same text
+//! and numbers the columns hold.
 
 use chrono::{DateTime, Utc};
 use diesel::prelude::*;
 use serde::Serialize;
 
+use super::{Currency, OrderId, OrderStatus};
 use crate::schema::{jobs_all, order_events, order_items, orders};
 
-#[derive(Debug, Clone, Queryable, Selectable, Serialize)]
+#[derive(Debug, Clone, Queryable, Selectable)]
 #[diesel(table_name = orders)]
-pub struct OrderHeader {
-    pub id: i64,
-    pub customer_email: String,
-    pub customer_name: String,
-    pub currency: String,
-    pub total_cents: i64,
-    pub status: String,
-    pub created_at: DateTime<Utc>,
+struct OrderHeader {
+    id: OrderId,
+    customer_email: String,
+    customer_name: String,
+    currency: Currency,
+    total_cents: i64,
+    status: OrderStatus,
+    created_at: DateTime<Utc>,
 }
 
 #[derive(Debug, Clone, Queryable, Selectable, Serialize)]
@@ -53,13 +56,12 @@ pub struct OrderJob {
 /// An order with its items, as effects and the API see it.
 #[derive(Debug, Clone, Serialize)]
 pub struct Order {
-    pub id: i64,
+    pub id: OrderId,
     pub customer_email: String,
     pub customer_name: String,
-    pub currency: String,
+    pub currency: Currency,
     pub total_cents: i64,
-    /// `placed`, `paid`, `shipped`, `delivered` or `cancelled`.
-    pub status: String,
+    pub status: OrderStatus,
     pub created_at: DateTime<Utc>,
     pub items: Vec<OrderItem>,
 }
@@ -70,7 +72,7 @@ pub struct Order {
 pub struct OrderEvent {
     pub id: i64,
     #[serde(skip)]
-    pub order_id: i64,
+    pub order_id: OrderId,
     /// 1, 2, ... per order, in commit order.
     pub seq: i32,
     #[serde(rename = "type")]
@@ -80,7 +82,7 @@ pub struct OrderEvent {
 }
 
 /// Loads an order and its items; `None` when no such order exists.
-pub fn load_order(conn: &mut PgConnection, order_id: i64) -> QueryResult<Option<Order>> {
+pub fn load_order(conn: &mut PgConnection, order_id: OrderId) -> QueryResult<Option<Order>> {
     let Some(header) = orders::table
         .find(order_id)
         .select(OrderHeader::as_select())
@@ -107,7 +109,10 @@ pub fn load_order(conn: &mut PgConnection, order_id: i64) -> QueryResult<Option<
 }
 
 /// An order's events, in `seq` order.
-pub fn load_order_events(conn: &mut PgConnection, order_id: i64) -> QueryResult<Vec<OrderEvent>> {
+pub fn load_order_events(
+    conn: &mut PgConnection,
+    order_id: OrderId,
+) -> QueryResult<Vec<OrderEvent>> {
     order_events::table
         .filter(order_events::order_id.eq(order_id))
         .order(order_events::seq)
@@ -127,7 +132,7 @@ pub fn load_event(conn: &mut PgConnection, event_id: i64) -> QueryResult<Option<
 /// The jobs of one order, oldest first, wherever they live: `jobs_all` is
 /// `jobs` (found through jobs_order_id_idx) and the archive of done jobs
 /// (jobs_done_order_id_brin in each partition: a few page ranges).
-pub fn load_order_jobs(conn: &mut PgConnection, order_id: i64) -> QueryResult<Vec<OrderJob>> {
+pub fn load_order_jobs(conn: &mut PgConnection, order_id: OrderId) -> QueryResult<Vec<OrderJob>> {
     jobs_all::table
         .filter(jobs_all::order_id.eq(order_id))
         .order(jobs_all::id)

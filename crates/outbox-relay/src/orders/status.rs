@@ -3,10 +3,13 @@
 use std::fmt;
 use std::str::FromStr;
 
+use diesel::deserialize::{self, FromSql, FromSqlRow};
+use diesel::pg::{Pg, PgValue};
+use diesel::sql_types::Text;
 use serde::Serialize;
 
 /// `orders.status`; the `orders_status_valid` CHECK constraint holds the same set.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, FromSqlRow)]
 #[serde(rename_all = "snake_case")]
 pub enum OrderStatus {
     Placed,
@@ -54,6 +57,13 @@ impl FromStr for OrderStatus {
             .into_iter()
             .find(|status| status.as_str() == s)
             .ok_or_else(|| format!("unknown order status {s:?}"))
+    }
+}
+
+impl FromSql<Text, Pg> for OrderStatus {
+    fn from_sql(value: PgValue<'_>) -> deserialize::Result<Self> {
+        let text = <String as FromSql<Text, Pg>>::from_sql(value)?;
+        Ok(text.parse()?)
     }
 }
 

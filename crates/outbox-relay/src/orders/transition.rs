@@ -11,13 +11,11 @@ use sha2::{Digest, Sha256};
 use serde::Deserialize;
 
 use super::domain::{DisplayText, ValidationError};
-use super::fanout::record_event;
+use super::events::{KeyAge, event_email, next_seq, record_event};
+use super::idempotency::IdempotencyKey;
 use super::json::{from_json, required};
-use super::place::IdempotencyKey;
-use super::{OrderStatus, email_key};
-use crate::effects::ConfirmationEmail;
-use crate::effects::jobs::new_job;
-use crate::outbox::{Enqueuer, JobOptions, NewJob};
+use super::{OrderId, OrderStatus};
+use crate::outbox::Enqueuer;
 use crate::schema::{order_events, orders};
 
 /// What a transition asks for, parsed and validated at the edge.
@@ -197,13 +195,14 @@ pub fn transition_order(
     max_attempts: i32,
 ) -> Result<TransitionOutcome, TransitionError> {
     let fingerprint = key.map(|_| fingerprint(order_id, transition));
+    let id = OrderId::new(order_id);
     enqueuer.transaction(conn, |conn| {
         // The row lock orders this order's transitions: seq follows commit order.
         // NO KEY UPDATE, not UPDATE: the foreign key checks of rows that point
         // at the order (a receipt a relay stores while finishing a delivery this
         // transaction may queue behind) take KEY SHARE, which UPDATE would
         // block, and the two transactions would deadlock.
-        let current: Option<String> = orders::table
+        let current: Option<OrderStatus> = orders::table
             .find(order_id)
             .select(orders::status)
             .for_no_key_update()
@@ -236,9 +235,6 @@ pub fn transition_order(
                 };
             }
         }
-        let current: OrderStatus = current
-            .parse()
-            .map_err(|e: String| diesel::result::Error::DeserializationError(e.into()))?;
         let requested = transition.target();
         if !current.can_become(requested) {
             return Err(TransitionError::Invalid {
@@ -250,10 +246,10 @@ pub fn transition_order(
         diesel::update(orders::table.find(order_id))
             .set(orders::status.eq(requested.as_str()))
             .execute(conn)?;
-        let seq = next_seq(conn, order_id)?;
+        let seq = next_seq(conn, id)?;
         let event = record_event(
             conn,
-            order_id,
+            id,
             seq,
             requested.event_type(),
             transition.data(),
@@ -261,59 +257,13 @@ pub fn transition_order(
             fingerprint.as_deref(),
         )?;
         let event_id = event.event_id;
-        let mut jobs = event.deliveries(order_id, max_attempts, KeyAge::Used)?;
+        let mut jobs = event.deliveries(id, max_attempts, KeyAge::Used)?;
         if transition.emails() {
-            jobs.push(event_email(order_id, event_id, max_attempts, KeyAge::Used)?);
+            jobs.push(event_email(id, event_id, max_attempts, KeyAge::Used)?);
         }
         enqueuer.enqueue_many(conn, &jobs)?;
         Ok(TransitionOutcome::Applied { event_id })
     })
-}
-
-/// The `seq` of the order's next event; the caller holds the order row's lock.
-fn next_seq(conn: &mut PgConnection, order_id: i64) -> QueryResult<i32> {
-    Ok(order_events::table
-        .filter(order_events::order_id.eq(order_id))
-        .select(diesel::dsl::max(order_events::seq))
-        .first::<Option<i32>>(conn)?
-        .unwrap_or(0)
-        + 1)
-}
-
-/// Whether an order's ordering keys may already have jobs.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(super) enum KeyAge {
-    /// The placement's: the keys are named after an order nobody else can
-    /// see yet, so the enqueue skips their locks and head lookups.
-    New,
-    /// A transition's: earlier events' jobs may still be unfinished.
-    Used,
-}
-
-impl KeyAge {
-    pub(super) fn options(self, max_attempts: i32, key: String) -> JobOptions {
-        let options = JobOptions::default().max_attempts(max_attempts);
-        match self {
-            KeyAge::New => options.new_ordering_key(key),
-            KeyAge::Used => options.ordering_key(key),
-        }
-    }
-}
-
-/// The email about one event, behind the order's earlier emails.
-pub(super) fn event_email(
-    order_id: i64,
-    event_id: i64,
-    max_attempts: i32,
-    keys: KeyAge,
-) -> QueryResult<NewJob> {
-    new_job(
-        &ConfirmationEmail {
-            order_id,
-            event_id: Some(event_id),
-        },
-        &keys.options(max_attempts, email_key(order_id)),
-    )
 }
 
 fn fingerprint(order_id: i64, transition: &Transition) -> String {

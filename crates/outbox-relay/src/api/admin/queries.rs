@@ -110,7 +110,7 @@ pub(super) struct AdminJob {
     #[diesel(sql_type = BigInt)]
     pub id: i64,
     #[diesel(sql_type = Nullable<BigInt>)]
-    pub order_id: Option<i64>,
+    pub order_id: Option<crate::orders::OrderId>,
     #[diesel(sql_type = Text)]
     pub kind: String,
     #[diesel(sql_type = Text)]
@@ -412,11 +412,12 @@ pub(super) fn timeline(
     order_id: i64,
     hide_payload: bool,
 ) -> QueryResult<Option<Timeline>> {
+    let id = crate::orders::OrderId::new(order_id);
     read(conn, timeout, |conn| {
-        let Some(order) = crate::orders::load_order(conn, order_id)? else {
+        let Some(order) = crate::orders::load_order(conn, id)? else {
             return Ok(None);
         };
-        let events = crate::orders::load_order_events(conn, order_id)?;
+        let events = crate::orders::load_order_events(conn, id)?;
         let jobs = diesel::sql_query(include_str!("sql/order_jobs.sql"))
             .bind::<BigInt, _>(order_id)
             .bind::<Bool, _>(hide_payload)

@@ -8,7 +8,7 @@ use minijinja::{Environment, UndefinedBehavior};
 use serde::Serialize;
 
 use super::{EffectError, EmailKind, Mailer};
-use crate::orders::{Currency, Order};
+use crate::orders::{Order, OrderId};
 
 /// Embedded, so the binary needs no `templates/` directory at run time. The
 /// `.html` extension turns on minijinja's HTML auto-escaping for that template.
@@ -56,7 +56,7 @@ impl Mailer {
         let to = Mailbox::new(display_name(&order.customer_name), address);
         let mut view = ConfirmationView::new(
             order,
-            &self.receipt_url(order.id, crate::links::unix_now()),
+            &self.receipt_url(order.id.get(), crate::links::unix_now()),
             &self.from,
         )?;
         let detail = |name: &str| {
@@ -135,7 +135,7 @@ pub(super) fn templates() -> Result<Environment<'static>, minijinja::Error> {
 #[derive(Debug, Serialize)]
 struct ConfirmationView {
     customer_name: String,
-    order_id: i64,
+    order_id: OrderId,
     items: Vec<ItemView>,
     total: String,
     receipt_url: String,
@@ -159,12 +159,7 @@ struct ItemView {
 
 impl ConfirmationView {
     fn new(order: &Order, receipt_url: &str, from: &Mailbox) -> Result<Self, EffectError> {
-        let currency = Currency::parse(&order.currency).ok_or_else(|| {
-            EffectError::permanent(format!(
-                "order {} has an unknown currency {:?}",
-                order.id, order.currency
-            ))
-        })?;
+        let currency = order.currency;
         Ok(ConfirmationView {
             customer_name: order.customer_name.clone(),
             order_id: order.id,

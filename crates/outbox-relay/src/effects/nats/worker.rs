@@ -13,9 +13,9 @@ use super::connection::NatsConnections;
 use super::outcome::{ErrorClass, Published, failure};
 use super::{Publication, classify_publish, count, subject};
 use crate::db::{PgPool, run_blocking};
-use crate::effects::jobs::OrderPublish;
 use crate::effects::webhook::{body::event_body, idempotency_key};
 use crate::effects::workers::OrderLoader;
+use crate::orders::jobs::OrderPublish;
 use crate::schema::endpoints;
 
 /// Debug builds only: exit the process right after the stream's PubAck,
@@ -59,7 +59,7 @@ struct Target {
 
 impl Worker<OrderPublish> for PublishWorker {
     async fn work(&self, args: OrderPublish, ctx: JobContext) -> EffectResult {
-        let span = tracing::info_span!("order_job", order_id = args.order_id);
+        let span = tracing::info_span!("order_job", order_id = args.order_id.get());
         self.publish(args, ctx).instrument(span).await
     }
 }
@@ -84,7 +84,7 @@ impl PublishWorker {
         })?;
         let message_id = idempotency_key(ctx.id());
         let publication = Publication {
-            subject: subject(prefix, &event.event_type, order.id),
+            subject: subject(prefix, &event.event_type, order.id.get()),
             message_id: &message_id,
             stream,
             traceparent: crate::trace_context::current_traceparent(),

@@ -9,7 +9,7 @@ use super::canvas::Draw;
 use super::fonts::Fonts;
 use super::style::Style;
 use super::{ReceiptSettings, TEST_CJK_FONT};
-use crate::orders::{Currency, Order, OrderItem};
+use crate::orders::{Currency, Order, OrderId, OrderItem, OrderStatus};
 
 pub(super) fn item(sku: &str, name: &str, quantity: i32, unit_price_cents: i64) -> OrderItem {
     OrderItem {
@@ -21,14 +21,14 @@ pub(super) fn item(sku: &str, name: &str, quantity: i32, unit_price_cents: i64) 
     }
 }
 
-pub(super) fn sample(id: i64, name: &str, currency: &str, items: Vec<OrderItem>) -> Order {
+pub(super) fn sample(id: i64, name: &str, code: &str, items: Vec<OrderItem>) -> Order {
     Order {
-        id,
+        id: OrderId::new(id),
         customer_email: "customer@example.com".to_owned(),
         customer_name: name.to_owned(),
-        currency: currency.to_owned(),
+        currency: currency(code),
         total_cents: items.iter().map(OrderItem::line_total_cents).sum(),
-        status: "placed".to_owned(),
+        status: OrderStatus::Placed,
         created_at: DateTime::from_timestamp(1_796_036_700, 0).unwrap_or_default(),
         items,
     }

@@ -3,17 +3,18 @@
 use diesel::prelude::*;
 use diesel::sql_types::{BigInt, Bytea};
 
+use crate::orders::OrderId;
 use crate::outbox::{CommitHook, LocalWrite};
 
 /// The write a successful `receipt_pdf` job hands to the outbox: the PDF is
 /// stored in the transaction that marks the job done, and only if this claim
 /// still held the job, so the receipt exists once however often the job runs.
-pub fn store_receipt(order_id: i64, pdf: Vec<u8>) -> LocalWrite {
+pub fn store_receipt(order_id: OrderId, pdf: Vec<u8>) -> LocalWrite {
     LocalWrite::new(StoreReceipt { order_id, pdf })
 }
 
 struct StoreReceipt {
-    order_id: i64,
+    order_id: OrderId,
     pdf: Vec<u8>,
 }
 

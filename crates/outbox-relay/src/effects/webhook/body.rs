@@ -4,7 +4,7 @@
 use serde::Serialize;
 
 use super::EVENT_ORDER_PLACED;
-use crate::orders::{Order, OrderEvent};
+use crate::orders::{Order, OrderEvent, OrderId};
 
 /// The body of one event, Standard Webhooks style:
 /// `{"type":"order.paid","id":<event id>,"timestamp":"<RFC 3339>","data":{...}}`,
@@ -50,7 +50,7 @@ struct OrderPlaced<'a> {
 
 #[derive(Debug, Serialize)]
 struct OrderBody<'a> {
-    id: i64,
+    id: OrderId,
     customer_email: &'a str,
     customer_name: &'a str,
     currency: &'a str,
@@ -76,7 +76,7 @@ impl<'a> OrderPlaced<'a> {
                 id: order.id,
                 customer_email: &order.customer_email,
                 customer_name: &order.customer_name,
-                currency: &order.currency,
+                currency: order.currency.code(),
                 total_cents: order.total_cents,
                 created_at: order.created_at,
                 items: order

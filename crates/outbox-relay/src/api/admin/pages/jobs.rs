@@ -40,7 +40,7 @@ pub(super) fn job_view(job: &AdminJob, hide_payload: bool) -> Value {
     });
     context! {
         id => job.id,
-        order_id => job.order_id,
+        order_id => job.order_id.map(crate::orders::OrderId::get),
         kind => job.kind.clone(),
         status => job.status.clone(),
         attempts => job.attempts,

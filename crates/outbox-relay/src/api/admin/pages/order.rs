@@ -66,10 +66,7 @@ pub(in crate::api::admin) async fn order(
         .await?
         .ok_or_else(|| AdminError::NotFound(format!("there is no order {id}")))?;
     let order = &timeline.order;
-    let money = |minor: i64| match crate::orders::Currency::parse(&order.currency) {
-        Some(c) => c.format(minor),
-        None => format!("{minor} (minor units of {})", order.currency),
-    };
+    let money = |minor: i64| order.currency.format(minor);
     let items: Vec<Value> = order
         .items
         .iter()
@@ -202,11 +199,11 @@ pub(in crate::api::admin) async fn order(
         "order.html",
         context! {
                    order => context! {
-                       id => order.id,
+                       id => order.id.get(),
                        customer_name => order.customer_name.clone(),
                        customer_email => if hide { "(hidden)".to_owned() } else { order.customer_email.clone() },
                        total => money(order.total_cents),
-                status => order.status.clone(),
+                status => order.status.as_str(),
                        created_at => time(order.created_at),
                    },
                    items => items,

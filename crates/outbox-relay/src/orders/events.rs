@@ -1,5 +1,11 @@
-//! Fan-out: an order event and its deliveries, one per enabled endpoint
-//! subscribed to the event's type, written in the event's own transaction.
+//! An order's events and the jobs each one queues, shared by the placement
+//! ([`super::place`]) and the transitions ([`super::transition`]), which
+//! import this module and never each other.
+//!
+//! An event is written with the next `seq` of its order, in the transaction
+//! that changes the order, together with its jobs: a delivery per enabled
+//! endpoint subscribed to the event's type (the fan-out) and, for some
+//! events, an email.
 //!
 //! Every delivery to one endpoint of one order shares the ordering key
 //! `endpoint:<endpoint id>:order:<order id>` (the endpoint gets the order's
@@ -11,12 +17,11 @@ use diesel::prelude::*;
 use diesel::sql_types::{Array, BigInt, Bool, Integer, Jsonb, Nullable, Text};
 use serde_json::Value;
 
-use super::place::IdempotencyKey;
-use super::transition::KeyAge;
-use super::webhook_key;
-use crate::effects::jobs::new_job;
-use crate::effects::{OrderPublish, OrderWebhook};
-use crate::outbox::NewJob;
+use super::idempotency::IdempotencyKey;
+use super::jobs::{ConfirmationEmail, OrderPublish, OrderWebhook, new_job};
+use super::{OrderId, email_key, webhook_key};
+use crate::outbox::{JobOptions, NewJob};
+use crate::schema::order_events;
 
 /// The ordering key of an order's deliveries to one endpoint.
 pub fn delivery_key(endpoint_id: i64, order_id: i64) -> String {
@@ -48,7 +53,7 @@ pub(super) struct RecordedEvent {
 /// Inserts event `seq` of the order and reads its subscribers, in one statement.
 pub(super) fn record_event(
     conn: &mut PgConnection,
-    order_id: i64,
+    order_id: OrderId,
     seq: i32,
     event_type: &str,
     data: Value,
@@ -70,7 +75,7 @@ impl RecordedEvent {
     /// The event's deliveries, one job per subscribed endpoint.
     pub(super) fn deliveries(
         &self,
-        order_id: i64,
+        order_id: OrderId,
         max_attempts: i32,
         keys: KeyAge,
     ) -> QueryResult<Vec<NewJob>> {
@@ -83,7 +88,7 @@ impl RecordedEvent {
                     event_id: Some(self.event_id),
                     endpoint_id: None,
                 },
-                &keys.options(max_attempts, webhook_key(order_id)),
+                &keys.options(max_attempts, webhook_key(order_id.get())),
             )?;
             return Ok(vec![job]);
         }
@@ -95,7 +100,7 @@ impl RecordedEvent {
                     endpoint_id: Some(endpoint_id),
                 },
                 &keys
-                    .options(max_attempts, delivery_key(endpoint_id, order_id))
+                    .options(max_attempts, delivery_key(endpoint_id, order_id.get()))
                     .concurrency_key(endpoint_key(endpoint_id)),
             )
         });
@@ -107,10 +112,56 @@ impl RecordedEvent {
                     endpoint_id,
                 },
                 &keys
-                    .options(max_attempts, delivery_key(endpoint_id, order_id))
+                    .options(max_attempts, delivery_key(endpoint_id, order_id.get()))
                     .concurrency_key(endpoint_key(endpoint_id)),
             )
         });
         webhooks.chain(publishes).collect()
     }
+}
+
+/// The `seq` of the order's next event; the caller holds the order row's lock.
+pub(super) fn next_seq(conn: &mut PgConnection, order_id: OrderId) -> QueryResult<i32> {
+    Ok(order_events::table
+        .filter(order_events::order_id.eq(order_id))
+        .select(diesel::dsl::max(order_events::seq))
+        .first::<Option<i32>>(conn)?
+        .unwrap_or(0)
+        + 1)
+}
+
+/// Whether an order's ordering keys may already have jobs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum KeyAge {
+    /// The placement's: the keys are named after an order nobody else can
+    /// see yet, so the enqueue skips their locks and head lookups.
+    New,
+    /// A transition's: earlier events' jobs may still be unfinished.
+    Used,
+}
+
+impl KeyAge {
+    pub(super) fn options(self, max_attempts: i32, key: String) -> JobOptions {
+        let options = JobOptions::default().max_attempts(max_attempts);
+        match self {
+            KeyAge::New => options.new_ordering_key(key),
+            KeyAge::Used => options.ordering_key(key),
+        }
+    }
+}
+
+/// The email about one event, behind the order's earlier emails.
+pub(super) fn event_email(
+    order_id: OrderId,
+    event_id: i64,
+    max_attempts: i32,
+    keys: KeyAge,
+) -> QueryResult<NewJob> {
+    new_job(
+        &ConfirmationEmail {
+            order_id,
+            event_id: Some(event_id),
+        },
+        &keys.options(max_attempts, email_key(order_id.get())),
+    )
 }

@@ -1,0 +1,228 @@
+//! The jobs an order queues, typed: each carries its order as an
+//! [`OrderId`] argument, which is also how the job's `jobs.order_id` is set
+//! ([`order_enqueuer`]). The relay's workers for them are in
+//! [`crate::effects`].
+
+use chrono::{DateTime, Utc};
+use diesel::prelude::*;
+use outbox_core::outbox::{Enqueuer, JobOptions, NewJob};
+use outbox_core::worker::JobArgs;
+use serde::{Deserialize, Serialize};
+
+use super::OrderId;
+
+/// The email about an order event (the confirmation for `order.placed`); no
+/// event for jobs enqueued before events existed: the confirmation.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ConfirmationEmail {
+    /// The order the email is about.
+    pub order_id: OrderId,
+    /// The event the email announces.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub event_id: Option<i64>,
+}
+
+impl JobArgs for ConfirmationEmail {
+    const KIND: &'static str = "confirmation_email";
+
+    fn extend_job(&self, job: NewJob) -> NewJob {
+        job.with_extension(self.order_id)
+    }
+}
+
+/// The PDF receipt of an order, stored in `receipts` when the job completes.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ReceiptPdf {
+    /// The order to render.
+    pub order_id: OrderId,
+    /// Accepted, and ignored, for jobs enqueued with an event.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub event_id: Option<i64>,
+}
+
+impl JobArgs for ReceiptPdf {
+    const KIND: &'static str = "receipt_pdf";
+
+    fn extend_job(&self, job: NewJob) -> NewJob {
+        job.with_extension(self.order_id)
+    }
+}
+
+/// The delivery of an order event to one webhook endpoint; no event: the
+/// original `order.placed` body.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct OrderWebhook {
+    /// The order the event belongs to.
+    pub order_id: OrderId,
+    /// The event to deliver.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub event_id: Option<i64>,
+    /// The endpoint to deliver to; none for a job queued before endpoints
+    /// existed, which goes to the endpoint named `default`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub endpoint_id: Option<i64>,
+}
+
+impl JobArgs for OrderWebhook {
+    const KIND: &'static str = "order_webhook";
+
+    fn extend_job(&self, job: NewJob) -> NewJob {
+        job.with_extension(self.order_id)
+    }
+}
+
+/// An order event published to a NATS JetStream endpoint (see
+/// [`crate::effects::nats`]); enqueued with the ordering key
+/// `endpoint:<endpoint id>:order:<order id>`, so an order's subjects reach the
+/// stream in event order.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct OrderPublish {
+    /// The order the event belongs to.
+    pub order_id: OrderId,
+    /// The event to publish.
+    pub event_id: i64,
+    /// The `nats://` endpoint to publish to.
+    pub endpoint_id: i64,
+}
+
+impl JobArgs for OrderPublish {
+    const KIND: &'static str = "order_publish";
+
+    fn extend_job(&self, job: NewJob) -> NewJob {
+        job.with_extension(self.order_id)
+    }
+}
+
+impl OrderPublish {
+    /// `endpoint:<endpoint id>:order:<order id>`, the key every delivery of
+    /// an order to one endpoint shares.
+    pub fn ordering_key(&self) -> String {
+        super::delivery_key(self.endpoint_id, self.order_id.get())
+    }
+}
+
+/// The service's typed job as the row the outbox inserts. The arguments are
+/// plain structs, which always serialize; a failure would be a Diesel
+/// serialization error, rolling back the caller's transaction.
+pub fn new_job<A: JobArgs>(args: &A, options: &JobOptions) -> diesel::QueryResult<NewJob> {
+    NewJob::for_args(args, options)
+        .map_err(|e| diesel::result::Error::SerializationError(Box::new(e)))
+}
+
+/// A job row as this service writes it: the queue's columns and `order_id`,
+/// which the service added to `jobs` and the queue does not know.
+#[derive(Insertable)]
+#[diesel(table_name = crate::schema::jobs)]
+struct OrderJobRow<'a> {
+    order_id: Option<OrderId>,
+    kind: &'a str,
+    payload: &'a serde_json::Value,
+    run_after: Option<DateTime<Utc>>,
+    max_attempts: i32,
+    ordering_key: Option<&'a str>,
+    blocked: bool,
+    trace_context: Option<&'a serde_json::Value>,
+    concurrency_key: Option<&'a str>,
+}
+
+/// The service's enqueuer: the queue's rows, with `order_id` written
+/// (`insert_order_jobs`); NOTIFY in the transaction. The API adds its
+/// waker to it ([`Enqueuer::wake_after_commit`]).
+pub fn order_enqueuer() -> Enqueuer {
+    Enqueuer::new().insert_with(insert_order_jobs)
+}
+
+/// The service's [`InsertJobs`](outbox_core::outbox::InsertJobs): the
+/// queue's rows with `order_id` set from the [`OrderId`] each order job's
+/// arguments attach (their `extend_job`); other jobs have none. One
+/// multi-row INSERT, as the queue's own.
+fn insert_order_jobs(conn: &mut PgConnection, new_jobs: &[NewJob]) -> QueryResult<Vec<i64>> {
+    let rows: Vec<OrderJobRow<'_>> = new_jobs
+        .iter()
+        .map(|job| OrderJobRow {
+            order_id: job.extension::<OrderId>().copied(),
+            kind: job.kind(),
+            payload: job.payload(),
+            run_after: job.run_after_value(),
+            max_attempts: job.max_attempts_value(),
+            ordering_key: job.ordering_key_value(),
+            blocked: job.is_blocked(),
+            trace_context: job.trace_context_value(),
+            concurrency_key: job.concurrency_key_value(),
+        })
+        .collect();
+    diesel::insert_into(crate::schema::jobs::table)
+        .values(&rows)
+        .returning(crate::schema::jobs::id)
+        .get_results(conn)
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+
+    /// Payloads as jobs already queued hold them: `order_id` a bare number.
+    #[test]
+    fn queued_payloads_decode_and_new_ones_are_written_the_same() {
+        let queued = [
+            (
+                ConfirmationEmail::KIND,
+                json!({"order_id": 7, "event_id": 3}),
+            ),
+            (ReceiptPdf::KIND, json!({"order_id": 7})),
+            (
+                OrderWebhook::KIND,
+                json!({"order_id": 7, "event_id": 3, "endpoint_id": 2}),
+            ),
+            (OrderWebhook::KIND, json!({"order_id": 7})),
+            (
+                OrderPublish::KIND,
+                json!({"order_id": 7, "event_id": 3, "endpoint_id": 2}),
+            ),
+        ];
+        for (kind, payload) in queued {
+            let job = match kind {
+                ConfirmationEmail::KIND => {
+                    let args: ConfirmationEmail =
+                        serde_json::from_value(payload.clone()).expect("decodes");
+                    new_job(&args, &JobOptions::default())
+                }
+                ReceiptPdf::KIND => {
+                    let args: ReceiptPdf =
+                        serde_json::from_value(payload.clone()).expect("decodes");
+                    new_job(&args, &JobOptions::default())
+                }
+                OrderWebhook::KIND => {
+                    let args: OrderWebhook =
+                        serde_json::from_value(payload.clone()).expect("decodes");
+                    new_job(&args, &JobOptions::default())
+                }
+                _ => {
+                    let args: OrderPublish =
+                        serde_json::from_value(payload.clone()).expect("decodes");
+                    new_job(&args, &JobOptions::default())
+                }
+            }
+            .expect("a job");
+            assert_eq!(job.payload(), &payload, "{kind}");
+            assert_eq!(job.kind(), kind);
+            assert_eq!(
+                job.extension::<OrderId>(),
+                Some(&OrderId::new(7)),
+                "{kind} carries its order to insert_order_jobs"
+            );
+        }
+    }
+
+    #[test]
+    fn an_order_id_that_is_not_a_number_is_refused() {
+        let text = serde_json::from_value::<ReceiptPdf>(json!({"order_id": "7"}));
+        assert!(text.is_err(), "{text:?}");
+    }
+}
