@@ -24,10 +24,12 @@
 //! publishes it again.
 //!
 //! [`connection`] keeps one connection per NATS URL for the whole relay;
+//! [`loader`] reads the orders and events of jobs running together at once;
 //! [`stream`] checks (or creates) an endpoint's stream; [`outcome`] reads
 //! what the server answered; [`worker`] is the job's worker.
 
 pub mod connection;
+pub mod loader;
 pub mod outcome;
 pub mod stream;
 pub mod worker;

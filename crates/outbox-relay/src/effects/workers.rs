@@ -76,10 +76,6 @@ pub(crate) struct OrderLoader {
 }
 
 impl OrderLoader {
-    pub(crate) fn new(pool: PgPool) -> OrderLoader {
-        OrderLoader { pool }
-    }
-
     pub(crate) async fn order(&self, order_id: i64) -> Result<Order, EffectError> {
         run_blocking(&self.pool, move |conn| Ok(load_order(conn, order_id)?))
             .await

@@ -10,12 +10,12 @@ use outbox_core::worker::{EffectError, EffectResult, JobContext, Worker};
 use tracing::Instrument as _;
 
 use super::connection::NatsConnections;
+use super::loader::BatchLoader;
 use super::outcome::{ErrorClass, Published, failure};
 use super::{Publication, classify_publish, count, subject};
 use crate::db::{PgPool, run_blocking};
 use crate::effects::jobs::OrderPublish;
 use crate::effects::webhook::{body::event_body, idempotency_key};
-use crate::effects::workers::OrderLoader;
 use crate::schema::endpoints;
 
 /// Debug builds only: exit the process right after the stream's PubAck,
@@ -31,7 +31,7 @@ const TARGET_TTL: Duration = Duration::from_secs(5);
 /// connections.
 #[derive(Debug, Clone)]
 pub struct PublishWorker {
-    orders: OrderLoader,
+    orders: BatchLoader,
     pool: PgPool,
     connections: NatsConnections,
     targets: Arc<Mutex<HashMap<i64, (Instant, Target)>>>,
@@ -40,7 +40,7 @@ pub struct PublishWorker {
 impl PublishWorker {
     pub fn new(pool: PgPool, connections: NatsConnections) -> PublishWorker {
         PublishWorker {
-            orders: OrderLoader::new(pool.clone()),
+            orders: BatchLoader::new(pool.clone()),
             pool,
             connections,
             targets: Arc::default(),
@@ -73,12 +73,7 @@ impl PublishWorker {
                 target.name, target.url
             )));
         };
-        let order = self.orders.order(args.order_id).await?;
-        let event = self
-            .orders
-            .event(Some(args.event_id))
-            .await?
-            .ok_or_else(|| EffectError::permanent("the job names no event"))?;
+        let (order, event) = self.orders.load(args.order_id, args.event_id).await?;
         let body = event_body(&order, Some(&event)).map_err(|e| {
             EffectError::permanent(format!("order {} does not serialize: {e}", order.id))
         })?;
