@@ -14,7 +14,8 @@
 //! | no PubAck in time, connection lost              | retryable, same id           |
 //! | no responders, but the stream exists            | retryable (leader election)  |
 //! | JetStream temporarily unavailable               | retryable                    |
-//! | no stream for the subject, permission refused   | permanent                    |
+//! | the stream deleted, or no longer capturing it   | retryable, until it is back  |
+//! | permission refused                              | permanent                    |
 //! | message over the stream's max_msg_size          | permanent                    |
 //!
 //! So a relay that crashed between the ack and writing `done` leaves no
