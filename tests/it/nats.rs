@@ -627,6 +627,11 @@ async fn every_event_arrives_once_and_in_order_across_a_10s_nats_outage() {
     let mut conn = db.conn();
     let stream = TestStream::new(&url, Duration::from_secs(120)).await;
     let endpoint = add_endpoint(&mut conn, &url, &stream);
+    // A webhook endpoint beside it, subscribed before the orders are placed
+    // so that the fan-out gives each event a webhook too.
+    let receiver =
+        crate::support::http::HttpSink::start([], crate::support::http::Answer::status(200)).await;
+    crate::endpoint_delivery::add_endpoint(&mut conn, "hooks", &receiver, None, 4);
     let orders = place_orders(&mut conn, 20, 100);
     for &order in &orders {
         pay(&mut conn, order);
@@ -635,8 +640,6 @@ async fn every_event_arrives_once_and_in_order_across_a_10s_nats_outage() {
     // Down before the first publish: every order's first attempt fails.
     server.stop();
     let jobs = enqueue_publishes(&mut conn, endpoint, &orders);
-    let receiver =
-        crate::support::http::HttpSink::start([], crate::support::http::Answer::status(200)).await;
     let launch = relay("nats-outage", &db)
         .env("RELAY_KINDS", "order_publish,order_webhook")
         .env("WEBHOOK_URL", receiver.url().as_str())
@@ -669,6 +672,20 @@ async fn every_event_arrives_once_and_in_order_across_a_10s_nats_outage() {
         receiver.requests().len(),
         outage.elapsed()
     );
+    // Not held up: every webhook went through on its first attempt, while
+    // the publishes were failing (above: all within the outage).
+    let webhooks: Vec<(i32, String)> = jobs_all::table
+        .filter(jobs_all::kind.eq("order_webhook"))
+        .select((jobs_all::attempts, jobs_all::status))
+        .load(&mut conn)
+        .expect("the webhooks");
+    assert_eq!(webhooks.len(), 40, "two events of 20 orders");
+    assert!(
+        webhooks
+            .iter()
+            .all(|(attempts, status)| *attempts == 1 && status == "done"),
+        "{webhooks:?}"
+    );
     tokio::time::sleep(Duration::from_secs(10).saturating_sub(outage.elapsed())).await;
     assert!(
         publish_jobs(&mut conn)
@@ -684,8 +701,35 @@ async fn every_event_arrives_once_and_in_order_across_a_10s_nats_outage() {
     .await;
     let messages = stream.messages().await;
     assert_once_each_in_order(&mut conn, &stream, &messages, jobs);
-    let retried = publish_jobs(&mut conn).iter().filter(|j| j.3 > 1).count();
-    assert!(retried > 0, "first publishes failed and were retried");
+    // Per order: its first publish (order.placed) failed while NATS was
+    // down and was retried, and its later event still came after it.
+    let mut retried_first = 0;
+    for &order in &orders {
+        let attempts: Vec<i32> = jobs_all::table
+            .filter(jobs_all::kind.eq("order_publish"))
+            .filter(jobs_all::order_id.eq(order))
+            .order(jobs_all::id)
+            .select(jobs_all::attempts)
+            .load(&mut conn)
+            .expect("the order's publishes");
+        if attempts.first().is_some_and(|a| *a > 1) {
+            retried_first += 1;
+            let subjects: Vec<String> = messages
+                .iter()
+                .map(|m| m.subject.to_string())
+                .filter(|s| s.ends_with(&format!(".{order}")))
+                .collect();
+            assert_eq!(
+                subjects,
+                [
+                    format!("{}.placed.{order}", stream.prefix),
+                    format!("{}.paid.{order}", stream.prefix)
+                ],
+                "order {order}, whose first publish was retried"
+            );
+        }
+    }
+    assert!(retried_first > 0, "no order's first publish was retried");
     let ready = client
         .get(format!("{metrics}/readyz"))
         .send()
