@@ -33,24 +33,47 @@ struct TestStream {
 
 impl TestStream {
     async fn new(url: &str, duplicate_window: Duration) -> TestStream {
+        TestStream::with_config(url, |config| config.duplicate_window = duplicate_window).await
+    }
+
+    /// A stream whose configuration `edit` adjusts.
+    async fn with_config(
+        url: &str,
+        edit: impl FnOnce(&mut jetstream::stream::Config),
+    ) -> TestStream {
         let tag = format!("{}_{:08x}", std::process::id(), fastrand::u32(..));
         let client = async_nats::connect(url).await.expect("connect to NATS");
         let js = jetstream::new(client);
         let (name, prefix) = (format!("T_{tag}"), format!("t{tag}"));
-        js.create_stream(jetstream::stream::Config {
+        let mut config = jetstream::stream::Config {
             name: name.clone(),
             subjects: vec![format!("{prefix}.>")],
-            duplicate_window,
+            duplicate_window: Duration::from_secs(120),
             ..Default::default()
-        })
-        .await
-        .expect("create the test's stream");
+        };
+        edit(&mut config);
+        js.create_stream(config)
+            .await
+            .expect("create the test's stream");
         TestStream {
             url: url.to_owned(),
             name,
             prefix,
             js,
         }
+    }
+
+    /// Creates the stream again after a test deleted it.
+    async fn create_again(&self) {
+        self.js
+            .create_stream(jetstream::stream::Config {
+                name: self.name.clone(),
+                subjects: vec![format!("{}.>", self.prefix)],
+                duplicate_window: Duration::from_secs(120),
+                ..Default::default()
+            })
+            .await
+            .expect("create the stream again");
     }
 
     /// Every message in the stream, by sequence.
@@ -379,28 +402,148 @@ async fn a_publish_acked_but_never_recorded_is_not_repeated_after_the_duplicate_
 }
 
 #[tokio::test]
-async fn a_deleted_stream_fails_the_publish_permanently_naming_the_endpoint() {
+async fn a_deleted_stream_holds_its_publishes_until_it_is_created_again() {
     let db = TestDb::new();
     let mut conn = db.conn();
     let stream = TestStream::new(NATS_URL, Duration::from_secs(120)).await;
     let endpoint = add_endpoint(&mut conn, NATS_URL, &stream);
-    let orders = place_orders(&mut conn, 1, 100);
-    enqueue_publishes(&mut conn, endpoint, &orders);
+    let orders = place_orders(&mut conn, 2, 100);
+    for &order in &orders {
+        pay(&mut conn, order);
+    }
+    let jobs = enqueue_publishes(&mut conn, endpoint, &orders);
     stream.js.delete_stream(&stream.name).await.expect("delete");
 
     let (mut relay, _) = BinProcess::start_relay(relay("nats-deleted", &db)).await;
-    wait_until("the publish failed", MINUTE, || {
-        publish_jobs(&mut conn)[0].1 == "failed"
+    let retried = |conn: &mut PgConnection| {
+        publish_jobs(conn)
+            .into_iter()
+            .find_map(|(_, status, error, _)| {
+                error.filter(|e| status == "pending" && e.contains("does not exist"))
+            })
+    };
+    wait_until("a publish waiting for the deleted stream", MINUTE, || {
+        retried(&mut conn).is_some()
     })
     .await;
-    let (_, _, error, _) = &publish_jobs(&mut conn)[0];
-    let error = error.as_deref().unwrap_or_default();
+    let error = retried(&mut conn).unwrap_or_default();
+    for said in [
+        "will retry: retryable: NATS endpoint \"events-",
+        &format!("(stream {})", stream.name),
+        "does not exist",
+        "retried until the stream is created again",
+    ] {
+        assert!(error.contains(said), "{said:?} in {error}");
+    }
+    let held = publish_jobs(&mut conn);
     assert!(
-        error.starts_with("permanent error on attempt 1: permanent: NATS endpoint \"events-"),
-        "{error}"
+        held.iter()
+            .all(|(_, status, _, _)| status == "pending" || status == "processing"),
+        "nothing failed, nothing published: {held:?}"
     );
-    assert!(error.contains("does not exist"), "{error}");
+
+    stream.create_again().await;
+    wait_until("every publish done once the stream is back", MINUTE, || {
+        all_done(&mut conn)
+    })
+    .await;
+    let messages = stream.messages().await;
+    assert_once_each_in_order(&mut conn, &stream, &messages, jobs);
     relay.terminate().await;
+}
+
+/// The `last_error` of the only failed publish job, once there is one.
+async fn failed_publish(conn: &mut PgConnection) -> String {
+    wait_until("a publish failed", MINUTE, || {
+        publish_jobs(conn)
+            .iter()
+            .any(|(_, status, _, _)| status == "failed")
+    })
+    .await;
+    let failed: Vec<String> = publish_jobs(conn)
+        .into_iter()
+        .filter(|(_, status, _, _)| status == "failed")
+        .map(|(_, _, error, _)| error.unwrap_or_default())
+        .collect();
+    assert_eq!(failed.len(), 1, "{failed:?}");
+    failed.into_iter().next().unwrap_or_default()
+}
+
+#[tokio::test]
+async fn a_message_over_the_streams_max_msg_size_fails_permanently_saying_so() {
+    let db = TestDb::new();
+    let mut conn = db.conn();
+    let stream = TestStream::with_config(NATS_URL, |config| config.max_message_size = 64).await;
+    let endpoint = add_endpoint(&mut conn, NATS_URL, &stream);
+    let orders = place_orders(&mut conn, 1, 100);
+    enqueue_publishes(&mut conn, endpoint, &orders);
+
+    let (mut relay, _) = BinProcess::start_relay(relay("nats-too-large", &db)).await;
+    let error = failed_publish(&mut conn).await;
+    for said in [
+        "permanent error on attempt 1: permanent: NATS endpoint \"events-",
+        &format!("(stream {})", stream.name),
+        "larger than the stream's max_msg_size",
+    ] {
+        assert!(error.contains(said), "{said:?} in {error}");
+    }
+    assert!(stream.messages().await.is_empty(), "nothing stored");
+    relay.terminate().await;
+}
+
+#[tokio::test]
+async fn a_publish_the_server_does_not_permit_fails_permanently_saying_so() {
+    // The server binds connections without credentials to a user of a
+    // JetStream account who may publish anything but an order.paid event.
+    // (async-nats ignores a user and password in the URL, and a credentials
+    // file needs an operator's signed JWTs: the refusal is the same.)
+    let config = std::path::PathBuf::from(env!("CARGO_TARGET_TMPDIR"))
+        .join(format!("nats-permissions-{:08x}.conf", fastrand::u32(..)));
+    std::fs::write(
+        &config,
+        r#"accounts {
+  SHOP {
+    jetstream: enabled
+    users: [
+      { user: relay, password: relay, permissions: { publish: { deny: ["*.paid.>"] } } }
+    ]
+  }
+}
+no_auth_user: relay
+"#,
+    )
+    .expect("write the server's configuration");
+    let server = PrivateNats::start(&["-c", &config.to_string_lossy()]);
+    let url = server.url();
+    let stream = TestStream::new(&url, Duration::from_secs(120)).await;
+    let db = TestDb::new();
+    let mut conn = db.conn();
+    let endpoint = add_endpoint(&mut conn, &url, &stream);
+    let orders = place_orders(&mut conn, 1, 100);
+    pay(&mut conn, orders[0]);
+    enqueue_publishes(&mut conn, endpoint, &orders);
+
+    let (mut relay, _) = BinProcess::start_relay(relay("nats-denied", &db)).await;
+    let error = failed_publish(&mut conn).await;
+    for said in [
+        "permanent error on attempt 1: permanent: NATS endpoint \"events-",
+        &format!("(stream {})", stream.name),
+        "the server refused to let these credentials publish",
+        &format!("{}.paid.{}", stream.prefix, orders[0]),
+    ] {
+        assert!(error.contains(said), "{said:?} in {error}");
+    }
+    let messages = stream.messages().await;
+    let subjects: Vec<&str> = messages.iter().map(|m| m.subject.as_str()).collect();
+    assert_eq!(
+        subjects,
+        [format!("{}.placed.{}", stream.prefix, orders[0])],
+        "the permitted event got in"
+    );
+    relay.terminate().await;
+    drop(stream);
+    drop(server);
+    let _ = std::fs::remove_file(&config);
 }
 
 /// A `nats-server -js` of the test's own on a free port, its store in a
@@ -485,6 +628,11 @@ async fn every_event_arrives_once_and_in_order_across_a_10s_nats_outage() {
     let mut conn = db.conn();
     let stream = TestStream::new(&url, Duration::from_secs(120)).await;
     let endpoint = add_endpoint(&mut conn, &url, &stream);
+    // A webhook endpoint beside it, subscribed before the orders are placed
+    // so that the fan-out gives each event a webhook too.
+    let receiver =
+        crate::support::http::HttpSink::start([], crate::support::http::Answer::status(200)).await;
+    crate::endpoint_delivery::add_endpoint(&mut conn, "hooks", &receiver, None, 4);
     let orders = place_orders(&mut conn, 20, 100);
     for &order in &orders {
         pay(&mut conn, order);
@@ -493,8 +641,6 @@ async fn every_event_arrives_once_and_in_order_across_a_10s_nats_outage() {
     // Down before the first publish: every order's first attempt fails.
     server.stop();
     let jobs = enqueue_publishes(&mut conn, endpoint, &orders);
-    let receiver =
-        crate::support::http::HttpSink::start([], crate::support::http::Answer::status(200)).await;
     let launch = relay("nats-outage", &db)
         .env("RELAY_KINDS", "order_publish,order_webhook")
         .env("WEBHOOK_URL", receiver.url().as_str())
@@ -527,6 +673,20 @@ async fn every_event_arrives_once_and_in_order_across_a_10s_nats_outage() {
         receiver.requests().len(),
         outage.elapsed()
     );
+    // Not held up: every webhook went through on its first attempt, while
+    // the publishes were failing (above: all within the outage).
+    let webhooks: Vec<(i32, String)> = jobs_all::table
+        .filter(jobs_all::kind.eq("order_webhook"))
+        .select((jobs_all::attempts, jobs_all::status))
+        .load(&mut conn)
+        .expect("the webhooks");
+    assert_eq!(webhooks.len(), 40, "two events of 20 orders");
+    assert!(
+        webhooks
+            .iter()
+            .all(|(attempts, status)| *attempts == 1 && status == "done"),
+        "{webhooks:?}"
+    );
     tokio::time::sleep(Duration::from_secs(10).saturating_sub(outage.elapsed())).await;
     assert!(
         publish_jobs(&mut conn)
@@ -542,8 +702,35 @@ async fn every_event_arrives_once_and_in_order_across_a_10s_nats_outage() {
     .await;
     let messages = stream.messages().await;
     assert_once_each_in_order(&mut conn, &stream, &messages, jobs);
-    let retried = publish_jobs(&mut conn).iter().filter(|j| j.3 > 1).count();
-    assert!(retried > 0, "first publishes failed and were retried");
+    // Per order: its first publish (order.placed) failed while NATS was
+    // down and was retried, and its later event still came after it.
+    let mut retried_first = 0;
+    for &order in &orders {
+        let attempts: Vec<i32> = jobs_all::table
+            .filter(jobs_all::kind.eq("order_publish"))
+            .filter(jobs_all::order_id.eq(order))
+            .order(jobs_all::id)
+            .select(jobs_all::attempts)
+            .load(&mut conn)
+            .expect("the order's publishes");
+        if attempts.first().is_some_and(|a| *a > 1) {
+            retried_first += 1;
+            let subjects: Vec<String> = messages
+                .iter()
+                .map(|m| m.subject.to_string())
+                .filter(|s| s.ends_with(&format!(".{order}")))
+                .collect();
+            assert_eq!(
+                subjects,
+                [
+                    format!("{}.placed.{order}", stream.prefix),
+                    format!("{}.paid.{order}", stream.prefix)
+                ],
+                "order {order}, whose first publish was retried"
+            );
+        }
+    }
+    assert!(retried_first > 0, "no order's first publish was retried");
     let ready = client
         .get(format!("{metrics}/readyz"))
         .send()

@@ -14,7 +14,8 @@
 //! | no PubAck in time, connection lost              | retryable, same id           |
 //! | no responders, but the stream exists            | retryable (leader election)  |
 //! | JetStream temporarily unavailable               | retryable                    |
-//! | no stream for the subject, permission refused   | permanent                    |
+//! | the stream deleted, or no longer capturing it   | retryable, until it is back  |
+//! | permission refused                              | permanent                    |
 //! | message over the stream's max_msg_size          | permanent                    |
 //!
 //! So a relay that crashed between the ack and writing `done` leaves no
@@ -24,10 +25,12 @@
 //! publishes it again.
 //!
 //! [`connection`] keeps one connection per NATS URL for the whole relay;
+//! [`loader`] reads the orders and events of jobs running together at once;
 //! [`stream`] checks (or creates) an endpoint's stream; [`outcome`] reads
 //! what the server answered; [`worker`] is the job's worker.
 
 pub mod connection;
+pub mod loader;
 pub mod outcome;
 pub mod stream;
 pub mod worker;

@@ -76,10 +76,6 @@ pub(crate) struct OrderLoader {
 }
 
 impl OrderLoader {
-    pub(crate) fn new(pool: PgPool) -> OrderLoader {
-        OrderLoader { pool }
-    }
-
     pub(crate) async fn order(&self, order_id: OrderId) -> Result<Order, EffectError> {
         run_blocking(&self.pool, move |conn| match load_order(conn, order_id) {
             // Diesel names the field; its source names the value.

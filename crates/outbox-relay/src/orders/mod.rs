@@ -32,8 +32,8 @@ pub use idempotency::IdempotencyKey;
 pub use jobs::{new_job, order_enqueuer};
 pub use place::{PlaceOrderError, Placed, PlacedOrder, Placement, place_order};
 pub use read::{
-    Order, OrderEvent, OrderItem, OrderJob, load_event, load_order, load_order_events,
-    load_order_jobs,
+    Order, OrderEvent, OrderItem, OrderJob, load_event, load_events, load_order, load_order_events,
+    load_order_jobs, load_orders,
 };
 pub use status::OrderStatus;
 pub use transition::{Transition, TransitionError, TransitionOutcome, transition_order};

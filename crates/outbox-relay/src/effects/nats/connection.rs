@@ -120,6 +120,19 @@ impl Connection {
         }
     }
 
+    /// Whether the connection is up, waiting up to `grace` for it (a
+    /// connection made a moment ago is still greeting the server).
+    pub async fn connected_within(&self, grace: Duration) -> bool {
+        let deadline = Instant::now() + grace;
+        while self.client.connection_state() != State::Connected {
+            if Instant::now() >= deadline {
+                return false;
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        true
+    }
+
     /// The server's complaint of the last `within`, if any.
     pub fn recent_server_error(&self, within: Duration) -> Option<String> {
         let last = self.last_server_error.lock().ok()?;

@@ -71,9 +71,9 @@ pub fn failure(class: ErrorClass, endpoint: &str, stream: &str, what: &str) -> E
 }
 
 /// The outcome of a refused or unanswered publish of `publication` to
-/// `endpoint` over `connection`. "No responders" is looked into: the stream
-/// missing is permanent, the stream present (its leader being elected, say)
-/// is not.
+/// `endpoint` over `connection`. "No responders" is looked into, so that
+/// `last_error` says whether the stream is missing or just not answering
+/// (its leader being elected, say); both are retried.
 pub async fn classify(
     error: PublishError,
     connection: &Connection,
@@ -130,26 +130,46 @@ pub async fn classify(
             let code = std::error::Error::source(&error)
                 .and_then(|s| s.downcast_ref::<async_nats::jetstream::Error>())
                 .map(async_nats::jetstream::Error::error_code);
-            let class = match code {
-                Some(
-                    ErrorCode::STREAM_MESSAGE_EXCEEDS_MAXIMUM
-                    | ErrorCode::STREAM_NOT_MATCH
-                    | ErrorCode::STREAM_NOT_FOUND,
-                ) => ErrorClass::Permanent,
+            let detail = error_chain(&error);
+            match code {
+                Some(ErrorCode::STREAM_MESSAGE_EXCEEDS_MAXIMUM) => fail(
+                    ErrorClass::Permanent,
+                    format!(
+                        "the message for {subject} ({} bytes) is larger than the stream's \
+                         max_msg_size: {detail}",
+                        publication.body.len()
+                    ),
+                ),
+                Some(ErrorCode::STREAM_NOT_MATCH) => fail(
+                    ErrorClass::Permanent,
+                    format!("{subject} is captured by another stream than {stream}: {detail}"),
+                ),
+                Some(ErrorCode::STREAM_NOT_FOUND) => {
+                    fail(ErrorClass::Retryable, stream_missing(subject, stream))
+                }
                 // JetStream or the stream unavailable for now (10008, a 503),
                 // and whatever else the server may say: another attempt.
-                _ => ErrorClass::Retryable,
-            };
-            fail(
-                class,
-                format!("publishing {subject} failed: {}", error_chain(&error)),
-            )
+                _ => fail(
+                    ErrorClass::Retryable,
+                    format!("publishing {subject} failed: {detail}"),
+                ),
+            }
         }
     }
 }
 
+/// A stream deleted under a running relay loses nothing: its publishes
+/// retry (and hold their orders' later events) until it is back.
+fn stream_missing(subject: &str, stream: &str) -> String {
+    format!(
+        "the stream {stream} does not exist (deleted?); the publish of {subject} is retried \
+         until the stream is created again"
+    )
+}
+
 /// Why nobody answered a publish to `subject`: the stream gone or no
-/// longer capturing it (permanent), or there but not answering (retryable).
+/// longer capturing it, or there but not answering. All are retried: an
+/// operator's change to the stream must not lose the events meanwhile.
 async fn no_responders(
     connection: &Connection,
     subject: &str,
@@ -169,9 +189,10 @@ async fn no_responders(
                 )
             } else {
                 (
-                    ErrorClass::Permanent,
+                    ErrorClass::Retryable,
                     format!(
-                        "the stream no longer captures {subject} (its subjects: {})",
+                        "the stream no longer captures {subject} (its subjects: {}); the publish \
+                         is retried until it does",
                         subjects.join(", ")
                     ),
                 )
@@ -185,10 +206,7 @@ async fn no_responders(
                 _ => None,
             };
             if code == Some(ErrorCode::STREAM_NOT_FOUND) {
-                (
-                    ErrorClass::Permanent,
-                    format!("no stream for {subject}: the stream does not exist (deleted?)"),
-                )
+                (ErrorClass::Retryable, stream_missing(subject, stream))
             } else {
                 (
                     ErrorClass::Retryable,

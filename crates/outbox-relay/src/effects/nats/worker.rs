@@ -10,11 +10,11 @@ use outbox_core::worker::{EffectError, EffectResult, JobContext, Worker};
 use tracing::Instrument as _;
 
 use super::connection::NatsConnections;
+use super::loader::BatchLoader;
 use super::outcome::{ErrorClass, Published, failure};
-use super::{Publication, classify_publish, count, subject};
+use super::{PUBLISH_TIMEOUT, Publication, classify_publish, count, subject};
 use crate::db::{PgPool, run_blocking};
 use crate::effects::webhook::{body::event_body, idempotency_key};
-use crate::effects::workers::OrderLoader;
 use crate::orders::jobs::OrderPublish;
 use crate::schema::endpoints;
 
@@ -27,11 +27,17 @@ pub const TEST_EXIT_AFTER_PUBACK: &str = "OUTBOX_TEST_EXIT_AFTER_PUBACK";
 /// needs its stream and prefix, which change only by an operator's hand.
 const TARGET_TTL: Duration = Duration::from_secs(5);
 
+/// How long a publish waits for a connection that is not up before it gives
+/// its slot back: publishing into a dead connection would hold the slot for
+/// [`PUBLISH_TIMEOUT`] per attempt, and enough of them would starve the
+/// relay's other jobs (webhooks, emails) for as long as NATS is down.
+const CONNECTED_GRACE: Duration = Duration::from_secs(1);
+
 /// Publishes order events to NATS endpoints over the relay's shared
 /// connections.
 #[derive(Debug, Clone)]
 pub struct PublishWorker {
-    orders: OrderLoader,
+    orders: BatchLoader,
     pool: PgPool,
     connections: NatsConnections,
     targets: Arc<Mutex<HashMap<i64, (Instant, Target)>>>,
@@ -40,7 +46,7 @@ pub struct PublishWorker {
 impl PublishWorker {
     pub fn new(pool: PgPool, connections: NatsConnections) -> PublishWorker {
         PublishWorker {
-            orders: OrderLoader::new(pool.clone()),
+            orders: BatchLoader::new(pool.clone()),
             pool,
             connections,
             targets: Arc::default(),
@@ -73,12 +79,7 @@ impl PublishWorker {
                 target.name, target.url
             )));
         };
-        let order = self.orders.order(args.order_id).await?;
-        let event = self
-            .orders
-            .event(Some(args.event_id))
-            .await?
-            .ok_or_else(|| EffectError::permanent("the job names no event"))?;
+        let (order, event) = self.orders.load(args.order_id, args.event_id).await?;
         let body = event_body(&order, Some(&event)).map_err(|e| {
             EffectError::permanent(format!("order {} does not serialize: {e}", order.id))
         })?;
@@ -94,7 +95,11 @@ impl PublishWorker {
             self.connections.get(&target.url).await.map_err(|e| {
                 failure(ErrorClass::Retryable, &target.name, stream, &e.to_string())
             })?;
-        let result = classify_publish(&connection, &target.name, &publication).await;
+        let result = if connection.connected_within(CONNECTED_GRACE).await {
+            classify_publish(&connection, &target.name, &publication).await
+        } else {
+            Err(not_connected(&connection, &target.name, stream))
+        };
         count(&target.name, &result);
         let published = result?;
         if cfg!(debug_assertions) && std::env::var_os(TEST_EXIT_AFTER_PUBACK).is_some() {
@@ -150,5 +155,31 @@ impl PublishWorker {
                 "permanent: endpoint {endpoint_id} no longer exists"
             ))
         })
+    }
+}
+
+/// A publish not sent because the connection is down: nothing reached the
+/// server, so the retry cannot duplicate anything. It is tried again no
+/// sooner than a timed-out publish would have been, so that an outage
+/// spends attempts at the same pace as before while freeing the slot.
+fn not_connected(
+    connection: &super::connection::Connection,
+    endpoint: &str,
+    stream: &str,
+) -> EffectError {
+    let message = failure(
+        ErrorClass::Retryable,
+        endpoint,
+        stream,
+        &format!(
+            "not connected to {} (connection {}); nothing was sent, retried once it is back",
+            connection.url,
+            connection.state()
+        ),
+    )
+    .to_string();
+    EffectError::Retryable {
+        message,
+        retry_after: Some(PUBLISH_TIMEOUT),
     }
 }
