@@ -23,6 +23,21 @@ struct OrderHeader {
     created_at: DateTime<Utc>,
 }
 
+impl OrderHeader {
+    fn with_items(self, items: Vec<OrderItem>) -> Order {
+        Order {
+            id: self.id,
+            customer_email: self.customer_email,
+            customer_name: self.customer_name,
+            currency: self.currency,
+            total_cents: self.total_cents,
+            status: self.status,
+            created_at: self.created_at,
+            items,
+        }
+    }
+}
+
 #[derive(Debug, Clone, Queryable, Selectable, Serialize)]
 #[diesel(table_name = order_items)]
 pub struct OrderItem {
@@ -98,16 +113,7 @@ pub fn load_order(conn: &mut PgConnection, order_id: OrderId) -> QueryResult<Opt
         .order(order_items::id)
         .select(OrderItem::as_select())
         .load(conn)?;
-    Ok(Some(Order {
-        id: header.id,
-        customer_email: header.customer_email,
-        customer_name: header.customer_name,
-        currency: header.currency,
-        total_cents: header.total_cents,
-        status: header.status,
-        created_at: header.created_at,
-        items,
-    }))
+    Ok(Some(header.with_items(items)))
 }
 
 /// An order's events, in `seq` order.
@@ -161,19 +167,7 @@ pub fn load_orders(
         .load(conn)?;
     let mut found: HashMap<OrderId, Order> = headers
         .into_iter()
-        .map(|header| {
-            let order = Order {
-                id: header.id,
-                customer_email: header.customer_email,
-                customer_name: header.customer_name,
-                currency: header.currency,
-                total_cents: header.total_cents,
-                status: header.status,
-                created_at: header.created_at,
-                items: Vec::new(),
-            };
-            (order.id, order)
-        })
+        .map(|header| (header.id, header.with_items(Vec::new())))
         .collect();
     for (order_id, item) in items {
         if let Some(order) = found.get_mut(&order_id) {
