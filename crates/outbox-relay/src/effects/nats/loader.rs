@@ -6,9 +6,9 @@
 //!
 //! Each job sends its `(order, event)` to one loader task and awaits the
 //! answer. The loader takes every request waiting at that moment, up to
-//! [`MAX_BATCH`], and reads them in three statements on one pooled
+//! `MAX_BATCH`, and reads them in three statements on one pooled
 //! connection; requests arriving meanwhile form the next batch. At most
-//! [`MAX_LOADS`] batches are read at once, so a slow database makes batches
+//! `MAX_LOADS` batches are read at once, so a slow database makes batches
 //! larger rather than taking every pooled connection.
 
 use std::collections::HashMap;
