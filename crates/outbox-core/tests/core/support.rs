@@ -15,8 +15,28 @@ use tokio_util::sync::CancellationToken;
 
 const DEFAULT_ADMIN_URL: &str = "postgres://postgres@127.0.0.1:5432/postgres";
 
+/// DATABASE_URL; else the local server on 5432; else a private server from
+/// the machine's PostgreSQL programs, the one the service's tests share
+/// (`target/test-pg` at the workspace's root), so a newcomer with only those
+/// programs can run the tests.
 fn admin_url() -> String {
-    std::env::var("DATABASE_URL").unwrap_or_else(|_| DEFAULT_ADMIN_URL.to_owned())
+    static URL: OnceLock<String> = OnceLock::new();
+    URL.get_or_init(|| {
+        if let Ok(url) = std::env::var("DATABASE_URL") {
+            return url;
+        }
+        if PgConnection::establish(DEFAULT_ADMIN_URL).is_ok() {
+            return DEFAULT_ADMIN_URL.to_owned();
+        }
+        let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../target/test-pg");
+        let server = outbox_dev_tools::private_pg::PrivatePostgres::start_persistent(&root)
+            .unwrap_or_else(|e| {
+                panic!("no DATABASE_URL, no local server, and no private one: {e}")
+            });
+        eprintln!("tests use a private PostgreSQL on port {}", server.port());
+        server.url()
+    })
+    .clone()
 }
 
 fn url_for(database: &str) -> String {
