@@ -11,7 +11,7 @@ use anyhow::Context as _;
 use clap::{Args, Subcommand};
 use serde::Serialize;
 
-use crate::cli::table::{Align, Table};
+use crate::cli::table::{Align, print_list};
 use crate::cli::with_conn;
 use crate::config::{ConfigError, DatabaseArgs, parse_duration};
 use crate::effects::nats::{self, NatsCredentials};
@@ -347,39 +347,34 @@ async fn list(args: ListArgs) -> anyhow::Result<()> {
         store::list(conn).context("reading endpoints")
     })
     .await?;
-    if args.json {
-        println!("{}", serde_json::to_string_pretty(&endpoints)?);
-        return Ok(());
-    }
-    if endpoints.is_empty() {
-        println!("no endpoints (add one with `outbox-relay endpoints add`)");
-        return Ok(());
-    }
-    let mut table = Table::new(&[
-        ("NAME", Align::Left),
-        ("STATE", Align::Left),
-        ("URL", Align::Left),
-        ("EVENTS", Align::Left),
-        ("RATE", Align::Right),
-        ("IN FLIGHT", Align::Right),
-        ("FAILING SINCE", Align::Left),
-    ]);
-    for e in &endpoints {
-        table.push(vec![
-            e.name.clone(),
-            e.state(),
-            e.url.clone(),
-            events_of(e),
-            rate_of(e),
-            e.max_in_flight.to_string(),
-            e.failing_since.map_or_else(
-                || "-".to_owned(),
-                |t| t.format("%Y-%m-%d %H:%M:%S UTC").to_string(),
-            ),
-        ]);
-    }
-    print!("{table}");
-    Ok(())
+    print_list(
+        &endpoints,
+        args.json,
+        "no endpoints (add one with `outbox-relay endpoints add`)",
+        &[
+            ("NAME", Align::Left),
+            ("STATE", Align::Left),
+            ("URL", Align::Left),
+            ("EVENTS", Align::Left),
+            ("RATE", Align::Right),
+            ("IN FLIGHT", Align::Right),
+            ("FAILING SINCE", Align::Left),
+        ],
+        |e| {
+            vec![
+                e.name.clone(),
+                e.state(),
+                e.url.clone(),
+                events_of(e),
+                rate_of(e),
+                e.max_in_flight.to_string(),
+                e.failing_since.map_or_else(
+                    || "-".to_owned(),
+                    |t| t.format("%Y-%m-%d %H:%M:%S UTC").to_string(),
+                ),
+            ]
+        },
+    )
 }
 
 async fn set_enabled(args: NameArgs, enabled: bool) -> anyhow::Result<()> {

@@ -13,7 +13,7 @@ use serde::Serialize;
 use crate::api_keys::{
     self, ApiKey, CreateKeyError, KeyName, RevokeError, Revoked, Scope, parse_scopes,
 };
-use crate::cli::table::{Align, Table};
+use crate::cli::table::{Align, print_list};
 use crate::cli::with_conn;
 use crate::config::{ConfigError, DatabaseArgs, parse_positive_duration};
 
@@ -148,34 +148,29 @@ async fn list(args: ListArgs) -> anyhow::Result<()> {
         api_keys::list_keys(conn).context("reading api_keys")
     })
     .await?;
-    if args.json {
-        println!("{}", serde_json::to_string_pretty(&keys)?);
-        return Ok(());
-    }
-    if keys.is_empty() {
-        println!("no API keys; create one with `outbox-relay keys create --name N --scopes S`");
-        return Ok(());
-    }
-    let mut table = Table::new(&[
-        ("NAME", Align::Left),
-        ("SCOPES", Align::Left),
-        ("CREATED", Align::Left),
-        ("LAST USED", Align::Left),
-        ("EXPIRES", Align::Left),
-        ("REVOKED", Align::Left),
-    ]);
-    for key in &keys {
-        table.push(vec![
-            key.name.clone(),
-            key.scopes.join(","),
-            when(Some(key.created_at), "-"),
-            when(key.last_used_at, "never"),
-            when(key.expires_at, "never"),
-            when(key.revoked_at, "-"),
-        ]);
-    }
-    print!("{table}");
-    Ok(())
+    print_list(
+        &keys,
+        args.json,
+        "no API keys; create one with `outbox-relay keys create --name N --scopes S`",
+        &[
+            ("NAME", Align::Left),
+            ("SCOPES", Align::Left),
+            ("CREATED", Align::Left),
+            ("LAST USED", Align::Left),
+            ("EXPIRES", Align::Left),
+            ("REVOKED", Align::Left),
+        ],
+        |key| {
+            vec![
+                key.name.clone(),
+                key.scopes.join(","),
+                when(Some(key.created_at), "-"),
+                when(key.last_used_at, "never"),
+                when(key.expires_at, "never"),
+                when(key.revoked_at, "-"),
+            ]
+        },
+    )
 }
 
 async fn revoke(args: RevokeArgs) -> anyhow::Result<()> {

@@ -42,6 +42,29 @@ impl Table {
     }
 }
 
+/// A `list` command's output: `rows` as pretty JSON with `--json`, `empty`
+/// when there are none, else a table of `columns` with a row per item.
+pub(crate) fn print_list<T: serde::Serialize>(
+    rows: &[T],
+    json: bool,
+    empty: &str,
+    columns: &[(&'static str, Align)],
+    row: impl Fn(&T) -> Vec<String>,
+) -> anyhow::Result<()> {
+    if json {
+        println!("{}", serde_json::to_string_pretty(rows)?);
+    } else if rows.is_empty() {
+        println!("{empty}");
+    } else {
+        let mut table = Table::new(columns);
+        for item in rows {
+            table.push(row(item));
+        }
+        print!("{table}");
+    }
+    Ok(())
+}
+
 impl fmt::Display for Table {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         for line in self.0.lines() {

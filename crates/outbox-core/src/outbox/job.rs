@@ -1,6 +1,6 @@
 //! A job to enqueue ([`NewJob`]) and its options ([`JobOptions`]).
 
-use std::any::{Any, TypeId};
+use std::any::Any;
 use std::fmt;
 use std::sync::Arc;
 
@@ -37,7 +37,7 @@ pub struct NewJob {
 /// Values of distinct types, one per type, which the queue carries and never
 /// reads.
 #[derive(Clone, Default)]
-struct Extensions(Vec<(TypeId, Arc<dyn Any + Send + Sync>)>);
+struct Extensions(Vec<Arc<dyn Any + Send + Sync>>);
 
 impl fmt::Debug for Extensions {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
@@ -71,9 +71,9 @@ impl NewJob {
     /// [`JobArgs::extend_job`](crate::worker::JobArgs::extend_job)). The
     /// queue stores none of it.
     pub fn with_extension<T: Any + Send + Sync>(mut self, value: T) -> Self {
-        let id = TypeId::of::<T>();
-        self.extensions.0.retain(|(t, _)| *t != id);
-        self.extensions.0.push((id, Arc::new(value)));
+        // `is` on the value inside the Arc: the Arc itself is `Any` too.
+        self.extensions.0.retain(|held| !(**held).is::<T>());
+        self.extensions.0.push(Arc::new(value));
         self
     }
     /// The value of type `T` given to [`NewJob::with_extension`], if any.
@@ -81,7 +81,7 @@ impl NewJob {
         self.extensions
             .0
             .iter()
-            .find_map(|(_, value)| value.downcast_ref::<T>())
+            .find_map(|value| value.downcast_ref::<T>())
     }
     /// Another trace context than the current span's (`None`: no trace).
     pub fn trace_context(mut self, context: Option<serde_json::Value>) -> Self {

@@ -212,13 +212,7 @@ async fn a_per_second_limit_holds_over_seconds_with_two_relays() {
     );
     // A bucket of one token at 5 a second: any window of one second sees at
     // most 5 claims plus the one the bucket held.
-    for (i, first) in starts.iter().enumerate() {
-        let within = starts[i..]
-            .iter()
-            .filter(|at| at.duration_since(*first) < Duration::from_secs(1))
-            .count();
-        assert!(within <= 6, "{within} calls within a second: {starts:?}");
-    }
+    assert!(most <= 6, "{most} calls within a second: {starts:?}");
     assert!(
         (8..=22).contains(&starts.len()),
         "{} calls in 4 s at 5 a second",

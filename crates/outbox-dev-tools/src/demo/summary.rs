@@ -69,10 +69,10 @@ impl Demo<'_> {
         self.summarize_endpoints(jobs, placed, nats_messages);
 
         let mails = smtp.accepted();
-        let requests: Vec<(&str, Recorded)> = subscribers
+        let requests: Vec<Recorded> = subscribers
             .webhooks
             .iter()
-            .flat_map(|w| w.sink.requests().into_iter().map(move |r| (w.name, r)))
+            .flat_map(|w| w.sink.requests())
             .collect();
         println!();
         println!("What the relay produced is in {}/:", out.root.display());
@@ -85,7 +85,7 @@ impl Demo<'_> {
             "  webhooks/  {} requests as JSON with their headers, answer and signature check, \
              in a directory per endpoint{}",
             requests.len(),
-            first_file_in_dir(requests.iter().filter_map(|(_, r)| r.saved_as.as_deref()))
+            first_file_in_dir(requests.iter().filter_map(|r| r.saved_as.as_deref()))
         );
         println!(
             "  receipts/  {} PDFs fetched from GET /orders/{{id}}/receipt.pdf{}",

@@ -56,12 +56,10 @@ pub(crate) fn refusal(error: ApiError, headers: &HeaderMap) -> Response {
         .get(header::ACCEPT)
         .and_then(|v| v.to_str().ok())
         .is_some_and(|accept| accept.contains("text/html"));
+    // `Cache-Control: no-store` comes from the route's authorization layer,
+    // which sets it on every answer of a route with order data.
     if !wants_html {
-        let mut response = error.into_response();
-        response
-            .headers_mut()
-            .insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
-        return response;
+        return error.into_response();
     }
     let status = error.status();
     let (title, advice) = match &error {
@@ -87,9 +85,6 @@ pub(crate) fn refusal(error: ApiError, headers: &HeaderMap) -> Response {
         status.as_u16()
     );
     let mut response = (status, Html(page)).into_response();
-    response
-        .headers_mut()
-        .insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
     response.headers_mut().insert(
         header::CONTENT_SECURITY_POLICY,
         HeaderValue::from_static("default-src 'none'; style-src 'unsafe-inline'"),

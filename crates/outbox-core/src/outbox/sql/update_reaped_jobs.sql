@@ -9,7 +9,8 @@
 -- row leaves 'processing' under this claim's token here, so the zombie's
 -- late finish (fenced by the token) ends nothing and frees nothing. The key
 -- rows are locked in key order, as in finish_jobs.sql, so this cannot
--- deadlock with a completer freeing the same keys. Returns the reaped ids.
+-- deadlock with a completer freeing the same keys. Returns how many it moved
+-- (one row, not one per job: the caller needs none of them).
 WITH reaped AS (
 UPDATE jobs AS j
 SET status = r.status,
@@ -27,7 +28,7 @@ WHERE j.id = r.id
   AND j.id = ANY($1)
   AND j.status = 'processing'
   AND j.lease_token = r.lease_token
-RETURNING j.id, j.concurrency_key
+RETURNING j.concurrency_key
 ),
 ended AS (
     SELECT concurrency_key AS key, count(*) AS n
@@ -49,4 +50,4 @@ freed AS (
     WHERE k.key = e.key
       AND (SELECT count(*) FROM key_locks) >= 0
 )
-SELECT id FROM reaped
+SELECT count(*) FROM reaped

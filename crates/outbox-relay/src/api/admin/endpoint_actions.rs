@@ -14,7 +14,7 @@
 use axum::Form;
 use axum::extract::{Extension, Path, State};
 use axum::response::{Html, IntoResponse, Redirect, Response};
-use chrono::{DateTime, NaiveDateTime, SecondsFormat, Utc};
+use chrono::{DateTime, NaiveDateTime, SecondsFormat, SubsecRound as _, Utc};
 use diesel::prelude::*;
 use minijinja::context;
 use serde::Deserialize;
@@ -157,7 +157,7 @@ pub(super) async fn recover_preview(
     let id = endpoint_id(&raw_id)?;
     // Microseconds, as PostgreSQL keeps them: the confirmation's window ends
     // exactly where the count's did.
-    let now = parse_rfc3339("until", &rfc3339(Utc::now()))?;
+    let now = Utc::now().trunc_subsecs(6);
     let since = parse_since(form.since.as_deref().unwrap_or_default(), now)?;
     let window = Window {
         since,

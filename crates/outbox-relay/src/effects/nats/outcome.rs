@@ -123,9 +123,10 @@ pub async fn classify(
                 error_chain(&error)
             ),
         ),
-        PublishErrorKind::StreamNotFound => no_responders(connection, subject, stream)
-            .await
-            .and_then(|(class, what)| fail(class, what)),
+        PublishErrorKind::StreamNotFound => fail(
+            ErrorClass::Retryable,
+            no_responders(connection, subject, stream).await,
+        ),
         _ => {
             let code = std::error::Error::source(&error)
                 .and_then(|s| s.downcast_ref::<async_nats::jetstream::Error>())
@@ -170,31 +171,20 @@ fn stream_missing(subject: &str, stream: &str) -> String {
 /// Why nobody answered a publish to `subject`: the stream gone or no
 /// longer capturing it, or there but not answering. All are retried: an
 /// operator's change to the stream must not lose the events meanwhile.
-async fn no_responders(
-    connection: &Connection,
-    subject: &str,
-    stream: &str,
-) -> Result<(ErrorClass, String), EffectError> {
-    let found = connection.jetstream.get_stream(stream).await;
-    Ok(match found {
+async fn no_responders(connection: &Connection, subject: &str, stream: &str) -> String {
+    match connection.jetstream.get_stream(stream).await {
         Ok(found) => {
             let subjects = &found.cached_info().config.subjects;
             if subjects.iter().any(|filter| captures(filter, subject)) {
-                (
-                    ErrorClass::Retryable,
-                    format!(
-                        "no responders for {subject} although the stream exists (a leader \
-                         election, or the stream restarting)"
-                    ),
+                format!(
+                    "no responders for {subject} although the stream exists (a leader \
+                     election, or the stream restarting)"
                 )
             } else {
-                (
-                    ErrorClass::Retryable,
-                    format!(
-                        "the stream no longer captures {subject} (its subjects: {}); the publish \
-                         is retried until it does",
-                        subjects.join(", ")
-                    ),
+                format!(
+                    "the stream no longer captures {subject} (its subjects: {}); the publish \
+                     is retried until it does",
+                    subjects.join(", ")
                 )
             }
         }
@@ -206,16 +196,13 @@ async fn no_responders(
                 _ => None,
             };
             if code == Some(ErrorCode::STREAM_NOT_FOUND) {
-                (ErrorClass::Retryable, stream_missing(subject, stream))
+                stream_missing(subject, stream)
             } else {
-                (
-                    ErrorClass::Retryable,
-                    format!(
-                        "no responders for {subject}, and JetStream did not say why: {}",
-                        error_chain(&error)
-                    ),
+                format!(
+                    "no responders for {subject}, and JetStream did not say why: {}",
+                    error_chain(&error)
                 )
             }
         }
-    })
+    }
 }

@@ -65,7 +65,7 @@ struct Target {
 
 impl Worker<OrderPublish> for PublishWorker {
     async fn work(&self, args: OrderPublish, ctx: JobContext) -> EffectResult {
-        let span = tracing::info_span!("order_job", order_id = args.order_id.get());
+        let span = crate::effects::workers::order_span(args.order_id);
         self.publish(args, ctx).instrument(span).await
     }
 }
