@@ -194,6 +194,11 @@ fn a_claim_commits_asynchronously_without_changing_the_sessions_setting() {
     let db = TestDb::new();
     let mut conn = db.conn();
     noops(&mut conn, 2);
+    // The session's own setting, whatever the server's: the tests' private
+    // server runs with synchronous_commit off for speed.
+    diesel::sql_query("SET synchronous_commit = on")
+        .execute(&mut conn)
+        .expect("set");
     assert_eq!(synchronous_commit(&mut conn), "on");
 
     assert_eq!(claim(&mut conn, "w", 1, Duration::from_secs(60)).len(), 1);

@@ -8,6 +8,7 @@
 //! on a managed database always meets TLS, so CI must too.
 
 use crate::support::enqueue;
+use std::io::Write as _;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -41,16 +42,27 @@ struct Latency {
     ms: f64,
 }
 
-/// Panics unless the server speaks TLS: these tests prove nothing without it.
-fn assert_server_has_tls(conn: &mut PgConnection) {
+/// Whether the server speaks TLS: these tests prove nothing without it. A
+/// server without TLS (the tests' private one, from initdb) skips them with
+/// one line, as a missing browser does; with `CI=true` it is a failure
+/// (`.ci/run` turns TLS on with the snakeoil certificate).
+fn server_has_tls(conn: &mut PgConnection) -> bool {
     let ssl = diesel::sql_query("SELECT current_setting('ssl') AS ssl")
         .get_result::<Setting>(conn)
         .expect("read the ssl setting")
         .ssl;
-    assert_eq!(
-        ssl, "on",
+    if ssl == "on" {
+        return true;
+    }
+    assert!(
+        std::env::var("CI").as_deref() != Ok("true"),
         "PostgreSQL has ssl = off: these tests need TLS (.ci/run turns it on with the snakeoil certificate)"
     );
+    let _ = writeln!(
+        std::io::stderr(),
+        "SKIPPED: this TLS test did not run: PostgreSQL has ssl = off (set ssl = on with a certificate, as .ci/run does)"
+    );
+    false
 }
 
 /// `url` with `params` added to its query.
@@ -148,7 +160,9 @@ fn done_jobs(conn: &mut PgConnection, id: Option<i64>) -> i64 {
 async fn with_sslmode_require_a_notify_over_tls_wakes_a_relay_that_polls_every_30s() {
     let db = TestDb::new();
     let mut conn = db.conn();
-    assert_server_has_tls(&mut conn);
+    if !server_has_tls(&mut conn) {
+        return;
+    }
     let url = with_params(&db.url, &[("sslmode", "require")]);
     let (mut relay, base) = BinProcess::start_relay(
         Launch::relay("tls-require", &url)
@@ -203,7 +217,9 @@ async fn with_sslmode_require_a_notify_over_tls_wakes_a_relay_that_polls_every_3
 async fn with_verify_ca_and_the_servers_own_certificate_as_root_the_relay_listens() {
     let db = TestDb::new();
     let mut conn = db.conn();
-    assert_server_has_tls(&mut conn);
+    if !server_has_tls(&mut conn) {
+        return;
+    }
     // libpq (the pool) checks the chain as strictly as the listener, so one
     // URL serves both. (verify-full would also need the name the certificate
     // was made for, which depends on the machine that made it.)
@@ -276,7 +292,9 @@ async fn verify_full_against_a_certificate_for_another_name_says_why_and_the_rel
     let _guard = tracing::subscriber::set_default(subscriber);
     let db = TestDb::new();
     let mut conn = db.conn();
-    assert_server_has_tls(&mut conn);
+    if !server_has_tls(&mut conn) {
+        return;
+    }
     // 127.0.0.1 is not the `localhost` the snakeoil certificate names.
     let listen_url = with_params(
         &db.url,
