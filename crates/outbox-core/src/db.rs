@@ -13,6 +13,12 @@ use diesel::sql_types::BigInt;
 use diesel::{RunQueryDsl, sql_query};
 use diesel_migrations::{EmbeddedMigrations, MigrationHarness, embed_migrations};
 
+mod failure;
+
+pub use failure::{DbError, Failure};
+pub(crate) use failure::connection_unusable;
+use failure::{discard, must_discard};
+
 /// An r2d2 pool of Diesel PostgreSQL connections, as [`build_pool`] builds
 /// it. Cheap to clone (clones share the pool), and
 /// safe to share between threads and tasks. Its connections are blocking:
@@ -29,145 +35,6 @@ const MIGRATION_LOCK_KEY: i64 = 0x6f75_7462_6f78; // "outbox"
 /// How long a caller waits for a pooled connection before the request fails
 /// (the API turns that into a 503 instead of hanging).
 pub(crate) const DEFAULT_CHECKOUT_TIMEOUT: Duration = Duration::from_secs(5);
-
-/// Errors from getting a connection or running a query.
-#[derive(Debug, thiserror::Error)]
-pub enum DbError {
-    /// No connection could be checked out of the pool within its checkout
-    /// timeout ([`PoolOptions::checkout_timeout`]): the database is down or
-    /// unreachable, or every connection stayed busy that long. Carries r2d2's
-    /// message. [`DbError::failure`] calls it [`Failure::Unavailable`].
-    #[error("no database connection available: {0}")]
-    Unavailable(String),
-    /// A connection was had, and Diesel or the server failed the query: a
-    /// constraint, a timeout, a serialization failure, a connection that broke
-    /// mid-query, a row that was not found. [`DbError::failure`] tells these
-    /// apart.
-    #[error(transparent)]
-    Query(#[from] diesel::result::Error),
-    /// The blocking task of [`run_blocking`] panicked, or was cancelled before
-    /// it started because the runtime is shutting down; carries the join
-    /// error's message. After a panic, what the closure wrote is unknown. Counts as
-    /// [`Failure::Rejected`], not as the database being unavailable.
-    #[error("database task panicked or was cancelled: {0}")]
-    Task(String),
-}
-
-/// What a failed database call means for whoever retries it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Failure {
-    /// The database could not be reached: the same call will work once it is back.
-    Unavailable,
-    /// The database refused this time for reasons of timing (a statement or
-    /// lock timeout, a deadlock, a serialization failure): try again later.
-    Transient,
-    /// The database refused the statement itself (bad data, a constraint, a
-    /// permission): the same call will fail the same way.
-    Rejected,
-}
-
-impl DbError {
-    /// How to treat this failure. Diesel keeps the SQLSTATE to itself except
-    /// for a few kinds it maps (connection failures, 40001), so the timeouts
-    /// and the deadlock are recognised by the server's message, which is stable
-    /// for PostgreSQL's default English `lc_messages` (see [`DbError::is_statement_timeout`]).
-    pub fn failure(&self) -> Failure {
-        use diesel::result::DatabaseErrorKind as Kind;
-        if self.is_unavailable() {
-            return Failure::Unavailable;
-        }
-        match self {
-            DbError::Query(diesel::result::Error::DatabaseError(Kind::SerializationFailure, _)) => {
-                Failure::Transient
-            }
-            DbError::Query(diesel::result::Error::DatabaseError(_, info))
-                if TRANSIENT_MESSAGES
-                    .iter()
-                    .any(|m| info.message().contains(m)) =>
-            {
-                Failure::Transient
-            }
-            _ => Failure::Rejected,
-        }
-    }
-
-    /// True when this is PostgreSQL cancelling a statement that ran past
-    /// `statement_timeout` (SQLSTATE 57014). Diesel 2.3 does not expose the
-    /// SQLSTATE of this error (its `DatabaseErrorKind` maps only a few codes
-    /// and the error information is private), so this reads the server's
-    /// message.
-    pub fn is_statement_timeout(&self) -> bool {
-        matches!(
-            self,
-            DbError::Query(diesel::result::Error::DatabaseError(_, info))
-                if info.message().contains("statement timeout")
-        )
-    }
-
-    /// True when the database itself could not be reached (as opposed to a query
-    /// that was rejected), i.e. when the caller should answer 503 or retry later.
-    ///
-    /// That includes a server that is no longer (or not yet) the primary: a
-    /// read-only transaction (25006, which Diesel reports as
-    /// `ReadOnlyTransaction`), and the server shutting down, crashing or
-    /// recovering (57P01, 57P02, 57P03), which Diesel does not map and which
-    /// are recognised by the server's message. During a failover these last
-    /// until the pool reaches the new primary; they say nothing of the work.
-    pub fn is_unavailable(&self) -> bool {
-        match self {
-            DbError::Unavailable(_) => true,
-            DbError::Query(error) => server_unavailable(error),
-            DbError::Task(_) => false,
-        }
-    }
-}
-
-/// See [`DbError::is_unavailable`]. A `COMMIT` lost with its connection comes
-/// back from Diesel as `RollbackErrorOnCommit` (the rollback it tried failed
-/// too): that commit may or may not have landed, which only the statement's
-/// fence can tell on the next try, so it is unavailability too.
-fn server_unavailable(error: &diesel::result::Error) -> bool {
-    use diesel::result::{DatabaseErrorKind as Kind, Error};
-    match error {
-        Error::DatabaseError(
-            Kind::ClosedConnection | Kind::UnableToSendCommand | Kind::ReadOnlyTransaction,
-            _,
-        ) => true,
-        Error::DatabaseError(_, info) => SERVER_GONE_MESSAGES
-            .iter()
-            .any(|m| info.message().contains(m)),
-        Error::RollbackErrorOnCommit { commit_error, .. } => server_unavailable(commit_error),
-        _ => false,
-    }
-}
-
-/// Server messages of 57P01 (admin shutdown: a fast stop, a switchover),
-/// 57P02 (crash shutdown) and 57P03 (cannot connect now: "the database system
-/// is starting up", "is shutting down", "is in recovery mode", "is not yet
-/// accepting connections"), for PostgreSQL's default English `lc_messages`.
-const SERVER_GONE_MESSAGES: [&str; 3] = [
-    "terminating connection due to administrator command",
-    "terminating connection because of crash of another server process",
-    "the database system is ",
-];
-
-/// Whether a connection that failed with `error` must leave the pool instead
-/// of going back to it. A connection whose server went away is already marked
-/// broken by Diesel (libpq no longer knows its transaction status); one on a
-/// server that became read-only is healthy as far as libpq knows, and would
-/// fail every write it is lent for.
-fn must_discard(error: &DbError) -> bool {
-    matches!(error, DbError::Query(error) if server_unavailable(error))
-}
-
-/// Makes r2d2 drop `conn` when it is returned: Diesel reports a connection
-/// left inside a transaction as broken, and r2d2 closes broken connections
-/// instead of pooling them. (Diesel offers no other way to mark one broken.)
-fn discard(conn: &mut PgConnection) {
-    use diesel::connection::{AnsiTransactionManager, TransactionManager as _};
-    // On a dead connection this fails, and Diesel marks it broken anyway.
-    let _ = AnsiTransactionManager::begin_transaction(conn);
-}
 
 /// What [`build_pool`] builds.
 #[derive(Debug, Clone)]
@@ -255,14 +122,6 @@ impl diesel::r2d2::CustomizeConnection<PgConnection, diesel::r2d2::Error> for Se
             .map_err(diesel::r2d2::Error::QueryError)
     }
 }
-
-/// Server messages of the refusals that are about timing, not the statement:
-/// 57014 (statement timeout), 55P03 (lock timeout), 40P01 (deadlock).
-const TRANSIENT_MESSAGES: [&str; 3] = [
-    "canceling statement due to statement timeout",
-    "canceling statement due to lock timeout",
-    "deadlock detected",
-];
 
 /// Why [`establish`] could not connect, or a migration could not run.
 #[derive(Debug, thiserror::Error)]
@@ -455,44 +314,5 @@ mod tests {
         assert!(!redact_url("not a url : s3cret").contains("s3cret"));
         let raw_slash = redact_url("postgres://u:s3/cr@t@h1,h2/db");
         assert_eq!(raw_slash, "postgres://u:***@h1,h2/db");
-    }
-
-    #[test]
-    fn a_read_only_transaction_and_a_server_going_away_are_unavailability() {
-        use diesel::result::{DatabaseErrorKind as Kind, Error};
-        let error = |kind, message: &str| {
-            DbError::Query(Error::DatabaseError(kind, Box::new(message.to_owned())))
-        };
-        let read_only = error(
-            Kind::ReadOnlyTransaction,
-            "cannot execute UPDATE in a read-only transaction",
-        );
-        assert_eq!(read_only.failure(), Failure::Unavailable);
-        for message in [
-            "terminating connection due to administrator command",
-            "terminating connection because of crash of another server process",
-            "the database system is in recovery mode",
-            "the database system is shutting down",
-        ] {
-            assert_eq!(
-                error(Kind::Unknown, message).failure(),
-                Failure::Unavailable,
-                "{message}"
-            );
-        }
-        let lost_commit = DbError::Query(Error::RollbackErrorOnCommit {
-            rollback_error: Box::new(Error::BrokenTransactionManager),
-            commit_error: Box::new(Error::DatabaseError(
-                Kind::ClosedConnection,
-                Box::new("server closed the connection unexpectedly".to_owned()),
-            )),
-        });
-        assert_eq!(lost_commit.failure(), Failure::Unavailable);
-        assert_eq!(
-            error(Kind::UniqueViolation, "duplicate key").failure(),
-            Failure::Rejected
-        );
-        assert!(must_discard(&read_only));
-        assert!(!must_discard(&DbError::Unavailable("timed out".into())));
     }
 }

@@ -134,7 +134,7 @@ fn claim(
     }
     // One statement, its own transaction unless the caller opened one; it
     // commits without waiting for a WAL flush (see the SQL for why that is safe).
-    diesel::sql_query(include_str!("sql/claim_jobs.sql"))
+    diesel::sql_query(CLAIM_SQL)
         .bind::<BigInt, _>(request.limit)
         .bind::<Array<Text>, _>(request.kinds)
         .bind::<Text, _>(request.worker_id)
@@ -144,6 +144,10 @@ fn claim(
         .bind::<BigInt, _>(after.map_or(0, |a| a.id))
         .load(conn)
 }
+
+/// The claim (`sql/claim_jobs.sql`), for Diesel and for the relay's prepared
+/// statement alike.
+pub(crate) const CLAIM_SQL: &str = include_str!("sql/claim_jobs.sql");
 
 pub(crate) fn millis(d: Duration) -> i64 {
     i64::try_from(d.as_millis()).unwrap_or(i64::MAX)

@@ -133,7 +133,7 @@ struct HeldRow {
 
 /// Records `finishes` in one transaction: one fenced statement for all of them,
 /// then the [`CommitHook`]s of the jobs whose outcome it wrote. Error texts
-/// are cleaned here (control characters out, cut to
+/// are cleaned (control characters out, cut to
 /// [`MAX_ERROR_BYTES`](crate::driver::MAX_ERROR_BYTES)), so whatever an
 /// executor returns (a mail server's reply, a receiver's body) can always be
 /// stored.
@@ -141,43 +141,16 @@ pub fn finish_jobs(conn: &mut PgConnection, finishes: &[Finish]) -> QueryResult<
     if finishes.is_empty() {
         return Ok(FinishReport::default());
     }
-    let mut ids = Vec::with_capacity(finishes.len());
-    let mut tokens = Vec::with_capacity(finishes.len());
-    let mut statuses = Vec::with_capacity(finishes.len());
-    let mut delays = Vec::with_capacity(finishes.len());
-    let mut errors: Vec<Option<String>> = Vec::with_capacity(finishes.len());
-    for finish in finishes {
-        ids.push(finish.job_id);
-        tokens.push(finish.lease_token);
-        statuses.push(finish.outcome.status());
-        match &finish.outcome {
-            Outcome::Done { .. } => {
-                delays.push(0);
-                errors.push(None);
-            }
-            Outcome::Retry { delay, error } => {
-                delays.push(millis(*delay));
-                errors.push(Some(clean_error(error)));
-            }
-            Outcome::Failed { error } => {
-                delays.push(0);
-                errors.push(Some(clean_error(error)));
-            }
-        }
-    }
-
-    let update = diesel::sql_query(include_str!("sql/finish_jobs.sql"))
-        .bind::<Array<BigInt>, _>(&ids)
-        .bind::<Array<BigInt>, _>(&tokens)
-        .bind::<Array<Text>, _>(&statuses)
-        .bind::<Array<BigInt>, _>(&delays)
-        .bind::<Array<Nullable<Text>>, _>(&errors);
-    let has_local_writes = finishes
-        .iter()
-        .any(|f| matches!(f.outcome, Outcome::Done { local: Some(_) }));
+    let params = FinishParams::new(finishes);
+    let update = diesel::sql_query(FINISH_SQL)
+        .bind::<Array<BigInt>, _>(&params.ids)
+        .bind::<Array<BigInt>, _>(&params.tokens)
+        .bind::<Array<Text>, _>(&params.statuses)
+        .bind::<Array<BigInt>, _>(&params.delays)
+        .bind::<Array<Nullable<Text>>, _>(&params.errors);
     // Without local writes the UPDATE is atomic on its own; a transaction
     // would only add BEGIN and COMMIT round trips to the hot path.
-    let rows: Vec<HeldRow> = if has_local_writes {
+    let rows: Vec<HeldRow> = if has_local_writes(finishes) {
         conn.transaction(|conn| {
             let rows: Vec<HeldRow> = update.load(conn)?;
             let applied: HashSet<i64> = rows.iter().filter(|r| r.applied).map(|r| r.id).collect();
@@ -194,20 +167,80 @@ pub fn finish_jobs(conn: &mut PgConnection, finishes: &[Finish]) -> QueryResult<
     } else {
         update.load(conn)?
     };
+    Ok(params.report(rows.into_iter().map(|r| (r.id, r.applied, r.released))))
+}
 
-    // Every row carries the same count of released jobs.
-    let released = rows.first().map_or(0, |r| r.released);
-    let held: HashMap<i64, bool> = rows.into_iter().map(|r| (r.id, r.applied)).collect();
-    let mut report = FinishReport {
-        released: usize::try_from(released).unwrap_or(0),
-        ..FinishReport::default()
-    };
-    for id in ids {
-        match held.get(&id) {
-            Some(true) => report.applied.push(id),
-            Some(false) => report.busy.push(id),
-            None => report.lost.push(id),
+/// The finishing statement (`sql/finish_jobs.sql`), for Diesel and for the
+/// relay's prepared statement alike.
+pub(crate) const FINISH_SQL: &str = include_str!("sql/finish_jobs.sql");
+
+/// Whether any of `finishes` carries a [`CommitHook`]: those need the
+/// transaction (and the Diesel connection) the hook writes in.
+pub(crate) fn has_local_writes(finishes: &[Finish]) -> bool {
+    finishes
+        .iter()
+        .any(|f| matches!(f.outcome, Outcome::Done { local: Some(_) }))
+}
+
+/// The finishing statement's parameters, one array each, in the finishes'
+/// order. Error texts are cleaned here (control characters out, cut to
+/// [`MAX_ERROR_BYTES`](crate::driver::MAX_ERROR_BYTES)), so whatever an
+/// executor returns (a mail server's reply, a receiver's body) can always be
+/// stored.
+pub(crate) struct FinishParams {
+    pub(crate) ids: Vec<i64>,
+    pub(crate) tokens: Vec<i64>,
+    pub(crate) statuses: Vec<&'static str>,
+    pub(crate) delays: Vec<i64>,
+    pub(crate) errors: Vec<Option<String>>,
+}
+
+impl FinishParams {
+    pub(crate) fn new(finishes: &[Finish]) -> Self {
+        let mut params = FinishParams {
+            ids: Vec::with_capacity(finishes.len()),
+            tokens: Vec::with_capacity(finishes.len()),
+            statuses: Vec::with_capacity(finishes.len()),
+            delays: Vec::with_capacity(finishes.len()),
+            errors: Vec::with_capacity(finishes.len()),
+        };
+        for finish in finishes {
+            params.ids.push(finish.job_id);
+            params.tokens.push(finish.lease_token);
+            params.statuses.push(finish.outcome.status());
+            let (delay, error) = match &finish.outcome {
+                Outcome::Done { .. } => (0, None),
+                Outcome::Retry { delay, error } => (millis(*delay), Some(clean_error(error))),
+                Outcome::Failed { error } => (0, Some(clean_error(error))),
+            };
+            params.delays.push(delay);
+            params.errors.push(error);
         }
+        params
     }
-    Ok(report)
+
+    /// The report from the statement's rows `(id, applied, released)`.
+    pub(crate) fn report(self, rows: impl IntoIterator<Item = (i64, bool, i64)>) -> FinishReport {
+        let mut released = 0;
+        let held: HashMap<i64, bool> = rows
+            .into_iter()
+            .map(|(id, applied, count)| {
+                // Every row carries the same count of released jobs.
+                released = count;
+                (id, applied)
+            })
+            .collect();
+        let mut report = FinishReport {
+            released: usize::try_from(released).unwrap_or(0),
+            ..FinishReport::default()
+        };
+        for id in self.ids {
+            match held.get(&id) {
+                Some(true) => report.applied.push(id),
+                Some(false) => report.busy.push(id),
+                None => report.lost.push(id),
+            }
+        }
+        report
+    }
 }

@@ -46,7 +46,7 @@ struct IdRow {
     id: i64,
 }
 
-fn split(leases: &[JobLease]) -> (Vec<i64>, Vec<i64>) {
+pub(crate) fn split(leases: &[JobLease]) -> (Vec<i64>, Vec<i64>) {
     leases.iter().map(|l| (l.job_id, l.lease_token)).unzip()
 }
 
@@ -60,12 +60,28 @@ pub fn extend_leases(
         return Ok(HeartbeatReport::default());
     }
     let (ids, tokens) = split(leases);
-    let rows: Vec<HeldRow> = diesel::sql_query(include_str!("sql/extend_leases.sql"))
+    let rows: Vec<HeldRow> = diesel::sql_query(EXTEND_SQL)
         .bind::<Array<BigInt>, _>(&ids)
         .bind::<Array<BigInt>, _>(&tokens)
         .bind::<BigInt, _>(millis(lease))
         .load(conn)?;
-    let held: HashMap<i64, bool> = rows.into_iter().map(|r| (r.id, r.extended)).collect();
+    Ok(heartbeat_report(
+        leases,
+        rows.into_iter().map(|r| (r.id, r.extended)),
+    ))
+}
+
+/// The heartbeat's statement (`sql/extend_leases.sql`).
+pub(crate) const EXTEND_SQL: &str = include_str!("sql/extend_leases.sql");
+/// The release's statement (`sql/release_jobs.sql`).
+pub(crate) const RELEASE_SQL: &str = include_str!("sql/release_jobs.sql");
+
+/// The report from the heartbeat statement's rows `(id, extended)`.
+pub(crate) fn heartbeat_report(
+    leases: &[JobLease],
+    rows: impl IntoIterator<Item = (i64, bool)>,
+) -> HeartbeatReport {
+    let held: HashMap<i64, bool> = rows.into_iter().collect();
     let mut report = HeartbeatReport::default();
     for lease in leases {
         match held.get(&lease.job_id) {
@@ -74,7 +90,7 @@ pub fn extend_leases(
             None => report.lost.push(*lease),
         }
     }
-    Ok(report)
+    report
 }
 
 /// Returns claimed-but-unstarted jobs to `pending` without spending an attempt.
@@ -84,7 +100,7 @@ pub fn release_jobs(conn: &mut PgConnection, leases: &[JobLease]) -> QueryResult
         return Ok(Vec::new());
     }
     let (ids, tokens) = split(leases);
-    let rows: Vec<IdRow> = diesel::sql_query(include_str!("sql/release_jobs.sql"))
+    let rows: Vec<IdRow> = diesel::sql_query(RELEASE_SQL)
         .bind::<Array<BigInt>, _>(&ids)
         .bind::<Array<BigInt>, _>(&tokens)
         .load(conn)?;

@@ -15,6 +15,7 @@ pub(crate) mod finish;
 mod job;
 pub(crate) mod keys;
 pub(crate) mod lease;
+pub(crate) mod prepared;
 mod limits;
 mod prune;
 pub(crate) mod reap;

@@ -20,8 +20,8 @@ use tokio_util::sync::CancellationToken;
 
 use super::in_flight::Claim;
 use super::{MAX_COMPLETION_BATCH, RelayStats, Shared, backoff};
-use crate::db::{DbError, Failure, run_blocking};
-use crate::driver::{Finish, FinishReport, Outcome, finish_jobs};
+use crate::db::{DbError, Failure};
+use crate::driver::{Finish, FinishReport, Outcome};
 use crate::outbox::text::clean_error;
 use crate::worker::EffectError;
 
@@ -117,8 +117,9 @@ pub(super) async fn run_all(
 ) {
     let completed = Arc::new(tokio::sync::Mutex::new(completed));
     let mut running = tokio::task::JoinSet::new();
-    for _ in 0..writers.max(1) {
+    for writer in 0..writers.max(1) {
         running.spawn(run(
+            writer,
             Arc::clone(&shared),
             Arc::clone(&completed),
             stop.clone(),
@@ -149,6 +150,7 @@ async fn receive(
 /// One writer: runs until every sender is gone and every outcome it took is
 /// written, or `stop`.
 async fn run(
+    writer: usize,
     shared: Arc<Shared>,
     completed: Arc<tokio::sync::Mutex<mpsc::Receiver<Completion>>>,
     stop: CancellationToken,
@@ -195,7 +197,7 @@ async fn run(
         }
         // Rows are locked in job-id order, as the heartbeat locks them.
         batch.sort_unstable_by_key(|c| c.finish.job_id);
-        waiting.extend(write(&shared, batch, &mut outage).await);
+        waiting.extend(write(&shared, writer, batch, &mut outage).await);
     }
 }
 
@@ -209,6 +211,7 @@ async fn sleep_until(at: Option<Instant>) {
 /// the outcomes to try again later.
 async fn write(
     shared: &Arc<Shared>,
+    writer: usize,
     batch: Vec<Completion>,
     outage: &mut Outage,
 ) -> Vec<Completion> {
@@ -225,8 +228,7 @@ async fn write(
                 _ => None,
             })
             .collect();
-        let result =
-            run_blocking(&shared.pool, move |conn| Ok(finish_jobs(conn, &finishes)?)).await;
+        let result = shared.hot.finish(writer, finishes).await;
         match result {
             Ok(report) => {
                 RelayStats::add(&shared.stats.outcome_writes, 1);

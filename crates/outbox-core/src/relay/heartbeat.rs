@@ -7,8 +7,6 @@ use std::sync::atomic::Ordering;
 use tokio_util::sync::CancellationToken;
 
 use super::Shared;
-use crate::db::run_blocking;
-use crate::driver::extend_leases;
 
 pub(super) async fn run(shared: Arc<Shared>, stop: CancellationToken) {
     let mut ticks = tokio::time::interval(shared.settings.heartbeat_interval);
@@ -30,13 +28,8 @@ async fn beat(shared: &Arc<Shared>) {
         shared.heartbeat_ok.store(true, Ordering::Release);
         return;
     }
-    let lease = shared.settings.lease;
     let asked = leases.len();
-    match run_blocking(&shared.pool, move |conn| {
-        Ok(extend_leases(conn, &leases, lease)?)
-    })
-    .await
-    {
+    match shared.hot.extend(leases).await {
         Ok(report) => {
             if !shared.heartbeat_ok.swap(true, Ordering::AcqRel) {
                 tracing::info!(jobs = asked, "heartbeat renews leases again");

@@ -107,11 +107,7 @@ async fn listen_once(
     connected: &mut bool,
     connected_gauge: &metrics::Gauge,
 ) -> anyhow::Result<()> {
-    let target = ListenTarget::parse(database_url, &|name| std::env::var(name).ok())
-        .context("reading DATABASE_URL's TLS settings")?;
-    let (client, mut connection) = connect(&target)
-        .await
-        .with_context(|| format!("connecting with sslmode={}", target.mode))?;
+    let (client, mut connection) = open(database_url).await?;
     let mut messages = futures_util::stream::poll_fn(move |cx| connection.poll_message(cx));
 
     // The connection must be polled for the LISTEN to complete, so drive both.
@@ -151,7 +147,23 @@ async fn listen_once(
     }
 }
 
-type TlsStream =
+/// A connection to `database_url` with its TLS settings as libpq reads them;
+/// the caller drives the returned connection. The relay's hot path opens its
+/// connections here too.
+pub(super) async fn open(
+    database_url: &str,
+) -> anyhow::Result<(
+    tokio_postgres::Client,
+    tokio_postgres::Connection<tokio_postgres::Socket, TlsStream>,
+)> {
+    let target = ListenTarget::parse(database_url, &|name| std::env::var(name).ok())
+        .context("reading DATABASE_URL's TLS settings")?;
+    connect(&target)
+        .await
+        .with_context(|| format!("connecting with sslmode={}", target.mode))
+}
+
+pub(super) type TlsStream =
     <tokio_postgres_rustls::MakeRustlsConnect as tokio_postgres::tls::MakeTlsConnect<
         tokio_postgres::Socket,
     >>::Stream;

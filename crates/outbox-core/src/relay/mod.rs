@@ -16,6 +16,7 @@
 
 mod backoff;
 mod completer;
+mod connection;
 mod executor;
 mod health;
 mod heartbeat;
@@ -244,6 +245,8 @@ impl RelayStats {
 /// State the relay's tasks share.
 struct Shared {
     pool: PgPool,
+    /// The relay's own connections for its hot statements.
+    hot: connection::HotPath,
     settings: RelaySettings,
     executor: Arc<dyn Executor>,
     /// Claims whose outcome is not yet written. The heartbeat extends exactly
@@ -324,8 +327,16 @@ impl Relay {
     ) -> Result<Relay, InvalidSettings> {
         settings.validate()?;
         let slots = Arc::new(Semaphore::new(settings.concurrency));
+        let database_url = database_url.into();
+        let hot = connection::HotPath::new(
+            pool.clone(),
+            database_url.clone(),
+            &settings,
+            completer::writers_for(settings.concurrency),
+        );
         Ok(Relay {
             shared: Arc::new(Shared {
+                hot,
                 pool,
                 liveness: Liveness::new(settings.effective_stall_timeout(), Arc::clone(&slots)),
                 slots,
@@ -339,7 +350,7 @@ impl Relay {
                 heartbeat_ok: std::sync::atomic::AtomicBool::new(true),
                 stats: Arc::new(RelayStats::default()),
             }),
-            database_url: database_url.into(),
+            database_url,
         })
     }
 

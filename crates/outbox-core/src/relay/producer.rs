@@ -11,11 +11,8 @@ use tokio_util::sync::CancellationToken;
 use super::completer::Completion;
 use super::in_flight::Claim;
 use super::{RelayStats, Shared, executor};
-use crate::db::{Failure, run_blocking};
-use crate::driver::ClaimedJob;
-use crate::driver::{
-    ClaimPosition, ClaimRequest, JobLease, claim_jobs, claim_jobs_after, release_jobs,
-};
+use crate::db::Failure;
+use crate::driver::{ClaimPosition, ClaimedJob, JobLease};
 
 /// Claims and starts jobs until `shutdown`.
 ///
@@ -26,9 +23,15 @@ use crate::driver::{
 /// number of plain claim loops, and keeps a relay at a large batch from
 /// splitting its free slots into many small claims as effects finish one by one
 /// (without the bound, 50,000 `noop` jobs at concurrency 16 and batch 16 took
-/// 21,673 claims, 2.3 jobs each; with it, about 3,300). Once a claim comes back
-/// short, the queue is empty for us: no new claim starts until a NOTIFY, the
-/// poll interval, or a reaped job wakes the producer.
+/// 21,673 claims, 2.3 jobs each; with it, about 3,300).
+///
+/// How many of those run at once adapts to the queue ([`InFlightTarget`]):
+/// one while claims come back short, one more after each full claim. A
+/// shallow queue is then claimed by one statement at a time, not by several
+/// that skip each other's rows and come back with a job or two each, while a
+/// backlog gets every claim the slots allow. Once a claim comes back short,
+/// the queue is empty for us: no new claim starts until a NOTIFY, the poll
+/// interval, or a reaped job wakes the producer.
 pub(super) async fn run(
     shared: Arc<Shared>,
     completions: mpsc::Sender<Completion>,
@@ -37,9 +40,9 @@ pub(super) async fn run(
 ) {
     let settings = &shared.settings;
     let state = Arc::new(ClaimState::default());
-    let claim_gate = Arc::new(tokio::sync::Semaphore::new(
-        settings.concurrency.div_ceil(settings.batch_size).max(1),
-    ));
+    let most_claims = settings.concurrency.div_ceil(settings.batch_size).max(1);
+    let claim_gate = Arc::new(tokio::sync::Semaphore::new(most_claims));
+    *lock(&state.target) = InFlightTarget::new(most_claims);
     let mut claims = tokio::task::JoinSet::new();
     loop {
         // Reap finished claim tasks so the set does not grow without bound.
@@ -58,6 +61,14 @@ pub(super) async fn run(
             state.queue_empty.store(false, Ordering::Release);
         }
 
+        // No more claims in flight than the queue's depth has earned.
+        while state.claiming.load(Ordering::Acquire) >= lock(&state.target).get() {
+            tokio::select! {
+                biased;
+                () = shutdown.cancelled() => break,
+                () = state.claim_ended.notified() => {}
+            }
+        }
         // Held until the claim returns; see the bound above.
         let gate = tokio::select! {
             biased;
@@ -93,6 +104,8 @@ pub(super) async fn run(
             drop(permits);
             continue;
         }
+        // Counted here, not in the task, so the loop's next check sees it.
+        state.claiming.fetch_add(1, Ordering::AcqRel);
         claims.spawn(claim_and_start(
             Arc::clone(&shared),
             Arc::clone(&state),
@@ -119,9 +132,50 @@ struct ClaimState {
     failing: AtomicBool,
     /// Claims of this relay under way.
     claiming: AtomicUsize,
+    /// How many claims may be under way now.
+    target: Mutex<InFlightTarget>,
+    /// Told whenever a claim returns.
+    claim_ended: tokio::sync::Notify,
     cursor: Mutex<Cursor>,
     /// When a claim last took a job with a concurrency key.
     keyed_at: Mutex<Option<Instant>>,
+}
+
+/// How many claims a relay keeps in flight: one while claims come back short
+/// (the queue is shallow), one more after each full claim, up to what the
+/// slots allow (`concurrency / batch_size`).
+#[derive(Debug, Clone, Copy)]
+struct InFlightTarget {
+    now: usize,
+    most: usize,
+}
+
+impl Default for InFlightTarget {
+    fn default() -> Self {
+        InFlightTarget::new(1)
+    }
+}
+
+impl InFlightTarget {
+    fn new(most: usize) -> Self {
+        InFlightTarget {
+            now: 1,
+            most: most.max(1),
+        }
+    }
+
+    fn get(&self) -> usize {
+        self.now
+    }
+
+    /// A claim came back with `got` of the `wanted` jobs.
+    fn claimed(&mut self, got: usize, wanted: usize) {
+        self.now = if got >= wanted {
+            (self.now + 1).min(self.most)
+        } else {
+            1
+        };
+    }
 }
 
 /// How soon a relay that has been taking keyed jobs claims again after a
@@ -200,9 +254,10 @@ impl Cursor {
     }
 }
 
-fn lock(cursor: &Mutex<Cursor>) -> std::sync::MutexGuard<'_, Cursor> {
-    // A panic while holding the lock cannot leave a Cursor inconsistent.
-    cursor
+fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    // A panic while holding the lock cannot leave a Cursor or a target
+    // inconsistent: each is changed by plain assignments.
+    mutex
         .lock()
         .unwrap_or_else(std::sync::PoisonError::into_inner)
 }
@@ -228,10 +283,14 @@ async fn claim_and_start(
 ) {
     let wanted = permits.len();
     let from = lock(&state.cursor).start(Instant::now());
-    state.claiming.fetch_add(1, Ordering::AcqRel);
     let claimed = claim(&shared, wanted, from).await;
     let siblings = state.claiming.fetch_sub(1, Ordering::AcqRel) - 1;
     drop(gate);
+    match &claimed {
+        Ok(jobs) => lock(&state.target).claimed(jobs.len(), wanted),
+        Err(_) => lock(&state.target).claimed(0, wanted),
+    }
+    state.claim_ended.notify_one();
     let jobs = match claimed {
         Ok(jobs) => {
             shared.liveness.producer_progressed();
@@ -305,31 +364,16 @@ async fn claim(
     limit: usize,
     from: Option<ClaimPosition>,
 ) -> Result<Vec<(ClaimedJob, Claim)>, crate::db::DbError> {
-    let shared = Arc::clone(shared);
-    let pool = shared.pool.clone();
-    run_blocking(&pool, move |conn| {
-        let settings = &shared.settings;
-        let request = ClaimRequest {
-            worker_id: &settings.worker_id,
-            kinds: &settings.kinds,
-            limit: i64::try_from(limit).unwrap_or(i64::MAX),
-            lease: settings.lease,
-        };
-        let jobs = match from {
-            Some(after) => claim_jobs_after(conn, &request, after)?,
-            None => claim_jobs(conn, &request)?,
-        };
-        // Registered before the claim's connection is released, so the
-        // heartbeat covers each job from its first moment.
-        Ok(jobs
-            .into_iter()
-            .map(|job| {
-                let claim = shared.in_flight.register(&job);
-                (job, claim)
-            })
-            .collect())
-    })
-    .await
+    let jobs = shared.hot.claim(limit, from).await?;
+    // Registered as soon as the claim returns, so the heartbeat covers each
+    // job from its first moment.
+    Ok(jobs
+        .into_iter()
+        .map(|job| {
+            let claim = shared.in_flight.register(&job);
+            (job, claim)
+        })
+        .collect())
 }
 
 fn start(
@@ -361,12 +405,7 @@ fn start(
 /// Their claims end when `jobs` is dropped, after the release.
 async fn release(shared: &Arc<Shared>, jobs: Vec<(ClaimedJob, Claim)>) {
     let leases: Vec<JobLease> = jobs.iter().map(|(_, claim)| claim.lease).collect();
-    let to_release = leases.clone();
-    match run_blocking(&shared.pool, move |conn| {
-        Ok(release_jobs(conn, &to_release)?)
-    })
-    .await
-    {
+    match shared.hot.release(leases.clone()).await {
         Ok(released) => {
             RelayStats::add(&shared.stats.released, released.len() as u64);
             tracing::info!(
@@ -412,6 +451,21 @@ mod tests {
                 .unwrap_or_default(),
             id,
         }
+    }
+
+    #[test]
+    fn full_claims_add_claims_in_flight_up_to_the_slots_and_a_short_one_goes_back_to_one() {
+        let mut target = InFlightTarget::new(4);
+        assert_eq!(target.get(), 1, "a relay starts with one claim in flight");
+        for expected in [2, 3, 4, 4] {
+            target.claimed(16, 16);
+            assert_eq!(target.get(), expected);
+        }
+        target.claimed(3, 16);
+        assert_eq!(target.get(), 1, "a short claim: the queue is shallow");
+        let mut one = InFlightTarget::new(1);
+        one.claimed(16, 16);
+        assert_eq!(one.get(), 1, "never more than the slots allow");
     }
 
     #[test]

@@ -1,6 +1,7 @@
 //! The queue core's own tests, on databases that hold only its tables.
 
 mod enqueue;
+mod failures;
 mod limits;
 mod relay;
 mod support;

@@ -32,6 +32,7 @@ pub async fn measure_pinned(
         enqueue: enqueue_noops,
         keys: None,
         pin,
+        exe: None,
     };
     let (url, concurrency) = (url.to_owned(), args.concurrency);
     tokio::task::spawn_blocking(move || run(&url, &workload, concurrency, batch)).await?
@@ -52,6 +53,29 @@ pub async fn measure_keyed(
         enqueue: enqueue_noops,
         keys: Some(keys),
         pin: None,
+        exe: None,
+    };
+    let (url, concurrency) = (url.to_owned(), args.concurrency);
+    tokio::task::spawn_blocking(move || run(&url, &workload, concurrency, batch)).await?
+}
+
+/// [`measure`] with another build's relay (`--baseline-relay`): the same
+/// drain, by the binary at `exe`.
+pub async fn measure_baseline(
+    url: &str,
+    args: &BenchArgs,
+    batch: usize,
+    exe: &std::path::Path,
+) -> anyhow::Result<DrainRun> {
+    let workload = Workload {
+        label: format!("{batch}, baseline build"),
+        jobs: args.jobs,
+        kinds: "noop".to_owned(),
+        env: Vec::new(),
+        enqueue: enqueue_noops,
+        keys: None,
+        pin: None,
+        exe: Some(exe.to_owned()),
     };
     let (url, concurrency) = (url.to_owned(), args.concurrency);
     tokio::task::spawn_blocking(move || run(&url, &workload, concurrency, batch)).await?
@@ -74,6 +98,8 @@ pub struct Workload {
     pub keys: Option<usize>,
     /// Hold a snapshot open from before the enqueue for up to this long.
     pub pin: Option<Duration>,
+    /// The `outbox-relay` binary whose relay drains (`None`: this one).
+    pub exe: Option<std::path::PathBuf>,
 }
 
 pub fn run(
@@ -239,7 +265,10 @@ impl RelayProcess {
         concurrency: usize,
         batch: usize,
     ) -> anyhow::Result<RelayProcess> {
-        let exe = std::env::current_exe().context("locating the outbox-relay binary")?;
+        let exe = match &workload.exe {
+            Some(exe) => exe.clone(),
+            None => std::env::current_exe().context("locating the outbox-relay binary")?,
+        };
         let child = Command::new(exe)
             .args(["relay", "--kinds", &workload.kinds])
             .envs(workload.env.iter().map(|(k, v)| (k, v)))

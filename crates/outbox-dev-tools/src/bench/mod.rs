@@ -97,6 +97,11 @@ pub struct BenchArgs {
     /// keyless drain of the same round.
     #[arg(long, value_parser = parse_count)]
     pub concurrency_keys: Option<usize>,
+    /// Another build of `outbox-relay` (the previous release, say): each
+    /// round also drains with its relay, right after this one's, for a
+    /// before-and-after measured in one run.
+    #[arg(long, env = "BENCH_BASELINE_RELAY")]
+    pub baseline_relay: Option<std::path::PathBuf>,
     /// Only the endpoints' fairness run: orders fanned out to a healthy
     /// endpoint and a slow one, each with a local receiver; the healthy one's
     /// delivery latency alone and beside the slow one, and the slow one's
@@ -182,6 +187,13 @@ pub async fn run(args: BenchArgs) -> anyhow::Result<()> {
             .context("draining with the relay")?;
         eprintln!("  relay:   {:.0} jobs/s", relay.jobs_per_second());
         report.relay.push(relay);
+        if let Some(exe) = &args.baseline_relay {
+            let baseline = drain::measure_baseline(&scratch.url, &args, args.batch, exe)
+                .await
+                .with_context(|| format!("draining with the baseline relay {}", exe.display()))?;
+            eprintln!("  baseline relay: {:.0} jobs/s", baseline.jobs_per_second());
+            report.baseline.push(baseline);
+        }
         if let Some(hold) = args.pinned_horizon {
             let pinned = drain::measure_pinned(&scratch.url, &args, args.batch, Some(hold))
                 .await

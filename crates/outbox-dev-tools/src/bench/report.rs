@@ -131,6 +131,10 @@ pub struct BenchReport {
     /// that many keys, one per round, each next to that round's keyless drain.
     pub keyed: Vec<DrainRun>,
     pub concurrency_keys: Option<usize>,
+    /// `--baseline-relay`: drains at `batch` by another build's relay, one per
+    /// round, each right after that round's `relay` drain.
+    pub baseline: Vec<DrainRun>,
+    pub baseline_relay: Option<std::path::PathBuf>,
 }
 
 /// The share of a real job's wall time that a `noop` job, which is nothing
@@ -179,6 +183,8 @@ impl BenchReport {
             latency_loaded: None,
             keyed: Vec::new(),
             concurrency_keys: args.concurrency_keys,
+            baseline: Vec::new(),
+            baseline_relay: args.baseline_relay.clone(),
         }
     }
 

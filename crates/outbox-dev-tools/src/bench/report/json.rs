@@ -119,6 +119,15 @@ impl BenchReport {
                 }),
                 _ => serde_json::Value::Null,
             },
+            "baseline": match (median(&self.baseline), median(&self.relay), &self.baseline_relay) {
+                (Some(baseline), Some(relay), Some(exe)) => json!({
+                    "binary": exe.display().to_string(),
+                    "baseline": run(Some(baseline)),
+                    "relay_jobs_per_second": relay.jobs_per_second(),
+                    "relay_over_baseline": finite(pinned_ratio(relay, baseline)),
+                }),
+                _ => serde_json::Value::Null,
+            },
             "concurrency_keys": match (median(&self.keyed), median(&self.relay), self.concurrency_keys) {
                 (Some(keyed), Some(free), Some(keys)) => json!({
                     "keys": keys,

@@ -117,6 +117,25 @@ impl BenchReport {
         )
     }
 
+    fn baseline_lines(&self) -> String {
+        let (Some(baseline), Some(relay), Some(exe)) = (
+            median(&self.baseline),
+            median(&self.relay),
+            self.baseline_relay.as_ref(),
+        ) else {
+            return String::new();
+        };
+        format!(
+            "\nbefore and after (the same drain by the baseline build {}):\n\
+             \x20 relay batch {} {:.0} jobs/s against the baseline's {:.0} in the same run: ratio {:.2}x\n",
+            exe.display(),
+            relay.batch,
+            relay.jobs_per_second(),
+            baseline.jobs_per_second(),
+            pinned_ratio(relay, baseline),
+        )
+    }
+
     fn pinned_lines(&self) -> String {
         let (Some(pinned), Some(free), Some(hold)) = (
             median(&self.pinned),
@@ -267,6 +286,7 @@ impl BenchReport {
         out.push_str(&self.cost_table());
         out.push_str(&self.pinned_lines());
         out.push_str(&self.keyed_lines());
+        out.push_str(&self.baseline_lines());
         out.push_str(
             "\nCPU s/10k: the relay process's CPU (ceiling: the bench process's own client CPU).\n",
         );

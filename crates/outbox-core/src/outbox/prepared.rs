@@ -1,0 +1,179 @@
+//! The relay's hot statements (claim, finish, heartbeat, release) as
+//! prepared statements on a tokio-postgres connection.
+//!
+//! The SQL is the same text Diesel runs (`sql/*.sql`). Diesel sends a
+//! `sql_query` unprepared: each claim and finish was parsed and planned
+//! afresh, in two round trips (prepare an unnamed statement, then run it).
+//! Prepared once per connection, each runs in one round trip, with a plan the
+//! server may keep, and many may be in flight on one connection at once
+//! (tokio-postgres pipelines them).
+//!
+//! An outcome with a local write ([`CommitHook`](crate::outbox::CommitHook))
+//! stays on Diesel: its hook writes through a Diesel connection, in the
+//! transaction that finishes the job.
+
+use chrono::{DateTime, Utc};
+use tokio_postgres::types::Type;
+use tokio_postgres::{Client, Row, Statement};
+
+use super::claim::{CLAIM_SQL, ClaimPosition, ClaimRequest, ClaimedJob, millis};
+use super::finish::{FINISH_SQL, Finish, FinishParams, FinishReport, has_local_writes};
+use super::lease::{EXTEND_SQL, HeartbeatReport, JobLease, RELEASE_SQL, heartbeat_report, split};
+
+/// The four statements, prepared on one connection (and usable only there).
+#[derive(Debug, Clone)]
+pub(crate) struct HotStatements {
+    claim: Statement,
+    finish: Statement,
+    extend: Statement,
+    release: Statement,
+}
+
+impl HotStatements {
+    /// Prepares the four, pipelined: one round trip's wait in all. The
+    /// parameter types are Diesel's binds, so the server infers nothing (it
+    /// would take the lease's `$4 * interval` for a float).
+    pub(crate) async fn prepare(client: &Client) -> Result<Self, tokio_postgres::Error> {
+        let (claim, finish, extend, release) = tokio::try_join!(
+            client.prepare_typed(
+                CLAIM_SQL,
+                &[
+                    Type::INT8,
+                    Type::TEXT_ARRAY,
+                    Type::TEXT,
+                    Type::INT8,
+                    Type::TIMESTAMPTZ,
+                    Type::INT8,
+                ],
+            ),
+            client.prepare_typed(
+                FINISH_SQL,
+                &[
+                    Type::INT8_ARRAY,
+                    Type::INT8_ARRAY,
+                    Type::TEXT_ARRAY,
+                    Type::INT8_ARRAY,
+                    Type::TEXT_ARRAY,
+                ],
+            ),
+            client.prepare_typed(EXTEND_SQL, &[Type::INT8_ARRAY, Type::INT8_ARRAY, Type::INT8]),
+            client.prepare_typed(RELEASE_SQL, &[Type::INT8_ARRAY, Type::INT8_ARRAY]),
+        )?;
+        Ok(HotStatements {
+            claim,
+            finish,
+            extend,
+            release,
+        })
+    }
+
+    /// [`claim_jobs`](crate::driver::claim_jobs), or
+    /// [`claim_jobs_after`](crate::driver::claim_jobs_after) with `after`.
+    pub(crate) async fn claim(
+        &self,
+        client: &Client,
+        request: &ClaimRequest<'_>,
+        after: Option<ClaimPosition>,
+    ) -> Result<Vec<ClaimedJob>, tokio_postgres::Error> {
+        if request.limit <= 0 || request.kinds.is_empty() {
+            return Ok(Vec::new());
+        }
+        let run_after: Option<DateTime<Utc>> = after.map(|a| a.run_after);
+        let rows = client
+            .query(
+                &self.claim,
+                &[
+                    &request.limit,
+                    &request.kinds,
+                    &request.worker_id,
+                    &millis(request.lease),
+                    &run_after,
+                    &after.map_or(0, |a| a.id),
+                ],
+            )
+            .await?;
+        rows.iter().map(claimed_job).collect()
+    }
+
+    /// [`finish_jobs`](crate::driver::finish_jobs) for outcomes without a
+    /// local write (those need Diesel's transaction: see the module docs).
+    pub(crate) async fn finish(
+        &self,
+        client: &Client,
+        finishes: &[Finish],
+    ) -> Result<FinishReport, tokio_postgres::Error> {
+        debug_assert!(!has_local_writes(finishes), "local writes go through Diesel");
+        if finishes.is_empty() {
+            return Ok(FinishReport::default());
+        }
+        let params = FinishParams::new(finishes);
+        let rows = client
+            .query(
+                &self.finish,
+                &[
+                    &params.ids,
+                    &params.tokens,
+                    &params.statuses,
+                    &params.delays,
+                    &params.errors,
+                ],
+            )
+            .await?;
+        let rows = rows
+            .iter()
+            .map(|row| Ok((row.try_get(0)?, row.try_get(1)?, row.try_get(2)?)))
+            .collect::<Result<Vec<_>, tokio_postgres::Error>>()?;
+        Ok(params.report(rows))
+    }
+
+    /// [`extend_leases`](crate::driver::extend_leases).
+    pub(crate) async fn extend(
+        &self,
+        client: &Client,
+        leases: &[JobLease],
+        lease: std::time::Duration,
+    ) -> Result<HeartbeatReport, tokio_postgres::Error> {
+        if leases.is_empty() {
+            return Ok(HeartbeatReport::default());
+        }
+        let (ids, tokens) = split(leases);
+        let rows = client
+            .query(&self.extend, &[&ids, &tokens, &millis(lease)])
+            .await?;
+        let rows = rows
+            .iter()
+            .map(|row| Ok((row.try_get(0)?, row.try_get(1)?)))
+            .collect::<Result<Vec<_>, tokio_postgres::Error>>()?;
+        Ok(heartbeat_report(leases, rows))
+    }
+
+    /// [`release_jobs`](crate::driver::release_jobs).
+    pub(crate) async fn release(
+        &self,
+        client: &Client,
+        leases: &[JobLease],
+    ) -> Result<Vec<i64>, tokio_postgres::Error> {
+        if leases.is_empty() {
+            return Ok(Vec::new());
+        }
+        let (ids, tokens) = split(leases);
+        let rows = client.query(&self.release, &[&ids, &tokens]).await?;
+        rows.iter().map(|row| row.try_get(0)).collect()
+    }
+}
+
+/// A claimed row, in the claim's column order (`claim_jobs.sql`'s SELECT).
+fn claimed_job(row: &Row) -> Result<ClaimedJob, tokio_postgres::Error> {
+    Ok(ClaimedJob {
+        id: row.try_get(0)?,
+        kind: row.try_get(1)?,
+        payload: row.try_get(2)?,
+        attempt: row.try_get(3)?,
+        max_attempts: row.try_get(4)?,
+        lease_token: row.try_get(5)?,
+        created_at: row.try_get(6)?,
+        trace_context: row.try_get(7)?,
+        run_after: row.try_get(8)?,
+        concurrency_key: row.try_get(9)?,
+    })
+}
