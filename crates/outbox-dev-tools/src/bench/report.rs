@@ -4,6 +4,7 @@
 //! as a table is in `table`, as JSON in `json`.
 
 mod json;
+mod open_loop;
 mod table;
 
 use super::BenchArgs;
@@ -131,6 +132,8 @@ pub struct BenchReport {
     /// that many keys, one per round, each next to that round's keyless drain.
     pub keyed: Vec<DrainRun>,
     pub concurrency_keys: Option<usize>,
+    /// `--arrival-rate`: one run per rate, in the order given.
+    pub open_loop: Vec<super::open_loop::OpenLoopRun>,
 }
 
 /// The share of a real job's wall time that a `noop` job, which is nothing
@@ -179,6 +182,7 @@ impl BenchReport {
             latency_loaded: None,
             keyed: Vec::new(),
             concurrency_keys: args.concurrency_keys,
+            open_loop: Vec::new(),
         }
     }
 
