@@ -77,6 +77,11 @@ pub struct BenchArgs {
     /// its publish drain.
     #[arg(long, default_value_t = 10_000, value_parser = parse_jobs)]
     pub real_jobs: usize,
+    /// Only the NATS publish run, `--repeat` times: `--real-jobs` publish
+    /// jobs, the same jobs as `noop`, and the raw async-nats loop, at
+    /// `--concurrency` and `--batch`.
+    #[arg(long, conflicts_with_all = ["api_only", "endpoints"])]
+    pub publish_only: bool,
     /// Only the order placement runs (through the API, with and without
     /// half-open connections, and pgbench): no drains, no latency run.
     #[arg(long)]
@@ -168,6 +173,23 @@ pub async fn run(args: BenchArgs) -> anyhow::Result<()> {
         args.ceiling_workers(args.batch)
     );
 
+    if args.publish_only {
+        for round in 1..=args.repeat {
+            eprintln!("bench: round {round} of {}", args.repeat);
+            match publish::measure(&scratch.url, &args, args.batch)
+                .await
+                .context("draining NATS publishes")?
+            {
+                Some(publish) => {
+                    println!("{}", publish.summary());
+                    println!("{}", serde_json::to_string(&publish.json())?);
+                }
+                None => break,
+            }
+        }
+        drop(scratch);
+        return Ok(());
+    }
     let mut report = BenchReport::new(&args);
     let rounds = if args.api_only { 0 } else { args.repeat };
     for round in 1..=rounds {
@@ -229,13 +251,7 @@ pub async fn run(args: BenchArgs) -> anyhow::Result<()> {
                 .await
                 .context("draining NATS publishes")?
             {
-                eprintln!(
-                    "  relay (NATS publishes): {:.0} jobs/s; raw async-nats loop: {:.0} msgs/s; \
-                     ratio {:.2}",
-                    publish.drain.jobs_per_second(),
-                    publish.raw_per_second,
-                    publish.ratio()
-                );
+                eprintln!("  {}", publish.summary());
             }
         }
     }
