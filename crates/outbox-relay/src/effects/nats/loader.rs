@@ -177,7 +177,10 @@ fn read_one(
 }
 
 /// Diesel names the field; its source names the value.
-fn unreadable(what: String, error: &(dyn std::error::Error + Send + Sync + 'static)) -> EffectError {
+fn unreadable(
+    what: String,
+    error: &(dyn std::error::Error + Send + Sync + 'static),
+) -> EffectError {
     EffectError::permanent(format!(
         "{what} cannot be read: {}",
         crate::effects::error_chain(error)
