@@ -23,6 +23,10 @@ fn bench_runs_a_small_workload_and_reports_every_figure() {
             "200",
             "--pinned-horizon",
             "30s",
+            "--arrival-rate",
+            "50%,20",
+            "--open-loop-duration",
+            "1s",
         ])
         .env("DATABASE_URL", crate::support::db::admin_url())
         .env_remove("RUST_LOG")
@@ -182,6 +186,11 @@ fn bench_runs_a_small_workload_and_reports_every_figure() {
         stdout.contains("raw SQL ceiling") && stdout.contains("enqueue-to-start latency"),
         "{stdout}"
     );
+    assert_sane_open_loop(&report);
+    assert!(
+        stdout.contains("order placement, saturation") && stdout.contains("open loop: orders sent"),
+        "{stdout}"
+    );
     // The scratch database (named after the bench's pid) is gone.
     use diesel::RunQueryDsl as _;
     #[derive(diesel::QueryableByName)]
@@ -198,6 +207,75 @@ fn bench_runs_a_small_workload_and_reports_every_figure() {
     .get_result(&mut conn)
     .expect("count");
     assert_eq!(left.n, 0, "the scratch database was left behind");
+}
+
+/// The open-loop rows: one per rate, in the order given, the share resolved
+/// against the saturation run; every order placed and every job started,
+/// with latencies and a depth series that are numbers.
+fn assert_sane_open_loop(report: &serde_json::Value) {
+    let runs = report["open_loop"].as_array().expect("open-loop runs");
+    assert_eq!(runs.len(), 2, "{report}");
+    let saturation = report["placement"]["api_orders_per_second"]
+        .as_f64()
+        .expect("a saturation rate");
+    let target = |run: &serde_json::Value| run["target_orders_per_second"].as_f64();
+    assert!(
+        target(&runs[0]).is_some_and(|t| (t - saturation / 2.0).abs() < 1e-6),
+        "{report}"
+    );
+    assert_eq!(runs[0]["rate"], "50%");
+    assert_eq!(target(&runs[1]), Some(20.0), "{report}");
+    for run in runs {
+        let wanted = target(run).unwrap_or(0.0);
+        assert!(
+            run["achieved_orders_per_second"]
+                .as_f64()
+                .is_some_and(|r| r > 0.0 && r <= wanted * 1.05 + 1.0),
+            "{run}"
+        );
+        assert_eq!(run["errors"], 0, "{run}");
+        assert_eq!(run["unanswered"], 0, "{run}");
+        assert_eq!(run["placed"], run["sent"], "{run}");
+        let (placed, jobs) = (
+            run["placed"].as_i64().unwrap_or(0),
+            run["jobs"].as_i64().unwrap_or(0),
+        );
+        assert!(placed > 0 && jobs >= 2 * placed, "{run}");
+        assert_eq!(run["unstarted_jobs"], 0, "{run}");
+        let latency = &run["enqueue_to_start_ms"];
+        assert_eq!(latency["samples"].as_i64(), Some(jobs), "{run}");
+        let (p50, p99) = (latency["p50"].as_f64(), latency["p99"].as_f64());
+        assert!(
+            p50.zip(p99)
+                .is_some_and(|(p50, p99)| p50 >= 0.0 && p99 >= p50),
+            "{run}"
+        );
+        let depth = &run["depth"];
+        assert!(depth["samples"].as_u64().is_some_and(|n| n >= 3), "{run}");
+        assert!(depth["bounded"].is_boolean(), "{run}");
+        assert!(depth["max"].as_i64().is_some_and(|m| m >= 0), "{run}");
+        assert!(depth["growth_jobs_per_second"].is_number(), "{run}");
+    }
+}
+
+/// Rates the open loop cannot run are refused before anything starts, each
+/// error naming the flag and the value.
+#[test]
+fn bench_refuses_an_arrival_rate_it_cannot_run_naming_the_value() {
+    for bad in ["0", "abc", "150%", "-5", "50%,-1%"] {
+        let output = Command::new(env!("CARGO_BIN_EXE_outbox-relay"))
+            .args(["bench", "--arrival-rate", bad])
+            .env("DATABASE_URL", crate::support::db::admin_url())
+            .output()
+            .expect("run bench");
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert_eq!(output.status.code(), Some(2), "{bad}: {stderr}");
+        let value = bad.rsplit(',').next().unwrap_or(bad);
+        assert!(
+            stderr.contains("--arrival-rate") && stderr.contains(&format!("'{value}'")),
+            "{bad}: {stderr}"
+        );
+    }
 }
 
 /// A drain's cost line carries real numbers: WAL written, index entries in

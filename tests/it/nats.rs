@@ -521,6 +521,62 @@ async fn failed_publish(conn: &mut PgConnection) -> String {
     failed.into_iter().next().unwrap_or_default()
 }
 
+/// The publish jobs of one claim read their orders together: an order that
+/// does not decode (a currency the service no longer knows; the column's
+/// CHECK takes any three capitals) fails its own job at once, saying which
+/// order and which value, and the others of its batch are published.
+#[tokio::test]
+async fn an_unreadable_order_fails_only_its_own_publish_saying_why() {
+    if !shared_nats_answers() {
+        return;
+    }
+    let db = TestDb::new();
+    let mut conn = db.conn();
+    let stream = TestStream::new(NATS_URL, Duration::from_secs(120)).await;
+    let endpoint = add_endpoint(&mut conn, NATS_URL, &stream);
+    let orders = place_orders(&mut conn, 6, 100);
+    let jobs = enqueue_publishes(&mut conn, endpoint, &orders);
+    let bad = orders[2];
+    diesel::sql_query("UPDATE orders SET currency = 'XYZ' WHERE id = $1")
+        .bind::<diesel::sql_types::BigInt, _>(bad)
+        .execute(&mut conn)
+        .expect("an unknown code");
+
+    // One claim takes every job (the default batch is 16): they are loaded
+    // together.
+    let (mut relay, _) = BinProcess::start_relay(relay("nats-unreadable", &db)).await;
+    let error = failed_publish(&mut conn).await;
+    wait_until("the other publishes done", MINUTE, || {
+        publish_jobs(&mut conn)
+            .iter()
+            .filter(|(_, status, _, _)| status == "done")
+            .count()
+            == jobs - 1
+    })
+    .await;
+    for said in [
+        "permanent error on attempt 1",
+        &format!("order {bad} cannot be read"),
+        "\"XYZ\"",
+    ] {
+        assert!(error.contains(said), "{said:?} in {error}");
+    }
+    for (job_id, status, last_error, attempts) in publish_jobs(&mut conn) {
+        if status == "done" {
+            assert_eq!(attempts, 1, "job {job_id} retried: {last_error:?}");
+        }
+    }
+    let messages = stream.messages().await;
+    assert_eq!(messages.len(), jobs - 1);
+    assert!(
+        !messages
+            .iter()
+            .any(|m| m.subject.as_str() == format!("{}.placed.{bad}", stream.prefix)),
+        "nothing published for the unreadable order"
+    );
+    relay.terminate().await;
+}
+
 #[tokio::test]
 async fn a_message_over_the_streams_max_msg_size_fails_permanently_saying_so() {
     if !shared_nats_answers() {

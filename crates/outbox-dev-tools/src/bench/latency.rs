@@ -2,6 +2,11 @@
 //! transaction, against an idle relay and again while the API takes orders;
 //! measured from the enqueue's commit returning to the effect starting, both
 //! on this process's monotonic clock.
+//!
+//! The open-loop runs use the same recording relay for the orders' own jobs,
+//! measured from each job's `created_at` (the enqueuing transaction's start,
+//! by the database's clock) to its start by this process's wall clock: the
+//! API commits them, so no commit instant of ours exists.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -18,22 +23,42 @@ use crate::outbox::{Enqueuer, JobOptions};
 use crate::relay::{Relay, RelaySettings};
 use outbox_core::driver::ClaimedJob;
 
-/// Notes when each job's effect started.
+/// Notes when each job's effect started. Every job succeeds at once, doing
+/// nothing: the relay's machinery is what is measured.
 struct StartRecorder {
     starts: Arc<Mutex<HashMap<i64, Instant>>>,
+    /// The other jobs' waits from `created_at`, when asked for (open loop).
+    waits: Option<Arc<Mutex<Vec<Wait>>>>,
+}
+
+/// One job's enqueue-to-start wait, by its `created_at`.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct Wait {
+    pub created_at: chrono::DateTime<chrono::Utc>,
+    pub micros: u64,
 }
 
 impl Executor for StartRecorder {
     fn execute<'a>(&'a self, job: &'a ClaimedJob, _ctx: JobContext) -> BoxFuture<'a, EffectResult> {
-        // The orders' jobs of the loaded run succeed unrecorded: only the
-        // samples are measured.
         if job.kind == "noop" {
             let now = Instant::now();
             self.starts
                 .lock()
                 .unwrap_or_else(|e| e.into_inner())
                 .insert(job.id, now);
+        } else if let Some(waits) = &self.waits {
+            // Same host, same realtime clock as the server's now(); a
+            // step of that clock mid-run could make a wait negative: 0.
+            let waited = (chrono::Utc::now() - job.created_at)
+                .num_microseconds()
+                .unwrap_or(i64::MAX);
+            waits.lock().unwrap_or_else(|e| e.into_inner()).push(Wait {
+                created_at: job.created_at,
+                micros: u64::try_from(waited).unwrap_or(0),
+            });
         }
+        // The loaded run's order jobs succeed unrecorded: only its samples
+        // are measured.
         Box::pin(std::future::ready(Ok(None)))
     }
 }
@@ -99,7 +124,7 @@ pub async fn measure_loaded(url: &str, args: &BenchArgs) -> anyhow::Result<Loade
 }
 
 /// An empty jobs table, with today's jobs_done partitions.
-async fn reset(url: &str) -> anyhow::Result<()> {
+pub(super) async fn reset(url: &str) -> anyhow::Result<()> {
     let url = url.to_owned();
     tokio::task::spawn_blocking(move || -> anyhow::Result<()> {
         let mut conn = PgConnection::establish(&url)?;
@@ -110,9 +135,11 @@ async fn reset(url: &str) -> anyhow::Result<()> {
     .await?
 }
 
-/// A relay in this process whose executor notes when each `noop` job starts.
-struct RecordingRelay {
+/// A relay in this process whose executor notes when each `noop` job starts
+/// (and, when asked, how long every other job waited).
+pub(super) struct RecordingRelay {
     starts: Arc<Mutex<HashMap<i64, Instant>>>,
+    waits: Option<Arc<Mutex<Vec<Wait>>>>,
     stop: CancellationToken,
     running: tokio::task::JoinHandle<()>,
 }
@@ -123,15 +150,28 @@ impl RecordingRelay {
         kinds: Vec<String>,
         args: &BenchArgs,
     ) -> anyhow::Result<RecordingRelay> {
-        let starts: Arc<Mutex<HashMap<i64, Instant>>> = Arc::default();
         let mut settings = RelaySettings::new("bench-latency", kinds);
         // The relay under test: the drain's settings (`--concurrency`, `--batch`).
         settings.concurrency = args.concurrency;
         settings.batch_size = args.batch;
+        RecordingRelay::start_with(url, settings, false).await
+    }
+
+    /// A relay with `settings`, idle once this returns; with `record_waits`,
+    /// it notes every job's wait from its `created_at` (see [`Self::waits`]).
+    pub(super) async fn start_with(
+        url: &str,
+        settings: RelaySettings,
+        record_waits: bool,
+    ) -> anyhow::Result<RecordingRelay> {
+        let starts: Arc<Mutex<HashMap<i64, Instant>>> = Arc::default();
+        let waits = record_waits.then(Arc::default);
+        // As `outbox-relay relay` sizes it: a connection per effect slot,
+        // plus the producer, the completer, the heartbeat and the reaper.
         let pool = crate::db::build_pool(
             url,
             &crate::db::PoolOptions {
-                size: u32::try_from(settings.concurrency + 4).unwrap_or(20),
+                size: u32::try_from(settings.concurrency.min(64) + 4).unwrap_or(20),
                 ..crate::db::PoolOptions::default()
             },
         );
@@ -141,6 +181,7 @@ impl RecordingRelay {
             settings,
             Arc::new(StartRecorder {
                 starts: Arc::clone(&starts),
+                waits: waits.clone(),
             }),
         )?;
         let stop = CancellationToken::new();
@@ -149,9 +190,36 @@ impl RecordingRelay {
         tokio::time::sleep(Duration::from_millis(1000)).await;
         Ok(RecordingRelay {
             starts,
+            waits,
             stop,
             running,
         })
+    }
+
+    /// The waits noted so far of the jobs created since `from`, sorted
+    /// (empty unless started with `record_waits`).
+    pub(super) fn waits_of_jobs_created_since(
+        &self,
+        from: chrono::DateTime<chrono::Utc>,
+    ) -> Vec<u64> {
+        let Some(waits) = &self.waits else {
+            return Vec::new();
+        };
+        let waits = waits.lock().unwrap_or_else(|e| e.into_inner());
+        let mut micros: Vec<u64> = waits
+            .iter()
+            .filter(|w| w.created_at >= from)
+            .map(|w| w.micros)
+            .collect();
+        micros.sort_unstable();
+        micros
+    }
+
+    /// Stops the relay and waits for it to have stopped.
+    pub(super) async fn stop(self) -> anyhow::Result<()> {
+        self.stop.cancel();
+        self.running.await?;
+        Ok(())
     }
 
     /// Waits for every sample to start, stops the relay, and returns the

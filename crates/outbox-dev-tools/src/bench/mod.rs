@@ -5,11 +5,14 @@
 //! Machines are noisy; the figures worth quoting are the ratios between runs
 //! made minutes apart on the same machine, which this command prints.
 
+mod arrival;
 mod auth_cost;
 mod ceiling;
+mod depth;
 mod drain;
 mod endpoints;
 mod latency;
+mod open_loop;
 mod orders;
 mod publish;
 mod real;
@@ -25,6 +28,7 @@ use diesel::prelude::*;
 use crate::config::{parse_count, parse_database_url};
 use crate::scratch::ScratchDatabase;
 
+pub use arrival::ArrivalRate;
 pub use report::BenchReport;
 
 #[derive(Debug, Clone, Args)]
@@ -62,6 +66,16 @@ pub struct BenchArgs {
     /// How long each placement run lasts.
     #[arg(long, default_value = "5s", value_parser = crate::config::parse_positive_duration)]
     pub api_duration: Duration,
+    /// Open-loop runs: orders sent through the API at this fixed rate (orders
+    /// per second, or `50%` of the saturation run's rate), while a relay at
+    /// the defaults drains their jobs. Repeat the flag or give a comma list.
+    /// A share needs the saturation run (`--api-clients` above 0).
+    #[arg(long, value_name = "RATE", value_delimiter = ',', default_value = "50%,80%",
+          value_parser = arrival::parse_arrival_rate, allow_negative_numbers = true)]
+    pub arrival_rate: Vec<ArrivalRate>,
+    /// How long each open-loop run sends orders.
+    #[arg(long, default_value = "10s", value_parser = crate::config::parse_positive_duration)]
+    pub open_loop_duration: Duration,
     /// Runs of each throughput measurement; the median is reported.
     #[arg(long, default_value_t = 1, value_parser = parse_count)]
     pub repeat: usize,
@@ -77,8 +91,14 @@ pub struct BenchArgs {
     /// its publish drain.
     #[arg(long, default_value_t = 10_000, value_parser = parse_jobs)]
     pub real_jobs: usize,
+    /// Only the NATS publish run, `--repeat` times: `--real-jobs` publish
+    /// jobs, the same jobs as `noop`, and the raw async-nats loop, at
+    /// `--concurrency` and `--batch`.
+    #[arg(long, conflicts_with_all = ["api_only", "endpoints"])]
+    pub publish_only: bool,
     /// Only the order placement runs (through the API, with and without
-    /// half-open connections, and pgbench): no drains, no latency run.
+    /// half-open connections, and pgbench) and the open-loop runs: no
+    /// drains, no latency run.
     #[arg(long)]
     pub api_only: bool,
     /// Skip the batch-1 pair, which at a large concurrency is slow and opens
@@ -173,6 +193,23 @@ pub async fn run(args: BenchArgs) -> anyhow::Result<()> {
         args.ceiling_workers(args.batch)
     );
 
+    if args.publish_only {
+        for round in 1..=args.repeat {
+            eprintln!("bench: round {round} of {}", args.repeat);
+            match publish::measure(&scratch.url, &args, args.batch)
+                .await
+                .context("draining NATS publishes")?
+            {
+                Some(publish) => {
+                    println!("{}", publish.summary());
+                    println!("{}", serde_json::to_string(&publish.json())?);
+                }
+                None => break,
+            }
+        }
+        drop(scratch);
+        return Ok(());
+    }
     let mut report = BenchReport::new(&args);
     let rounds = if args.api_only { 0 } else { args.repeat };
     for round in 1..=rounds {
@@ -241,13 +278,7 @@ pub async fn run(args: BenchArgs) -> anyhow::Result<()> {
                 .await
                 .context("draining NATS publishes")?
             {
-                eprintln!(
-                    "  relay (NATS publishes): {:.0} jobs/s; raw async-nats loop: {:.0} msgs/s; \
-                     ratio {:.2}",
-                    publish.drain.jobs_per_second(),
-                    publish.raw_per_second,
-                    publish.ratio()
-                );
+                eprintln!("  {}", publish.summary());
             }
         }
     }
@@ -267,6 +298,10 @@ pub async fn run(args: BenchArgs) -> anyhow::Result<()> {
         }
         report.placement = Some(placement);
     }
+    let saturation = report.placement.as_ref().map(|p| p.api_orders_per_second);
+    report.open_loop = open_loop::measure_all(&scratch.url, &args, saturation)
+        .await
+        .context("the open-loop runs")?;
     if args.latency_samples > 0 && !args.api_only {
         report.latency = Some(
             latency::measure(&scratch.url, &args)

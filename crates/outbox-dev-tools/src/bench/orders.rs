@@ -50,7 +50,7 @@ pub struct HalfOpenRun {
 /// What a half-open client sends: never the blank line that ends the head.
 const PARTIAL_HEAD: &[u8] = b"POST /orders HTTP/1.1\r\nHost: bench.example\r\n";
 
-const ORDER: &str = r#"{"customer_email":"ada@example.com","customer_name":"Ada Lovelace","currency":"EUR","items":[{"sku":"TEA-1","name":"Green tea","quantity":2,"unit_price_cents":450},{"sku":"MUG-2","name":"Mug","quantity":1,"unit_price_cents":1200}]}"#;
+pub(super) const ORDER: &str = r#"{"customer_email":"ada@example.com","customer_name":"Ada Lovelace","currency":"EUR","items":[{"sku":"TEA-1","name":"Green tea","quantity":2,"unit_price_cents":450},{"sku":"MUG-2","name":"Mug","quantity":1,"unit_price_cents":1200}]}"#;
 
 /// The same writes `place_order` makes for the order above, as one pgbench
 /// transaction: the order, its items, its `order.placed` event and its three

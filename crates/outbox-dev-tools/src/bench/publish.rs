@@ -1,8 +1,17 @@
-//! `--effects real`, NATS part: a drain of `order_publish` jobs into a
-//! JetStream stream, set against a raw async-nats loop publishing as many
-//! messages, with the same headers and `--concurrency` in flight, to the same
-//! server in the same run. The ratio is what the outbox costs over
-//! publishing directly: claiming, loading the order, writing outcomes.
+//! `--effects real` (or `--publish-only`), NATS part: a drain of
+//! `order_publish` jobs into a JetStream stream, set against a raw async-nats
+//! loop publishing as many messages to the same server in the same run, and
+//! against the same jobs as `noop` (the relay's own ceiling for them). The
+//! ratio to the raw loop is what the outbox costs over publishing directly:
+//! claiming, loading the order, writing outcomes.
+//!
+//! The raw loop is the relay's publish without the relay: the body of a
+//! message the drain stored (its size and bytes), the same headers
+//! (`Nats-Msg-Id`, `Nats-Expected-Last-Subject-Sequence: 0`,
+//! `Nats-Expected-Stream`, `content-type`), a subject of its own per message,
+//! and at most `--concurrency` PubAcks awaited at once: as many as the
+//! relay's slots allow it. A loop pipelining thousands of publishes would
+//! measure another workload, one the relay never runs.
 
 use std::time::{Duration, Instant};
 
@@ -20,22 +29,76 @@ use crate::effects::nats::{Publication, headers};
 /// The bench's endpoint; its row names the stream the drain publishes to.
 const ENDPOINT: &str = "bench-nats";
 
-/// Both halves of one run.
+/// The three parts of one run.
 #[derive(Debug, Clone)]
 pub struct PublishRun {
+    /// The publish jobs.
     pub drain: DrainRun,
+    /// The same jobs (orders, events, payloads, ordering keys) as `noop`.
+    pub noop: DrainRun,
     pub raw_per_second: f64,
+    /// PubAcks the raw loop awaited at once (the relay's concurrency).
+    pub raw_in_flight: usize,
+    /// Bytes of each message's body, in the drain and the raw loop alike.
+    pub body_bytes: usize,
 }
 
 impl PublishRun {
-    /// The relay's jobs/s over the raw loop's messages/s.
+    /// The relay's publish jobs/s over the raw loop's messages/s.
     pub fn ratio(&self) -> f64 {
-        if self.raw_per_second > 0.0 {
-            self.drain.jobs_per_second() / self.raw_per_second
-        } else {
-            0.0
-        }
+        per(self.drain.jobs_per_second(), self.raw_per_second)
     }
+
+    /// The relay's `noop` jobs/s over the raw loop's messages/s: the most
+    /// the publish drain could reach with a free publish.
+    pub fn noop_ratio(&self) -> f64 {
+        per(self.noop.jobs_per_second(), self.raw_per_second)
+    }
+
+    /// One line for the progress output.
+    pub fn summary(&self) -> String {
+        format!(
+            "relay (NATS publishes): {:.0} jobs/s; same jobs as noop: {:.0} jobs/s; raw async-nats \
+             loop ({} in flight, {} B bodies): {:.0} msgs/s; publish/raw {:.2}, noop/raw {:.2}, \
+             publish/noop {:.2}; transactions per job: publish {:.2}, noop {:.2}",
+            self.drain.jobs_per_second(),
+            self.noop.jobs_per_second(),
+            self.raw_in_flight,
+            self.body_bytes,
+            self.raw_per_second,
+            self.ratio(),
+            self.noop_ratio(),
+            per(self.drain.jobs_per_second(), self.noop.jobs_per_second()),
+            transactions_per_job(&self.drain),
+            transactions_per_job(&self.noop),
+        )
+    }
+
+    pub fn json(&self) -> serde_json::Value {
+        serde_json::json!({
+            "jobs": self.drain.jobs,
+            "batch": self.drain.batch,
+            "in_flight": self.raw_in_flight,
+            "body_bytes": self.body_bytes,
+            "publish_jobs_per_s": self.drain.jobs_per_second(),
+            "noop_jobs_per_s": self.noop.jobs_per_second(),
+            "raw_msgs_per_s": self.raw_per_second,
+            "publish_over_raw": self.ratio(),
+            "noop_over_raw": self.noop_ratio(),
+            "publish_transactions_per_job": transactions_per_job(&self.drain),
+            "noop_transactions_per_job": transactions_per_job(&self.noop),
+            "publish_relay_cpu_s": self.drain.cpu_seconds,
+            "noop_relay_cpu_s": self.noop.cpu_seconds,
+        })
+    }
+}
+
+fn per(a: f64, b: f64) -> f64 {
+    if b > 0.0 { a / b } else { 0.0 }
+}
+
+fn transactions_per_job(run: &DrainRun) -> f64 {
+    run.server.transactions as f64 / run.jobs.max(1) as f64
 }
 
 /// Drains `args.real_jobs` publish jobs into a fresh stream on
@@ -96,7 +159,16 @@ async fn run(
     })
     .await??;
 
-    let workload = Workload {
+    let noop = Workload {
+        label: format!("{batch}, publish jobs as noop"),
+        jobs: args.real_jobs,
+        kinds: "noop".to_owned(),
+        env: vec![],
+        enqueue: enqueue_noop_twins,
+        keys: None,
+        pin: None,
+    };
+    let publish = Workload {
         label: format!("{batch}, NATS publishes"),
         jobs: args.real_jobs,
         kinds: "order_publish".to_owned(),
@@ -106,9 +178,12 @@ async fn run(
         pin: None,
     };
     let (owned_url, concurrency) = (url.to_owned(), args.concurrency);
-    let drain =
-        tokio::task::spawn_blocking(move || drain::run(&owned_url, &workload, concurrency, batch))
-            .await??;
+    let (noop, drain) = tokio::task::spawn_blocking(move || {
+        let noop = drain::run(&owned_url, &noop, concurrency, batch)?;
+        let drain = drain::run(&owned_url, &publish, concurrency, batch)?;
+        anyhow::Ok((noop, drain))
+    })
+    .await??;
     let mut info = js.get_stream(stream).await?;
     let stored = info.info().await?.state.messages;
     anyhow::ensure!(
@@ -116,28 +191,38 @@ async fn run(
         "the stream holds {stored} messages for {} publish jobs",
         drain.jobs
     );
+    // The raw loop sends what the relay sent: a stored message's body.
+    let body = info
+        .get_raw_message(1)
+        .await
+        .context("reading back the drain's first message")?
+        .payload;
 
-    let raw_per_second = raw_loop(js, stream, prefix, drain.jobs, args.concurrency).await?;
+    let raw_per_second = raw_loop(js, stream, prefix, &body, drain.jobs, concurrency).await?;
     Ok(PublishRun {
         drain,
+        noop,
         raw_per_second,
+        raw_in_flight: concurrency,
+        body_bytes: body.len(),
     })
 }
 
-/// Publishes `n` messages like the relay's (headers, a body of the same
-/// size), `concurrency` awaiting their PubAck at once; messages per second.
+/// Publishes `n` messages like the relay's (its headers, `body`), each on a
+/// subject of its own, `concurrency` awaiting their PubAck at once; messages
+/// per second.
 async fn raw_loop(
     js: &jetstream::Context,
     stream: &str,
     prefix: &str,
+    body: &[u8],
     n: usize,
     concurrency: usize,
 ) -> anyhow::Result<f64> {
-    let body = vec![b'x'; 700];
     let started = Instant::now();
     let results: Vec<anyhow::Result<()>> = futures_util::stream::iter(0..n)
         .map(|i| {
-            let body = body.clone();
+            let body = body.to_vec();
             async move {
                 let id = format!("raw-{i}");
                 let publication = Publication {
@@ -171,11 +256,28 @@ fn enqueue_publishes(
     conn: &mut PgConnection,
     jobs: usize,
 ) -> anyhow::Result<super::stats::EnqueueMarks> {
+    enqueue_order_jobs(conn, jobs, "order_publish")
+}
+
+/// [`enqueue_publishes`] with kind `noop`: the same rows for the relay to
+/// claim, load nothing for and finish.
+fn enqueue_noop_twins(
+    conn: &mut PgConnection,
+    jobs: usize,
+) -> anyhow::Result<super::stats::EnqueueMarks> {
+    enqueue_order_jobs(conn, jobs, "noop")
+}
+
+fn enqueue_order_jobs(
+    conn: &mut PgConnection,
+    jobs: usize,
+    kind: &'static str,
+) -> anyhow::Result<super::stats::EnqueueMarks> {
     let orders = i64::try_from(jobs).unwrap_or(i64::MAX);
     super::enqueue_timed(
         conn,
         "jobs, order_items, order_events, orders, receipts",
-        "order_publish",
+        kind,
         |conn| {
             diesel::sql_query(
                 "WITH placed AS ( \
@@ -191,13 +293,14 @@ fn enqueue_publishes(
                      SELECT id, 1, 'order.placed' FROM placed \
                      RETURNING id, order_id) \
                  INSERT INTO jobs (order_id, kind, payload, ordering_key) \
-                 SELECT ev.order_id, 'order_publish', \
+                 SELECT ev.order_id, $2, \
                         jsonb_build_object('order_id', ev.order_id, 'event_id', ev.id, \
                                            'endpoint_id', e.id), \
                         'endpoint:' || e.id || ':order:' || ev.order_id \
                  FROM events ev, endpoints e WHERE e.name = 'bench-nats'",
             )
             .bind::<BigInt, _>(orders)
+            .bind::<diesel::sql_types::Text, _>(kind)
             .execute(conn)
             .map(drop)
         },

@@ -4,6 +4,7 @@
 //! as a table is in `table`, as JSON in `json`.
 
 mod json;
+mod open_loop;
 mod table;
 
 use super::BenchArgs;
@@ -135,6 +136,8 @@ pub struct BenchReport {
     /// round, each right after that round's `relay` drain.
     pub baseline: Vec<DrainRun>,
     pub baseline_relay: Option<std::path::PathBuf>,
+    /// `--arrival-rate`: one run per rate, in the order given.
+    pub open_loop: Vec<super::open_loop::OpenLoopRun>,
 }
 
 /// The share of a real job's wall time that a `noop` job, which is nothing
@@ -185,6 +188,7 @@ impl BenchReport {
             concurrency_keys: args.concurrency_keys,
             baseline: Vec::new(),
             baseline_relay: args.baseline_relay.clone(),
+            open_loop: Vec::new(),
         }
     }
 

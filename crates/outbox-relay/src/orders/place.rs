@@ -2,18 +2,19 @@
 
 use diesel::prelude::*;
 use diesel::result::Error as DieselError;
+use diesel::sql_types::{Array, BigInt, Integer, Nullable, Text, Timestamptz};
 use sha2::{Digest, Sha256};
 
 use chrono::{DateTime, Utc};
 
 use super::domain::NewOrder;
-use super::events::{KeyAge, event_email, record_event};
+use super::events::{KeyAge, RecordedEvent, event_email};
 use super::idempotency::IdempotencyKey;
 use super::jobs::{ReceiptPdf, new_job};
 use super::read::{Order, OrderEvent, OrderItem, OrderJob};
 use super::{OrderId, OrderStatus};
 use crate::outbox::{Enqueuer, JobOptions, JobStatus};
-use crate::schema::{order_items, orders};
+use crate::schema::orders;
 
 /// What `place_order` did.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -64,26 +65,52 @@ pub enum PlaceOrderError {
     Database(#[from] DieselError),
 }
 
-#[derive(Insertable)]
-#[diesel(table_name = orders)]
-struct OrderRow<'a> {
-    customer_email: &'a str,
-    customer_name: &'a str,
-    currency: &'a str,
-    total_cents: i64,
-    idempotency_key: Option<&'a str>,
-    request_hash: Option<&'a str>,
-    api_key_id: Option<i64>,
+/// What `sql/place_order.sql` returns for an order it wrote.
+#[derive(QueryableByName)]
+struct PlacedRow {
+    #[diesel(sql_type = BigInt)]
+    order_id: OrderId,
+    #[diesel(sql_type = Timestamptz)]
+    created_at: DateTime<Utc>,
+    /// In the request's order.
+    #[diesel(sql_type = Array<BigInt>)]
+    item_ids: Vec<i64>,
+    #[diesel(embed)]
+    event: RecordedEvent,
 }
 
-#[derive(Insertable)]
-#[diesel(table_name = order_items)]
-struct ItemRow<'a> {
-    order_id: OrderId,
-    sku: &'a str,
-    name: &'a str,
-    quantity: i32,
-    unit_price_cents: i64,
+/// The order, its items and its first event in one statement; `None` when
+/// the idempotency key was taken, and nothing was written.
+///
+/// One statement, not one per table: a placement's cost is mostly its round
+/// trips (each is a client and a server wake-up, and a TLS record each way),
+/// so the three inserts a placement makes before its jobs share one.
+fn insert_placed(
+    conn: &mut PgConnection,
+    order: &NewOrder,
+    key: Option<&IdempotencyKey>,
+    request_hash: Option<&str>,
+) -> QueryResult<Option<PlacedRow>> {
+    let items = order.items();
+    let skus: Vec<&str> = items.iter().map(|i| i.sku.as_str()).collect();
+    let names: Vec<&str> = items.iter().map(|i| i.name.as_str()).collect();
+    let quantities: Vec<i32> = items.iter().map(|i| i.quantity.get()).collect();
+    let prices: Vec<i64> = items.iter().map(|i| i.unit_price.cents()).collect();
+    diesel::sql_query(include_str!("sql/place_order.sql"))
+        .bind::<Text, _>(order.customer_email.as_str())
+        .bind::<Text, _>(order.customer_name.as_str())
+        .bind::<Text, _>(order.currency.code())
+        .bind::<BigInt, _>(order.total().cents())
+        .bind::<Nullable<Text>, _>(key.map(IdempotencyKey::as_str))
+        .bind::<Nullable<Text>, _>(request_hash)
+        .bind::<Nullable<BigInt>, _>(key.and_then(IdempotencyKey::api_key_id))
+        .bind::<Array<Text>, _>(&skus)
+        .bind::<Array<Text>, _>(&names)
+        .bind::<Array<Integer>, _>(&quantities)
+        .bind::<Array<BigInt>, _>(&prices)
+        .bind::<Text, _>(OrderStatus::Placed.event_type())
+        .get_result(conn)
+        .optional()
 }
 
 /// Writes the order, its items and one job per effect in one transaction;
@@ -108,26 +135,15 @@ pub fn place_order(
     let _entered = span.enter();
     let fingerprint = key.map(|_| fingerprint(order));
     let placement = enqueuer.transaction(conn, |conn| {
-        let inserted: Option<(OrderId, DateTime<Utc>)> = diesel::insert_into(orders::table)
-            .values(OrderRow {
-                customer_email: order.customer_email.as_str(),
-                customer_name: order.customer_name.as_str(),
-                currency: order.currency.code(),
-                total_cents: order.total().cents(),
-                idempotency_key: key.map(IdempotencyKey::as_str),
-                request_hash: fingerprint.as_deref(),
-                api_key_id: key.and_then(IdempotencyKey::api_key_id),
-            })
-            // Only the idempotency indexes can conflict (the id is a
-            // sequence's): orders_idempotency_key_per_api_key and
-            // orders_idempotency_key_without_api_key, partial indexes that
-            // an ON CONFLICT target could not name without their predicate.
-            .on_conflict_do_nothing()
-            .returning((orders::id, orders::created_at))
-            .get_result(conn)
-            .optional()?;
+        let inserted = insert_placed(conn, order, key, fingerprint.as_deref())?;
 
-        let Some((order_id, created_at)) = inserted else {
+        let Some(PlacedRow {
+            order_id,
+            created_at,
+            item_ids,
+            event,
+        }) = inserted
+        else {
             // The key exists: a concurrent or earlier request won. ON CONFLICT waited
             // for its transaction, so the row is visible now.
             // Without a key nothing can conflict: were it to, an error, not a panic.
@@ -157,34 +173,6 @@ pub fn place_order(
         };
 
         span.record("order_id", order_id.get());
-
-        let items: Vec<ItemRow<'_>> = order
-            .items()
-            .iter()
-            .map(|item| ItemRow {
-                order_id,
-                sku: item.sku.as_str(),
-                name: item.name.as_str(),
-                quantity: item.quantity.get(),
-                unit_price_cents: item.unit_price.cents(),
-            })
-            .collect();
-        let item_ids: Vec<i64> = diesel::insert_into(order_items::table)
-            .values(&items)
-            .returning(order_items::id)
-            .get_results(conn)?;
-
-        // The order's first event; its webhook and email open the order's
-        // ordering keys, so later events are delivered after them.
-        let event = record_event(
-            conn,
-            order_id,
-            1,
-            OrderStatus::Placed.event_type(),
-            serde_json::json!({}),
-            None,
-            None,
-        )?;
         let event_id = event.event_id;
         let mut jobs = vec![
             event_email(order_id, event_id, max_attempts, KeyAge::New)?,

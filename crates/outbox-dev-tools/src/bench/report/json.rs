@@ -69,6 +69,7 @@ impl BenchReport {
             "concurrency": self.concurrency,
             "drain": pairs,
             "placement": self.placement.as_ref().map(|p| json!({
+                "run": "saturation",
                 "clients": p.clients,
                 "api_orders_per_second": p.api_orders_per_second,
                 "api_errors": p.api_errors,
@@ -92,6 +93,7 @@ impl BenchReport {
                     "p99_over_unloaded": h.latency.p99_ms / p.api_latency.p99_ms,
                 })),
             })),
+            "open_loop": self.open_loop_json(),
             "real_effects": median(&self.real).map(|real| json!({
                 "run": run(Some(real)),
                 "noop_jobs_per_second": median(&self.relay).map(DrainRun::jobs_per_second),

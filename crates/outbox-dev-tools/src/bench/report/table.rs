@@ -237,7 +237,7 @@ impl BenchReport {
                 .map(|c| format!("{:.2}x", p.api_orders_per_second / c))
                 .unwrap_or_else(|| "-".into());
             out.push_str(&format!(
-                "\norder placement, {} clients: API {:.0} orders/s ({} errors), \
+                "\norder placement, saturation (closed loop: {} clients flat out): API {:.0} orders/s ({} errors), \
                  pgbench with the same inserts and no NOTIFY {} orders/s, ratio {}\n",
                 p.clients,
                 p.api_orders_per_second,
@@ -283,6 +283,7 @@ impl BenchReport {
                 ));
             }
         }
+        out.push_str(&self.open_loop_lines());
         out.push_str(&self.cost_table());
         out.push_str(&self.pinned_lines());
         out.push_str(&self.keyed_lines());

@@ -10,6 +10,12 @@
 //! connection; requests arriving meanwhile form the next batch. At most
 //! `MAX_LOADS` batches are read at once, so a slow database makes batches
 //! larger rather than taking every pooled connection.
+//!
+//! One row that does not decode (a currency code this build does not know)
+//! fails the statement that read it, and so the whole batch: the batch is
+//! then read again one request at a time, so that only that order's job
+//! fails, permanently and saying why, as the other order jobs'
+//! `OrderLoader` does.
 
 use std::collections::HashMap;
 use std::sync::{Arc, OnceLock};
@@ -17,8 +23,10 @@ use std::sync::{Arc, OnceLock};
 use outbox_core::worker::EffectError;
 use tokio::sync::{Semaphore, mpsc, oneshot};
 
+use diesel::PgConnection;
+
 use crate::db::{PgPool, run_blocking};
-use crate::orders::{Order, OrderEvent, OrderId, load_events, load_orders};
+use crate::orders::{Order, OrderEvent, OrderId, load_event, load_events, load_order, load_orders};
 
 /// Most requests read in one batch.
 const MAX_BATCH: usize = 256;
@@ -100,19 +108,11 @@ async fn run(pool: PgPool, mut requests: mpsc::UnboundedReceiver<Request>) {
 
 /// Reads one batch and answers each of its requests.
 async fn answer(pool: &PgPool, batch: Vec<Request>) {
-    let order_ids: Vec<OrderId> = batch.iter().map(|r| r.order_id).collect();
-    let event_ids: Vec<i64> = batch.iter().map(|r| r.event_id).collect();
-    let read = run_blocking(pool, move |conn| {
-        Ok((
-            load_orders(conn, &order_ids)?,
-            load_events(conn, &event_ids)?,
-        ))
-    })
-    .await;
+    let wanted: Vec<(OrderId, i64)> = batch.iter().map(|r| (r.order_id, r.event_id)).collect();
+    let read = run_blocking(pool, move |conn| Ok(read_batch(conn, &wanted)?)).await;
     match read {
-        Ok((orders, events)) => {
-            for request in batch {
-                let loaded = pick(&orders, &events, request.order_id, request.event_id);
+        Ok(loaded) => {
+            for (request, loaded) in batch.into_iter().zip(loaded) {
                 // The job may have been cancelled meanwhile: nobody to tell.
                 let _ = request.reply.send(loaded);
             }
@@ -128,6 +128,69 @@ async fn answer(pool: &PgPool, batch: Vec<Request>) {
     }
 }
 
+/// The outcome of each `(order, event)` of `wanted`, in its order. `Err` only
+/// for a database error, which no request is to blame for.
+fn read_batch(
+    conn: &mut PgConnection,
+    wanted: &[(OrderId, i64)],
+) -> diesel::QueryResult<Vec<Loaded>> {
+    let order_ids: Vec<OrderId> = wanted.iter().map(|(order, _)| *order).collect();
+    let event_ids: Vec<i64> = wanted.iter().map(|(_, event)| *event).collect();
+    let together = load_orders(conn, &order_ids)
+        .and_then(|orders| Ok((orders, load_events(conn, &event_ids)?)));
+    match together {
+        Ok((orders, events)) => Ok(wanted
+            .iter()
+            .map(|&(order_id, event_id)| pick(&orders, &events, order_id, event_id))
+            .collect()),
+        Err(diesel::result::Error::DeserializationError(_)) => wanted
+            .iter()
+            .map(|&(order_id, event_id)| read_one(conn, order_id, event_id))
+            .collect(),
+        Err(error) => Err(error),
+    }
+}
+
+/// One request read on its own: a row that does not decode is that job's
+/// permanent failure, named with Diesel's field and the value it refused.
+fn read_one(
+    conn: &mut PgConnection,
+    order_id: OrderId,
+    event_id: i64,
+) -> diesel::QueryResult<Loaded> {
+    let order = match load_order(conn, order_id) {
+        Ok(Some(order)) => order,
+        Ok(None) => return Ok(Err(gone(format!("order {order_id}")))),
+        Err(diesel::result::Error::DeserializationError(e)) => {
+            return Ok(Err(unreadable(format!("order {order_id}"), e.as_ref())));
+        }
+        Err(error) => return Err(error),
+    };
+    match load_event(conn, event_id) {
+        Ok(Some(event)) => Ok(Ok((order, event))),
+        Ok(None) => Ok(Err(gone(format!("event {event_id}")))),
+        Err(diesel::result::Error::DeserializationError(e)) => {
+            Ok(Err(unreadable(format!("event {event_id}"), e.as_ref())))
+        }
+        Err(error) => Err(error),
+    }
+}
+
+/// Diesel names the field; its source names the value.
+fn unreadable(
+    what: String,
+    error: &(dyn std::error::Error + Send + Sync + 'static),
+) -> EffectError {
+    EffectError::permanent(format!(
+        "{what} cannot be read: {}",
+        crate::effects::error_chain(error)
+    ))
+}
+
+fn gone(what: String) -> EffectError {
+    EffectError::permanent(format!("{what} no longer exists"))
+}
+
 fn pick(
     orders: &HashMap<OrderId, Order>,
     events: &HashMap<i64, OrderEvent>,
@@ -136,9 +199,9 @@ fn pick(
 ) -> Loaded {
     let order = orders
         .get(&order_id)
-        .ok_or_else(|| EffectError::permanent(format!("order {order_id} no longer exists")))?;
+        .ok_or_else(|| gone(format!("order {order_id}")))?;
     let event = events
         .get(&event_id)
-        .ok_or_else(|| EffectError::permanent(format!("event {event_id} no longer exists")))?;
+        .ok_or_else(|| gone(format!("event {event_id}")))?;
     Ok((order.clone(), event.clone()))
 }

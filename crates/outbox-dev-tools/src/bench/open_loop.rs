@@ -1,0 +1,321 @@
+//! Open-loop placement: orders sent to the API on a fixed schedule, each
+//! request started at its slot whether or not the earlier ones were
+//! answered, as a shop's customers arrive; beside it, a relay at the
+//! defaults drains the jobs the orders enqueue. For each rate: the rate the
+//! API achieved, the jobs' enqueue-to-start latency, and the queue's depth
+//! over time.
+//!
+//! A closed loop (the saturation run) slows down with the server and so
+//! never sees a queue build; an open loop keeps arriving.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use diesel::prelude::*;
+use tokio::sync::Semaphore;
+
+use super::BenchArgs;
+use super::arrival::ArrivalRate;
+use super::depth::{self, DepthProbe, DepthSample, DepthSummary};
+use super::latency::RecordingRelay;
+use super::orders::{self, ApiUnderTest};
+use super::report::Latency;
+use crate::relay::RelaySettings;
+
+/// A request sent this long after its slot counts as late: the generator
+/// itself fell behind (a starved CPU), and the load was lighter than asked.
+const LATE: Duration = Duration::from_millis(10);
+/// Requests in flight at most; a slot that finds none free is counted as
+/// failed. Far above what a rate the API sustains needs (rate x latency).
+const MAX_IN_FLIGHT: usize = 1024;
+/// How long the requests still in flight when the schedule ends may take.
+const ANSWER_GRACE: Duration = Duration::from_secs(5);
+/// How long the relay may take to start the run's last jobs.
+pub(super) const DRAIN_LIMIT: Duration = Duration::from_secs(60);
+
+#[derive(Debug, Clone)]
+pub struct OpenLoopRun {
+    pub requested: ArrivalRate,
+    pub target_per_second: f64,
+    pub seconds: f64,
+    pub sent: u64,
+    /// `201`s received before the schedule ended.
+    pub placed_in_time: u64,
+    /// `201`s in all, the late answers included.
+    pub placed: u64,
+    /// Other answers, failed requests, and slots with no request free.
+    pub errors: u64,
+    /// Requests sent more than [`LATE`] after their slot.
+    pub late_sends: u64,
+    /// Requests with no answer within [`ANSWER_GRACE`] of the end.
+    pub unanswered: u64,
+    pub post_latency: Latency,
+    /// Jobs the run's orders enqueued, and those the relay had not started
+    /// within [`DRAIN_LIMIT`] of the end (their waits are missing from
+    /// `enqueue_to_start`, which then reads low).
+    pub jobs: i64,
+    pub unstarted: i64,
+    pub enqueue_to_start: Latency,
+    pub depth: Vec<DepthSample>,
+    pub depth_summary: Option<DepthSummary>,
+}
+
+impl OpenLoopRun {
+    pub fn achieved_per_second(&self) -> f64 {
+        self.placed_in_time as f64 / self.seconds.max(f64::MIN_POSITIVE)
+    }
+    pub fn jobs_per_second(&self) -> f64 {
+        self.jobs as f64 / self.seconds.max(f64::MIN_POSITIVE)
+    }
+}
+
+/// Every `--arrival-rate` in turn. Shares resolve against `saturation`;
+/// without it they are skipped, said on stderr.
+pub async fn measure_all(
+    url: &str,
+    args: &BenchArgs,
+    saturation: Option<f64>,
+) -> anyhow::Result<Vec<OpenLoopRun>> {
+    let mut runs = Vec::new();
+    for &requested in &args.arrival_rate {
+        let Some(target) = requested.resolve(saturation) else {
+            eprintln!("  open loop at {requested} skipped: no saturation run (--api-clients 0)");
+            continue;
+        };
+        let run = measure(url, args, requested, target).await?;
+        eprintln!(
+            "  open loop at {requested} ({target:.0} orders/s): {:.0} orders/s placed, \
+             enqueue-to-start p50 {:.2} ms p99 {:.2} ms, depth {}",
+            run.achieved_per_second(),
+            run.enqueue_to_start.p50_ms,
+            run.enqueue_to_start.p99_ms,
+            match &run.depth_summary {
+                Some(d) if d.bounded => format!("bounded (max {})", d.max),
+                Some(d) => format!("growing {:.0} jobs/s (max {})", d.growth_per_second, d.max),
+                None => "-".to_owned(),
+            }
+        );
+        runs.push(run);
+    }
+    Ok(runs)
+}
+
+async fn measure(
+    url: &str,
+    args: &BenchArgs,
+    requested: ArrivalRate,
+    target: f64,
+) -> anyhow::Result<OpenLoopRun> {
+    orders::truncate(url).await?;
+    super::latency::reset(url).await?;
+    // The relay as `outbox-relay relay` runs with no settings given; its
+    // executor does nothing, so the machinery alone is measured.
+    let kinds = crate::orders::ORDER_JOB_KINDS.map(str::to_owned).to_vec();
+    let relay =
+        RecordingRelay::start_with(url, RelaySettings::new("bench-open-loop", kinds), true).await?;
+    // The API as the saturation run serves it: a pool for `--api-clients`
+    // (without that run, the default 16).
+    let api = ApiUnderTest::start(
+        url,
+        match args.api_clients {
+            0 => 16,
+            clients => clients,
+        },
+        MAX_IN_FLIGHT,
+        Duration::from_secs(30),
+        crate::api::ApiAuth::Keys,
+    )
+    .await?;
+    let client = orders::load_client(64, api.api_key.as_deref())?;
+    let endpoint = api.endpoint();
+    // Warm-up: connections, prepared plans, the pools; its jobs drained and
+    // left out by their created_at.
+    orders::load(&client, &endpoint, 4, Duration::from_millis(300)).await;
+    anyhow::ensure!(
+        wait_until_drained(url, Duration::from_secs(10)).await?,
+        "the relay did not drain the warm-up's jobs in 10 s"
+    );
+
+    let window_start = chrono::Utc::now();
+    let started = Instant::now();
+    let probe = DepthProbe::start(url, started);
+    let schedule =
+        Schedule::run(&client, &endpoint, target, args.open_loop_duration, started).await;
+    let depth = probe.finish().await?;
+    let answers = schedule.answers(started + args.open_loop_duration).await;
+    api.stop().await?;
+
+    // Jobs left unstarted are counted below; their waits are not known.
+    let drained = wait_until_drained(url, DRAIN_LIMIT).await;
+    let waits = relay.waits_of_jobs_created_since(window_start);
+    relay.stop().await?;
+    drained?;
+    let jobs = jobs_created_since(url, window_start).await?;
+    let seconds = args.open_loop_duration.as_secs_f64();
+    let started_jobs = i64::try_from(waits.len()).unwrap_or(i64::MAX);
+    let job_rate = jobs as f64 / seconds;
+    Ok(OpenLoopRun {
+        requested,
+        target_per_second: target,
+        seconds,
+        sent: answers.sent,
+        placed_in_time: answers.placed_in_time,
+        placed: answers.placed,
+        errors: answers.errors,
+        late_sends: answers.late_sends,
+        unanswered: answers.unanswered,
+        post_latency: answers.latency,
+        jobs,
+        unstarted: (jobs - started_jobs).max(0),
+        enqueue_to_start: Latency::from_sorted_micros(&waits),
+        depth_summary: depth::summarize(&depth, job_rate),
+        depth,
+    })
+}
+
+/// The requests of one run, sent on schedule.
+struct Schedule {
+    tasks: tokio::task::JoinSet<Answer>,
+    answered: Vec<Answer>,
+    sent: u64,
+    refused: u64,
+    late_sends: u64,
+}
+
+/// How one request ended, and when.
+struct Answer {
+    placed: bool,
+    at: Instant,
+    micros: u64,
+}
+
+/// What the requests of a run came to.
+struct Answers {
+    sent: u64,
+    placed_in_time: u64,
+    placed: u64,
+    errors: u64,
+    late_sends: u64,
+    unanswered: u64,
+    latency: Latency,
+}
+
+impl Schedule {
+    /// Sends `rate` orders a second for `duration` from `started`: request
+    /// `i` at `started + i / rate`, each on a task of its own.
+    async fn run(
+        client: &reqwest::Client,
+        endpoint: &str,
+        rate: f64,
+        duration: Duration,
+        started: Instant,
+    ) -> Schedule {
+        let total = (rate * duration.as_secs_f64()).round() as u64;
+        let in_flight = Arc::new(Semaphore::new(MAX_IN_FLIGHT));
+        let mut schedule = Schedule {
+            tasks: tokio::task::JoinSet::new(),
+            answered: Vec::new(),
+            sent: 0,
+            refused: 0,
+            late_sends: 0,
+        };
+        for i in 0..total {
+            let slot = started + Duration::from_secs_f64(i as f64 / rate);
+            // Timers tick in milliseconds: above 1,000 a second, slots come
+            // due in small bursts, each still sent at once.
+            if slot > Instant::now() {
+                tokio::time::sleep_until(slot.into()).await;
+            }
+            if Instant::now().saturating_duration_since(slot) > LATE {
+                schedule.late_sends += 1;
+            }
+            while let Some(done) = schedule.tasks.try_join_next() {
+                schedule.answered.extend(done.ok());
+            }
+            let Ok(permit) = Arc::clone(&in_flight).try_acquire_owned() else {
+                schedule.refused += 1;
+                continue;
+            };
+            schedule.sent += 1;
+            let request = client
+                .post(endpoint)
+                .header("content-type", "application/json")
+                .body(orders::ORDER);
+            schedule.tasks.spawn(async move {
+                let sent_at = Instant::now();
+                let placed = matches!(request.send().await,
+                    Ok(response) if response.status() == reqwest::StatusCode::CREATED);
+                drop(permit);
+                Answer {
+                    placed,
+                    at: Instant::now(),
+                    micros: u64::try_from(sent_at.elapsed().as_micros()).unwrap_or(u64::MAX),
+                }
+            });
+        }
+        schedule
+    }
+
+    /// Waits up to [`ANSWER_GRACE`] for the requests still in flight, and
+    /// counts the answers against the schedule's `end`.
+    async fn answers(mut self, end: Instant) -> Answers {
+        let _ = tokio::time::timeout(ANSWER_GRACE, async {
+            while let Some(done) = self.tasks.join_next().await {
+                self.answered.extend(done.ok());
+            }
+        })
+        .await;
+        let unanswered = self.tasks.len() as u64;
+        self.tasks.abort_all();
+        let placed: Vec<&Answer> = self.answered.iter().filter(|a| a.placed).collect();
+        let mut micros: Vec<u64> = placed.iter().map(|a| a.micros).collect();
+        micros.sort_unstable();
+        let placed_count = placed.len() as u64;
+        Answers {
+            sent: self.sent,
+            placed_in_time: placed.iter().filter(|a| a.at <= end).count() as u64,
+            placed: placed_count,
+            errors: self.refused + (self.answered.len() as u64 - placed_count),
+            late_sends: self.late_sends,
+            unanswered,
+            latency: Latency::from_sorted_micros(&micros),
+        }
+    }
+}
+
+/// Waits until no job is pending or processing, for at most `limit`; false
+/// if some still are then.
+async fn wait_until_drained(url: &str, limit: Duration) -> anyhow::Result<bool> {
+    let url = url.to_owned();
+    tokio::task::spawn_blocking(move || -> anyhow::Result<bool> {
+        let mut conn = PgConnection::establish(&url)?;
+        let deadline = Instant::now() + limit;
+        while !super::drained(&mut conn)? {
+            if Instant::now() >= deadline {
+                return Ok(false);
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        Ok(true)
+    })
+    .await?
+}
+
+/// Jobs created since `from`, wherever they are now.
+async fn jobs_created_since(url: &str, from: chrono::DateTime<chrono::Utc>) -> anyhow::Result<i64> {
+    #[derive(QueryableByName)]
+    struct Count {
+        #[diesel(sql_type = diesel::sql_types::BigInt)]
+        n: i64,
+    }
+    let url = url.to_owned();
+    tokio::task::spawn_blocking(move || -> anyhow::Result<i64> {
+        let mut conn = PgConnection::establish(&url)?;
+        let count: Count =
+            diesel::sql_query("SELECT count(*) AS n FROM jobs_all WHERE created_at >= $1")
+                .bind::<diesel::sql_types::Timestamptz, _>(from)
+                .get_result(&mut conn)?;
+        Ok(count.n)
+    })
+    .await?
+}

@@ -1,0 +1,160 @@
+//! The open-loop runs in the table and in the JSON line.
+
+use serde_json::json;
+
+use super::BenchReport;
+use crate::bench::ArrivalRate;
+use crate::bench::open_loop::{DRAIN_LIMIT, OpenLoopRun};
+use crate::bench::stats::finite;
+use crate::relay::{DEFAULT_BATCH_SIZE, DEFAULT_CONCURRENCY};
+
+/// The depth at each whole second: the most of that second's samples.
+fn depth_per_second(run: &OpenLoopRun) -> Vec<i64> {
+    let mut seconds: Vec<i64> = Vec::new();
+    for sample in &run.depth {
+        let second = sample.at.max(0.0) as usize;
+        if seconds.len() <= second {
+            seconds.resize(second + 1, 0);
+        }
+        seconds[second] = seconds[second].max(sample.pending + sample.processing);
+    }
+    seconds
+}
+
+impl BenchReport {
+    /// The saturation run's orders per second, which shares resolve against.
+    fn saturation(&self) -> Option<f64> {
+        self.placement.as_ref().map(|p| p.api_orders_per_second)
+    }
+
+    pub(super) fn open_loop_lines(&self) -> String {
+        if self.open_loop.is_empty() {
+            return String::new();
+        }
+        let mut out = format!(
+            "\nopen loop: orders sent through the API on a fixed schedule, each request started at its \
+             slot whether or not earlier ones were answered; a relay at the defaults (concurrency {}, \
+             batch {}) in this process runs every order job as a no-op; enqueue-to-start from each \
+             job's created_at (its transaction's start) to the executor starting it; depth = pending \
+             + processing every 250 ms, bounded when it grew by under 2% of the jobs' arrival rate \
+             from the first third of the run to the last:\n\
+             {:<16} {:>8} {:>8} {:>6} {:>5} {:>8} {:>7} {:>8} {:>8} {:>7} {:>9}  {}\n",
+            DEFAULT_CONCURRENCY,
+            DEFAULT_BATCH_SIZE,
+            "rate",
+            "target/s",
+            "placed/s",
+            "errors",
+            "late",
+            "POST p99",
+            "jobs/s",
+            "e2s p50",
+            "e2s p99",
+            "max dep",
+            "growth/s",
+            "depth"
+        );
+        for run in &self.open_loop {
+            let rate = match (run.requested, self.saturation()) {
+                (ArrivalRate::Share(_), Some(max)) => format!("{} of {max:.0}", run.requested),
+                _ => run.requested.to_string(),
+            };
+            let (max, growth, verdict) = match &run.depth_summary {
+                Some(d) => (
+                    d.max.to_string(),
+                    format!("{:.1}", d.growth_per_second),
+                    if d.bounded { "bounded" } else { "GROWING" },
+                ),
+                None => ("-".into(), "-".into(), "-"),
+            };
+            out.push_str(&format!(
+                "{:<16} {:>8.0} {:>8.0} {:>6} {:>5} {:>8.2} {:>7.0} {:>8.2} {:>8.2} {:>7} {:>9}  {}\n",
+                rate,
+                run.target_per_second,
+                run.achieved_per_second(),
+                run.errors + run.unanswered,
+                run.late_sends,
+                run.post_latency.p99_ms,
+                run.jobs_per_second(),
+                run.enqueue_to_start.p50_ms,
+                run.enqueue_to_start.p99_ms,
+                max,
+                growth,
+                verdict,
+            ));
+        }
+        for run in &self.open_loop {
+            let depths: Vec<String> = depth_per_second(run)
+                .iter()
+                .map(ToString::to_string)
+                .collect();
+            out.push_str(&format!(
+                "  {}: depth each second (the most of its samples): {}",
+                run.requested,
+                depths.join(" ")
+            ));
+            if run.unstarted > 0 {
+                out.push_str(&format!(
+                    "; {} of {} jobs not started {} s after the orders stopped: the latencies read low",
+                    run.unstarted,
+                    run.jobs,
+                    DRAIN_LIMIT.as_secs()
+                ));
+            }
+            out.push('\n');
+        }
+        out.push_str(
+            "  errors: non-201 answers, failed requests and requests unanswered 5 s after the run; late: \
+             requests sent over 10 ms after their slot (the load generator starved of CPU). POST p99 and \
+             e2s in ms.\n",
+        );
+        out
+    }
+
+    pub(super) fn open_loop_json(&self) -> serde_json::Value {
+        let saturation = self.saturation();
+        self.open_loop
+            .iter()
+            .map(|run| {
+                let l = &run.enqueue_to_start;
+                json!({
+                    "rate": run.requested.to_string(),
+                    "share_of_saturation": match run.requested {
+                        ArrivalRate::Share(share) => Some(share),
+                        ArrivalRate::PerSecond(_) => None,
+                    },
+                    "saturation_orders_per_second": saturation,
+                    "target_orders_per_second": run.target_per_second,
+                    "achieved_orders_per_second": run.achieved_per_second(),
+                    "seconds": run.seconds,
+                    "sent": run.sent,
+                    "placed": run.placed,
+                    "placed_in_time": run.placed_in_time,
+                    "errors": run.errors,
+                    "unanswered": run.unanswered,
+                    "late_sends": run.late_sends,
+                    "post_latency_ms": { "p50": finite(run.post_latency.p50_ms), "p99": finite(run.post_latency.p99_ms) },
+                    "relay": { "concurrency": DEFAULT_CONCURRENCY, "batch": DEFAULT_BATCH_SIZE, "executor": "noop" },
+                    "jobs": run.jobs,
+                    "jobs_per_second": run.jobs_per_second(),
+                    "unstarted_jobs": run.unstarted,
+                    "enqueue_to_start_ms": {
+                        "samples": l.samples, "p50": finite(l.p50_ms), "p95": finite(l.p95_ms),
+                        "p99": finite(l.p99_ms), "max": finite(l.max_ms),
+                    },
+                    "depth": run.depth_summary.as_ref().map(|d| json!({
+                        "samples": d.samples,
+                        "max": d.max,
+                        "first_third_mean": d.first_third_mean,
+                        "last_third_mean": d.last_third_mean,
+                        "growth_jobs_per_second": d.growth_per_second,
+                        "bounded": d.bounded,
+                        "series": run.depth.iter().map(|s| json!([
+                            (s.at * 1000.0).round() / 1000.0, s.pending, s.processing
+                        ])).collect::<Vec<_>>(),
+                    })),
+                })
+            })
+            .collect()
+    }
+}

@@ -1,0 +1,59 @@
+-- Writes a new order, its items and its `order.placed` event, and reads the
+-- endpoints the event goes to, in one statement: one round trip where three
+-- statements took three (orders/place.rs says why that counts). The jobs are
+-- the enqueuer's, in the next statement.
+--
+-- $1 … $7: the order's row. $8 … $11: its items, one array per column, in
+-- the request's order. $12: the event type.
+--
+-- Only the idempotency indexes can conflict (the id is a sequence's):
+-- orders_idempotency_key_per_api_key and orders_idempotency_key_without_api_key,
+-- partial indexes that an ON CONFLICT target could not name without their
+-- predicate. On a conflict `new_order` is empty, so nothing else is written
+-- and no row comes back.
+--
+-- The items are inserted in the request's order, so their ids (a sequence's)
+-- ascend in that order, as the multi-row VALUES they replace drew them. The
+-- foreign keys of the items and the event are checked at the end of the
+-- statement, once the order's row is there.
+--
+-- The endpoint columns are record_event.sql's: see there.
+WITH new_order AS (
+    INSERT INTO orders (customer_email, customer_name, currency, total_cents,
+                        idempotency_key, request_hash, api_key_id)
+    VALUES ($1, $2, $3, $4, $5, $6, $7)
+    ON CONFLICT DO NOTHING
+    RETURNING id, created_at
+), items AS (
+    INSERT INTO order_items (order_id, sku, name, quantity, unit_price_cents)
+    SELECT new_order.id, item.sku, item.name, item.quantity, item.unit_price_cents
+    FROM new_order,
+         unnest($8::text[], $9::text[], $10::int[], $11::bigint[])
+             WITH ORDINALITY AS item (sku, name, quantity, unit_price_cents, n)
+    ORDER BY item.n
+    RETURNING id
+), event AS (
+    INSERT INTO order_events (order_id, seq, type, data)
+    SELECT new_order.id, 1, $12, '{}'::jsonb
+    FROM new_order
+    RETURNING id
+)
+SELECT
+    new_order.id AS order_id,
+    new_order.created_at,
+    coalesce((SELECT array_agg(items.id ORDER BY items.id) FROM items), '{}') AS item_ids,
+    event.id AS event_id,
+    coalesce(
+        (SELECT array_agg(e.id ORDER BY e.id) FROM endpoints e
+         WHERE e.enabled AND e.url !~ '^nats://'
+           AND (e.event_types IS NULL OR $12 = ANY (e.event_types))),
+        '{}'
+    ) AS webhook_endpoints,
+    coalesce(
+        (SELECT array_agg(e.id ORDER BY e.id) FROM endpoints e
+         WHERE e.enabled AND e.url ~ '^nats://'
+           AND (e.event_types IS NULL OR $12 = ANY (e.event_types))),
+        '{}'
+    ) AS nats_endpoints,
+    EXISTS (SELECT 1 FROM endpoints) AS any_endpoint
+FROM new_order, event
