@@ -167,6 +167,7 @@ async fn run(
         enqueue: enqueue_noop_twins,
         keys: None,
         pin: None,
+        exe: None,
     };
     let publish = Workload {
         label: format!("{batch}, NATS publishes"),
@@ -176,6 +177,7 @@ async fn run(
         enqueue: enqueue_publishes,
         keys: None,
         pin: None,
+        exe: None,
     };
     let (owned_url, concurrency) = (url.to_owned(), args.concurrency);
     let (noop, drain) = tokio::task::spawn_blocking(move || {

@@ -50,6 +50,7 @@ pub async fn measure(url: &str, args: &BenchArgs, batch: usize) -> anyhow::Resul
         enqueue: enqueue_orders,
         keys: None,
         pin: None,
+        exe: None,
     };
     let (owned_url, concurrency) = (url.to_owned(), args.concurrency);
     let run = tokio::task::spawn_blocking(move || {
