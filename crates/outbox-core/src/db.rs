@@ -15,8 +15,8 @@ use diesel_migrations::{EmbeddedMigrations, MigrationHarness, embed_migrations};
 
 mod failure;
 
-pub use failure::{DbError, Failure};
 pub(crate) use failure::connection_unusable;
+pub use failure::{DbError, Failure};
 use failure::{discard, must_discard};
 
 /// An r2d2 pool of Diesel PostgreSQL connections, as [`build_pool`] builds

@@ -56,7 +56,10 @@ impl HotStatements {
                     Type::TEXT_ARRAY,
                 ],
             ),
-            client.prepare_typed(EXTEND_SQL, &[Type::INT8_ARRAY, Type::INT8_ARRAY, Type::INT8]),
+            client.prepare_typed(
+                EXTEND_SQL,
+                &[Type::INT8_ARRAY, Type::INT8_ARRAY, Type::INT8]
+            ),
             client.prepare_typed(RELEASE_SQL, &[Type::INT8_ARRAY, Type::INT8_ARRAY]),
         )?;
         Ok(HotStatements {
@@ -102,7 +105,10 @@ impl HotStatements {
         client: &Client,
         finishes: &[Finish],
     ) -> Result<FinishReport, tokio_postgres::Error> {
-        debug_assert!(!has_local_writes(finishes), "local writes go through Diesel");
+        debug_assert!(
+            !has_local_writes(finishes),
+            "local writes go through Diesel"
+        );
         if finishes.is_empty() {
             return Ok(FinishReport::default());
         }

@@ -42,7 +42,9 @@ async fn german(db: &TestDb) -> Option<Client> {
     let missing = format!(
         "the locale {GERMAN} or PostgreSQL's German messages are missing \
          (Debian: localedef -i de_DE -f UTF-8 {GERMAN}){}",
-        refused.map(|e| format!(": {}", DbError::Server(e))).unwrap_or_default()
+        refused
+            .map(|e| format!(": {}", DbError::Server(e)))
+            .unwrap_or_default()
     );
     assert!(
         std::env::var("CI").as_deref() != Ok("true"),
@@ -99,7 +101,9 @@ async fn a_statement_timeout_and_a_deadlock_are_transient_on_a_german_server() {
         async {
             // Second in line, so that the first is already waiting.
             tokio::time::sleep(Duration::from_millis(100)).await;
-            second.batch_execute("SELECT pg_advisory_xact_lock(1)").await
+            second
+                .batch_execute("SELECT pg_advisory_xact_lock(1)")
+                .await
         },
     );
     let mut errors: Vec<DbError> = [a, b]

@@ -108,11 +108,11 @@ async fn measure(
 ) -> anyhow::Result<OpenLoopRun> {
     orders::truncate(url).await?;
     super::latency::reset(url).await?;
-    // The relay as `outbox-relay relay` runs with no settings given; its
-    // executor does nothing, so the machinery alone is measured.
+    // The relay as `outbox-relay relay` runs with no settings given (or at
+    // `--concurrency` and `--batch`); its executor does nothing, so the
+    // machinery alone is measured.
     let kinds = crate::orders::ORDER_JOB_KINDS.map(str::to_owned).to_vec();
-    let relay =
-        RecordingRelay::start_with(url, RelaySettings::new("bench-open-loop", kinds), true).await?;
+    let relay = RecordingRelay::start_with(url, open_loop_settings(kinds, args), true).await?;
     // The API as the saturation run serves it: a pool for `--api-clients`
     // (without that run, the default 16).
     let api = ApiUnderTest::start(
@@ -318,4 +318,13 @@ async fn jobs_created_since(url: &str, from: chrono::DateTime<chrono::Utc>) -> a
         Ok(count.n)
     })
     .await?
+}
+
+/// The relay under an open-loop load: the defaults, unless `--concurrency` or
+/// `--batch` say otherwise (their defaults are the relay's).
+fn open_loop_settings(kinds: Vec<String>, args: &BenchArgs) -> RelaySettings {
+    let mut settings = RelaySettings::new("bench-open-loop", kinds);
+    settings.concurrency = args.concurrency;
+    settings.batch_size = args.batch;
+    settings
 }
