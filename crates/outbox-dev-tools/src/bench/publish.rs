@@ -181,9 +181,15 @@ async fn run(
     };
     let (owned_url, concurrency) = (url.to_owned(), args.concurrency);
     let (noop, drain) = tokio::task::spawn_blocking(move || {
-        let noop = drain::run(&owned_url, &noop, concurrency, batch)?;
-        let drain = drain::run(&owned_url, &publish, concurrency, batch)?;
-        anyhow::Ok((noop, drain))
+        let noop = drain::run(&owned_url, &noop, concurrency, batch);
+        let drain = drain::run(&owned_url, &publish, concurrency, batch);
+        // The later runs place orders through the API: left in place, the
+        // endpoint would fan each out to a publish job nobody there claims.
+        let mut conn = PgConnection::establish(&owned_url)?;
+        diesel::sql_query("DELETE FROM endpoints WHERE name = $1")
+            .bind::<diesel::sql_types::Text, _>(ENDPOINT)
+            .execute(&mut conn)?;
+        anyhow::Ok((noop?, drain?))
     })
     .await??;
     let mut info = js.get_stream(stream).await?;
