@@ -6,7 +6,6 @@ use super::BenchReport;
 use crate::bench::ArrivalRate;
 use crate::bench::open_loop::{DRAIN_LIMIT, OpenLoopRun};
 use crate::bench::stats::finite;
-use crate::relay::{DEFAULT_BATCH_SIZE, DEFAULT_CONCURRENCY};
 
 /// The depth at each whole second: the most of that second's samples.
 fn depth_per_second(run: &OpenLoopRun) -> Vec<i64> {
@@ -33,14 +32,14 @@ impl BenchReport {
         }
         let mut out = format!(
             "\nopen loop: orders sent through the API on a fixed schedule, each request started at its \
-             slot whether or not earlier ones were answered; a relay at the defaults (concurrency {}, \
-             batch {}) in this process runs every order job as a no-op; enqueue-to-start from each \
+             slot whether or not earlier ones were answered; a relay at concurrency {}, \
+             batch {} in this process runs every order job as a no-op; enqueue-to-start from each \
              job's created_at (its transaction's start) to the executor starting it; depth = pending \
              + processing every 250 ms, bounded when it grew by under 2% of the jobs' arrival rate \
              from the first third of the run to the last:\n\
              {:<16} {:>8} {:>8} {:>6} {:>5} {:>8} {:>7} {:>8} {:>8} {:>7} {:>9}  {}\n",
-            DEFAULT_CONCURRENCY,
-            DEFAULT_BATCH_SIZE,
+            self.concurrency,
+            self.batch,
             "rate",
             "target/s",
             "placed/s",
@@ -134,7 +133,7 @@ impl BenchReport {
                     "unanswered": run.unanswered,
                     "late_sends": run.late_sends,
                     "post_latency_ms": { "p50": finite(run.post_latency.p50_ms), "p99": finite(run.post_latency.p99_ms) },
-                    "relay": { "concurrency": DEFAULT_CONCURRENCY, "batch": DEFAULT_BATCH_SIZE, "executor": "noop" },
+                    "relay": { "concurrency": self.concurrency, "batch": self.batch, "executor": "noop" },
                     "jobs": run.jobs,
                     "jobs_per_second": run.jobs_per_second(),
                     "unstarted_jobs": run.unstarted,
