@@ -16,7 +16,7 @@ use tokio_postgres::error::SqlState;
 #[derive(Debug, thiserror::Error)]
 pub enum DbError {
     /// No connection could be checked out of the pool within its checkout
-    /// timeout ([`PoolOptions::checkout_timeout`]): the database is down or
+    /// timeout ([`PoolOptions::checkout_timeout`](crate::db::PoolOptions::checkout_timeout)): the database is down or
     /// unreachable, or every connection stayed busy that long. Carries r2d2's
     /// message. [`DbError::failure`] calls it [`Failure::Unavailable`].
     #[error("no database connection available: {0}")]
@@ -32,7 +32,7 @@ pub enum DbError {
     /// SQLSTATE.
     #[error("{}", describe(.0))]
     Server(#[from] tokio_postgres::Error),
-    /// The blocking task of [`run_blocking`] panicked, or was cancelled before
+    /// The blocking task of [`run_blocking`](crate::db::run_blocking) panicked, or was cancelled before
     /// it started because the runtime is shutting down; carries the join
     /// error's message. After a panic, what the closure wrote is unknown. Counts as
     /// [`Failure::Rejected`], not as the database being unavailable.
