@@ -927,9 +927,11 @@ async fn dashboard_pages_answer_well_under_a_second_on_a_million_jobs() {
     ];
     let mut report = Vec::new();
     for path in &pages {
-        // The first request warms caches; the second is the one measured.
+        // The first request warms caches; the best of the next two is the
+        // one measured, so that one stall of a machine running the whole
+        // suite at once is not taken for the page's cost.
         let mut best = Duration::MAX;
-        for _ in 0..2 {
+        for _ in 0..3 {
             let started = Instant::now();
             let response = client
                 .get(app.url(path))
