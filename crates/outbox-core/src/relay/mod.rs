@@ -42,12 +42,12 @@ use crate::driver::Executor;
 
 /// Default [`RelaySettings::concurrency`]: effects in flight at once per relay.
 ///
-/// 64, with batches of 16: up to four claims in flight while the queue is
-/// deep, one while it is shallow. At 16 (one claim at a time) a relay beside
-/// an API placing orders at half its measured maximum fell behind on the
-/// 2-core machine (enqueue-to-start p50 830 ms and a growing queue); at 64, in
-/// the same window, p50 was 43 ms (`bench --api-only`, docs/performance.md).
-pub const DEFAULT_CONCURRENCY: usize = 64;
+/// At 16 (one claim of 16 in flight at a time) a relay beside an API placing
+/// orders at half its measured maximum fell behind on the 2-core machine
+/// (enqueue-to-start p50 830 ms, a growing queue); at 64, in the same window,
+/// p50 was 43 ms (`bench --api-only`, docs/performance.md). Raising the default
+/// waits on the pool it sizes (`min(concurrency, 64) + 4` connections).
+pub const DEFAULT_CONCURRENCY: usize = 16;
 /// Default [`RelaySettings::batch_size`]: most jobs one claim statement takes.
 pub const DEFAULT_BATCH_SIZE: usize = 16;
 /// Default [`RelaySettings::lease`]; the heartbeat, reap interval and reap
