@@ -322,6 +322,66 @@ async fn a_dead_workers_job_is_reaped_and_finished_by_another_relay() {
     assert!(error.is_some_and(|e| e.contains("lease expired") && e.contains("crashed")));
 }
 
+/// Every relay reaps, each in a transaction of its own on its own connection:
+/// the select's row locks must hold until the same transaction has moved the
+/// rows, or two reapers would take one job. Each counts what it selected, so
+/// a job taken twice shows as a sum above the jobs that expired.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn three_reapers_at_once_take_each_of_fifteen_hundred_expired_leases_exactly_once() {
+    init_tracing();
+    let db = TestDb::new();
+    let mut conn = db.conn();
+    let ids = enqueue_noops(&mut conn, 1500, 8);
+    let kinds = vec!["noop".to_owned()];
+    let claimed = claim_jobs(
+        &mut conn,
+        &ClaimRequest {
+            worker_id: "crashed",
+            kinds: &kinds,
+            limit: 1500,
+            lease: Duration::from_millis(200),
+        },
+    )
+    .expect("claim");
+    assert_eq!(claimed.len(), 1500);
+
+    let relays: Vec<_> = (0..3)
+        .map(|w| {
+            let mut settings = test_settings(&format!("reaper-{w}"), &["noop"]);
+            settings.reap_interval = Duration::from_millis(20);
+            settings.reap_margin = Duration::ZERO;
+            spawn_relay(&db, settings, executor(|_| async { Ok(None) }))
+        })
+        .collect();
+    wait_until("every reaped job done", Duration::from_secs(60), || {
+        count(&mut conn, "done") == 1500
+    })
+    .await;
+    let reaped: u64 = relays
+        .iter()
+        .map(|r| RelayStats::get(&r.stats.reaped))
+        .sum();
+    let by_relay: Vec<u64> = relays
+        .iter()
+        .map(|r| RelayStats::get(&r.stats.reaped))
+        .collect();
+    for relay in relays {
+        relay.stop().await;
+    }
+
+    assert_eq!(reaped, 1500, "reaped by each relay: {by_relay:?}");
+    let attempts: Vec<i32> = jobs_all::table
+        .filter(jobs_all::id.eq_any(&ids))
+        .select(jobs_all::attempts)
+        .load(&mut conn)
+        .expect("jobs");
+    assert_eq!(attempts.len(), 1500);
+    assert!(
+        attempts.iter().all(|&a| a == 2),
+        "one crashed claim and one run each"
+    );
+}
+
 /// An executor whose every effect counts itself in `runs`, then takes `effect_time`.
 fn counted_sleeper(
     runs: &Arc<AtomicUsize>,

@@ -57,7 +57,7 @@ pub fn release_stranded_keys(conn: &mut PgConnection, limit: i64) -> QueryResult
         #[diesel(sql_type = Text)]
         key: String,
     }
-    let keys: Vec<String> = diesel::sql_query(include_str!("sql/stranded_ordering_keys.sql"))
+    let keys: Vec<String> = diesel::sql_query(STRANDED_KEYS_SQL)
         .bind::<BigInt, _>(limit)
         .load::<KeyRow>(conn)?
         .into_iter()
@@ -65,6 +65,9 @@ pub fn release_stranded_keys(conn: &mut PgConnection, limit: i64) -> QueryResult
         .collect();
     release_ordering_keys(conn, &keys)
 }
+
+pub(crate) const STRANDED_KEYS_SQL: &str = include_str!("sql/stranded_ordering_keys.sql");
+pub(crate) const RELEASE_KEYS_SQL: &str = include_str!("sql/release_ordering_keys.sql");
 
 /// Releases the next job of each key in `keys` whose earlier jobs have all
 /// ended (after an operator cancelled one). Returns the ids released.
@@ -80,12 +83,10 @@ pub(crate) fn release_ordering_keys(
         #[diesel(sql_type = diesel::sql_types::BigInt)]
         id: i64,
     }
-    Ok(
-        diesel::sql_query(include_str!("sql/release_ordering_keys.sql"))
-            .bind::<diesel::sql_types::Array<Text>, _>(keys)
-            .load::<IdRow>(conn)?
-            .into_iter()
-            .map(|r| r.id)
-            .collect(),
-    )
+    Ok(diesel::sql_query(RELEASE_KEYS_SQL)
+        .bind::<diesel::sql_types::Array<Text>, _>(keys)
+        .load::<IdRow>(conn)?
+        .into_iter()
+        .map(|r| r.id)
+        .collect())
 }

@@ -1,5 +1,6 @@
-//! The relay's hot statements (claim, finish, heartbeat, release) as
-//! prepared statements on a tokio-postgres connection.
+//! The relay's hot statements (claim, finish, heartbeat, release) and its
+//! reaper's (reap, the stranded-key sweep) as prepared statements on a
+//! tokio-postgres connection.
 //!
 //! The SQL is the same text Diesel runs (`sql/*.sql`). Diesel sends a
 //! `sql_query` unprepared: each claim and finish was parsed and planned
@@ -18,23 +19,40 @@ use tokio_postgres::{Client, Row, Statement};
 
 use super::claim::{CLAIM_SQL, ClaimPosition, ClaimRequest, ClaimedJob, millis};
 use super::finish::{FINISH_SQL, Finish, FinishParams, FinishReport, has_local_writes};
+use super::keys::{RELEASE_KEYS_SQL, STRANDED_KEYS_SQL};
 use super::lease::{EXTEND_SQL, HeartbeatReport, JobLease, RELEASE_SQL, heartbeat_report, split};
+use super::reap::{
+    ExpiredRow, ReapPlan, ReapReport, ReapRequest, SELECT_EXPIRED_SQL, UPDATE_REAPED_SQL,
+};
 
-/// The four statements, prepared on one connection (and usable only there).
+/// The statements, prepared on one connection (and usable only there).
 #[derive(Debug, Clone)]
 pub(crate) struct HotStatements {
     claim: Statement,
     finish: Statement,
     extend: Statement,
     release: Statement,
+    select_expired: Statement,
+    update_reaped: Statement,
+    stranded_keys: Statement,
+    release_keys: Statement,
 }
 
 impl HotStatements {
-    /// Prepares the four, pipelined: one round trip's wait in all. The
+    /// Prepares them all, pipelined: one round trip's wait in all. The
     /// parameter types are Diesel's binds, so the server infers nothing (it
     /// would take the lease's `$4 * interval` for a float).
     pub(crate) async fn prepare(client: &Client) -> Result<Self, tokio_postgres::Error> {
-        let (claim, finish, extend, release) = tokio::try_join!(
+        let (
+            claim,
+            finish,
+            extend,
+            release,
+            select_expired,
+            update_reaped,
+            stranded_keys,
+            release_keys,
+        ) = tokio::try_join!(
             client.prepare_typed(
                 CLAIM_SQL,
                 &[
@@ -61,12 +79,32 @@ impl HotStatements {
                 &[Type::INT8_ARRAY, Type::INT8_ARRAY, Type::INT8]
             ),
             client.prepare_typed(RELEASE_SQL, &[Type::INT8_ARRAY, Type::INT8_ARRAY]),
+            client.prepare_typed(
+                SELECT_EXPIRED_SQL,
+                &[Type::INT8, Type::INT8, Type::INT8_ARRAY]
+            ),
+            client.prepare_typed(
+                UPDATE_REAPED_SQL,
+                &[
+                    Type::INT8_ARRAY,
+                    Type::INT8_ARRAY,
+                    Type::TEXT_ARRAY,
+                    Type::INT8_ARRAY,
+                    Type::TEXT_ARRAY,
+                ],
+            ),
+            client.prepare_typed(STRANDED_KEYS_SQL, &[Type::INT8]),
+            client.prepare_typed(RELEASE_KEYS_SQL, &[Type::TEXT_ARRAY]),
         )?;
         Ok(HotStatements {
             claim,
             finish,
             extend,
             release,
+            select_expired,
+            update_reaped,
+            stranded_keys,
+            release_keys,
         })
     }
 
@@ -165,6 +203,100 @@ impl HotStatements {
         let (ids, tokens) = split(leases);
         let rows = client.query(&self.release, &[&ids, &tokens]).await?;
         rows.iter().map(|row| row.try_get(0)).collect()
+    }
+}
+
+impl HotStatements {
+    /// [`reap_expired_leases`](crate::driver::reap_expired_leases): its two
+    /// statements in one transaction, opened with `BEGIN` on `client`.
+    ///
+    /// `client` must be a connection nobody else sends statements on while
+    /// this runs (the relay gives its reaper a connection of its own), since
+    /// whatever else it carried would run inside this transaction. The row
+    /// locks of the select hold until the update has moved the rows: that is
+    /// what keeps two reapers off one job.
+    pub(crate) async fn reap(
+        &self,
+        client: &Client,
+        request: &ReapRequest<'_>,
+        retry_delay: impl Fn(i32) -> std::time::Duration,
+    ) -> Result<ReapReport, tokio_postgres::Error> {
+        client.batch_execute("BEGIN").await?;
+        let reaped = async {
+            let rows = client
+                .query(
+                    &self.select_expired,
+                    &[&request.limit, &millis(request.margin), &request.spare],
+                )
+                .await?;
+            let expired = rows
+                .iter()
+                .map(|row| {
+                    Ok(ExpiredRow {
+                        id: row.try_get(0)?,
+                        attempts: row.try_get(1)?,
+                        max_attempts: row.try_get(2)?,
+                        locked_by: row.try_get(3)?,
+                        lease_token: row.try_get(4)?,
+                    })
+                })
+                .collect::<Result<Vec<_>, tokio_postgres::Error>>()?;
+            let Some(plan) = ReapPlan::new(&expired, retry_delay) else {
+                return Ok(ReapReport::default());
+            };
+            client
+                .query(
+                    &self.update_reaped,
+                    &[
+                        &plan.ids,
+                        &plan.tokens,
+                        &plan.statuses,
+                        &plan.delays,
+                        &plan.errors,
+                    ],
+                )
+                .await?;
+            Ok(plan.report)
+        }
+        .await;
+        match reaped {
+            Ok(report) => {
+                client.batch_execute("COMMIT").await?;
+                Ok(report)
+            }
+            Err(error) => {
+                // A failed statement leaves the transaction aborted: end it,
+                // so that the connection's next statement runs on its own.
+                // Where even that fails the connection is broken, and that
+                // error (not the first) is what tells the caller to drop it.
+                client.batch_execute("ROLLBACK").await?;
+                Err(error)
+            }
+        }
+    }
+
+    /// [`release_stranded_keys`](crate::driver::release_stranded_keys): the
+    /// sweep's two statements, each on its own snapshot as there.
+    pub(crate) async fn release_stranded(
+        &self,
+        client: &Client,
+        limit: i64,
+    ) -> Result<Vec<i64>, tokio_postgres::Error> {
+        let keys = client
+            .query(&self.stranded_keys, &[&limit])
+            .await?
+            .iter()
+            .map(|row| row.try_get(0))
+            .collect::<Result<Vec<String>, _>>()?;
+        if keys.is_empty() {
+            return Ok(Vec::new());
+        }
+        client
+            .query(&self.release_keys, &[&keys])
+            .await?
+            .iter()
+            .map(|row| row.try_get(0))
+            .collect()
     }
 }
 

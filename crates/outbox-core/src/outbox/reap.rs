@@ -29,18 +29,19 @@ impl ReapReport {
     }
 }
 
+/// One row of `sql/select_expired_leases.sql`.
 #[derive(QueryableByName)]
-struct ExpiredRow {
+pub(crate) struct ExpiredRow {
     #[diesel(sql_type = BigInt)]
-    id: i64,
+    pub(crate) id: i64,
     #[diesel(sql_type = Integer)]
-    attempts: i32,
+    pub(crate) attempts: i32,
     #[diesel(sql_type = Integer)]
-    max_attempts: i32,
+    pub(crate) max_attempts: i32,
     #[diesel(sql_type = Nullable<Text>)]
-    locked_by: Option<String>,
+    pub(crate) locked_by: Option<String>,
     #[diesel(sql_type = BigInt)]
-    lease_token: i64,
+    pub(crate) lease_token: i64,
 }
 
 /// Which expired leases a reaper takes.
@@ -75,52 +76,86 @@ pub fn reap_expired_leases(
     retry_delay: impl Fn(i32) -> Duration,
 ) -> QueryResult<ReapReport> {
     conn.transaction(|conn| {
-        let expired: Vec<ExpiredRow> =
-            diesel::sql_query(include_str!("sql/select_expired_leases.sql"))
-                .bind::<BigInt, _>(request.limit)
-                .bind::<BigInt, _>(millis(request.margin))
-                .bind::<Array<BigInt>, _>(request.spare)
-                .load(conn)?;
-        if expired.is_empty() {
+        let expired: Vec<ExpiredRow> = diesel::sql_query(SELECT_EXPIRED_SQL)
+            .bind::<BigInt, _>(request.limit)
+            .bind::<BigInt, _>(millis(request.margin))
+            .bind::<Array<BigInt>, _>(request.spare)
+            .load(conn)?;
+        let Some(plan) = ReapPlan::new(&expired, retry_delay) else {
             return Ok(ReapReport::default());
+        };
+        diesel::sql_query(UPDATE_REAPED_SQL)
+            .bind::<Array<BigInt>, _>(&plan.ids)
+            .bind::<Array<BigInt>, _>(&plan.tokens)
+            .bind::<Array<Text>, _>(&plan.statuses)
+            .bind::<Array<BigInt>, _>(&plan.delays)
+            .bind::<Array<Text>, _>(&plan.errors)
+            .execute(conn)?;
+        Ok(plan.report)
+    })
+}
+
+pub(crate) const SELECT_EXPIRED_SQL: &str = include_str!("sql/select_expired_leases.sql");
+pub(crate) const UPDATE_REAPED_SQL: &str = include_str!("sql/update_reaped_jobs.sql");
+
+/// What the reaper writes for the expired leases it selected: the parameters
+/// of `sql/update_reaped_jobs.sql`, and the report they make. Shared by the
+/// Diesel path above and the prepared one (`outbox/prepared.rs`), so both
+/// decide alike.
+pub(crate) struct ReapPlan {
+    pub(crate) ids: Vec<i64>,
+    pub(crate) tokens: Vec<i64>,
+    pub(crate) statuses: Vec<&'static str>,
+    pub(crate) delays: Vec<i64>,
+    pub(crate) errors: Vec<String>,
+    pub(crate) report: ReapReport,
+}
+
+impl ReapPlan {
+    /// `None` when nothing expired.
+    pub(crate) fn new(
+        expired: &[ExpiredRow],
+        retry_delay: impl Fn(i32) -> Duration,
+    ) -> Option<ReapPlan> {
+        if expired.is_empty() {
+            return None;
         }
-        let mut report = ReapReport::default();
-        let mut ids = Vec::with_capacity(expired.len());
-        let mut tokens = Vec::with_capacity(expired.len());
-        let mut statuses = Vec::with_capacity(expired.len());
-        let mut delays = Vec::with_capacity(expired.len());
-        let mut errors = Vec::with_capacity(expired.len());
-        for row in &expired {
+        let mut plan = ReapPlan {
+            ids: Vec::with_capacity(expired.len()),
+            tokens: Vec::with_capacity(expired.len()),
+            statuses: Vec::with_capacity(expired.len()),
+            delays: Vec::with_capacity(expired.len()),
+            errors: Vec::with_capacity(expired.len()),
+            report: ReapReport::default(),
+        };
+        for row in expired {
             let owner = row.locked_by.as_deref().unwrap_or("unknown worker");
-            ids.push(row.id);
-            tokens.push(row.lease_token);
+            plan.ids.push(row.id);
+            plan.tokens.push(row.lease_token);
             if row.attempts >= row.max_attempts {
-                report.failed += 1;
-                statuses.push("failed");
-                delays.push(0);
-                errors.push(format!(
+                plan.report.failed += 1;
+                plan.statuses.push("failed");
+                plan.delays.push(0);
+                plan.errors.push(format!(
                     "lease expired on attempt {} of {} (worker {owner} stopped renewing it); no attempts left",
                     row.attempts, row.max_attempts
                 ));
             } else {
-                report.requeued += 1;
+                plan.report.requeued += 1;
                 let delay = retry_delay(row.attempts);
-                report.next_due = Some(report.next_due.map_or(delay, |d: Duration| d.min(delay)));
-                statuses.push("pending");
-                delays.push(millis(delay));
-                errors.push(format!(
+                plan.report.next_due = Some(
+                    plan.report
+                        .next_due
+                        .map_or(delay, |d: Duration| d.min(delay)),
+                );
+                plan.statuses.push("pending");
+                plan.delays.push(millis(delay));
+                plan.errors.push(format!(
                     "lease expired on attempt {} of {} (worker {owner} stopped renewing it)",
                     row.attempts, row.max_attempts
                 ));
             }
         }
-        diesel::sql_query(include_str!("sql/update_reaped_jobs.sql"))
-            .bind::<Array<BigInt>, _>(&ids)
-            .bind::<Array<BigInt>, _>(&tokens)
-            .bind::<Array<Text>, _>(&statuses)
-            .bind::<Array<BigInt>, _>(&delays)
-            .bind::<Array<Text>, _>(&errors)
-            .execute(conn)?;
-        Ok(report)
-    })
+        Some(plan)
+    }
 }

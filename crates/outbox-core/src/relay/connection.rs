@@ -1,13 +1,14 @@
 //! The relay's own connections, on which its hot statements run prepared.
 //!
-//! Claims, outcomes, heartbeats and releases run on tokio-postgres
-//! connections that this relay opens from `DATABASE_URL` (TLS as libpq reads
-//! it, like the LISTEN connection), each with the four statements prepared
-//! once (`outbox/prepared.rs`). Errors there carry their SQLSTATE, so a
-//! timeout or a deadlock is told apart whatever the server's language.
+//! Claims, outcomes, heartbeats, releases and the reaper's statements run on
+//! tokio-postgres connections that this relay opens from `DATABASE_URL` (TLS
+//! as libpq reads it, like the LISTEN connection), each with the statements
+//! prepared once (`outbox/prepared.rs`). Errors there carry their SQLSTATE,
+//! so a timeout or a deadlock is told apart whatever the server's language.
 //!
 //! Each role has its own connections: claims on theirs, each completer writer
-//! on its own, the heartbeat and releases on the last writer's. A statement
+//! on its own, the heartbeat and releases on the last writer's, the reaper on
+//! one of its own (its transaction must carry nothing else). A statement
 //! runs on one server process at a time, so a long write of 512 outcomes
 //! never holds a claim up behind it.
 //!
@@ -25,11 +26,12 @@ use diesel::sql_types::Text;
 use diesel::{QueryableByName, RunQueryDsl as _};
 use tokio_postgres::Client;
 
-use super::RelaySettings;
+use super::{BackoffPolicy, RelaySettings};
 use crate::db::{DbError, PgPool, connection_unusable, run_blocking};
 use crate::driver::{
     ClaimPosition, ClaimRequest, ClaimedJob, Finish, FinishReport, HeartbeatReport, JobLease,
-    claim_jobs, claim_jobs_after, extend_leases, finish_jobs, release_jobs,
+    ReapReport, ReapRequest, claim_jobs, claim_jobs_after, extend_leases, finish_jobs,
+    reap_expired_leases, release_jobs, release_stranded_keys,
 };
 use crate::outbox::finish::has_local_writes;
 use crate::outbox::prepared::HotStatements;
@@ -58,6 +60,9 @@ pub(super) enum Role {
     Write(usize),
     /// Heartbeats and releases: the last writer's connection.
     Upkeep,
+    /// The reaper's transactions: a connection only the reaper's one task
+    /// uses, so nothing else can land inside its `BEGIN` … `COMMIT`.
+    Reap,
 }
 
 /// One open connection and its prepared statements.
@@ -101,7 +106,7 @@ impl HotPath {
             worker_id: settings.worker_id.clone(),
             kinds: settings.kinds.clone(),
             lease: settings.lease,
-            slots: (0..claim_slots + writers.max(1))
+            slots: (0..claim_slots + writers.max(1) + 1)
                 .map(|_| tokio::sync::Mutex::new(None))
                 .collect(),
             claim_slots,
@@ -197,6 +202,53 @@ impl HotPath {
         run_blocking(&self.pool, move |conn| Ok(release_jobs(conn, &leases)?)).await
     }
 
+    /// Reaps the expired leases `request` selects (see
+    /// [`reap_expired_leases`]), in one transaction on the reaper's connection.
+    pub(super) async fn reap(
+        &self,
+        request: ReapRequest<'_>,
+        policy: BackoffPolicy,
+    ) -> Result<ReapReport, DbError> {
+        let retry_delay = move |attempt| policy.jittered_delay(attempt);
+        if let Some(result) = self
+            .on_own(Role::Reap, async |open| {
+                open.statements
+                    .reap(&open.client, &request, retry_delay)
+                    .await
+            })
+            .await
+        {
+            return result;
+        }
+        let (limit, margin, spare) = (request.limit, request.margin, request.spare.to_vec());
+        run_blocking(&self.pool, move |conn| {
+            let request = ReapRequest {
+                limit,
+                margin,
+                spare: &spare,
+            };
+            Ok(reap_expired_leases(conn, &request, retry_delay)?)
+        })
+        .await
+    }
+
+    /// Releases the heads of up to `limit` stranded ordering keys (see
+    /// [`release_stranded_keys`]), on the reaper's connection.
+    pub(super) async fn release_stranded(&self, limit: i64) -> Result<Vec<i64>, DbError> {
+        if let Some(result) = self
+            .on_own(Role::Reap, async |open| {
+                open.statements.release_stranded(&open.client, limit).await
+            })
+            .await
+        {
+            return result;
+        }
+        run_blocking(&self.pool, move |conn| {
+            Ok(release_stranded_keys(conn, limit)?)
+        })
+        .await
+    }
+
     /// Runs `statement` on a connection of `role`; `None` when none could be
     /// had (the caller runs it on the pool). A connection that failed in a way
     /// that leaves it unusable is dropped, and the next statement opens another.
@@ -227,11 +279,13 @@ impl HotPath {
     }
 
     fn slot(&self, role: Role) -> usize {
-        let writers = self.slots.len() - self.claim_slots;
+        let reap = self.slots.len() - 1;
+        let writers = reap - self.claim_slots;
         match role {
             Role::Claim => self.next_claim.fetch_add(1, Ordering::Relaxed) % self.claim_slots,
             Role::Write(writer) => self.claim_slots + writer % writers,
-            Role::Upkeep => self.slots.len() - 1,
+            Role::Upkeep => reap - 1,
+            Role::Reap => reap,
         }
     }
 

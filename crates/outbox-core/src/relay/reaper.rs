@@ -8,9 +8,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::{REAP_BATCH, RelayStats, Shared};
 use crate::db::run_blocking;
-use crate::driver::{
-    ReapRequest, ensure_done_partitions, reap_expired_leases, release_stranded_keys,
-};
+use crate::driver::{ReapRequest, ensure_done_partitions};
 use crate::outbox::archive::PARTITION_UPKEEP_EVERY;
 
 /// Reaps at every `reap_interval` (and once at start), until `stop`. Safe on
@@ -44,11 +42,7 @@ pub(super) async fn run(shared: Arc<Shared>, stop: CancellationToken) {
 /// found means a finish and an enqueue met in the window the finishing
 /// statement cannot see: worth a warning, never an error.
 async fn release_stranded(shared: &Arc<Shared>) {
-    match run_blocking(&shared.pool, |conn| {
-        Ok(release_stranded_keys(conn, REAP_BATCH)?)
-    })
-    .await
-    {
+    match shared.hot.release_stranded(REAP_BATCH).await {
         Ok(released) if !released.is_empty() => {
             metrics::counter!("outbox_stranded_keys_released_total")
                 .increment(released.len() as u64);
@@ -90,17 +84,12 @@ async fn reap(shared: &Arc<Shared>) {
         // This relay's own effects still running: their leases lapse only when
         // the heartbeat lost the database, and the next one renews them.
         let live = shared.in_flight.tokens();
-        let result = run_blocking(&shared.pool, move |conn| {
-            let request = ReapRequest {
-                limit: REAP_BATCH,
-                margin,
-                spare: &live,
-            };
-            Ok(reap_expired_leases(conn, &request, |attempt| {
-                policy.jittered_delay(attempt)
-            })?)
-        })
-        .await;
+        let request = ReapRequest {
+            limit: REAP_BATCH,
+            margin,
+            spare: &live,
+        };
+        let result = shared.hot.reap(request, policy).await;
         match result {
             Ok(report) if report.total() > 0 => {
                 RelayStats::add(&shared.stats.reaped, report.total() as u64);
