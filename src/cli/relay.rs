@@ -61,10 +61,13 @@ pub async fn run(db_args: DatabaseArgs, args: RelayArgs) -> anyhow::Result<()> {
         })?;
     let metrics_local_addr = metrics.local_addr().ok();
 
-    // By default one connection per effect slot (effects load their order),
-    // plus the producer, the completer, the heartbeat and the reaper.
+    // The pool serves the effects' own short reads and writes (an order
+    // loaded, an attempt logged), none held across a call to the outside, and
+    // the outcomes with a local write; the claims, outcomes, heartbeats and
+    // reaps run on the relay's own connections. So it need not grow with the
+    // slots: one per slot up to 16, plus 4 for the rest.
     let pool_size = args.pool_size.map_or_else(
-        || u32::try_from(settings.concurrency.min(64) + 4).unwrap_or(68),
+        || u32::try_from(settings.concurrency.min(16) + 4).unwrap_or(20),
         |size| u32::try_from(size).unwrap_or(u32::MAX),
     );
     let timeouts = args.session_timeouts()?;

@@ -13,7 +13,7 @@
 
 pub use crate::outbox::archive::ensure_done_partitions;
 pub use crate::outbox::claim::{
-    ClaimPosition, ClaimRequest, ClaimedJob, claim_jobs, claim_jobs_after,
+    CLAIM_SQL, ClaimPosition, ClaimRequest, ClaimedJob, claim_jobs, claim_jobs_after,
 };
 pub use crate::outbox::finish::{Finish, FinishReport, Outcome, finish_jobs};
 pub use crate::outbox::keys::release_stranded_keys;

@@ -145,9 +145,12 @@ fn claim(
         .load(conn)
 }
 
-/// The claim (`sql/claim_jobs.sql`), for Diesel and for the relay's prepared
-/// statement alike.
-pub(crate) const CLAIM_SQL: &str = include_str!("sql/claim_jobs.sql");
+/// The claim statement's text (`sql/claim_jobs.sql`): `$1` limit, `$2` kinds,
+/// `$3` worker id, `$4` lease in milliseconds, `$5` / `$6` the cursor's
+/// `run_after` and id (`NULL` and 0 for the front). For a benchmark that
+/// prepares it on a connection of its own, as the relay does; Diesel's path
+/// above runs the same text.
+pub const CLAIM_SQL: &str = include_str!("sql/claim_jobs.sql");
 
 pub(crate) fn millis(d: Duration) -> i64 {
     i64::try_from(d.as_millis()).unwrap_or(i64::MAX)

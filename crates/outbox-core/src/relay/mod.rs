@@ -117,6 +117,9 @@ pub struct RelaySettings {
     pub stall_timeout: Duration,
     /// Wake on LISTEN/NOTIFY (off only in tests and benchmarks of polling).
     pub listen: bool,
+    /// Completer writers: statements writing outcomes side by side, each on
+    /// a connection of its own. `None`: one up to concurrency 512, two above.
+    pub completer_writers: Option<usize>,
 }
 
 impl RelaySettings {
@@ -139,6 +142,7 @@ impl RelaySettings {
             job_timeouts: JobTimeouts::default(),
             stall_timeout: DEFAULT_STALL_TIMEOUT,
             listen: true,
+            completer_writers: None,
         }
     }
 
@@ -150,6 +154,12 @@ impl RelaySettings {
         self.reap_interval = lease / 2;
         self.reap_margin = lease / 4;
         self
+    }
+
+    /// Completer writers in force (see [`RelaySettings::completer_writers`]).
+    fn writers(&self) -> usize {
+        self.completer_writers
+            .unwrap_or_else(|| completer::writers_for(self.concurrency))
     }
 
     /// The stall timeout in force: never shorter than two polls, so an idle
@@ -171,6 +181,9 @@ impl RelaySettings {
         }
         if self.batch_size == 0 {
             return refuse("the batch size must be at least 1".into());
+        }
+        if self.completer_writers == Some(0) {
+            return refuse("the completer needs at least 1 writer".into());
         }
         if self.lease < MIN_LEASE {
             return refuse(format!(
@@ -338,7 +351,7 @@ impl Relay {
             pool.clone(),
             database_url.clone(),
             &settings,
-            completer::writers_for(settings.concurrency),
+            settings.writers(),
         );
         Ok(Relay {
             shared: Arc::new(Shared {
@@ -406,7 +419,7 @@ impl Relay {
             Arc::clone(&shared),
             completed,
             completer_stop.clone(),
-            completer::writers_for(settings.concurrency),
+            shared.settings.writers(),
         ));
 
         let interrupt = CancellationToken::new();

@@ -1,97 +1,156 @@
 //! The raw-SQL ceiling: the claim CTE and one completion statement per batch,
 //! looped on plain connections, with none of the relay's machinery. What the
 //! design could do on this machine if the relay cost nothing. The claim is the
-//! relay's own statement ([`claim_jobs`] / [`claim_jobs_after`], with a cursor
-//! per loop); the completion (sql/ceiling_finish.sql) moves the batch to
-//! jobs_done without the relay's busy/lost report.
+//! relay's own statement ([`CLAIM_SQL`], with a cursor per loop); the
+//! completion (sql/ceiling_finish.sql) moves the batch to jobs_done without
+//! the relay's busy/lost report. Both run prepared on tokio-postgres, as the
+//! relay's do: a ceiling that parsed and planned every statement afresh would
+//! be no ceiling for a relay that does not.
 
 use std::time::Duration;
 
 use diesel::prelude::*;
-use diesel::sql_types::{Array, BigInt};
+use tokio_postgres::types::Type;
 
 use super::report::DrainRun;
 use super::{BenchArgs, drain_seconds, enqueue_noops, stats};
-use outbox_core::driver::{ClaimPosition, ClaimRequest, claim_jobs, claim_jobs_after};
+use outbox_core::driver::CLAIM_SQL;
 
 pub async fn measure(url: &str, args: &BenchArgs) -> anyhow::Result<DrainRun> {
     measure_at(url, args, args.batch).await
 }
 
 pub async fn measure_at(url: &str, args: &BenchArgs, batch: usize) -> anyhow::Result<DrainRun> {
-    let url = url.to_owned();
-    let jobs = args.jobs;
     let workers = args.ceiling_workers(batch);
-    tokio::task::spawn_blocking(move || run(&url, jobs, workers, batch)).await?
-}
-
-fn run(url: &str, jobs: usize, workers: usize, batch: usize) -> anyhow::Result<DrainRun> {
-    let mut conn = PgConnection::establish(url)?;
-    let name = conn_database(&mut conn)?;
-    let before = stats::read(&mut conn, &name)?;
-    let marks = enqueue_noops(&mut conn, jobs)?;
+    // The loops connect and prepare before the enqueue commits, which starts
+    // the clock, as the relay under test is started idle before it.
+    let mut loops = Vec::with_capacity(workers);
+    for _ in 0..workers {
+        loops.push(CeilingLoop::open(url, batch).await?);
+    }
+    let (url, jobs) = (url.to_owned(), args.jobs);
+    let (mut conn, name, before, marks) = tokio::task::spawn_blocking(move || {
+        let mut conn = PgConnection::establish(&url)?;
+        let name = conn_database(&mut conn)?;
+        let before = stats::read(&mut conn, &name)?;
+        let marks = enqueue_noops(&mut conn, jobs)?;
+        anyhow::Ok((conn, name, before, marks))
+    })
+    .await??;
     let cpu_before = super::drain::process_cpu_seconds(None);
-
-    let threads: Vec<_> = (0..workers)
-        .map(|w| {
-            let url = url.to_owned();
-            std::thread::spawn(move || -> anyhow::Result<()> {
-                let mut conn = PgConnection::establish(&url)?;
-                claim_loop(&mut conn, &format!("ceiling-{w}"), batch)
-            })
-        })
+    let running: Vec<_> = loops
+        .into_iter()
+        .enumerate()
+        .map(|(w, ceiling)| tokio::spawn(ceiling.run(format!("ceiling-{w}"))))
         .collect();
-    for thread in threads {
-        thread
-            .join()
-            .map_err(|_| anyhow::anyhow!("a ceiling worker panicked"))??;
+    for task in running {
+        task.await
+            .map_err(|_| anyhow::anyhow!("a ceiling loop panicked"))??;
     }
     let cpu = super::drain::process_cpu_seconds(None)
         .zip(cpu_before)
         .map(|(a, b)| a - b);
-    let seconds = drain_seconds(&mut conn, marks.committed_at)?;
-    // Let the workers' backends publish their statistics before reading them.
-    std::thread::sleep(Duration::from_millis(300));
-    let after = stats::read(&mut conn, &name)?;
-    let cost = stats::db_cost(&mut conn, jobs, &marks)?;
-    Ok(
-        DrainRun::new(jobs, batch, seconds, after - before, None, cpu)
-            .with_workers(workers)
-            .with_cost(cost),
-    )
+    tokio::task::spawn_blocking(move || {
+        let seconds = drain_seconds(&mut conn, marks.committed_at)?;
+        // Let the workers' backends publish their statistics before reading them.
+        std::thread::sleep(Duration::from_millis(300));
+        let after = stats::read(&mut conn, &name)?;
+        let cost = stats::db_cost(&mut conn, jobs, &marks)?;
+        Ok(
+            DrainRun::new(jobs, batch, seconds, after - before, None, cpu)
+                .with_workers(workers)
+                .with_cost(cost),
+        )
+    })
+    .await?
 }
 
-/// Claims and completes batches until a claim from the front finds nothing.
-fn claim_loop(conn: &mut PgConnection, worker: &str, batch: usize) -> anyhow::Result<()> {
-    let kinds = vec!["noop".to_owned()];
-    let request = ClaimRequest {
-        worker_id: worker,
-        kinds: &kinds,
-        limit: i64::try_from(batch).unwrap_or(1),
-        lease: Duration::from_secs(60),
-    };
-    let mut cursor: Option<ClaimPosition> = None;
-    loop {
-        let claimed = match cursor {
-            Some(after) => claim_jobs_after(conn, &request, after)?,
-            None => claim_jobs(conn, &request)?,
-        };
-        if claimed.is_empty() {
-            if cursor.is_none() {
-                return Ok(());
+/// One claim loop: its connection and its two prepared statements.
+struct CeilingLoop {
+    client: tokio_postgres::Client,
+    claim: tokio_postgres::Statement,
+    finish: tokio_postgres::Statement,
+    batch: i64,
+}
+
+impl CeilingLoop {
+    async fn open(url: &str, batch: usize) -> anyhow::Result<Self> {
+        let (client, connection) = tokio_postgres::connect(url, tokio_postgres::NoTls).await?;
+        tokio::spawn(async move {
+            // The loop's own statements report a broken connection.
+            let _ = connection.await;
+        });
+        let claim = client
+            .prepare_typed(
+                CLAIM_SQL,
+                &[
+                    Type::INT8,
+                    Type::TEXT_ARRAY,
+                    Type::TEXT,
+                    Type::INT8,
+                    Type::TIMESTAMPTZ,
+                    Type::INT8,
+                ],
+            )
+            .await?;
+        let finish = client
+            .prepare_typed(
+                include_str!("sql/ceiling_finish.sql"),
+                &[Type::INT8_ARRAY, Type::INT8_ARRAY],
+            )
+            .await?;
+        Ok(CeilingLoop {
+            client,
+            claim,
+            finish,
+            batch: i64::try_from(batch).unwrap_or(1),
+        })
+    }
+
+    /// Claims and completes batches until a claim from the front finds nothing.
+    async fn run(self, worker: String) -> anyhow::Result<()> {
+        let kinds = vec!["noop".to_owned()];
+        let lease_ms: i64 = 60_000;
+        // The claim's cursor: (run_after, id) of the last job taken.
+        let mut cursor: Option<(chrono::DateTime<chrono::Utc>, i64)> = None;
+        loop {
+            let rows = self
+                .client
+                .query(
+                    &self.claim,
+                    &[
+                        &self.batch,
+                        &kinds,
+                        &worker,
+                        &lease_ms,
+                        &cursor.map(|(run_after, _)| run_after),
+                        &cursor.map_or(0, |(_, id)| id),
+                    ],
+                )
+                .await?;
+            if rows.is_empty() {
+                if cursor.is_none() {
+                    return Ok(());
+                }
+                // Nothing ahead: jobs skipped while another loop held them may
+                // still wait behind the cursor.
+                cursor = None;
+                continue;
             }
-            // Nothing ahead: jobs skipped while another loop held them may
-            // still wait behind the cursor.
-            cursor = None;
-            continue;
+            let mut ids = Vec::with_capacity(rows.len());
+            let mut tokens = Vec::with_capacity(rows.len());
+            for row in &rows {
+                // The claim's columns: id 0, lease_token 5, run_after 8.
+                let id: i64 = row.try_get(0)?;
+                let run_after: chrono::DateTime<chrono::Utc> = row.try_get(8)?;
+                ids.push(id);
+                tokens.push(row.try_get::<_, i64>(5)?);
+                if cursor.is_none_or(|at| (run_after, id) > at) {
+                    cursor = Some((run_after, id));
+                }
+            }
+            self.client.execute(&self.finish, &[&ids, &tokens]).await?;
         }
-        cursor = claimed.iter().map(|c| c.position()).max();
-        let ids: Vec<i64> = claimed.iter().map(|c| c.id).collect();
-        let tokens: Vec<i64> = claimed.iter().map(|c| c.lease_token).collect();
-        diesel::sql_query(include_str!("sql/ceiling_finish.sql"))
-            .bind::<Array<BigInt>, _>(&ids)
-            .bind::<Array<BigInt>, _>(&tokens)
-            .execute(conn)?;
     }
 }
 

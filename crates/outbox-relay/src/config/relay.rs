@@ -22,9 +22,15 @@ pub struct RelayArgs {
     /// Effects in flight at most.
     #[arg(long, env = "RELAY_CONCURRENCY", default_value_t = relay::DEFAULT_CONCURRENCY, value_parser = parse_count)]
     pub concurrency: usize,
-    /// Database connections of this relay (default: concurrency, at most 64, plus 4).
+    /// Pooled database connections of this relay, for its effects (default:
+    /// concurrency, at most 16, plus 4); its claims and outcomes run on
+    /// connections of their own.
     #[arg(long, env = "RELAY_POOL_SIZE", value_parser = parse_count)]
     pub pool_size: Option<usize>,
+    /// Statements writing outcomes side by side, each on its own connection
+    /// (default: 1 up to concurrency 512, 2 above).
+    #[arg(long, env = "RELAY_COMPLETER_WRITERS", value_parser = parse_count)]
+    pub completer_writers: Option<usize>,
     /// Jobs per claim at most.
     #[arg(long = "batch-size", env = "RELAY_BATCH_SIZE", default_value_t = relay::DEFAULT_BATCH_SIZE, value_parser = parse_count)]
     pub batch_size: usize,
@@ -115,6 +121,7 @@ impl RelayArgs {
         .with_lease(self.lease);
         settings.concurrency = self.concurrency;
         settings.batch_size = self.batch_size;
+        settings.completer_writers = self.completer_writers;
         settings.poll_interval = self.poll_interval;
         settings.shutdown_grace = self.shutdown_grace;
         settings.backoff = BackoffPolicy {
