@@ -11,7 +11,10 @@ use outbox_relay::effects::{self, Executor, OrderWebhook};
 use outbox_relay::endpoints::breaker::Breaker;
 use outbox_relay::endpoints::spec::{EndpointName, EndpointUrl, EventTypes, SigningSecret};
 use outbox_relay::endpoints::{NewEndpoint, store, target};
-use outbox_relay::orders::{NewOrder, OrderId, Transition, place_order, transition_order};
+use outbox_relay::orders::{
+    NewOrder, OrderId, Transition, delivery_key, endpoint_key, place_order, transition_order,
+    webhook_key,
+};
 use outbox_relay::orders::{new_job, order_enqueuer};
 use outbox_relay::outbox::JobOptions;
 use outbox_relay::schema::{delivery_attempts, jobs_all};
@@ -297,6 +300,136 @@ async fn jobs_queued_before_endpoints_existed_go_to_default() {
     assert!(
         other.requests().is_empty(),
         "erp never saw jobs queued before it"
+    );
+    assert!(fallback.requests().is_empty());
+}
+
+/// Moves the order by `action` with `body` (a valid transition).
+fn transition(conn: &mut PgConnection, order_id: i64, action: &str, body: serde_json::Value) {
+    let transition = Transition::parse(action, &body).expect("a valid transition");
+    transition_order(conn, &order_enqueuer(), order_id, &transition, None, 8).expect(action);
+}
+
+/// The order's deliveries, oldest first: ordering key, concurrency key and
+/// the endpoint in the payload.
+fn delivery_keys(
+    conn: &mut PgConnection,
+    order_id: i64,
+) -> Vec<(Option<String>, Option<String>, Option<i64>)> {
+    jobs_all::table
+        .filter(jobs_all::kind.eq("order_webhook"))
+        .filter(jobs_all::order_id.eq(order_id))
+        .order(jobs_all::id)
+        .select((
+            jobs_all::ordering_key,
+            jobs_all::concurrency_key,
+            jobs_all::payload,
+        ))
+        .load::<(Option<String>, Option<String>, serde_json::Value)>(conn)
+        .expect("the order's deliveries")
+        .into_iter()
+        .map(|(key, limit, payload)| (key, limit, payload["endpoint_id"].as_i64()))
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_order_placed_before_any_endpoint_gets_its_later_events_at_default_in_order() {
+    init_tracing();
+    let db = TestDb::new();
+    let mut conn = db.conn();
+    // Placed while the database has no endpoint row: its delivery is queued
+    // without an endpoint, under the order's legacy key, for `default`.
+    let order_id = place(&mut conn);
+    let legacy = webhook_key(order_id);
+    // The receiver fails the first delivery of order.placed, and its retry
+    // waits a second (Retry-After): time enough for a later event to overtake
+    // it, were it not queued behind.
+    let sink = HttpSink::start([], Answer::status(204)).await;
+    sink.answer_matching_with(
+        |body| {
+            serde_json::from_slice::<serde_json::Value>(body)
+                .is_ok_and(|b| b["type"] == "order.placed")
+        },
+        [Answer::status(503).header("retry-after", "1")],
+    );
+    // Then `serve` or a relay given WEBHOOK_URL writes `default`, as
+    // write_default does.
+    let secret = SigningSecret::generate().expect("a secret");
+    let default_id =
+        target::upsert_default(&mut conn, &sink.url(), secret.expose()).expect("default");
+
+    // Paid and shipped while the placed delivery is unfinished.
+    pay(&mut conn, order_id);
+    transition(
+        &mut conn,
+        order_id,
+        "ship",
+        json!({"carrier": "DHL", "tracking_number": "JD0001"}),
+    );
+    let queued = delivery_keys(&mut conn, order_id);
+
+    let fallback = HttpSink::start([], Answer::status(204)).await;
+    let relay = delivery_relay(&db, &fallback, 2);
+    wait_until(
+        "placed, paid and shipped delivered",
+        Duration::from_secs(30),
+        || done_webhooks(&mut conn) == 3,
+    )
+    .await;
+    // Every legacy delivery has ended: the next event goes under the
+    // endpoint's own key.
+    transition(&mut conn, order_id, "deliver", json!({}));
+    let after_drain = delivery_keys(&mut conn, order_id);
+    wait_until("delivered delivered", Duration::from_secs(30), || {
+        done_webhooks(&mut conn) == 4
+    })
+    .await;
+    relay.stop().await;
+
+    let arrived: Vec<(String, u16)> = sink
+        .requests()
+        .iter()
+        .map(|r| {
+            (
+                r.json()["type"].as_str().unwrap_or("").to_owned(),
+                r.answered,
+            )
+        })
+        .collect();
+    let arrived: Vec<(&str, u16)> = arrived.iter().map(|(t, s)| (t.as_str(), *s)).collect();
+    assert_eq!(
+        arrived,
+        [
+            ("order.placed", 503),
+            ("order.placed", 204),
+            ("order.paid", 204),
+            ("order.shipped", 204),
+            ("order.delivered", 204),
+        ],
+        "default got the order's events in order"
+    );
+    let behind_legacy = (
+        Some(legacy.clone()),
+        Some(endpoint_key(default_id)),
+        Some(default_id),
+    );
+    assert_eq!(
+        queued,
+        [
+            (Some(legacy.clone()), None, None),
+            behind_legacy.clone(),
+            behind_legacy,
+        ],
+        "paid and shipped queued behind the unfinished legacy delivery"
+    );
+    assert_eq!(
+        after_drain.last(),
+        Some(&(
+            Some(delivery_key(default_id, order_id)),
+            Some(endpoint_key(default_id)),
+            Some(default_id),
+        )),
+        "after the legacy key drained: {after_drain:?}"
     );
     assert!(fallback.requests().is_empty());
 }

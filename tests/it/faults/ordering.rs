@@ -104,11 +104,11 @@ async fn every_orders_events_arrive_in_seq_order_with_three_relays_and_a_flaky_r
     }
     // The relays first: the first of them creates the `default` endpoint
     // from WEBHOOK_URL, as a deployment's start does before any order is
-    // placed. Orders placed while no endpoint row exists queue their first
-    // delivery under the order's legacy key, which later deliveries under
-    // `endpoint:<id>:order:<id>` do not wait behind (a known gap, in the
-    // closing note of 2026-12-01's evening session); this test is about
-    // ordering once endpoints exist.
+    // placed. (Orders placed while no endpoint row exists queue their first
+    // delivery under the order's legacy key, and their later deliveries to
+    // `default` queue behind it: endpoint_delivery.rs's
+    // an_order_placed_before_any_endpoint_gets_its_later_events_at_default_in_order.)
+    // This test is about ordering once endpoints exist.
     let relays: Vec<BinProcess> = {
         let mut relays = Vec::new();
         for name in ["order-a", "order-b", "order-c"] {

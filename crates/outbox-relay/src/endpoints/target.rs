@@ -5,9 +5,7 @@
 use diesel::prelude::*;
 use diesel::sql_types::{BigInt, Bool, Nullable, Text};
 
-/// The name of the endpoint that `WEBHOOK_URL` / `WEBHOOK_SECRET` keep, and
-/// that deliveries queued without an endpoint go to.
-pub const DEFAULT_ENDPOINT: &str = "default";
+pub use crate::orders::DEFAULT_ENDPOINT;
 
 /// An endpoint as a delivery sees it. Holds secrets: never printed.
 #[derive(Clone, QueryableByName)]

@@ -11,7 +11,11 @@
 //! `endpoint:<endpoint id>:order:<order id>` (the endpoint gets the order's
 //! events in order, and one endpoint's failed head holds back only its own
 //! deliveries) and counts against the concurrency key `endpoint:<endpoint id>`,
-//! whose limits the endpoint's row sets.
+//! whose limits the endpoint's row sets. One exception: an order placed
+//! before any endpoint existed has its first deliveries queued without an
+//! endpoint, for `default`, under its legacy key ([`webhook_key`]); while any
+//! of those is unfinished, the order's later deliveries to `default` take
+//! that key too, and queue behind them.
 
 use diesel::prelude::*;
 use diesel::sql_types::{Array, BigInt, Bool, Integer, Jsonb, Nullable, Text};
@@ -19,7 +23,7 @@ use serde_json::Value;
 
 use super::idempotency::IdempotencyKey;
 use super::jobs::{ConfirmationEmail, OrderPublish, OrderWebhook, new_job};
-use super::{OrderId, email_key, webhook_key};
+use super::{DEFAULT_ENDPOINT, OrderId, email_key, webhook_key};
 use crate::outbox::{JobOptions, NewJob};
 use crate::schema::order_events;
 
@@ -48,9 +52,15 @@ pub(super) struct RecordedEvent {
     /// Whether the database has any endpoint at all (see the SQL).
     #[diesel(sql_type = Bool)]
     any_endpoint: bool,
+    /// The endpoint named `default`, while the order has an unfinished job
+    /// under its legacy key (see the SQL); none for a placement.
+    #[diesel(sql_type = Nullable<BigInt>)]
+    default_behind_legacy: Option<i64>,
 }
 
-/// Inserts event `seq` of the order and reads its subscribers, in one statement.
+/// Inserts event `seq` of the order and reads its subscribers, and whether
+/// its legacy key still has unfinished jobs, in one statement. The caller
+/// holds the order row's lock.
 pub(super) fn record_event(
     conn: &mut PgConnection,
     order_id: OrderId,
@@ -68,6 +78,8 @@ pub(super) fn record_event(
         .bind::<Nullable<Text>, _>(key.map(IdempotencyKey::as_str))
         .bind::<Nullable<Text>, _>(request_hash)
         .bind::<Nullable<BigInt>, _>(key.and_then(IdempotencyKey::api_key_id))
+        .bind::<Text, _>(webhook_key(order_id.get()))
+        .bind::<Text, _>(DEFAULT_ENDPOINT)
         .get_result(conn)
 }
 
@@ -100,7 +112,10 @@ impl RecordedEvent {
                     endpoint_id: Some(endpoint_id),
                 },
                 &keys
-                    .options(max_attempts, delivery_key(endpoint_id, order_id.get()))
+                    .options(
+                        max_attempts,
+                        self.webhook_ordering_key(endpoint_id, order_id),
+                    )
                     .concurrency_key(endpoint_key(endpoint_id)),
             )
         });
@@ -117,6 +132,23 @@ impl RecordedEvent {
             )
         });
         webhooks.chain(publishes).collect()
+    }
+
+    /// The ordering key of the event's webhook to `endpoint_id`: the
+    /// endpoint's own, except for `default` while the order's legacy key has
+    /// an unfinished job: then the legacy key, so the delivery runs after the
+    /// deliveries queued for `default` before endpoints existed (it keeps
+    /// `default`'s concurrency key). The switch to the endpoint's key comes
+    /// only once the legacy key has drained: deliveries queued under it
+    /// meanwhile are unfinished jobs of that key themselves, so every one of
+    /// them has ended before an event takes the endpoint's key, and nothing
+    /// under that key can overtake them.
+    fn webhook_ordering_key(&self, endpoint_id: i64, order_id: OrderId) -> String {
+        if self.default_behind_legacy == Some(endpoint_id) {
+            webhook_key(order_id.get())
+        } else {
+            delivery_key(endpoint_id, order_id.get())
+        }
     }
 }
 

@@ -38,8 +38,14 @@ pub use read::{
 pub use status::OrderStatus;
 pub use transition::{Transition, TransitionError, TransitionOutcome, transition_order};
 
+/// The name of the endpoint that `WEBHOOK_URL` / `WEBHOOK_SECRET` keep, and
+/// that deliveries queued without an endpoint go to.
+pub const DEFAULT_ENDPOINT: &str = "default";
+
 /// The ordering key of an order's deliveries queued without an endpoint (to
 /// `default`, before any endpoint existed): one at a time, in event order.
+/// The order's later deliveries to `default` take it too while any of those
+/// is unfinished, so they queue behind them.
 pub fn webhook_key(order_id: i64) -> String {
     format!("order-{order_id}-webhooks")
 }

@@ -17,7 +17,9 @@
 -- foreign keys of the items and the event are checked at the end of the
 -- statement, once the order's row is there.
 --
--- The endpoint columns are record_event.sql's: see there.
+-- The endpoint columns are record_event.sql's: see there. A new order has
+-- no jobs under its legacy key, so none of its deliveries waits behind one
+-- (`default_behind_legacy` is NULL).
 WITH new_order AS (
     INSERT INTO orders (customer_email, customer_name, currency, total_cents,
                         idempotency_key, request_hash, api_key_id)
@@ -55,5 +57,6 @@ SELECT
            AND (e.event_types IS NULL OR $12 = ANY (e.event_types))),
         '{}'
     ) AS nats_endpoints,
-    EXISTS (SELECT 1 FROM endpoints) AS any_endpoint
+    EXISTS (SELECT 1 FROM endpoints) AS any_endpoint,
+    NULL::bigint AS default_behind_legacy
 FROM new_order, event

@@ -7,6 +7,27 @@
 -- this change or before a relay has created `default` from WEBHOOK_URL: the
 -- delivery is then queued without an endpoint and goes to `default` when it
 -- runs, so no event is lost in that window.
+--
+-- `default_behind_legacy` is the id of the endpoint named $9 (`default`)
+-- while the order still has an unfinished job (pending, processing or
+-- failed) under its legacy key $8 (`order-<id>-webhooks`), the key of the
+-- deliveries queued for `default` before any endpoint existed; NULL
+-- otherwise. The event's delivery to `default` then takes the legacy key, to
+-- queue behind them (orders/events.rs). Indexes: endpoints_name_key for the
+-- name; jobs_ordering_key_idx for the key, one probe (done jobs have left
+-- `jobs`; the status is a filter).
+--
+-- Concurrency: the caller holds the order row's lock (FOR NO KEY UPDATE),
+-- which serialises the order's transitions, the only writers of its legacy
+-- key after the placement, which committed before anyone could see the
+-- order. This statement's snapshot is taken after that lock was granted, so
+-- it sees the jobs of every earlier transition. Meanwhile other transactions
+-- can only end the key's jobs (a finish, a cancel), never add one (a retry or
+-- a recover turns a failed job, already unfinished, back to pending). A job
+-- that ends between this read and the enqueue leaves the new delivery under
+-- the legacy key with nothing ahead: the enqueue's own key lock and head
+-- lookup (lock_ordering_keys.sql, lock_ordering_heads.sql) decide whether it
+-- waits, as for any key, and it runs at once.
 WITH event AS (
     INSERT INTO order_events (order_id, seq, type, data, idempotency_key, request_hash, api_key_id)
     VALUES ($1, $2, $3, $4, $5, $6, $7)
@@ -26,5 +47,11 @@ SELECT
            AND (e.event_types IS NULL OR $3 = ANY (e.event_types))),
         '{}'
     ) AS nats_endpoints,
-    EXISTS (SELECT 1 FROM endpoints) AS any_endpoint
+    EXISTS (SELECT 1 FROM endpoints) AS any_endpoint,
+    (SELECT d.id FROM endpoints d
+     WHERE d.name = $9
+       AND EXISTS (SELECT 1 FROM jobs j
+                   WHERE j.ordering_key = $8
+                     AND j.status IN ('pending', 'processing', 'failed'))
+    ) AS default_behind_legacy
 FROM event
