@@ -42,12 +42,14 @@ use crate::driver::Executor;
 
 /// Default [`RelaySettings::concurrency`]: effects in flight at once per relay.
 ///
-/// At 16 (one claim of 16 in flight at a time) a relay beside an API placing
-/// orders at half its measured maximum fell behind on the 2-core machine
-/// (enqueue-to-start p50 830 ms, a growing queue); at 64, in the same window,
-/// p50 was 43 ms (`bench --api-only`, docs/performance.md). Raising the default
-/// waits on the pool it sizes (`min(concurrency, 64) + 4` connections).
-pub const DEFAULT_CONCURRENCY: usize = 16;
+/// 64, not 16: at 16 only one claim of 16 can be in flight, and beside an API
+/// placing orders at half its measured maximum on the 2-core machine the
+/// relay fell behind (a growing queue, p99 435 ms on a quiet machine); at 64,
+/// in the same window, the queue stayed bounded with p99 43 ms (`bench
+/// --api-only`, docs/performance.md). More slots cost no more connections:
+/// claims and outcomes run on the relay's own, and the pool the effects use
+/// stops growing at 16 + 4. A shallow queue still gets one claim at a time.
+pub const DEFAULT_CONCURRENCY: usize = 64;
 /// Default [`RelaySettings::batch_size`]: most jobs one claim statement takes.
 pub const DEFAULT_BATCH_SIZE: usize = 16;
 /// Default [`RelaySettings::lease`]; the heartbeat, reap interval and reap

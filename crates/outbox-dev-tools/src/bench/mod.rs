@@ -217,12 +217,22 @@ pub async fn run(args: BenchArgs) -> anyhow::Result<()> {
         let ceiling = ceiling::measure(&scratch.url, &args)
             .await
             .context("measuring the ceiling")?;
-        eprintln!("  ceiling: {:.0} jobs/s", ceiling.jobs_per_second());
+        eprintln!(
+            "  ceiling: {:.0} jobs/s, {} transactions",
+            ceiling.jobs_per_second(),
+            ceiling.server.transactions
+        );
         report.ceiling.push(ceiling);
         let relay = drain::measure(&scratch.url, &args, args.batch)
             .await
             .context("draining with the relay")?;
-        eprintln!("  relay:   {:.0} jobs/s", relay.jobs_per_second());
+        // The transactions of each round, not only the median's: a drain
+        // slowed by small outcome batches shows as more of them.
+        eprintln!(
+            "  relay:   {:.0} jobs/s, {} transactions",
+            relay.jobs_per_second(),
+            relay.server.transactions
+        );
         report.relay.push(relay);
         if let Some(exe) = &args.baseline_relay {
             let baseline = drain::measure_baseline(&scratch.url, &args, args.batch, exe)
