@@ -7,8 +7,9 @@
 //! itself (its `DatabaseErrorKind` maps a few codes, and the error information
 //! is private), so an error from a Diesel statement that it did not map is
 //! recognised by the server's primary message, which holds only for the default
-//! English `lc_messages`. Those are the Diesel paths: the API, and an outcome
-//! that commits with a local write.
+//! English `lc_messages`. Those are the Diesel paths: the API, an outcome that
+//! commits with a local write, the archive's partition upkeep, and the relay's
+//! fallback while it cannot open connections of its own.
 
 use tokio_postgres::error::SqlState;
 

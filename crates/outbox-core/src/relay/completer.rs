@@ -102,13 +102,19 @@ impl Outage {
 /// Runs `writers` completers side by side on one queue of outcomes, until
 /// every sender is gone and every outcome is written, or `stop`.
 ///
-/// One writer at a time capped a relay at concurrency 1024 to about 20,000
-/// jobs a second on the 2-core machine: its statement, which moves each done
-/// job into the archive, was running nearly all the time while the claims
-/// waited on it. Two writers drained 50,000 jobs in 1.23 to 1.38 s over five
-/// runs; four in 1.08 to 3.94 s (more statements fighting for two cores).
-/// Writers take disjoint outcomes (each outcome is in one batch), and lock
-/// rows in id order, so they never wait on each other.
+/// One writer's statement, which moves each done job into the archive, runs
+/// nearly all the time at concurrency 1024, and the claims wait on it: a
+/// second writer drained 50,000 jobs 1.4x faster on the quiet 2-core machine
+/// (median of 5, prepared statements). A third and fourth do not pay there:
+/// each free writer takes whatever outcomes are queued when it is ready, so
+/// batches shrink (four writers made 608 to 711 transactions a drain against
+/// 456 to 501 for two) and the extra statements share the same two cores with
+/// the claims. The wide spread once seen with four (1.1 to 3.9 s a drain) was
+/// measured beside other builds; on a quiet machine the rounds of four spread
+/// no wider than the ceiling's own, and the slow rounds did not make more
+/// transactions than the fast ones (docs/performance.md). Writers take
+/// disjoint outcomes (each outcome is in one batch), and lock rows in id
+/// order, so they never wait on each other.
 pub(super) async fn run_all(
     shared: Arc<Shared>,
     completed: mpsc::Receiver<Completion>,
