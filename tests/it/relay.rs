@@ -263,6 +263,23 @@ async fn a_payload_that_does_not_decode_fails_its_job_without_hurting_the_worker
     assert_eq!(rows[&good].0, "done");
 }
 
+/// Claims up to `limit` noop jobs as worker `crashed`, leased for `lease`,
+/// and never renews or finishes them: a worker that died. Returns how many.
+fn claim_and_crash(conn: &mut PgConnection, limit: i64, lease: Duration) -> usize {
+    let kinds = vec!["noop".to_owned()];
+    claim_jobs(
+        conn,
+        &ClaimRequest {
+            worker_id: "crashed",
+            kinds: &kinds,
+            limit,
+            lease,
+        },
+    )
+    .expect("claim")
+    .len()
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_dead_workers_job_is_reaped_and_finished_by_another_relay() {
     init_tracing();
@@ -279,18 +296,7 @@ async fn a_dead_workers_job_is_reaped_and_finished_by_another_relay() {
     )
     .expect("enqueue");
     // A worker claims both with a short lease and dies.
-    let kinds = vec!["noop".to_owned()];
-    let claimed = claim_jobs(
-        &mut conn,
-        &ClaimRequest {
-            worker_id: "crashed",
-            kinds: &kinds,
-            limit: 2,
-            lease: Duration::from_millis(300),
-        },
-    )
-    .expect("claim");
-    assert_eq!(claimed.len(), 2);
+    assert_eq!(claim_and_crash(&mut conn, 2, Duration::from_millis(300)), 2);
 
     let mut settings = test_settings("survivor", &["noop"]);
     settings.reap_interval = Duration::from_millis(100);
@@ -332,18 +338,10 @@ async fn three_reapers_at_once_take_each_of_fifteen_hundred_expired_leases_exact
     let db = TestDb::new();
     let mut conn = db.conn();
     let ids = enqueue_noops(&mut conn, 1500, 8);
-    let kinds = vec!["noop".to_owned()];
-    let claimed = claim_jobs(
-        &mut conn,
-        &ClaimRequest {
-            worker_id: "crashed",
-            kinds: &kinds,
-            limit: 1500,
-            lease: Duration::from_millis(200),
-        },
-    )
-    .expect("claim");
-    assert_eq!(claimed.len(), 1500);
+    assert_eq!(
+        claim_and_crash(&mut conn, 1500, Duration::from_millis(200)),
+        1500
+    );
 
     let relays: Vec<_> = (0..3)
         .map(|w| {

@@ -25,6 +25,29 @@ use super::reap::{
     ExpiredRow, ReapPlan, ReapReport, ReapRequest, SELECT_EXPIRED_SQL, UPDATE_REAPED_SQL,
 };
 
+/// The claim's parameter types, in [`CLAIM_SQL`]'s order: limit, kinds,
+/// worker id, lease in milliseconds, the cursor's `run_after` and id. For a
+/// benchmark preparing the claim on a connection of its own.
+pub const CLAIM_PARAMS: &[Type] = &[
+    Type::INT8,
+    Type::TEXT_ARRAY,
+    Type::TEXT,
+    Type::INT8,
+    Type::TIMESTAMPTZ,
+    Type::INT8,
+];
+
+/// The parameters of the statements that write one row per outcome (the
+/// finish, the reaped jobs' update): ids, lease tokens, statuses, delays in
+/// milliseconds, errors.
+const OUTCOME_PARAMS: &[Type] = &[
+    Type::INT8_ARRAY,
+    Type::INT8_ARRAY,
+    Type::TEXT_ARRAY,
+    Type::INT8_ARRAY,
+    Type::TEXT_ARRAY,
+];
+
 /// The statements, prepared on one connection (and usable only there).
 #[derive(Debug, Clone)]
 pub(crate) struct HotStatements {
@@ -53,27 +76,8 @@ impl HotStatements {
             stranded_keys,
             release_keys,
         ) = tokio::try_join!(
-            client.prepare_typed(
-                CLAIM_SQL,
-                &[
-                    Type::INT8,
-                    Type::TEXT_ARRAY,
-                    Type::TEXT,
-                    Type::INT8,
-                    Type::TIMESTAMPTZ,
-                    Type::INT8,
-                ],
-            ),
-            client.prepare_typed(
-                FINISH_SQL,
-                &[
-                    Type::INT8_ARRAY,
-                    Type::INT8_ARRAY,
-                    Type::TEXT_ARRAY,
-                    Type::INT8_ARRAY,
-                    Type::TEXT_ARRAY,
-                ],
-            ),
+            client.prepare_typed(CLAIM_SQL, CLAIM_PARAMS),
+            client.prepare_typed(FINISH_SQL, OUTCOME_PARAMS),
             client.prepare_typed(
                 EXTEND_SQL,
                 &[Type::INT8_ARRAY, Type::INT8_ARRAY, Type::INT8]
@@ -83,16 +87,7 @@ impl HotStatements {
                 SELECT_EXPIRED_SQL,
                 &[Type::INT8, Type::INT8, Type::INT8_ARRAY]
             ),
-            client.prepare_typed(
-                UPDATE_REAPED_SQL,
-                &[
-                    Type::INT8_ARRAY,
-                    Type::INT8_ARRAY,
-                    Type::TEXT_ARRAY,
-                    Type::INT8_ARRAY,
-                    Type::TEXT_ARRAY,
-                ],
-            ),
+            client.prepare_typed(UPDATE_REAPED_SQL, OUTCOME_PARAMS),
             client.prepare_typed(STRANDED_KEYS_SQL, &[Type::INT8]),
             client.prepare_typed(RELEASE_KEYS_SQL, &[Type::TEXT_ARRAY]),
         )?;

@@ -10,11 +10,10 @@
 use std::time::Duration;
 
 use diesel::prelude::*;
-use tokio_postgres::types::Type;
 
 use super::report::DrainRun;
 use super::{BenchArgs, drain_seconds, enqueue_noops, stats};
-use outbox_core::driver::CLAIM_SQL;
+use outbox_core::driver::{CLAIM_PARAMS, CLAIM_SQL};
 
 pub async fn measure(url: &str, args: &BenchArgs) -> anyhow::Result<DrainRun> {
     measure_at(url, args, args.batch).await
@@ -80,23 +79,14 @@ impl CeilingLoop {
             // The loop's own statements report a broken connection.
             let _ = connection.await;
         });
-        let claim = client
-            .prepare_typed(
-                CLAIM_SQL,
-                &[
-                    Type::INT8,
-                    Type::TEXT_ARRAY,
-                    Type::TEXT,
-                    Type::INT8,
-                    Type::TIMESTAMPTZ,
-                    Type::INT8,
-                ],
-            )
-            .await?;
+        let claim = client.prepare_typed(CLAIM_SQL, CLAIM_PARAMS).await?;
         let finish = client
             .prepare_typed(
                 include_str!("sql/ceiling_finish.sql"),
-                &[Type::INT8_ARRAY, Type::INT8_ARRAY],
+                &[
+                    tokio_postgres::types::Type::INT8_ARRAY,
+                    tokio_postgres::types::Type::INT8_ARRAY,
+                ],
             )
             .await?;
         Ok(CeilingLoop {
