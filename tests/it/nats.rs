@@ -394,8 +394,12 @@ async fn exactly_once_while_the_relay_is_killed_every_300ms() {
         // 300 ms of work from the moment it claims: on the loaded shared
         // machine a relay's start alone can take longer than 300 ms, and
         // killing it before it claims would test nothing.
+        // Concurrency 16, the relay's default until 2026-12-02: at 64 a relay
+        // on a quiet machine published all 300 within two 300 ms lives (a CI
+        // run), and this test is about many kills, not a fast drain.
         let mut relay = relay(&format!("nats-crash-{kills}"), &db)
             .env("RELAY_LEASE", "1s")
+            .env("RELAY_CONCURRENCY", "16")
             .spawn();
         relay
             .wait_for_line("relay started", Duration::from_secs(30))
