@@ -805,8 +805,13 @@ async fn fairness_run(with_slow: bool) -> (Vec<f64>, Vec<chrono::DateTime<chrono
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_slow_endpoint_costs_a_fast_one_little_and_never_exceeds_its_max_in_flight() {
     init_tracing();
-    let (alone, _) = fairness_run(false).await;
-    let (shared, slow_arrivals) = fairness_run(true).await;
+    // Both runs at once, each on its own database with its own relay and
+    // receivers: whatever else loads the machine (the rest of the suite, in
+    // parallel) then loads both alike, and the ratio measures the slow
+    // endpoint, not which of two minutes was busier. Run one after the
+    // other, the p99 ratio was 1.3x to 2.2x in recorded runs, with the load.
+    let ((alone, _), (shared, slow_arrivals)) =
+        tokio::join!(fairness_run(false), fairness_run(true));
     let (alone_p99, shared_p99) = (p99(&alone), p99(&shared));
     eprintln!(
         "fast endpoint delivery latency p99: alone {alone_p99:.1} ms, beside a 25 s endpoint {shared_p99:.1} ms; \
