@@ -1,7 +1,11 @@
 //! Enqueue-to-start latency: jobs enqueued one at a time, each in its own
 //! transaction, against an idle relay and again while the API takes orders;
-//! measured from the enqueue's commit returning to the effect starting, both
-//! on this process's monotonic clock.
+//! measured from just before the enqueue's transaction begins to the effect
+//! starting, both on this process's monotonic clock, as the peer harness
+//! measures its queues (the enqueue call to the handler's start). From the
+//! commit's return instead, a relay woken by the commit often started the
+//! job before the enqueuing thread had read the clock again on a loaded
+//! machine, and the wait came out as zero.
 //!
 //! The open-loop runs use the same recording relay for the orders' own jobs,
 //! measured from each job's `created_at` (the enqueuing transaction's start,
@@ -223,7 +227,7 @@ impl RecordingRelay {
     }
 
     /// Waits for every sample to start, stops the relay, and returns the
-    /// latencies from each commit to its start.
+    /// latencies from each enqueue's start to the job's.
     async fn latency_of(self, committed: &[(i64, Instant)]) -> anyhow::Result<Latency> {
         let wanted: std::collections::HashSet<i64> = committed.iter().map(|(id, _)| *id).collect();
         let deadline = Instant::now() + Duration::from_secs(30);
@@ -258,7 +262,7 @@ impl RecordingRelay {
 
 /// Enqueues `args.latency_samples` noop jobs, one per transaction, each
 /// `args.latency_interval` after the last; returns each id with the moment
-/// its commit returned.
+/// the moment just before its transaction began.
 async fn take_samples(url: &str, args: &BenchArgs) -> anyhow::Result<Vec<(i64, Instant)>> {
     let samples = args.latency_samples;
     let interval = args.latency_interval;
@@ -269,6 +273,7 @@ async fn take_samples(url: &str, args: &BenchArgs) -> anyhow::Result<Vec<(i64, I
         let mut committed = Vec::with_capacity(samples);
         let enqueuer = Enqueuer::new();
         for i in 0..samples {
+            let began = Instant::now();
             let id = conn.transaction(|conn| {
                 enqueuer.enqueue(
                     conn,
@@ -276,7 +281,7 @@ async fn take_samples(url: &str, args: &BenchArgs) -> anyhow::Result<Vec<(i64, I
                     &JobOptions::default(),
                 )
             })?;
-            committed.push((id, Instant::now()));
+            committed.push((id, began));
             progress.inc(1);
             std::thread::sleep(interval);
         }
