@@ -22,7 +22,8 @@ use serde_json::json;
 
 use crate::support::http::{Answer, HttpSink, Recorded};
 use crate::support::{
-    RunningRelay, TestDb, init_tracing, order_json, spawn_relay, test_settings, wait_until,
+    RunningRelay, TestDb, init_tracing, order_json, spawn_relay, test_settings, transition,
+    wait_until,
 };
 use outbox_relay::endpoints::attempts::CONSECUTIVE_FAILURES_TO_TRIP;
 
@@ -302,12 +303,6 @@ async fn jobs_queued_before_endpoints_existed_go_to_default() {
         "erp never saw jobs queued before it"
     );
     assert!(fallback.requests().is_empty());
-}
-
-/// Moves the order by `action` with `body` (a valid transition).
-fn transition(conn: &mut PgConnection, order_id: i64, action: &str, body: serde_json::Value) {
-    let transition = Transition::parse(action, &body).expect("a valid transition");
-    transition_order(conn, &order_enqueuer(), order_id, &transition, None, 8).expect(action);
 }
 
 /// The order's deliveries, oldest first: ordering key, concurrency key and

@@ -1,30 +1,18 @@
 //! Ordered delivery with real relays: every order's events reach the receiver
 //! in `seq` order, whatever fails, whoever claims them, whoever crashes.
 
-use outbox_relay::orders::order_enqueuer;
 use std::collections::HashMap;
 use std::time::Duration;
 
 use diesel::prelude::*;
-use outbox_relay::orders::{Transition, transition_order};
 use serde_json::{Value, json};
 
 use super::{Sinks, place_orders, wait_all_terminal};
 use crate::support::http::{Answer, Recorded};
 use crate::support::process::{BinProcess, Launch};
-use crate::support::{TestDb, wait_until};
+use crate::support::{TestDb, transition, wait_until};
 
 const MINUTE: Duration = Duration::from_secs(60);
-
-fn transition(conn: &mut PgConnection, order_id: i64, action: &str, body: Value) -> i64 {
-    let transition = Transition::parse(action, &body).expect("a valid transition");
-    match transition_order(conn, &order_enqueuer(), order_id, &transition, None, 8)
-        .expect("transition")
-    {
-        outbox_relay::orders::TransitionOutcome::Applied { event_id }
-        | outbox_relay::orders::TransitionOutcome::Repeated { event_id } => event_id,
-    }
-}
 
 fn pay_ship_deliver(conn: &mut PgConnection, order_id: i64) -> Vec<i64> {
     vec![

@@ -66,6 +66,23 @@ pub fn order_json(name: &str) -> serde_json::Value {
     })
 }
 
+/// Moves the order by `action` with `body` (a valid transition) and returns
+/// the event it recorded (or had recorded, for a repeat).
+pub fn transition(
+    conn: &mut PgConnection,
+    order_id: i64,
+    action: &str,
+    body: serde_json::Value,
+) -> i64 {
+    use outbox_relay::orders::{Transition, TransitionOutcome, order_enqueuer, transition_order};
+    let transition = Transition::parse(action, &body).expect("a valid transition");
+    match transition_order(conn, &order_enqueuer(), order_id, &transition, None, 8).expect(action) {
+        TransitionOutcome::Applied { event_id } | TransitionOutcome::Repeated { event_id } => {
+            event_id
+        }
+    }
+}
+
 pub fn sample_order() -> NewOrder {
     NewOrder::parse(&order_json("Ada Lovelace")).expect("sample order is valid")
 }

@@ -128,7 +128,7 @@ impl HotStatements {
                 ],
             )
             .await?;
-        rows.iter().map(claimed_job).collect()
+        rows.iter().map(ClaimedJob::from_row).collect()
     }
 
     /// [`finish_jobs`](crate::driver::finish_jobs) for outcomes without a
@@ -239,15 +239,16 @@ impl HotStatements {
             let Some(plan) = ReapPlan::new(&expired, retry_delay) else {
                 return Ok(ReapReport::default());
             };
+            let params = &plan.params;
             client
                 .query(
                     &self.update_reaped,
                     &[
-                        &plan.ids,
-                        &plan.tokens,
-                        &plan.statuses,
-                        &plan.delays,
-                        &plan.errors,
+                        &params.ids,
+                        &params.tokens,
+                        &params.statuses,
+                        &params.delays,
+                        &params.errors,
                     ],
                 )
                 .await?;
@@ -295,18 +296,22 @@ impl HotStatements {
     }
 }
 
-/// A claimed row, in the claim's column order (`claim_jobs.sql`'s SELECT).
-fn claimed_job(row: &Row) -> Result<ClaimedJob, tokio_postgres::Error> {
-    Ok(ClaimedJob {
-        id: row.try_get(0)?,
-        kind: row.try_get(1)?,
-        payload: row.try_get(2)?,
-        attempt: row.try_get(3)?,
-        max_attempts: row.try_get(4)?,
-        lease_token: row.try_get(5)?,
-        created_at: row.try_get(6)?,
-        trace_context: row.try_get(7)?,
-        run_after: row.try_get(8)?,
-        concurrency_key: row.try_get(9)?,
-    })
+impl ClaimedJob {
+    /// A row of [`CLAIM_SQL`] run on tokio-postgres, in the claim's column
+    /// order (`claim_jobs.sql`'s SELECT). For a benchmark running the claim
+    /// prepared on a connection of its own, as the relay does.
+    pub fn from_row(row: &Row) -> Result<ClaimedJob, tokio_postgres::Error> {
+        Ok(ClaimedJob {
+            id: row.try_get(0)?,
+            kind: row.try_get(1)?,
+            payload: row.try_get(2)?,
+            attempt: row.try_get(3)?,
+            max_attempts: row.try_get(4)?,
+            lease_token: row.try_get(5)?,
+            created_at: row.try_get(6)?,
+            trace_context: row.try_get(7)?,
+            run_after: row.try_get(8)?,
+            concurrency_key: row.try_get(9)?,
+        })
+    }
 }

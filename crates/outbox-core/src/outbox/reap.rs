@@ -6,6 +6,7 @@ use diesel::prelude::*;
 use diesel::sql_types::{Array, BigInt, Integer, Nullable, Text};
 
 use super::claim::millis;
+use super::finish::{Finish, FinishParams, Outcome};
 
 /// What one [`reap_expired_leases`] call did. Each reaped job had its lease
 /// token's claim ended: a worker still running it is fenced out.
@@ -84,12 +85,13 @@ pub fn reap_expired_leases(
         let Some(plan) = ReapPlan::new(&expired, retry_delay) else {
             return Ok(ReapReport::default());
         };
+        let params = &plan.params;
         diesel::sql_query(UPDATE_REAPED_SQL)
-            .bind::<Array<BigInt>, _>(&plan.ids)
-            .bind::<Array<BigInt>, _>(&plan.tokens)
-            .bind::<Array<Text>, _>(&plan.statuses)
-            .bind::<Array<BigInt>, _>(&plan.delays)
-            .bind::<Array<Text>, _>(&plan.errors)
+            .bind::<Array<BigInt>, _>(&params.ids)
+            .bind::<Array<BigInt>, _>(&params.tokens)
+            .bind::<Array<Text>, _>(&params.statuses)
+            .bind::<Array<BigInt>, _>(&params.delays)
+            .bind::<Array<Nullable<Text>>, _>(&params.errors)
             .execute(conn)?;
         Ok(plan.report)
     })
@@ -98,16 +100,14 @@ pub fn reap_expired_leases(
 pub(crate) const SELECT_EXPIRED_SQL: &str = include_str!("sql/select_expired_leases.sql");
 pub(crate) const UPDATE_REAPED_SQL: &str = include_str!("sql/update_reaped_jobs.sql");
 
-/// What the reaper writes for the expired leases it selected: the parameters
-/// of `sql/update_reaped_jobs.sql`, and the report they make. Shared by the
-/// Diesel path above and the prepared one (`outbox/prepared.rs`), so both
+/// What the reaper writes for the expired leases it selected, and the report
+/// it makes. Each reaped job is an outcome like a completer's (a retry after
+/// backoff, or a failure), so the statement's parameters are the finish's
+/// ([`FinishParams`]: the same five arrays, errors cleaned alike). Shared by
+/// the Diesel path above and the prepared one (`outbox/prepared.rs`), so both
 /// decide alike.
 pub(crate) struct ReapPlan {
-    pub(crate) ids: Vec<i64>,
-    pub(crate) tokens: Vec<i64>,
-    pub(crate) statuses: Vec<&'static str>,
-    pub(crate) delays: Vec<i64>,
-    pub(crate) errors: Vec<String>,
+    pub(crate) params: FinishParams,
     pub(crate) report: ReapReport,
 }
 
@@ -120,42 +120,39 @@ impl ReapPlan {
         if expired.is_empty() {
             return None;
         }
-        let mut plan = ReapPlan {
-            ids: Vec::with_capacity(expired.len()),
-            tokens: Vec::with_capacity(expired.len()),
-            statuses: Vec::with_capacity(expired.len()),
-            delays: Vec::with_capacity(expired.len()),
-            errors: Vec::with_capacity(expired.len()),
-            report: ReapReport::default(),
-        };
-        for row in expired {
-            let owner = row.locked_by.as_deref().unwrap_or("unknown worker");
-            plan.ids.push(row.id);
-            plan.tokens.push(row.lease_token);
-            if row.attempts >= row.max_attempts {
-                plan.report.failed += 1;
-                plan.statuses.push("failed");
-                plan.delays.push(0);
-                plan.errors.push(format!(
-                    "lease expired on attempt {} of {} (worker {owner} stopped renewing it); no attempts left",
-                    row.attempts, row.max_attempts
-                ));
-            } else {
-                plan.report.requeued += 1;
-                let delay = retry_delay(row.attempts);
-                plan.report.next_due = Some(
-                    plan.report
-                        .next_due
-                        .map_or(delay, |d: Duration| d.min(delay)),
-                );
-                plan.statuses.push("pending");
-                plan.delays.push(millis(delay));
-                plan.errors.push(format!(
+        let mut report = ReapReport::default();
+        let finishes: Vec<Finish> = expired
+            .iter()
+            .map(|row| {
+                let owner = row.locked_by.as_deref().unwrap_or("unknown worker");
+                let lapsed = format!(
                     "lease expired on attempt {} of {} (worker {owner} stopped renewing it)",
                     row.attempts, row.max_attempts
-                ));
-            }
-        }
-        Some(plan)
+                );
+                let outcome = if row.attempts >= row.max_attempts {
+                    report.failed += 1;
+                    Outcome::Failed {
+                        error: format!("{lapsed}; no attempts left"),
+                    }
+                } else {
+                    report.requeued += 1;
+                    let delay = retry_delay(row.attempts);
+                    report.next_due = Some(report.next_due.map_or(delay, |d| d.min(delay)));
+                    Outcome::Retry {
+                        delay,
+                        error: lapsed,
+                    }
+                };
+                Finish {
+                    job_id: row.id,
+                    lease_token: row.lease_token,
+                    outcome,
+                }
+            })
+            .collect();
+        Some(ReapPlan {
+            params: FinishParams::new(&finishes),
+            report,
+        })
     }
 }

@@ -13,7 +13,7 @@ use diesel::prelude::*;
 
 use super::report::DrainRun;
 use super::{BenchArgs, drain_seconds, enqueue_noops, stats};
-use outbox_core::driver::{CLAIM_PARAMS, CLAIM_SQL};
+use outbox_core::driver::{CLAIM_PARAMS, CLAIM_SQL, ClaimPosition, ClaimedJob};
 
 pub async fn measure(url: &str, args: &BenchArgs) -> anyhow::Result<DrainRun> {
     measure_at(url, args, args.batch).await
@@ -101,8 +101,7 @@ impl CeilingLoop {
     async fn run(self, worker: String) -> anyhow::Result<()> {
         let kinds = vec!["noop".to_owned()];
         let lease_ms: i64 = 60_000;
-        // The claim's cursor: (run_after, id) of the last job taken.
-        let mut cursor: Option<(chrono::DateTime<chrono::Utc>, i64)> = None;
+        let mut cursor: Option<ClaimPosition> = None;
         loop {
             let rows = self
                 .client
@@ -113,8 +112,8 @@ impl CeilingLoop {
                         &kinds,
                         &worker,
                         &lease_ms,
-                        &cursor.map(|(run_after, _)| run_after),
-                        &cursor.map_or(0, |(_, id)| id),
+                        &cursor.map(|at| at.run_after),
+                        &cursor.map_or(0, |at| at.id),
                     ],
                 )
                 .await?;
@@ -127,18 +126,13 @@ impl CeilingLoop {
                 cursor = None;
                 continue;
             }
-            let mut ids = Vec::with_capacity(rows.len());
-            let mut tokens = Vec::with_capacity(rows.len());
-            for row in &rows {
-                // The claim's columns: id 0, lease_token 5, run_after 8.
-                let id: i64 = row.try_get(0)?;
-                let run_after: chrono::DateTime<chrono::Utc> = row.try_get(8)?;
-                ids.push(id);
-                tokens.push(row.try_get::<_, i64>(5)?);
-                if cursor.is_none_or(|at| (run_after, id) > at) {
-                    cursor = Some((run_after, id));
-                }
-            }
+            let claimed = rows
+                .iter()
+                .map(ClaimedJob::from_row)
+                .collect::<Result<Vec<_>, _>>()?;
+            cursor = claimed.iter().map(ClaimedJob::position).max();
+            let ids: Vec<i64> = claimed.iter().map(|c| c.id).collect();
+            let tokens: Vec<i64> = claimed.iter().map(|c| c.lease_token).collect();
             self.client.execute(&self.finish, &[&ids, &tokens]).await?;
         }
     }

@@ -80,8 +80,8 @@ pub struct LoadedLatency {
 pub async fn measure(url: &str, args: &BenchArgs) -> anyhow::Result<Latency> {
     reset(url).await?;
     let relay = RecordingRelay::start(url, vec!["noop".to_owned()], args).await?;
-    let committed = take_samples(url, args).await?;
-    relay.latency_of(&committed).await
+    let began = take_samples(url, args).await?;
+    relay.latency_of(&began).await
 }
 
 /// With `args.api_clients` clients placing orders through the API the whole
@@ -114,11 +114,11 @@ pub async fn measure_loaded(url: &str, args: &BenchArgs) -> anyhow::Result<Loade
     ));
     // Warm-up: connections, prepared plans, the pool; the relay at its pace.
     tokio::time::sleep(Duration::from_millis(500)).await;
-    let committed = take_samples(url, args).await;
+    let began = take_samples(url, args).await;
     stop_load.cancel();
     let load = load.await?;
     api.stop().await?;
-    let latency = relay.latency_of(&committed?).await?;
+    let latency = relay.latency_of(&began?).await?;
     Ok(LoadedLatency {
         clients,
         orders_per_second: load.rate(),
@@ -228,8 +228,8 @@ impl RecordingRelay {
 
     /// Waits for every sample to start, stops the relay, and returns the
     /// latencies from each enqueue's start to the job's.
-    async fn latency_of(self, committed: &[(i64, Instant)]) -> anyhow::Result<Latency> {
-        let wanted: std::collections::HashSet<i64> = committed.iter().map(|(id, _)| *id).collect();
+    async fn latency_of(self, began: &[(i64, Instant)]) -> anyhow::Result<Latency> {
+        let wanted: std::collections::HashSet<i64> = began.iter().map(|(id, _)| *id).collect();
         let deadline = Instant::now() + Duration::from_secs(30);
         loop {
             let seen = {
@@ -250,7 +250,7 @@ impl RecordingRelay {
         self.running.await?;
 
         let starts = self.starts.lock().unwrap_or_else(|e| e.into_inner());
-        let mut micros: Vec<u64> = committed
+        let mut micros: Vec<u64> = began
             .iter()
             .filter_map(|(id, at)| starts.get(id).map(|s| s.saturating_duration_since(*at)))
             .map(|d| u64::try_from(d.as_micros()).unwrap_or(u64::MAX))
@@ -262,7 +262,7 @@ impl RecordingRelay {
 
 /// Enqueues `args.latency_samples` noop jobs, one per transaction, each
 /// `args.latency_interval` after the last; returns each id with the moment
-/// the moment just before its transaction began.
+/// just before its transaction began.
 async fn take_samples(url: &str, args: &BenchArgs) -> anyhow::Result<Vec<(i64, Instant)>> {
     let samples = args.latency_samples;
     let interval = args.latency_interval;
@@ -270,7 +270,7 @@ async fn take_samples(url: &str, args: &BenchArgs) -> anyhow::Result<Vec<(i64, I
     tokio::task::spawn_blocking(move || -> anyhow::Result<Vec<(i64, Instant)>> {
         let mut conn = PgConnection::establish(&url)?;
         let progress = indicatif::ProgressBar::new(samples as u64);
-        let mut committed = Vec::with_capacity(samples);
+        let mut began_at = Vec::with_capacity(samples);
         let enqueuer = Enqueuer::new();
         for i in 0..samples {
             let began = Instant::now();
@@ -281,12 +281,12 @@ async fn take_samples(url: &str, args: &BenchArgs) -> anyhow::Result<Vec<(i64, I
                     &JobOptions::default(),
                 )
             })?;
-            committed.push((id, began));
+            began_at.push((id, began));
             progress.inc(1);
             std::thread::sleep(interval);
         }
         progress.finish_and_clear();
-        Ok(committed)
+        Ok(began_at)
     })
     .await?
 }
