@@ -857,7 +857,7 @@ async fn a_rate_limited_endpoint_gets_five_a_second_give_or_take_one_from_two_re
         .set(outbox_relay::schema::endpoints::rate_limit.eq(Some(5.0)))
         .execute(&mut conn)
         .expect("rate");
-    outbox_relay::endpoints::keys::sync(&mut conn, id, None).expect("limit");
+    outbox_relay::endpoints::throttle::sync(&mut conn, id, None).expect("limit");
     // More than the window's worth, queued before the relays start: always a
     // backlog. Ten whole seconds show both the ceiling in every second and
     // the pace on average; a longer window proves nothing more.
