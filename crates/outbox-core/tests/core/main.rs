@@ -2,6 +2,7 @@
 
 mod enqueue;
 mod failures;
+mod inbox;
 mod limits;
 mod relay;
 mod support;
