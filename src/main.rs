@@ -10,7 +10,7 @@ mod cli;
 use outbox_dev_tools::{bench, demo};
 use outbox_relay::{
     api, api_keys, config, db, effects, endpoints, inbox, job_list, orders, otel, outbox, relay,
-    shutdown, telemetry, text,
+    server, shutdown, telemetry, text,
 };
 
 use std::process::ExitCode;

@@ -12,55 +12,55 @@ use super::error::AdminError;
 const TEMPLATES: &[(&str, &str)] = &[
     (
         "base.html",
-        include_str!("../../../../../templates/admin/base.html"),
+        include_str!("../../../../templates/admin/base.html"),
     ),
     (
         "login.html",
-        include_str!("../../../../../templates/admin/login.html"),
+        include_str!("../../../../templates/admin/login.html"),
     ),
     (
         "overview.html",
-        include_str!("../../../../../templates/admin/overview.html"),
+        include_str!("../../../../templates/admin/overview.html"),
     ),
     (
         "jobs.html",
-        include_str!("../../../../../templates/admin/jobs.html"),
+        include_str!("../../../../templates/admin/jobs.html"),
     ),
     (
         "job_row.html",
-        include_str!("../../../../../templates/admin/job_row.html"),
+        include_str!("../../../../templates/admin/job_row.html"),
     ),
     (
         "preview.html",
-        include_str!("../../../../../templates/admin/preview.html"),
+        include_str!("../../../../templates/admin/preview.html"),
     ),
     (
         "order.html",
-        include_str!("../../../../../templates/admin/order.html"),
+        include_str!("../../../../templates/admin/order.html"),
     ),
     (
         "audit.html",
-        include_str!("../../../../../templates/admin/audit.html"),
+        include_str!("../../../../templates/admin/audit.html"),
     ),
     (
         "endpoints.html",
-        include_str!("../../../../../templates/admin/endpoints.html"),
+        include_str!("../../../../templates/admin/endpoints.html"),
     ),
     (
         "endpoint.html",
-        include_str!("../../../../../templates/admin/endpoint.html"),
+        include_str!("../../../../templates/admin/endpoint.html"),
     ),
     (
         "endpoint_recover.html",
-        include_str!("../../../../../templates/admin/endpoint_recover.html"),
+        include_str!("../../../../templates/admin/endpoint_recover.html"),
     ),
     (
         "error.html",
-        include_str!("../../../../../templates/admin/error.html"),
+        include_str!("../../../../templates/admin/error.html"),
     ),
 ];
 
-pub(super) const STYLESHEET: &str = include_str!("../../../../../templates/admin/admin.css");
+pub(super) const STYLESHEET: &str = include_str!("../../../../templates/admin/admin.css");
 
 fn environment() -> Result<&'static Environment<'static>, &'static minijinja::Error> {
     static ENV: OnceLock<Result<Environment<'static>, minijinja::Error>> = OnceLock::new();

@@ -11,7 +11,7 @@ use sha2::{Digest as _, Sha256};
 use super::AdminState;
 use super::error::AdminError;
 use super::session;
-use super::settings::{AdminSettings, AdminToken, CookieSecure, Role};
+use crate::config::dashboard::{AdminSettings, AdminToken, CookieSecure, Role};
 
 pub(super) const COOKIE_NAME: &str = "outbox_admin";
 
@@ -196,7 +196,7 @@ impl FromRequestParts<AdminState> for Session {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::api::admin::settings::parse_admin_tokens;
+    use crate::config::dashboard::parse_admin_tokens;
 
     #[test]
     fn logins_match_tokens_and_loopback_http_gets_no_secure_flag() {
