@@ -598,3 +598,179 @@ async fn a_refund_through_the_api_needs_its_scope_and_moves_a_paid_order() {
     );
     app.stop().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ids_are_kept_for_the_retention_and_forgotten_after_it() {
+    let app = spawn_app().await;
+    add_source(&app, "stripe", SourceKind::Stripe, STRIPE_SECRET);
+    let inside = stripe_event("evt_inside", "customer.created", json!({}));
+    let outside = stripe_event("evt_outside", "customer.created", json!({}));
+    assert_eq!(stripe(&app, &inside).await, "ignored");
+    assert_eq!(stripe(&app, &outside).await, "ignored");
+    let mut conn = app.db.conn();
+    for (id, age) in [
+        ("evt_inside", "34 days 23 hours 59 minutes"),
+        ("evt_outside", "35 days 1 minute"),
+    ] {
+        diesel::sql_query(format!(
+            "UPDATE inbox_messages SET received_at = now() - interval '{age}' WHERE message_id = '{id}'"
+        ))
+        .execute(&mut conn)
+        .expect("age");
+    }
+    // What `serve` runs hourly with INBOX_RETENTION's default.
+    let pruned = outbox_relay::outbox_core::inbox::prune_messages(
+        &mut conn,
+        outbox_relay::inbox::DEFAULT_RETENTION,
+        100,
+    )
+    .expect("prune");
+    assert_eq!(pruned, 1);
+    assert_eq!(
+        stripe(&app, &inside).await,
+        "repeat",
+        "a late retry inside the retention"
+    );
+    let left: Vec<String> = inbox_messages::table
+        .select(inbox_messages::message_id)
+        .load(&mut conn)
+        .expect("ids");
+    assert_eq!(left, ["evt_inside"]);
+    app.stop().await;
+}
+
+fn cli(url: &str, args: &[&str]) -> std::process::Output {
+    Command::new(env!("CARGO_BIN_EXE_outbox-relay"))
+        .args(args)
+        .env("DATABASE_URL", url)
+        .env("USER", "ops")
+        .output()
+        .expect("run outbox-relay")
+}
+
+fn stdout_of(output: &std::process::Output) -> String {
+    assert!(
+        output.status.success(),
+        "failed: {}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    String::from_utf8_lossy(&output.stdout).into_owned()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn operators_manage_sources_and_apply_or_dismiss_held_messages_audited() {
+    let app = spawn_app().await;
+    let url = app.db.url.clone();
+    let added = stdout_of(&cli(
+        &url,
+        &[
+            "sources",
+            "add",
+            "--name",
+            "stripe",
+            "--kind",
+            "stripe",
+            "--secret",
+            STRIPE_SECRET,
+            "--json",
+        ],
+    ));
+    let added: Value = serde_json::from_str(&added).expect("JSON");
+    assert_eq!(added["name"], "stripe");
+    let bad = cli(
+        &url,
+        &[
+            "sources", "add", "--name", "x", "--kind", "stripe", "--secret", "short",
+        ],
+    );
+    assert_eq!(bad.status.code(), Some(2));
+    assert!(
+        !String::from_utf8_lossy(&bad.stderr).contains("short"),
+        "the secret is not echoed"
+    );
+    let listed = stdout_of(&cli(&url, &["sources", "list"]));
+    assert!(
+        listed.contains("/inbound/stripe") && !listed.contains(STRIPE_SECRET),
+        "{listed}"
+    );
+
+    let short = place(&app).await;
+    let body = intent_succeeded("evt_short", json!(short), TOTAL - 100, "eur", "pi_short");
+    assert_eq!(stripe(&app, &body).await, "held");
+    let late = place(&app).await;
+    crate::support::transition(
+        &mut app.db.conn(),
+        late,
+        "cancel",
+        json!({"reason": "gone"}),
+    );
+    let body = intent_succeeded("evt_late", json!(late), TOTAL, "eur", "pi_late");
+    assert_eq!(stripe(&app, &body).await, "held");
+    let held = stdout_of(&cli(&url, &["inbox", "list", "--status", "held", "--json"]));
+    let held: Vec<Value> = serde_json::from_str(&held).expect("JSON");
+    assert_eq!(held.len(), 2);
+    let id_of = |message: &str| {
+        held.iter()
+            .find(|m| m["message_id"] == message)
+            .and_then(|m| m["id"].as_i64())
+            .expect("listed")
+            .to_string()
+    };
+
+    // The operator checked the short payment and accepts it.
+    stdout_of(&cli(&url, &["inbox", "apply", &id_of("evt_short")]));
+    assert_eq!(order_status(&app, short), "paid");
+    assert_eq!(stored(&app, "evt_short").0, "applied");
+    // A cancelled order cannot become paid: apply refuses and changes nothing.
+    let refused = cli(&url, &["inbox", "apply", &id_of("evt_late")]);
+    assert_eq!(refused.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&refused.stderr).contains("cannot become paid"));
+    // So the operator refunds at Stripe and dismisses it.
+    stdout_of(&cli(&url, &["inbox", "dismiss", &id_of("evt_late")]));
+    assert_eq!(stored(&app, "evt_late").0, "dismissed");
+    assert_eq!(order_status(&app, late), "cancelled");
+    let again = cli(&url, &["inbox", "dismiss", &id_of("evt_late")]);
+    assert_eq!(again.status.code(), Some(1), "only a held message");
+
+    let audit: Vec<(String, String)> =
+        diesel::sql_query("SELECT actor, action FROM admin_audit ORDER BY id")
+            .load::<AuditRow>(&mut app.db.conn())
+            .expect("audit")
+            .into_iter()
+            .map(|r| (r.actor, r.action))
+            .collect();
+    assert_eq!(
+        audit,
+        [
+            ("cli:ops".to_owned(), "inbox.apply".to_owned()),
+            ("cli:ops".to_owned(), "inbox.dismiss".to_owned())
+        ]
+    );
+
+    let metrics = app.get("/metrics").await.text().await.expect("metrics");
+    assert!(
+        metrics.contains(r#"outbox_inbox_messages_total{source="stripe",status="held"}"#),
+        "{metrics}"
+    );
+
+    stdout_of(&cli(
+        &url,
+        &["sources", "rotate-secret", "stripe", "--keep-old", "0s"],
+    ));
+    let old = post_stripe(&app, "stripe", STRIPE_SECRET, now(), &body).await;
+    assert_eq!(old.status(), StatusCode::UNAUTHORIZED);
+    stdout_of(&cli(&url, &["sources", "remove", "stripe"]));
+    assert_eq!(
+        cli(&url, &["sources", "remove", "stripe"]).status.code(),
+        Some(1)
+    );
+    app.stop().await;
+}
+
+#[derive(QueryableByName)]
+struct AuditRow {
+    #[diesel(sql_type = diesel::sql_types::Text)]
+    actor: String,
+    #[diesel(sql_type = diesel::sql_types::Text)]
+    action: String,
+}
