@@ -774,3 +774,116 @@ struct AuditRow {
     #[diesel(sql_type = diesel::sql_types::Text)]
     action: String,
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_dashboard_lists_held_messages_beside_their_orders_and_applies_or_dismisses_them() {
+    use crate::admin::{
+        OPERATOR, VIEWER, admin_settings, http_login, log_in, post_form, raw_client,
+        screenshot_path,
+    };
+    let app = crate::support::app::spawn_app_with(admin_settings()).await;
+    add_source(&app, "stripe", SourceKind::Stripe, STRIPE_SECRET);
+    let paid = place(&app).await;
+    let body = intent_succeeded("evt_ok", json!(paid), TOTAL, "eur", "pi_ok");
+    assert_eq!(stripe(&app, &body).await, "applied");
+    let short = place(&app).await;
+    let body = intent_succeeded("evt_short", json!(short), 1_900, "eur", "pi_short");
+    assert_eq!(stripe(&app, &body).await, "held");
+    let late = place(&app).await;
+    crate::support::transition(
+        &mut app.db.conn(),
+        late,
+        "cancel",
+        json!({"reason": "gone"}),
+    );
+    let body = intent_succeeded("evt_late", json!(late), TOTAL, "eur", "pi_late");
+    assert_eq!(stripe(&app, &body).await, "held");
+    let id_of = |message: &str| -> i64 {
+        inbox_messages::table
+            .filter(inbox_messages::message_id.eq(message))
+            .select(inbox_messages::id)
+            .first(&mut app.db.conn())
+            .expect("id")
+    };
+
+    let client = raw_client();
+    let (cookie, csrf) = http_login(&client, &app, OPERATOR).await;
+    let page = client
+        .get(app.url("/admin/inbox?status=held"))
+        .header("cookie", &cookie)
+        .send()
+        .await
+        .expect("GET")
+        .text()
+        .await
+        .expect("page");
+    assert!(page.contains("the message says 1900 EUR"), "{page}");
+    assert!(
+        page.contains(&format!("#{short}</a> placed, ")),
+        "the order beside it"
+    );
+    assert!(
+        page.contains("refund needed") && !page.contains("evt_ok"),
+        "held only"
+    );
+    let other = client
+        .get(app.url("/admin/inbox?source=paypal"))
+        .header("cookie", &cookie)
+        .send()
+        .await
+        .expect("GET")
+        .text()
+        .await
+        .expect("page");
+    assert!(other.contains("No messages match this filter"));
+
+    let apply = format!("/admin/inbox/{}/apply", id_of("evt_short"));
+    let forged = post_form(&client, &app, &apply, &cookie, &[("csrf", "forged")]).await;
+    assert_eq!(forged.status(), StatusCode::FORBIDDEN);
+    let (viewer, viewer_csrf) = http_login(&client, &app, VIEWER).await;
+    let read_only = post_form(&client, &app, &apply, &viewer, &[("csrf", &viewer_csrf)]).await;
+    assert_eq!(read_only.status(), StatusCode::FORBIDDEN);
+    assert_eq!(order_status(&app, short), "placed");
+    let applied = post_form(&client, &app, &apply, &cookie, &[("csrf", &csrf)]).await;
+    assert_eq!(applied.status(), StatusCode::SEE_OTHER);
+    assert_eq!(order_status(&app, short), "paid");
+    let refused = post_form(
+        &client,
+        &app,
+        &format!("/admin/inbox/{}/apply", id_of("evt_late")),
+        &cookie,
+        &[("csrf", &csrf)],
+    )
+    .await;
+    assert_eq!(
+        refused.status(),
+        StatusCode::BAD_REQUEST,
+        "a cancelled order cannot become paid"
+    );
+
+    if let Some(browser) = crate::support::browser::Browser::start().await {
+        browser.viewport(false).await;
+        log_in(&browser, &app, OPERATOR).await;
+        browser.goto(&app.url("/admin/inbox")).await;
+        browser.screenshot(&screenshot_path("inbox-desktop")).await;
+        browser.viewport(true).await;
+        browser.goto(&app.url("/admin/inbox")).await;
+        browser.screenshot(&screenshot_path("inbox-phone")).await;
+        browser.viewport(false).await;
+        browser.goto(&app.url("/admin/inbox?status=held")).await;
+        browser.click("td.actions button.secondary").await;
+        crate::admin::wait_for_text(&browser, "Dismissed message").await;
+        browser.quit().await;
+        assert_eq!(stored(&app, "evt_late").0, "dismissed");
+        assert_eq!(order_status(&app, late), "cancelled");
+    }
+    let actions: Vec<String> =
+        diesel::sql_query("SELECT actor, action FROM admin_audit ORDER BY id")
+            .load::<AuditRow>(&mut app.db.conn())
+            .expect("audit")
+            .into_iter()
+            .map(|r| r.action)
+            .collect();
+    assert_eq!(actions.first().map(String::as_str), Some("inbox.apply"));
+    app.stop().await;
+}
