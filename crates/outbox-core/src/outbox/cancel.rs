@@ -119,7 +119,7 @@ pub fn cancel_job_batch(conn: &mut PgConnection, ids: &[i64]) -> QueryResult<Vec
     let mut keys: Vec<String> = rows.iter().filter_map(|r| r.ordering_key.clone()).collect();
     keys.sort_unstable();
     keys.dedup();
-    super::keys::release_ordering_keys(conn, &keys)?;
+    super::ordering_keys::release_ordering_keys(conn, &keys)?;
     Ok(rows.into_iter().map(|r| r.id).collect())
 }
 

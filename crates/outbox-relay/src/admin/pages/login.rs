@@ -102,7 +102,7 @@ pub(in crate::admin) async fn logout(
     headers: HeaderMap,
     Form(form): Form<CsrfOnly>,
 ) -> Result<Response, AdminError> {
-    crate::admin::csrf::check(&session, form.csrf.as_deref())?;
+    crate::admin::csrf::check(&session.csrf, form.csrf.as_deref())?;
     // Ended on the server, not only in this browser: a copy of the cookie
     // is refused from now on, by every replica.
     let id = session.id.clone();
