@@ -59,7 +59,7 @@ async fn decide(
     form: InboxForm,
     apply: bool,
 ) -> Result<Response, AdminError> {
-    csrf::check(&session, form.csrf.as_deref())?;
+    csrf::check(&session.csrf, form.csrf.as_deref())?;
     if !session.can_act() {
         return Err(AdminError::ReadOnly);
     }
