@@ -10,6 +10,7 @@
 pub(crate) mod archive;
 mod cancel;
 pub(crate) mod claim;
+pub(crate) mod depend;
 mod enqueue;
 pub(crate) mod fence;
 pub(crate) mod finish;
@@ -28,6 +29,7 @@ mod wake;
 use serde::Serialize;
 
 pub use cancel::{CancelRefusal, CancelReport, cancel_job_batch, cancel_jobs};
+pub use depend::{DependencyError, DependencyPolicy, Parent};
 pub use enqueue::{Enqueuer, InsertJobs};
 pub use finish::{CommitHook, LocalWrite};
 pub use job::{JobOptions, NewJob};

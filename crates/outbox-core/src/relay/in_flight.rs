@@ -130,6 +130,7 @@ mod tests {
             trace_context: None,
             run_after: chrono::Utc::now(),
             concurrency_key: None,
+            unfinished_parents: None,
         }
     }
 
