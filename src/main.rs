@@ -9,8 +9,8 @@ mod cli;
 #[cfg(feature = "dev-tools")]
 use outbox_dev_tools::{bench, demo};
 use outbox_relay::{
-    api, api_keys, config, db, effects, endpoints, job_list, otel, outbox, relay, server, shutdown,
-    telemetry, text,
+    api, api_keys, config, db, effects, endpoints, inbox, job_list, orders, otel, outbox, relay,
+    server, shutdown, telemetry, text,
 };
 
 use std::process::ExitCode;

@@ -80,7 +80,7 @@ pub struct AddArgs {
     #[arg(long)]
     url: String,
     /// Event types to deliver, comma-separated (order.placed, order.paid, order.shipped,
-    /// order.delivered, order.cancelled, endpoint.disabled); every one when left out.
+    /// order.delivered, order.cancelled, order.refunded, endpoint.disabled); every one when left out.
     #[arg(long, value_name = "TYPE,TYPE")]
     events: Option<String>,
     /// Deliveries per second at most, across every relay: 10/s, 300/m, 1000/h.

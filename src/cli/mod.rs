@@ -1,10 +1,12 @@
 //! The `outbox-relay` command line: the subcommands of the README's "Configuration" and of docs/operations.md.
 
 mod endpoints;
+mod inbox;
 mod jobs;
 mod keys;
 mod relay;
 mod serve;
+mod sources;
 mod table;
 
 use std::process::ExitCode;
@@ -14,9 +16,11 @@ use clap::{CommandFactory as _, Parser, Subcommand};
 use crate::config::{ConfigError, DatabaseArgs, RelayArgs};
 
 pub use endpoints::EndpointsCommand;
+pub use inbox::InboxCommand;
 pub use jobs::JobsCommand;
 pub use keys::KeysCommand;
 pub use serve::ServeArgs;
+pub use sources::SourcesCommand;
 
 #[derive(Debug, Parser)]
 #[command(
@@ -79,6 +83,18 @@ pub enum Command {
     Keys {
         #[command(subcommand)]
         command: KeysCommand,
+    },
+    /// Manage the senders of inbound events (payment providers) that POST
+    /// to /inbound/<name>: add, list, rotate-secret, remove.
+    Sources {
+        #[command(subcommand)]
+        command: SourcesCommand,
+    },
+    /// The messages received from sources: list them, and apply or dismiss
+    /// a held one.
+    Inbox {
+        #[command(subcommand)]
+        command: InboxCommand,
     },
     /// Run everything end to end with nothing to set up: a private PostgreSQL (unless
     /// DATABASE_URL is set), the API, a relay, local mail and webhook sinks, sample orders.
@@ -160,6 +176,8 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Jobs { command } => jobs::run(command).await,
         Command::Endpoints { command } => endpoints::run(command).await,
         Command::Keys { command } => keys::run(command).await,
+        Command::Sources { command } => sources::run(command).await,
+        Command::Inbox { command } => inbox::run(command).await,
         #[cfg(feature = "dev-tools")]
         Command::Demo { args } => crate::demo::run(*args).await,
     }

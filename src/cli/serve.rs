@@ -44,6 +44,11 @@ pub struct ServeArgs {
     pub api_rate_limit: RateLimitSetting,
     #[command(flatten)]
     pub default_endpoint: DefaultEndpointArgs,
+    /// How long the ids of messages received on /inbound are kept: a copy
+    /// that arrives later is applied again. Longer than the providers retry
+    /// (Stripe: 3 days, and 30 for a resend by hand).
+    #[arg(long, env = "INBOX_RETENTION", default_value = "35d", value_parser = parse_positive_duration)]
+    pub inbox_retention: Duration,
 }
 
 pub async fn run(db_args: DatabaseArgs, args: ServeArgs) -> anyhow::Result<()> {
@@ -89,6 +94,56 @@ pub async fn run(db_args: DatabaseArgs, args: ServeArgs) -> anyhow::Result<()> {
     if admin.is_some() {
         println!("dashboard on http://{}/admin", app.local_addr());
     }
-    app.run_until_stopped(shutdown).await?;
+    let pruner = tokio::spawn(prune_inbox(
+        db_args.database_url.clone(),
+        args.inbox_retention,
+        shutdown.clone(),
+    ));
+    app.run_until_stopped(shutdown.clone()).await?;
+    shutdown.cancel();
+    let _ = pruner.await;
     Ok(())
+}
+
+/// How often the API prunes its inbox; a message is kept at most this much
+/// past `INBOX_RETENTION`.
+const INBOX_PRUNE_EVERY: Duration = Duration::from_secs(3600);
+
+/// Deletes inbox messages older than `retention`, soon after the start and
+/// then hourly, until `shutdown`. Every replica does it; the deletes are
+/// small batches, so two at once only find less to do.
+async fn prune_inbox(
+    database_url: String,
+    retention: Duration,
+    shutdown: crate::shutdown::CancellationToken,
+) {
+    loop {
+        tokio::select! {
+            () = tokio::time::sleep(Duration::from_secs(60)) => {}
+            () = shutdown.cancelled() => return,
+        }
+        let url = database_url.clone();
+        let pruned = tokio::task::spawn_blocking(move || {
+            let mut conn = db::establish(&url)?;
+            anyhow::Ok(outbox_core::inbox::prune_messages(
+                &mut conn, retention, 1_000,
+            )?)
+        })
+        .await;
+        match pruned {
+            Ok(Ok(0)) => {}
+            Ok(Ok(n)) => tracing::info!(pruned = n, ?retention, "pruned old inbox messages"),
+            Ok(Err(error)) => {
+                tracing::warn!(
+                    error = format!("{error:#}"),
+                    "pruning the inbox failed; retrying later"
+                );
+            }
+            Err(error) => tracing::warn!(%error, "the inbox prune task failed"),
+        }
+        tokio::select! {
+            () = tokio::time::sleep(INBOX_PRUNE_EVERY.saturating_sub(Duration::from_secs(60))) => {}
+            () = shutdown.cancelled() => return,
+        }
+    }
 }

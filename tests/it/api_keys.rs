@@ -206,7 +206,7 @@ async fn every_route_is_allowed_with_its_scope_and_refused_without_it() {
     forbidden(post(&read, url, &body).await, Scope::Pay).await;
 
     // An unknown action needs a valid key first, then is a 404.
-    let url = app.url(&format!("/orders/{id}/refund"));
+    let url = app.url(&format!("/orders/{id}/return"));
     unauthorized(post(&anonymous, url.clone(), &json!({})).await).await;
     let error = error_of(post(&read, url, &json!({})).await, StatusCode::NOT_FOUND).await;
     assert_eq!(error["code"], "not_found");

@@ -91,12 +91,35 @@ fn the_demo_delivers_to_both_endpoints_and_the_stream_leaves_its_files_and_drops
         "{status}\nstdout:\n{stdout}\nstderr:\n{stderr}"
     );
     assert!(stdout.contains("3 orders placed"), "{stdout}");
-    // 3 orders: 3 placements, order #1 paid, shipped and delivered, order #2
-    // cancelled: 7 events, each to both webhook endpoints and, when a NATS
-    // server answers on 4222, to the stream; 3 receipts; 5 emails (3
-    // confirmations, the shipping and the cancellation).
+    // Order #1 paid by a Stripe-signed event, the second copy a repeat; the
+    // inbox's rows in the summary.
+    assert!(
+        stdout.contains("order #1   payment_intent.succeeded: applied"),
+        "{stdout}"
+    );
+    assert!(
+        stdout.contains("the same event again (Stripe retries): repeat"),
+        "{stdout}"
+    );
+    assert!(
+        stdout.contains("order #3   charge.refunded: applied"),
+        "{stdout}"
+    );
+    let inbox_rows = stdout
+        .lines()
+        .filter(|l| l.trim_start().starts_with("stripe ") && l.contains("evt_demo_"))
+        .count();
+    assert_eq!(
+        inbox_rows, 3,
+        "three messages stored, the repeat not again: {stdout}"
+    );
+    // 3 orders: 3 placements, order #1 paid (by a Stripe event), shipped and
+    // delivered, order #2 cancelled, order #3 paid and refunded by Stripe
+    // events: 9 events, each to both webhook endpoints and, when a NATS
+    // server answers on 4222, to the stream; 3 receipts; 6 emails (3
+    // confirmations, the shipping, the cancellation and the refund).
     let nats = !stdout.contains("NATS: skipped");
-    let jobs = 3 + 5 + 2 * 7 + if nats { 7 } else { 0 };
+    let jobs = 3 + 6 + 2 * 9 + if nats { 9 } else { 0 };
     assert!(
         stdout.contains(&format!("{jobs} jobs: {jobs} done, 0 failed")),
         "{stdout}"
@@ -106,10 +129,10 @@ fn the_demo_delivers_to_both_endpoints_and_the_stream_leaves_its_files_and_drops
             .lines()
             .find(|l| l.trim_start().starts_with("events ") && l.contains(" holds "))
             .unwrap_or_else(|| panic!("a row for the NATS endpoint: {stdout}"));
-        assert!(line.contains("7 of 7"), "{line}");
+        assert!(line.contains("9 of 9"), "{line}");
         assert!(
             line.contains("stream DEMO_ORDERS_")
-                && line.contains("holds 7 messages: one per event"),
+                && line.contains("holds 9 messages: one per event"),
             "the stream's count beside the webhooks: {line}"
         );
     } else {
@@ -131,11 +154,11 @@ fn the_demo_delivers_to_both_endpoints_and_the_stream_leaves_its_files_and_drops
     };
     assert_eq!(
         row("shop-erp"),
-        "shop-erp 7 of 7 7 0 7 of 7 verify with shop-erp's secret, 0 with analytics'"
+        "shop-erp 9 of 9 9 0 9 of 9 verify with shop-erp's secret, 0 with analytics'"
     );
     assert_eq!(
         row("analytics"),
-        "analytics 7 of 7 10 3 10 of 10 verify with analytics' secret, 0 with shop-erp's"
+        "analytics 9 of 9 12 3 12 of 12 verify with analytics' secret, 0 with shop-erp's"
     );
     assert!(
         stdout.contains("it answered 503 to its first 3 calls, then recovered"),
@@ -154,10 +177,10 @@ fn the_demo_delivers_to_both_endpoints_and_the_stream_leaves_its_files_and_drops
     );
     assert!(!stderr.contains("panicked"), "{stderr}");
 
-    // One confirmation per order, the shipping and the cancellation emails,
-    // each a whole message a mail client opens.
+    // One confirmation per order, the shipping, the cancellation and the
+    // refund emails, each a whole message a mail client opens.
     let emails = files(&out.join("emails"), "eml");
-    assert_eq!(emails.len(), 5, "{emails:?}\n{stdout}");
+    assert_eq!(emails.len(), 6, "{emails:?}\n{stdout}");
     let mut subjects = Vec::new();
     for path in &emails {
         let text = std::fs::read_to_string(path).expect("an .eml is UTF-8");
@@ -200,6 +223,7 @@ fn the_demo_delivers_to_both_endpoints_and_the_stream_leaves_its_files_and_drops
             "Your order #1 is on its way",
             "Your order #2 has been cancelled",
             "Your order #2 is confirmed",
+            "Your order #3 has been refunded",
             "Your order #3 is confirmed",
         ]
     );
@@ -207,7 +231,7 @@ fn the_demo_delivers_to_both_endpoints_and_the_stream_leaves_its_files_and_drops
     // Every webhook request, the refused ones included, in its endpoint's
     // directory, with its headers and signatures the receiver checked with
     // that endpoint's secret.
-    for (endpoint, calls, refused) in [("shop-erp", 7, 0), ("analytics", 10, 3)] {
+    for (endpoint, calls, refused) in [("shop-erp", 9, 0), ("analytics", 12, 3)] {
         let webhooks: Vec<serde_json::Value> = files(&out.join("webhooks").join(endpoint), "json")
             .iter()
             .map(|path| {
@@ -240,7 +264,7 @@ fn the_demo_delivers_to_both_endpoints_and_the_stream_leaves_its_files_and_drops
                 .or_default()
                 .push(hook["answered"].as_i64().expect("the answer's status"));
         }
-        assert_eq!(answers_by_key.len(), 7, "{endpoint}: {answers_by_key:?}");
+        assert_eq!(answers_by_key.len(), 9, "{endpoint}: {answers_by_key:?}");
         let refusals: usize = answers_by_key
             .values()
             .map(|answers| answers.iter().filter(|&&a| a == 503).count())

@@ -146,8 +146,8 @@ fn add_refuses_each_bad_value_naming_its_flag_and_writes_nothing() {
         ),
         (vec!["--url", "http://erp.example.com/"], "--allow-http"),
         (
-            vec!["--events", "order.refunded"],
-            "--events: unknown event type \"order.refunded\"",
+            vec!["--events", "order.returned"],
+            "--events: unknown event type \"order.returned\"",
         ),
         (vec!["--rate-limit", "0/s"], "--rate-limit: \"0/s\""),
         (vec!["--rate-limit", "ten"], "--rate-limit: \"ten\""),

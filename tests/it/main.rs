@@ -20,6 +20,7 @@ mod endpoint_delivery;
 mod endpoints;
 mod faults;
 mod front_door;
+mod inbox;
 mod metrics;
 mod nats;
 mod orders;

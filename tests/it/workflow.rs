@@ -193,7 +193,7 @@ async fn refused_transitions_say_why_and_write_nothing() {
     .await;
     assert_eq!(error["code"], "order_not_found");
     let error = error_of(
-        act(&app, id, "refund", json!({}), None).await,
+        act(&app, id, "return", json!({}), None).await,
         StatusCode::NOT_FOUND,
     )
     .await;

@@ -29,6 +29,8 @@
 //! - [`db`]: the r2d2 pool, this crate's embedded migrations, running Diesel
 //!   off the async threads, and what a database error means for a retry.
 //! - [`schema`]: the Diesel tables of the queue.
+//! - [`inbox`]: the outbox's twin: record a received message's id inside
+//!   the transaction that applies it, and know a repeat.
 //!
 //! Every enqueue stores the W3C trace context of the current span with its
 //! job (when the subscriber has `tracing-opentelemetry`'s layer), and the
@@ -37,6 +39,7 @@
 
 pub mod db;
 pub mod driver;
+pub mod inbox;
 pub mod outbox;
 pub mod relay;
 // Diesel's `table!` generates items it cannot document.

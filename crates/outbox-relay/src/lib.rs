@@ -19,6 +19,9 @@
 //!   webhook, NATS publish).
 //! - [`endpoints`]: the subscribers order events go to (`endpoints` table):
 //!   their URLs, secrets, event types and limits, checked at the edge.
+//! - [`inbox`]: payments in: the sources that send signed webhooks, their
+//!   signatures, and each message applied to its order once, on the core's
+//!   inbox.
 //! - [`api_keys`]: API keys (`ork_…`): their scopes, their stored hash,
 //!   creating, listing, revoking and authenticating them.
 //! - [`api`]: the order HTTP API (axum): `/orders`, their keys, scopes and
@@ -54,6 +57,7 @@ pub mod db;
 pub mod effects;
 pub mod endpoints;
 pub mod http_server;
+pub mod inbox;
 pub mod job_list;
 pub mod links;
 pub mod orders;

@@ -29,6 +29,7 @@ diesel::table! {
         request_hash -> Nullable<Text>,
         created_at -> Timestamptz,
         api_key_id -> Nullable<Int8>,
+        inbox_message_id -> Nullable<Int8>,
     }
 }
 
@@ -132,3 +133,35 @@ diesel::table! {
         excerpt -> Nullable<Text>,
     }
 }
+
+diesel::table! {
+    /// Senders of inbound events (`POST /inbound/{name}`).
+    sources (id) {
+        id -> Int8,
+        name -> Text,
+        kind -> Text,
+        secret -> Text,
+        previous_secret -> Nullable<Text>,
+        previous_secret_expires_at -> Nullable<Timestamptz>,
+        created_at -> Timestamptz,
+    }
+}
+
+diesel::table! {
+    /// The core's inbox table with the service's columns.
+    inbox_messages (id) {
+        id -> Int8,
+        source -> Text,
+        message_id -> Text,
+        received_at -> Timestamptz,
+        #[sql_name = "type"]
+        message_type -> Nullable<Text>,
+        order_id -> Nullable<Int8>,
+        status -> Nullable<Text>,
+        reason -> Nullable<Text>,
+        payload -> Nullable<Jsonb>,
+        decided_at -> Nullable<Timestamptz>,
+    }
+}
+
+diesel::allow_tables_to_appear_in_same_query!(inbox_messages, orders);

@@ -3,7 +3,7 @@
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 
-use tokio_util::sync::CancellationToken;
+pub use tokio_util::sync::CancellationToken;
 
 type Cleanup = Arc<dyn Fn() + Send + Sync>;
 

@@ -8,6 +8,7 @@
 //! - [`database`]: killed connections, a server restart;
 //! - [`failover`]: a standby promoted under load, and back again;
 //! - [`receivers`]: an SMTP outage, a misbehaving webhook receiver;
+//! - [`inbox`]: payments in through two replicas, one SIGKILLed partway;
 //! - [`bad_input`]: property tests over order parsing and the API, hostile values;
 //! - [`security`]: the webhook signature checked independently, secrets in logs;
 //! - [`ordering`]: ordered delivery of each order's events with real relays;
@@ -21,6 +22,7 @@ mod bad_input;
 mod database;
 mod failover;
 mod hardening;
+mod inbox;
 mod invariants;
 mod ordering;
 mod receivers;

@@ -3,6 +3,7 @@
 mod dependencies;
 mod enqueue;
 mod failures;
+mod inbox;
 mod limits;
 mod relay;
 mod support;

@@ -17,6 +17,7 @@ mod database;
 mod endpoints;
 mod endpoints_summary;
 mod orders;
+mod payments;
 mod progress;
 mod samples;
 mod services;
@@ -301,10 +302,13 @@ impl Demo<'_> {
             }
         }
 
-        if let Err(error) = self.walk(&client, &view, &placed).await {
-            view.clear();
-            return Err(error);
-        }
+        let stripe = match self.walk(&client, &view, &placed).await {
+            Ok(stripe) => stripe,
+            Err(error) => {
+                view.clear();
+                return Err(error);
+            }
+        };
         view.status("the relay is working: emails, receipts, and every event to every endpoint");
         let narrator = Narrator::with_endpoints(self.subscribers.names());
         // At least a job of each kind per order (webhooks: one per endpoint).
@@ -325,25 +329,56 @@ impl Demo<'_> {
                 None => None,
             };
             self.summarize(&placed, &watched, nats_messages);
+            if let Some(stripe) = &stripe {
+                println!();
+                println!("Inbox (POST /inbound/stripe), oldest first:");
+                println!(
+                    "  {:<8} {:<22} {:<26} {:<9} STATUS",
+                    "SOURCE", "MESSAGE", "TYPE", "ORDER"
+                );
+                for line in stripe.inbox_lines().await? {
+                    println!("{line}");
+                }
+            }
         }
         Ok(())
     }
 
-    /// Moves the first order through pay, ship and deliver and the second
-    /// through cancel, over HTTP, while the relay delivers their events.
+    /// Pays the first order as a payment provider would (a Stripe-signed
+    /// event to `/inbound/stripe`, sent twice), moves it through ship and
+    /// deliver and the second through cancel over the API, and has the
+    /// provider pay and refund the third; the relay delivers their events
+    /// meanwhile. The Stripe source, when there were orders to pay.
     async fn walk(
         &self,
         client: &reqwest::Client,
         view: &LiveView,
         placed: &[Placed],
-    ) -> anyhow::Result<()> {
+    ) -> anyhow::Result<Option<payments::Stripe>> {
+        let Some(first) = placed.first() else {
+            return Ok(None);
+        };
+        let stripe =
+            payments::Stripe::register(&self.running.api_url, &self.running.database_url).await?;
+        let run = fastrand::u32(..);
+        view.line(format!(
+            "Paying order #{} as Stripe would: a signed payment_intent.succeeded to POST /inbound/stripe, sent twice:",
+            first.id
+        ));
+        let payment = stripe
+            .payment(&format!("evt_demo_{run:08x}_1"), first.id)
+            .await?;
+        let answer = stripe.send(&payment).await?;
+        view.line(format!(
+            "  → order #{:<3} payment_intent.succeeded: {answer}",
+            first.id
+        ));
+        let again = stripe.send(&payment).await?;
+        view.line(format!(
+            "  → the same event again (Stripe retries): {again}, nothing changed"
+        ));
         let steps: Vec<(i64, &str, serde_json::Value)> = match placed {
             [first, second, ..] => vec![
-                (
-                    first.id,
-                    "pay",
-                    serde_json::json!({"payment_reference": "demo-pay-1"}),
-                ),
                 (
                     first.id,
                     "ship",
@@ -359,7 +394,7 @@ impl Demo<'_> {
             _ => Vec::new(),
         };
         if !steps.is_empty() {
-            view.line("Moving order #1 through pay, ship and deliver, and cancelling order #2:");
+            view.line("Moving order #1 through ship and deliver, and cancelling order #2:");
         }
         for (id, action, body) in steps {
             let url = format!("{}/orders/{id}/{action}", self.running.api_url);
@@ -382,6 +417,34 @@ impl Demo<'_> {
                 answer["status"].as_str().unwrap_or("?")
             ));
         }
-        Ok(())
+        if let Some(third) = placed.get(2) {
+            view.line(format!(
+                "Stripe pays order #{} and then refunds it (charge.refunded):",
+                third.id
+            ));
+            let paid = stripe
+                .send(
+                    &stripe
+                        .payment(&format!("evt_demo_{run:08x}_3"), third.id)
+                        .await?,
+                )
+                .await?;
+            view.line(format!(
+                "  → order #{:<3} payment_intent.succeeded: {paid}",
+                third.id
+            ));
+            let refunded = stripe
+                .send(
+                    &stripe
+                        .refund(&format!("evt_demo_{run:08x}_3r"), third.id)
+                        .await?,
+                )
+                .await?;
+            view.line(format!(
+                "  → order #{:<3} charge.refunded: {refunded}",
+                third.id
+            ));
+        }
+        Ok(Some(stripe))
     }
 }

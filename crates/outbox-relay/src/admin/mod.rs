@@ -7,10 +7,12 @@
 //! - `session`: the server's session key and the sessions table (logout revokes);
 //! - `limiter`: the failed-login limit, per client address;
 //! - `csrf`: the form token every POST carries;
-//! - `pages`: overview, jobs, an order's timeline, the audit log, login;
+//! - `pages`: overview, jobs, an order's timeline, the inbox, the audit log, login;
 //! - `actions`: retry and cancel, one job or every match, preview first, audited;
 //! - `endpoint_actions`: enable, disable and recover an endpoint (recover
 //!   previewed first), audited, through the same store functions as the CLI;
+//! - `inbox_actions`: apply or dismiss a held inbox message, audited, through
+//!   the same functions as the CLI;
 //! - `queries` and `sql/`: every statement, each under a statement timeout;
 //! - `filter`, `chart`, `view`, `error`: the jobs filter, the SVG chart,
 //!   templates, and the one error type.
@@ -26,6 +28,7 @@ mod csrf;
 mod endpoint_actions;
 mod error;
 mod filter;
+mod inbox_actions;
 mod limiter;
 mod pages;
 mod queries;
@@ -108,6 +111,9 @@ pub(crate) fn routes(db: Db, settings: Option<&AdminSettings>) -> Router {
             post(endpoint_actions::recover_preview),
         )
         .route("/endpoints/{id}/recover", post(endpoint_actions::recover))
+        .route("/inbox", get(pages::inbox))
+        .route("/inbox/{id}/apply", post(inbox_actions::apply))
+        .route("/inbox/{id}/dismiss", post(inbox_actions::dismiss))
         .route("/audit", get(pages::audit))
         .route("/static/admin.css", get(stylesheet))
         .layer(axum::middleware::from_fn(security_headers))

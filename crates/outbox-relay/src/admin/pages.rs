@@ -1,10 +1,11 @@
 //! The pages: login, overview, jobs, an order's timeline, the endpoints and
-//! their attempts, the audit log.
+//! their attempts, the inbox, the audit log.
 //!
 //! Each page has a file of its own; this one holds what they share (the
 //! layout's context, how times and ages read) and the audit log.
 
 mod endpoints;
+mod inbox;
 mod jobs;
 mod login;
 mod order;
@@ -24,6 +25,7 @@ use super::view::{num, render};
 use super::{AdminState, Nonce};
 
 pub(super) use endpoints::{endpoint, endpoints};
+pub(super) use inbox::inbox;
 pub(super) use jobs::jobs;
 pub(super) use login::{login, login_form, logout};
 pub(super) use order::{find_order, order};

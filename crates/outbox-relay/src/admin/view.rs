@@ -52,6 +52,10 @@ const TEMPLATES: &[(&str, &str)] = &[
         include_str!("../../../../templates/admin/endpoint.html"),
     ),
     (
+        "inbox.html",
+        include_str!("../../../../templates/admin/inbox.html"),
+    ),
+    (
         "endpoint_recover.html",
         include_str!("../../../../templates/admin/endpoint_recover.html"),
     ),

@@ -45,6 +45,9 @@ pub enum ApiError {
     /// No key, or one that is malformed, unknown, expired or revoked.
     #[error("{0}")]
     Unauthorized(String),
+    /// An inbound message whose source or signature does not check out.
+    #[error("the message is refused: {0}")]
+    SignatureRefused(String),
     #[error("this API key lacks the scope {scope}")]
     Forbidden { scope: crate::api_keys::Scope },
     #[error("too many requests with this API key; retry in {retry_after_seconds}s")]
@@ -121,7 +124,7 @@ impl ApiError {
             ApiError::IdempotencyConflict | ApiError::InvalidTransition { .. } => {
                 StatusCode::CONFLICT
             }
-            ApiError::Unauthorized(_) => StatusCode::UNAUTHORIZED,
+            ApiError::Unauthorized(_) | ApiError::SignatureRefused(_) => StatusCode::UNAUTHORIZED,
             ApiError::Forbidden { .. } => StatusCode::FORBIDDEN,
             ApiError::RateLimited { .. } => StatusCode::TOO_MANY_REQUESTS,
             ApiError::OrderNotFound(_)
@@ -149,6 +152,7 @@ impl ApiError {
             ApiError::IdempotencyConflict => "idempotency_conflict",
             ApiError::InvalidTransition { .. } => "invalid_transition",
             ApiError::Unauthorized(_) => "unauthorized",
+            ApiError::SignatureRefused(_) => "invalid_signature",
             ApiError::Forbidden { .. } => "forbidden",
             ApiError::RateLimited { .. } => "rate_limited",
             ApiError::OrderNotFound(_) => "order_not_found",

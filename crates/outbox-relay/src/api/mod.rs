@@ -7,6 +7,8 @@
 //! - `body`: reading a JSON body by hand, so every rejection is a JSON error;
 //! - [`error`]: [`ApiError`], the one error of every handler, and the one place
 //!   that maps it to a status and a body;
+//! - `inbound`: `POST /inbound/{source}`, a payment provider's signed
+//!   webhook, authenticated by its signature (no API key);
 //! - `ops`: `GET /healthz`, `GET /metrics`, unknown routes and methods;
 //! - `middleware`: the span, the HTTP metrics and the time limit of each request;
 //! - `state`: what handlers share, including the gate in front of the pool;
@@ -17,6 +19,7 @@
 pub mod auth;
 mod body;
 pub mod error;
+mod inbound;
 pub mod key_limit;
 mod middleware;
 mod ops;
@@ -171,6 +174,10 @@ pub(crate) fn routes(db: Db, settings: &ApiSettings, waker: Waker) -> Router {
         .route(
             "/orders/{id}/{action}",
             post(orders::transition).route_layer(needs(Required::ActionScope)),
+        )
+        .route(
+            "/inbound/{source}",
+            post(inbound::inbound).layer(DefaultBodyLimit::max(crate::inbox::MAX_INBOUND_BYTES)),
         )
         .route("/healthz", get(ops::healthz))
         .route("/metrics", get(ops::metrics))

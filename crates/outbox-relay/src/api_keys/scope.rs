@@ -1,6 +1,6 @@
 //! Scopes: what an API key may do. They follow the services that call the
 //! API: a shop front places and reads orders, a payment service pays, a
-//! warehouse ships and delivers, support cancels.
+//! warehouse ships and delivers, support cancels and refunds.
 
 use std::fmt;
 use std::str::FromStr;
@@ -15,18 +15,20 @@ pub enum Scope {
     Ship,
     Deliver,
     Cancel,
+    Refund,
     /// Every `orders:` scope, present and future.
     All,
 }
 
 impl Scope {
-    pub const ALL: [Scope; 7] = [
+    pub const ALL: [Scope; 8] = [
         Scope::Place,
         Scope::Read,
         Scope::Pay,
         Scope::Ship,
         Scope::Deliver,
         Scope::Cancel,
+        Scope::Refund,
         Scope::All,
     ];
 
@@ -38,6 +40,7 @@ impl Scope {
             Scope::Ship => "orders:ship",
             Scope::Deliver => "orders:deliver",
             Scope::Cancel => "orders:cancel",
+            Scope::Refund => "orders:refund",
             Scope::All => "orders:*",
         }
     }
@@ -49,6 +52,7 @@ impl Scope {
             "ship" => Some(Scope::Ship),
             "deliver" => Some(Scope::Deliver),
             "cancel" => Some(Scope::Cancel),
+            "refund" => Some(Scope::Refund),
             _ => None,
         }
     }

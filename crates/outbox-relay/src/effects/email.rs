@@ -47,6 +47,7 @@ pub enum EmailKind {
     Confirmation,
     Shipped,
     Cancelled,
+    Refunded,
 }
 
 impl EmailKind {
@@ -56,6 +57,7 @@ impl EmailKind {
             "order.placed" => Some(EmailKind::Confirmation),
             "order.shipped" => Some(EmailKind::Shipped),
             "order.cancelled" => Some(EmailKind::Cancelled),
+            "order.refunded" => Some(EmailKind::Refunded),
             _ => None,
         }
     }
@@ -65,6 +67,7 @@ impl EmailKind {
             EmailKind::Confirmation => "confirmation",
             EmailKind::Shipped => "shipped",
             EmailKind::Cancelled => "cancelled",
+            EmailKind::Refunded => "refunded",
         }
     }
 
@@ -73,6 +76,7 @@ impl EmailKind {
             EmailKind::Confirmation => format!("Your order #{order_id} is confirmed"),
             EmailKind::Shipped => format!("Your order #{order_id} is on its way"),
             EmailKind::Cancelled => format!("Your order #{order_id} has been cancelled"),
+            EmailKind::Refunded => format!("Your order #{order_id} has been refunded"),
         }
     }
 }

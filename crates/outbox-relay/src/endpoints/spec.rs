@@ -358,11 +358,11 @@ mod tests {
         );
         assert!(types.includes("order.paid") && !types.includes("order.placed"));
         assert!(EventTypes::ALL.includes("order.placed"));
-        let error = EventTypes::parse("order.paid,order.refunded,orders.placed").expect_err("bad");
+        let error = EventTypes::parse("order.paid,order.returned,orders.placed").expect_err("bad");
         let said = error.to_string();
         assert!(said.starts_with("--events: unknown event type"), "{said}");
         assert!(
-            said.contains("\"order.refunded\", \"orders.placed\""),
+            said.contains("\"order.returned\", \"orders.placed\""),
             "{said}"
         );
         assert!(EventTypes::parse(" , ").is_err());

@@ -58,6 +58,17 @@ pub(super) struct RecordedEvent {
     default_behind_legacy: Option<i64>,
 }
 
+/// Who or what caused an event, stored with it.
+#[derive(Debug, Clone, Copy, Default)]
+pub(super) struct Cause<'a> {
+    /// The request's Idempotency-Key (scoped to its API key), if it had one.
+    pub key: Option<&'a IdempotencyKey>,
+    /// The fingerprint of the request that used `key`.
+    pub request_hash: Option<&'a str>,
+    /// The inbox message (a provider's payment or refund) that caused it.
+    pub inbox_message_id: Option<i64>,
+}
+
 /// Inserts event `seq` of the order and reads its subscribers, and whether
 /// its legacy key still has unfinished jobs, in one statement. The caller
 /// holds the order row's lock.
@@ -67,9 +78,13 @@ pub(super) fn record_event(
     seq: i32,
     event_type: &str,
     data: Value,
-    key: Option<&IdempotencyKey>,
-    request_hash: Option<&str>,
+    cause: Cause<'_>,
 ) -> QueryResult<RecordedEvent> {
+    let Cause {
+        key,
+        request_hash,
+        inbox_message_id,
+    } = cause;
     diesel::sql_query(include_str!("sql/record_event.sql"))
         .bind::<BigInt, _>(order_id)
         .bind::<Integer, _>(seq)
@@ -80,6 +95,7 @@ pub(super) fn record_event(
         .bind::<Nullable<BigInt>, _>(key.and_then(IdempotencyKey::api_key_id))
         .bind::<Text, _>(webhook_key(order_id.get()))
         .bind::<Text, _>(DEFAULT_ENDPOINT)
+        .bind::<Nullable<BigInt>, _>(inbox_message_id)
         .get_result(conn)
 }
 

@@ -36,7 +36,9 @@ pub use read::{
     load_order_jobs, load_orders,
 };
 pub use status::OrderStatus;
-pub use transition::{Transition, TransitionError, TransitionOutcome, transition_order};
+pub use transition::{
+    Transition, TransitionError, TransitionOutcome, transition_order, transition_order_for_message,
+};
 
 /// The name of the endpoint that `WEBHOOK_URL` / `WEBHOOK_SECRET` keep, and
 /// that deliveries queued without an endpoint go to.

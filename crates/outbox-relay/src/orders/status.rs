@@ -17,15 +17,17 @@ pub enum OrderStatus {
     Shipped,
     Delivered,
     Cancelled,
+    Refunded,
 }
 
 impl OrderStatus {
-    pub const ALL: [OrderStatus; 5] = [
+    pub const ALL: [OrderStatus; 6] = [
         OrderStatus::Placed,
         OrderStatus::Paid,
         OrderStatus::Shipped,
         OrderStatus::Delivered,
         OrderStatus::Cancelled,
+        OrderStatus::Refunded,
     ];
 
     pub fn as_str(self) -> &'static str {
@@ -35,6 +37,7 @@ impl OrderStatus {
             OrderStatus::Shipped => "shipped",
             OrderStatus::Delivered => "delivered",
             OrderStatus::Cancelled => "cancelled",
+            OrderStatus::Refunded => "refunded",
         }
     }
 
@@ -46,6 +49,7 @@ impl OrderStatus {
             OrderStatus::Shipped => "order.shipped",
             OrderStatus::Delivered => "order.delivered",
             OrderStatus::Cancelled => "order.cancelled",
+            OrderStatus::Refunded => "order.refunded",
         }
     }
 }

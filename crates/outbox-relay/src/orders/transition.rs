@@ -1,7 +1,7 @@
-//! Order transitions: pay, ship, deliver, cancel. Each is one transaction: a
+//! Order transitions: pay, ship, deliver, cancel, refund. Each is one transaction: a
 //! guarded status update that locks the order row, the event with the next
 //! `seq`, and the jobs the event needs (a delivery to every subscribed endpoint, an email for
-//! shipped and cancelled), queued behind the order's earlier jobs of the same
+//! shipped, cancelled and refunded), queued behind the order's earlier jobs of the same
 //! kind by their ordering key.
 
 use diesel::prelude::*;
@@ -11,7 +11,7 @@ use sha2::{Digest, Sha256};
 use serde::Deserialize;
 
 use super::domain::{DisplayText, ValidationError};
-use super::events::{KeyAge, event_email, next_seq, record_event};
+use super::events::{Cause, KeyAge, event_email, next_seq, record_event};
 use super::idempotency::IdempotencyKey;
 use super::json::{from_json, required};
 use super::{OrderId, OrderStatus};
@@ -31,6 +31,13 @@ pub enum Transition {
     Deliver,
     Cancel {
         reason: DisplayText,
+    },
+    /// The money went back: asked for through the API, or told by the
+    /// payment provider (an inbox message), whose refund's payment is the
+    /// reference.
+    Refund {
+        reason: Option<DisplayText>,
+        payment_reference: Option<DisplayText>,
     },
 }
 
@@ -61,9 +68,18 @@ struct CancelBody {
     reason: Option<String>,
 }
 
+/// Both optional: a refund needs no words, and a shop may not know the
+/// provider's reference.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RefundBody {
+    reason: Option<String>,
+    payment_reference: Option<String>,
+}
+
 impl Transition {
     /// The `{action}` of `POST /orders/{id}/{action}`.
-    pub const ACTIONS: [&'static str; 4] = ["pay", "ship", "deliver", "cancel"];
+    pub const ACTIONS: [&'static str; 5] = ["pay", "ship", "deliver", "cancel", "refund"];
 
     /// Parses the JSON body of `POST /orders/{id}/{action}`; as strict as an order:
     /// unknown fields are refused, every error names its field.
@@ -107,6 +123,24 @@ impl Transition {
                     reason: text(body.reason, "reason", MAX_REASON_CHARS)?,
                 })
             }
+            "refund" => {
+                let body: RefundBody = from_json(body)?;
+                let optional = |value: Option<String>, name: &str, max: usize| {
+                    value
+                        .map(|v| {
+                            DisplayText::parse(&v, max).map_err(|m| ValidationError::new(name, m))
+                        })
+                        .transpose()
+                };
+                Ok(Transition::Refund {
+                    reason: optional(body.reason, "reason", MAX_REASON_CHARS)?,
+                    payment_reference: optional(
+                        body.payment_reference,
+                        "payment_reference",
+                        MAX_REFERENCE_CHARS,
+                    )?,
+                })
+            }
             other => Err(ValidationError::new(
                 "",
                 format!("{other:?} is not a transition"),
@@ -121,6 +155,7 @@ impl Transition {
             Transition::Ship { .. } => OrderStatus::Shipped,
             Transition::Deliver => OrderStatus::Delivered,
             Transition::Cancel { .. } => OrderStatus::Cancelled,
+            Transition::Refund { .. } => OrderStatus::Refunded,
         }
     }
 
@@ -138,22 +173,43 @@ impl Transition {
             }
             Transition::Deliver => json!({}),
             Transition::Cancel { reason } => json!({ "reason": reason.as_str() }),
+            Transition::Refund {
+                reason,
+                payment_reference,
+            } => {
+                let mut data = serde_json::Map::new();
+                if let Some(reason) = reason {
+                    data.insert("reason".into(), reason.as_str().into());
+                }
+                if let Some(reference) = payment_reference {
+                    data.insert("payment_reference".into(), reference.as_str().into());
+                }
+                Value::Object(data)
+            }
         }
     }
 
     /// Whether the customer is mailed about it.
     fn emails(&self) -> bool {
-        matches!(self, Transition::Ship { .. } | Transition::Cancel { .. })
+        matches!(
+            self,
+            Transition::Ship { .. } | Transition::Cancel { .. } | Transition::Refund { .. }
+        )
     }
 }
 
 impl OrderStatus {
-    /// placed → paid → shipped → delivered; placed or paid → cancelled.
+    /// placed → paid → shipped → delivered; placed or paid → cancelled;
+    /// paid, shipped or delivered → refunded.
     pub fn can_become(self, next: OrderStatus) -> bool {
-        use OrderStatus::{Cancelled, Delivered, Paid, Placed, Shipped};
+        use OrderStatus::{Cancelled, Delivered, Paid, Placed, Refunded, Shipped};
         matches!(
             (self, next),
-            (Placed, Paid) | (Paid, Shipped) | (Shipped, Delivered) | (Placed | Paid, Cancelled)
+            (Placed, Paid)
+                | (Paid, Shipped)
+                | (Shipped, Delivered)
+                | (Placed | Paid, Cancelled)
+                | (Paid | Shipped | Delivered, Refunded)
         )
     }
 }
@@ -192,6 +248,48 @@ pub fn transition_order(
     order_id: i64,
     transition: &Transition,
     key: Option<&IdempotencyKey>,
+    max_attempts: i32,
+) -> Result<TransitionOutcome, TransitionError> {
+    transition_caused_by(
+        conn,
+        enqueuer,
+        order_id,
+        transition,
+        key,
+        None,
+        max_attempts,
+    )
+}
+
+/// [`transition_order`] caused by inbox message `inbox_message_id` (a
+/// provider's payment or refund), recorded on the event. Called inside the
+/// transaction that recorded the message, so both commit together.
+pub fn transition_order_for_message(
+    conn: &mut PgConnection,
+    enqueuer: &Enqueuer,
+    order_id: i64,
+    transition: &Transition,
+    inbox_message_id: i64,
+    max_attempts: i32,
+) -> Result<TransitionOutcome, TransitionError> {
+    transition_caused_by(
+        conn,
+        enqueuer,
+        order_id,
+        transition,
+        None,
+        Some(inbox_message_id),
+        max_attempts,
+    )
+}
+
+fn transition_caused_by(
+    conn: &mut PgConnection,
+    enqueuer: &Enqueuer,
+    order_id: i64,
+    transition: &Transition,
+    key: Option<&IdempotencyKey>,
+    inbox_message_id: Option<i64>,
     max_attempts: i32,
 ) -> Result<TransitionOutcome, TransitionError> {
     let fingerprint = key.map(|_| fingerprint(order_id, transition));
@@ -253,8 +351,11 @@ pub fn transition_order(
             seq,
             requested.event_type(),
             transition.data(),
-            key,
-            fingerprint.as_deref(),
+            Cause {
+                key,
+                request_hash: fingerprint.as_deref(),
+                inbox_message_id,
+            },
         )?;
         let event_id = event.event_id;
         let mut jobs = event.deliveries(id, max_attempts, KeyAge::Used)?;
@@ -282,7 +383,7 @@ mod tests {
     #[test]
     fn only_the_documented_transitions_are_allowed() {
         use OrderStatus::*;
-        let all = [Placed, Paid, Shipped, Delivered, Cancelled];
+        let all = OrderStatus::ALL;
         let allowed: Vec<(OrderStatus, OrderStatus)> = all
             .iter()
             .flat_map(|a| all.iter().map(move |b| (*a, *b)))
@@ -295,7 +396,10 @@ mod tests {
                 (Placed, Cancelled),
                 (Paid, Shipped),
                 (Paid, Cancelled),
+                (Paid, Refunded),
                 (Shipped, Delivered),
+                (Shipped, Refunded),
+                (Delivered, Refunded),
             ]
         );
     }

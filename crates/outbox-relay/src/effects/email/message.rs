@@ -12,7 +12,7 @@ use crate::orders::{Order, OrderId};
 
 /// Embedded, so the binary needs no `templates/` directory at run time. The
 /// `.html` extension turns on minijinja's HTML auto-escaping for that template.
-const TEMPLATES: [(&str, &str); 6] = [
+const TEMPLATES: [(&str, &str); 8] = [
     (
         "confirmation.txt",
         include_str!("../../../../../templates/email/confirmation.txt"),
@@ -36,6 +36,14 @@ const TEMPLATES: [(&str, &str); 6] = [
     (
         "cancelled.html",
         include_str!("../../../../../templates/email/cancelled.html"),
+    ),
+    (
+        "refunded.txt",
+        include_str!("../../../../../templates/email/refunded.txt"),
+    ),
+    (
+        "refunded.html",
+        include_str!("../../../../../templates/email/refunded.html"),
     ),
 ];
 
@@ -144,7 +152,7 @@ struct ConfirmationView {
     /// For the shipped email.
     carrier: Option<String>,
     tracking_number: Option<String>,
-    /// For the cancelled email.
+    /// For the cancelled and refunded emails.
     reason: Option<String>,
 }
 

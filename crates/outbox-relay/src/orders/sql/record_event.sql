@@ -29,8 +29,9 @@
 -- lookup (lock_ordering_keys.sql, lock_ordering_heads.sql) decide whether it
 -- waits, as for any key, and it runs at once.
 WITH event AS (
-    INSERT INTO order_events (order_id, seq, type, data, idempotency_key, request_hash, api_key_id)
-    VALUES ($1, $2, $3, $4, $5, $6, $7)
+    INSERT INTO order_events (order_id, seq, type, data, idempotency_key, request_hash, api_key_id,
+                              inbox_message_id)
+    VALUES ($1, $2, $3, $4, $5, $6, $7, $10)
     RETURNING id
 )
 SELECT

@@ -1,0 +1,157 @@
+//! Payments in, as a provider sends them: the demo registers a `stripe`
+//! source, then signs Stripe events as Stripe does and posts them to
+//! `/inbound/stripe`: order #1's payment (twice, the second a repeat) and a
+//! refund of another order.
+
+use anyhow::Context as _;
+use diesel::prelude::*;
+use serde_json::{Value, json};
+
+use outbox_relay::inbox::list::{Filter, list_messages};
+use outbox_relay::inbox::source::{self, SourceKind};
+use outbox_relay::inbox::verify::stripe_signature;
+use outbox_relay::schema::orders;
+
+/// The demo's Stripe source, and how to post to it.
+pub(super) struct Stripe {
+    client: reqwest::Client,
+    url: String,
+    secret: String,
+    database_url: String,
+}
+
+impl Stripe {
+    /// Adds the source `stripe` with a fresh secret, as
+    /// `outbox-relay sources add --name stripe --kind stripe` would.
+    pub(super) async fn register(api_url: &str, database_url: &str) -> anyhow::Result<Stripe> {
+        let url = database_url.to_owned();
+        let secret = tokio::task::spawn_blocking(move || {
+            let secret = source::new_secret()?;
+            let mut conn = outbox_relay::db::establish(&url)?;
+            // A kept database (--database-url) may have it from an earlier run.
+            match source::find(&mut conn, "stripe")? {
+                Some(_) => {
+                    source::rotate_secret(&mut conn, "stripe", &secret, std::time::Duration::ZERO)?
+                }
+                None => source::add(&mut conn, "stripe", SourceKind::Stripe, &secret)?,
+            };
+            anyhow::Ok(secret)
+        })
+        .await??;
+        Ok(Stripe {
+            client: reqwest::Client::builder()
+                .no_proxy()
+                .timeout(std::time::Duration::from_secs(15))
+                .build()
+                .context("building the HTTP client")?,
+            url: format!("{api_url}/inbound/stripe"),
+            secret,
+            database_url: database_url.to_owned(),
+        })
+    }
+
+    /// The order's total and currency, as the provider would charge them.
+    async fn charge_of(&self, order_id: i64) -> anyhow::Result<(i64, String)> {
+        let url = self.database_url.clone();
+        tokio::task::spawn_blocking(move || {
+            let mut conn = outbox_relay::db::establish(&url)?;
+            let (total, currency): (i64, String) = orders::table
+                .find(order_id)
+                .select((orders::total_cents, orders::currency))
+                .first(&mut conn)?;
+            anyhow::Ok((total, currency.trim().to_ascii_lowercase()))
+        })
+        .await?
+    }
+
+    /// A `payment_intent.succeeded` for the order, its full amount.
+    pub(super) async fn payment(&self, event_id: &str, order_id: i64) -> anyhow::Result<Vec<u8>> {
+        let (amount, currency) = self.charge_of(order_id).await?;
+        event(
+            event_id,
+            "payment_intent.succeeded",
+            json!({"id": format!("pi_demo_{order_id}"), "object": "payment_intent",
+                   "amount": amount, "amount_received": amount, "currency": currency,
+                   "status": "succeeded", "metadata": {"order_id": order_id.to_string()}}),
+        )
+    }
+
+    /// A `charge.refunded` of the order's whole payment.
+    pub(super) async fn refund(&self, event_id: &str, order_id: i64) -> anyhow::Result<Vec<u8>> {
+        let (amount, currency) = self.charge_of(order_id).await?;
+        event(
+            event_id,
+            "charge.refunded",
+            json!({"id": format!("ch_demo_{order_id}"), "object": "charge", "amount": amount,
+                   "amount_refunded": amount, "currency": currency, "refunded": true,
+                   "payment_intent": format!("pi_demo_{order_id}"),
+                   "metadata": {"order_id": order_id.to_string()}}),
+        )
+    }
+
+    /// Signs `body` now and posts it; the answer's `status`.
+    pub(super) async fn send(&self, body: &[u8]) -> anyhow::Result<String> {
+        let signature = stripe_signature(&self.secret, chrono::Utc::now().timestamp(), body);
+        let response = self
+            .client
+            .post(&self.url)
+            .header("content-type", "application/json")
+            .header("stripe-signature", signature)
+            .body(body.to_vec())
+            .send()
+            .await
+            .context("POST /inbound/stripe")?;
+        let status = response.status();
+        let answer: Value = response
+            .json()
+            .await
+            .with_context(|| format!("POST /inbound/stripe answered {status} without JSON"))?;
+        anyhow::ensure!(
+            status == reqwest::StatusCode::OK,
+            "POST /inbound/stripe answered {status}: {answer}"
+        );
+        Ok(answer["status"].as_str().unwrap_or("?").to_owned())
+    }
+
+    /// The inbox's rows, oldest first, for the summary.
+    pub(super) async fn inbox_lines(&self) -> anyhow::Result<Vec<String>> {
+        let url = self.database_url.clone();
+        let mut messages = tokio::task::spawn_blocking(move || {
+            let mut conn = outbox_relay::db::establish(&url)?;
+            anyhow::Ok(list_messages(
+                &mut conn,
+                &Filter {
+                    limit: 20,
+                    ..Filter::default()
+                },
+            )?)
+        })
+        .await??;
+        messages.reverse();
+        Ok(messages
+            .iter()
+            .map(|m| {
+                format!(
+                    "  {:<8} {:<22} {:<26} {:<9} {}",
+                    m.source,
+                    outbox_relay::text::one_line(&m.message_id, 22),
+                    m.message_type.as_deref().unwrap_or("-"),
+                    m.order_id
+                        .map_or_else(|| "-".to_owned(), |id| format!("#{id}")),
+                    m.status.as_deref().unwrap_or("-")
+                )
+            })
+            .collect())
+    }
+}
+
+fn event(id: &str, event_type: &str, object: Value) -> anyhow::Result<Vec<u8>> {
+    Ok(serde_json::to_vec(&json!({
+        "id": id,
+        "object": "event",
+        "type": event_type,
+        "created": chrono::Utc::now().timestamp(),
+        "livemode": false,
+        "data": {"object": object},
+    }))?)
+}

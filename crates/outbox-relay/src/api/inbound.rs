@@ -1,0 +1,95 @@
+//! `POST /inbound/{source}`: a payment provider's signed webhook.
+//!
+//! No API key: the source's signature is the authentication, checked before
+//! the body is read as anything. Refusals write nothing: an unknown source,
+//! a missing or wrong signature, or a timestamp more than five minutes off is
+//! `401`; a body over [`MAX_INBOUND_BYTES`] is `413`; a verified body that is
+//! not JSON is `400`. Every verified message is recorded once and answered
+//! `200 {"status": …}`, whatever it did: the provider must stop retrying a
+//! message the shop has kept, even one an operator has yet to decide.
+
+use axum::Json;
+use axum::body::Bytes;
+use axum::extract::rejection::{BytesRejection, FailedToBufferBody};
+use axum::extract::{Path, State};
+use axum::http::HeaderMap;
+use axum::response::{IntoResponse, Response};
+use serde_json::{Value, json};
+
+use super::error::ApiError;
+use super::state::AppState;
+use crate::inbox::MAX_INBOUND_BYTES;
+use crate::inbox::apply::{Answer, Inbound, receive};
+use crate::inbox::source::{self, SourceKind};
+use crate::inbox::verify::verify;
+
+pub(crate) async fn inbound(
+    State(state): State<AppState>,
+    Path(name): Path<String>,
+    headers: HeaderMap,
+    body: Result<Bytes, BytesRejection>,
+) -> Result<Response, ApiError> {
+    let body = body.map_err(|rejection| match rejection {
+        BytesRejection::FailedToBufferBody(FailedToBufferBody::LengthLimitError(_)) => {
+            ApiError::PayloadTooLarge {
+                limit: MAX_INBOUND_BYTES,
+            }
+        }
+        other => ApiError::UnreadableBody(other.body_text()),
+    })?;
+    let enqueuer = state.enqueuer.clone();
+    let max_attempts = state.settings.max_attempts;
+    let answer = state
+        .db
+        .run(move |conn| {
+            let refused = |why: String| ApiError::SignatureRefused(why);
+            let source = source::find(conn, &name)?.ok_or_else(|| {
+                refused(format!(
+                    "unknown source {:?}",
+                    crate::text::one_line(&name, 64)
+                ))
+            })?;
+            let now = chrono::Utc::now();
+            let verified = verify(
+                source.kind(),
+                &source.secrets_at(now),
+                &headers,
+                &body,
+                now.timestamp(),
+            )
+            .map_err(|e| refused(e.to_string()))?;
+            let payload: Value = serde_json::from_slice(&body)
+                .map_err(|e| ApiError::MalformedJson(e.to_string()))?;
+            let message_id = match (source.kind(), verified.message_id) {
+                (SourceKind::Standard, Some(id)) => id,
+                _ => payload
+                    .get("id")
+                    .and_then(Value::as_str)
+                    .map(str::to_owned)
+                    .ok_or_else(|| {
+                        ApiError::MalformedJson("the event has no \"id\" string".into())
+                    })?,
+            };
+            Ok(receive(
+                conn,
+                &enqueuer,
+                Inbound {
+                    source: &source.name,
+                    kind: source.kind(),
+                    message_id: &message_id,
+                    payload: &payload,
+                },
+                max_attempts,
+            )?)
+        })
+        .await?;
+    let mut body = json!({ "status": answer.status_word() });
+    if let Answer::Recorded {
+        reason: Some(reason),
+        ..
+    } = &answer
+    {
+        body["reason"] = Value::String(reason.clone());
+    }
+    Ok(Json(body).into_response())
+}

@@ -1,0 +1,145 @@
+//! `outbox-relay inbox ...`: the messages received on `/inbound/{source}`,
+//! and an operator's decision on a held one (audited).
+
+use anyhow::Context as _;
+use clap::{Args, Subcommand};
+
+use crate::cli::table::{Align, print_list};
+use crate::cli::with_conn;
+use crate::config::{ConfigError, DatabaseArgs, EnqueueArgs};
+use crate::inbox::MessageStatus;
+use crate::inbox::apply::{apply_held, dismiss_held};
+use crate::inbox::list::{Filter, InboxMessage, list_messages};
+
+#[derive(Debug, Subcommand)]
+pub enum InboxCommand {
+    /// Received messages, newest first: what each did, and why.
+    #[command(after_help = "Examples:\n  \
+        outbox-relay inbox list --status held\n  \
+        outbox-relay inbox list --source stripe --json")]
+    List(ListArgs),
+    /// Apply a held message anyway: its order's transition, event and jobs.
+    Apply(DecideArgs),
+    /// Dismiss a held message: its order stays as it is.
+    Dismiss(DismissArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct ListArgs {
+    #[command(flatten)]
+    db: DatabaseArgs,
+    /// applied, held, unmatched, ignored or dismissed.
+    #[arg(long)]
+    status: Option<String>,
+    /// Only this source's messages.
+    #[arg(long)]
+    source: Option<String>,
+    /// At most this many.
+    #[arg(long, default_value_t = 50)]
+    limit: i64,
+    /// Print JSON instead of a table.
+    #[arg(long)]
+    json: bool,
+}
+
+#[derive(Debug, Args)]
+pub struct DecideArgs {
+    #[command(flatten)]
+    db: DatabaseArgs,
+    #[command(flatten)]
+    enqueue: EnqueueArgs,
+    /// The message's id (the first column of `inbox list`).
+    id: i64,
+}
+
+#[derive(Debug, Args)]
+pub struct DismissArgs {
+    #[command(flatten)]
+    db: DatabaseArgs,
+    /// The message's id (the first column of `inbox list`).
+    id: i64,
+}
+
+pub async fn run(command: InboxCommand) -> anyhow::Result<()> {
+    match command {
+        InboxCommand::List(args) => list(args).await,
+        InboxCommand::Apply(args) => apply(args).await,
+        InboxCommand::Dismiss(args) => dismiss(args).await,
+    }
+}
+
+/// Who decided, for the audit log: the operator's login where there is one.
+fn actor() -> String {
+    match std::env::var("USER") {
+        Ok(user) if !user.is_empty() => format!("cli:{}", crate::text::one_line(&user, 40)),
+        _ => "cli".to_owned(),
+    }
+}
+
+async fn list(args: ListArgs) -> anyhow::Result<()> {
+    let status = args
+        .status
+        .as_deref()
+        .map(|s| {
+            s.parse::<MessageStatus>()
+                .map_err(|e| ConfigError(format!("--status: {e}")))
+        })
+        .transpose()?;
+    let filter = Filter {
+        status,
+        source: args.source.clone(),
+        before: None,
+        limit: args.limit,
+    };
+    let messages: Vec<InboxMessage> = with_conn(&args.db, move |conn| {
+        list_messages(conn, &filter).context("reading inbox_messages")
+    })
+    .await?;
+    print_list(
+        &messages,
+        args.json,
+        "no inbox messages",
+        &[
+            ("ID", Align::Right),
+            ("SOURCE", Align::Left),
+            ("MESSAGE", Align::Left),
+            ("TYPE", Align::Left),
+            ("ORDER", Align::Right),
+            ("STATUS", Align::Left),
+            ("REASON", Align::Left),
+            ("RECEIVED", Align::Left),
+        ],
+        |m| {
+            vec![
+                m.id.to_string(),
+                m.source.clone(),
+                crate::text::one_line(&m.message_id, 32),
+                m.message_type.clone().unwrap_or_else(|| "-".into()),
+                m.order_id.map_or_else(|| "-".into(), |id| id.to_string()),
+                m.status.clone().unwrap_or_else(|| "-".into()),
+                m.reason
+                    .as_deref()
+                    .map_or_else(|| "-".into(), |r| crate::text::one_line(r, 80)),
+                m.received_at.format("%Y-%m-%d %H:%M:%S").to_string(),
+            ]
+        },
+    )
+}
+
+async fn apply(args: DecideArgs) -> anyhow::Result<()> {
+    let (id, max_attempts) = (args.id, args.enqueue.max_attempts);
+    let order_id = with_conn(&args.db, move |conn| {
+        let enqueuer = crate::orders::order_enqueuer();
+        Ok(apply_held(conn, &enqueuer, id, &actor(), max_attempts)?)
+    })
+    .await?;
+    println!("applied inbox message {id} to order {order_id}");
+    Ok(())
+}
+
+async fn dismiss(args: DismissArgs) -> anyhow::Result<()> {
+    let id = args.id;
+    with_conn(&args.db, move |conn| Ok(dismiss_held(conn, id, &actor())?)).await?;
+    println!("dismissed inbox message {id}; its order is unchanged");
+    Ok(())
+}

@@ -1,0 +1,236 @@
+//! `outbox-relay sources ...`: the senders of inbound events
+//! (`POST /inbound/{name}`), each with its kind and secrets.
+
+use std::time::Duration;
+
+use anyhow::Context as _;
+use clap::{Args, Subcommand};
+use serde::Serialize;
+
+use crate::cli::table::{Align, print_list};
+use crate::cli::with_conn;
+use crate::config::{ConfigError, DatabaseArgs, parse_duration};
+use crate::inbox::source::{self, Source, SourceError, SourceKind};
+
+#[derive(Debug, Subcommand)]
+pub enum SourcesCommand {
+    /// Add a sender of signed webhooks (a payment provider): its events go
+    /// to POST /inbound/<name>.
+    ///
+    /// For Stripe, give the endpoint's signing secret (whsec_…) with
+    /// --secret. Without --secret a new whsec_ secret is made and printed
+    /// once: give it to the sender.
+    #[command(after_help = "Examples:\n  \
+        outbox-relay sources add --name stripe --kind stripe --secret whsec_…\n  \
+        outbox-relay sources add --name billing --kind standard")]
+    Add(AddArgs),
+    /// Every source, with its kind and secret rotation.
+    List(ListArgs),
+    /// Give a source a new secret; the old one still verifies until --keep-old passes.
+    RotateSecret(RotateArgs),
+    /// Remove a source: its URL answers 401 from now on.
+    Remove(NameArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct AddArgs {
+    #[command(flatten)]
+    db: DatabaseArgs,
+    /// A unique name (letters, digits, '_', '.', '-'): the last part of its URL.
+    #[arg(long)]
+    name: String,
+    /// How its messages are signed.
+    #[arg(long, value_enum)]
+    kind: SourceKind,
+    /// The signing secret: Stripe's whsec_… as shown by Stripe; for standard,
+    /// whsec_ and base64. Made for you when left out.
+    #[arg(long)]
+    secret: Option<String>,
+    /// Print {"id","name","secret"} as JSON instead of text.
+    #[arg(long)]
+    json: bool,
+}
+
+#[derive(Debug, Args)]
+pub struct ListArgs {
+    #[command(flatten)]
+    db: DatabaseArgs,
+    /// Print JSON instead of a table.
+    #[arg(long)]
+    json: bool,
+}
+
+#[derive(Debug, Args)]
+pub struct NameArgs {
+    #[command(flatten)]
+    db: DatabaseArgs,
+    /// The source's name.
+    name: String,
+}
+
+#[derive(Debug, Args)]
+pub struct RotateArgs {
+    #[command(flatten)]
+    db: DatabaseArgs,
+    /// The source's name.
+    name: String,
+    /// The new secret (Stripe's, after "Roll secret"); made for you when left out.
+    #[arg(long)]
+    secret: Option<String>,
+    /// How long the old secret still verifies beside the new one (0s: not at all).
+    #[arg(long, default_value = "24h", value_parser = parse_duration)]
+    keep_old: Duration,
+    /// Print {"id","name","secret"} as JSON instead of text.
+    #[arg(long)]
+    json: bool,
+}
+
+pub async fn run(command: SourcesCommand) -> anyhow::Result<()> {
+    match command {
+        SourcesCommand::Add(args) => add(args).await,
+        SourcesCommand::List(args) => list(args).await,
+        SourcesCommand::RotateSecret(args) => rotate(args).await,
+        SourcesCommand::Remove(args) => remove(args).await,
+    }
+}
+
+/// A bad flag is a usage error (exit 2); the rest fail the command (exit 1).
+fn refusal(error: SourceError) -> anyhow::Error {
+    match error {
+        SourceError::BadName(_) | SourceError::BadSecret { .. } => {
+            ConfigError(error.to_string()).into()
+        }
+        other => other.into(),
+    }
+}
+
+/// The secret given, checked for the source's kind, or a new one.
+fn secret_for(kind: SourceKind, given: Option<&str>) -> anyhow::Result<(String, bool)> {
+    match given {
+        Some(raw) => Ok((
+            source::check_secret(kind, raw, "--secret").map_err(refusal)?,
+            false,
+        )),
+        None => Ok((source::new_secret().map_err(refusal)?, true)),
+    }
+}
+
+async fn add(args: AddArgs) -> anyhow::Result<()> {
+    source::check_name(&args.name).map_err(refusal)?;
+    let (secret, made) = secret_for(args.kind, args.secret.as_deref())?;
+    let (name, kind, stored) = (args.name.clone(), args.kind, secret.clone());
+    let added = with_conn(&args.db, move |conn| {
+        source::add(conn, &name, kind, &stored).map_err(refusal)
+    })
+    .await?;
+    if !args.json {
+        println!(
+            "added source {} ({}); its events go to POST /inbound/{}",
+            added.name,
+            added.kind(),
+            added.name
+        );
+    }
+    print_secret(&added, &secret, made, args.json)
+}
+
+async fn list(args: ListArgs) -> anyhow::Result<()> {
+    let sources: Vec<Source> = with_conn(&args.db, |conn| {
+        source::list(conn).context("reading sources")
+    })
+    .await?;
+    print_list(
+        &sources,
+        args.json,
+        "no sources; add one with `outbox-relay sources add --name N --kind stripe|standard`",
+        &[
+            ("NAME", Align::Left),
+            ("KIND", Align::Left),
+            ("URL", Align::Left),
+            ("OLD SECRET UNTIL", Align::Left),
+            ("CREATED", Align::Left),
+        ],
+        |s| {
+            vec![
+                s.name.clone(),
+                s.kind().to_string(),
+                format!("/inbound/{}", s.name),
+                s.previous_secret_expires_at.map_or_else(
+                    || "-".to_owned(),
+                    |t| t.format("%Y-%m-%d %H:%M UTC").to_string(),
+                ),
+                s.created_at.format("%Y-%m-%d %H:%M UTC").to_string(),
+            ]
+        },
+    )
+}
+
+async fn rotate(args: RotateArgs) -> anyhow::Result<()> {
+    let (name, keep_old) = (args.name.clone(), args.keep_old);
+    let given = args.secret.clone();
+    // The kind decides what a given secret must look like.
+    let kind = {
+        let name = name.clone();
+        with_conn(&args.db, move |conn| {
+            source::find(conn, &name)?
+                .map(|s| s.kind())
+                .ok_or_else(|| SourceError::NotFound(name).into())
+        })
+        .await?
+    };
+    let (secret, made) = secret_for(kind, given.as_deref())?;
+    let stored = secret.clone();
+    let rotated = with_conn(&args.db, move |conn| {
+        source::rotate_secret(conn, &name, &stored, keep_old).map_err(refusal)
+    })
+    .await?;
+    if !args.json {
+        match rotated.previous_secret_expires_at {
+            Some(until) => println!(
+                "rotated the secret of {}; the old one also verifies until {}",
+                rotated.name,
+                until.format("%Y-%m-%d %H:%M:%S UTC")
+            ),
+            None => println!(
+                "rotated the secret of {}; the old one no longer verifies",
+                rotated.name
+            ),
+        }
+    }
+    print_secret(&rotated, &secret, made, args.json)
+}
+
+async fn remove(args: NameArgs) -> anyhow::Result<()> {
+    let name = args.name.clone();
+    with_conn(&args.db, move |conn| {
+        source::remove(conn, &name).map_err(refusal)
+    })
+    .await?;
+    println!(
+        "removed source {}; POST /inbound/{} now answers 401",
+        args.name, args.name
+    );
+    Ok(())
+}
+
+#[derive(Debug, Serialize)]
+struct SecretJson<'a> {
+    id: i64,
+    name: &'a str,
+    secret: &'a str,
+}
+
+fn print_secret(source: &Source, secret: &str, made: bool, json: bool) -> anyhow::Result<()> {
+    if json {
+        let out = SecretJson {
+            id: source.id,
+            name: &source.name,
+            secret,
+        };
+        println!("{}", serde_json::to_string(&out)?);
+    } else if made {
+        println!("secret: {secret}");
+        println!("(shown once: give it to the sender, which signs each message with it)");
+    }
+    Ok(())
+}

@@ -1,0 +1,213 @@
+//! Payments in under crashes: two `serve` replicas receive a provider's
+//! events, copies of one event reach both at once, one replica is SIGKILLed
+//! partway, and the provider's retries go to the survivor. Every order is
+//! paid exactly once.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+use diesel::prelude::*;
+use diesel::sql_types::BigInt;
+use outbox_relay::inbox::source::{self, SourceKind};
+use outbox_relay::inbox::verify::stripe_signature;
+use reqwest::StatusCode;
+use serde_json::json;
+use tokio::sync::Mutex;
+
+use crate::inbox::{STRIPE_SECRET, intent_succeeded};
+use crate::support::TestDb;
+use crate::support::app::http_client;
+use crate::support::process::{BinProcess, Launch};
+
+const EVENTS: usize = 1_000;
+/// After this many answers, the first replica is killed.
+const KILL_AFTER: usize = 400;
+
+#[derive(QueryableByName)]
+struct Count {
+    #[diesel(sql_type = BigInt)]
+    n: i64,
+}
+
+fn count(conn: &mut PgConnection, sql: &str) -> i64 {
+    diesel::sql_query(sql)
+        .get_result::<Count>(conn)
+        .unwrap_or_else(|e| panic!("{sql}: {e}"))
+        .n
+}
+
+/// One POST of `body`, freshly signed, as the provider sends it.
+async fn send(client: &reqwest::Client, base: &str, body: &[u8]) -> Result<StatusCode, String> {
+    let now = chrono::Utc::now().timestamp();
+    client
+        .post(format!("{base}/inbound/stripe"))
+        .header(
+            "stripe-signature",
+            stripe_signature(STRIPE_SECRET, now, body),
+        )
+        .body(body.to_vec())
+        .send()
+        .await
+        .map(|r| r.status())
+        .map_err(|e| e.to_string())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn two_replicas_and_a_sigkill_pay_every_order_exactly_once() {
+    let db = TestDb::new();
+    let mut conn = db.conn();
+    diesel::sql_query(
+        "WITH o AS (INSERT INTO orders (customer_email, customer_name, currency, total_cents) \
+         SELECT 'c' || g || '@example.com', 'C', 'EUR', 2100 FROM generate_series(1, 1000) g \
+         RETURNING id) \
+         INSERT INTO order_events (order_id, seq, type) SELECT id, 1, 'order.placed' FROM o",
+    )
+    .execute(&mut conn)
+    .expect("orders");
+    diesel::sql_query(
+        "INSERT INTO endpoints (name, url, secret, allow_http) \
+         VALUES ('erp', 'http://127.0.0.1:9/hooks', 'whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw', true)",
+    )
+    .execute(&mut conn)
+    .expect("endpoint");
+    source::add(&mut conn, "stripe", SourceKind::Stripe, STRIPE_SECRET).expect("source");
+    let ids: Vec<i64> = outbox_relay::schema::orders::table
+        .select(outbox_relay::schema::orders::id)
+        .order(outbox_relay::schema::orders::id)
+        .load(&mut conn)
+        .expect("ids");
+    assert_eq!(ids.len(), EVENTS);
+
+    let (doomed, doomed_url) = BinProcess::start_api(Launch::serve("api-doomed", &db.url)).await;
+    let (mut survivor, survivor_url) =
+        BinProcess::start_api(Launch::serve("api-survivor", &db.url)).await;
+    let doomed = Arc::new(Mutex::new(Some(doomed)));
+    let client = http_client();
+    let answered = Arc::new(AtomicUsize::new(0));
+    let survivor_failures = Arc::new(std::sync::Mutex::new(Vec::<String>::new()));
+
+    // 20% are sent twice: half of those to both replicas at once, half again
+    // after everything else, as a provider's retry.
+    let bodies: Vec<Vec<u8>> = ids
+        .iter()
+        .enumerate()
+        .map(|(i, id)| {
+            intent_succeeded(
+                &format!("evt_{i}"),
+                json!(id.to_string()),
+                2_100,
+                "eur",
+                &format!("pi_{i}"),
+            )
+        })
+        .collect();
+    let bodies = Arc::new(bodies);
+    let gate = Arc::new(tokio::sync::Semaphore::new(32));
+    let mut tasks = Vec::new();
+    for i in 0..EVENTS {
+        let (client, bodies, gate) = (client.clone(), Arc::clone(&bodies), Arc::clone(&gate));
+        let (doomed_url, survivor_url) = (doomed_url.clone(), survivor_url.clone());
+        let (answered, failures) = (Arc::clone(&answered), Arc::clone(&survivor_failures));
+        let doomed = Arc::clone(&doomed);
+        tasks.push(tokio::spawn(async move {
+            let _permit = gate.acquire().await.expect("gate");
+            let body = &bodies[i];
+            // The provider's retry after a failed delivery: to the survivor,
+            // which must answer 200.
+            let to_survivor = || async {
+                let status = send(&client, &survivor_url, body).await;
+                if status != Ok(StatusCode::OK) {
+                    failures
+                        .lock()
+                        .expect("lock")
+                        .push(format!("evt_{i}: {status:?}"));
+                }
+            };
+            let first = if i % 10 == 0 {
+                let (a, b) = tokio::join!(
+                    send(&client, &doomed_url, body),
+                    send(&client, &survivor_url, body)
+                );
+                if b != Ok(StatusCode::OK) {
+                    failures
+                        .lock()
+                        .expect("lock")
+                        .push(format!("evt_{i} (copy): {b:?}"));
+                }
+                a
+            } else if i % 2 == 0 {
+                send(&client, &doomed_url, body).await
+            } else {
+                send(&client, &survivor_url, body).await
+            };
+            if first != Ok(StatusCode::OK) {
+                to_survivor().await;
+            }
+            if answered.fetch_add(1, Ordering::SeqCst) + 1 == KILL_AFTER
+                && let Some(process) = doomed.lock().await.as_ref()
+            {
+                process.sigkill();
+            }
+        }));
+    }
+    for task in tasks {
+        task.await.expect("sender");
+    }
+    // The provider's later retries of 20% of the events, one each.
+    for i in (5..EVENTS).step_by(10) {
+        let status = send(&client, &survivor_url, &bodies[i]).await;
+        assert_eq!(status, Ok(StatusCode::OK), "evt_{i} resent");
+    }
+    let failures = survivor_failures.lock().expect("lock").clone();
+    assert!(
+        failures.is_empty(),
+        "the survivor answered non-200: {failures:?}"
+    );
+    assert!(
+        doomed
+            .lock()
+            .await
+            .as_mut()
+            .is_some_and(|p| !p.is_running()),
+        "the first replica was killed partway"
+    );
+
+    let mut conn = db.conn();
+    assert_eq!(
+        count(
+            &mut conn,
+            "SELECT count(*) AS n FROM orders WHERE status = 'paid'"
+        ),
+        1_000
+    );
+    assert_eq!(
+        count(
+            &mut conn,
+            "SELECT count(*) AS n FROM order_events WHERE type = 'order.paid'"
+        ),
+        1_000,
+        "one order.paid event per order"
+    );
+    assert_eq!(
+        count(
+            &mut conn,
+            "SELECT count(*) AS n FROM jobs_all j JOIN order_events e \
+             ON e.id = (j.payload->>'event_id')::bigint \
+             WHERE j.kind = 'order_webhook' AND e.type = 'order.paid'"
+        ),
+        1_000,
+        "one delivery of each order.paid to the one endpoint"
+    );
+    assert_eq!(
+        count(
+            &mut conn,
+            "SELECT count(*) AS n FROM inbox_messages WHERE status = 'applied'"
+        ),
+        1_000
+    );
+    assert_eq!(
+        count(&mut conn, "SELECT count(*) AS n FROM inbox_messages"),
+        1_000
+    );
+    survivor.terminate().await;
+}
