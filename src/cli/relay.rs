@@ -40,9 +40,7 @@ pub async fn run(db_args: DatabaseArgs, args: RelayArgs) -> anyhow::Result<()> {
         .transpose()
         // Mailer::new names the variable at fault (SMTP_URL, MAIL_FROM, PUBLIC_BASE_URL).
         .map_err(|e| ConfigError(format!("{e:#}")))?;
-    let breaker = crate::endpoints::breaker::Breaker {
-        disable_after: args.effects.endpoint_disable_after,
-    };
+    let breaker = args.effects.breaker();
     let sender = webhook
         .as_ref()
         .map(|options| {

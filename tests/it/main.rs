@@ -9,6 +9,7 @@ mod admin_sessions;
 mod api;
 mod api_keys;
 mod bench;
+mod breaker;
 mod cli_config;
 mod cli_jobs;
 mod demo;

@@ -20,8 +20,9 @@ use crate::endpoints::{NatsTarget, NewEndpoint, SigningSecret, StreamName, Subje
 pub const ERP: &str = "shop-erp";
 /// The webhook endpoint that is down for a while.
 pub const ANALYTICS: &str = "analytics";
-/// Calls `analytics` refuses with a 503 before it recovers: as many as trip
-/// its breaker, so its deliveries back off together and a probe brings it back.
+/// Calls `analytics` refuses with a 503 before it recovers: a receiver down for
+/// a moment, which each delivery's own backoff rides out (too short to trip
+/// its breaker, which waits for `ENDPOINT_TRIP_AFTER` of nothing but failures).
 pub const ANALYTICS_DOWN_FOR: usize = 3;
 /// The NATS endpoint.
 pub const EVENTS: &str = "events";

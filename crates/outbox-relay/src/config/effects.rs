@@ -69,6 +69,14 @@ pub struct EffectArgs {
     /// (`disabled_reason = 'failing'`); its deliveries wait until it is enabled.
     #[arg(long, env = "ENDPOINT_DISABLE_AFTER", default_value = "5d", value_parser = parse_positive_duration)]
     pub endpoint_disable_after: Duration,
+    /// An endpoint whose every delivery has failed this long, with no success
+    /// in between, trips its breaker: it is probed one delivery at a time.
+    #[arg(long, env = "ENDPOINT_TRIP_AFTER", default_value = "30s", value_parser = parse_positive_duration)]
+    pub endpoint_trip_after: Duration,
+    /// The longest wait between two probes of a tripped endpoint (the wait
+    /// grows with how long it has been failing, up to this).
+    #[arg(long, env = "ENDPOINT_PROBE_MAX", default_value = "5m", value_parser = parse_positive_duration)]
+    pub endpoint_probe_max: Duration,
     /// Credentials file for NATS endpoints (a user JWT and its nkey seed, as
     /// `nsc` writes them); without it, connections to NATS carry none.
     #[arg(long, env = "NATS_CREDENTIALS")]
@@ -99,6 +107,8 @@ impl std::fmt::Debug for EffectArgs {
             )
             .field("webhook_timeout", &self.webhook_timeout)
             .field("endpoint_disable_after", &self.endpoint_disable_after)
+            .field("endpoint_trip_after", &self.endpoint_trip_after)
+            .field("endpoint_probe_max", &self.endpoint_probe_max)
             .field("nats_credentials", &self.nats_credentials)
             .field("public_base_url", &self.public_base_url.as_str())
             .finish()
@@ -151,6 +161,16 @@ impl EffectArgs {
         })
     }
 
+    /// The endpoints' breaker (`ENDPOINT_DISABLE_AFTER`, `ENDPOINT_TRIP_AFTER`,
+    /// `ENDPOINT_PROBE_MAX`).
+    pub fn breaker(&self) -> crate::endpoints::breaker::Breaker {
+        crate::endpoints::breaker::Breaker {
+            disable_after: self.endpoint_disable_after,
+            trip_after: self.endpoint_trip_after,
+            probe_max: self.endpoint_probe_max,
+        }
+    }
+
     /// The endpoint `default` from `WEBHOOK_URL` / `WEBHOOK_SECRET`, checked
     /// whenever they are given (the relay writes it whatever its kinds, as
     /// `migrate` and `serve` do); none without `WEBHOOK_URL`.
@@ -175,6 +195,8 @@ mod tests {
             webhook_timeout: DEFAULT_WEBHOOK_TIMEOUT,
             webhook_allow_private: false,
             endpoint_disable_after: crate::endpoints::breaker::DEFAULT_DISABLE_AFTER,
+            endpoint_trip_after: crate::endpoints::breaker::DEFAULT_TRIP_AFTER,
+            endpoint_probe_max: crate::endpoints::breaker::DEFAULT_PROBE_MAX,
             nats_credentials: None,
             public_base_url: parse_http_url(DEFAULT_PUBLIC_BASE_URL).expect("default URL"),
         };
@@ -183,6 +205,25 @@ mod tests {
             assert!(!shown.contains(secret), "{shown}");
         }
         assert!(shown.contains("smtp.example.com"), "{shown}");
+    }
+
+    #[test]
+    fn the_breaker_trips_after_thirty_seconds_unless_told_otherwise() {
+        let default = relay_args(&[]).expect("parses").effects.breaker();
+        assert_eq!(default.trip_after, Duration::from_secs(30));
+        assert_eq!(default.probe_max, Duration::from_secs(300));
+        let short = relay_args(&[
+            "--endpoint-trip-after",
+            "500ms",
+            "--endpoint-probe-max",
+            "1s",
+        ])
+        .expect("parses")
+        .effects
+        .breaker();
+        assert_eq!(short.trip_after, Duration::from_millis(500));
+        assert_eq!(short.probe_max, Duration::from_secs(1));
+        assert!(relay_args(&["--endpoint-trip-after", "0s"]).is_err());
     }
 
     #[test]
