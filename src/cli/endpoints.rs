@@ -364,7 +364,7 @@ async fn list(args: ListArgs) -> anyhow::Result<()> {
             vec![
                 e.name.clone(),
                 e.state(),
-                e.url.clone(),
+                crate::endpoints::spec::without_userinfo(&e.url),
                 events_of(e),
                 rate_of(e),
                 e.max_in_flight.to_string(),

@@ -28,5 +28,6 @@ mod queue_core;
 mod receipt_links;
 mod relay;
 mod retention;
+mod subscribers;
 mod trace;
 mod workflow;

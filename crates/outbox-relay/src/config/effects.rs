@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use clap::Args;
 
-use super::parse::{parse_http_url, parse_positive_duration};
+use super::parse::{parse_http_url, parse_positive_duration, parse_webhook_url};
 use super::{ConfigError, DEFAULT_PUBLIC_BASE_URL};
 use crate::effects::email::EmailConfig;
 use crate::effects::nats::{NatsConnections, NatsCredentials};
@@ -52,12 +52,15 @@ pub struct EffectArgs {
     pub mail_from: Option<String>,
     /// Creates or updates the endpoint `default` (every event) with this URL;
     /// deliveries go to the endpoint rows, `default` among them.
-    #[arg(long, env = "WEBHOOK_URL", value_parser = parse_http_url)]
+    #[arg(long, env = "WEBHOOK_URL", value_parser = parse_webhook_url)]
     pub webhook_url: Option<url::Url>,
     /// The signing secrets of `default`, space-separated for rotation
     /// (`whsec_<base64>` or raw); the first also keys X-Signature.
     #[arg(long, env = "WEBHOOK_SECRET", hide_env_values = true)]
     pub webhook_secret: Option<String>,
+    /// Allow an http:// `WEBHOOK_URL`: events and signatures go in the clear.
+    #[arg(long, env = "WEBHOOK_ALLOW_HTTP", default_value_t = false, action = clap::ArgAction::Set, value_parser = clap::builder::BoolishValueParser::new())]
+    pub webhook_allow_http: bool,
     /// Total time for one webhook call (the connect timeout is 5s).
     #[arg(long, env = "WEBHOOK_TIMEOUT", default_value = "30s", value_parser = parse_positive_duration)]
     pub webhook_timeout: Duration,
@@ -175,7 +178,11 @@ impl EffectArgs {
     /// whenever they are given (the relay writes it whatever its kinds, as
     /// `migrate` and `serve` do); none without `WEBHOOK_URL`.
     pub fn default_endpoint(&self) -> Result<Option<(url::Url, String)>, ConfigError> {
-        super::default_endpoint::checked(self.webhook_url.as_ref(), self.webhook_secret.as_deref())
+        super::default_endpoint::checked(
+            self.webhook_url.as_ref(),
+            self.webhook_secret.as_deref(),
+            self.webhook_allow_http,
+        )
     }
 }
 
@@ -192,6 +199,7 @@ mod tests {
             mail_from: Some("Shop <orders@example.com>".into()),
             webhook_url: parse_http_url("https://hooks.example.com/t/tok-abc123").ok(),
             webhook_secret: Some("whsec-hunter2".into()),
+            webhook_allow_http: false,
             webhook_timeout: DEFAULT_WEBHOOK_TIMEOUT,
             webhook_allow_private: false,
             endpoint_disable_after: crate::endpoints::breaker::DEFAULT_DISABLE_AFTER,
@@ -205,6 +213,53 @@ mod tests {
             assert!(!shown.contains(secret), "{shown}");
         }
         assert!(shown.contains("smtp.example.com"), "{shown}");
+    }
+
+    #[test]
+    fn webhook_url_follows_the_endpoint_url_rules() {
+        let error = relay_args(&["--webhook-url", "https://ops:hunter2@hooks.example.com/x"])
+            .expect_err("credentials refused");
+        assert!(error.to_string().contains("credentials"), "{error}");
+        assert!(relay_args(&["--webhook-url", "ftp://hooks.example.com/x"]).is_err());
+        let secret = ["--webhook-secret", "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"];
+        let plain = relay_args(
+            &[
+                &["--webhook-url", "http://hooks.example.com/x"][..],
+                &secret[..],
+            ]
+            .concat(),
+        )
+        .expect("parses");
+        let error = plain
+            .effects
+            .default_endpoint()
+            .expect_err("http needs allowing");
+        assert!(error.0.contains("WEBHOOK_ALLOW_HTTP"), "{error}");
+        let allowed = relay_args(
+            &[
+                &["--webhook-url", "http://hooks.example.com/x"][..],
+                &secret[..],
+                &["--webhook-allow-http", "true"][..],
+            ]
+            .concat(),
+        )
+        .expect("parses");
+        assert!(
+            allowed
+                .effects
+                .default_endpoint()
+                .expect("allowed")
+                .is_some()
+        );
+        let https = relay_args(
+            &[
+                &["--webhook-url", "https://hooks.example.com/x"][..],
+                &secret[..],
+            ]
+            .concat(),
+        )
+        .expect("parses");
+        assert!(https.effects.default_endpoint().expect("https").is_some());
     }
 
     #[test]

@@ -34,6 +34,21 @@ pub fn parse_http_url(raw: &str) -> Result<url::Url, String> {
     }
 }
 
+/// `WEBHOOK_URL`: an endpoint's URL by the endpoint rules (`endpoints add`):
+/// no `user:password@`, a host, http:// or https:// (whether http:// is
+/// allowed is `WEBHOOK_ALLOW_HTTP`'s, checked with the other settings).
+pub fn parse_webhook_url(raw: &str) -> Result<url::Url, String> {
+    let url = crate::endpoints::EndpointUrl::parse(raw, true).map_err(|e| e.message)?;
+    let url = url::Url::parse(url.as_str()).map_err(|e| format!("not a URL: {e}"))?;
+    match url.scheme() {
+        "http" | "https" => Ok(url),
+        other => Err(format!(
+            "scheme {other:?} is not http:// or https:// (a NATS endpoint is added with \
+             `outbox-relay endpoints add`)"
+        )),
+    }
+}
+
 pub fn parse_socket_addr(raw: &str) -> Result<SocketAddr, String> {
     raw.parse()
         .map_err(|e| format!("{e} (expected host:port such as 127.0.0.1:8080)"))

@@ -14,8 +14,8 @@
 //! when it can run. A success clears `failing_since` and restores its limits.
 //! After `ENDPOINT_DISABLE_AFTER` of nothing but failures it is disabled
 //! (`disabled_reason = 'failing'`): its deliveries wait, paused, until an
-//! operator enables it; the endpoints subscribed to `endpoint.disabled` are
-//! told, and the relay logs a WARN and counts it.
+//! operator enables it; the endpoints subscribed to `endpoint.disabled` by
+//! name are told, and the relay logs a WARN and counts it.
 
 use std::time::Duration;
 
@@ -173,10 +173,13 @@ fn disable(
             return Ok(None);
         };
         keys::sync(conn, id, None)?;
+        // Only endpoints that named `endpoint.disabled`: one subscribed to
+        // every order event is a third party (a CRM, an analytics vendor),
+        // and the notice would tell it who else the shop sends orders to.
         let subscribers: Vec<Subscriber> = diesel::sql_query(
             "SELECT id FROM endpoints \
              WHERE enabled AND id <> $1 AND url !~ '^nats://' \
-               AND (event_types IS NULL OR $2 = ANY (event_types)) \
+               AND $2 = ANY (event_types) \
              ORDER BY id",
         )
         .bind::<BigInt, _>(id)

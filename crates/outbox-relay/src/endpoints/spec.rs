@@ -11,6 +11,20 @@ use base64::engine::general_purpose::STANDARD;
 use crate::effects::signature::WHSEC_PREFIX;
 use crate::orders::OrderStatus;
 
+/// `url` as shown to operators: without any `user:password@` (rows written
+/// before URLs with credentials were refused may still hold one).
+pub fn without_userinfo(url: &str) -> String {
+    let Some((scheme, rest)) = url.split_once("://") else {
+        return url.to_owned();
+    };
+    let authority_end = rest.find(['/', '?', '#']).unwrap_or(rest.len());
+    let (authority, tail) = rest.split_at(authority_end);
+    let host = authority
+        .rsplit_once('@')
+        .map_or(authority, |(_, host)| host);
+    format!("{scheme}://{host}{tail}")
+}
+
 /// The event an endpoint hears when another endpoint is disabled by its breaker.
 pub const EVENT_ENDPOINT_DISABLED: &str = "endpoint.disabled";
 /// Deliveries in flight to one endpoint at once when `--max-in-flight` is not given.
@@ -317,6 +331,22 @@ impl SigningSecret {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn shown_urls_carry_no_userinfo() {
+        assert_eq!(
+            without_userinfo("https://ops:hunter2@hooks.example.com:8443/in?t=1"),
+            "https://hooks.example.com:8443/in?t=1"
+        );
+        assert_eq!(
+            without_userinfo("https://a@b:c@hooks.example.com/x@y"),
+            "https://hooks.example.com/x@y"
+        );
+        assert_eq!(
+            without_userinfo("nats://127.0.0.1:4222"),
+            "nats://127.0.0.1:4222"
+        );
+    }
 
     #[test]
     fn names_are_short_and_plain() {
