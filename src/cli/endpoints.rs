@@ -92,9 +92,13 @@ pub struct AddArgs {
     /// The signing secret: whsec_ and the base64 of 24 to 64 bytes. Made for you when left out.
     #[arg(long)]
     secret: Option<String>,
-    /// Allow a plain http:// URL (events and signatures travel in the clear).
+    /// Allow a plain http:// URL, or a nats:// server without TLS (events,
+    /// signatures and NATS credentials travel in the clear).
     #[arg(long)]
     allow_http: bool,
+    /// Allow a NATS server on a loopback, private or link-local address.
+    #[arg(long, env = "WEBHOOK_ALLOW_PRIVATE", default_value_t = false, action = clap::ArgAction::Set, value_parser = clap::builder::BoolishValueParser::new())]
+    allow_private: bool,
     /// Print {"id","name","secret"} as JSON instead of text.
     #[arg(long)]
     json: bool,
@@ -243,7 +247,11 @@ async fn check_nats(args: &AddArgs, url: &str, target: &NatsTarget) -> anyhow::R
         Some(path) => Some(NatsCredentials::load(path).await.map_err(ConfigError)?),
         None => None,
     };
-    let client = nats::connection::connect_once(url, credentials.as_ref())
+    let transport = nats::connection::Transport {
+        plaintext: args.allow_http,
+        allow_private: args.allow_private,
+    };
+    let client = nats::connection::connect_once(url, credentials.as_ref(), transport)
         .await
         .map_err(|e| refused(e.to_string()))?;
     let checked = nats::stream::check_stream(

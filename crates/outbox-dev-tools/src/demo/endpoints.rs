@@ -171,7 +171,13 @@ impl DemoStream {
             stream: StreamName::parse(&format!("DEMO_ORDERS_{tag}"))?,
             subject_prefix: SubjectPrefix::parse(&format!("demo_orders_{tag}"))?,
         };
-        let client = nats_effect::connection::connect_once(&url, None).await?;
+        // The local server speaks plaintext on loopback: both opt-ins, as
+        // `endpoints add --allow-http` with WEBHOOK_ALLOW_PRIVATE=true.
+        let transport = nats_effect::connection::Transport {
+            plaintext: true,
+            allow_private: true,
+        };
+        let client = nats_effect::connection::connect_once(&url, None, transport).await?;
         nats_effect::stream::check_stream(
             client.clone(),
             &url,
@@ -190,7 +196,7 @@ impl DemoStream {
         let secret = SigningSecret::generate().context("no randomness for an endpoint's secret")?;
         let new = NewEndpoint {
             name: EndpointName::parse(EVENTS)?,
-            url: EndpointUrl::parse(&url, false)?,
+            url: EndpointUrl::parse(&url, true)?,
             event_types: EventTypes::ALL,
             rate_limit: None,
             max_in_flight: DEFAULT_MAX_IN_FLIGHT,

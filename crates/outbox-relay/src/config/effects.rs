@@ -64,8 +64,9 @@ pub struct EffectArgs {
     /// Total time for one webhook call (the connect timeout is 5s).
     #[arg(long, env = "WEBHOOK_TIMEOUT", default_value = "30s", value_parser = parse_positive_duration)]
     pub webhook_timeout: Duration,
-    /// Deliver webhooks to loopback, private and link-local addresses too; off,
-    /// a URL whose host is or resolves to one is refused at connect time.
+    /// Deliver webhooks, and connect to NATS servers, on loopback, private and
+    /// link-local addresses too; off, a URL whose host is or resolves to one
+    /// is refused at connect time.
     #[arg(long, env = "WEBHOOK_ALLOW_PRIVATE", default_value_t = false, action = clap::ArgAction::Set, value_parser = clap::builder::BoolishValueParser::new())]
     pub webhook_allow_private: bool,
     /// An endpoint whose every delivery has failed this long is disabled
@@ -150,7 +151,10 @@ impl EffectArgs {
             Some(path) => Some(NatsCredentials::load(path).await.map_err(ConfigError)?),
             None => None,
         };
-        Ok(NatsConnections::new(credentials))
+        Ok(NatsConnections::new(
+            credentials,
+            self.webhook_allow_private,
+        ))
     }
 
     /// What a relay needs to deliver to endpoints (order_webhook,

@@ -94,7 +94,11 @@ impl fmt::Display for EndpointName {
 /// Where deliveries go: an `https://` URL, `http://` only when allowed, or a
 /// `nats://` server, with no credentials in it (they would be logged and shown wherever the URL is).
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct EndpointUrl(url::Url);
+pub struct EndpointUrl {
+    url: url::Url,
+    /// http://, or nats:// allowed without TLS (`--allow-http`).
+    plaintext: bool,
+}
 
 impl EndpointUrl {
     pub fn parse(raw: &str, allow_http: bool) -> Result<EndpointUrl, SpecError> {
@@ -120,7 +124,8 @@ impl EndpointUrl {
                      the endpoint with --allow-http",
                 ));
             }
-            // Credentials come from NATS_CREDENTIALS, refused above in the URL.
+            // Credentials come from NATS_CREDENTIALS, refused above in the
+            // URL. Without --allow-http the connection requires TLS.
             "nats" => {}
             other => {
                 return Err(refuse(
@@ -129,20 +134,27 @@ impl EndpointUrl {
                 ));
             }
         }
-        Ok(EndpointUrl(url))
+        let plaintext = url.scheme() == "http" || (url.scheme() == "nats" && allow_http);
+        Ok(EndpointUrl { url, plaintext })
     }
 
     pub fn as_str(&self) -> &str {
-        self.0.as_str()
+        self.url.as_str()
+    }
+
+    /// Whether events go in the clear: http://, or nats:// added with
+    /// `--allow-http` (stored as `allow_http`).
+    pub fn is_plaintext(&self) -> bool {
+        self.plaintext
     }
 
     pub fn is_http(&self) -> bool {
-        self.0.scheme() == "http"
+        self.url.scheme() == "http"
     }
 
     /// A NATS server, whose endpoint publishes to a JetStream stream.
     pub fn is_nats(&self) -> bool {
-        self.0.scheme() == "nats"
+        self.url.scheme() == "nats"
     }
 }
 

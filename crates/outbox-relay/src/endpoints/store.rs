@@ -101,7 +101,7 @@ fn insert(conn: &mut PgConnection, new: &NewEndpoint) -> Result<Endpoint, StoreE
             endpoints::rate_limit.eq(new.rate_limit.map(RateLimit::per_second)),
             endpoints::max_in_flight.eq(new.max_in_flight),
             endpoints::secret.eq(new.secret.expose()),
-            endpoints::allow_http.eq(new.url.is_http()),
+            endpoints::allow_http.eq(new.url.is_plaintext()),
             endpoints::stream.eq(new.nats.as_ref().map(|n| n.stream.as_str())),
             endpoints::subject_prefix.eq(new.nats.as_ref().map(|n| n.subject_prefix.as_str())),
         ))
