@@ -774,7 +774,7 @@ fn p99(sorted: &[f64]) -> f64 {
 
 const ORDERS: usize = 500;
 const PACE: f64 = 50.0;
-/// The slow receiver's answer time, as in the issue.
+/// The slow receiver's answer time: a receiver that times out a relay's calls.
 const SLOW: Duration = Duration::from_secs(25);
 
 /// The fast endpoint's delivery latencies for [`ORDERS`] orders, with a slow

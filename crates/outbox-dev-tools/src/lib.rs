@@ -21,5 +21,5 @@ pub mod scratch;
 // as they were when they lived inside it.
 use outbox_relay::{
     api, api_keys, config, db, effects, endpoints, http_server, links, orders, outbox, relay,
-    schema, shutdown, telemetry, text,
+    schema, server, shutdown, telemetry, text,
 };

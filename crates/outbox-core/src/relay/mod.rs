@@ -15,6 +15,7 @@
 //! Shutdown is a [`CancellationToken`] passed down and `select!`ed on.
 
 mod backoff;
+mod claim_pace;
 mod completer;
 mod connection;
 mod executor;

@@ -14,9 +14,10 @@ use tokio_util::sync::CancellationToken;
 
 use super::BenchArgs;
 use super::report::Latency;
-use crate::api::{self, ApiAuth, ApiSettings, Application};
+use crate::api::{self, ApiAuth, ApiSettings};
 use crate::api_keys;
 use crate::http_server::ConnectionLimits;
+use crate::server::Application;
 
 #[derive(Debug, Clone)]
 pub struct Placement {

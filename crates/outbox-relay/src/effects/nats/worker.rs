@@ -67,7 +67,7 @@ struct Target {
 
 impl Worker<OrderPublish> for PublishWorker {
     async fn work(&self, args: OrderPublish, ctx: JobContext) -> EffectResult {
-        let span = crate::effects::workers::order_span(args.order_id);
+        let span = crate::effects::order_loader::order_span(args.order_id);
         self.publish(args, ctx).instrument(span).await
     }
 }
