@@ -66,6 +66,7 @@ pub fn checked(
                 .into(),
         )
     })?;
+    super::parse::refuse_placeholder("WEBHOOK_SECRET", secret)?;
     crate::effects::signature::Secrets::parse(secret)
         .map_err(|e| ConfigError(format!("WEBHOOK_SECRET: {e}")))?;
     if url.scheme() == "http" && !allow_http {

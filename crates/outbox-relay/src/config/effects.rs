@@ -267,6 +267,22 @@ mod tests {
     }
 
     #[test]
+    fn a_placeholder_webhook_secret_is_refused_naming_the_variable() {
+        let args = relay_args(&[
+            "--webhook-url",
+            "https://hooks.example.com/x",
+            "--webhook-secret",
+            "change-me-in-production",
+        ])
+        .expect("parses");
+        let error = args.effects.default_endpoint().expect_err("refused");
+        assert!(
+            error.0.starts_with("WEBHOOK_SECRET is a placeholder"),
+            "{error}"
+        );
+    }
+
+    #[test]
     fn the_breaker_trips_after_thirty_seconds_unless_told_otherwise() {
         let default = relay_args(&[]).expect("parses").effects.breaker();
         assert_eq!(default.trip_after, Duration::from_secs(30));

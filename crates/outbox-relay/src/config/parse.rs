@@ -101,6 +101,34 @@ pub(super) fn parse_job_timeouts(raw: &str) -> Result<JobTimeouts, String> {
     raw.parse()
 }
 
+/// Words of the example and placeholder values that shipped in this
+/// repository's files (`docker-compose.yml`, `.env.example`) or that people
+/// paste from documentation: such a value is public, so it protects nothing.
+const PLACEHOLDER_WORDS: [&str; 9] = [
+    "change-me",
+    "changeme",
+    "change_me",
+    "replace-me",
+    "replaceme",
+    "placeholder",
+    "your-secret",
+    "your_secret",
+    "insert-secret",
+];
+
+/// Refuses a secret that is a known placeholder, naming the variable and not
+/// the value.
+pub fn refuse_placeholder(variable: &str, value: &str) -> Result<(), super::ConfigError> {
+    let lower = value.to_ascii_lowercase();
+    if PLACEHOLDER_WORDS.iter().any(|word| lower.contains(word)) {
+        return Err(super::ConfigError(format!(
+            "{variable} is a placeholder from an example, and anyone can read it: set a \
+             secret of your own (e.g. `openssl rand -base64 32`)"
+        )));
+    }
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
