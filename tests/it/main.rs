@@ -30,4 +30,5 @@ mod relay;
 mod retention;
 mod subscribers;
 mod trace;
+mod upkeep;
 mod workflow;

@@ -81,6 +81,12 @@ pub struct EffectArgs {
     /// grows with how long it has been failing, up to this).
     #[arg(long, env = "ENDPOINT_PROBE_MAX", default_value = "5m", value_parser = parse_positive_duration)]
     pub endpoint_probe_max: Duration,
+    /// Rows of `delivery_attempts` older than this are deleted by the relays.
+    #[arg(long, env = "DELIVERY_ATTEMPTS_RETENTION", default_value = "30d", value_parser = parse_positive_duration)]
+    pub delivery_attempts_retention: Duration,
+    /// Rows of `admin_audit` older than this are deleted by the relays.
+    #[arg(long, env = "ADMIN_AUDIT_RETENTION", default_value = "400d", value_parser = parse_positive_duration)]
+    pub admin_audit_retention: Duration,
     /// Credentials file for NATS endpoints (a user JWT and its nkey seed, as
     /// `nsc` writes them); without it, connections to NATS carry none.
     #[arg(long, env = "NATS_CREDENTIALS")]
@@ -113,6 +119,11 @@ impl std::fmt::Debug for EffectArgs {
             .field("endpoint_disable_after", &self.endpoint_disable_after)
             .field("endpoint_trip_after", &self.endpoint_trip_after)
             .field("endpoint_probe_max", &self.endpoint_probe_max)
+            .field(
+                "delivery_attempts_retention",
+                &self.delivery_attempts_retention,
+            )
+            .field("admin_audit_retention", &self.admin_audit_retention)
             .field("nats_credentials", &self.nats_credentials)
             .field("public_base_url", &self.public_base_url.as_str())
             .finish()
@@ -178,6 +189,14 @@ impl EffectArgs {
         }
     }
 
+    /// How long the relays keep the attempt and audit logs.
+    pub fn retention(&self) -> crate::endpoints::upkeep::Retention {
+        crate::endpoints::upkeep::Retention {
+            attempts: self.delivery_attempts_retention,
+            audit: self.admin_audit_retention,
+        }
+    }
+
     /// The endpoint `default` from `WEBHOOK_URL` / `WEBHOOK_SECRET`, checked
     /// whenever they are given (the relay writes it whatever its kinds, as
     /// `migrate` and `serve` do); none without `WEBHOOK_URL`.
@@ -209,6 +228,8 @@ mod tests {
             endpoint_disable_after: crate::endpoints::breaker::DEFAULT_DISABLE_AFTER,
             endpoint_trip_after: crate::endpoints::breaker::DEFAULT_TRIP_AFTER,
             endpoint_probe_max: crate::endpoints::breaker::DEFAULT_PROBE_MAX,
+            delivery_attempts_retention: crate::endpoints::upkeep::DEFAULT_ATTEMPTS_RETENTION,
+            admin_audit_retention: crate::endpoints::upkeep::DEFAULT_AUDIT_RETENTION,
             nats_credentials: None,
             public_base_url: parse_http_url(DEFAULT_PUBLIC_BASE_URL).expect("default URL"),
         };

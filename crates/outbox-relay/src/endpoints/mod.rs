@@ -14,6 +14,7 @@ pub mod recover;
 pub mod spec;
 pub mod store;
 pub mod target;
+pub mod upkeep;
 
 pub use nats::{NatsTarget, StreamName, SubjectPrefix};
 pub use spec::{
