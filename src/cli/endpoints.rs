@@ -114,6 +114,9 @@ pub struct AddArgs {
     /// duplicate window) when it does not exist.
     #[arg(long)]
     create_stream: bool,
+    /// The most endpoints there may be; adding one more is refused.
+    #[arg(long, env = "ENDPOINTS_MAX", default_value_t = crate::endpoints::store::DEFAULT_MAX_ENDPOINTS)]
+    max_endpoints: u32,
     /// Credentials file for the NATS server (a user JWT and its nkey seed).
     #[arg(long, env = "NATS_CREDENTIALS")]
     nats_credentials: Option<std::path::PathBuf>,
@@ -316,8 +319,9 @@ async fn add(args: AddArgs) -> anyhow::Result<()> {
         check_nats(&args, new.url.as_str(), target).await?;
     }
     let secret = new.secret.clone();
+    let max = args.max_endpoints;
     let endpoint = with_conn(&args.db, move |conn| {
-        store::add(conn, &new).map_err(anyhow::Error::from)
+        store::add_within(conn, &new, max).map_err(anyhow::Error::from)
     })
     .await?;
     if !args.json {

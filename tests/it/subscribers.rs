@@ -97,3 +97,41 @@ async fn a_relay_ignores_proxy_variables_from_its_environment() {
         Some(order)
     );
 }
+
+#[tokio::test]
+async fn adding_an_endpoint_past_the_cap_is_refused_saying_so_and_writes_nothing() {
+    use outbox_relay::endpoints::spec::{EndpointName, EndpointUrl, EventTypes, SigningSecret};
+    use outbox_relay::endpoints::{NewEndpoint, StoreError, store};
+    let db = TestDb::new();
+    let mut conn = db.conn();
+    let new = |name: &str| NewEndpoint {
+        name: EndpointName::parse(name).expect("name"),
+        url: EndpointUrl::parse("https://hooks.example.com/in", false).expect("url"),
+        event_types: EventTypes::ALL,
+        rate_limit: None,
+        max_in_flight: 4,
+        secret: SigningSecret::generate().expect("secret"),
+        nats: None,
+    };
+    store::add_within(&mut conn, &new("one"), 2).expect("first");
+    store::add_within(&mut conn, &new("two"), 2).expect("second");
+    let refused = store::add_within(&mut conn, &new("three"), 2).expect_err("past the cap");
+    assert!(
+        matches!(refused, StoreError::TooMany { max: 2 }),
+        "{refused}"
+    );
+    assert!(refused.to_string().contains("ENDPOINTS_MAX"), "{refused}");
+    let rows: i64 = outbox_relay::schema::endpoints::table
+        .count()
+        .get_result(&mut conn)
+        .expect("count");
+    assert_eq!(rows, 2);
+    // The default cap applies to every add.
+    for n in 2..store::DEFAULT_MAX_ENDPOINTS {
+        store::add(&mut conn, &new(&format!("e{n}"))).expect("within the default");
+    }
+    assert!(matches!(
+        store::add(&mut conn, &new("one-too-many")),
+        Err(StoreError::TooMany { .. })
+    ));
+}
