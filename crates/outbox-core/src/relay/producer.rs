@@ -11,7 +11,7 @@ use tokio_util::sync::CancellationToken;
 use super::claim_pace::{Cursor, InFlightTarget};
 use super::completer::Completion;
 use super::in_flight::Claim;
-use super::{RelayStats, Shared, executor};
+use super::{RelayStats, Shared, runner};
 use crate::db::Failure;
 use crate::driver::{ClaimPosition, ClaimedJob, JobLease};
 
@@ -290,7 +290,7 @@ fn start(
             tracing::error!(job_id = job.id, "claimed more jobs than free slots");
             break;
         };
-        tokio::spawn(executor::run(
+        tokio::spawn(runner::run(
             Arc::clone(shared),
             job,
             claim,

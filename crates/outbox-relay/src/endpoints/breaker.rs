@@ -24,8 +24,8 @@ use diesel::prelude::*;
 use diesel::sql_types::{BigInt, Nullable, Text, Timestamptz};
 
 use super::attempts::Health;
-use super::keys;
 use super::spec::EVENT_ENDPOINT_DISABLED;
+use super::throttle;
 use crate::effects::EndpointNotice;
 use crate::orders::{new_job, order_enqueuer};
 use crate::outbox::{JobOptions, KeyLimitError};
@@ -112,7 +112,7 @@ impl Breaker {
     ) -> Result<Verdict, BreakerError> {
         let Some(failing_since) = health.failing_since else {
             if health.changed {
-                keys::sync(conn, id, None)?;
+                throttle::sync(conn, id, None)?;
             }
             return Ok(Verdict::Healthy {
                 recovered: health.changed,
@@ -131,7 +131,7 @@ impl Breaker {
             return Ok(Verdict::Failing);
         }
         let probe_at = self.next_probe(failing_since, now);
-        keys::sync(conn, id, Some(probe_at))?;
+        throttle::sync(conn, id, Some(probe_at))?;
         Ok(Verdict::Probing(probe_at))
     }
 }
@@ -172,7 +172,7 @@ fn disable(
         let Some(disabled) = disabled else {
             return Ok(None);
         };
-        keys::sync(conn, id, None)?;
+        throttle::sync(conn, id, None)?;
         // Only endpoints that named `endpoint.disabled`: one subscribed to
         // every order event is a third party (a CRM, an analytics vendor),
         // and the notice would tell it who else the shop sends orders to.

@@ -114,7 +114,7 @@ pub fn add_within(
             return Err(StoreError::TooMany { max });
         }
         let endpoint = insert(conn, new)?;
-        super::keys::sync(conn, endpoint.id, None)?;
+        super::throttle::sync(conn, endpoint.id, None)?;
         Ok(endpoint)
     })
 }
@@ -170,7 +170,7 @@ pub fn set_enabled(
 ) -> Result<Endpoint, StoreError> {
     conn.transaction(|conn| {
         let endpoint = update_enabled(conn, name, enabled)?;
-        super::keys::sync(conn, endpoint.id, None)?;
+        super::throttle::sync(conn, endpoint.id, None)?;
         Ok(endpoint)
     })
 }
@@ -263,7 +263,7 @@ pub fn remove(conn: &mut PgConnection, name: &str, force: bool) -> Result<Remove
         let ids: Vec<i64> = deliveries.iter().map(|d| d.id).collect();
         let cancelled = crate::outbox::cancel_job_batch(conn, &ids)?;
         diesel::delete(endpoints::table.find(endpoint.id)).execute(conn)?;
-        super::keys::sync(conn, endpoint.id, None)?;
+        super::throttle::sync(conn, endpoint.id, None)?;
         Ok(Removed {
             endpoint,
             cancelled,
