@@ -92,9 +92,13 @@ pub struct AddArgs {
     /// The signing secret: whsec_ and the base64 of 24 to 64 bytes. Made for you when left out.
     #[arg(long)]
     secret: Option<String>,
-    /// Allow a plain http:// URL (events and signatures travel in the clear).
+    /// Allow a plain http:// URL, or a nats:// server without TLS (events,
+    /// signatures and NATS credentials travel in the clear).
     #[arg(long)]
     allow_http: bool,
+    /// Allow a NATS server on a loopback, private or link-local address.
+    #[arg(long, env = "WEBHOOK_ALLOW_PRIVATE", default_value_t = false, action = clap::ArgAction::Set, value_parser = clap::builder::BoolishValueParser::new())]
+    allow_private: bool,
     /// Print {"id","name","secret"} as JSON instead of text.
     #[arg(long)]
     json: bool,
@@ -110,6 +114,9 @@ pub struct AddArgs {
     /// duplicate window) when it does not exist.
     #[arg(long)]
     create_stream: bool,
+    /// The most endpoints there may be; adding one more is refused.
+    #[arg(long, env = "ENDPOINTS_MAX", default_value_t = crate::endpoints::store::DEFAULT_MAX_ENDPOINTS)]
+    max_endpoints: u32,
     /// Credentials file for the NATS server (a user JWT and its nkey seed).
     #[arg(long, env = "NATS_CREDENTIALS")]
     nats_credentials: Option<std::path::PathBuf>,
@@ -243,7 +250,11 @@ async fn check_nats(args: &AddArgs, url: &str, target: &NatsTarget) -> anyhow::R
         Some(path) => Some(NatsCredentials::load(path).await.map_err(ConfigError)?),
         None => None,
     };
-    let client = nats::connection::connect_once(url, credentials.as_ref())
+    let transport = nats::connection::Transport {
+        plaintext: args.allow_http,
+        allow_private: args.allow_private,
+    };
+    let client = nats::connection::connect_once(url, credentials.as_ref(), transport)
         .await
         .map_err(|e| refused(e.to_string()))?;
     let checked = nats::stream::check_stream(
@@ -308,8 +319,9 @@ async fn add(args: AddArgs) -> anyhow::Result<()> {
         check_nats(&args, new.url.as_str(), target).await?;
     }
     let secret = new.secret.clone();
+    let max = args.max_endpoints;
     let endpoint = with_conn(&args.db, move |conn| {
-        store::add(conn, &new).map_err(anyhow::Error::from)
+        store::add_within(conn, &new, max).map_err(anyhow::Error::from)
     })
     .await?;
     if !args.json {
@@ -364,7 +376,7 @@ async fn list(args: ListArgs) -> anyhow::Result<()> {
             vec![
                 e.name.clone(),
                 e.state(),
-                e.url.clone(),
+                crate::endpoints::spec::without_userinfo(&e.url),
                 events_of(e),
                 rate_of(e),
                 e.max_in_flight.to_string(),

@@ -40,9 +40,7 @@ pub async fn run(db_args: DatabaseArgs, args: RelayArgs) -> anyhow::Result<()> {
         .transpose()
         // Mailer::new names the variable at fault (SMTP_URL, MAIL_FROM, PUBLIC_BASE_URL).
         .map_err(|e| ConfigError(format!("{e:#}")))?;
-    let breaker = crate::endpoints::breaker::Breaker {
-        disable_after: args.effects.endpoint_disable_after,
-    };
+    let breaker = args.effects.breaker();
     let sender = webhook
         .as_ref()
         .map(|options| {
@@ -121,9 +119,17 @@ pub async fn run(db_args: DatabaseArgs, args: RelayArgs) -> anyhow::Result<()> {
     if migrated {
         crate::config::default_endpoint::write_default(&db_args.database_url, default_endpoint)
             .await?;
+        let upkeep = tokio::spawn(crate::endpoints::upkeep::run(
+            pool.clone(),
+            args.effects.retention(),
+            crate::endpoints::upkeep::UPKEEP_EVERY,
+            shutdown.clone(),
+        ));
         let relay = Relay::new(pool, db_args.database_url, settings, executor)?;
         let _ = liveness.set(relay.liveness());
         relay.run_until_stopped(shutdown.clone()).await;
+        shutdown.cancel();
+        let _ = upkeep.await;
     }
     shutdown.cancel();
     let _ = metrics_server.await;

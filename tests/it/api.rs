@@ -105,6 +105,55 @@ async fn jobs_get_max_attempts_from_the_settings() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bidi_and_invisible_format_controls_in_names_and_addresses_are_a_422_naming_the_field() {
+    let app = spawn_app().await;
+    let cases: Vec<(&str, &str, &str)> = vec![
+        ("/customer_name", "Ada \u{202E}ecalevoL", "customer_name"),
+        (
+            "/customer_name",
+            "Ada\u{2066} Lovelace\u{2069}",
+            "customer_name",
+        ),
+        ("/customer_name", "Ad\u{200B}a", "customer_name"),
+        ("/items/0/name", "\u{202E}gnp.exe", "items[0].name"),
+        ("/items/0/sku", "TEA\u{2067}-1", "items[0].sku"),
+        ("/items/0/name", "Tea\u{FEFF}", "items[0].name"),
+        (
+            "/customer_email",
+            "ada\u{202E}@example.com",
+            "customer_email",
+        ),
+    ];
+    let rows = app.rows();
+    for (pointer, value, field) in cases {
+        let mut body = order_json("Ada");
+        *body.pointer_mut(pointer).expect(pointer) = json!(value);
+        let error = error_of(
+            app.post_order(&body, None).await,
+            StatusCode::UNPROCESSABLE_ENTITY,
+        )
+        .await;
+        assert_eq!(error["field"], field, "{pointer} = {value:?}");
+        assert!(
+            error["message"]
+                .as_str()
+                .is_some_and(|m| m.contains("invisible format")),
+            "{error}"
+        );
+    }
+    assert_eq!(app.rows(), rows, "nothing written");
+    // Emoji sequences (joiners, variation selectors) and right-to-left text
+    // without controls still pass.
+    let mut body = order_json("שלום 👩‍💻 🎉\u{FE0F}");
+    body["items"][0]["name"] = json!("Tee \u{200C}x");
+    assert_eq!(
+        app.post_order(&body, None).await.status(),
+        StatusCode::CREATED
+    );
+    app.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn each_invalid_field_is_a_422_naming_its_path_and_writes_nothing() {
     let app = spawn_app().await;
     let cases: Vec<(&str, Value, &str)> = vec![

@@ -25,7 +25,6 @@ use crate::support::{
     RunningRelay, TestDb, init_tracing, order_json, spawn_relay, test_settings, transition,
     wait_until,
 };
-use outbox_relay::endpoints::attempts::CONSECUTIVE_FAILURES_TO_TRIP;
 
 /// An endpoint named `name` at `sink`, subscribed to `events` (all: none);
 /// returns its id and secret.
@@ -625,9 +624,19 @@ async fn a_dead_endpoint_is_probed_then_disabled_and_enabling_it_delivers_what_w
         pay(&mut conn, order);
     }
 
-    // ENDPOINT_DISABLE_AFTER shortened from 5 days to 3 seconds.
+    // ENDPOINT_DISABLE_AFTER shortened from 5 days to 3 seconds, and
+    // ENDPOINT_TRIP_AFTER from 30 s to nothing: the first failure trips it.
     let disable_after = Duration::from_secs(3);
-    let relay = delivery_relay_with(&db, &erp, 8, Breaker { disable_after });
+    let relay = delivery_relay_with(
+        &db,
+        &erp,
+        8,
+        Breaker {
+            disable_after,
+            trip_after: Duration::ZERO,
+            ..Breaker::default()
+        },
+    );
     wait_until(
         "the dead endpoint is disabled",
         Duration::from_secs(60),
@@ -657,12 +666,12 @@ async fn a_dead_endpoint_is_probed_then_disabled_and_enabling_it_delivers_what_w
         .get_result(&mut conn)
         .expect("count");
     eprintln!("calls to the dead endpoint while down: {calls_to_dead}");
-    // Up to max_in_flight (4) calls before the first failure is seen, and at
-    // most CONSECUTIVE_FAILURES_TO_TRIP - 1 retries before the breaker trips
-    // (a blip is left to each delivery's backoff); then one probe at a time
-    // after 1 s, 2 s, 4 s (waits double) until the 3 s disable: a handful,
-    // not one per delivery per backoff step (6 deliveries, 8 attempts each).
-    let bound = 4 + (CONSECUTIVE_FAILURES_TO_TRIP - 1) + 3;
+    // Up to max_in_flight (4) calls before the first failure is seen and
+    // trips the breaker; then one probe at a time after 1 s, 2 s, 4 s (waits
+    // double) until the 3 s disable: a handful, not one per delivery per
+    // backoff step (6 deliveries, 8 attempts each). The bound is the 9 this
+    // test allowed when three failures in a row tripped the breaker.
+    let bound = 9;
     assert!(
         (1..=bound).contains(&calls_to_dead),
         "calls to the dead endpoint while down: {calls_to_dead}"

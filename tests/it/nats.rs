@@ -162,6 +162,8 @@ fn add_endpoint(conn: &mut PgConnection, url: &str, stream: &TestStream) -> i64 
             endpoints::secret.eq("unused"),
             endpoints::stream.eq(&stream.name),
             endpoints::subject_prefix.eq(&stream.prefix),
+            // The test servers speak plaintext: the endpoint's opt-in.
+            endpoints::allow_http.eq(true),
         ))
         .returning(endpoints::id)
         .get_result(conn)
@@ -886,6 +888,9 @@ fn endpoints_add(db: &TestDb, args: &[&str]) -> Output {
     Command::new(env!("CARGO_BIN_EXE_outbox-relay"))
         .args(["endpoints", "add", "--name", "events"])
         .args(args)
+        // The shared server speaks plaintext on 127.0.0.1: both opt-ins.
+        .arg("--allow-http")
+        .env("WEBHOOK_ALLOW_PRIVATE", "true")
         .env("DATABASE_URL", &db.url)
         .env_remove("NATS_CREDENTIALS")
         .output()
@@ -1064,6 +1069,54 @@ async fn endpoints_add_checks_the_stream_at_once_and_refuses_bad_nats_input() {
         (db_stream.as_deref(), db_prefix.as_deref()),
         (Some(stream.as_str()), Some(prefix.as_str()))
     );
+    let client = async_nats::connect(NATS_URL).await.expect("connect");
+    jetstream::new(client)
+        .delete_stream(&stream)
+        .await
+        .expect("delete the created stream");
+}
+
+#[tokio::test]
+async fn endpoints_add_refuses_a_plaintext_or_private_nats_server_without_its_opt_in() {
+    if !shared_nats_answers() {
+        return;
+    }
+    let db = TestDb::new();
+    let mut conn = db.conn();
+    let tag = format!("{}_{:08x}", std::process::id(), fastrand::u32(..));
+    let (stream, prefix) = (format!("T_{tag}"), format!("t{tag}"));
+    let add = |extra: &[&str], allow_private: &str| {
+        Command::new(env!("CARGO_BIN_EXE_outbox-relay"))
+            .args(["endpoints", "add", "--name", "events", "--url", NATS_URL])
+            .args(["--stream", &stream, "--subject-prefix", &prefix])
+            .args(["--create-stream"])
+            .args(extra)
+            .env("DATABASE_URL", &db.url)
+            .env("WEBHOOK_ALLOW_PRIVATE", allow_private)
+            .env_remove("NATS_CREDENTIALS")
+            .output()
+            .expect("run outbox-relay")
+    };
+    // The shared server has no TLS: without --allow-http, TLS is required.
+    assert_refused(&add(&[], "true"), &["endpoint \"events\"", "--allow-http"]);
+    // It is on 127.0.0.1: refused like a webhook to a private address.
+    assert_refused(
+        &add(&["--allow-http"], "false"),
+        &["endpoint \"events\"", "127.0.0.1", "WEBHOOK_ALLOW_PRIVATE"],
+    );
+    assert_eq!(endpoint_rows(&mut conn), 0, "nothing written on a refusal");
+    let allowed = add(&["--allow-http"], "true");
+    assert_eq!(
+        allowed.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&allowed.stderr)
+    );
+    let plaintext: bool = endpoints::table
+        .select(endpoints::allow_http)
+        .first(&mut conn)
+        .expect("the endpoint");
+    assert!(plaintext, "the opt-in is stored with the endpoint");
     let client = async_nats::connect(NATS_URL).await.expect("connect");
     jetstream::new(client)
         .delete_stream(&stream)

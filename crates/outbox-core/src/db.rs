@@ -278,13 +278,30 @@ fn redact_multi_host(raw: &str) -> Option<String> {
     Some(format!("{scheme}://{userinfo}{hosts}{path}{query}"))
 }
 
-/// A query string with the value of every `password` parameter replaced by `***`.
+/// The libpq connection parameters whose value is a secret (the others name
+/// files, modes or hosts).
+const SECRET_PARAMETERS: [&str; 3] = ["password", "sslpassword", "oauth_client_secret"];
+
+/// A query string with the value of every secret parameter replaced by
+/// `***`. libpq percent-decodes parameter names, so `pass%77ord` is a
+/// password too; names are compared decoded and without regard to case.
 fn redact_query(query: &str) -> String {
     query
         .split('&')
-        .map(|pair| match pair.split_once('=') {
-            Some(("password", _)) => "password=***".to_owned(),
-            _ => pair.to_owned(),
+        .map(|pair| {
+            let (key, value) = pair.split_once('=').unwrap_or((pair, ""));
+            let decoded: String = url::form_urlencoded::parse(key.as_bytes())
+                .next()
+                .map(|(name, _)| name.into_owned())
+                .unwrap_or_default();
+            let secret = SECRET_PARAMETERS
+                .iter()
+                .any(|name| decoded.trim().eq_ignore_ascii_case(name));
+            if secret && !value.is_empty() {
+                format!("{key}=***")
+            } else {
+                pair.to_owned()
+            }
         })
         .collect::<Vec<_>>()
         .join("&")
@@ -293,6 +310,37 @@ fn redact_query(query: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn redact_url_hides_every_libpq_secret_in_any_encoding() {
+        for (raw, secret) in [
+            ("postgres://u@h/db?pass%77ord=s3cret", "s3cret"),
+            (
+                "postgres://u@h/db?%70%61%73%73%77%6F%72%64=s3cret",
+                "s3cret",
+            ),
+            ("postgres://u@h/db?PASSWORD=s3cret", "s3cret"),
+            ("postgres://u@h/db?sslmode=require&sslpassword=k3y", "k3y"),
+            ("postgres://u@h/db?ssl%70assword=k3y", "k3y"),
+            ("postgres://u@h/db?oauth_client_secret=0auth", "0auth"),
+            (
+                "postgresql://h1,h2/db?pass%77ord=s3cret&sslpassword=k3y",
+                "s3cret",
+            ),
+            (
+                "postgresql://h1,h2/db?pass%77ord=s3cret&sslpassword=k3y",
+                "k3y",
+            ),
+        ] {
+            let shown = redact_url(raw);
+            assert!(!shown.contains(secret), "{raw} shown as {shown}");
+            assert!(shown.contains("=***"), "{shown}");
+        }
+        assert_eq!(
+            redact_url("postgres://u@h/db?sslmode=require&passfile=/run/pgpass"),
+            "postgres://u@h/db?sslmode=require&passfile=/run/pgpass"
+        );
+    }
 
     #[test]
     fn redact_url_hides_the_password_of_a_multi_host_url() {

@@ -1,7 +1,31 @@
 //! Outside text (a receiver's body, a stored error) shortened to one line for
 //! display: in an error message, a table cell, a progress line.
 
-/// `text` on one line (whitespace and control characters collapsed), cut to
+/// Whether `c` is an invisible format control that reorders or hides the
+/// text around it: the bidirectional embeddings, overrides, isolates and
+/// marks (U+202A–202E, U+2066–2069, U+200E/200F, U+061C), which make
+/// `\u{202e}gnp.exe` read as `exe.png` (Trojan Source), and the zero-width
+/// and invisible characters that hide text or tell two equal-looking names
+/// apart. The joiners U+200C/200D and variation selectors stay allowed:
+/// emoji sequences and several scripts need them.
+pub fn is_invisible_format_control(c: char) -> bool {
+    matches!(
+        c,
+        '\u{061C}'
+            | '\u{180E}'
+            | '\u{200B}'
+            | '\u{200E}'
+            | '\u{200F}'
+            | '\u{202A}'..='\u{202E}'
+            | '\u{2060}'..='\u{2064}'
+            | '\u{2066}'..='\u{2069}'
+            | '\u{FEFF}'
+            | '\u{FFF9}'..='\u{FFFB}'
+    )
+}
+
+/// `text` on one line (whitespace and control characters collapsed,
+/// invisible format controls shown escaped as `\u{202e}`), cut to
 /// `max_chars` characters, with `…` when cut.
 pub fn one_line(text: &str, max_chars: usize) -> String {
     let mut out = String::new();
@@ -10,11 +34,15 @@ pub fn one_line(text: &str, max_chars: usize) -> String {
         .split(|c: char| c.is_whitespace() || c.is_control())
         .filter(|w| !w.is_empty());
     for word in words {
-        for c in (!out.is_empty())
-            .then_some(' ')
-            .into_iter()
-            .chain(word.chars())
-        {
+        let shown = word.chars().flat_map(|c| {
+            let escaped = is_invisible_format_control(c).then(|| c.escape_unicode().to_string());
+            let plain = escaped.is_none().then_some(c);
+            escaped
+                .into_iter()
+                .flat_map(|e| e.chars().collect::<Vec<_>>())
+                .chain(plain)
+        });
+        for c in (!out.is_empty()).then_some(' ').into_iter().chain(shown) {
             if chars == max_chars {
                 out.push('…');
                 return out;
@@ -39,6 +67,16 @@ mod tests {
         assert!(cut.ends_with('…'));
         assert_eq!(one_line("abc", 3), "abc");
         assert_eq!(one_line("", 3), "");
+    }
+
+    #[test]
+    fn invisible_format_controls_are_shown_escaped() {
+        assert_eq!(
+            one_line("\u{202e}gnp.exe \u{2066}x\u{2069}", 200),
+            "\\u{202e}gnp.exe \\u{2066}x\\u{2069}"
+        );
+        // Emoji sequences keep their joiners.
+        assert_eq!(one_line("👩\u{200d}💻", 200), "👩\u{200d}💻");
     }
 
     #[test]

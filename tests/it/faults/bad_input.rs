@@ -248,6 +248,12 @@ fn check_accepted(order: &NewOrder, body: &Value) -> Result<(), TestCaseError> {
         for text in [item.sku.as_str(), item.name.as_str()] {
             prop_assert!(!text.is_empty() && text.trim() == text);
             prop_assert!(!text.chars().any(char::is_control), "{text:?}");
+            prop_assert!(
+                !text
+                    .chars()
+                    .any(outbox_relay::text::is_invisible_format_control),
+                "{text:?}"
+            );
         }
         total = total
             .checked_add(item.line_total().cents())
@@ -256,6 +262,11 @@ fn check_accepted(order: &NewOrder, body: &Value) -> Result<(), TestCaseError> {
     prop_assert_eq!(order.total().cents(), total);
     let name = order.customer_name.as_str();
     prop_assert!(!name.is_empty() && !name.chars().any(char::is_control));
+    prop_assert!(
+        !name
+            .chars()
+            .any(outbox_relay::text::is_invisible_format_control)
+    );
     prop_assert!(!order.customer_email.as_str().contains(['\r', '\n', '\0']));
 
     // Parsing what was accepted again gives the same order.
@@ -471,7 +482,7 @@ async fn hostile_values_are_stored_and_shown_literally_escaped_in_html_and_add_n
         json!({"customer_email": "ada+tag@example.com", "customer_name": sql,
                "currency": "EUR", "items": [{"sku": "' OR '1'='1", "name": html, "quantity": 1, "unit_price_cents": 100}]}),
         json!({"customer_email": "bob@example.com", "customer_name": display,
-               "currency": "EUR", "items": [{"sku": "%0d%0aBcc:x", "name": "\u{202E}gnp.exe 👩‍💻 e\u{301}", "quantity": 1, "unit_price_cents": 100}]}),
+               "currency": "EUR", "items": [{"sku": "%0d%0aBcc:x", "name": "gnp.exe 👩‍💻 e\u{301}", "quantity": 1, "unit_price_cents": 100}]}),
     ];
     let mut ids = Vec::new();
     for body in &bodies {
@@ -494,6 +505,8 @@ async fn hostile_values_are_stored_and_shown_literally_escaped_in_html_and_add_n
         ),
         ("/customer_email", "ada@example.com\nX-Injected: 1"),
         ("/items/0/name", "Tea\rX-Injected: 1"),
+        // A right-to-left override makes "gnp.exe" read as "exe.png".
+        ("/items/0/name", "\u{202E}gnp.exe"),
     ] {
         let mut body = bodies[0].clone();
         *body.pointer_mut(pointer).expect(pointer) = json!(value);

@@ -52,8 +52,9 @@ impl Launch {
             .env("RELAY_POLL_INTERVAL", "250ms")
             .env("RELAY_SHUTDOWN_GRACE", "10s")
             .env("WEBHOOK_TIMEOUT", "10s")
-            // The tests' receivers listen on 127.0.0.1.
+            // The tests' receivers listen on 127.0.0.1, over plain http.
             .env("WEBHOOK_ALLOW_PRIVATE", "true")
+            .env("WEBHOOK_ALLOW_HTTP", "true")
             .env("MAIL_FROM", MAIL_FROM)
             .env("LINK_SIGNING_KEY", super::app::LINK_SIGNING_KEY)
     }

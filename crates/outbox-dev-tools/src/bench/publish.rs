@@ -146,9 +146,11 @@ async fn run(
     tokio::task::spawn_blocking(move || {
         let mut conn = PgConnection::establish(&owned_url)?;
         diesel::sql_query(
-            "INSERT INTO endpoints (name, url, secret, stream, subject_prefix) \
-             VALUES ($1, $2, 'unused', $3, $4) \
-             ON CONFLICT (name) DO UPDATE SET url = $2, stream = $3, subject_prefix = $4",
+            // The bench's server speaks plaintext: the endpoint's opt-in.
+            "INSERT INTO endpoints (name, url, secret, stream, subject_prefix, allow_http) \
+             VALUES ($1, $2, 'unused', $3, $4, true) \
+             ON CONFLICT (name) DO UPDATE SET url = $2, stream = $3, subject_prefix = $4, \
+               allow_http = true",
         )
         .bind::<diesel::sql_types::Text, _>(ENDPOINT)
         .bind::<diesel::sql_types::Text, _>(&nats_url)
@@ -173,7 +175,8 @@ async fn run(
         label: format!("{batch}, NATS publishes"),
         jobs: args.real_jobs,
         kinds: "order_publish".to_owned(),
-        env: vec![],
+        // The bench's server is on loopback.
+        env: vec![("WEBHOOK_ALLOW_PRIVATE", "true".to_owned())],
         enqueue: enqueue_publishes,
         keys: None,
         pin: None,

@@ -39,8 +39,9 @@ pub async fn measure(url: &str, args: &BenchArgs, batch: usize) -> anyhow::Resul
             ("MAIL_FROM", "Bench Shop <orders@bench.invalid>".to_owned()),
             ("WEBHOOK_URL", webhook.url().to_string()),
             ("WEBHOOK_SECRET", SECRET.to_owned()),
-            // The bench's receiver listens on 127.0.0.1.
+            // The bench's receiver listens on 127.0.0.1, over plain http.
             ("WEBHOOK_ALLOW_PRIVATE", "true".to_owned()),
+            ("WEBHOOK_ALLOW_HTTP", "true".to_owned()),
             // The emails' receipt links are signed; any key of 32 bytes does here.
             (
                 "LINK_SIGNING_KEY",

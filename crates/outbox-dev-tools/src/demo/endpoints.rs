@@ -22,8 +22,9 @@ use outbox_relay::endpoints::{
 pub const ERP: &str = "shop-erp";
 /// The webhook endpoint that is down for a while.
 pub const ANALYTICS: &str = "analytics";
-/// Calls `analytics` refuses with a 503 before it recovers: as many as trip
-/// its breaker, so its deliveries back off together and a probe brings it back.
+/// Calls `analytics` refuses with a 503 before it recovers: a receiver down for
+/// a moment, which each delivery's own backoff rides out (too short to trip
+/// its breaker, which waits for `ENDPOINT_TRIP_AFTER` of nothing but failures).
 pub const ANALYTICS_DOWN_FOR: usize = 3;
 /// The NATS endpoint.
 pub const EVENTS: &str = "events";
@@ -172,7 +173,13 @@ impl DemoStream {
             stream: StreamName::parse(&format!("DEMO_ORDERS_{tag}"))?,
             subject_prefix: SubjectPrefix::parse(&format!("demo_orders_{tag}"))?,
         };
-        let client = nats_effect::connection::connect_once(&url, None).await?;
+        // The local server speaks plaintext on loopback: both opt-ins, as
+        // `endpoints add --allow-http` with WEBHOOK_ALLOW_PRIVATE=true.
+        let transport = nats_effect::connection::Transport {
+            plaintext: true,
+            allow_private: true,
+        };
+        let client = nats_effect::connection::connect_once(&url, None, transport).await?;
         nats_effect::stream::check_stream(
             client.clone(),
             &url,
@@ -191,7 +198,7 @@ impl DemoStream {
         let secret = SigningSecret::generate().context("no randomness for an endpoint's secret")?;
         let new = NewEndpoint {
             name: EndpointName::parse(EVENTS)?,
-            url: EndpointUrl::parse(&url, false)?,
+            url: EndpointUrl::parse(&url, true)?,
             event_types: EventTypes::ALL,
             rate_limit: None,
             max_in_flight: DEFAULT_MAX_IN_FLIGHT,

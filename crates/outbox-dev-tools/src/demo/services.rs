@@ -129,7 +129,8 @@ pub(super) async fn start_services(
         Some(mailer),
         Some(sender),
         receipt,
-        effects::nats::NatsConnections::default(),
+        // The demo's NATS server is on loopback, like its receivers.
+        effects::nats::NatsConnections::new(None, true),
     ));
     let relay = Relay::new(relay_pool, database_url, settings, executor)?;
 

@@ -5,17 +5,20 @@
 use clap::Args;
 
 use super::ConfigError;
-use super::parse::parse_http_url;
+use super::parse::parse_webhook_url;
 
 /// The endpoint `default`, from the environment. `Debug` hides the secret.
 #[derive(Clone, Args)]
 pub struct DefaultEndpointArgs {
     /// Creates or updates the endpoint `default` (every event) with this URL.
-    #[arg(long, env = "WEBHOOK_URL", value_parser = parse_http_url)]
+    #[arg(long, env = "WEBHOOK_URL", value_parser = parse_webhook_url)]
     pub webhook_url: Option<url::Url>,
     /// The signing secrets of `default`, space-separated for rotation.
     #[arg(long, env = "WEBHOOK_SECRET", hide_env_values = true)]
     pub webhook_secret: Option<String>,
+    /// Allow an http:// `WEBHOOK_URL`: events and signatures go in the clear.
+    #[arg(long, env = "WEBHOOK_ALLOW_HTTP", default_value_t = false, action = clap::ArgAction::Set, value_parser = clap::builder::BoolishValueParser::new())]
+    pub webhook_allow_http: bool,
 }
 
 impl std::fmt::Debug for DefaultEndpointArgs {
@@ -39,14 +42,20 @@ impl std::fmt::Debug for DefaultEndpointArgs {
 impl DefaultEndpointArgs {
     /// The URL and secret of `default`, checked; none without `WEBHOOK_URL`.
     pub fn checked(&self) -> Result<Option<(url::Url, String)>, ConfigError> {
-        checked(self.webhook_url.as_ref(), self.webhook_secret.as_deref())
+        checked(
+            self.webhook_url.as_ref(),
+            self.webhook_secret.as_deref(),
+            self.webhook_allow_http,
+        )
     }
 }
 
-/// `url` and `secret` as `default`'s: a URL needs a secret that parses.
+/// `url` and `secret` as `default`'s: a URL needs a secret that parses, and
+/// an http:// one needs `allow_http` (`WEBHOOK_ALLOW_HTTP`).
 pub fn checked(
     url: Option<&url::Url>,
     secret: Option<&str>,
+    allow_http: bool,
 ) -> Result<Option<(url::Url, String)>, ConfigError> {
     let Some(url) = url else {
         return Ok(None);
@@ -57,8 +66,16 @@ pub fn checked(
                 .into(),
         )
     })?;
+    super::parse::refuse_placeholder("WEBHOOK_SECRET", secret)?;
     crate::effects::signature::Secrets::parse(secret)
         .map_err(|e| ConfigError(format!("WEBHOOK_SECRET: {e}")))?;
+    if url.scheme() == "http" && !allow_http {
+        return Err(ConfigError(format!(
+            "WEBHOOK_URL {}: http:// sends events and signatures in the clear; use https://, \
+             or set WEBHOOK_ALLOW_HTTP=true",
+            url.origin().ascii_serialization()
+        )));
+    }
     Ok(Some((url.clone(), secret.trim().to_owned())))
 }
 

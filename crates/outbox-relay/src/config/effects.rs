@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use clap::Args;
 
-use super::parse::{parse_http_url, parse_positive_duration};
+use super::parse::{parse_http_url, parse_positive_duration, parse_webhook_url};
 use super::{ConfigError, DEFAULT_PUBLIC_BASE_URL};
 use crate::effects::email::EmailConfig;
 use crate::effects::nats::{NatsConnections, NatsCredentials};
@@ -52,23 +52,41 @@ pub struct EffectArgs {
     pub mail_from: Option<String>,
     /// Creates or updates the endpoint `default` (every event) with this URL;
     /// deliveries go to the endpoint rows, `default` among them.
-    #[arg(long, env = "WEBHOOK_URL", value_parser = parse_http_url)]
+    #[arg(long, env = "WEBHOOK_URL", value_parser = parse_webhook_url)]
     pub webhook_url: Option<url::Url>,
     /// The signing secrets of `default`, space-separated for rotation
     /// (`whsec_<base64>` or raw); the first also keys X-Signature.
     #[arg(long, env = "WEBHOOK_SECRET", hide_env_values = true)]
     pub webhook_secret: Option<String>,
+    /// Allow an http:// `WEBHOOK_URL`: events and signatures go in the clear.
+    #[arg(long, env = "WEBHOOK_ALLOW_HTTP", default_value_t = false, action = clap::ArgAction::Set, value_parser = clap::builder::BoolishValueParser::new())]
+    pub webhook_allow_http: bool,
     /// Total time for one webhook call (the connect timeout is 5s).
     #[arg(long, env = "WEBHOOK_TIMEOUT", default_value = "30s", value_parser = parse_positive_duration)]
     pub webhook_timeout: Duration,
-    /// Deliver webhooks to loopback, private and link-local addresses too; off,
-    /// a URL whose host is or resolves to one is refused at connect time.
+    /// Deliver webhooks, and connect to NATS servers, on loopback, private and
+    /// link-local addresses too; off, a URL whose host is or resolves to one
+    /// is refused at connect time.
     #[arg(long, env = "WEBHOOK_ALLOW_PRIVATE", default_value_t = false, action = clap::ArgAction::Set, value_parser = clap::builder::BoolishValueParser::new())]
     pub webhook_allow_private: bool,
     /// An endpoint whose every delivery has failed this long is disabled
     /// (`disabled_reason = 'failing'`); its deliveries wait until it is enabled.
     #[arg(long, env = "ENDPOINT_DISABLE_AFTER", default_value = "5d", value_parser = parse_positive_duration)]
     pub endpoint_disable_after: Duration,
+    /// An endpoint whose every delivery has failed this long, with no success
+    /// in between, trips its breaker: it is probed one delivery at a time.
+    #[arg(long, env = "ENDPOINT_TRIP_AFTER", default_value = "30s", value_parser = parse_positive_duration)]
+    pub endpoint_trip_after: Duration,
+    /// The longest wait between two probes of a tripped endpoint (the wait
+    /// grows with how long it has been failing, up to this).
+    #[arg(long, env = "ENDPOINT_PROBE_MAX", default_value = "5m", value_parser = parse_positive_duration)]
+    pub endpoint_probe_max: Duration,
+    /// Rows of `delivery_attempts` older than this are deleted by the relays.
+    #[arg(long, env = "DELIVERY_ATTEMPTS_RETENTION", default_value = "30d", value_parser = parse_positive_duration)]
+    pub delivery_attempts_retention: Duration,
+    /// Rows of `admin_audit` older than this are deleted by the relays.
+    #[arg(long, env = "ADMIN_AUDIT_RETENTION", default_value = "400d", value_parser = parse_positive_duration)]
+    pub admin_audit_retention: Duration,
     /// Credentials file for NATS endpoints (a user JWT and its nkey seed, as
     /// `nsc` writes them); without it, connections to NATS carry none.
     #[arg(long, env = "NATS_CREDENTIALS")]
@@ -99,6 +117,13 @@ impl std::fmt::Debug for EffectArgs {
             )
             .field("webhook_timeout", &self.webhook_timeout)
             .field("endpoint_disable_after", &self.endpoint_disable_after)
+            .field("endpoint_trip_after", &self.endpoint_trip_after)
+            .field("endpoint_probe_max", &self.endpoint_probe_max)
+            .field(
+                "delivery_attempts_retention",
+                &self.delivery_attempts_retention,
+            )
+            .field("admin_audit_retention", &self.admin_audit_retention)
             .field("nats_credentials", &self.nats_credentials)
             .field("public_base_url", &self.public_base_url.as_str())
             .finish()
@@ -137,7 +162,10 @@ impl EffectArgs {
             Some(path) => Some(NatsCredentials::load(path).await.map_err(ConfigError)?),
             None => None,
         };
-        Ok(NatsConnections::new(credentials))
+        Ok(NatsConnections::new(
+            credentials,
+            self.webhook_allow_private,
+        ))
     }
 
     /// What a relay needs to deliver to endpoints (order_webhook,
@@ -151,11 +179,33 @@ impl EffectArgs {
         })
     }
 
+    /// The endpoints' breaker (`ENDPOINT_DISABLE_AFTER`, `ENDPOINT_TRIP_AFTER`,
+    /// `ENDPOINT_PROBE_MAX`).
+    pub fn breaker(&self) -> crate::endpoints::breaker::Breaker {
+        crate::endpoints::breaker::Breaker {
+            disable_after: self.endpoint_disable_after,
+            trip_after: self.endpoint_trip_after,
+            probe_max: self.endpoint_probe_max,
+        }
+    }
+
+    /// How long the relays keep the attempt and audit logs.
+    pub fn retention(&self) -> crate::endpoints::upkeep::Retention {
+        crate::endpoints::upkeep::Retention {
+            attempts: self.delivery_attempts_retention,
+            audit: self.admin_audit_retention,
+        }
+    }
+
     /// The endpoint `default` from `WEBHOOK_URL` / `WEBHOOK_SECRET`, checked
     /// whenever they are given (the relay writes it whatever its kinds, as
     /// `migrate` and `serve` do); none without `WEBHOOK_URL`.
     pub fn default_endpoint(&self) -> Result<Option<(url::Url, String)>, ConfigError> {
-        super::default_endpoint::checked(self.webhook_url.as_ref(), self.webhook_secret.as_deref())
+        super::default_endpoint::checked(
+            self.webhook_url.as_ref(),
+            self.webhook_secret.as_deref(),
+            self.webhook_allow_http,
+        )
     }
 }
 
@@ -172,9 +222,14 @@ mod tests {
             mail_from: Some("Shop <orders@example.com>".into()),
             webhook_url: parse_http_url("https://hooks.example.com/t/tok-abc123").ok(),
             webhook_secret: Some("whsec-hunter2".into()),
+            webhook_allow_http: false,
             webhook_timeout: DEFAULT_WEBHOOK_TIMEOUT,
             webhook_allow_private: false,
             endpoint_disable_after: crate::endpoints::breaker::DEFAULT_DISABLE_AFTER,
+            endpoint_trip_after: crate::endpoints::breaker::DEFAULT_TRIP_AFTER,
+            endpoint_probe_max: crate::endpoints::breaker::DEFAULT_PROBE_MAX,
+            delivery_attempts_retention: crate::endpoints::upkeep::DEFAULT_ATTEMPTS_RETENTION,
+            admin_audit_retention: crate::endpoints::upkeep::DEFAULT_AUDIT_RETENTION,
             nats_credentials: None,
             public_base_url: parse_http_url(DEFAULT_PUBLIC_BASE_URL).expect("default URL"),
         };
@@ -183,6 +238,88 @@ mod tests {
             assert!(!shown.contains(secret), "{shown}");
         }
         assert!(shown.contains("smtp.example.com"), "{shown}");
+    }
+
+    #[test]
+    fn webhook_url_follows_the_endpoint_url_rules() {
+        let error = relay_args(&["--webhook-url", "https://ops:hunter2@hooks.example.com/x"])
+            .expect_err("credentials refused");
+        assert!(error.to_string().contains("credentials"), "{error}");
+        assert!(relay_args(&["--webhook-url", "ftp://hooks.example.com/x"]).is_err());
+        let secret = ["--webhook-secret", "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"];
+        let plain = relay_args(
+            &[
+                &["--webhook-url", "http://hooks.example.com/x"][..],
+                &secret[..],
+            ]
+            .concat(),
+        )
+        .expect("parses");
+        let error = plain
+            .effects
+            .default_endpoint()
+            .expect_err("http needs allowing");
+        assert!(error.0.contains("WEBHOOK_ALLOW_HTTP"), "{error}");
+        let allowed = relay_args(
+            &[
+                &["--webhook-url", "http://hooks.example.com/x"][..],
+                &secret[..],
+                &["--webhook-allow-http", "true"][..],
+            ]
+            .concat(),
+        )
+        .expect("parses");
+        assert!(
+            allowed
+                .effects
+                .default_endpoint()
+                .expect("allowed")
+                .is_some()
+        );
+        let https = relay_args(
+            &[
+                &["--webhook-url", "https://hooks.example.com/x"][..],
+                &secret[..],
+            ]
+            .concat(),
+        )
+        .expect("parses");
+        assert!(https.effects.default_endpoint().expect("https").is_some());
+    }
+
+    #[test]
+    fn a_placeholder_webhook_secret_is_refused_naming_the_variable() {
+        let args = relay_args(&[
+            "--webhook-url",
+            "https://hooks.example.com/x",
+            "--webhook-secret",
+            "change-me-in-production",
+        ])
+        .expect("parses");
+        let error = args.effects.default_endpoint().expect_err("refused");
+        assert!(
+            error.0.starts_with("WEBHOOK_SECRET is a placeholder"),
+            "{error}"
+        );
+    }
+
+    #[test]
+    fn the_breaker_trips_after_thirty_seconds_unless_told_otherwise() {
+        let default = relay_args(&[]).expect("parses").effects.breaker();
+        assert_eq!(default.trip_after, Duration::from_secs(30));
+        assert_eq!(default.probe_max, Duration::from_secs(300));
+        let short = relay_args(&[
+            "--endpoint-trip-after",
+            "500ms",
+            "--endpoint-probe-max",
+            "1s",
+        ])
+        .expect("parses")
+        .effects
+        .breaker();
+        assert_eq!(short.trip_after, Duration::from_millis(500));
+        assert_eq!(short.probe_max, Duration::from_secs(1));
+        assert!(relay_args(&["--endpoint-trip-after", "0s"]).is_err());
     }
 
     #[test]

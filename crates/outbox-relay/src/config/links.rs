@@ -46,9 +46,12 @@ impl LinkArgs {
         needed_by: &str,
     ) -> Result<Option<ReceiptLinks>, ConfigError> {
         match self.link_signing_key.as_deref() {
-            Some(key) => ReceiptLinks::new(key.as_bytes(), self.receipt_link_ttl)
-                .map(Some)
-                .map_err(|e| ConfigError(format!("LINK_SIGNING_KEY {e}"))),
+            Some(key) => {
+                super::parse::refuse_placeholder("LINK_SIGNING_KEY", key)?;
+                ReceiptLinks::new(key.as_bytes(), self.receipt_link_ttl)
+                    .map(Some)
+                    .map_err(|e| ConfigError(format!("LINK_SIGNING_KEY {e}")))
+            }
             None if required => Err(ConfigError(format!(
                 "LINK_SIGNING_KEY is not set, but {needed_by} needs it to sign or check \
                  receipt links (at least 32 bytes, e.g. `openssl rand -base64 32`; \
@@ -85,6 +88,24 @@ mod tests {
                 .expect("ok")
                 .is_none()
         );
+    }
+
+    #[test]
+    fn the_placeholder_keys_of_the_examples_are_refused_naming_the_variable() {
+        for key in [
+            "local-compose-only-link-key-change-me-0123",
+            "local-only-link-key-change-me-0123456789",
+            "PLACEHOLDER-link-signing-key-32-bytes-long",
+        ] {
+            let error = args(Some(key))
+                .receipt_links(true, "serve")
+                .expect_err("refused");
+            assert!(
+                error.0.starts_with("LINK_SIGNING_KEY is a placeholder"),
+                "{error}"
+            );
+            assert!(!error.0.contains(key), "{error}");
+        }
     }
 
     #[test]

@@ -34,6 +34,21 @@ pub fn parse_http_url(raw: &str) -> Result<url::Url, String> {
     }
 }
 
+/// `WEBHOOK_URL`: an endpoint's URL by the endpoint rules (`endpoints add`):
+/// no `user:password@`, a host, http:// or https:// (whether http:// is
+/// allowed is `WEBHOOK_ALLOW_HTTP`'s, checked with the other settings).
+pub fn parse_webhook_url(raw: &str) -> Result<url::Url, String> {
+    let url = crate::endpoints::EndpointUrl::parse(raw, true).map_err(|e| e.message)?;
+    let url = url::Url::parse(url.as_str()).map_err(|e| format!("not a URL: {e}"))?;
+    match url.scheme() {
+        "http" | "https" => Ok(url),
+        other => Err(format!(
+            "scheme {other:?} is not http:// or https:// (a NATS endpoint is added with \
+             `outbox-relay endpoints add`)"
+        )),
+    }
+}
+
 pub fn parse_socket_addr(raw: &str) -> Result<SocketAddr, String> {
     raw.parse()
         .map_err(|e| format!("{e} (expected host:port such as 127.0.0.1:8080)"))
@@ -84,6 +99,34 @@ pub(super) fn parse_cookie_secure(raw: &str) -> Result<super::dashboard::CookieS
 
 pub(super) fn parse_job_timeouts(raw: &str) -> Result<JobTimeouts, String> {
     raw.parse()
+}
+
+/// Words of the example and placeholder values that shipped in this
+/// repository's files (`docker-compose.yml`, `.env.example`) or that people
+/// paste from documentation: such a value is public, so it protects nothing.
+const PLACEHOLDER_WORDS: [&str; 9] = [
+    "change-me",
+    "changeme",
+    "change_me",
+    "replace-me",
+    "replaceme",
+    "placeholder",
+    "your-secret",
+    "your_secret",
+    "insert-secret",
+];
+
+/// Refuses a secret that is a known placeholder, naming the variable and not
+/// the value.
+pub fn refuse_placeholder(variable: &str, value: &str) -> Result<(), super::ConfigError> {
+    let lower = value.to_ascii_lowercase();
+    if PLACEHOLDER_WORDS.iter().any(|word| lower.contains(word)) {
+        return Err(super::ConfigError(format!(
+            "{variable} is a placeholder from an example, and anyone can read it: set a \
+             secret of your own (e.g. `openssl rand -base64 32`)"
+        )));
+    }
+    Ok(())
 }
 
 #[cfg(test)]

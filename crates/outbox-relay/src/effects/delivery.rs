@@ -199,7 +199,13 @@ async fn after_attempt(
     .await
     .map_err(|e| e.to_string())
     .and_then(|breaker| breaker.map_err(|e| e.to_string()));
+    let mut result = outcome.result;
     match verdict {
+        Ok(Some(Verdict::Probing(probe_at))) => {
+            // The endpoint's key lets nothing through before the probe: the
+            // retry says so, in its run_after and in the relay's retry_in.
+            held_until_probe(&mut result, &target.name, probe_at);
+        }
         Ok(Some(Verdict::Disabled { endpoint, told })) => {
             tracing::warn!(
                 endpoint = %endpoint,
@@ -219,6 +225,28 @@ async fn after_attempt(
             tracing::warn!(endpoint = %target.name, %error, "cannot log the delivery attempt");
         }
     }
-    outcome.result?;
+    result?;
     Ok(None)
+}
+
+/// Makes a retryable failure wait for the tripped endpoint's next probe at
+/// `probe_at`, when its own backoff would be shorter.
+fn held_until_probe(
+    result: &mut Result<(), EffectError>,
+    endpoint: &str,
+    probe_at: chrono::DateTime<chrono::Utc>,
+) {
+    if let Err(EffectError::Retryable {
+        message,
+        retry_after,
+    }) = result
+    {
+        let wait = (probe_at - chrono::Utc::now()).to_std().unwrap_or_default();
+        *retry_after = Some(retry_after.unwrap_or_default().max(wait));
+        message.push_str(&format!(
+            " (endpoint {endpoint:?} has failed every call for ENDPOINT_TRIP_AFTER: \
+             it is probed one delivery at a time, next at {})",
+            probe_at.to_rfc3339_opts(chrono::SecondsFormat::Millis, true)
+        ));
+    }
 }

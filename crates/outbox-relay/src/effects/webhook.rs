@@ -135,7 +135,12 @@ impl WebhookSender {
             .user_agent(USER_AGENT)
             // Following a redirect would hand the signed order to wherever the
             // Location points; a moved receiver is a configuration change.
-            .redirect(reqwest::redirect::Policy::none());
+            .redirect(reqwest::redirect::Policy::none())
+            // HTTP_PROXY / HTTPS_PROXY / ALL_PROXY from the environment would
+            // send every call to the proxy, whose address is all the
+            // connect-time guard then sees: the receiver's private address
+            // would go unchecked.
+            .no_proxy();
         if !config.allow_private {
             builder = builder.dns_resolver(guard::PublicOnlyResolver);
         }

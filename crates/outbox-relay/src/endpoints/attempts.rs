@@ -33,27 +33,19 @@ pub struct Health {
     /// Whether this attempt began or ended a failing streak.
     #[diesel(sql_type = Bool)]
     pub changed: bool,
-    /// How many of the endpoint's attempts just before this one failed, of
-    /// the last [`CONSECUTIVE_FAILURES_TO_TRIP`] - 1: the breaker trips on a
-    /// run of failures, not on one.
-    #[diesel(sql_type = BigInt)]
-    pub failures_before: i64,
 }
 
-/// Failed attempts in a row, this one included, that trip an endpoint's
-/// breaker. A receiver that fails now and then is left to each delivery's own
-/// backoff; pausing the whole endpoint for one failed call would stall its
-/// healthy deliveries behind every blip.
-pub const CONSECUTIVE_FAILURES_TO_TRIP: i64 = 3;
-
 /// Writes the attempt and moves the endpoint's `failing_since` in one
-/// statement: set at the first failure of a streak, cleared by a success.
-/// `None` when the endpoint is gone.
+/// statement: set when the first failure of a streak ends, cleared by a
+/// success. From the failure's end, not its start: a call that hung for its
+/// whole timeout beside successful ones has not shown the endpoint failing
+/// for that long. `None` when the endpoint is gone.
 pub fn record(conn: &mut PgConnection, attempt: &NewAttempt) -> QueryResult<Option<Health>> {
     let excerpt = attempt
         .excerpt
         .as_deref()
         .map(|e| crate::text::one_line(e, EXCERPT_CHARS));
+    let duration_ms = i32::try_from(attempt.duration.as_millis()).unwrap_or(i32::MAX);
     let rows: Vec<Health> = diesel::sql_query(
         "WITH logged AS ( \
              INSERT INTO delivery_attempts \
@@ -61,28 +53,24 @@ pub fn record(conn: &mut PgConnection, attempt: &NewAttempt) -> QueryResult<Opti
              VALUES ($1, $2, $3, $4, $5, $6, $7, $8) \
          ), health AS ( \
              UPDATE endpoints \
-             SET failing_since = CASE WHEN $7 = 'ok' THEN NULL ELSE coalesce(failing_since, $4) END \
+             SET failing_since = CASE WHEN $7 = 'ok' THEN NULL \
+                 ELSE coalesce(failing_since, $4 + $5 * interval '1 millisecond') END \
              WHERE id = $2 AND (failing_since IS NULL) <> ($7 = 'ok') \
              RETURNING failing_since \
-         ), before AS ( \
-             SELECT count(*) FILTER (WHERE outcome <> 'ok') AS failures_before \
-             FROM (SELECT outcome FROM delivery_attempts WHERE endpoint_id = $2 \
-                   ORDER BY started_at DESC, id DESC LIMIT $9) AS recent \
          ) \
-         SELECT failing_since, true AS changed, failures_before FROM health, before \
+         SELECT failing_since, true AS changed FROM health \
          UNION ALL \
-         SELECT failing_since, false, failures_before FROM endpoints, before \
+         SELECT failing_since, false FROM endpoints \
          WHERE id = $2 AND NOT EXISTS (SELECT 1 FROM health)",
     )
     .bind::<BigInt, _>(attempt.job_id)
     .bind::<BigInt, _>(attempt.endpoint_id)
     .bind::<Integer, _>(attempt.attempt)
     .bind::<Timestamptz, _>(attempt.started_at)
-    .bind::<Integer, _>(i32::try_from(attempt.duration.as_millis()).unwrap_or(i32::MAX))
+    .bind::<Integer, _>(duration_ms)
     .bind::<Nullable<SmallInt>, _>(attempt.status_code.and_then(|s| i16::try_from(s).ok()))
     .bind::<Text, _>(attempt.outcome)
     .bind::<Nullable<Text>, _>(excerpt)
-    .bind::<BigInt, _>(CONSECUTIVE_FAILURES_TO_TRIP - 1)
     .load(conn)?;
     Ok(rows.into_iter().next())
 }

@@ -1,15 +1,21 @@
 //! The circuit breaker of an endpoint that fails every attempt.
 //!
-//! Once [`CONSECUTIVE_FAILURES_TO_TRIP`] attempts in a row have failed, and
-//! while it keeps failing, its deliveries back off together: its key is paused until
-//! the next probe and lets one delivery through at a time, the wait growing
-//! with how long it has been failing (as long again, from 1 s up to 5 min),
-//! so a dead receiver sees a handful of calls an hour, not one per queued
-//! delivery. A success clears `failing_since` and restores its limits. After
-//! `ENDPOINT_DISABLE_AFTER` of nothing but failures it is disabled
+//! A breaker exists for dead receivers, not flaky ones. An endpoint trips
+//! only once every attempt to it has failed for [`Breaker::trip_after`]
+//! (`ENDPOINT_TRIP_AFTER`, 30 s) with no success in between: a receiver that
+//! refuses some deliveries and takes others, or is down for a few seconds,
+//! is left to each delivery's own backoff, at its full limits. A tripped
+//! endpoint's key is paused until the next probe and lets one delivery
+//! through at a time; the wait grows with how long it has been failing (as
+//! long again, up to [`Breaker::probe_max`], 5 min), so it grows only while
+//! the endpoint stays dead, and a dead receiver sees a handful of calls an
+//! hour, not one per queued delivery. The delivery that failed is told when
+//! the next probe goes, so its `run_after` and the relay's `retry_in` say
+//! when it can run. A success clears `failing_since` and restores its limits.
+//! After `ENDPOINT_DISABLE_AFTER` of nothing but failures it is disabled
 //! (`disabled_reason = 'failing'`): its deliveries wait, paused, until an
-//! operator enables it; the endpoints subscribed to `endpoint.disabled` are
-//! told, and the relay logs a WARN and counts it.
+//! operator enables it; the endpoints subscribed to `endpoint.disabled` by
+//! name are told, and the relay logs a WARN and counts it.
 
 use std::time::Duration;
 
@@ -17,7 +23,7 @@ use chrono::{DateTime, Utc};
 use diesel::prelude::*;
 use diesel::sql_types::{BigInt, Nullable, Text, Timestamptz};
 
-use super::attempts::{CONSECUTIVE_FAILURES_TO_TRIP, Health};
+use super::attempts::Health;
 use super::spec::EVENT_ENDPOINT_DISABLED;
 use super::throttle;
 use crate::effects::EndpointNotice;
@@ -26,20 +32,30 @@ use crate::outbox::{JobOptions, KeyLimitError};
 
 /// `ENDPOINT_DISABLE_AFTER` when not set: Svix's five days.
 pub const DEFAULT_DISABLE_AFTER: Duration = Duration::from_secs(5 * 24 * 3600);
-/// The shortest and the longest wait between two probes of a failing endpoint.
-pub const PROBE_WAIT: (Duration, Duration) = (Duration::from_secs(1), Duration::from_secs(300));
+/// `ENDPOINT_TRIP_AFTER` when not set.
+pub const DEFAULT_TRIP_AFTER: Duration = Duration::from_secs(30);
+/// `ENDPOINT_PROBE_MAX` when not set: the longest wait between two probes.
+pub const DEFAULT_PROBE_MAX: Duration = Duration::from_secs(300);
+/// The shortest wait between two probes (unless `probe_max` is shorter).
+pub const PROBE_MIN: Duration = Duration::from_secs(1);
 
-/// The breaker's setting.
+/// The breaker's settings.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Breaker {
     /// Failing this long without a success disables the endpoint.
     pub disable_after: Duration,
+    /// Failing this long without a success trips the breaker.
+    pub trip_after: Duration,
+    /// The longest wait between two probes of a tripped endpoint.
+    pub probe_max: Duration,
 }
 
 impl Default for Breaker {
     fn default() -> Self {
         Breaker {
             disable_after: DEFAULT_DISABLE_AFTER,
+            trip_after: DEFAULT_TRIP_AFTER,
+            probe_max: DEFAULT_PROBE_MAX,
         }
     }
 }
@@ -49,22 +65,31 @@ impl Default for Breaker {
 pub enum Verdict {
     /// It succeeded; `recovered` if it ended a failing streak.
     Healthy { recovered: bool },
-    /// It failed, but too few attempts in a row have failed to trip the
-    /// breaker.
+    /// It failed, but the endpoint has not failed long enough to trip: the
+    /// delivery keeps its own backoff.
     Failing,
-    /// It failed: the next probe goes at this time.
+    /// It failed and the endpoint is tripped: the next probe goes at this
+    /// time, and no delivery of the endpoint runs before it.
     Probing(DateTime<Utc>),
     /// It failed past `disable_after`: the endpoint is now disabled, and
     /// this many endpoints were told.
     Disabled { endpoint: String, told: usize },
 }
 
-/// When a failing endpoint is probed next: after as long again as it has
-/// been failing, within [`PROBE_WAIT`].
-pub fn next_probe(failing_since: DateTime<Utc>, now: DateTime<Utc>) -> DateTime<Utc> {
-    let failing_for = (now - failing_since).to_std().unwrap_or_default();
-    let wait = failing_for.clamp(PROBE_WAIT.0, PROBE_WAIT.1);
-    now + chrono::Duration::from_std(wait).unwrap_or_else(|_| chrono::Duration::seconds(1))
+impl Breaker {
+    /// When a tripped endpoint failing since `failing_since` is probed next:
+    /// after as long again as it has been failing, from [`PROBE_MIN`] up to
+    /// `probe_max`.
+    pub fn next_probe(&self, failing_since: DateTime<Utc>, now: DateTime<Utc>) -> DateTime<Utc> {
+        let failing_for = (now - failing_since).to_std().unwrap_or_default();
+        let wait = failing_for.clamp(PROBE_MIN.min(self.probe_max), self.probe_max);
+        now + chrono::Duration::from_std(wait).unwrap_or_else(|_| chrono::Duration::seconds(1))
+    }
+
+    /// Whether an endpoint failing since `failing_since` is tripped at `now`.
+    pub fn tripped(&self, failing_since: DateTime<Utc>, now: DateTime<Utc>) -> bool {
+        (now - failing_since).to_std().unwrap_or_default() >= self.trip_after
+    }
 }
 
 /// A breaker step failed.
@@ -100,12 +125,12 @@ impl Breaker {
         {
             return Ok(verdict);
         }
-        if health.failures_before + 1 < CONSECUTIVE_FAILURES_TO_TRIP {
-            // A blip: each delivery backs off on its own, the endpoint keeps
-            // its limits.
+        if !self.tripped(failing_since, now) {
+            // A blip, or a receiver that refuses some deliveries: each
+            // delivery backs off on its own, the endpoint keeps its limits.
             return Ok(Verdict::Failing);
         }
-        let probe_at = next_probe(failing_since, now);
+        let probe_at = self.next_probe(failing_since, now);
         throttle::sync(conn, id, Some(probe_at))?;
         Ok(Verdict::Probing(probe_at))
     }
@@ -148,10 +173,13 @@ fn disable(
             return Ok(None);
         };
         throttle::sync(conn, id, None)?;
+        // Only endpoints that named `endpoint.disabled`: one subscribed to
+        // every order event is a third party (a CRM, an analytics vendor),
+        // and the notice would tell it who else the shop sends orders to.
         let subscribers: Vec<Subscriber> = diesel::sql_query(
             "SELECT id FROM endpoints \
              WHERE enabled AND id <> $1 AND url !~ '^nats://' \
-               AND (event_types IS NULL OR $2 = ANY (event_types)) \
+               AND $2 = ANY (event_types) \
              ORDER BY id",
         )
         .bind::<BigInt, _>(id)
@@ -197,9 +225,26 @@ mod tests {
     #[test]
     fn probes_wait_as_long_again_as_the_endpoint_has_failed_within_bounds() {
         let now = Utc::now();
-        let at = |secs: i64| next_probe(now - chrono::Duration::seconds(secs), now);
+        let breaker = Breaker::default();
+        let at = |secs: i64| breaker.next_probe(now - chrono::Duration::seconds(secs), now);
         assert_eq!(at(0), now + chrono::Duration::seconds(1));
-        assert_eq!(at(10), now + chrono::Duration::seconds(10));
+        assert_eq!(at(40), now + chrono::Duration::seconds(40));
         assert_eq!(at(86_400), now + chrono::Duration::seconds(300));
+        let short = Breaker {
+            probe_max: Duration::from_millis(200),
+            ..breaker
+        };
+        assert_eq!(
+            short.next_probe(now - chrono::Duration::seconds(10), now),
+            now + chrono::Duration::milliseconds(200)
+        );
+    }
+
+    #[test]
+    fn an_endpoint_trips_only_after_failing_for_trip_after() {
+        let now = Utc::now();
+        let breaker = Breaker::default();
+        assert!(!breaker.tripped(now - chrono::Duration::seconds(29), now));
+        assert!(breaker.tripped(now - chrono::Duration::seconds(30), now));
     }
 }

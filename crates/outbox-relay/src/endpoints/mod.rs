@@ -14,6 +14,7 @@ pub mod spec;
 pub mod store;
 pub mod target;
 pub mod throttle;
+pub mod upkeep;
 
 pub use nats::{NatsTarget, StreamName, SubjectPrefix};
 pub use spec::{

@@ -11,6 +11,20 @@ use base64::engine::general_purpose::STANDARD;
 use crate::effects::signature::WHSEC_PREFIX;
 use crate::orders::OrderStatus;
 
+/// `url` as shown to operators: without any `user:password@` (rows written
+/// before URLs with credentials were refused may still hold one).
+pub fn without_userinfo(url: &str) -> String {
+    let Some((scheme, rest)) = url.split_once("://") else {
+        return url.to_owned();
+    };
+    let authority_end = rest.find(['/', '?', '#']).unwrap_or(rest.len());
+    let (authority, tail) = rest.split_at(authority_end);
+    let host = authority
+        .rsplit_once('@')
+        .map_or(authority, |(_, host)| host);
+    format!("{scheme}://{host}{tail}")
+}
+
 /// The event an endpoint hears when another endpoint is disabled by its breaker.
 pub const EVENT_ENDPOINT_DISABLED: &str = "endpoint.disabled";
 /// Deliveries in flight to one endpoint at once when `--max-in-flight` is not given.
@@ -80,7 +94,11 @@ impl fmt::Display for EndpointName {
 /// Where deliveries go: an `https://` URL, `http://` only when allowed, or a
 /// `nats://` server, with no credentials in it (they would be logged and shown wherever the URL is).
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct EndpointUrl(url::Url);
+pub struct EndpointUrl {
+    url: url::Url,
+    /// http://, or nats:// allowed without TLS (`--allow-http`).
+    plaintext: bool,
+}
 
 impl EndpointUrl {
     pub fn parse(raw: &str, allow_http: bool) -> Result<EndpointUrl, SpecError> {
@@ -106,7 +124,8 @@ impl EndpointUrl {
                      the endpoint with --allow-http",
                 ));
             }
-            // Credentials come from NATS_CREDENTIALS, refused above in the URL.
+            // Credentials come from NATS_CREDENTIALS, refused above in the
+            // URL. Without --allow-http the connection requires TLS.
             "nats" => {}
             other => {
                 return Err(refuse(
@@ -115,20 +134,27 @@ impl EndpointUrl {
                 ));
             }
         }
-        Ok(EndpointUrl(url))
+        let plaintext = url.scheme() == "http" || (url.scheme() == "nats" && allow_http);
+        Ok(EndpointUrl { url, plaintext })
     }
 
     pub fn as_str(&self) -> &str {
-        self.0.as_str()
+        self.url.as_str()
+    }
+
+    /// Whether events go in the clear: http://, or nats:// added with
+    /// `--allow-http` (stored as `allow_http`).
+    pub fn is_plaintext(&self) -> bool {
+        self.plaintext
     }
 
     pub fn is_http(&self) -> bool {
-        self.0.scheme() == "http"
+        self.url.scheme() == "http"
     }
 
     /// A NATS server, whose endpoint publishes to a JetStream stream.
     pub fn is_nats(&self) -> bool {
-        self.0.scheme() == "nats"
+        self.url.scheme() == "nats"
     }
 }
 
@@ -317,6 +343,22 @@ impl SigningSecret {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn shown_urls_carry_no_userinfo() {
+        assert_eq!(
+            without_userinfo("https://ops:hunter2@hooks.example.com:8443/in?t=1"),
+            "https://hooks.example.com:8443/in?t=1"
+        );
+        assert_eq!(
+            without_userinfo("https://a@b:c@hooks.example.com/x@y"),
+            "https://hooks.example.com/x@y"
+        );
+        assert_eq!(
+            without_userinfo("nats://127.0.0.1:4222"),
+            "nats://127.0.0.1:4222"
+        );
+    }
 
     #[test]
     fn names_are_short_and_plain() {

@@ -34,6 +34,11 @@ pub enum StoreError {
          wait for them to finish (or for their leases to expire) and remove it then"
     )]
     DeliveriesRunning { name: String, count: i64 },
+    #[error(
+        "there are already {max} endpoints, the most ENDPOINTS_MAX allows; remove one \
+         (`outbox-relay endpoints remove NAME`) or raise ENDPOINTS_MAX"
+    )]
+    TooMany { max: u32 },
     #[error("cannot set the endpoint's delivery limits: {0}")]
     Limit(#[from] crate::outbox::KeyLimitError),
     #[error(transparent)]
@@ -82,10 +87,32 @@ impl Endpoint {
     }
 }
 
-/// Adds an endpoint, with the limits of its key. A name already taken is
-/// refused and nothing is written.
+/// `ENDPOINTS_MAX` when not set. Each endpoint gets a delivery job per event
+/// and a concurrency key the claim walks: without a cap, a script run wild
+/// (or a stolen operator credential) multiplies every order's work.
+pub const DEFAULT_MAX_ENDPOINTS: u32 = 100;
+
+/// Adds an endpoint, with the limits of its key, if fewer than
+/// [`DEFAULT_MAX_ENDPOINTS`] exist. A name already taken is refused and
+/// nothing is written.
 pub fn add(conn: &mut PgConnection, new: &NewEndpoint) -> Result<Endpoint, StoreError> {
+    add_within(conn, new, DEFAULT_MAX_ENDPOINTS)
+}
+
+/// [`add`], refusing it when `max` endpoints exist already.
+pub fn add_within(
+    conn: &mut PgConnection,
+    new: &NewEndpoint,
+    max: u32,
+) -> Result<Endpoint, StoreError> {
     conn.transaction(|conn| {
+        // Two adds at once must not both see room for one more.
+        diesel::sql_query("SELECT pg_advisory_xact_lock(hashtext('outbox-relay endpoints add'))")
+            .execute(conn)?;
+        let existing: i64 = endpoints::table.count().get_result(conn)?;
+        if existing >= i64::from(max) {
+            return Err(StoreError::TooMany { max });
+        }
         let endpoint = insert(conn, new)?;
         super::throttle::sync(conn, endpoint.id, None)?;
         Ok(endpoint)
@@ -101,7 +128,7 @@ fn insert(conn: &mut PgConnection, new: &NewEndpoint) -> Result<Endpoint, StoreE
             endpoints::rate_limit.eq(new.rate_limit.map(RateLimit::per_second)),
             endpoints::max_in_flight.eq(new.max_in_flight),
             endpoints::secret.eq(new.secret.expose()),
-            endpoints::allow_http.eq(new.url.is_http()),
+            endpoints::allow_http.eq(new.url.is_plaintext()),
             endpoints::stream.eq(new.nats.as_ref().map(|n| n.stream.as_str())),
             endpoints::subject_prefix.eq(new.nats.as_ref().map(|n| n.subject_prefix.as_str())),
         ))

@@ -51,6 +51,15 @@ impl CustomerEmail {
         if trimmed.chars().count() > MAX_EMAIL_CHARS {
             return Err(format!("must be at most {MAX_EMAIL_CHARS} characters"));
         }
+        if let Some(c) = trimmed
+            .chars()
+            .find(|c| crate::text::is_invisible_format_control(*c))
+        {
+            return Err(format!(
+                "must not contain invisible format characters (found {})",
+                c.escape_unicode()
+            ));
+        }
         trimmed
             .parse::<lettre::Address>()
             .map_err(|e| format!("is not an email address ({e})"))?;
@@ -78,6 +87,15 @@ impl DisplayText {
         }
         if trimmed.chars().any(char::is_control) {
             return Err("must not contain control characters".into());
+        }
+        if let Some(c) = trimmed
+            .chars()
+            .find(|c| crate::text::is_invisible_format_control(*c))
+        {
+            return Err(format!(
+                "must not contain invisible format characters (found {})",
+                c.escape_unicode()
+            ));
         }
         Ok(DisplayText(trimmed.to_owned()))
     }

@@ -270,9 +270,24 @@ pub(in crate::admin) async fn endpoint(
 /// Scheme, host and port: the path and query of a receiver's URL often
 /// carry a token, and the dashboard shows them to every viewer.
 fn origin(url: &str) -> String {
+    let url = crate::endpoints::spec::without_userinfo(url);
     let Some((scheme, rest)) = url.split_once("://") else {
         return String::new();
     };
     let end = rest.find(['/', '?', '#']).unwrap_or(rest.len());
     format!("{scheme}://{}", &rest[..end])
+}
+
+#[cfg(test)]
+mod tests {
+    use super::origin;
+
+    #[test]
+    fn the_origin_shown_drops_userinfo_path_and_query() {
+        assert_eq!(
+            origin("https://ops:hunter2@hooks.example.com:8443/in/tok?k=v"),
+            "https://hooks.example.com:8443"
+        );
+        assert_eq!(origin("http://user@127.0.0.1:9/x"), "http://127.0.0.1:9");
+    }
 }

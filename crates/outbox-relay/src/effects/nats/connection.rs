@@ -48,12 +48,49 @@ pub enum ConnectError {
     },
     #[error("cannot connect to the NATS server at {url}: {detail}")]
     Unreachable { url: String, detail: String },
+    #[error("the NATS server at {url} is refused: {detail}")]
+    Forbidden { url: String, detail: String },
     #[error("{0}")]
     Credentials(String),
 }
 
+/// How a connection to a NATS server may be made.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash)]
+pub struct Transport {
+    /// The endpoint was added with `--allow-http`: a server without TLS is
+    /// accepted. Otherwise TLS is required, and a plaintext server refused.
+    pub plaintext: bool,
+    /// `WEBHOOK_ALLOW_PRIVATE`: the server may be on a loopback, private or
+    /// link-local address.
+    pub allow_private: bool,
+}
+
+impl Transport {
+    /// Refuses `url` whose host is, or resolves to, an address this
+    /// transport must not reach. The client resolves the name again when it
+    /// connects, and on each reconnection: a name an attacker controls can
+    /// still change between the two (see docs/security.md).
+    async fn check(&self, url: &str) -> Result<(), ConnectError> {
+        if self.allow_private {
+            return Ok(());
+        }
+        let parsed = url::Url::parse(url).map_err(|e| ConnectError::Unreachable {
+            url: url.to_owned(),
+            detail: format!("not a URL: {e}"),
+        })?;
+        let host = parsed.host_str().unwrap_or_default();
+        crate::effects::webhook::guard::check_host(host, parsed.port().unwrap_or(4222))
+            .await
+            .map_err(|detail| ConnectError::Forbidden {
+                url: url.to_owned(),
+                detail,
+            })
+    }
+}
+
 async fn options(
     credentials: Option<&NatsCredentials>,
+    transport: Transport,
 ) -> Result<async_nats::ConnectOptions, ConnectError> {
     let options = match credentials {
         Some(credentials) => async_nats::ConnectOptions::with_credentials_file(credentials.path())
@@ -67,6 +104,11 @@ async fn options(
         None => async_nats::ConnectOptions::new(),
     };
     Ok(options
+        // A server's INFO lists the other servers of its cluster, and the
+        // client would connect to them when this one goes away: addresses
+        // the endpoint's URL never named, and that no check here has seen.
+        .ignore_discovered_servers()
+        .require_tls(!transport.plaintext)
         .name(concat!("outbox-relay/", env!("CARGO_PKG_VERSION")))
         .connection_timeout(CONNECT_TIMEOUT)
         .request_timeout(Some(PUBLISH_TIMEOUT)))
@@ -77,10 +119,12 @@ async fn options(
 pub async fn connect_once(
     url: &str,
     credentials: Option<&NatsCredentials>,
+    transport: Transport,
 ) -> Result<async_nats::Client, ConnectError> {
-    let options = options(credentials).await?;
+    transport.check(url).await?;
+    let options = options(credentials, transport).await?;
     options.connect(url).await.map_err(|e| {
-        let detail = super::super::error_chain(&e);
+        let detail = tls_hint(super::super::error_chain(&e), transport);
         match e.kind() {
             async_nats::ConnectErrorKind::AuthorizationViolation
             | async_nats::ConnectErrorKind::Authentication => ConnectError::Refused {
@@ -97,6 +141,24 @@ pub async fn connect_once(
             },
         }
     })
+}
+
+/// A failed connection's error, with what to do when TLS was the trouble.
+fn tls_hint(detail: String, transport: Transport) -> String {
+    let lower = detail.to_ascii_lowercase();
+    // rustls meeting a server that answers in plaintext reports a corrupt
+    // message of an invalid content type.
+    let tls_trouble = ["tls", "handshake", "certificate", "corrupt message"]
+        .iter()
+        .any(|needle| lower.contains(needle));
+    if !transport.plaintext && tls_trouble {
+        format!(
+            "{detail} (TLS is required: a nats:// server without TLS needs the endpoint \
+             added with --allow-http, which sends events and credentials in the clear)"
+        )
+    } else {
+        detail
+    }
 }
 
 /// A relay's connection to one server, and what the server last complained
@@ -146,13 +208,17 @@ impl Connection {
 #[derive(Debug, Clone, Default)]
 pub struct NatsConnections {
     credentials: Option<NatsCredentials>,
-    by_url: Arc<tokio::sync::Mutex<HashMap<String, Connection>>>,
+    allow_private: bool,
+    by_url: Arc<tokio::sync::Mutex<HashMap<(String, bool), Connection>>>,
 }
 
 impl NatsConnections {
-    pub fn new(credentials: Option<NatsCredentials>) -> NatsConnections {
+    /// Connections with `credentials` (`NATS_CREDENTIALS`), to servers on
+    /// public addresses only unless `allow_private` (`WEBHOOK_ALLOW_PRIVATE`).
+    pub fn new(credentials: Option<NatsCredentials>, allow_private: bool) -> NatsConnections {
         NatsConnections {
             credentials,
+            allow_private,
             by_url: Arc::default(),
         }
     }
@@ -160,15 +226,21 @@ impl NatsConnections {
     /// The connection to `url`, made on first use. A server that is down
     /// does not fail this: the connection keeps trying in the background and
     /// publishes meanwhile time out, to be retried.
-    pub async fn get(&self, url: &str) -> Result<Connection, ConnectError> {
+    pub async fn get(&self, url: &str, plaintext: bool) -> Result<Connection, ConnectError> {
+        let transport = Transport {
+            plaintext,
+            allow_private: self.allow_private,
+        };
+        let key = (url.to_owned(), plaintext);
         let mut by_url = self.by_url.lock().await;
-        if let Some(connection) = by_url.get(url) {
+        if let Some(connection) = by_url.get(&key) {
             return Ok(connection.clone());
         }
+        transport.check(url).await?;
         let last_server_error: Arc<std::sync::Mutex<Option<(Instant, String)>>> = Arc::default();
         let errors = last_server_error.clone();
         let logged_url = url.to_owned();
-        let client = options(self.credentials.as_ref())
+        let client = options(self.credentials.as_ref(), transport)
             .await?
             .retry_on_initial_connect()
             .max_reconnects(None)
@@ -191,7 +263,7 @@ impl NatsConnections {
             jetstream,
             last_server_error,
         };
-        by_url.insert(url.to_owned(), connection.clone());
+        by_url.insert(key, connection.clone());
         Ok(connection)
     }
 

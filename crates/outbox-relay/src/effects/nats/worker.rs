@@ -56,6 +56,8 @@ struct Target {
     url: String,
     stream: Option<String>,
     subject_prefix: Option<String>,
+    /// Added with `--allow-http`: a server without TLS is accepted.
+    plaintext: bool,
 }
 
 impl Worker<OrderPublish> for PublishWorker {
@@ -86,10 +88,11 @@ impl PublishWorker {
             traceparent: crate::trace_context::current_traceparent(),
             body,
         };
-        let connection =
-            self.connections.get(&target.url).await.map_err(|e| {
-                failure(ErrorClass::Retryable, &target.name, stream, &e.to_string())
-            })?;
+        let connection = self
+            .connections
+            .get(&target.url, target.plaintext)
+            .await
+            .map_err(|e| failure(ErrorClass::Retryable, &target.name, stream, &e.to_string()))?;
         let result = if connection.connected_within(CONNECTED_GRACE).await {
             classify_publish(&connection, &target.name, &publication).await
         } else {
@@ -132,6 +135,7 @@ impl PublishWorker {
                     endpoints::url,
                     endpoints::stream,
                     endpoints::subject_prefix,
+                    endpoints::allow_http,
                 ))
                 .first::<Target>(conn)
                 .optional()?)

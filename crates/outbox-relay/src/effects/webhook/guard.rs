@@ -20,10 +20,12 @@ use reqwest::dns::{Addrs, Name, Resolve, Resolving};
 pub fn is_forbidden(ip: IpAddr) -> bool {
     match ip {
         IpAddr::V4(v4) => is_forbidden_v4(v4),
-        IpAddr::V6(v6) => match v6.to_ipv4_mapped() {
+        IpAddr::V6(v6) => match (v6.to_ipv4_mapped(), v6.segments()) {
             // ::ffff:127.0.0.1 reaches 127.0.0.1.
-            Some(v4) => is_forbidden_v4(v4),
-            None => is_forbidden_v6(v6),
+            (Some(v4), _) => is_forbidden_v4(v4),
+            // ::ffff:0:a.b.c.d (IPv4-translated, SIIT) reaches a.b.c.d too.
+            (None, [0, 0, 0, 0, 0xffff, 0, c, d]) => is_forbidden_v4(embedded_v4(c, d)),
+            (None, _) => is_forbidden_v6(v6),
         },
     }
 }
@@ -52,17 +54,53 @@ fn is_forbidden_v6(ip: Ipv6Addr) -> bool {
     ip.is_loopback()
         || ip.is_unspecified()
         || ip.is_multicast()
-        // fc00::/7 unique local, fe80::/10 link-local, 2001:db8::/32 documentation.
+        // fc00::/7 unique local, fe80::/10 link-local, fec0::/10 site-local
+        // (deprecated, still routed inside some networks), 2001:db8::/32
+        // documentation.
         || (first & 0xfe00) == 0xfc00
         || (first & 0xffc0) == 0xfe80
+        || (first & 0xffc0) == 0xfec0
+        // 64:ff9b:1::/48: NAT64 prefixes for local use, which translate to
+        // the operator's own IPv4 networks.
+        || (first == 0x0064 && ip.segments()[1] == 0xff9b && ip.segments()[2] == 0x0001)
         || (first == 0x2001 && ip.segments()[1] == 0x0db8)
         // 64:ff9b::/96 (NAT64) embeds an IPv4 address, which may be private.
         || (first == 0x0064 && ip.segments()[1] == 0xff9b && {
             let [.., c, d] = ip.segments();
-            let [c1, c2] = c.to_be_bytes();
-            let [d1, d2] = d.to_be_bytes();
-            is_forbidden_v4(Ipv4Addr::new(c1, c2, d1, d2))
+            is_forbidden_v4(embedded_v4(c, d))
         })
+}
+
+/// The IPv4 address in the last 32 bits of an IPv6 address.
+fn embedded_v4(c: u16, d: u16) -> Ipv4Addr {
+    let [c1, c2] = c.to_be_bytes();
+    let [d1, d2] = d.to_be_bytes();
+    Ipv4Addr::new(c1, c2, d1, d2)
+}
+
+/// Refuses `host` (a name or a literal address) when it is, or resolves to,
+/// a forbidden address: for clients that resolve names themselves (NATS),
+/// where the check cannot sit in the resolver, so every address must pass.
+pub async fn check_host(host: &str, port: u16) -> Result<(), String> {
+    let host = host.trim_start_matches('[').trim_end_matches(']');
+    let found: Vec<SocketAddr> = tokio::net::lookup_host((host, port))
+        .await
+        .map_err(|e| format!("cannot resolve {host}: {e}"))?
+        .collect();
+    let forbidden: Vec<String> = found
+        .iter()
+        .filter(|addr| is_forbidden(addr.ip()))
+        .map(|addr| addr.ip().to_string())
+        .collect();
+    if forbidden.is_empty() {
+        Ok(())
+    } else {
+        Err(format!(
+            "{host} is or resolves to loopback, private or link-local addresses ({}); \
+             connections to them are refused (WEBHOOK_ALLOW_PRIVATE=true allows them)",
+            forbidden.join(", ")
+        ))
+    }
 }
 
 /// Refuses a URL whose host is a literal forbidden address.
@@ -153,6 +191,35 @@ mod tests {
             let ip: IpAddr = allowed.parse().expect(allowed);
             assert!(!is_forbidden(ip), "{allowed} is refused");
         }
+    }
+
+    #[test]
+    fn translated_local_nat64_and_site_local_ipv6_forms_are_refused() {
+        for forbidden in [
+            // IPv4-translated (SIIT) forms of private and loopback addresses.
+            "::ffff:0:127.0.0.1",
+            "::ffff:0:10.0.0.1",
+            "::ffff:0:169.254.169.254",
+            // Local-use NAT64, whatever IPv4 address it embeds.
+            "64:ff9b:1::a00:1",
+            "64:ff9b:1:ffff::5db8:d822",
+            // Site-local.
+            "fec0::1",
+            "feff:ffff::1",
+        ] {
+            let ip: IpAddr = forbidden.parse().expect(forbidden);
+            assert!(is_forbidden(ip), "{forbidden} is allowed");
+        }
+        let public: IpAddr = "::ffff:0:93.184.216.34".parse().expect("an address");
+        assert!(!is_forbidden(public));
+    }
+
+    #[tokio::test]
+    async fn a_host_a_client_resolves_itself_must_have_only_public_addresses() {
+        assert!(check_host("127.0.0.1", 4222).await.is_err());
+        assert!(check_host("[::1]", 4222).await.is_err());
+        assert!(check_host("localhost", 4222).await.is_err());
+        assert!(check_host("93.184.216.34", 4222).await.is_ok());
     }
 
     #[test]
