@@ -705,6 +705,7 @@ async fn the_serve_command_takes_orders_and_exits_0_on_sigterm() {
             .arg("serve")
             .env("DATABASE_URL", &db.url)
             .env("API_ADDR", "127.0.0.1:0")
+            .env("METRICS_ADDR", "127.0.0.1:0")
             .env("JOB_MAX_ATTEMPTS", "5")
             .env("LINK_SIGNING_KEY", crate::support::app::LINK_SIGNING_KEY)
             .stdout(Stdio::piped())

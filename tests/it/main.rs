@@ -19,6 +19,7 @@ mod endpoint_delivery;
 mod endpoints;
 mod faults;
 mod front_door;
+mod front_door_auth;
 mod metrics;
 mod nats;
 mod orders;

@@ -49,6 +49,12 @@ pub enum ApiError {
     Forbidden { scope: crate::api_keys::Scope },
     #[error("too many requests with this API key; retry in {retry_after_seconds}s")]
     RateLimited { retry_after_seconds: u64 },
+    /// Before authentication: this address spent its budget of failed or
+    /// unauthenticated requests (`API_ADDRESS_LIMIT`).
+    #[error(
+        "too many failed or unauthenticated requests from this address; retry in {retry_after_seconds}s"
+    )]
+    AddressRateLimited { retry_after_seconds: u64 },
     #[error("there is no order {0}")]
     OrderNotFound(String),
     #[error("the receipt of order {0} is not rendered yet; try again later")]
@@ -123,7 +129,9 @@ impl ApiError {
             }
             ApiError::Unauthorized(_) => StatusCode::UNAUTHORIZED,
             ApiError::Forbidden { .. } => StatusCode::FORBIDDEN,
-            ApiError::RateLimited { .. } => StatusCode::TOO_MANY_REQUESTS,
+            ApiError::RateLimited { .. } | ApiError::AddressRateLimited { .. } => {
+                StatusCode::TOO_MANY_REQUESTS
+            }
             ApiError::OrderNotFound(_)
             | ApiError::ReceiptNotReady(_)
             | ApiError::RouteNotFound(_) => StatusCode::NOT_FOUND,
@@ -150,7 +158,7 @@ impl ApiError {
             ApiError::InvalidTransition { .. } => "invalid_transition",
             ApiError::Unauthorized(_) => "unauthorized",
             ApiError::Forbidden { .. } => "forbidden",
-            ApiError::RateLimited { .. } => "rate_limited",
+            ApiError::RateLimited { .. } | ApiError::AddressRateLimited { .. } => "rate_limited",
             ApiError::OrderNotFound(_) => "order_not_found",
             ApiError::ReceiptNotReady(_) => "receipt_not_ready",
             ApiError::RouteNotFound(_) => "not_found",
@@ -218,6 +226,9 @@ impl IntoResponse for ApiError {
                 );
             }
             ApiError::RateLimited {
+                retry_after_seconds,
+            }
+            | ApiError::AddressRateLimited {
                 retry_after_seconds,
             } => {
                 headers.insert(header::RETRY_AFTER, HeaderValue::from(*retry_after_seconds));

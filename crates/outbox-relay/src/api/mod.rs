@@ -1,14 +1,17 @@
 //! The order HTTP API (docs/api.md), on axum.
 //!
-//! - [`auth`]: the scope each `/orders` route needs, checked in one place
-//!   (401, 403, the per-key 429 of [`rate_limit`]);
+//! - [`auth`]: the key and the scope each `/orders` route needs, checked in
+//!   one place before the body is read (401, 403, the per-key 429 of
+//!   [`rate_limit`]);
+//! - `address_limit`: the per-address limit before authentication;
 //! - `orders`: `POST /orders`, `GET /orders/{id}`, `GET /orders/{id}/receipt.pdf`;
 //! - `receipt_link`: the signed customer link to a receipt, and its refusal page;
 //! - [`client_addr`]: the client's address, through `TRUSTED_PROXIES`;
 //! - `body`: reading a JSON body by hand, so every rejection is a JSON error;
 //! - [`error`]: [`ApiError`], the one error of every handler, and the one place
 //!   that maps it to a status and a body;
-//! - `ops`: `GET /healthz`, `GET /metrics`, unknown routes and methods;
+//! - `ops`: `GET /healthz`, unknown routes and methods; `health`: the
+//!   background check `/healthz` reads;
 //! - `middleware`: the span, the HTTP metrics and the time limit of each request;
 //! - `state`: what handlers share, including the gate in front of the pool;
 //! - [`admin`]: the operator dashboard under `/admin` (when `ADMIN_TOKEN` is set).
@@ -28,11 +31,13 @@
 //! # }
 //! ```
 
+mod address_limit;
 pub mod admin;
 pub mod auth;
 mod body;
 pub mod client_addr;
 pub mod error;
+mod health;
 mod middleware;
 mod ops;
 mod orders;
@@ -50,6 +55,7 @@ use axum::routing::{get, post};
 use tokio_util::sync::CancellationToken;
 use tower_http::trace::{DefaultOnResponse, TraceLayer};
 
+pub use address_limit::DEFAULT_ADDRESS_LIMIT;
 pub use auth::{ApiAuth, RateLimit};
 pub use body::MAX_BODY_BYTES;
 pub use error::ApiError;
@@ -59,7 +65,7 @@ use crate::api_keys::Scope;
 use crate::db::{self, PgPool, PoolOptions};
 use crate::http_server::ConnectionLimits;
 use crate::outbox::Waker;
-use crate::telemetry::{QueueDepthGauge, metrics_handle, run_metrics_upkeep};
+use crate::telemetry::{metrics_handle, run_metrics_upkeep};
 use auth::Required;
 
 pub const DEFAULT_POOL_SIZE: u32 = 16;
@@ -89,7 +95,8 @@ pub struct ApiSettings {
     pub db_wait: Duration,
     /// `statement_timeout` of the API's connections.
     pub statement_timeout: Duration,
-    /// How long `/metrics` reuses its count of jobs by status.
+    /// How long `/metrics` (on the metrics listener) reuses its count of
+    /// jobs by status.
     pub queue_depth_ttl: Duration,
     /// After shutdown is asked for, how long in-flight requests may finish.
     pub shutdown_grace: Duration,
@@ -105,6 +112,12 @@ pub struct ApiSettings {
     /// Requests per key at most (`API_RATE_LIMIT`), counted in this process;
     /// `None`: no limit.
     pub rate_limit: Option<RateLimit>,
+    /// Failed or unauthenticated requests per client address at most
+    /// (`API_ADDRESS_LIMIT`), before authentication; `None`: no limit.
+    pub address_limit: Option<RateLimit>,
+    /// The proxies whose `X-Forwarded-For` names the client
+    /// (`TRUSTED_PROXIES`).
+    pub trusted_proxies: client_addr::TrustedProxies,
 }
 
 impl Default for ApiSettings {
@@ -122,6 +135,8 @@ impl Default for ApiSettings {
             receipt_links: None,
             auth: ApiAuth::Keys,
             rate_limit: None,
+            address_limit: DEFAULT_ADDRESS_LIMIT.parse().ok(),
+            trusted_proxies: client_addr::TrustedProxies::default(),
         }
     }
 }
@@ -143,33 +158,41 @@ pub fn connect(database_url: &str, settings: &ApiSettings) -> PgPool {
 }
 
 /// The routes and their layers, ready to serve.
-fn router(pool: PgPool, settings: ApiSettings, waker: Waker) -> Router {
+fn router(settings: ApiSettings, db: state::Db, waker: Waker) -> Router {
     // Installs the recorder before the first request records anything.
     let _ = metrics_handle();
     let state = state::AppState {
         enqueuer: crate::orders::order_enqueuer().wake_after_commit(waker),
-        db: state::Db::new(pool, settings.db_wait),
-        queue_depth: Arc::new(QueueDepthGauge::new(settings.queue_depth_ttl)),
+        db,
         settings: Arc::new(settings.clone()),
-        limiter: settings
-            .rate_limit
-            .and_then(rate_limit::RateLimiter::new)
-            .map(Arc::new),
     };
-    // What each route needs, next to it: checked by auth::authorize and,
-    // on the request's connection, by AppState::run_as.
+    let limiter = settings
+        .rate_limit
+        .and_then(rate_limit::RateLimiter::new)
+        .map(Arc::new);
+    let by_address = address_limit::AddressGate {
+        limiter: settings
+            .address_limit
+            .map(|limit| Arc::new(address_limit::AddressLimiter::new(limit))),
+        trusted_proxies: settings.trusted_proxies.clone(),
+    };
+    // What each route needs, next to it: checked by auth::authorize before
+    // the handler reads anything.
     let needs = |required| {
         axum::middleware::from_fn_with_state(
             auth::Gate {
                 auth: settings.auth,
                 required,
+                db: state.db.clone(),
+                limiter: limiter.clone(),
             },
             auth::authorize,
         )
     };
     // Layers run outside-in in the reverse order of the calls: the span
     // first, so metrics, timeouts and handlers all log inside it; metrics
-    // outside the time limit, so a timed-out request is counted as its 503.
+    // outside the time limit, so a timed-out request is counted as its 503;
+    // the address limit before anything reads the request.
     Router::new()
         .route(
             "/orders",
@@ -188,7 +211,6 @@ fn router(pool: PgPool, settings: ApiSettings, waker: Waker) -> Router {
             post(orders::transition).route_layer(needs(Required::ActionScope)),
         )
         .route("/healthz", get(ops::healthz))
-        .route("/metrics", get(ops::metrics))
         .merge(admin::routes(state.db.clone(), settings.admin.as_ref()))
         .fallback(ops::route_not_found)
         .method_not_allowed_fallback(ops::method_not_allowed)
@@ -196,6 +218,10 @@ fn router(pool: PgPool, settings: ApiSettings, waker: Waker) -> Router {
         .layer(axum::middleware::from_fn_with_state(
             settings.request_timeout,
             middleware::enforce_timeout,
+        ))
+        .layer(axum::middleware::from_fn_with_state(
+            by_address,
+            address_limit::limit_by_address,
         ))
         .layer(axum::middleware::from_fn(middleware::record_metrics))
         .layer(
@@ -221,7 +247,11 @@ pub struct Application {
     shutdown_grace: Duration,
     connections: ConnectionLimits,
     pool: PgPool,
+    db: state::Db,
     waker: Waker,
+    /// The listener of `/metrics` (`METRICS_ADDR`), if any.
+    metrics: Option<tokio::net::TcpListener>,
+    queue_depth_ttl: Duration,
 }
 
 impl Application {
@@ -243,19 +273,36 @@ impl Application {
                  For local development only."
             );
         }
+        let db = state::Db::new(pool.clone(), settings.db_wait);
+        let queue_depth_ttl = settings.queue_depth_ttl;
         Ok(Application {
             listener,
             local_addr,
-            router: router(pool.clone(), settings, waker.clone()),
+            router: router(settings, db.clone(), waker.clone()),
             shutdown_grace,
             connections,
             pool,
+            db,
             waker,
+            metrics: None,
+            queue_depth_ttl,
         })
+    }
+
+    /// Serves `/metrics` (and the relay's `/healthz`, `/readyz`, `/livez`
+    /// shape) on `listener`, apart from the public port (`METRICS_ADDR`).
+    pub fn with_metrics(mut self, listener: tokio::net::TcpListener) -> Application {
+        self.metrics = Some(listener);
+        self
     }
 
     pub fn local_addr(&self) -> SocketAddr {
         self.local_addr
+    }
+
+    /// The metrics listener's address, if [`Application::with_metrics`] gave one.
+    pub fn metrics_addr(&self) -> Option<SocketAddr> {
+        self.metrics.as_ref().and_then(|l| l.local_addr().ok())
     }
 
     /// Serves until `shutdown` is cancelled, then stops accepting, lets
@@ -263,6 +310,23 @@ impl Application {
     pub async fn run_until_stopped(self, shutdown: CancellationToken) -> std::io::Result<()> {
         let upkeep = CancellationToken::new();
         tokio::spawn(run_metrics_upkeep(upkeep.clone()));
+        // The first check before the first request, so `/healthz` has an
+        // answer from the start; then one a second, whatever the probes.
+        health::check(&self.db).await;
+        tokio::spawn(health::run_checks(self.db.clone(), upkeep.clone()));
+        if let Some(metrics) = self.metrics {
+            let addr = metrics.local_addr()?;
+            tokio::spawn(crate::telemetry::serve_metrics(
+                metrics,
+                self.pool.clone(),
+                self.connections.clone(),
+                Arc::new(std::sync::OnceLock::new()),
+                None,
+                self.queue_depth_ttl,
+                upkeep.clone(),
+            ));
+            tracing::info!(%addr, "serving the API's /metrics");
+        }
         // Stopped after the last request, so it sends that one's wake-up too.
         tokio::spawn(self.waker.run(self.pool, upkeep.clone()));
         tracing::info!(addr = %self.local_addr, "serving the order API");

@@ -21,7 +21,7 @@ use diesel::prelude::*;
 use diesel::sql_types::{Array, BigInt, Bool, Integer, Jsonb, Nullable, Text};
 use serde_json::Value;
 
-use super::idempotency::IdempotencyKey;
+use super::idempotency::{Cause, IdempotencyKey};
 use super::jobs::{ConfirmationEmail, OrderPublish, OrderWebhook, new_job};
 use super::{DEFAULT_ENDPOINT, OrderId, email_key, webhook_key};
 use crate::outbox::{JobOptions, NewJob};
@@ -60,16 +60,18 @@ pub(super) struct RecordedEvent {
 
 /// Inserts event `seq` of the order and reads its subscribers, and whether
 /// its legacy key still has unfinished jobs, in one statement. The caller
-/// holds the order row's lock.
+/// holds the order row's lock. `key`: the request's Idempotency-Key and the
+/// hash of the request, stored with the event.
 pub(super) fn record_event(
     conn: &mut PgConnection,
     order_id: OrderId,
     seq: i32,
     event_type: &str,
     data: Value,
-    key: Option<&IdempotencyKey>,
-    request_hash: Option<&str>,
+    key: Option<(&IdempotencyKey, &str)>,
+    cause: Cause,
 ) -> QueryResult<RecordedEvent> {
+    let (key, request_hash) = key.unzip();
     diesel::sql_query(include_str!("sql/record_event.sql"))
         .bind::<BigInt, _>(order_id)
         .bind::<Integer, _>(seq)
@@ -77,7 +79,7 @@ pub(super) fn record_event(
         .bind::<Jsonb, _>(data)
         .bind::<Nullable<Text>, _>(key.map(IdempotencyKey::as_str))
         .bind::<Nullable<Text>, _>(request_hash)
-        .bind::<Nullable<BigInt>, _>(key.and_then(IdempotencyKey::api_key_id))
+        .bind::<Nullable<BigInt>, _>(cause.api_key_id)
         .bind::<Text, _>(webhook_key(order_id.get()))
         .bind::<Text, _>(DEFAULT_ENDPOINT)
         .get_result(conn)

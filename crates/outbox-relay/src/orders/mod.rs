@@ -28,15 +28,17 @@ pub use domain::{
 };
 pub use events::{delivery_key, endpoint_key};
 pub use id::OrderId;
-pub use idempotency::IdempotencyKey;
+pub use idempotency::{Cause, IdempotencyKey};
 pub use jobs::{new_job, order_enqueuer};
-pub use place::{PlaceOrderError, Placed, PlacedOrder, Placement, place_order};
+pub use place::{PlaceOrderError, Placed, PlacedOrder, Placement, place_order, place_order_by};
 pub use read::{
     Order, OrderEvent, OrderItem, OrderJob, load_event, load_events, load_order, load_order_events,
     load_order_jobs, load_orders,
 };
 pub use status::OrderStatus;
-pub use transition::{Transition, TransitionError, TransitionOutcome, transition_order};
+pub use transition::{
+    Transition, TransitionError, TransitionOutcome, transition_order, transition_order_by,
+};
 
 /// The name of the endpoint that `WEBHOOK_URL` / `WEBHOOK_SECRET` keep, and
 /// that deliveries queued without an endpoint go to.

@@ -12,7 +12,7 @@ use serde::Deserialize;
 
 use super::domain::{DisplayText, ValidationError};
 use super::events::{KeyAge, event_email, next_seq, record_event};
-use super::idempotency::IdempotencyKey;
+use super::idempotency::{Cause, IdempotencyKey};
 use super::json::{from_json, required};
 use super::{OrderId, OrderStatus};
 use crate::outbox::Enqueuer;
@@ -194,6 +194,30 @@ pub fn transition_order(
     key: Option<&IdempotencyKey>,
     max_attempts: i32,
 ) -> Result<TransitionOutcome, TransitionError> {
+    transition_order_by(
+        conn,
+        enqueuer,
+        order_id,
+        transition,
+        key,
+        max_attempts,
+        Cause::of_key(key),
+    )
+}
+
+/// [`transition_order`] on behalf of `cause`, recorded on the event; `key`
+/// is taken in `cause`'s space.
+pub fn transition_order_by(
+    conn: &mut PgConnection,
+    enqueuer: &Enqueuer,
+    order_id: i64,
+    transition: &Transition,
+    key: Option<&IdempotencyKey>,
+    max_attempts: i32,
+    cause: Cause,
+) -> Result<TransitionOutcome, TransitionError> {
+    let key = cause.scope(key);
+    let key = key.as_ref();
     let fingerprint = key.map(|_| fingerprint(order_id, transition));
     let id = OrderId::new(order_id);
     enqueuer.transaction(conn, |conn| {
@@ -253,8 +277,8 @@ pub fn transition_order(
             seq,
             requested.event_type(),
             transition.data(),
-            key,
-            fingerprint.as_deref(),
+            key.zip(fingerprint.as_deref()),
+            cause,
         )?;
         let event_id = event.event_id;
         let mut jobs = event.deliveries(id, max_attempts, KeyAge::Used)?;
