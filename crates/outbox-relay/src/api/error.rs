@@ -101,17 +101,22 @@ fn validation_message(error: &ValidationError) -> String {
 }
 
 /// The `error` object of a JSON error body.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, utoipa::ToSchema)]
 pub struct ErrorBody {
+    /// Stable and machine-readable: `unauthorized`, `validation_failed`, …
+    #[schema(value_type = String)]
     pub code: &'static str,
     pub message: String,
+    /// The path of the field at fault, on validation errors only.
     #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(nullable = false)]
     pub field: Option<String>,
 }
 
 /// `{"error": {...}}`, fields in the order people read them.
-#[derive(Debug, Serialize)]
-struct ErrorEnvelope {
+#[derive(Debug, Serialize, utoipa::ToSchema)]
+#[schema(as = Error)]
+pub(crate) struct ErrorEnvelope {
     error: ErrorBody,
 }
 

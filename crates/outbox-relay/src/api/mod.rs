@@ -39,6 +39,7 @@ pub mod client_addr;
 pub mod error;
 mod health;
 mod middleware;
+mod openapi;
 mod ops;
 mod orders;
 pub mod rate_limit;
@@ -51,9 +52,11 @@ use std::time::Duration;
 
 use axum::Router;
 use axum::extract::DefaultBodyLimit;
-use axum::routing::{get, post};
 use tokio_util::sync::CancellationToken;
 use tower_http::trace::{DefaultOnResponse, TraceLayer};
+use utoipa::OpenApi as _;
+use utoipa_axum::router::OpenApiRouter;
+use utoipa_axum::routes;
 
 pub use address_limit::DEFAULT_ADDRESS_LIMIT;
 pub use auth::{ApiAuth, RateLimit};
@@ -157,8 +160,13 @@ pub fn connect(database_url: &str, settings: &ApiSettings) -> PgPool {
     )
 }
 
-/// The routes and their layers, ready to serve.
-fn router(settings: ApiSettings, db: state::Db, waker: Waker) -> Router {
+/// The routes and their layers, ready to serve, and the OpenAPI document of
+/// the public ones.
+fn router(
+    settings: ApiSettings,
+    db: state::Db,
+    waker: Waker,
+) -> (Router, utoipa::openapi::OpenApi) {
     // Installs the recorder before the first request records anything.
     let _ = metrics_handle();
     let state = state::AppState {
@@ -189,28 +197,40 @@ fn router(settings: ApiSettings, db: state::Db, waker: Waker) -> Router {
             auth::authorize,
         )
     };
+    // Every public route through `routes!`, which registers it and its
+    // document together (see `openapi`).
+    let (public, mut document) = OpenApiRouter::with_openapi(openapi::ApiDoc::openapi())
+        .merge(
+            OpenApiRouter::new()
+                .routes(routes!(orders::place))
+                .route_layer(needs(Required::Scope(Scope::Place))),
+        )
+        .merge(
+            OpenApiRouter::new()
+                .routes(routes!(orders::show))
+                .route_layer(needs(Required::Scope(Scope::Read))),
+        )
+        .merge(
+            OpenApiRouter::new()
+                .routes(routes!(orders::receipt))
+                .route_layer(needs(Required::Receipt)),
+        )
+        .merge(
+            OpenApiRouter::new()
+                .routes(routes!(orders::transition))
+                .route_layer(needs(Required::ActionScope)),
+        )
+        .routes(routes!(ops::healthz))
+        .routes(routes!(openapi::openapi_json))
+        .split_for_parts();
+    openapi::add_links(&mut document);
+    let served = openapi::Served::new(&document);
     // Layers run outside-in in the reverse order of the calls: the span
     // first, so metrics, timeouts and handlers all log inside it; metrics
     // outside the time limit, so a timed-out request is counted as its 503;
     // the address limit before anything reads the request.
-    Router::new()
-        .route(
-            "/orders",
-            post(orders::place).route_layer(needs(Required::Scope(Scope::Place))),
-        )
-        .route(
-            "/orders/{id}",
-            get(orders::show).route_layer(needs(Required::Scope(Scope::Read))),
-        )
-        .route(
-            "/orders/{id}/receipt.pdf",
-            get(orders::receipt).route_layer(needs(Required::Receipt)),
-        )
-        .route(
-            "/orders/{id}/{action}",
-            post(orders::transition).route_layer(needs(Required::ActionScope)),
-        )
-        .route("/healthz", get(ops::healthz))
+    let router = public
+        .layer(axum::Extension(served))
         .merge(admin::routes(state.db.clone(), settings.admin.as_ref()))
         .fallback(ops::route_not_found)
         .method_not_allowed_fallback(ops::method_not_allowed)
@@ -235,7 +255,8 @@ fn router(settings: ApiSettings, db: state::Db, waker: Waker) -> Router {
                 // ApiError logs 5xx with their cause; a second line says less.
                 .on_failure(()),
         )
-        .with_state(state)
+        .with_state(state);
+    (router, document)
 }
 
 /// A bound, configured API, ready to run.
@@ -278,7 +299,7 @@ impl Application {
         Ok(Application {
             listener,
             local_addr,
-            router: router(settings, db.clone(), waker.clone()),
+            router: router(settings, db.clone(), waker.clone()).0,
             shutdown_grace,
             connections,
             pool,
@@ -342,5 +363,54 @@ impl Application {
         upkeep.cancel();
         tracing::info!("order API stopped");
         result
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::BTreeSet;
+
+    use super::*;
+
+    /// The paths a router serves, read from its `Debug` (axum's only view of
+    /// its routes: `path_router: … paths: {RouteId(0): "/orders", …}`); the
+    /// fallback router's catch-all after it is not a route.
+    fn served_paths(router: &Router) -> BTreeSet<String> {
+        let debug = format!("{router:?}");
+        let (routes, _fallbacks) = debug
+            .split_once("fallback_router")
+            .expect("axum's Debug of a Router names its fallback router");
+        routes
+            .split("RouteId(")
+            .skip(1)
+            .filter_map(|part| {
+                let (_, rest) = part.split_once("): \"")?;
+                let (path, _) = rest.split_once('"')?;
+                Some(path.to_owned())
+            })
+            .collect()
+    }
+
+    #[test]
+    fn every_route_the_router_serves_is_in_the_openapi_document_but_the_dashboard() {
+        let settings = ApiSettings {
+            admin: Some(admin::AdminSettings::new(
+                admin::parse_admin_tokens(Some("op:an-operator-token-long-enough-0123"), None)
+                    .expect("a token"),
+            )),
+            ..ApiSettings::default()
+        };
+        // Never connects: the router is only built.
+        let pool = connect("postgres://nobody@127.0.0.1:1/nowhere", &settings);
+        let db = state::Db::new(pool, settings.db_wait);
+        let (router, document) = router(settings, db, Waker::new());
+
+        let served: BTreeSet<String> = served_paths(&router)
+            .into_iter()
+            .filter(|path| path != "/admin" && !path.starts_with("/admin/"))
+            .collect();
+        let documented: BTreeSet<String> = document.paths.paths.keys().cloned().collect();
+        assert!(served.contains("/orders"), "{served:?}");
+        assert_eq!(served, documented, "served and documented paths differ");
     }
 }

@@ -10,6 +10,17 @@ use super::error::ApiError;
 use super::state::AppState;
 
 /// The latest health check's outcome (`health`): no database call here.
+#[utoipa::path(
+    get,
+    path = "/healthz",
+    tag = "operations",
+    operation_id = "health",
+    responses(
+        (status = 200, description = "The database answers", body = super::openapi::Health),
+        (status = 503, description = "It does not", body = super::openapi::Health),
+    ),
+    security(()),
+)]
 pub(crate) async fn healthz(State(state): State<AppState>) -> impl IntoResponse {
     state.db.health().answer()
 }

@@ -12,7 +12,7 @@ use serde::Serialize;
 use super::ApiAuth;
 use super::auth::{ReceiptAccess, Verified};
 use super::body;
-use super::error::ApiError;
+use super::error::{ApiError, ErrorEnvelope};
 use super::receipt_link::{self, LinkCheck};
 use super::state::AppState;
 use crate::orders::{
@@ -24,7 +24,7 @@ use crate::schema::{orders, receipts};
 
 /// The order as the API shows it: the order's own fields at the top level,
 /// with its `items` and its `jobs`.
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, utoipa::ToSchema)]
 pub struct OrderView {
     #[serde(flatten)]
     pub order: Order,
@@ -79,6 +79,27 @@ fn location(order_id: i64) -> HeaderValue {
 /// the database: content type (415), Idempotency-Key (400), size (413), JSON
 /// syntax (400), fields (422). Then one transaction writes the order and its
 /// jobs, or, for a repeated key, finds the earlier order.
+#[utoipa::path(
+    post,
+    path = "/orders",
+    tag = "orders",
+    operation_id = "placeOrder",
+    request_body(content = crate::orders::OrderBody, content_type = "application/json"),
+    params(super::openapi::IdempotencyKeyHeader),
+    responses(
+        (status = 201, description = "The order, placed", body = OrderView,
+            headers(("Location" = String, description = "`/orders/{id}`"))),
+        (status = 200, description = "The order placed earlier with this Idempotency-Key", body = OrderView),
+        (status = 400, description = "Not JSON, or a bad Idempotency-Key", body = ErrorEnvelope),
+        (status = 403, description = "The key lacks `orders:place`", body = ErrorEnvelope),
+        (status = 409, description = "This Idempotency-Key was used for another order", body = ErrorEnvelope),
+        (status = 413, description = "A body over 64 KiB", body = ErrorEnvelope),
+        (status = 415, description = "Not `application/json`", body = ErrorEnvelope),
+        (status = 422, description = "A field that is wrong, named in `field`", body = ErrorEnvelope),
+        super::openapi::Refusals,
+    ),
+    security(("api_key" = ["orders:place"])),
+)]
 pub(crate) async fn place(
     State(state): State<AppState>,
     Extension(verified): Extension<Verified>,
@@ -149,6 +170,34 @@ pub(crate) async fn place(
 /// `POST /orders/{id}/pay`, `/ship`, `/deliver`, `/cancel`: the same checks as
 /// `POST /orders`, in the same order, then one transaction that moves the
 /// order, records the event and enqueues its jobs. `200` with the order.
+#[utoipa::path(
+    post,
+    path = "/orders/{id}/{action}",
+    tag = "orders",
+    operation_id = "transitionOrder",
+    params(
+        ("id" = i64, Path, description = "The order's id", minimum = 1),
+        ("action" = super::openapi::Action, Path, description = "The transition"),
+        super::openapi::IdempotencyKeyHeader,
+    ),
+    request_body(
+        content = super::openapi::TransitionBody,
+        content_type = "application/json",
+        description = "The body of the action: `pay` takes `payment_reference`, `ship` `carrier` and `tracking_number`, `cancel` `reason`, `deliver` nothing",
+    ),
+    responses(
+        (status = 200, description = "The order, moved", body = OrderView),
+        (status = 400, description = "Not JSON, or a bad Idempotency-Key", body = ErrorEnvelope),
+        (status = 403, description = "The key lacks the action's scope", body = ErrorEnvelope),
+        (status = 404, description = "No such order", body = ErrorEnvelope),
+        (status = 409, description = "The order's status does not allow it, or the Idempotency-Key was used for another request", body = ErrorEnvelope),
+        (status = 413, description = "A body over 64 KiB", body = ErrorEnvelope),
+        (status = 415, description = "Not `application/json`", body = ErrorEnvelope),
+        (status = 422, description = "A field that is wrong, named in `field`", body = ErrorEnvelope),
+        super::openapi::Refusals,
+    ),
+    security(("api_key" = ["orders:pay", "orders:ship", "orders:deliver", "orders:cancel"])),
+)]
 pub(crate) async fn transition(
     State(state): State<AppState>,
     Extension(verified): Extension<Verified>,
@@ -224,6 +273,20 @@ pub(crate) async fn transition(
 
 /// `GET /orders/{id}`: with `orders:read:own`, only an order placed with
 /// the same key; any other is a 404, as one that does not exist.
+#[utoipa::path(
+    get,
+    path = "/orders/{id}",
+    tag = "orders",
+    operation_id = "getOrder",
+    params(("id" = i64, Path, description = "The order's id", minimum = 1)),
+    responses(
+        (status = 200, description = "The order, its events and its jobs", body = OrderView),
+        (status = 403, description = "The key lacks `orders:read` and `orders:read:own`", body = ErrorEnvelope),
+        (status = 404, description = "No such order (or, with `orders:read:own`, another key's)", body = ErrorEnvelope),
+        super::openapi::Refusals,
+    ),
+    security(("api_key" = ["orders:read"]), ("api_key" = ["orders:read:own"])),
+)]
 pub(crate) async fn show(
     State(state): State<AppState>,
     Extension(verified): Extension<Verified>,
@@ -248,6 +311,25 @@ pub(crate) async fn show(
 /// signed link from an email (`?expires=…&signature=…`), checked first:
 /// refused, it is a page saying why (403, or 410 once expired), and the
 /// database is never asked.
+#[utoipa::path(
+    get,
+    path = "/orders/{id}/receipt.pdf",
+    tag = "orders",
+    operation_id = "getReceipt",
+    params(
+        ("id" = i64, Path, description = "The order's id", minimum = 1),
+        ("expires" = Option<i64>, Query, description = "A signed link's expiry (unix seconds), as written into emails"),
+        ("signature" = Option<String>, Query, description = "A signed link's signature"),
+    ),
+    responses(
+        (status = 200, description = "The receipt", content_type = "application/pdf", body = Vec<u8>),
+        (status = 403, description = "A key without `orders:read`, or a changed link", body = ErrorEnvelope),
+        (status = 404, description = "No such order, or no receipt yet", body = ErrorEnvelope),
+        (status = 410, description = "An expired link", body = ErrorEnvelope),
+        super::openapi::Refusals,
+    ),
+    security(("api_key" = ["orders:read"]), ("api_key" = ["orders:read:own"]), ()),
+)]
 pub(crate) async fn receipt(
     State(state): State<AppState>,
     Extension(access): Extension<ReceiptAccess>,

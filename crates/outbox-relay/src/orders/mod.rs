@@ -22,6 +22,7 @@ mod status;
 mod transition;
 
 pub use currency::Currency;
+pub(crate) use domain::OrderBody;
 pub use domain::{
     CustomerEmail, DisplayText, MAX_ITEMS, MAX_QUANTITY, MAX_UNIT_PRICE, Money, NewOrder,
     NewOrderItem, Quantity, ValidationError,
@@ -36,6 +37,7 @@ pub use read::{
     load_order_jobs, load_orders,
 };
 pub use status::OrderStatus;
+pub(crate) use transition::{CancelBody, DeliverBody, PayBody, ShipBody};
 pub use transition::{
     Transition, TransitionError, TransitionOutcome, transition_order, transition_order_by,
 };

@@ -38,26 +38,55 @@ const MAX_REFERENCE_CHARS: usize = 200;
 const MAX_REASON_CHARS: usize = 500;
 
 /// The bodies of the transitions as they arrive; as strict as an order's.
-#[derive(Debug, Deserialize)]
+/// Their schemas (`/openapi.json`) state the rules `Transition::parse` holds them to.
+#[derive(Debug, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
-struct PayBody {
+pub(crate) struct PayBody {
+    #[schema(
+        required = true,
+        nullable = false,
+        min_length = 1,
+        max_length = 200,
+        example = "pi_3Nk"
+    )]
     payment_reference: Option<String>,
 }
 
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
-struct ShipBody {
+pub(crate) struct ShipBody {
+    #[schema(
+        required = true,
+        nullable = false,
+        min_length = 1,
+        max_length = 200,
+        example = "DHL"
+    )]
     carrier: Option<String>,
+    #[schema(
+        required = true,
+        nullable = false,
+        min_length = 1,
+        max_length = 200,
+        example = "JD014600006281"
+    )]
     tracking_number: Option<String>,
 }
 
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
-struct DeliverBody {}
+pub(crate) struct DeliverBody {}
 
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
-struct CancelBody {
+pub(crate) struct CancelBody {
+    #[schema(
+        required = true,
+        nullable = false,
+        min_length = 1,
+        max_length = 500,
+        example = "out of stock"
+    )]
     reason: Option<String>,
 }
 
