@@ -24,7 +24,16 @@ use super::error::ErrorEnvelope;
         description = "Orders placed and moved through their workflow, each change with its \
                        emails, receipt and deliveries in one transaction (docs/api.md).",
     ),
-    components(schemas(ErrorEnvelope, Health, Action, TransitionBody)),
+    components(schemas(
+        ErrorEnvelope,
+        Health,
+        Action,
+        TransitionBody,
+        crate::orders::PayBody,
+        crate::orders::ShipBody,
+        crate::orders::DeliverBody,
+        crate::orders::CancelBody,
+    )),
     modifiers(&BearerKeys),
     tags(
         (name = "orders", description = "Every route needs `Authorization: Bearer <key>` with its scope"),
