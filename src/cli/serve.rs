@@ -6,14 +6,15 @@ use std::time::Duration;
 use anyhow::Context as _;
 use clap::Args;
 
-use crate::api::rate_limit::{DEFAULT_RATE_LIMIT, RateLimitSetting, parse_rate_limit};
-use crate::api::{self, ApiAuth, ApiSettings, Application, DEFAULT_ADDRESS_LIMIT};
+use crate::api::key_limit::{DEFAULT_RATE_LIMIT, RateLimitSetting, parse_rate_limit};
+use crate::api::{self, ApiAuth, ApiSettings, DEFAULT_ADDRESS_LIMIT};
 use crate::config::{
     AdminArgs, ConfigError, DEFAULT_API_ADDR, DEFAULT_API_METRICS_ADDR, DatabaseArgs,
     DefaultEndpointArgs, EnqueueArgs, HttpLimitsArgs, LinkArgs, parse_positive_duration,
     parse_socket_addr,
 };
 use crate::db;
+use crate::server::Application;
 
 /// Everything `serve` reads besides the database.
 #[derive(Debug, Clone, Args)]

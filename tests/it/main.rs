@@ -8,6 +8,7 @@ mod admin_endpoints;
 mod admin_sessions;
 mod api;
 mod api_keys;
+mod architecture;
 mod bench;
 mod cli_config;
 mod cli_jobs;

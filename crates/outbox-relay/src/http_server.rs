@@ -22,6 +22,7 @@
 //!   all of them are busy; loopback and the trusted proxies, whose address
 //!   every client behind them shares, are not capped.
 
+pub mod client_addr;
 mod deadline;
 mod registry;
 
@@ -74,7 +75,7 @@ pub struct ConnectionLimits {
     /// its address.
     pub max_connections_per_address: usize,
     /// The proxies in front (`TRUSTED_PROXIES`).
-    pub trusted_proxies: crate::api::client_addr::TrustedProxies,
+    pub trusted_proxies: client_addr::TrustedProxies,
     /// Requests served on one connection before it is closed (the last
     /// response carries `Connection: close`).
     pub max_requests_per_connection: u64,

@@ -64,6 +64,10 @@ diesel::table! {
         blocked -> Bool,
         trace_context -> Nullable<Jsonb>,
         concurrency_key -> Nullable<Text>,
+        waiting_on -> Array<Int8>,
+        depends_on -> Nullable<Array<Int8>>,
+        dependency_policy -> Nullable<Text>,
+        unfinished_parents -> Nullable<Array<Int8>>,
     }
 }
 
@@ -90,6 +94,10 @@ diesel::table! {
         blocked -> Bool,
         trace_context -> Nullable<Jsonb>,
         concurrency_key -> Nullable<Text>,
+        waiting_on -> Array<Int8>,
+        depends_on -> Nullable<Array<Int8>>,
+        dependency_policy -> Nullable<Text>,
+        unfinished_parents -> Nullable<Array<Int8>>,
     }
 }
 

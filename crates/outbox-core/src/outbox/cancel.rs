@@ -45,6 +45,9 @@ impl std::fmt::Display for CancelRefusal {
 pub struct CancelReport {
     /// Jobs now `cancelled`, in id order.
     pub cancelled: Vec<i64>,
+    /// Jobs cancelled because a parent they waited for (policy `hold`) was
+    /// cancelled, in id order.
+    pub dependents_cancelled: Vec<i64>,
     /// Named jobs that are not pending or failed. When any is refused, nothing
     /// is cancelled.
     pub refused: Vec<CancelRefusal>,
@@ -91,17 +94,22 @@ pub fn cancel_jobs(conn: &mut PgConnection, ids: &[i64]) -> QueryResult<CancelRe
             .collect();
         if !refused.is_empty() {
             return Ok(CancelReport {
-                cancelled: Vec::new(),
                 refused,
+                ..CancelReport::default()
             });
         }
         let mut cancelled = Vec::with_capacity(ids.len());
         for chunk in ids.chunks(CANCEL_BATCH) {
             cancelled.extend(cancel_job_batch(conn, chunk)?);
         }
-        cancelled.sort_unstable();
+        let (mut named, mut dependents): (Vec<i64>, Vec<i64>) = cancelled
+            .into_iter()
+            .partition(|id| ids.binary_search(id).is_ok());
+        named.sort_unstable();
+        dependents.sort_unstable();
         Ok(CancelReport {
-            cancelled,
+            cancelled: named,
+            dependents_cancelled: dependents,
             refused: Vec::new(),
         })
     })
@@ -110,17 +118,51 @@ pub fn cancel_jobs(conn: &mut PgConnection, ids: &[i64]) -> QueryResult<CancelRe
 /// Cancels those of `ids` (at most `CANCEL_BATCH`, 1000, of them) that are still
 /// `pending` or `failed`, skipping the rest, then releases the next job of
 /// each ordering key a cancelled job held (a cancelled head frees its key, as
-/// `done` does). Returns the ids it cancelled. See `sql/cancel_jobs.sql`.
-/// Run it inside a transaction, so the release commits with the cancel.
+/// `done` does), and deals with their dependents: those of policy `hold` are
+/// cancelled too (and theirs, transitively), `last_error` naming the parent;
+/// those of policy `run` stop waiting for it. Returns the ids it cancelled,
+/// dependents included. See `sql/cancel_jobs.sql` and
+/// `sql/cancel_dependents.sql`. Run it inside a transaction, so the release
+/// commits with the cancel.
 pub fn cancel_job_batch(conn: &mut PgConnection, ids: &[i64]) -> QueryResult<Vec<i64>> {
     let rows: Vec<Cancelled> = diesel::sql_query(include_str!("sql/cancel_jobs.sql"))
         .bind::<Array<BigInt>, _>(ids)
         .load(conn)?;
     let mut keys: Vec<String> = rows.iter().filter_map(|r| r.ordering_key.clone()).collect();
+    let mut cancelled: Vec<i64> = rows.into_iter().map(|r| r.id).collect();
+    let mut parents = cancelled.clone();
+    // Each round cancels the `hold` dependents of the previous one; a job
+    // is cancelled once, so the rounds end with the deepest dependents.
+    while !parents.is_empty() {
+        let dependents: Vec<Dependent> =
+            diesel::sql_query(include_str!("sql/cancel_dependents.sql"))
+                .bind::<Array<BigInt>, _>(&parents)
+                .bind::<Text, _>(super::NOTIFY_CHANNEL)
+                .load(conn)?;
+        parents = dependents
+            .into_iter()
+            .filter(|d| d.status == JobStatus::Cancelled.as_str())
+            .map(|d| {
+                keys.extend(d.ordering_key);
+                d.id
+            })
+            .collect();
+        cancelled.extend(&parents);
+    }
     keys.sort_unstable();
     keys.dedup();
-    super::keys::release_ordering_keys(conn, &keys)?;
-    Ok(rows.into_iter().map(|r| r.id).collect())
+    super::ordering_keys::release_ordering_keys(conn, &keys)?;
+    Ok(cancelled)
+}
+
+#[derive(QueryableByName)]
+struct Dependent {
+    #[diesel(sql_type = BigInt)]
+    id: i64,
+    #[diesel(sql_type = Text)]
+    status: String,
+    #[diesel(sql_type = Nullable<Text>)]
+    ordering_key: Option<String>,
 }
 
 fn cancellable(status: &str) -> bool {

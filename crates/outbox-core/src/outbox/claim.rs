@@ -70,6 +70,11 @@ pub struct ClaimedJob {
     /// slot of it, which this claim's end gives back.
     #[diesel(sql_type = Nullable<Text>)]
     pub concurrency_key: Option<String>,
+    /// The parents that ended `failed` or `cancelled` for a job enqueued
+    /// with policy [`DependencyPolicy::Run`](crate::outbox::DependencyPolicy::Run): it
+    /// runs without their work. `None` for every other job.
+    #[diesel(sql_type = Nullable<Array<BigInt>>)]
+    pub unfinished_parents: Option<Vec<i64>>,
 }
 
 impl ClaimedJob {
@@ -94,7 +99,7 @@ pub struct ClaimPosition {
 /// Claims up to `request.limit` due jobs, oldest first. See `sql/claim_jobs.sql`.
 ///
 /// A job is due when it is `pending`, its `run_after` has passed, it is
-/// not waiting behind an earlier job of its ordering key, and its
+/// not waiting behind an earlier job of its ordering key nor for a parent, and its
 /// concurrency key (if any) has room under its [`KeyLimit`](crate::outbox::KeyLimit). Each claimed job
 /// becomes `processing` under a new fencing token and counts an attempt, in
 /// one statement; rows another worker has locked are skipped, not waited

@@ -9,7 +9,7 @@ use diesel::connection::{AnsiTransactionManager, TransactionManager as _};
 use diesel::prelude::*;
 use diesel::sql_types::{Array, Text};
 
-use super::{NOTIFY_CHANNEL, NewJob, Waker};
+use super::{NOTIFY_CHANNEL, NewJob, Waker, depend};
 use crate::schema::jobs;
 use crate::worker::JobArgs;
 
@@ -122,6 +122,13 @@ impl Enqueuer {
     /// ends (outside a transaction it opens one), and looks their heads up:
     /// two round trips, skipped for keys declared new
     /// ([`JobOptions::new_ordering_key`](super::JobOptions::new_ordering_key)).
+    ///
+    /// A job with parents ([`JobOptions::depends_on`](super::JobOptions::depends_on))
+    /// waits for them: one more round trip looks them up and locks the
+    /// unfinished ones until the transaction ends (outside one it opens one),
+    /// and one draws the ids when jobs of `new_jobs` name each other
+    /// ([`Parent::InBatch`](super::Parent::InBatch)). A refused parent is a
+    /// [`DependencyError`](super::DependencyError), before anything is written.
     pub fn enqueue_many(
         &self,
         conn: &mut PgConnection,
@@ -130,6 +137,30 @@ impl Enqueuer {
         if new_jobs.is_empty() {
             return Ok(Vec::new());
         }
+        let has_parents = new_jobs.iter().any(|j| !j.parents.is_empty());
+        // The parents' locks must live until the enqueuing transaction
+        // commits, as the ordering keys' do (see insert_queued).
+        if has_parents && !in_transaction(conn) {
+            return conn.transaction(|conn| self.enqueue_many(conn, new_jobs));
+        }
+        // Parents first: a refused one must leave nothing written.
+        let with_parents = match depend::resolve(conn, new_jobs)? {
+            None => None,
+            Some((resolved, in_batch)) => {
+                let mut jobs = new_jobs.to_vec();
+                for (job, columns) in jobs.iter_mut().zip(resolved) {
+                    job.waiting_on = columns.waiting_on;
+                    job.depends_on = columns.depends_on;
+                    job.dependency_policy = columns.policy.map(str::to_owned);
+                    job.unfinished_parents = columns.unfinished_parents;
+                }
+                if in_batch {
+                    depend::assign_batch_ids(conn, &mut jobs)?;
+                }
+                Some(jobs)
+            }
+        };
+        let new_jobs = with_parents.as_deref().unwrap_or(new_jobs);
         ensure_concurrency_keys(conn, new_jobs)?;
         let ids = insert_queued(conn, new_jobs, self.insert)?;
         let kinds = new_jobs.iter().map(NewJob::kind);

@@ -57,7 +57,8 @@ impl Eq for LocalWrite {}
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Outcome {
     /// The effect succeeded: the job ends `done`, leaves `jobs` for the
-    /// `jobs_done` archive, and releases the next job of its ordering key.
+    /// `jobs_done` archive, and releases the next job of its ordering key
+    /// and the dependents that waited for it alone.
     /// `last_error` keeps the text of any earlier failed attempt.
     Done {
         /// A write to commit in the same transaction as the completion, and
@@ -116,8 +117,8 @@ pub struct FinishReport {
     /// Jobs these claims no longer hold (lease reaped and the job re-claimed,
     /// cancelled by an operator): nothing changed.
     pub lost: Vec<i64>,
-    /// Jobs made claimable because the job before them in their ordering key
-    /// is now done.
+    /// Jobs made claimable: the job before them in their ordering key is
+    /// now done, or the last parent they waited for has ended.
     pub released: usize,
 }
 
@@ -147,7 +148,8 @@ pub fn finish_jobs(conn: &mut PgConnection, finishes: &[Finish]) -> QueryResult<
         .bind::<Array<BigInt>, _>(&params.tokens)
         .bind::<Array<Text>, _>(&params.statuses)
         .bind::<Array<BigInt>, _>(&params.delays)
-        .bind::<Array<Nullable<Text>>, _>(&params.errors);
+        .bind::<Array<Nullable<Text>>, _>(&params.errors)
+        .bind::<Text, _>(super::NOTIFY_CHANNEL);
     // Without local writes the UPDATE is atomic on its own; a transaction
     // would only add BEGIN and COMMIT round trips to the hot path.
     let rows: Vec<HeldRow> = if has_local_writes(finishes) {

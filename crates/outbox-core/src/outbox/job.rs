@@ -8,6 +8,7 @@ use chrono::{DateTime, Utc};
 use diesel::prelude::*;
 
 use super::DEFAULT_MAX_ATTEMPTS;
+use super::depend::{DependencyPolicy, Parent};
 use crate::schema::jobs;
 use crate::worker::JobArgs;
 
@@ -16,6 +17,9 @@ use crate::worker::JobArgs;
 #[derive(Debug, Clone, Insertable)]
 #[diesel(table_name = jobs)]
 pub struct NewJob {
+    /// Drawn ahead of the insert only when jobs of one enqueue name each
+    /// other as parents; `None`: the column's default.
+    pub(super) id: Option<i64>,
     pub(super) kind: String,
     pub(super) payload: serde_json::Value,
     pub(super) run_after: Option<DateTime<Utc>>,
@@ -26,6 +30,17 @@ pub struct NewJob {
     pub(super) blocked: bool,
     pub(super) trace_context: Option<serde_json::Value>,
     pub(super) concurrency_key: Option<String>,
+    /// Decided by the enqueue from the parents' statuses, never by callers
+    /// (as `blocked`).
+    pub(super) waiting_on: Vec<i64>,
+    pub(super) depends_on: Option<Vec<i64>>,
+    pub(super) dependency_policy: Option<String>,
+    pub(super) unfinished_parents: Option<Vec<i64>>,
+    /// The parents as the options named them, resolved by the enqueue.
+    #[diesel(skip_insertion)]
+    pub(super) parents: Vec<Parent>,
+    #[diesel(skip_insertion)]
+    pub(super) policy: DependencyPolicy,
     /// No other job can have the key yet (see [`JobOptions::new_ordering_key`]).
     #[diesel(skip_insertion)]
     pub(super) key_is_new: bool,
@@ -52,6 +67,7 @@ impl NewJob {
     /// transaction gets one trace across the outbox without doing anything.
     pub fn new(kind: impl Into<String>, payload: serde_json::Value) -> Self {
         NewJob {
+            id: None,
             kind: kind.into(),
             payload,
             run_after: None,
@@ -60,6 +76,12 @@ impl NewJob {
             blocked: false,
             trace_context: crate::trace_context::current(),
             concurrency_key: None,
+            waiting_on: Vec::new(),
+            depends_on: None,
+            dependency_policy: None,
+            unfinished_parents: None,
+            parents: Vec::new(),
+            policy: DependencyPolicy::Hold,
             key_is_new: false,
             extensions: Extensions::default(),
         }
@@ -143,6 +165,29 @@ impl NewJob {
     pub fn trace_context_value(&self) -> Option<&serde_json::Value> {
         self.trace_context.as_ref()
     }
+    /// The id drawn for the job ahead of the insert (jobs of one enqueue
+    /// that name each other as parents); `None`: the column's default.
+    pub fn id_value(&self) -> Option<i64> {
+        self.id
+    }
+    /// The parents the job still waits for, as the enqueue decided them
+    /// (`jobs.waiting_on`); empty when none.
+    pub fn waiting_on_value(&self) -> &[i64] {
+        &self.waiting_on
+    }
+    /// Every parent the job was enqueued with (`jobs.depends_on`).
+    pub fn depends_on_value(&self) -> Option<&[i64]> {
+        self.depends_on.as_deref()
+    }
+    /// `hold` or `run` for a job with parents (`jobs.dependency_policy`).
+    pub fn dependency_policy_value(&self) -> Option<&str> {
+        self.dependency_policy.as_deref()
+    }
+    /// Parents already failed that a `run` job goes without
+    /// (`jobs.unfinished_parents`).
+    pub fn unfinished_parents_value(&self) -> Option<&[i64]> {
+        self.unfinished_parents.as_deref()
+    }
     /// The job's kind.
     pub fn kind(&self) -> &str {
         &self.kind
@@ -173,6 +218,8 @@ impl NewJob {
         if let Some(key) = &options.concurrency_key {
             job = job.concurrency_key(key.clone());
         }
+        job.parents.clone_from(&options.depends_on);
+        job.policy = options.dependency_policy;
         Ok(args.extend_job(job))
     }
 }
@@ -195,6 +242,11 @@ pub struct JobOptions {
     /// The job counts against this key's limits (see
     /// [`NewJob::concurrency_key`]).
     pub concurrency_key: Option<String>,
+    /// The jobs this one waits for (see [`JobOptions::depends_on`]).
+    pub depends_on: Vec<Parent>,
+    /// What a parent that does not finish `done` does to this job (default
+    /// [`DependencyPolicy::Hold`]).
+    pub dependency_policy: DependencyPolicy,
 }
 
 impl JobOptions {

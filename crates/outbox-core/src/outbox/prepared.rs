@@ -17,10 +17,11 @@ use chrono::{DateTime, Utc};
 use tokio_postgres::types::Type;
 use tokio_postgres::{Client, Row, Statement};
 
+use super::NOTIFY_CHANNEL;
 use super::claim::{CLAIM_SQL, ClaimPosition, ClaimRequest, ClaimedJob, millis};
 use super::finish::{FINISH_SQL, Finish, FinishParams, FinishReport, has_local_writes};
-use super::keys::{RELEASE_KEYS_SQL, STRANDED_KEYS_SQL};
 use super::lease::{EXTEND_SQL, HeartbeatReport, JobLease, RELEASE_SQL, heartbeat_report, split};
+use super::ordering_keys::{RELEASE_KEYS_SQL, STRANDED_KEYS_SQL};
 use super::reap::{
     ExpiredRow, ReapPlan, ReapReport, ReapRequest, SELECT_EXPIRED_SQL, UPDATE_REAPED_SQL,
 };
@@ -39,13 +40,15 @@ pub const CLAIM_PARAMS: &[Type] = &[
 
 /// The parameters of the statements that write one row per outcome (the
 /// finish, the reaped jobs' update): ids, lease tokens, statuses, delays in
-/// milliseconds, errors.
+/// milliseconds, errors, and the channel that wakes relays for a released
+/// dependent.
 const OUTCOME_PARAMS: &[Type] = &[
     Type::INT8_ARRAY,
     Type::INT8_ARRAY,
     Type::TEXT_ARRAY,
     Type::INT8_ARRAY,
     Type::TEXT_ARRAY,
+    Type::TEXT,
 ];
 
 /// The statements, prepared on one connection (and usable only there).
@@ -155,6 +158,7 @@ impl HotStatements {
                     &params.statuses,
                     &params.delays,
                     &params.errors,
+                    &NOTIFY_CHANNEL,
                 ],
             )
             .await?;
@@ -249,6 +253,7 @@ impl HotStatements {
                         &params.statuses,
                         &params.delays,
                         &params.errors,
+                        &NOTIFY_CHANNEL,
                     ],
                 )
                 .await?;
@@ -312,6 +317,7 @@ impl ClaimedJob {
             trace_context: row.try_get(7)?,
             run_after: row.try_get(8)?,
             concurrency_key: row.try_get(9)?,
+            unfinished_parents: row.try_get(10)?,
         })
     }
 }

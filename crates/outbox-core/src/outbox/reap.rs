@@ -92,6 +92,7 @@ pub fn reap_expired_leases(
             .bind::<Array<Text>, _>(&params.statuses)
             .bind::<Array<BigInt>, _>(&params.delays)
             .bind::<Array<Nullable<Text>>, _>(&params.errors)
+            .bind::<Text, _>(super::NOTIFY_CHANNEL)
             .execute(conn)?;
         Ok(plan.report)
     })

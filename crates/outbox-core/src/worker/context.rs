@@ -15,6 +15,7 @@ pub struct JobContext {
     max_attempts: i32,
     lease_token: i64,
     created_at: DateTime<Utc>,
+    unfinished_parents: Vec<i64>,
     cancel: CancellationToken,
 }
 
@@ -30,6 +31,7 @@ impl JobContext {
             max_attempts: job.max_attempts,
             lease_token: job.lease_token,
             created_at: job.created_at,
+            unfinished_parents: job.unfinished_parents.clone().unwrap_or_default(),
             cancel,
         }
     }
@@ -65,6 +67,15 @@ impl JobContext {
     /// When the job was enqueued.
     pub fn created_at(&self) -> DateTime<Utc> {
         self.created_at
+    }
+
+    /// The parents that did not finish `done` (they ended `failed` or
+    /// `cancelled`), for a job enqueued with policy `run`
+    /// ([`JobOptions::depends_on`](crate::outbox::JobOptions::depends_on)):
+    /// it runs without their work, and should do without it. Empty when
+    /// every parent finished, and for a job without parents.
+    pub fn unfinished_parents(&self) -> &[i64] {
+        &self.unfinished_parents
     }
 
     /// Completes when the relay takes the attempt away: its lease was lost

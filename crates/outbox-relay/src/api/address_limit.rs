@@ -24,9 +24,9 @@ use axum::extract::{ConnectInfo, Request, State};
 use axum::middleware::Next;
 use axum::response::{IntoResponse as _, Response};
 
-use super::client_addr::{TrustedProxies, client_key};
 use super::error::ApiError;
-use super::rate_limit::RateLimit;
+use super::key_limit::RateLimit;
+use crate::http_server::client_addr::{TrustedProxies, client_key};
 
 /// `API_ADDRESS_LIMIT`'s default: failed or unauthenticated requests per
 /// address. A customer opening a few receipt links, or a client with a

@@ -2,57 +2,43 @@
 //!
 //! - [`auth`]: the key and the scope each `/orders` route needs, checked in
 //!   one place before the body is read (401, 403, the per-key 429 of
-//!   [`rate_limit`]);
+//!   [`key_limit`]);
 //! - `address_limit`: the per-address limit before authentication;
+//! - `openapi`: `GET /openapi.json`, generated from the handlers;
 //! - `orders`: `POST /orders`, `GET /orders/{id}`, `GET /orders/{id}/receipt.pdf`;
 //! - `receipt_link`: the signed customer link to a receipt, and its refusal page;
-//! - [`client_addr`]: the client's address, through `TRUSTED_PROXIES`;
 //! - `body`: reading a JSON body by hand, so every rejection is a JSON error;
 //! - [`error`]: [`ApiError`], the one error of every handler, and the one place
 //!   that maps it to a status and a body;
 //! - `ops`: `GET /healthz`, unknown routes and methods; `health`: the
-//!   background check `/healthz` reads;
+//!   background check `/healthz` reads (metrics are on `METRICS_ADDR`);
 //! - `middleware`: the span, the HTTP metrics and the time limit of each request;
 //! - `state`: what handlers share, including the gate in front of the pool;
-//! - [`admin`]: the operator dashboard under `/admin` (when `ADMIN_TOKEN` is set).
 //!
-//! Start one with [`Application::build`], then [`Application::run_until_stopped`]:
-//!
-//! ```no_run
-//! # async fn demo() -> std::io::Result<()> {
-//! use outbox_relay::api::{self, ApiSettings, Application};
-//!
-//! let settings = ApiSettings::default();
-//! let pool = api::connect("postgres://postgres@127.0.0.1/shop", &settings);
-//! let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
-//! let app = Application::build(pool, settings, listener)?;
-//! println!("listening on http://{}", app.local_addr());
-//! app.run_until_stopped(outbox_relay::shutdown::on_signals()).await
-//! # }
-//! ```
+//! The server that mounts these routes beside the dashboard is
+//! [`crate::server::Application`].
 
 mod address_limit;
-pub mod admin;
 pub mod auth;
 mod body;
-pub mod client_addr;
 pub mod error;
 mod health;
+pub mod key_limit;
 mod middleware;
 mod openapi;
 mod ops;
 mod orders;
-pub mod rate_limit;
 mod receipt_link;
 mod state;
 
-use std::net::SocketAddr;
+pub(crate) use health::{check as check_health, run_checks as run_health_checks};
+pub(crate) use state::Db;
+
 use std::sync::Arc;
 use std::time::Duration;
 
 use axum::Router;
 use axum::extract::DefaultBodyLimit;
-use tokio_util::sync::CancellationToken;
 use tower_http::trace::{DefaultOnResponse, TraceLayer};
 use utoipa::OpenApi as _;
 use utoipa_axum::router::OpenApiRouter;
@@ -67,8 +53,9 @@ pub use orders::OrderView;
 use crate::api_keys::Scope;
 use crate::db::{self, PgPool, PoolOptions};
 use crate::http_server::ConnectionLimits;
+use crate::http_server::client_addr::TrustedProxies;
 use crate::outbox::Waker;
-use crate::telemetry::{metrics_handle, run_metrics_upkeep};
+use crate::telemetry::metrics_handle;
 use auth::Required;
 
 pub const DEFAULT_POOL_SIZE: u32 = 16;
@@ -106,7 +93,7 @@ pub struct ApiSettings {
     /// Header timeout, connection cap and keep-alive limits of the listener.
     pub connections: ConnectionLimits,
     /// The dashboard under `/admin`; `None` (or no tokens): `/admin` is 404.
-    pub admin: Option<admin::AdminSettings>,
+    pub admin: Option<crate::config::dashboard::AdminSettings>,
     /// Checks the signed receipt links that emails carry (`LINK_SIGNING_KEY`);
     /// `None` only with keys and links turned off.
     pub receipt_links: Option<crate::links::ReceiptLinks>,
@@ -120,7 +107,7 @@ pub struct ApiSettings {
     pub address_limit: Option<RateLimit>,
     /// The proxies whose `X-Forwarded-For` names the client
     /// (`TRUSTED_PROXIES`).
-    pub trusted_proxies: client_addr::TrustedProxies,
+    pub trusted_proxies: TrustedProxies,
 }
 
 impl Default for ApiSettings {
@@ -139,7 +126,7 @@ impl Default for ApiSettings {
             auth: ApiAuth::Keys,
             rate_limit: None,
             address_limit: DEFAULT_ADDRESS_LIMIT.parse().ok(),
-            trusted_proxies: client_addr::TrustedProxies::default(),
+            trusted_proxies: TrustedProxies::default(),
         }
     }
 }
@@ -160,11 +147,17 @@ pub fn connect(database_url: &str, settings: &ApiSettings) -> PgPool {
     )
 }
 
-/// The routes and their layers, ready to serve, and the OpenAPI document of
-/// the public ones.
-fn router(
-    settings: ApiSettings,
-    db: state::Db,
+/// The order API's routes (`/orders`, `/healthz`, `/openapi.json`) on `db`,
+/// without the layers: [`with_layers`] puts those around everything the
+/// server mounts.
+pub(crate) fn routes(db: Db, settings: &ApiSettings, waker: Waker) -> Router {
+    routes_and_document(db, settings, waker).0
+}
+
+/// [`routes`], and the OpenAPI document of them.
+fn routes_and_document(
+    db: Db,
+    settings: &ApiSettings,
     waker: Waker,
 ) -> (Router, utoipa::openapi::OpenApi) {
     // Installs the recorder before the first request records anything.
@@ -176,14 +169,8 @@ fn router(
     };
     let limiter = settings
         .rate_limit
-        .and_then(rate_limit::RateLimiter::new)
+        .and_then(key_limit::RateLimiter::new)
         .map(Arc::new);
-    let by_address = address_limit::AddressGate {
-        limiter: settings
-            .address_limit
-            .map(|limit| Arc::new(address_limit::AddressLimiter::new(limit))),
-        trusted_proxies: settings.trusted_proxies.clone(),
-    };
     // What each route needs, next to it: checked by auth::authorize before
     // the handler reads anything.
     let needs = |required| {
@@ -225,13 +212,14 @@ fn router(
         .split_for_parts();
     openapi::add_links(&mut document);
     let served = openapi::Served::new(&document);
-    // Layers run outside-in in the reverse order of the calls: the span
-    // first, so metrics, timeouts and handlers all log inside it; metrics
-    // outside the time limit, so a timed-out request is counted as its 503;
-    // the address limit before anything reads the request.
-    let router = public
-        .layer(axum::Extension(served))
-        .merge(admin::routes(state.db.clone(), settings.admin.as_ref()))
+    let router = public.layer(axum::Extension(served)).with_state(state);
+    (router, document)
+}
+
+/// The fallbacks and layers of the public listener, around `routes` (the
+/// API's and the dashboard's).
+pub(crate) fn with_layers(routes: Router, settings: &ApiSettings) -> Router {
+    routes
         .fallback(ops::route_not_found)
         .method_not_allowed_fallback(ops::method_not_allowed)
         .layer(DefaultBodyLimit::max(MAX_BODY_BYTES))
@@ -239,8 +227,15 @@ fn router(
             settings.request_timeout,
             middleware::enforce_timeout,
         ))
+        // Before anything reads the request: an address that spent its
+        // budget costs no key look-up and no body.
         .layer(axum::middleware::from_fn_with_state(
-            by_address,
+            address_limit::AddressGate {
+                limiter: settings
+                    .address_limit
+                    .map(|limit| Arc::new(address_limit::AddressLimiter::new(limit))),
+                trusted_proxies: settings.trusted_proxies.clone(),
+            },
             address_limit::limit_by_address,
         ))
         .layer(axum::middleware::from_fn(middleware::record_metrics))
@@ -255,115 +250,6 @@ fn router(
                 // ApiError logs 5xx with their cause; a second line says less.
                 .on_failure(()),
         )
-        .with_state(state);
-    (router, document)
-}
-
-/// A bound, configured API, ready to run.
-#[derive(Debug)]
-pub struct Application {
-    listener: tokio::net::TcpListener,
-    local_addr: SocketAddr,
-    router: Router,
-    shutdown_grace: Duration,
-    connections: ConnectionLimits,
-    pool: PgPool,
-    db: state::Db,
-    waker: Waker,
-    /// The listener of `/metrics` (`METRICS_ADDR`), if any.
-    metrics: Option<tokio::net::TcpListener>,
-    queue_depth_ttl: Duration,
-}
-
-impl Application {
-    /// Wires the API on `listener` (bind port 0 in tests and read
-    /// [`Application::local_addr`]). Nothing runs until `run_until_stopped`.
-    pub fn build(
-        pool: PgPool,
-        settings: ApiSettings,
-        listener: tokio::net::TcpListener,
-    ) -> std::io::Result<Application> {
-        let local_addr = listener.local_addr()?;
-        let shutdown_grace = settings.shutdown_grace;
-        let connections = settings.connections.clone();
-        let waker = Waker::new();
-        if settings.auth == ApiAuth::None {
-            tracing::warn!(
-                "API_AUTH=none: THE ORDER API ACCEPTS EVERY REQUEST WITHOUT A KEY. \
-                 Anyone who can reach it can read, pay, ship and cancel every order. \
-                 For local development only."
-            );
-        }
-        let db = state::Db::new(pool.clone(), settings.db_wait);
-        let queue_depth_ttl = settings.queue_depth_ttl;
-        Ok(Application {
-            listener,
-            local_addr,
-            router: router(settings, db.clone(), waker.clone()).0,
-            shutdown_grace,
-            connections,
-            pool,
-            db,
-            waker,
-            metrics: None,
-            queue_depth_ttl,
-        })
-    }
-
-    /// Serves `/metrics` (and the relay's `/healthz`, `/readyz`, `/livez`
-    /// shape) on `listener`, apart from the public port (`METRICS_ADDR`).
-    pub fn with_metrics(mut self, listener: tokio::net::TcpListener) -> Application {
-        self.metrics = Some(listener);
-        self
-    }
-
-    pub fn local_addr(&self) -> SocketAddr {
-        self.local_addr
-    }
-
-    /// The metrics listener's address, if [`Application::with_metrics`] gave one.
-    pub fn metrics_addr(&self) -> Option<SocketAddr> {
-        self.metrics.as_ref().and_then(|l| l.local_addr().ok())
-    }
-
-    /// Serves until `shutdown` is cancelled, then stops accepting, lets
-    /// in-flight requests finish for up to `shutdown_grace`, and returns.
-    pub async fn run_until_stopped(self, shutdown: CancellationToken) -> std::io::Result<()> {
-        let upkeep = CancellationToken::new();
-        tokio::spawn(run_metrics_upkeep(upkeep.clone()));
-        // The first check before the first request, so `/healthz` has an
-        // answer from the start; then one a second, whatever the probes.
-        health::check(&self.db).await;
-        tokio::spawn(health::run_checks(self.db.clone(), upkeep.clone()));
-        if let Some(metrics) = self.metrics {
-            let addr = metrics.local_addr()?;
-            tokio::spawn(crate::telemetry::serve_metrics(
-                metrics,
-                self.pool.clone(),
-                self.connections.clone(),
-                Arc::new(std::sync::OnceLock::new()),
-                None,
-                self.queue_depth_ttl,
-                upkeep.clone(),
-            ));
-            tracing::info!(%addr, "serving the API's /metrics");
-        }
-        // Stopped after the last request, so it sends that one's wake-up too.
-        tokio::spawn(self.waker.run(self.pool, upkeep.clone()));
-        tracing::info!(addr = %self.local_addr, "serving the order API");
-
-        let result = crate::http_server::serve(
-            self.listener,
-            self.router,
-            self.connections,
-            shutdown,
-            self.shutdown_grace,
-        )
-        .await;
-        upkeep.cancel();
-        tracing::info!("order API stopped");
-        result
-    }
 }
 
 #[cfg(test)]
@@ -392,18 +278,25 @@ mod tests {
     }
 
     #[test]
-    fn every_route_the_router_serves_is_in_the_openapi_document_but_the_dashboard() {
+    fn every_route_the_server_serves_is_in_the_openapi_document_but_the_dashboard() {
+        let tokens = crate::config::dashboard::parse_admin_tokens(
+            Some("op:an-operator-token-long-enough-0123"),
+            None,
+        )
+        .expect("a token");
         let settings = ApiSettings {
-            admin: Some(admin::AdminSettings::new(
-                admin::parse_admin_tokens(Some("op:an-operator-token-long-enough-0123"), None)
-                    .expect("a token"),
-            )),
+            admin: Some(crate::config::dashboard::AdminSettings::new(tokens)),
             ..ApiSettings::default()
         };
         // Never connects: the router is only built.
         let pool = connect("postgres://nobody@127.0.0.1:1/nowhere", &settings);
-        let db = state::Db::new(pool, settings.db_wait);
-        let (router, document) = router(settings, db, Waker::new());
+        let db = Db::new(pool, settings.db_wait);
+        let (api, document) = routes_and_document(db.clone(), &settings, Waker::new());
+        // As the server mounts it.
+        let router = with_layers(
+            api.merge(crate::admin::routes(db, settings.admin.as_ref())),
+            &settings,
+        );
 
         let served: BTreeSet<String> = served_paths(&router)
             .into_iter()

@@ -20,7 +20,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
 
-use crate::api::client_addr::{TrustedProxies, client_key};
+use super::client_addr::{TrustedProxies, client_key};
 
 /// One open connection, as its task and its service see it.
 #[derive(Debug)]

@@ -118,6 +118,7 @@ pub fn new_job<A: JobArgs>(args: &A, options: &JobOptions) -> diesel::QueryResul
 #[derive(Insertable)]
 #[diesel(table_name = crate::schema::jobs)]
 struct OrderJobRow<'a> {
+    id: Option<i64>,
     order_id: Option<OrderId>,
     kind: &'a str,
     payload: &'a serde_json::Value,
@@ -127,6 +128,10 @@ struct OrderJobRow<'a> {
     blocked: bool,
     trace_context: Option<&'a serde_json::Value>,
     concurrency_key: Option<&'a str>,
+    waiting_on: &'a [i64],
+    depends_on: Option<&'a [i64]>,
+    dependency_policy: Option<&'a str>,
+    unfinished_parents: Option<&'a [i64]>,
 }
 
 /// The service's enqueuer: the queue's rows, with `order_id` written
@@ -144,6 +149,7 @@ fn insert_order_jobs(conn: &mut PgConnection, new_jobs: &[NewJob]) -> QueryResul
     let rows: Vec<OrderJobRow<'_>> = new_jobs
         .iter()
         .map(|job| OrderJobRow {
+            id: job.id_value(),
             order_id: job.extension::<OrderId>().copied(),
             kind: job.kind(),
             payload: job.payload(),
@@ -153,6 +159,10 @@ fn insert_order_jobs(conn: &mut PgConnection, new_jobs: &[NewJob]) -> QueryResul
             blocked: job.is_blocked(),
             trace_context: job.trace_context_value(),
             concurrency_key: job.concurrency_key_value(),
+            waiting_on: job.waiting_on_value(),
+            depends_on: job.depends_on_value(),
+            dependency_policy: job.dependency_policy_value(),
+            unfinished_parents: job.unfinished_parents_value(),
         })
         .collect();
     diesel::insert_into(crate::schema::jobs::table)

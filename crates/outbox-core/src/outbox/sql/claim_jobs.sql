@@ -4,8 +4,11 @@
 -- limits allow.
 --
 -- Index: jobs_claim_idx ON jobs (run_after, id) WHERE finished_at IS NULL AND
--- NOT blocked (a job waiting behind an earlier job of its ordering key is not
--- in the index, so a long queue behind a failed head costs nothing here). The
+-- NOT blocked AND concurrency_key IS NULL AND waiting_on = '{}' (a job waiting
+-- behind an earlier job of its ordering key, or for its parents, is not in the
+-- index, so a long queue behind a failed head or a fan-out waiting for its
+-- parent costs nothing here; the WHERE repeats the predicate so the planner
+-- may use it). The
 -- ORDER BY below is exactly that index's key, so PostgreSQL walks the index from
 -- ($5, $6) and stops after $1 rows; done jobs have left the table and failed or
 -- cancelled ones are not in the partial index.
@@ -103,6 +106,7 @@ keyed AS (
         WHERE j.concurrency_key = r.key
           AND j.finished_at IS NULL
           AND NOT j.blocked
+          AND j.waiting_on = '{}'
           AND j.run_after <= now()
           AND j.status = 'pending'
           AND j.kind = ANY($2)
@@ -118,6 +122,7 @@ keyless AS (
     WHERE finished_at IS NULL
       AND NOT blocked
       AND concurrency_key IS NULL
+      AND waiting_on = '{}'
       AND run_after <= now()
       AND (run_after, id) > (coalesce($5::timestamptz, '-infinity'), $6::bigint)
       AND status = 'pending'
@@ -146,7 +151,8 @@ FROM async_commit
 -- always a probe of the primary key per id.
 WHERE j.id = ANY (ARRAY(SELECT id FROM picked))
 RETURNING j.id, j.kind, j.payload, j.attempts, j.max_attempts, j.lease_token,
-          j.created_at, j.trace_context, j.run_after, j.concurrency_key
+          j.created_at, j.trace_context, j.run_after, j.concurrency_key,
+          j.unfinished_parents
 ),
 taken AS (
     SELECT concurrency_key AS key, count(*) AS n
@@ -169,5 +175,5 @@ counted AS (
     WHERE k.key = t.key
 )
 SELECT id, kind, payload, attempts, max_attempts, lease_token, created_at, trace_context,
-       run_after, concurrency_key
+       run_after, concurrency_key, unfinished_parents
 FROM claimed

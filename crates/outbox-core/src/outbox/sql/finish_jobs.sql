@@ -1,7 +1,8 @@
 -- Records the outcomes of many claims at once. $1 ids, $2 lease tokens (the
 -- fencing tokens of the claims), $3 new statuses ('done', 'pending' for a
 -- retry, 'failed'), $4 retry delays in ms (used for 'pending'), $5 errors
--- (NULL keeps last_error as it was). Returns one row per claim still held
+-- (NULL keeps last_error as it was), $6 the channel to NOTIFY when a
+-- dependent becomes claimable. Returns one row per claim still held
 -- (status 'processing' with the same token): `applied` says whether its
 -- outcome was written; false means the row was locked by another transaction
 -- at that moment, and the caller writes it again shortly. A claim with no row
@@ -27,6 +28,28 @@
 -- enqueue behind the same key holds the head row FOR SHARE until it commits
 -- (lock_ordering_heads.sql); SKIP LOCKED then reports the head busy, and the
 -- retry, with a newer snapshot, sees and releases the new job.
+--
+-- Dependencies: the parents this statement ends `done` (moved) leave the
+-- `waiting_on` of their dependents, and those it ends `failed` leave it for
+-- dependents of policy 'run' (which note them in `unfinished_parents`); a
+-- dependent whose `waiting_on` becomes empty is claimable once this commits,
+-- and a NOTIFY (delivered at the commit) wakes the relays of its kind, as an
+-- enqueue does. The dependents are found through jobs_waiting_on_idx, which
+-- holds only waiting rows: a batch whose jobs have none probes it with
+-- nothing to find. Fencing holds: only parents this statement moved or
+-- wrote (under their claim's token) release anything, so a zombie's late
+-- outcome releases nothing.
+-- Two parents of one dependent finishing in concurrent transactions: each
+-- removes its own id from the dependent's `waiting_on` under the row lock,
+-- and the second, waiting on the first's lock, recomputes the array from the
+-- row the first committed (READ COMMITTED's recheck of an updated row), so
+-- neither leaves the other's id behind and the last one empties it. The rows
+-- are locked in id order first (`targets`), so two completers releasing the
+-- same dependents cannot deadlock. A dependent enqueued while its parent
+-- finishes holds the parent FOR SHARE (lock_dependency_parents.sql): SKIP
+-- LOCKED reports the parent busy, and the retry sees the dependent. The
+-- next job of an ordering key and the dependents are updated by one UPDATE
+-- (`released`): two CTEs updating one row would keep only one change.
 --
 -- Concurrency keys: every claim this statement ends (`written` and `moved`
 -- return only rows that were 'processing' under the claim's token) gives
@@ -88,32 +111,82 @@ moved AS (
       AND j.lease_token = l.lease_token
     RETURNING j.id, j.kind, j.payload, j.run_after, j.attempts, j.max_attempts,
               j.locked_by, j.locked_at, j.created_at, j.last_error, j.lease_token,
-              j.trace_context, j.ordering_key, j.concurrency_key
+              j.trace_context, j.ordering_key, j.concurrency_key, j.depends_on,
+              j.dependency_policy, j.unfinished_parents
 ),
 archived AS (
     INSERT INTO jobs_done (id, kind, payload, status, run_after, attempts,
                            max_attempts, locked_by, locked_at, lease_expires_at, created_at,
                            finished_at, last_error, lease_token, trace_context, ordering_key,
-                           blocked, concurrency_key)
+                           blocked, concurrency_key, depends_on, dependency_policy,
+                           unfinished_parents)
     SELECT id, kind, payload, 'done', run_after, attempts, max_attempts, locked_by,
            locked_at, NULL, created_at, now(), last_error, lease_token, trace_context,
-           ordering_key, false, concurrency_key
+           ordering_key, false, concurrency_key, depends_on, dependency_policy,
+           unfinished_parents
     FROM moved
     RETURNING id
 ),
-released AS (
-    UPDATE jobs AS n
-    SET blocked = false
+-- The next job of each ordering key a done job held.
+key_next AS (
+    SELECT (SELECT m.id
+            FROM jobs AS m
+            WHERE m.ordering_key = w.ordering_key
+              AND m.status = 'pending'
+              AND m.blocked
+            ORDER BY m.id
+            LIMIT 1) AS id
     FROM moved AS w
     WHERE w.ordering_key IS NOT NULL
-      AND n.id = (SELECT m.id
-                  FROM jobs AS m
-                  WHERE m.ordering_key = w.ordering_key
-                    AND m.status = 'pending'
-                    AND m.blocked
-                  ORDER BY m.id
-                  LIMIT 1)
-    RETURNING n.id
+),
+-- The parents ended here: done, and failed.
+ended_parents AS MATERIALIZED (
+    SELECT ARRAY(SELECT id FROM moved) AS done,
+           ARRAY(SELECT id FROM written WHERE status = 'failed') AS failed
+),
+children AS (
+    SELECT c.id
+    FROM jobs AS c, ended_parents AS e
+    WHERE c.waiting_on <> '{}'
+      AND c.waiting_on && (e.done || e.failed)
+      AND (c.waiting_on && e.done
+           OR (c.dependency_policy = 'run' AND c.waiting_on && e.failed))
+),
+targets AS (
+    SELECT t.id
+    FROM jobs AS t
+    WHERE t.id = ANY (ARRAY(SELECT id FROM key_next WHERE id IS NOT NULL
+                            UNION
+                            SELECT id FROM children))
+      AND t.status = 'pending'
+    ORDER BY t.id
+    FOR NO KEY UPDATE OF t
+),
+released AS (
+    UPDATE jobs AS n
+    SET blocked = n.blocked AND n.id <> ALL (ARRAY(SELECT id FROM key_next WHERE id IS NOT NULL)),
+        waiting_on = ARRAY(SELECT p
+                           FROM unnest(n.waiting_on) AS p
+                           WHERE p <> ALL (e.done)
+                             AND (n.dependency_policy = 'hold' OR p <> ALL (e.failed))),
+        unfinished_parents = CASE
+            WHEN n.dependency_policy = 'run' AND n.waiting_on && e.failed
+            THEN coalesce(n.unfinished_parents, '{}')
+                 || ARRAY(SELECT p FROM unnest(n.waiting_on) AS p WHERE p = ANY (e.failed))
+            ELSE n.unfinished_parents END
+    FROM ended_parents AS e
+    WHERE n.id = ANY (ARRAY(SELECT id FROM targets))
+      AND n.status = 'pending'
+    RETURNING n.id, n.kind, n.blocked, n.waiting_on,
+              n.id = ANY (ARRAY(SELECT id FROM children)) AS dependent
+),
+-- Wakes the relays of the kinds whose dependents became claimable (a key's
+-- next job stays as before: the relay that finished its predecessor claims it).
+woken AS (
+    SELECT pg_notify($6, k.kind)
+    FROM (SELECT DISTINCT r.kind
+          FROM released AS r
+          WHERE r.dependent AND r.waiting_on = '{}' AND NOT r.blocked) AS k
 ),
 ended AS (
     SELECT e.concurrency_key AS key, count(*) AS n
@@ -145,11 +218,18 @@ busy AS (
     JOIN jobs AS j ON j.id = o.id AND j.lease_token = o.lease_token
     WHERE o.id NOT IN (SELECT id FROM lockable)
       AND j.status = 'processing'
+),
+-- `released` counts the jobs made claimable; `woken` runs only through it.
+released_count AS (
+    SELECT count(*) AS n
+    FROM released AS r
+    WHERE r.waiting_on = '{}' AND NOT r.blocked
+      AND (SELECT count(*) FROM woken) >= 0
 )
 SELECT l.id,
        (l.id IN (SELECT id FROM written) OR l.id IN (SELECT id FROM archived)) AS applied,
-       (SELECT count(*) FROM released) AS released
+       (SELECT n FROM released_count) AS released
 FROM lockable AS l
 UNION ALL
-SELECT b.id, false, (SELECT count(*) FROM released)
+SELECT b.id, false, (SELECT n FROM released_count)
 FROM busy AS b
