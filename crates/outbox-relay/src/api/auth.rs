@@ -9,7 +9,7 @@
 //! the path or the body is parsed. So a made-up key learns nothing of the
 //! schema (it never sees a 400, 413, 415 or 422), cannot hold a slot with a
 //! slow body, and costs one index probe, counted against its address by
-//! [`address_limit`](super::address_limit). The handler gets a [`Verified`].
+//! `address_limit`. The handler gets a `Verified`.
 //! The key is read on every request, never cached: a `keys revoke` takes
 //! effect on the next request, on every replica. The look-up takes its own
 //! connection, apart from the handler's work: holding one connection across
