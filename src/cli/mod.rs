@@ -56,7 +56,7 @@ pub enum Command {
         #[command(flatten)]
         args: Box<crate::bench::BenchArgs>,
     },
-    /// Serve the order HTTP API (POST /orders, GET /orders/{id}, its receipt, /healthz, /metrics)
+    /// Serve the order HTTP API (POST /orders, GET /orders/{id}, its receipt, /healthz; /metrics on METRICS_ADDR)
     /// until SIGTERM/SIGINT.
     Serve {
         #[command(flatten)]

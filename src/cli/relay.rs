@@ -100,6 +100,7 @@ pub async fn run(db_args: DatabaseArgs, args: RelayArgs) -> anyhow::Result<()> {
         args.http.limits(),
         Arc::clone(&liveness),
         Some(nats.clone()),
+        crate::telemetry::QUEUE_DEPTH_TTL,
         shutdown.clone(),
     ));
     // The bound address, so that METRICS_ADDR=...:0 logs the port it got.

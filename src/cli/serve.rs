@@ -7,10 +7,11 @@ use anyhow::Context as _;
 use clap::Args;
 
 use crate::api::key_limit::{DEFAULT_RATE_LIMIT, RateLimitSetting, parse_rate_limit};
-use crate::api::{self, ApiAuth, ApiSettings};
+use crate::api::{self, ApiAuth, ApiSettings, DEFAULT_ADDRESS_LIMIT};
 use crate::config::{
-    AdminArgs, ConfigError, DEFAULT_API_ADDR, DatabaseArgs, DefaultEndpointArgs, EnqueueArgs,
-    HttpLimitsArgs, LinkArgs, parse_positive_duration, parse_socket_addr,
+    AdminArgs, ConfigError, DEFAULT_API_ADDR, DEFAULT_API_METRICS_ADDR, DatabaseArgs,
+    DefaultEndpointArgs, EnqueueArgs, HttpLimitsArgs, LinkArgs, parse_positive_duration,
+    parse_socket_addr,
 };
 use crate::db;
 use crate::server::Application;
@@ -21,6 +22,10 @@ pub struct ServeArgs {
     /// Address the API listens on.
     #[arg(long = "api-addr", env = "API_ADDR", default_value = DEFAULT_API_ADDR, value_parser = parse_socket_addr)]
     pub addr: SocketAddr,
+    /// Address of the API's /metrics (and /healthz, /readyz, /livez), apart
+    /// from the public port: metrics tell the business's volume.
+    #[arg(long, env = "METRICS_ADDR", default_value = DEFAULT_API_METRICS_ADDR, value_parser = parse_socket_addr)]
+    pub metrics_addr: SocketAddr,
     /// Longest a request may take, reading its body included; past it, 503.
     #[arg(long, env = "API_REQUEST_TIMEOUT", default_value = "10s", value_parser = parse_positive_duration)]
     pub request_timeout: Duration,
@@ -42,6 +47,12 @@ pub struct ServeArgs {
     /// with Retry-After.
     #[arg(long, env = "API_RATE_LIMIT", default_value = DEFAULT_RATE_LIMIT, value_parser = parse_rate_limit)]
     pub api_rate_limit: RateLimitSetting,
+    /// Failed or unauthenticated requests per client address (the client as
+    /// TRUSTED_PROXIES forward it; loopback never counts), checked before
+    /// authentication: 60/m, 1000/h, or none. Past it, 429 with Retry-After,
+    /// until the budget refills. Requests with a valid key never count.
+    #[arg(long, env = "API_ADDRESS_LIMIT", default_value = DEFAULT_ADDRESS_LIMIT, value_parser = parse_rate_limit)]
+    pub api_address_limit: RateLimitSetting,
     #[command(flatten)]
     pub default_endpoint: DefaultEndpointArgs,
     /// How long the ids of messages received on /inbound are kept: a copy
@@ -64,6 +75,14 @@ pub async fn run(db_args: DatabaseArgs, args: ServeArgs) -> anyhow::Result<()> {
         .receipt_links(args.api_auth == ApiAuth::Keys, "serve")?;
     // Checked before the database is touched, like every other setting.
     let admin = args.admin.settings()?;
+    let metrics = tokio::net::TcpListener::bind(args.metrics_addr)
+        .await
+        .map_err(|e| {
+            ConfigError(format!(
+                "METRICS_ADDR {}: cannot listen: {e}",
+                args.metrics_addr
+            ))
+        })?;
 
     let shutdown = crate::shutdown::on_signals();
     let migrated = db::migrate_when_writable(&db_args.database_url, &shutdown)
@@ -74,18 +93,24 @@ pub async fn run(db_args: DatabaseArgs, args: ServeArgs) -> anyhow::Result<()> {
     }
     crate::config::default_endpoint::write_default(&db_args.database_url, default_endpoint).await?;
 
+    let trusted_proxies = args.admin.trusted_proxies.clone().unwrap_or_default();
     let settings = ApiSettings {
         max_attempts: args.enqueue.max_attempts,
         request_timeout: args.request_timeout,
-        connections: args.http.limits(),
+        connections: outbox_relay::http_server::ConnectionLimits {
+            trusted_proxies: trusted_proxies.clone(),
+            ..args.http.limits()
+        },
         admin: admin.clone(),
         receipt_links,
         auth: args.api_auth,
         rate_limit: args.api_rate_limit.0,
+        address_limit: args.api_address_limit.0,
+        trusted_proxies,
         ..ApiSettings::default()
     };
     let pool = api::connect(&db_args.database_url, &settings);
-    let app = Application::build(pool, settings, listener)?;
+    let app = Application::build(pool, settings, listener)?.with_metrics(metrics);
     // On stdout, for people and scripts that asked for port 0.
     println!("serving the order API on http://{}", app.local_addr());
     if args.api_auth == ApiAuth::None {

@@ -754,6 +754,7 @@ async fn the_serve_command_takes_orders_and_exits_0_on_sigterm() {
             .arg("serve")
             .env("DATABASE_URL", &db.url)
             .env("API_ADDR", "127.0.0.1:0")
+            .env("METRICS_ADDR", "127.0.0.1:0")
             .env("JOB_MAX_ATTEMPTS", "5")
             .env("LINK_SIGNING_KEY", crate::support::app::LINK_SIGNING_KEY)
             .stdout(Stdio::piped())
@@ -826,4 +827,35 @@ fn the_serve_command_refuses_a_bad_api_addr_naming_it() {
         "{err}"
     );
     assert!(!err.contains("panicked"), "{err}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn openapi_json_is_an_openapi_3_1_document_of_the_public_routes_without_a_key() {
+    let app = spawn_app().await;
+    let response = crate::support::app::http_client()
+        .get(app.url("/openapi.json"))
+        .send()
+        .await
+        .expect("GET /openapi.json");
+    assert_eq!(response.status(), StatusCode::OK);
+    let document: Value = response.json().await.expect("JSON");
+    assert_eq!(document["openapi"], "3.1.0");
+    for (path, method) in [
+        ("/orders", "post"),
+        ("/orders/{id}", "get"),
+        ("/orders/{id}/receipt.pdf", "get"),
+        ("/orders/{id}/{action}", "post"),
+        ("/healthz", "get"),
+        ("/openapi.json", "get"),
+    ] {
+        assert!(
+            document["paths"][path][method].is_object(),
+            "{method} {path} is missing"
+        );
+    }
+    assert_eq!(
+        document["components"]["securitySchemes"]["api_key"]["scheme"],
+        "bearer"
+    );
+    app.stop().await;
 }

@@ -237,10 +237,11 @@ async fn a_client_that_never_reads_its_responses_is_closed_after_the_write_timeo
     })
     .await;
     // A small receive buffer, and many pipelined requests for a large
-    // answer: the server's writes stall once the buffers are full.
+    // answer (the metrics listener's, which shares the API's limits): the
+    // server's writes stall once the buffers are full.
     let socket = tokio::net::TcpSocket::new_v4().expect("socket");
     socket.set_recv_buffer_size(4096).expect("SO_RCVBUF");
-    let mut stream = socket.connect(app.addr).await.expect("connect");
+    let mut stream = socket.connect(app.metrics_addr).await.expect("connect");
     let requests = 3000;
     let request = b"GET /metrics HTTP/1.1\r\nHost: shop.example\r\n\r\n";
     let pipelined: Vec<u8> = request.repeat(requests);

@@ -21,6 +21,7 @@ mod endpoint_delivery;
 mod endpoints;
 mod faults;
 mod front_door;
+mod front_door_auth;
 mod inbox;
 mod metrics;
 mod nats;

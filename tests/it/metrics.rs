@@ -43,7 +43,7 @@ async fn scrape_until(client: &reqwest::Client, url: &str, ready: impl Fn(&str) 
 async fn metrics_show_http_requests_and_job_counters_moving_after_a_job_runs() {
     let _gauge = GAUGE.lock().await;
     let app = spawn_app().await;
-    let metrics_url = app.url("/metrics");
+    let metrics_url = app.metrics_url("/metrics");
     // A kind no other test uses, so the job counters below are this test's alone.
     const KIND: &str = "metrics_probe";
     let before = scrape(&app.client, &metrics_url).await;
@@ -145,6 +145,7 @@ async fn the_relays_metrics_endpoint_serves_queue_depth_and_health() {
         outbox_relay::http_server::ConnectionLimits::default(),
         std::sync::Arc::default(),
         None,
+        outbox_relay::telemetry::QUEUE_DEPTH_TTL,
         shutdown.clone(),
     ));
     let client = http_client();

@@ -35,6 +35,8 @@ pub use relay::{RelayArgs, SessionTimeouts, default_worker_id};
 
 pub const DEFAULT_API_ADDR: &str = "127.0.0.1:8080";
 pub const DEFAULT_METRICS_ADDR: &str = "127.0.0.1:9187";
+/// `serve`'s `METRICS_ADDR`: beside a relay's on the same host.
+pub const DEFAULT_API_METRICS_ADDR: &str = "127.0.0.1:9188";
 pub const DEFAULT_PUBLIC_BASE_URL: &str = "http://127.0.0.1:8080";
 pub const DEFAULT_WEBHOOK_TIMEOUT: Duration = Duration::from_secs(30);
 
@@ -64,9 +66,10 @@ pub struct HttpLimitsArgs {
     #[arg(long, env = "HTTP_MAX_CONNECTIONS", default_value_t = http_server::DEFAULT_MAX_CONNECTIONS, value_parser = parse_count)]
     pub http_max_connections: usize,
     /// Connections one client address may hold; past it that address's own
-    /// longest-idle connection is closed first. 0 (the default): no such cap,
-    /// as behind a proxy, whose one address every client shares.
-    #[arg(long, env = "HTTP_MAX_CONNECTIONS_PER_ADDRESS", default_value_t = 0)]
+    /// longest-idle connection is closed first, and when all are busy the new
+    /// one is. 0: no such cap. Loopback and TRUSTED_PROXIES (whose one address
+    /// every client behind them shares) are never capped.
+    #[arg(long, env = "HTTP_MAX_CONNECTIONS_PER_ADDRESS", default_value_t = http_server::DEFAULT_MAX_CONNECTIONS_PER_ADDRESS)]
     pub http_max_connections_per_address: usize,
     /// Requests served on one keep-alive connection before it is closed.
     #[arg(long, env = "HTTP_MAX_REQUESTS_PER_CONNECTION", default_value_t = http_server::DEFAULT_MAX_REQUESTS_PER_CONNECTION, value_parser = parse_requests)]
@@ -80,6 +83,7 @@ impl HttpLimitsArgs {
             write_timeout: self.http_write_timeout,
             max_connections: self.http_max_connections,
             max_connections_per_address: self.http_max_connections_per_address,
+            trusted_proxies: Default::default(),
             max_requests_per_connection: self.http_max_requests_per_connection,
         }
     }

@@ -17,9 +17,10 @@
 //!   of half-open connections therefore churns among itself, while a health
 //!   probe or a client that sends its request at once is served. Only when
 //!   every slot has a request in flight do new clients wait in the kernel's
-//!   accept backlog. An optional cap per client address makes one address
-//!   give up its own idle connections first (for a server clients reach
-//!   directly; behind a proxy every client shares the proxy's address).
+//!   accept backlog. A cap per client address (on by default) makes one
+//!   address give up its own idle connections first, and refuses it when
+//!   all of them are busy; loopback and the trusted proxies, whose address
+//!   every client behind them shares, are not capped.
 
 pub mod client_addr;
 mod deadline;
@@ -45,6 +46,9 @@ use self::registry::{Admission, Connection, Registry};
 pub const DEFAULT_HEADER_TIMEOUT: Duration = Duration::from_secs(10);
 pub const DEFAULT_WRITE_TIMEOUT: Duration = Duration::from_secs(30);
 pub const DEFAULT_MAX_CONNECTIONS: usize = 2048;
+/// A client that talks to the API directly with a pool of keep-alive
+/// connections holds a few dozen; a flood from one address holds no more.
+pub const DEFAULT_MAX_CONNECTIONS_PER_ADDRESS: usize = 64;
 pub const DEFAULT_MAX_REQUESTS_PER_CONNECTION: u64 = 1000;
 /// Descriptors kept free for everything a process needs besides its clients:
 /// database connections, outgoing webhook and SMTP connections, files, logs.
@@ -64,10 +68,14 @@ pub struct ConnectionLimits {
     /// evicted for a new one, or, when none is idle, new ones wait in the
     /// backlog.
     pub max_connections: usize,
-    /// Connections one client address may hold; past it that address's own
-    /// longest-idle connection is evicted, or the new one is closed at once.
-    /// 0: no such cap (behind a proxy, whose address every client shares).
+    /// Connections one client address (an IPv6 client: its /64) may hold;
+    /// past it that address's own longest-idle connection is evicted, or the
+    /// new one is closed at once. 0: no such cap. Loopback and
+    /// `trusted_proxies` are never capped: every client behind a proxy shares
+    /// its address.
     pub max_connections_per_address: usize,
+    /// The proxies in front (`TRUSTED_PROXIES`).
+    pub trusted_proxies: client_addr::TrustedProxies,
     /// Requests served on one connection before it is closed (the last
     /// response carries `Connection: close`).
     pub max_requests_per_connection: u64,
@@ -79,7 +87,8 @@ impl Default for ConnectionLimits {
             header_timeout: DEFAULT_HEADER_TIMEOUT,
             write_timeout: DEFAULT_WRITE_TIMEOUT,
             max_connections: DEFAULT_MAX_CONNECTIONS,
-            max_connections_per_address: 0,
+            max_connections_per_address: DEFAULT_MAX_CONNECTIONS_PER_ADDRESS,
+            trusted_proxies: Default::default(),
             max_requests_per_connection: DEFAULT_MAX_REQUESTS_PER_CONNECTION,
         }
     }
@@ -136,7 +145,11 @@ pub async fn serve(
     grace: Duration,
 ) -> std::io::Result<()> {
     let max_connections = limits.effective_max_connections();
-    let registry = Registry::new(max_connections, limits.max_connections_per_address);
+    let registry = Registry::new(
+        max_connections,
+        limits.max_connections_per_address,
+        limits.trusted_proxies.clone(),
+    );
     // Cancelled when this function returns, so no connection outlives it.
     let abandon = CancellationToken::new();
     let _abandon_on_return = abandon.clone().drop_guard();

@@ -32,8 +32,7 @@ use crate::telemetry::run_metrics_upkeep;
 
 /// The API's routes and the dashboard's on one gate in front of the pool, so
 /// both count against the same connections.
-fn router(pool: PgPool, settings: &ApiSettings, waker: Waker) -> Router {
-    let db = Db::new(pool, settings.db_wait);
+fn router(db: Db, settings: &ApiSettings, waker: Waker) -> Router {
     let routes = api::routes(db.clone(), settings, waker)
         .merge(crate::admin::routes(db, settings.admin.as_ref()));
     api::with_layers(routes, settings)
@@ -48,7 +47,12 @@ pub struct Application {
     shutdown_grace: Duration,
     connections: ConnectionLimits,
     pool: PgPool,
+    /// The API's gate in front of the pool; its health is what `/healthz` says.
+    db: Db,
     waker: Waker,
+    /// The listener of `/metrics` (`METRICS_ADDR`), if any.
+    metrics: Option<tokio::net::TcpListener>,
+    queue_depth_ttl: Duration,
 }
 
 impl Application {
@@ -70,15 +74,32 @@ impl Application {
                  For local development only."
             );
         }
+        let db = Db::new(pool.clone(), settings.db_wait);
         Ok(Application {
             listener,
             local_addr,
-            router: router(pool.clone(), &settings, waker.clone()),
+            router: router(db.clone(), &settings, waker.clone()),
             shutdown_grace,
             connections,
             pool,
+            db,
             waker,
+            metrics: None,
+            queue_depth_ttl: settings.queue_depth_ttl,
         })
+    }
+
+    /// Serves `/metrics` (with `/healthz`, `/readyz` and `/livez`, as the
+    /// relay's sidecar port does) on `listener`, apart from the public port
+    /// (`METRICS_ADDR`): metrics tell the business's volume.
+    pub fn with_metrics(mut self, listener: tokio::net::TcpListener) -> Application {
+        self.metrics = Some(listener);
+        self
+    }
+
+    /// The metrics listener's address, if [`Application::with_metrics`] gave one.
+    pub fn metrics_addr(&self) -> Option<SocketAddr> {
+        self.metrics.as_ref().and_then(|l| l.local_addr().ok())
     }
 
     pub fn local_addr(&self) -> SocketAddr {
@@ -90,6 +111,23 @@ impl Application {
     pub async fn run_until_stopped(self, shutdown: CancellationToken) -> std::io::Result<()> {
         let upkeep = CancellationToken::new();
         tokio::spawn(run_metrics_upkeep(upkeep.clone()));
+        // The first check before the first request, so `/healthz` has an
+        // answer from the start; then one a second, whatever the probes.
+        api::check_health(&self.db).await;
+        tokio::spawn(api::run_health_checks(self.db.clone(), upkeep.clone()));
+        if let Some(metrics) = self.metrics {
+            let addr = metrics.local_addr()?;
+            tokio::spawn(crate::telemetry::serve_metrics(
+                metrics,
+                self.pool.clone(),
+                self.connections.clone(),
+                std::sync::Arc::new(std::sync::OnceLock::new()),
+                None,
+                self.queue_depth_ttl,
+                upkeep.clone(),
+            ));
+            tracing::info!(%addr, "serving the API's /metrics");
+        }
         // Stopped after the last request, so it sends that one's wake-up too.
         tokio::spawn(self.waker.run(self.pool, upkeep.clone()));
         tracing::info!(addr = %self.local_addr, "serving the order API");

@@ -262,10 +262,12 @@ impl QueueDepthGauge {
     }
 }
 
-/// How often the relay's `/metrics` re-counts the queue.
+/// How often the relay's `/metrics` re-counts the queue (the API's:
+/// `ApiSettings::queue_depth_ttl`).
 pub const QUEUE_DEPTH_TTL: std::time::Duration = std::time::Duration::from_secs(5);
 
-/// Serves the relay's sidecar endpoint on `listener` until `shutdown`:
+/// Serves the relay's sidecar endpoint (and the API's `METRICS_ADDR`) on
+/// `listener` until `shutdown`:
 /// `/metrics` (Prometheus text); `/healthz` (200 when the database answers,
 /// else 503); `/readyz` (the same, and 503 while a NATS connection this relay
 /// has made is down, each listed under `"nats"`); `/livez` (503 when `liveness` says the relay is
@@ -278,12 +280,13 @@ pub async fn serve_metrics(
     limits: crate::http_server::ConnectionLimits,
     liveness: std::sync::Arc<std::sync::OnceLock<crate::relay::Liveness>>,
     nats: Option<crate::effects::nats::NatsConnections>,
+    queue_depth_ttl: std::time::Duration,
     shutdown: tokio_util::sync::CancellationToken,
 ) -> std::io::Result<()> {
     use axum::routing::get;
 
     let handle = metrics_handle();
-    let gauge = std::sync::Arc::new(QueueDepthGauge::new(QUEUE_DEPTH_TTL));
+    let gauge = std::sync::Arc::new(QueueDepthGauge::new(queue_depth_ttl));
     let metrics_pool = pool.clone();
     let ready = move || {
         let pool = pool.clone();

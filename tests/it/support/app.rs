@@ -40,6 +40,8 @@ pub fn test_api_settings() -> ApiSettings {
 /// A running API and the database behind it.
 pub struct TestApp {
     pub addr: SocketAddr,
+    /// The API's `/metrics` listener (`METRICS_ADDR`), apart from `addr`.
+    pub metrics_addr: SocketAddr,
     pub db: TestDb,
     /// Sends [`TestApp::api_key`] with every request.
     pub client: reqwest::Client,
@@ -66,13 +68,20 @@ pub async fn spawn_app_on(db: TestDb, pool: PgPool, settings: ApiSettings) -> Te
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
         .await
         .expect("bind port 0");
-    let app = Application::build(pool, settings, listener).expect("build the API");
+    let metrics = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("bind port 0");
+    let app = Application::build(pool, settings, listener)
+        .expect("build the API")
+        .with_metrics(metrics);
     let addr = app.local_addr();
+    let metrics_addr = app.metrics_addr().expect("a metrics listener");
     let shutdown = CancellationToken::new();
     let handle = tokio::spawn(app.run_until_stopped(shutdown.clone()));
     let api_key = create_api_key(&db.url, "test", &[Scope::All]);
     TestApp {
         addr,
+        metrics_addr,
         db,
         client: http_client_with_key(&api_key),
         api_key,
@@ -157,6 +166,11 @@ impl Rows {
 impl TestApp {
     pub fn url(&self, path: &str) -> String {
         format!("http://{}{path}", self.addr)
+    }
+
+    /// `path` on the metrics listener.
+    pub fn metrics_url(&self, path: &str) -> String {
+        format!("http://{}{path}", self.metrics_addr)
     }
 
     pub async fn post_order(&self, body: &Value, key: Option<&str>) -> reqwest::Response {

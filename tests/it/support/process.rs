@@ -59,11 +59,12 @@ impl Launch {
             .env("LINK_SIGNING_KEY", super::app::LINK_SIGNING_KEY)
     }
 
-    /// `serve` on port 0, with the tests' `LINK_SIGNING_KEY`.
+    /// `serve` on port 0 (its metrics too), with the tests' `LINK_SIGNING_KEY`.
     pub fn serve(name: &str, database_url: &str) -> Launch {
         Launch::new(name, &["serve"])
             .env("DATABASE_URL", database_url)
             .env("API_ADDR", "127.0.0.1:0")
+            .env("METRICS_ADDR", "127.0.0.1:0")
             .env("LINK_SIGNING_KEY", super::app::LINK_SIGNING_KEY)
     }
 

@@ -21,6 +21,8 @@ use outbox_relay::server::Application;
 /// The API and the relay, running in this process.
 pub(super) struct Running {
     pub(super) api_url: String,
+    /// The API's `/metrics`, on its own port.
+    pub(super) metrics_url: Option<String>,
     /// The dashboard's operator token, with `--keep-running` (printed with its URL).
     pub(super) admin_token: Option<String>,
     /// The run's API key (`orders:*`), sent with every request; revoked when
@@ -67,12 +69,18 @@ pub(super) async fn start_services(
         receipt_links: Some(receipt_links.clone()),
         ..ApiSettings::default()
     };
+    // Metrics on a port of their own, as `serve` has them (METRICS_ADDR).
+    let metrics = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
     let app = Application::build(
         api::connect(database_url, &api_settings),
         api_settings,
         listener,
-    )?;
+    )?
+    .with_metrics(metrics);
     let api_url = format!("http://{}", app.local_addr());
+    let metrics_url = app
+        .metrics_addr()
+        .map(|addr| format!("http://{addr}/metrics"));
     let (api_key_name, api_key) = create_demo_key(database_url).await?;
 
     let mailer = Mailer::new(&EmailConfig {
@@ -136,6 +144,7 @@ pub(super) async fn start_services(
 
     Ok(Running {
         api_url,
+        metrics_url,
         admin_token,
         api_key,
         api_key_name,

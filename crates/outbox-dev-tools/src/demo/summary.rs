@@ -113,7 +113,9 @@ impl Demo<'_> {
                 "  DATABASE_URL={} {exe} endpoints list",
                 db::redact_url(&running.database_url)
             );
-            println!("  curl {}/metrics", running.api_url);
+            if let Some(metrics) = &running.metrics_url {
+                println!("  curl {metrics}");
+            }
             if let Some(token) = &running.admin_token {
                 println!();
                 println!("Dashboard: {}/admin", running.api_url);

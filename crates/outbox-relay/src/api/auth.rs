@@ -3,30 +3,34 @@
 //! (401, 403 or 429), so it is a JSON error like any other, and nothing has
 //! been written.
 //!
-//! The check has two halves. `authorize`, a middleware on every `/orders`
-//! route, refuses a request whose `Authorization` header holds no
-//! well-formed key, before the handler runs, and hands the handler a
-//! `Caller`. The handler's database work runs through
-//! `AppState::run_as`, which first calls `Caller::verify`: the key's
-//! row, its expiry and revocation, the route's scope, the rate limit. So
-//! the look-up shares the request's one connection and blocking task
-//! instead of taking its own: a look-up through a second checkout measured
-//! 0.73x of the placement rate of `API_AUTH=none` in `bench`. The key is read on every request, never cached: a `keys revoke`
-//! takes effect on the next request, on every replica. The per-key rate
-//! limit counts in this process (see [`RateLimit`]).
+//! `authorize`, a middleware on every `/orders` route, checks the key's form,
+//! then its row (expiry, revocation), the route's scope and the per-key rate
+//! limit, all before the handler runs: before the body is read and before
+//! the path or the body is parsed. So a made-up key learns nothing of the
+//! schema (it never sees a 400, 413, 415 or 422), cannot hold a slot with a
+//! slow body, and costs one index probe, counted against its address by
+//! `address_limit`. The handler gets a `Verified`.
+//! The key is read on every request, never cached: a `keys revoke` takes
+//! effect on the next request, on every replica. The look-up takes its own
+//! connection, apart from the handler's work: holding one connection across
+//! the upload of a body would let slow bodies take the pool. The per-key
+//! rate limit counts in this process (see [`RateLimit`]).
 
 use std::collections::HashMap;
+use std::sync::Arc;
 
 use axum::extract::{Path, Request, State};
 use axum::http::{HeaderMap, header};
 use axum::middleware::Next;
-use axum::response::Response;
+use axum::response::{IntoResponse as _, Response};
 use diesel::PgConnection;
 
+use super::address_limit::Admitted;
 use super::error::ApiError;
 use super::key_limit::RateLimiter;
+use super::state::Db;
 use crate::api_keys::{self, KeyState, PresentedKey, Scope};
-use crate::orders::Transition;
+use crate::orders::{Cause, Transition};
 
 pub use super::key_limit::RateLimit;
 
@@ -50,100 +54,128 @@ const MAX_AUTHORIZATION_BYTES: usize = 256;
 pub(crate) enum Required {
     Scope(Scope),
     /// `POST /orders/{id}/{action}`: the action's scope (`orders:pay`, …);
-    /// an unknown action needs a well-formed key, then is a 404.
+    /// an unknown action needs a valid key, then is a 404.
     ActionScope,
     /// `GET /orders/{id}/receipt.pdf`: `orders:read`, or a signed link.
     Receipt,
 }
 
-/// Who the handler is serving, as far as the middleware could tell without
-/// the database. In the request's extensions of every `/orders` route.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Caller {
-    /// A well-formed key, and the scope the route needs of it (`None`: any
-    /// valid key, for an unknown action that is then a 404). Not looked up
-    /// yet: see [`Caller::verify`].
-    Key {
-        key: PresentedKey,
-        scope: Option<Scope>,
-    },
-    /// `API_AUTH=none`, or a signed receipt link that was verified.
-    Anyone,
-}
-
-/// A caller that passed [`Caller::verify`].
+/// Who the handler is serving: in the request's extensions of every
+/// `/orders` route once [`authorize`] let it through.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct Verified {
-    /// The scope of the request's Idempotency-Key; `None` without keys.
+    /// The key's id; `None` without keys (`API_AUTH=none`, a signed link).
     pub api_key_id: Option<i64>,
+    /// The key reads only the orders placed with it (`orders:read:own`
+    /// without `orders:read`).
+    pub own_orders_only: bool,
 }
 
-impl Caller {
-    /// The key's row, its state and scope, then the rate limit: the first
-    /// statement of the request's database work, before anything is written.
-    pub fn verify(
-        self,
-        conn: &mut PgConnection,
-        limiter: Option<&RateLimiter>,
-    ) -> Result<Verified, ApiError> {
-        let Caller::Key { key, scope } = self else {
-            return Ok(Verified { api_key_id: None });
-        };
-        let Some(found) = api_keys::authenticate(conn, &key)? else {
-            return Err(ApiError::Unauthorized("this API key is not known".into()));
-        };
-        match found.state {
-            KeyState::Active => {}
-            KeyState::Revoked => {
-                return Err(ApiError::Unauthorized("this API key was revoked".into()));
-            }
-            KeyState::Expired => {
-                return Err(ApiError::Unauthorized("this API key has expired".into()));
-            }
+impl Verified {
+    /// `API_AUTH=none`, or a signed receipt link that was verified.
+    pub const ANYONE: Verified = Verified {
+        api_key_id: None,
+        own_orders_only: false,
+    };
+
+    /// What the placements and transitions of this caller record.
+    pub fn cause(self) -> Cause {
+        Cause {
+            api_key_id: self.api_key_id,
+            inbox_message_id: None,
         }
-        if let Some(scope) = scope
-            && !scope.granted_by(&found.scopes)
-        {
-            return Err(ApiError::Forbidden { scope });
-        }
-        if let Some(limiter) = limiter {
-            limiter.check(found.id)?;
-        }
-        Ok(Verified {
-            api_key_id: Some(found.id),
-        })
     }
+
+    /// Whether this caller may read an order placed by `placed_by`. An order
+    /// it may not read is a 404, as one that does not exist: a key with
+    /// `orders:read:own` learns nothing of other keys' orders.
+    pub fn may_read(self, placed_by: Option<i64>) -> bool {
+        !self.own_orders_only || (self.api_key_id.is_some() && placed_by == self.api_key_id)
+    }
+}
+
+/// The key's row, its state and scope, then the rate limit.
+fn verify(
+    conn: &mut PgConnection,
+    key: &PresentedKey,
+    scope: Option<Scope>,
+    limiter: Option<&RateLimiter>,
+) -> Result<Verified, ApiError> {
+    let Some(found) = api_keys::authenticate(conn, key)? else {
+        return Err(ApiError::Unauthorized("this API key is not known".into()));
+    };
+    match found.state {
+        KeyState::Active => {}
+        KeyState::Revoked => {
+            return Err(ApiError::Unauthorized("this API key was revoked".into()));
+        }
+        KeyState::Expired => {
+            return Err(ApiError::Unauthorized("this API key has expired".into()));
+        }
+    }
+    let mut own_orders_only = false;
+    match scope {
+        None => {}
+        Some(scope) if scope.granted_by(&found.scopes) => {}
+        Some(Scope::Read) if Scope::ReadOwn.granted_by(&found.scopes) => own_orders_only = true,
+        Some(scope) => return Err(ApiError::Forbidden { scope }),
+    }
+    if let Some(limiter) = limiter {
+        limiter.check(found.id)?;
+    }
+    Ok(Verified {
+        api_key_id: Some(found.id),
+        own_orders_only,
+    })
 }
 
 /// How a receipt request got in. In the extensions of the receipt route.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) enum ReceiptAccess {
-    /// A key with `orders:read` (or `API_AUTH=none`).
-    Caller(Caller),
+    /// A key with `orders:read` or `orders:read:own` (or `API_AUTH=none`).
+    Caller(Verified),
     /// No `Authorization` header, and `expires` or `signature` in the query:
     /// a link from an email, which the handler verifies (`receipt_link`).
     SignedLink,
 }
 
 /// What the middleware of one route holds.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone)]
 pub(crate) struct Gate {
     pub auth: ApiAuth,
     pub required: Required,
+    pub db: Db,
+    pub limiter: Option<Arc<RateLimiter>>,
 }
 
-/// Checks the request's key for form against its route's [`Required`],
-/// then runs it.
+/// Checks the request's key against its route's [`Required`], then runs it.
 /// Every answer of an `/orders` route carries `Cache-Control: no-store`:
-/// they carry customers' names, addresses and payment references.
+/// they carry customers' names, addresses and payment references. Each
+/// answer says how the request got in ([`Admitted`]), for the per-address
+/// limit.
 pub(crate) async fn authorize(
     State(gate): State<Gate>,
     mut request: Request,
     next: Next,
 ) -> Response {
     let mut response = match admit(&gate, &mut request).await {
-        Ok(()) => next.run(request).await,
-        Err(error) => axum::response::IntoResponse::into_response(error),
+        Ok(admitted) => {
+            let mut response = next.run(request).await;
+            response.extensions_mut().insert(admitted);
+            response
+        }
+        Err(error) => {
+            // Refused after the key was found: the key's own traffic.
+            let found = matches!(
+                error,
+                ApiError::Forbidden { .. } | ApiError::RateLimited { .. }
+            );
+            let mut response = error.into_response();
+            if found {
+                response.extensions_mut().insert(Admitted::Key);
+            }
+            response
+        }
     };
     response.headers_mut().insert(
         header::CACHE_CONTROL,
@@ -152,16 +184,16 @@ pub(crate) async fn authorize(
     response
 }
 
-async fn admit(gate: &Gate, request: &mut Request) -> Result<(), ApiError> {
+async fn admit(gate: &Gate, request: &mut Request) -> Result<Admitted, ApiError> {
     if gate.required == Required::Receipt
         && !request.headers().contains_key(header::AUTHORIZATION)
         && has_link_parameters(request.uri().query())
     {
         request.extensions_mut().insert(ReceiptAccess::SignedLink);
-        return Ok(());
+        return Ok(Admitted::Anonymous);
     }
-    let caller = match gate.auth {
-        ApiAuth::None => Caller::Anyone,
+    let (verified, admitted) = match gate.auth {
+        ApiAuth::None => (Verified::ANYONE, Admitted::Open),
         ApiAuth::Keys => {
             let key = presented_key(request.headers())?;
             let scope = match gate.required {
@@ -169,16 +201,21 @@ async fn admit(gate: &Gate, request: &mut Request) -> Result<(), ApiError> {
                 Required::Receipt => Some(Scope::Read),
                 Required::ActionScope => action_of(request).await.and_then(Scope::of_action),
             };
-            Caller::Key { key, scope }
+            let limiter = gate.limiter.clone();
+            let verified = gate
+                .db
+                .run(move |conn| verify(conn, &key, scope, limiter.as_deref()))
+                .await?;
+            (verified, Admitted::Key)
         }
     };
-    request.extensions_mut().insert(caller);
+    request.extensions_mut().insert(verified);
     if gate.required == Required::Receipt {
         request
             .extensions_mut()
-            .insert(ReceiptAccess::Caller(caller));
+            .insert(ReceiptAccess::Caller(verified));
     }
-    Ok(())
+    Ok(admitted)
 }
 
 /// The `{action}` of `/orders/{id}/{action}`, percent-decoded by the same
@@ -193,7 +230,7 @@ async fn action_of(request: &mut Request) -> Option<&'static str> {
 }
 
 /// The key of `Authorization: Bearer <key>`, checked for form and checksum
-/// before any database query.
+/// before the database is asked.
 fn presented_key(headers: &HeaderMap) -> Result<PresentedKey, ApiError> {
     let unauthorized = |why: &str| ApiError::Unauthorized(why.to_owned());
     let mut values = headers.get_all(header::AUTHORIZATION).iter();

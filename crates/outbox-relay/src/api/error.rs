@@ -52,6 +52,12 @@ pub enum ApiError {
     Forbidden { scope: crate::api_keys::Scope },
     #[error("too many requests with this API key; retry in {retry_after_seconds}s")]
     RateLimited { retry_after_seconds: u64 },
+    /// Before authentication: this address spent its budget of failed or
+    /// unauthenticated requests (`API_ADDRESS_LIMIT`).
+    #[error(
+        "too many failed or unauthenticated requests from this address; retry in {retry_after_seconds}s"
+    )]
+    AddressRateLimited { retry_after_seconds: u64 },
     #[error("there is no order {0}")]
     OrderNotFound(String),
     #[error("the receipt of order {0} is not rendered yet; try again later")]
@@ -98,17 +104,22 @@ fn validation_message(error: &ValidationError) -> String {
 }
 
 /// The `error` object of a JSON error body.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, utoipa::ToSchema)]
 pub struct ErrorBody {
+    /// Stable and machine-readable: `unauthorized`, `validation_failed`, …
+    #[schema(value_type = String)]
     pub code: &'static str,
     pub message: String,
+    /// The path of the field at fault, on validation errors only.
     #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(nullable = false)]
     pub field: Option<String>,
 }
 
 /// `{"error": {...}}`, fields in the order people read them.
-#[derive(Debug, Serialize)]
-struct ErrorEnvelope {
+#[derive(Debug, Serialize, utoipa::ToSchema)]
+#[schema(as = Error)]
+pub(crate) struct ErrorEnvelope {
     error: ErrorBody,
 }
 
@@ -126,7 +137,9 @@ impl ApiError {
             }
             ApiError::Unauthorized(_) | ApiError::SignatureRefused(_) => StatusCode::UNAUTHORIZED,
             ApiError::Forbidden { .. } => StatusCode::FORBIDDEN,
-            ApiError::RateLimited { .. } => StatusCode::TOO_MANY_REQUESTS,
+            ApiError::RateLimited { .. } | ApiError::AddressRateLimited { .. } => {
+                StatusCode::TOO_MANY_REQUESTS
+            }
             ApiError::OrderNotFound(_)
             | ApiError::ReceiptNotReady(_)
             | ApiError::RouteNotFound(_) => StatusCode::NOT_FOUND,
@@ -154,7 +167,7 @@ impl ApiError {
             ApiError::Unauthorized(_) => "unauthorized",
             ApiError::SignatureRefused(_) => "invalid_signature",
             ApiError::Forbidden { .. } => "forbidden",
-            ApiError::RateLimited { .. } => "rate_limited",
+            ApiError::RateLimited { .. } | ApiError::AddressRateLimited { .. } => "rate_limited",
             ApiError::OrderNotFound(_) => "order_not_found",
             ApiError::ReceiptNotReady(_) => "receipt_not_ready",
             ApiError::RouteNotFound(_) => "not_found",
@@ -222,6 +235,9 @@ impl IntoResponse for ApiError {
                 );
             }
             ApiError::RateLimited {
+                retry_after_seconds,
+            }
+            | ApiError::AddressRateLimited {
                 retry_after_seconds,
             } => {
                 headers.insert(header::RETRY_AFTER, HeaderValue::from(*retry_after_seconds));

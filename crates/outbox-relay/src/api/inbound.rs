@@ -23,6 +23,25 @@ use crate::inbox::apply::{Answer, Inbound, receive};
 use crate::inbox::source::{self, SourceKind};
 use crate::inbox::verify::verify;
 
+#[utoipa::path(
+    post,
+    path = "/inbound/{source}",
+    tag = "inbox",
+    operation_id = "receiveInbound",
+    params(("source" = String, Path, description = "The source's name (`sources add`)")),
+    request_body(
+        content = Object,
+        content_type = "application/json",
+        description = "The provider's event, exactly as it signed it (Stripe-Signature, or Standard Webhooks' webhook-id, webhook-timestamp and webhook-signature)",
+    ),
+    responses(
+        (status = 200, description = "Verified and stored once (a repeat changes nothing)", body = super::openapi::InboundAnswer),
+        (status = 400, description = "Verified, but not JSON", body = super::error::ErrorEnvelope),
+        (status = 401, description = "No or a wrong signature, an unknown source, or a timestamp over 5 minutes off; nothing stored", body = super::error::ErrorEnvelope),
+        (status = 413, description = "A body over 256 KiB", body = super::error::ErrorEnvelope),
+    ),
+    security(()),
+)]
 pub(crate) async fn inbound(
     State(state): State<AppState>,
     Path(name): Path<String>,

@@ -1,7 +1,10 @@
 //! The order HTTP API (docs/api.md), on axum.
 //!
-//! - [`auth`]: the scope each `/orders` route needs, checked in one place
-//!   (401, 403, the per-key 429 of [`key_limit`]);
+//! - [`auth`]: the key and the scope each `/orders` route needs, checked in
+//!   one place before the body is read (401, 403, the per-key 429 of
+//!   [`key_limit`]);
+//! - `address_limit`: the per-address limit before authentication;
+//! - `openapi`: `GET /openapi.json`, generated from the handlers;
 //! - `orders`: `POST /orders`, `GET /orders/{id}`, `GET /orders/{id}/receipt.pdf`;
 //! - `receipt_link`: the signed customer link to a receipt, and its refusal page;
 //! - `body`: reading a JSON body by hand, so every rejection is a JSON error;
@@ -9,24 +12,29 @@
 //!   that maps it to a status and a body;
 //! - `inbound`: `POST /inbound/{source}`, a payment provider's signed
 //!   webhook, authenticated by its signature (no API key);
-//! - `ops`: `GET /healthz`, `GET /metrics`, unknown routes and methods;
+//! - `ops`: `GET /healthz`, unknown routes and methods; `health`: the
+//!   background check `/healthz` reads (metrics are on `METRICS_ADDR`);
 //! - `middleware`: the span, the HTTP metrics and the time limit of each request;
 //! - `state`: what handlers share, including the gate in front of the pool;
 //!
 //! The server that mounts these routes beside the dashboard is
 //! [`crate::server::Application`].
 
+mod address_limit;
 pub mod auth;
 mod body;
 pub mod error;
+mod health;
 mod inbound;
 pub mod key_limit;
 mod middleware;
+mod openapi;
 mod ops;
 mod orders;
 mod receipt_link;
 mod state;
 
+pub(crate) use health::{check as check_health, run_checks as run_health_checks};
 pub(crate) use state::Db;
 
 use std::sync::Arc;
@@ -34,9 +42,12 @@ use std::time::Duration;
 
 use axum::Router;
 use axum::extract::DefaultBodyLimit;
-use axum::routing::{get, post};
 use tower_http::trace::{DefaultOnResponse, TraceLayer};
+use utoipa::OpenApi as _;
+use utoipa_axum::router::OpenApiRouter;
+use utoipa_axum::routes;
 
+pub use address_limit::DEFAULT_ADDRESS_LIMIT;
 pub use auth::{ApiAuth, RateLimit};
 pub use body::MAX_BODY_BYTES;
 pub use error::ApiError;
@@ -45,8 +56,9 @@ pub use orders::OrderView;
 use crate::api_keys::Scope;
 use crate::db::{self, PgPool, PoolOptions};
 use crate::http_server::ConnectionLimits;
+use crate::http_server::client_addr::TrustedProxies;
 use crate::outbox::Waker;
-use crate::telemetry::{QueueDepthGauge, metrics_handle};
+use crate::telemetry::metrics_handle;
 use auth::Required;
 
 pub const DEFAULT_POOL_SIZE: u32 = 16;
@@ -76,7 +88,8 @@ pub struct ApiSettings {
     pub db_wait: Duration,
     /// `statement_timeout` of the API's connections.
     pub statement_timeout: Duration,
-    /// How long `/metrics` reuses its count of jobs by status.
+    /// How long `/metrics` (on the metrics listener) reuses its count of
+    /// jobs by status.
     pub queue_depth_ttl: Duration,
     /// After shutdown is asked for, how long in-flight requests may finish.
     pub shutdown_grace: Duration,
@@ -92,6 +105,12 @@ pub struct ApiSettings {
     /// Requests per key at most (`API_RATE_LIMIT`), counted in this process;
     /// `None`: no limit.
     pub rate_limit: Option<RateLimit>,
+    /// Failed or unauthenticated requests per client address at most
+    /// (`API_ADDRESS_LIMIT`), before authentication; `None`: no limit.
+    pub address_limit: Option<RateLimit>,
+    /// The proxies whose `X-Forwarded-For` names the client
+    /// (`TRUSTED_PROXIES`).
+    pub trusted_proxies: TrustedProxies,
 }
 
 impl Default for ApiSettings {
@@ -109,6 +128,8 @@ impl Default for ApiSettings {
             receipt_links: None,
             auth: ApiAuth::Keys,
             rate_limit: None,
+            address_limit: DEFAULT_ADDRESS_LIMIT.parse().ok(),
+            trusted_proxies: TrustedProxies::default(),
         }
     }
 }
@@ -129,59 +150,78 @@ pub fn connect(database_url: &str, settings: &ApiSettings) -> PgPool {
     )
 }
 
-/// The order API's routes (`/orders`, `/healthz`, `/metrics`) on `db`, without
-/// the layers: [`with_layers`] puts those around everything the server mounts.
+/// The order API's routes (`/orders`, `/healthz`, `/openapi.json`) on `db`,
+/// without the layers: [`with_layers`] puts those around everything the
+/// server mounts.
 pub(crate) fn routes(db: Db, settings: &ApiSettings, waker: Waker) -> Router {
+    routes_and_document(db, settings, waker).0
+}
+
+/// [`routes`], and the OpenAPI document of them.
+fn routes_and_document(
+    db: Db,
+    settings: &ApiSettings,
+    waker: Waker,
+) -> (Router, utoipa::openapi::OpenApi) {
     // Installs the recorder before the first request records anything.
     let _ = metrics_handle();
     let state = state::AppState {
         enqueuer: crate::orders::order_enqueuer().wake_after_commit(waker),
         db,
-        queue_depth: Arc::new(QueueDepthGauge::new(settings.queue_depth_ttl)),
         settings: Arc::new(settings.clone()),
-        limiter: settings
-            .rate_limit
-            .and_then(key_limit::RateLimiter::new)
-            .map(Arc::new),
     };
-    // What each route needs, next to it: checked by auth::authorize and,
-    // on the request's connection, by AppState::run_as.
+    let limiter = settings
+        .rate_limit
+        .and_then(key_limit::RateLimiter::new)
+        .map(Arc::new);
+    // What each route needs, next to it: checked by auth::authorize before
+    // the handler reads anything.
     let needs = |required| {
         axum::middleware::from_fn_with_state(
             auth::Gate {
                 auth: settings.auth,
                 required,
+                db: state.db.clone(),
+                limiter: limiter.clone(),
             },
             auth::authorize,
         )
     };
-    // Layers run outside-in in the reverse order of the calls: the span
-    // first, so metrics, timeouts and handlers all log inside it; metrics
-    // outside the time limit, so a timed-out request is counted as its 503.
-    Router::new()
-        .route(
-            "/orders",
-            post(orders::place).route_layer(needs(Required::Scope(Scope::Place))),
+    // Every public route through `routes!`, which registers it and its
+    // document together (see `openapi`).
+    let (public, mut document) = OpenApiRouter::with_openapi(openapi::ApiDoc::openapi())
+        .merge(
+            OpenApiRouter::new()
+                .routes(routes!(orders::place))
+                .route_layer(needs(Required::Scope(Scope::Place))),
         )
-        .route(
-            "/orders/{id}",
-            get(orders::show).route_layer(needs(Required::Scope(Scope::Read))),
+        .merge(
+            OpenApiRouter::new()
+                .routes(routes!(orders::show))
+                .route_layer(needs(Required::Scope(Scope::Read))),
         )
-        .route(
-            "/orders/{id}/receipt.pdf",
-            get(orders::receipt).route_layer(needs(Required::Receipt)),
+        .merge(
+            OpenApiRouter::new()
+                .routes(routes!(orders::receipt))
+                .route_layer(needs(Required::Receipt)),
         )
-        .route(
-            "/orders/{id}/{action}",
-            post(orders::transition).route_layer(needs(Required::ActionScope)),
+        .merge(
+            OpenApiRouter::new()
+                .routes(routes!(orders::transition))
+                .route_layer(needs(Required::ActionScope)),
         )
-        .route(
-            "/inbound/{source}",
-            post(inbound::inbound).layer(DefaultBodyLimit::max(crate::inbox::MAX_INBOUND_BYTES)),
+        .merge(
+            OpenApiRouter::new()
+                .routes(routes!(inbound::inbound))
+                .layer(DefaultBodyLimit::max(crate::inbox::MAX_INBOUND_BYTES)),
         )
-        .route("/healthz", get(ops::healthz))
-        .route("/metrics", get(ops::metrics))
-        .with_state(state)
+        .routes(routes!(ops::healthz))
+        .routes(routes!(openapi::openapi_json))
+        .split_for_parts();
+    openapi::add_links(&mut document);
+    let served = openapi::Served::new(&document);
+    let router = public.layer(axum::Extension(served)).with_state(state);
+    (router, document)
 }
 
 /// The fallbacks and layers of the public listener, around `routes` (the
@@ -195,6 +235,17 @@ pub(crate) fn with_layers(routes: Router, settings: &ApiSettings) -> Router {
             settings.request_timeout,
             middleware::enforce_timeout,
         ))
+        // Before anything reads the request: an address that spent its
+        // budget costs no key look-up and no body.
+        .layer(axum::middleware::from_fn_with_state(
+            address_limit::AddressGate {
+                limiter: settings
+                    .address_limit
+                    .map(|limit| Arc::new(address_limit::AddressLimiter::new(limit))),
+                trusted_proxies: settings.trusted_proxies.clone(),
+            },
+            address_limit::limit_by_address,
+        ))
         .layer(axum::middleware::from_fn(middleware::record_metrics))
         .layer(
             TraceLayer::new_for_http()
@@ -207,4 +258,60 @@ pub(crate) fn with_layers(routes: Router, settings: &ApiSettings) -> Router {
                 // ApiError logs 5xx with their cause; a second line says less.
                 .on_failure(()),
         )
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::BTreeSet;
+
+    use super::*;
+
+    /// The paths a router serves, read from its `Debug` (axum's only view of
+    /// its routes: `path_router: … paths: {RouteId(0): "/orders", …}`); the
+    /// fallback router's catch-all after it is not a route.
+    fn served_paths(router: &Router) -> BTreeSet<String> {
+        let debug = format!("{router:?}");
+        let (routes, _fallbacks) = debug
+            .split_once("fallback_router")
+            .expect("axum's Debug of a Router names its fallback router");
+        routes
+            .split("RouteId(")
+            .skip(1)
+            .filter_map(|part| {
+                let (_, rest) = part.split_once("): \"")?;
+                let (path, _) = rest.split_once('"')?;
+                Some(path.to_owned())
+            })
+            .collect()
+    }
+
+    #[test]
+    fn every_route_the_server_serves_is_in_the_openapi_document_but_the_dashboard() {
+        let tokens = crate::config::dashboard::parse_admin_tokens(
+            Some("op:an-operator-token-long-enough-0123"),
+            None,
+        )
+        .expect("a token");
+        let settings = ApiSettings {
+            admin: Some(crate::config::dashboard::AdminSettings::new(tokens)),
+            ..ApiSettings::default()
+        };
+        // Never connects: the router is only built.
+        let pool = connect("postgres://nobody@127.0.0.1:1/nowhere", &settings);
+        let db = Db::new(pool, settings.db_wait);
+        let (api, document) = routes_and_document(db.clone(), &settings, Waker::new());
+        // As the server mounts it.
+        let router = with_layers(
+            api.merge(crate::admin::routes(db, settings.admin.as_ref())),
+            &settings,
+        );
+
+        let served: BTreeSet<String> = served_paths(&router)
+            .into_iter()
+            .filter(|path| path != "/admin" && !path.starts_with("/admin/"))
+            .collect();
+        let documented: BTreeSet<String> = document.paths.paths.keys().cloned().collect();
+        assert!(served.contains("/orders"), "{served:?}");
+        assert_eq!(served, documented, "served and documented paths differ");
+    }
 }

@@ -1,44 +1,28 @@
-//! `GET /healthz` and `GET /metrics`, and the JSON answers for unknown routes
-//! and methods.
+//! `GET /healthz`, and the JSON answers for unknown routes and methods.
+//! Metrics are not here: they are served on `METRICS_ADDR` only, never on
+//! the public port (they tell the business's volume).
 
 use axum::extract::State;
 use axum::http::{Method, Uri};
 use axum::response::IntoResponse;
-use diesel::RunQueryDsl as _;
 
 use super::error::ApiError;
 use super::state::AppState;
-use crate::outbox::queue_depth;
-use crate::telemetry::{health_answer, metrics_handle, prometheus_text};
 
-/// [`health_answer`] for a `SELECT 1` through the API's database runner.
+/// The latest health check's outcome (`health`): no database call here.
+#[utoipa::path(
+    get,
+    path = "/healthz",
+    tag = "operations",
+    operation_id = "health",
+    responses(
+        (status = 200, description = "The database answers", body = super::openapi::Health),
+        (status = 503, description = "It does not", body = super::openapi::Health),
+    ),
+    security(()),
+)]
 pub(crate) async fn healthz(State(state): State<AppState>) -> impl IntoResponse {
-    let ping = state
-        .db
-        .run(|conn| {
-            diesel::sql_query("SELECT 1").execute(conn)?;
-            Ok(())
-        })
-        .await;
-    health_answer(
-        ping.err()
-            .map(|error| serde_json::to_value(error.body()).unwrap_or_default()),
-    )
-}
-
-/// Prometheus text. The `outbox_jobs{status}` gauge is re-counted here when
-/// older than `queue_depth_ttl`; a failed re-count leaves the old values.
-pub(crate) async fn metrics(State(state): State<AppState>) -> impl IntoResponse {
-    let db = state.db.clone();
-    state
-        .queue_depth
-        .refresh_if_stale(|| async move {
-            db.run(|conn| Ok(queue_depth(conn)?))
-                .await
-                .map_err(|e| e.detail())
-        })
-        .await;
-    prometheus_text(metrics_handle().render())
+    state.db.health().answer()
 }
 
 pub(crate) async fn route_not_found(uri: Uri) -> ApiError {

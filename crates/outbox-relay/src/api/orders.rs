@@ -10,27 +10,41 @@ use diesel::prelude::*;
 use serde::Serialize;
 
 use super::ApiAuth;
-use super::auth::{Caller, ReceiptAccess};
+use super::auth::{ReceiptAccess, Verified};
 use super::body;
-use super::error::ApiError;
+use super::error::{ApiError, ErrorEnvelope};
 use super::receipt_link::{self, LinkCheck};
 use super::state::AppState;
 use crate::orders::{
     NewOrder, Order, OrderEvent, OrderId, OrderJob, PlaceOrderError, Placement, Transition,
     TransitionError, TransitionOutcome, load_order, load_order_events, load_order_jobs,
-    place_order, transition_order,
+    place_order_by, transition_order_by,
 };
-use crate::schema::receipts;
+use crate::schema::{orders, receipts};
 
 /// The order as the API shows it: the order's own fields at the top level,
 /// with its `items` and its `jobs`.
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, utoipa::ToSchema)]
 pub struct OrderView {
     #[serde(flatten)]
     pub order: Order,
     pub jobs: Vec<OrderJob>,
     /// The order's history, in `seq` order.
     pub events: Vec<OrderEvent>,
+}
+
+/// Whether order `order_id` exists and `reader` may read it (see
+/// [`Verified::may_read`]).
+fn readable(conn: &mut PgConnection, reader: Verified, order_id: i64) -> Result<bool, ApiError> {
+    if !reader.own_orders_only {
+        return Ok(true);
+    }
+    let placed_by: Option<Option<i64>> = orders::table
+        .find(order_id)
+        .select(orders::api_key_id)
+        .first(conn)
+        .optional()?;
+    Ok(placed_by.is_some_and(|placed_by| reader.may_read(placed_by)))
 }
 
 /// Reads an order and its jobs under one snapshot, so the jobs shown are the
@@ -60,13 +74,35 @@ fn location(order_id: i64) -> HeaderValue {
     HeaderValue::from_str(&format!("/orders/{order_id}")).unwrap_or(HeaderValue::from_static("/"))
 }
 
-/// `POST /orders`. Checks run cheapest first, and all of them before anything
-/// touches the database: content type (415), Idempotency-Key (400), size
-/// (413), JSON syntax (400), fields (422). Then one transaction writes the
-/// order and its jobs, or, for a repeated key, finds the earlier order.
+/// `POST /orders`. The key was verified before the body was read (`auth`);
+/// then checks run cheapest first, and all of them before the order touches
+/// the database: content type (415), Idempotency-Key (400), size (413), JSON
+/// syntax (400), fields (422). Then one transaction writes the order and its
+/// jobs, or, for a repeated key, finds the earlier order.
+#[utoipa::path(
+    post,
+    path = "/orders",
+    tag = "orders",
+    operation_id = "placeOrder",
+    request_body(content = crate::orders::OrderBody, content_type = "application/json"),
+    params(super::openapi::IdempotencyKeyHeader),
+    responses(
+        (status = 201, description = "The order, placed", body = OrderView,
+            headers(("Location" = String, description = "`/orders/{id}`"))),
+        (status = 200, description = "The order placed earlier with this Idempotency-Key", body = OrderView),
+        (status = 400, description = "Not JSON, or a bad Idempotency-Key", body = ErrorEnvelope),
+        (status = 403, description = "The key lacks `orders:place`", body = ErrorEnvelope),
+        (status = 409, description = "This Idempotency-Key was used for another order", body = ErrorEnvelope),
+        (status = 413, description = "A body over 64 KiB", body = ErrorEnvelope),
+        (status = 415, description = "Not `application/json`", body = ErrorEnvelope),
+        (status = 422, description = "A field that is wrong, named in `field`", body = ErrorEnvelope),
+        super::openapi::Refusals,
+    ),
+    security(("api_key" = ["orders:place"])),
+)]
 pub(crate) async fn place(
     State(state): State<AppState>,
-    Extension(caller): Extension<Caller>,
+    Extension(verified): Extension<Verified>,
     headers: HeaderMap,
     raw_body: Result<Bytes, BytesRejection>,
 ) -> Result<Response, ApiError> {
@@ -78,37 +114,41 @@ pub(crate) async fn place(
     let max_attempts = state.settings.max_attempts;
     let keyed = key.is_some();
     let enqueuer = state.enqueuer.clone();
-    let (placement, view) =
-        state
-            .run_as(caller, move |conn, verified| {
-                let key = key.map(|k| k.scoped_to(verified.api_key_id));
-                let placed = place_order(conn, &enqueuer, &order, key.as_ref(), max_attempts)
-                    .map_err(|e| match e {
-                        PlaceOrderError::IdempotencyConflict { .. } => {
-                            ApiError::IdempotencyConflict
-                        }
-                        PlaceOrderError::Database(e) => ApiError::from(e),
-                    })?;
-                let placement = placed.placement;
-                // A new order is answered with what the placement wrote: reading
-                // it back would double the round trips of every placement.
-                if let Some(created) = placed.created {
-                    let view = OrderView {
-                        order: created.order,
-                        jobs: created.jobs,
-                        events: created.events,
-                    };
-                    return Ok((placement, view));
-                }
-                let id = placement.order_id();
-                let view = load_view(conn, id)?.ok_or_else(|| {
-                    ApiError::Internal(anyhow::anyhow!(
-                        "order {id} vanished right after placing it"
-                    ))
-                })?;
-                Ok((placement, view))
-            })
-            .await?;
+    let (placement, view) = state
+        .db
+        .run(move |conn| {
+            let placed = place_order_by(
+                conn,
+                &enqueuer,
+                &order,
+                key.as_ref(),
+                max_attempts,
+                verified.cause(),
+            )
+            .map_err(|e| match e {
+                PlaceOrderError::IdempotencyConflict { .. } => ApiError::IdempotencyConflict,
+                PlaceOrderError::Database(e) => ApiError::from(e),
+            })?;
+            let placement = placed.placement;
+            // A new order is answered with what the placement wrote: reading
+            // it back would double the round trips of every placement.
+            if let Some(created) = placed.created {
+                let view = OrderView {
+                    order: created.order,
+                    jobs: created.jobs,
+                    events: created.events,
+                };
+                return Ok((placement, view));
+            }
+            let id = placement.order_id();
+            let view = load_view(conn, id)?.ok_or_else(|| {
+                ApiError::Internal(anyhow::anyhow!(
+                    "order {id} vanished right after placing it"
+                ))
+            })?;
+            Ok((placement, view))
+        })
+        .await?;
 
     let status = match placement {
         Placement::Created(id) => {
@@ -130,9 +170,37 @@ pub(crate) async fn place(
 /// `POST /orders/{id}/pay`, `/ship`, `/deliver`, `/cancel`: the same checks as
 /// `POST /orders`, in the same order, then one transaction that moves the
 /// order, records the event and enqueues its jobs. `200` with the order.
+#[utoipa::path(
+    post,
+    path = "/orders/{id}/{action}",
+    tag = "orders",
+    operation_id = "transitionOrder",
+    params(
+        ("id" = i64, Path, description = "The order's id", minimum = 1),
+        ("action" = super::openapi::Action, Path, description = "The transition"),
+        super::openapi::IdempotencyKeyHeader,
+    ),
+    request_body(
+        content = super::openapi::TransitionBody,
+        content_type = "application/json",
+        description = "The body of the action: `pay` takes `payment_reference`, `ship` `carrier` and `tracking_number`, `cancel` `reason`, `refund` `reason` and `payment_reference` (both optional), `deliver` nothing",
+    ),
+    responses(
+        (status = 200, description = "The order, moved", body = OrderView),
+        (status = 400, description = "Not JSON, or a bad Idempotency-Key", body = ErrorEnvelope),
+        (status = 403, description = "The key lacks the action's scope", body = ErrorEnvelope),
+        (status = 404, description = "No such order", body = ErrorEnvelope),
+        (status = 409, description = "The order's status does not allow it, or the Idempotency-Key was used for another request", body = ErrorEnvelope),
+        (status = 413, description = "A body over 64 KiB", body = ErrorEnvelope),
+        (status = 415, description = "Not `application/json`", body = ErrorEnvelope),
+        (status = 422, description = "A field that is wrong, named in `field`", body = ErrorEnvelope),
+        super::openapi::Refusals,
+    ),
+    security(("api_key" = ["orders:pay", "orders:ship", "orders:deliver", "orders:cancel", "orders:refund"])),
+)]
 pub(crate) async fn transition(
     State(state): State<AppState>,
-    Extension(caller): Extension<Caller>,
+    Extension(verified): Extension<Verified>,
     path: Result<Path<(String, String)>, PathRejection>,
     headers: HeaderMap,
     raw_body: Result<Bytes, BytesRejection>,
@@ -155,24 +223,31 @@ pub(crate) async fn transition(
     let max_attempts = state.settings.max_attempts;
     let enqueuer = state.enqueuer.clone();
     let (outcome, view) = state
-        .run_as(caller, move |conn, verified| {
-            let key = key.map(|k| k.scoped_to(verified.api_key_id));
-            let outcome =
-                transition_order(conn, &enqueuer, id, &transition, key.as_ref(), max_attempts)
-                    .map_err(|e| match e {
-                        TransitionError::NotFound(_) => ApiError::OrderNotFound(raw),
-                        TransitionError::Invalid {
-                            order_id,
-                            current,
-                            requested,
-                        } => ApiError::InvalidTransition {
-                            order_id,
-                            current: current.as_str(),
-                            requested: requested.as_str(),
-                        },
-                        TransitionError::IdempotencyConflict => ApiError::IdempotencyConflict,
-                        TransitionError::Database(e) => ApiError::from(e),
-                    })?;
+        .db
+        .run(move |conn| {
+            let outcome = transition_order_by(
+                conn,
+                &enqueuer,
+                id,
+                &transition,
+                key.as_ref(),
+                max_attempts,
+                verified.cause(),
+            )
+            .map_err(|e| match e {
+                TransitionError::NotFound(_) => ApiError::OrderNotFound(raw),
+                TransitionError::Invalid {
+                    order_id,
+                    current,
+                    requested,
+                } => ApiError::InvalidTransition {
+                    order_id,
+                    current: current.as_str(),
+                    requested: requested.as_str(),
+                },
+                TransitionError::IdempotencyConflict => ApiError::IdempotencyConflict,
+                TransitionError::Database(e) => ApiError::from(e),
+            })?;
             let view = load_view(conn, id)?.ok_or_else(|| {
                 ApiError::Internal(anyhow::anyhow!(
                     "order {id} vanished right after its transition"
@@ -196,15 +271,36 @@ pub(crate) async fn transition(
     Ok((StatusCode::OK, Json(view)).into_response())
 }
 
-/// `GET /orders/{id}`.
+/// `GET /orders/{id}`: with `orders:read:own`, only an order placed with
+/// the same key; any other is a 404, as one that does not exist.
+#[utoipa::path(
+    get,
+    path = "/orders/{id}",
+    tag = "orders",
+    operation_id = "getOrder",
+    params(("id" = i64, Path, description = "The order's id", minimum = 1)),
+    responses(
+        (status = 200, description = "The order, its events and its jobs", body = OrderView),
+        (status = 403, description = "The key lacks `orders:read` and `orders:read:own`", body = ErrorEnvelope),
+        (status = 404, description = "No such order (or, with `orders:read:own`, another key's)", body = ErrorEnvelope),
+        super::openapi::Refusals,
+    ),
+    security(("api_key" = ["orders:read"]), ("api_key" = ["orders:read:own"])),
+)]
 pub(crate) async fn show(
     State(state): State<AppState>,
-    Extension(caller): Extension<Caller>,
+    Extension(verified): Extension<Verified>,
     id: Result<Path<String>, PathRejection>,
 ) -> Result<Json<OrderView>, ApiError> {
     let (raw, id) = order_id(id)?;
     state
-        .run_as(caller, move |conn, _| load_view(conn, id))
+        .db
+        .run(move |conn| {
+            if !readable(conn, verified, id)? {
+                return Ok(None);
+            }
+            load_view(conn, id)
+        })
         .await?
         .map(Json)
         .ok_or(ApiError::OrderNotFound(raw))
@@ -215,6 +311,25 @@ pub(crate) async fn show(
 /// signed link from an email (`?expires=…&signature=…`), checked first:
 /// refused, it is a page saying why (403, or 410 once expired), and the
 /// database is never asked.
+#[utoipa::path(
+    get,
+    path = "/orders/{id}/receipt.pdf",
+    tag = "orders",
+    operation_id = "getReceipt",
+    params(
+        ("id" = i64, Path, description = "The order's id", minimum = 1),
+        ("expires" = Option<i64>, Query, description = "A signed link's expiry (unix seconds), as written into emails"),
+        ("signature" = Option<String>, Query, description = "A signed link's signature"),
+    ),
+    responses(
+        (status = 200, description = "The receipt", content_type = "application/pdf", body = Vec<u8>),
+        (status = 403, description = "A key without `orders:read`, or a changed link", body = ErrorEnvelope),
+        (status = 404, description = "No such order, or no receipt yet", body = ErrorEnvelope),
+        (status = 410, description = "An expired link", body = ErrorEnvelope),
+        super::openapi::Refusals,
+    ),
+    security(("api_key" = ["orders:read"]), ("api_key" = ["orders:read:own"]), ()),
+)]
 pub(crate) async fn receipt(
     State(state): State<AppState>,
     Extension(access): Extension<ReceiptAccess>,
@@ -223,15 +338,15 @@ pub(crate) async fn receipt(
     headers: HeaderMap,
 ) -> Result<Response, ApiError> {
     let (raw, id) = order_id(id)?;
-    let caller = match access {
-        ReceiptAccess::Caller(caller) => caller,
+    let reader = match access {
+        ReceiptAccess::Caller(verified) => verified,
         ReceiptAccess::SignedLink => {
             match receipt_link::check(state.settings.receipt_links.as_ref(), id, query.as_deref()) {
                 // A valid link opens this one receipt without a key.
-                Ok(LinkCheck::Valid) => Caller::Anyone,
+                Ok(LinkCheck::Valid) => Verified::ANYONE,
                 // No link signer: only with keys off (API_AUTH=none), when
                 // every receipt is open anyway.
-                Ok(LinkCheck::Absent) if state.settings.auth == ApiAuth::None => Caller::Anyone,
+                Ok(LinkCheck::Absent) if state.settings.auth == ApiAuth::None => Verified::ANYONE,
                 Ok(LinkCheck::Absent) => {
                     return Err(ApiError::Unauthorized(
                         "this route needs an API key or a signed link".to_owned(),
@@ -242,7 +357,11 @@ pub(crate) async fn receipt(
         }
     };
     let pdf = state
-        .run_as(caller, move |conn, _| {
+        .db
+        .run(move |conn| {
+            if !readable(conn, reader, id)? {
+                return Err(ApiError::OrderNotFound(raw));
+            }
             let pdf: Option<Vec<u8>> = receipts::table
                 .find(id)
                 .select(receipts::pdf)
@@ -252,8 +371,7 @@ pub(crate) async fn receipt(
                 return Ok(pdf);
             }
             let exists: bool =
-                diesel::select(diesel::dsl::exists(crate::schema::orders::table.find(id)))
-                    .get_result(conn)?;
+                diesel::select(diesel::dsl::exists(orders::table.find(id))).get_result(conn)?;
             if exists {
                 Err(ApiError::ReceiptNotReady(id))
             } else {

@@ -7,43 +7,18 @@ use diesel::PgConnection;
 use tokio::sync::Semaphore;
 
 use super::ApiSettings;
-use super::auth::{Caller, Verified};
 use super::error::ApiError;
-use super::key_limit::RateLimiter;
+use super::health::Health;
 use crate::db::{PgPool, run_blocking};
 use crate::outbox::Enqueuer;
-use crate::telemetry::QueueDepthGauge;
 
 #[derive(Debug, Clone)]
 pub(crate) struct AppState {
     pub db: Db,
     pub settings: Arc<ApiSettings>,
-    pub queue_depth: Arc<QueueDepthGauge>,
     /// Writes the jobs of placements and transitions, and wakes the relays
     /// once each has committed.
     pub enqueuer: Enqueuer,
-    /// The per-key rate limit; `None`: none.
-    pub limiter: Option<Arc<RateLimiter>>,
-}
-
-impl AppState {
-    /// Runs `f` on a connection once `caller` is verified there
-    /// ([`Caller::verify`]: the key, its scope, its rate limit), in the same
-    /// blocking task, on the same connection: every `/orders` handler's
-    /// database work goes through here.
-    pub async fn run_as<T, F>(&self, caller: Caller, f: F) -> Result<T, ApiError>
-    where
-        F: FnOnce(&mut PgConnection, Verified) -> Result<T, ApiError> + Send + 'static,
-        T: Send + 'static,
-    {
-        let limiter = self.limiter.clone();
-        self.db
-            .run(move |conn| {
-                let verified = caller.verify(conn, limiter.as_deref())?;
-                f(conn, verified)
-            })
-            .await
-    }
 }
 
 /// The pool behind a semaphore with one permit per connection.
@@ -60,6 +35,8 @@ pub(crate) struct Db {
     permits: Arc<Semaphore>,
     /// How long a request waits for a permit before it is answered 503.
     wait: Duration,
+    /// What `/healthz` says: every call that reached the pool tells it.
+    health: Arc<Health>,
 }
 
 impl Db {
@@ -69,7 +46,12 @@ impl Db {
             pool,
             permits,
             wait,
+            health: Arc::new(Health::default()),
         }
+    }
+
+    pub fn health(&self) -> &Health {
+        &self.health
     }
 
     /// Runs `f` with a connection on the blocking pool.
@@ -92,10 +74,22 @@ impl Db {
                 ),
             })?
             .map_err(|e| ApiError::Internal(e.into()))?;
-        run_blocking(&self.pool, move |conn| {
+        // A wait for a permit says the API is busy, not that the database
+        // is down: only what happened past it tells the health check.
+        let outcome = run_blocking(&self.pool, move |conn| {
             let _permit = permit;
             Ok(f(conn))
         })
-        .await?
+        .await
+        .map_err(ApiError::from)
+        .and_then(|result| result);
+        match &outcome {
+            Err(error @ ApiError::DatabaseUnavailable { .. }) => {
+                self.health
+                    .down(serde_json::to_value(error.body()).unwrap_or_default());
+            }
+            _ => self.health.up(),
+        }
+        outcome
     }
 }

@@ -11,6 +11,9 @@ use std::str::FromStr;
 pub enum Scope {
     Place,
     Read,
+    /// Reads only the orders placed with the same key: a shop front that
+    /// shows customers their own orders, whose leak exposes nobody else's.
+    ReadOwn,
     Pay,
     Ship,
     Deliver,
@@ -21,9 +24,10 @@ pub enum Scope {
 }
 
 impl Scope {
-    pub const ALL: [Scope; 8] = [
+    pub const ALL: [Scope; 9] = [
         Scope::Place,
         Scope::Read,
+        Scope::ReadOwn,
         Scope::Pay,
         Scope::Ship,
         Scope::Deliver,
@@ -36,6 +40,7 @@ impl Scope {
         match self {
             Scope::Place => "orders:place",
             Scope::Read => "orders:read",
+            Scope::ReadOwn => "orders:read:own",
             Scope::Pay => "orders:pay",
             Scope::Ship => "orders:ship",
             Scope::Deliver => "orders:deliver",
@@ -141,5 +146,7 @@ mod tests {
         assert!(Scope::Pay.granted_by(&["orders:read", "orders:pay"]));
         assert!(!Scope::Ship.granted_by(&["orders:pay", "orders:deliver"]));
         assert!(!Scope::Read.granted_by::<&str>(&[]));
+        assert!(!Scope::Read.granted_by(&["orders:read:own"]));
+        assert!(Scope::ReadOwn.granted_by(&["orders:*"]));
     }
 }

@@ -29,7 +29,7 @@ pub struct AdminArgs {
     /// When the session cookie is Secure: auto (always, except plain http to a loopback address) or always.
     #[arg(long, env = "ADMIN_COOKIE_SECURE", default_value = "auto", value_parser = parse_cookie_secure)]
     pub admin_cookie_secure: super::dashboard::CookieSecure,
-    /// Proxies in front of serve, as IPs or CIDR networks (comma-separated): behind them, the client address the failed-login limit counts is read from X-Forwarded-For.
+    /// Proxies in front of serve, as IPs or CIDR networks (comma-separated): behind them, the client address that the per-address limits and the failed-login limit count is read from X-Forwarded-For, and they are not capped in connections.
     #[arg(long, env = "TRUSTED_PROXIES", value_parser = parse_trusted_proxies)]
     pub trusted_proxies: Option<crate::http_server::client_addr::TrustedProxies>,
     /// Sender of confirmation emails; its domain completes the Message-IDs shown on an order's timeline.

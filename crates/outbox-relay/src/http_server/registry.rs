@@ -20,6 +20,8 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
 
+use super::client_addr::{TrustedProxies, client_key};
+
 /// One open connection, as its task and its service see it.
 #[derive(Debug)]
 pub(super) struct Connection {
@@ -183,16 +185,24 @@ pub(super) struct Registry {
     max_connections: usize,
     /// 0: no per-address cap.
     max_per_address: usize,
+    /// Never capped per address besides loopback: the trusted proxies, whose
+    /// one address every client behind them shares.
+    uncapped: TrustedProxies,
     state: Mutex<State>,
     /// Woken when a slot frees or a connection becomes evictable.
     room: Notify,
 }
 
 impl Registry {
-    pub fn new(max_connections: usize, max_per_address: usize) -> Arc<Registry> {
+    pub fn new(
+        max_connections: usize,
+        max_per_address: usize,
+        uncapped: TrustedProxies,
+    ) -> Arc<Registry> {
         Arc::new(Registry {
             max_connections: max_connections.max(1),
             max_per_address,
+            uncapped,
             state: Mutex::new(State::default()),
             room: Notify::new(),
         })
@@ -223,9 +233,15 @@ impl Registry {
     /// Takes in a connection from `addr`, evicting the oldest idle one when a
     /// cap is reached: that address's own first (so one client churns its own
     /// connections, not others'), then anyone's.
-    pub fn admit(self: &Arc<Self>, addr: IpAddr) -> Admission {
+    pub fn admit(self: &Arc<Self>, peer: IpAddr) -> Admission {
+        let capped = self.max_per_address > 0
+            && !client_key(peer).is_loopback()
+            && !peer.is_loopback()
+            && !self.uncapped.contains(peer);
+        // An IPv6 client counts by its /64, as the per-address request limit.
+        let addr = client_key(peer);
         let mut state = self.lock();
-        if self.max_per_address > 0 {
+        if capped {
             let per = state.addrs.get(&addr);
             if per.is_some_and(|p| p.open >= self.max_per_address) {
                 let oldest = per.and_then(|p| state.evictable(&p.idle));
@@ -299,7 +315,7 @@ mod tests {
 
     #[test]
     fn at_the_cap_the_oldest_idle_connection_is_evicted_and_busy_ones_never() {
-        let registry = Registry::new(3, 0);
+        let registry = Registry::new(3, 0, TrustedProxies::default());
         let first = admitted(&registry, ip(1));
         let second = admitted(&registry, ip(1));
         let third = admitted(&registry, ip(2));
@@ -322,7 +338,7 @@ mod tests {
 
     #[test]
     fn a_connection_idle_again_after_its_response_is_newer_than_the_flood() {
-        let registry = Registry::new(2, 0);
+        let registry = Registry::new(2, 0, TrustedProxies::default());
         let keep_alive = admitted(&registry, ip(1));
         let squatter = admitted(&registry, ip(2));
         drop(keep_alive.busy());
@@ -334,7 +350,7 @@ mod tests {
 
     #[test]
     fn a_connection_still_writing_its_response_is_not_evicted() {
-        let registry = Registry::new(2, 0);
+        let registry = Registry::new(2, 0, TrustedProxies::default());
         let downloading = admitted(&registry, ip(1));
         let squatter = admitted(&registry, ip(2));
         drop(squatter.busy());
@@ -350,7 +366,7 @@ mod tests {
 
     #[tokio::test]
     async fn when_every_slot_is_busy_there_is_no_room_until_one_frees() {
-        let registry = Registry::new(1, 0);
+        let registry = Registry::new(1, 0, TrustedProxies::default());
         let only = admitted(&registry, ip(1));
         let busy = only.busy();
         let waiting = tokio::spawn({
@@ -368,7 +384,7 @@ mod tests {
 
     #[test]
     fn at_its_own_cap_an_address_evicts_its_own_oldest_idle_connection_first() {
-        let registry = Registry::new(10, 2);
+        let registry = Registry::new(10, 2, TrustedProxies::default());
         let victim = admitted(&registry, ip(9));
         let a = admitted(&registry, ip(1));
         let b = admitted(&registry, ip(1));
@@ -384,5 +400,41 @@ mod tests {
         let _busy_c = _c.busy();
         assert!(matches!(registry.admit(ip(1)), Admission::Refused));
         assert!(matches!(registry.admit(ip(2)), Admission::Admitted(_)));
+    }
+
+    #[test]
+    fn loopback_and_trusted_proxies_are_never_capped_per_address() {
+        let proxies = TrustedProxies::parse("10.0.0.0/8").expect("valid");
+        let registry = Registry::new(100, 1, proxies);
+        let mut held = Vec::new();
+        for addr in [
+            IpAddr::from([127, 0, 0, 1]),
+            "::1".parse().expect("IP"),
+            IpAddr::from([10, 1, 2, 3]),
+        ] {
+            for _ in 0..5 {
+                let connection = admitted(&registry, addr);
+                held.push(connection.busy());
+                held.push(connection.busy());
+            }
+        }
+        let first = admitted(&registry, ip(1));
+        let _busy = first.busy();
+        assert!(matches!(registry.admit(ip(1)), Admission::Refused));
+    }
+
+    #[test]
+    fn an_ipv6_client_is_capped_by_its_64() {
+        let registry = Registry::new(100, 1, TrustedProxies::default());
+        let first = admitted(&registry, "2001:db8:1:2::1".parse().expect("IP"));
+        let _busy = first.busy();
+        assert!(matches!(
+            registry.admit("2001:db8:1:2::99".parse().expect("IP")),
+            Admission::Refused
+        ));
+        assert!(matches!(
+            registry.admit("2001:db8:1:3::1".parse().expect("IP")),
+            Admission::Admitted(_)
+        ));
     }
 }

@@ -160,22 +160,61 @@ pub struct NewOrder {
 /// The body of `POST /orders` as it arrives. Every field is an `Option` so that
 /// a missing one is "is required" on its own path; unknown fields are refused
 /// so that a typo (`quantiy`) is an error instead of a silently dropped value.
-#[derive(Debug, Deserialize)]
+/// Its schema (`/openapi.json`) states the rules [`NewOrder::parse`] holds it to.
+#[derive(Debug, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
-struct OrderBody {
+#[schema(as = NewOrder)]
+pub(crate) struct OrderBody {
+    #[schema(required = true, nullable = false, format = Email, max_length = 254, example = "ada@example.com")]
     customer_email: Option<String>,
+    #[schema(
+        required = true,
+        nullable = false,
+        min_length = 1,
+        max_length = 200,
+        example = "Ada Lovelace"
+    )]
     customer_name: Option<String>,
+    #[schema(
+        required = true,
+        nullable = false,
+        pattern = "^[A-Z]{3}$",
+        example = "EUR"
+    )]
     currency: Option<String>,
+    #[schema(required = true, nullable = false, value_type = Vec<ItemBody>, min_items = 1, max_items = 100)]
     items: Option<Vec<Object<ItemBody>>>,
 }
 
 /// One line of [`OrderBody`].
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
-struct ItemBody {
+#[schema(as = NewOrderItem)]
+pub(crate) struct ItemBody {
+    #[schema(
+        required = true,
+        nullable = false,
+        min_length = 1,
+        max_length = 64,
+        example = "TEA-1"
+    )]
     sku: Option<String>,
+    #[schema(
+        required = true,
+        nullable = false,
+        min_length = 1,
+        max_length = 200,
+        example = "Green tea"
+    )]
     name: Option<String>,
+    #[schema(required = true, nullable = false, minimum = 1, maximum = 10000)]
     quantity: Option<i64>,
+    #[schema(
+        required = true,
+        nullable = false,
+        minimum = 0,
+        maximum = 1_000_000_000_000_i64
+    )]
     unit_price_cents: Option<i64>,
 }
 

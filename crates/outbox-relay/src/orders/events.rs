@@ -21,7 +21,7 @@ use diesel::prelude::*;
 use diesel::sql_types::{Array, BigInt, Bool, Integer, Jsonb, Nullable, Text};
 use serde_json::Value;
 
-use super::idempotency::IdempotencyKey;
+use super::idempotency::{Cause, IdempotencyKey};
 use super::jobs::{ConfirmationEmail, OrderPublish, OrderWebhook, new_job};
 use super::{DEFAULT_ENDPOINT, OrderId, email_key, webhook_key};
 use crate::outbox::{JobOptions, NewJob};
@@ -58,33 +58,20 @@ pub(super) struct RecordedEvent {
     default_behind_legacy: Option<i64>,
 }
 
-/// Who or what caused an event, stored with it.
-#[derive(Debug, Clone, Copy, Default)]
-pub(super) struct Cause<'a> {
-    /// The request's Idempotency-Key (scoped to its API key), if it had one.
-    pub key: Option<&'a IdempotencyKey>,
-    /// The fingerprint of the request that used `key`.
-    pub request_hash: Option<&'a str>,
-    /// The inbox message (a provider's payment or refund) that caused it.
-    pub inbox_message_id: Option<i64>,
-}
-
 /// Inserts event `seq` of the order and reads its subscribers, and whether
 /// its legacy key still has unfinished jobs, in one statement. The caller
-/// holds the order row's lock.
+/// holds the order row's lock. `key`: the request's Idempotency-Key and the
+/// hash of the request, stored with the event.
 pub(super) fn record_event(
     conn: &mut PgConnection,
     order_id: OrderId,
     seq: i32,
     event_type: &str,
     data: Value,
-    cause: Cause<'_>,
+    key: Option<(&IdempotencyKey, &str)>,
+    cause: Cause,
 ) -> QueryResult<RecordedEvent> {
-    let Cause {
-        key,
-        request_hash,
-        inbox_message_id,
-    } = cause;
+    let (key, request_hash) = key.unzip();
     diesel::sql_query(include_str!("sql/record_event.sql"))
         .bind::<BigInt, _>(order_id)
         .bind::<Integer, _>(seq)
@@ -92,10 +79,10 @@ pub(super) fn record_event(
         .bind::<Jsonb, _>(data)
         .bind::<Nullable<Text>, _>(key.map(IdempotencyKey::as_str))
         .bind::<Nullable<Text>, _>(request_hash)
-        .bind::<Nullable<BigInt>, _>(key.and_then(IdempotencyKey::api_key_id))
+        .bind::<Nullable<BigInt>, _>(cause.api_key_id)
         .bind::<Text, _>(webhook_key(order_id.get()))
         .bind::<Text, _>(DEFAULT_ENDPOINT)
-        .bind::<Nullable<BigInt>, _>(inbox_message_id)
+        .bind::<Nullable<BigInt>, _>(cause.inbox_message_id)
         .get_result(conn)
 }
 

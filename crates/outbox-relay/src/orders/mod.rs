@@ -22,22 +22,25 @@ mod status;
 mod transition;
 
 pub use currency::Currency;
+pub(crate) use domain::OrderBody;
 pub use domain::{
     CustomerEmail, DisplayText, MAX_ITEMS, MAX_QUANTITY, MAX_UNIT_PRICE, Money, NewOrder,
     NewOrderItem, Quantity, ValidationError,
 };
 pub use events::{delivery_key, endpoint_key};
 pub use id::OrderId;
-pub use idempotency::IdempotencyKey;
+pub use idempotency::{Cause, IdempotencyKey};
 pub use jobs::{new_job, order_enqueuer};
-pub use place::{PlaceOrderError, Placed, PlacedOrder, Placement, place_order};
+pub use place::{PlaceOrderError, Placed, PlacedOrder, Placement, place_order, place_order_by};
 pub use read::{
     Order, OrderEvent, OrderItem, OrderJob, load_event, load_events, load_order, load_order_events,
     load_order_jobs, load_orders,
 };
 pub use status::OrderStatus;
+pub(crate) use transition::{CancelBody, DeliverBody, PayBody, RefundBody, ShipBody};
 pub use transition::{
-    Transition, TransitionError, TransitionOutcome, transition_order, transition_order_for_message,
+    Transition, TransitionError, TransitionOutcome, transition_order, transition_order_by,
+    transition_order_for_message,
 };
 
 /// The name of the endpoint that `WEBHOOK_URL` / `WEBHOOK_SECRET` keep, and

@@ -9,7 +9,7 @@ use chrono::{DateTime, Utc};
 
 use super::domain::NewOrder;
 use super::events::{KeyAge, RecordedEvent, event_email};
-use super::idempotency::IdempotencyKey;
+use super::idempotency::{Cause, IdempotencyKey};
 use super::jobs::{ReceiptPdf, new_job};
 use super::read::{Order, OrderEvent, OrderItem, OrderJob};
 use super::{OrderId, OrderStatus};
@@ -90,6 +90,7 @@ fn insert_placed(
     order: &NewOrder,
     key: Option<&IdempotencyKey>,
     request_hash: Option<&str>,
+    cause: Cause,
 ) -> QueryResult<Option<PlacedRow>> {
     let items = order.items();
     let skus: Vec<&str> = items.iter().map(|i| i.sku.as_str()).collect();
@@ -103,7 +104,7 @@ fn insert_placed(
         .bind::<BigInt, _>(order.total().cents())
         .bind::<Nullable<Text>, _>(key.map(IdempotencyKey::as_str))
         .bind::<Nullable<Text>, _>(request_hash)
-        .bind::<Nullable<BigInt>, _>(key.and_then(IdempotencyKey::api_key_id))
+        .bind::<Nullable<BigInt>, _>(cause.api_key_id)
         .bind::<Array<Text>, _>(&skus)
         .bind::<Array<Text>, _>(&names)
         .bind::<Array<Integer>, _>(&quantities)
@@ -129,13 +130,28 @@ pub fn place_order(
     key: Option<&IdempotencyKey>,
     max_attempts: i32,
 ) -> Result<Placed, PlaceOrderError> {
+    place_order_by(conn, enqueuer, order, key, max_attempts, Cause::of_key(key))
+}
+
+/// [`place_order`] on behalf of `cause`, recorded on the order and its first
+/// event; `key` is taken in `cause`'s space.
+pub fn place_order_by(
+    conn: &mut PgConnection,
+    enqueuer: &Enqueuer,
+    order: &NewOrder,
+    key: Option<&IdempotencyKey>,
+    max_attempts: i32,
+    cause: Cause,
+) -> Result<Placed, PlaceOrderError> {
+    let key = cause.scope(key);
+    let key = key.as_ref();
     // The parent of every job this order enqueues (NewJob takes the current
     // span's trace context), so its effects hang under the placement.
     let span = tracing::info_span!("place_order", order_id = tracing::field::Empty);
     let _entered = span.enter();
     let fingerprint = key.map(|_| fingerprint(order));
     let placement = enqueuer.transaction(conn, |conn| {
-        let inserted = insert_placed(conn, order, key, fingerprint.as_deref())?;
+        let inserted = insert_placed(conn, order, key, fingerprint.as_deref(), cause)?;
 
         let Some(PlacedRow {
             order_id,

@@ -38,7 +38,7 @@ impl OrderHeader {
     }
 }
 
-#[derive(Debug, Clone, Queryable, Selectable, Serialize)]
+#[derive(Debug, Clone, Queryable, Selectable, Serialize, utoipa::ToSchema)]
 #[diesel(table_name = order_items)]
 pub struct OrderItem {
     #[serde(skip)]
@@ -58,7 +58,7 @@ impl OrderItem {
 /// A job as shown with its order. Without `last_error`: it quotes receivers
 /// and SMTP servers, which is for operators (`/admin`, `jobs list`), not
 /// for API clients.
-#[derive(Debug, Clone, Queryable, Selectable, Serialize)]
+#[derive(Debug, Clone, Queryable, Selectable, Serialize, utoipa::ToSchema)]
 #[diesel(table_name = jobs_all)]
 pub struct OrderJob {
     pub id: i64,
@@ -71,11 +71,13 @@ pub struct OrderJob {
 }
 
 /// An order with its items, as effects and the API see it.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, utoipa::ToSchema)]
 pub struct Order {
+    #[schema(value_type = i64)]
     pub id: OrderId,
     pub customer_email: String,
     pub customer_name: String,
+    #[schema(value_type = String, example = "EUR")]
     pub currency: Currency,
     pub total_cents: i64,
     pub status: OrderStatus,
@@ -84,16 +86,18 @@ pub struct Order {
 }
 
 /// One step of an order's history.
-#[derive(Debug, Clone, Queryable, Selectable, Serialize)]
+#[derive(Debug, Clone, Queryable, Selectable, Serialize, utoipa::ToSchema)]
 #[diesel(table_name = order_events)]
 pub struct OrderEvent {
     pub id: i64,
     #[serde(skip)]
+    #[schema(ignore)]
     pub order_id: OrderId,
     /// 1, 2, ... per order, in commit order.
     pub seq: i32,
     #[serde(rename = "type")]
     pub event_type: String,
+    #[schema(value_type = Object)]
     pub data: serde_json::Value,
     pub created_at: DateTime<Utc>,
 }

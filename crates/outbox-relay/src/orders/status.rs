@@ -9,7 +9,7 @@ use diesel::sql_types::Text;
 use serde::Serialize;
 
 /// `orders.status`; the `orders_status_valid` CHECK constraint holds the same set.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, FromSqlRow)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, FromSqlRow, utoipa::ToSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum OrderStatus {
     Placed,

@@ -11,8 +11,8 @@ use sha2::{Digest, Sha256};
 use serde::Deserialize;
 
 use super::domain::{DisplayText, ValidationError};
-use super::events::{Cause, KeyAge, event_email, next_seq, record_event};
-use super::idempotency::IdempotencyKey;
+use super::events::{KeyAge, event_email, next_seq, record_event};
+use super::idempotency::{Cause, IdempotencyKey};
 use super::json::{from_json, required};
 use super::{OrderId, OrderStatus};
 use crate::outbox::Enqueuer;
@@ -45,35 +45,71 @@ const MAX_REFERENCE_CHARS: usize = 200;
 const MAX_REASON_CHARS: usize = 500;
 
 /// The bodies of the transitions as they arrive; as strict as an order's.
-#[derive(Debug, Deserialize)]
+/// Their schemas (`/openapi.json`) state the rules `Transition::parse` holds them to.
+#[derive(Debug, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
-struct PayBody {
+pub(crate) struct PayBody {
+    #[schema(
+        required = true,
+        nullable = false,
+        min_length = 1,
+        max_length = 200,
+        example = "pi_3Nk"
+    )]
     payment_reference: Option<String>,
 }
 
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
-struct ShipBody {
+pub(crate) struct ShipBody {
+    #[schema(
+        required = true,
+        nullable = false,
+        min_length = 1,
+        max_length = 200,
+        example = "DHL"
+    )]
     carrier: Option<String>,
+    #[schema(
+        required = true,
+        nullable = false,
+        min_length = 1,
+        max_length = 200,
+        example = "JD014600006281"
+    )]
     tracking_number: Option<String>,
 }
 
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
-struct DeliverBody {}
+pub(crate) struct DeliverBody {}
 
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
-struct CancelBody {
+pub(crate) struct CancelBody {
+    #[schema(
+        required = true,
+        nullable = false,
+        min_length = 1,
+        max_length = 500,
+        example = "out of stock"
+    )]
     reason: Option<String>,
 }
 
 /// Both optional: a refund needs no words, and a shop may not know the
 /// provider's reference.
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
-struct RefundBody {
+pub(crate) struct RefundBody {
+    #[schema(
+        nullable = false,
+        min_length = 1,
+        max_length = 500,
+        example = "returned"
+    )]
     reason: Option<String>,
+    #[schema(nullable = false, min_length = 1, max_length = 200, example = "pi_3Nk")]
     payment_reference: Option<String>,
 }
 
@@ -250,14 +286,14 @@ pub fn transition_order(
     key: Option<&IdempotencyKey>,
     max_attempts: i32,
 ) -> Result<TransitionOutcome, TransitionError> {
-    transition_caused_by(
+    transition_order_by(
         conn,
         enqueuer,
         order_id,
         transition,
         key,
-        None,
         max_attempts,
+        Cause::of_key(key),
     )
 }
 
@@ -272,26 +308,30 @@ pub fn transition_order_for_message(
     inbox_message_id: i64,
     max_attempts: i32,
 ) -> Result<TransitionOutcome, TransitionError> {
-    transition_caused_by(
+    transition_order_by(
         conn,
         enqueuer,
         order_id,
         transition,
         None,
-        Some(inbox_message_id),
         max_attempts,
+        Cause::inbox_message(inbox_message_id),
     )
 }
 
-fn transition_caused_by(
+/// [`transition_order`] on behalf of `cause`, recorded on the event; `key`
+/// is taken in `cause`'s space.
+pub fn transition_order_by(
     conn: &mut PgConnection,
     enqueuer: &Enqueuer,
     order_id: i64,
     transition: &Transition,
     key: Option<&IdempotencyKey>,
-    inbox_message_id: Option<i64>,
     max_attempts: i32,
+    cause: Cause,
 ) -> Result<TransitionOutcome, TransitionError> {
+    let key = cause.scope(key);
+    let key = key.as_ref();
     let fingerprint = key.map(|_| fingerprint(order_id, transition));
     let id = OrderId::new(order_id);
     enqueuer.transaction(conn, |conn| {
@@ -351,11 +391,8 @@ fn transition_caused_by(
             seq,
             requested.event_type(),
             transition.data(),
-            Cause {
-                key,
-                request_hash: fingerprint.as_deref(),
-                inbox_message_id,
-            },
+            key.zip(fingerprint.as_deref()),
+            cause,
         )?;
         let event_id = event.event_id;
         let mut jobs = event.deliveries(id, max_attempts, KeyAge::Used)?;

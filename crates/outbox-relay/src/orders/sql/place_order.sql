@@ -3,7 +3,8 @@
 -- statements took three (orders/place.rs says why that counts). The jobs are
 -- the enqueuer's, in the next statement.
 --
--- $1 … $7: the order's row. $8 … $11: its items, one array per column, in
+-- $1 … $7: the order's row ($7, the API key that placed it, is its first
+-- event's too). $8 … $11: its items, one array per column, in
 -- the request's order. $12: the event type.
 --
 -- Only the idempotency indexes can conflict (the id is a sequence's):
@@ -35,8 +36,8 @@ WITH new_order AS (
     ORDER BY item.n
     RETURNING id
 ), event AS (
-    INSERT INTO order_events (order_id, seq, type, data)
-    SELECT new_order.id, 1, $12, '{}'::jsonb
+    INSERT INTO order_events (order_id, seq, type, data, api_key_id)
+    SELECT new_order.id, 1, $12, '{}'::jsonb, $7
     FROM new_order
     RETURNING id
 )
