@@ -9,7 +9,7 @@ mod cli;
 #[cfg(feature = "dev-tools")]
 use outbox_dev_tools::{bench, demo};
 use outbox_relay::{
-    api, api_keys, config, db, effects, endpoints, job_list, otel, outbox, relay, shutdown,
+    api, api_keys, config, db, effects, endpoints, job_list, otel, outbox, relay, server, shutdown,
     telemetry, text,
 };
 

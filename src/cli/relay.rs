@@ -16,7 +16,7 @@ pub async fn run(db_args: DatabaseArgs, args: RelayArgs) -> anyhow::Result<()> {
     let kinds = args.kinds();
     let sends_email = kinds.contains(&EffectKind::ConfirmationEmail);
     let email = args.effects.email(sends_email)?;
-    // Every email links to its receipt. Issue 20's API_AUTH=none (keys off,
+    // Every email links to its receipt. API_AUTH=none (keys off,
     // the receipt route open) is the one case that may pass `false` here.
     let receipt_links = args
         .links

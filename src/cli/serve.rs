@@ -6,13 +6,14 @@ use std::time::Duration;
 use anyhow::Context as _;
 use clap::Args;
 
-use crate::api::rate_limit::{DEFAULT_RATE_LIMIT, RateLimitSetting, parse_rate_limit};
-use crate::api::{self, ApiAuth, ApiSettings, Application};
+use crate::api::key_limit::{DEFAULT_RATE_LIMIT, RateLimitSetting, parse_rate_limit};
+use crate::api::{self, ApiAuth, ApiSettings};
 use crate::config::{
     AdminArgs, ConfigError, DEFAULT_API_ADDR, DatabaseArgs, DefaultEndpointArgs, EnqueueArgs,
     HttpLimitsArgs, LinkArgs, parse_positive_duration, parse_socket_addr,
 };
 use crate::db;
+use crate::server::Application;
 
 /// Everything `serve` reads besides the database.
 #[derive(Debug, Clone, Args)]

@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 
 use diesel::prelude::*;
 use outbox_relay::api::ApiSettings;
-use outbox_relay::api::admin::{AdminSettings, parse_admin_tokens};
+use outbox_relay::config::dashboard::{AdminSettings, parse_admin_tokens};
 use outbox_relay::orders::place_order;
 use outbox_relay::schema::jobs_all;
 use reqwest::StatusCode;
@@ -877,19 +877,19 @@ async fn dashboard_pages_answer_well_under_a_second_on_a_million_jobs() {
     for (name, sql) in [
         (
             "kind_status_counts",
-            include_str!("../../crates/outbox-relay/src/api/admin/sql/kind_status_counts.sql"),
+            include_str!("../../crates/outbox-relay/src/admin/sql/kind_status_counts.sql"),
         ),
         (
             "queue_health",
-            include_str!("../../crates/outbox-relay/src/api/admin/sql/queue_health.sql"),
+            include_str!("../../crates/outbox-relay/src/admin/sql/queue_health.sql"),
         ),
         (
             "throughput",
-            include_str!("../../crates/outbox-relay/src/api/admin/sql/throughput.sql"),
+            include_str!("../../crates/outbox-relay/src/admin/sql/throughput.sql"),
         ),
         (
             "relays",
-            include_str!("../../crates/outbox-relay/src/api/admin/sql/relays.sql"),
+            include_str!("../../crates/outbox-relay/src/admin/sql/relays.sql"),
         ),
     ] {
         let plan: Vec<PlanLine> = diesel::sql_query(format!("EXPLAIN {sql}"))

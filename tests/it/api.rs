@@ -53,7 +53,7 @@ async fn a_valid_order_is_created_with_its_items_and_jobs() {
         assert_eq!(job["status"], "pending");
         assert_eq!(job["attempts"], 0);
         assert_eq!(job["max_attempts"], 8);
-        // Issue 20: last_error quotes receivers and SMTP servers; operators
+        // last_error quotes receivers and SMTP servers; operators
         // read it in /admin and `jobs list`, API clients never do.
         assert!(job.get("last_error").is_none(), "{job}");
     }

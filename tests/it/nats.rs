@@ -426,20 +426,40 @@ async fn a_publish_acked_but_never_recorded_is_not_repeated_after_the_duplicate_
     let orders = place_orders(&mut conn, 1, 100);
     let jobs = enqueue_publishes(&mut conn, endpoint, &orders);
 
-    let mut crashing = relay("nats-exit-after-ack", &db)
-        .env(
-            outbox_relay::effects::nats::worker::TEST_EXIT_AFTER_PUBACK,
-            "1",
-        )
-        .spawn();
+    // The crash between the PubAck and the outcome's commit, made from
+    // outside: the relay reaches NATS through a proxy that, on the first
+    // PubAck of this stream, stops forwarding and tells the test, which
+    // SIGKILLs the relay. The stream has the message; the relay never learnt.
+    let nats: std::net::SocketAddr = "127.0.0.1:4222".parse().expect("address");
+    let (ack_proxy, ack_seen) = AckTrap::start(nats, &stream.name).await;
+    diesel::update(endpoints::table.find(endpoint))
+        .set(endpoints::url.eq(format!("nats://127.0.0.1:{}", ack_proxy.port)))
+        .execute(&mut conn)
+        .expect("point the endpoint at the proxy");
+    let mut crashing = relay("nats-killed-at-ack", &db).spawn();
+    tokio::time::timeout(MINUTE, ack_seen)
+        .await
+        .expect("a PubAck within a minute")
+        .expect("the proxy saw the PubAck");
+    crashing.sigkill();
     let status = crashing.wait_exit(MINUTE).await;
-    assert_eq!(status.code(), Some(86), "{}", crashing.stderr());
+    assert_eq!(
+        status.code(),
+        None,
+        "killed by a signal: {}",
+        crashing.stderr()
+    );
     assert_eq!(stream.messages().await.len(), 1, "the ack came");
     assert_eq!(
         publish_jobs(&mut conn)[0].1,
         "processing",
         "the outcome was never written"
     );
+    drop(ack_proxy);
+    diesel::update(endpoints::table.find(endpoint))
+        .set(endpoints::url.eq(NATS_URL))
+        .execute(&mut conn)
+        .expect("point the endpoint at NATS again");
 
     // Past the 1 s window (the server forgets ids on a timer, so give it
     // twice that); the 2 s lease also runs out meanwhile.
@@ -1049,4 +1069,82 @@ async fn endpoints_add_checks_the_stream_at_once_and_refuses_bad_nats_input() {
         .delete_stream(&stream)
         .await
         .expect("delete the created stream");
+}
+
+/// A TCP proxy in front of NATS that withholds the first PubAck of one
+/// stream: from then on nothing more reaches the client, and the returned
+/// channel fires, so a test can kill the client between the stream's store
+/// and the client's knowing of it.
+struct AckTrap {
+    port: u16,
+    tasks: std::sync::Arc<std::sync::Mutex<Vec<tokio::task::AbortHandle>>>,
+}
+
+impl AckTrap {
+    async fn start(
+        target: std::net::SocketAddr,
+        stream: &str,
+    ) -> (AckTrap, tokio::sync::oneshot::Receiver<()>) {
+        use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+            .await
+            .expect("bind the proxy");
+        let port = listener.local_addr().expect("proxy address").port();
+        let (tx, rx) = tokio::sync::oneshot::channel();
+        let tx = std::sync::Arc::new(std::sync::Mutex::new(Some(tx)));
+        // A PubAck is a JSON body naming the stream and its sequence.
+        let marker = format!("\"stream\":\"{stream}\"");
+        let tasks: std::sync::Arc<std::sync::Mutex<Vec<tokio::task::AbortHandle>>> =
+            std::sync::Arc::default();
+        let held = std::sync::Arc::clone(&tasks);
+        let accept = tokio::spawn(async move {
+            while let Ok((client, _)) = listener.accept().await {
+                let Ok(server) = tokio::net::TcpStream::connect(target).await else {
+                    continue;
+                };
+                let (mut client_read, mut client_write) = client.into_split();
+                let (mut server_read, mut server_write) = server.into_split();
+                let up = tokio::spawn(async move {
+                    let _ = tokio::io::copy(&mut client_read, &mut server_write).await;
+                });
+                let (tx, marker) = (std::sync::Arc::clone(&tx), marker.clone());
+                let down = tokio::spawn(async move {
+                    let mut buf = vec![0u8; 64 * 1024];
+                    while let Ok(n) = server_read.read(&mut buf).await {
+                        if n == 0 {
+                            return;
+                        }
+                        let chunk = String::from_utf8_lossy(&buf[..n]);
+                        if chunk.contains(&marker) && chunk.contains("\"seq\":") {
+                            if let Some(tx) = tx.lock().expect("trap state").take() {
+                                let _ = tx.send(());
+                            }
+                            // Withheld, and the connection held open, so
+                            // the client neither sees the ack nor an error.
+                            std::future::pending::<()>().await;
+                        }
+                        if client_write.write_all(&buf[..n]).await.is_err() {
+                            return;
+                        }
+                    }
+                });
+                let mut held = held.lock().expect("trap state");
+                held.push(up.abort_handle());
+                held.push(down.abort_handle());
+            }
+        });
+        tasks
+            .lock()
+            .expect("trap state")
+            .push(accept.abort_handle());
+        (AckTrap { port, tasks }, rx)
+    }
+}
+
+impl Drop for AckTrap {
+    fn drop(&mut self) {
+        if let Ok(tasks) = self.tasks.lock() {
+            tasks.iter().for_each(tokio::task::AbortHandle::abort);
+        }
+    }
 }

@@ -734,7 +734,7 @@ fn the_reaper_takes_only_leases_expired_by_more_than_its_margin() {
 
 /// While a REPEATABLE READ transaction holds an old snapshot, nothing can
 /// remove the index entries of the jobs finished since: a claim from the front
-/// walks all of them (the issue measured 20 buffers a claim become 1,030 after
+/// walks all of them (measured: 20 buffers a claim became 1,030 after
 /// 50,000 jobs). A claim from where the last one ended starts past them and
 /// reads about what it reads with no pin at all.
 #[test]

@@ -16,8 +16,8 @@ pub use crate::outbox::claim::{
     CLAIM_SQL, ClaimPosition, ClaimRequest, ClaimedJob, claim_jobs, claim_jobs_after,
 };
 pub use crate::outbox::finish::{Finish, FinishReport, Outcome, finish_jobs};
-pub use crate::outbox::keys::release_stranded_keys;
 pub use crate::outbox::lease::{HeartbeatReport, JobLease, extend_leases, release_jobs};
+pub use crate::outbox::ordering_keys::release_stranded_keys;
 pub use crate::outbox::prepared::CLAIM_PARAMS;
 pub use crate::outbox::reap::{ReapReport, ReapRequest, reap_expired_leases};
 pub use crate::outbox::text::MAX_ERROR_BYTES;

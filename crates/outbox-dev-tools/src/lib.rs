@@ -16,10 +16,3 @@ pub mod bench;
 pub mod demo;
 pub mod private_pg;
 pub mod scratch;
-
-// The tools are written against the service's modules by their short names,
-// as they were when they lived inside it.
-use outbox_relay::{
-    api, api_keys, config, db, effects, endpoints, http_server, links, orders, outbox, relay,
-    schema, shutdown, telemetry, text,
-};

@@ -8,6 +8,7 @@
 //! stays here.
 
 mod admin;
+pub mod dashboard;
 mod database_url;
 pub mod default_endpoint;
 mod effects;

@@ -21,6 +21,7 @@
 //!   give up its own idle connections first (for a server clients reach
 //!   directly; behind a proxy every client shares the proxy's address).
 
+pub mod client_addr;
 mod deadline;
 mod registry;
 

@@ -21,11 +21,15 @@
 //!   their URLs, secrets, event types and limits, checked at the edge.
 //! - [`api_keys`]: API keys (`ork_…`): their scopes, their stored hash,
 //!   creating, listing, revoking and authenticating them.
-//! - [`api`]: the order HTTP API (axum), and the operator dashboard under `/admin`
-//!   (`api::admin`: templates in `templates/admin/`, its SQL in `crates/outbox-relay/src/api/admin/sql/`).
+//! - [`api`]: the order HTTP API (axum): `/orders`, their keys, scopes and
+//!   per-key limit ([`api::key_limit`]).
+//! - [`admin`]: the operator dashboard under `/admin`, an application of its
+//!   own beside the API (templates in `templates/admin/`, its SQL in `admin/sql/`).
+//! - [`server`]: the public listener that mounts the API and the dashboard.
 //! - [`links`]: the signed, expiring receipt links written into emails.
 //! - [`job_list`]: the operator's list of jobs (`jobs list`), by status, kind or order.
-//! - [`config`]: typed settings from flags and the environment, validated at start.
+//! - [`config`]: typed settings from flags and the environment, validated at
+//!   start; the dashboard's settings in [`config::dashboard`].
 //! - [`db`]: the core's pool and helpers, and this service's migrations.
 //! - [`schema`]: the Diesel tables of the service, and its view of `jobs` with `order_id`.
 //! - [`http_server`]: the accept loop of every listener: header and write
@@ -42,6 +46,7 @@
 //! - Re-exported from the core: [`outbox`] (the jobs table), [`relay`] (the
 //!   worker pool), [`worker`] (typed jobs and workers).
 
+pub mod admin;
 pub mod api;
 pub mod api_keys;
 pub mod config;
@@ -54,6 +59,7 @@ pub mod links;
 pub mod orders;
 pub mod otel;
 pub mod schema;
+pub mod server;
 pub mod shutdown;
 pub mod telemetry;
 pub mod text;

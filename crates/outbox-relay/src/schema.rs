@@ -43,61 +43,18 @@ diesel::table! {
     }
 }
 
-diesel::table! {
-    jobs (id) {
-        id -> Int8,
+// The queue's columns come from the core; the service adds `order_id`.
+outbox_core::jobs_table! {
+    jobs {
         order_id -> Nullable<Int8>,
-        kind -> Text,
-        payload -> Jsonb,
-        status -> Text,
-        run_after -> Timestamptz,
-        attempts -> Int4,
-        max_attempts -> Int4,
-        locked_by -> Nullable<Text>,
-        locked_at -> Nullable<Timestamptz>,
-        lease_expires_at -> Nullable<Timestamptz>,
-        created_at -> Timestamptz,
-        finished_at -> Nullable<Timestamptz>,
-        last_error -> Nullable<Text>,
-        lease_token -> Nullable<Int8>,
-        ordering_key -> Nullable<Text>,
-        blocked -> Bool,
-        trace_context -> Nullable<Jsonb>,
-        concurrency_key -> Nullable<Text>,
-        waiting_on -> Array<Int8>,
-        depends_on -> Nullable<Array<Int8>>,
-        dependency_policy -> Nullable<Text>,
-        unfinished_parents -> Nullable<Array<Int8>>,
     }
 }
 
-diesel::table! {
+outbox_core::jobs_table! {
     /// Every job wherever it lives: `jobs` (pending, processing, failed,
     /// cancelled) and `jobs_done` (the archive). A view: read it, never write it.
-    jobs_all (id) {
-        id -> Int8,
+    jobs_all {
         order_id -> Nullable<Int8>,
-        kind -> Text,
-        payload -> Jsonb,
-        status -> Text,
-        run_after -> Timestamptz,
-        attempts -> Int4,
-        max_attempts -> Int4,
-        locked_by -> Nullable<Text>,
-        locked_at -> Nullable<Timestamptz>,
-        lease_expires_at -> Nullable<Timestamptz>,
-        created_at -> Timestamptz,
-        finished_at -> Nullable<Timestamptz>,
-        last_error -> Nullable<Text>,
-        lease_token -> Nullable<Int8>,
-        ordering_key -> Nullable<Text>,
-        blocked -> Bool,
-        trace_context -> Nullable<Jsonb>,
-        concurrency_key -> Nullable<Text>,
-        waiting_on -> Array<Int8>,
-        depends_on -> Nullable<Array<Int8>>,
-        dependency_policy -> Nullable<Text>,
-        unfinished_parents -> Nullable<Array<Int8>>,
     }
 }
 

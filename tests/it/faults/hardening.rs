@@ -286,6 +286,9 @@ async fn an_effect_past_its_deadline_is_cancelled_and_retried() {
 /// Takes job `id` from whoever holds it, as a reaper and another relay would:
 /// expires its lease, reaps it, and claims it as `thief`.
 fn steal(conn: &mut PgConnection, id: i64, thief: &str) -> ClaimedJob {
+    // The reap and the thief's claim commit together: requeued and committed
+    // alone, the job could be claimed back by the victim's own relay (it
+    // still runs) before the thief's claim, and the thief would find nothing.
     conn.transaction(|conn| {
         diesel::sql_query(
             "UPDATE jobs SET lease_expires_at = now() - interval '1 hour' WHERE id = $1 AND status = 'processing'",
@@ -295,20 +298,18 @@ fn steal(conn: &mut PgConnection, id: i64, thief: &str) -> ClaimedJob {
         let reaped = reap_expired_leases(conn, &ReapRequest::new(10), |_| Duration::ZERO)
             .map_err(|e| diesel::result::Error::QueryBuilderError(e.to_string().into()))?;
         assert_eq!(reaped.requeued, 1);
-        diesel::QueryResult::Ok(())
+        let kinds = vec!["noop".to_owned()];
+        claim_jobs(
+            conn,
+            &ClaimRequest {
+                worker_id: thief,
+                kinds: &kinds,
+                limit: 1,
+                lease: Duration::from_secs(600),
+            },
+        )
     })
-    .expect("reap");
-    let kinds = vec!["noop".to_owned()];
-    claim_jobs(
-        conn,
-        &ClaimRequest {
-            worker_id: thief,
-            kinds: &kinds,
-            limit: 1,
-            lease: Duration::from_secs(600),
-        },
-    )
-    .expect("claim")
+    .expect("reap and claim")
     .pop()
     .expect("the reaped job")
 }

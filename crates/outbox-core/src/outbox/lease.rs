@@ -8,17 +8,7 @@ use diesel::prelude::*;
 use diesel::sql_types::{Array, BigInt, Bool};
 
 use super::claim::millis;
-
-/// A claim a worker holds: the job and the fencing token the claim drew.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub struct JobLease {
-    /// The claimed job.
-    pub job_id: i64,
-    /// The fencing token the claim drew
-    /// ([`ClaimedJob::lease_token`](crate::driver::ClaimedJob::lease_token)): a write
-    /// with it changes the job only while it is still `processing` under it.
-    pub lease_token: i64,
-}
+pub use super::fence::JobLease;
 
 /// What one heartbeat found.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]

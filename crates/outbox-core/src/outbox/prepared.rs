@@ -20,8 +20,8 @@ use tokio_postgres::{Client, Row, Statement};
 use super::NOTIFY_CHANNEL;
 use super::claim::{CLAIM_SQL, ClaimPosition, ClaimRequest, ClaimedJob, millis};
 use super::finish::{FINISH_SQL, Finish, FinishParams, FinishReport, has_local_writes};
-use super::keys::{RELEASE_KEYS_SQL, STRANDED_KEYS_SQL};
 use super::lease::{EXTEND_SQL, HeartbeatReport, JobLease, RELEASE_SQL, heartbeat_report, split};
+use super::ordering_keys::{RELEASE_KEYS_SQL, STRANDED_KEYS_SQL};
 use super::reap::{
     ExpiredRow, ReapPlan, ReapReport, ReapRequest, SELECT_EXPIRED_SQL, UPDATE_REAPED_SQL,
 };

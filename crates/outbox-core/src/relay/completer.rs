@@ -32,7 +32,7 @@ const BUSY_RETRY: Duration = Duration::from_millis(50);
 #[derive(Debug)]
 pub(super) struct Completion {
     pub finish: Finish,
-    /// When the executor decided it. A retry's delay counts from the failure,
+    /// When the runner decided it. A retry's delay counts from the failure,
     /// so time spent queued here or waiting out a database outage is charged
     /// against it instead of being added on top.
     pub decided: Instant,
@@ -308,7 +308,7 @@ fn isolate(shared: &Shared, mut completion: Completion, error: &DbError) -> Opti
         Outcome::Failed { .. } => "failed",
     };
     // The outcome's own text is left out: it may be what the database refused.
-    // The executor logged it when it decided the outcome.
+    // The runner logged it when it decided the outcome.
     let note = clean_error(&format!(
         "the outcome of attempt {} ({status}) could not be recorded: {error}",
         completion.attempt

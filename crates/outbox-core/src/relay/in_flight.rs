@@ -1,7 +1,7 @@
 //! The claims a relay holds, keyed by their fencing token.
 //!
 //! Each claim is registered as it is made and owned, from then on, by one
-//! [`Claim`] guard: the producer hands it to the executor, the executor to the
+//! [`Claim`] guard: the producer hands it to the runner, the runner to the
 //! completer, and dropping it, wherever that happens (outcome written, job
 //! released, effect abandoned after a lost lease, a panic), removes exactly
 //! that claim's entry. Keying by token rather than job id matters when a relay

@@ -3,7 +3,7 @@
 //! Split by role, as River does, one private module each (`src/relay/`):
 //! - `producer`: claims due jobs, never more than there are free slots, and
 //!   wakes on NOTIFY (`listener`) or the poll interval;
-//! - `executor`: runs one job's effect and turns its result into an outcome
+//! - `runner`: runs one job's effect and turns its result into an outcome
 //!   (`backoff::decide`, a pure function of the result and the attempt);
 //! - `completer`: writes outcomes in fenced batches;
 //! - `heartbeat`: extends the leases of everything in flight, one UPDATE for all;
@@ -15,15 +15,16 @@
 //! Shutdown is a [`CancellationToken`] passed down and `select!`ed on.
 
 mod backoff;
+mod claim_pace;
 mod completer;
 mod connection;
-mod executor;
 mod health;
 mod heartbeat;
 mod in_flight;
 mod listener;
 mod producer;
 mod reaper;
+mod runner;
 mod timeouts;
 
 use std::sync::atomic::{AtomicU64, Ordering};

@@ -4,7 +4,7 @@
 use std::time::Duration;
 
 use super::orders::{ApiUnderTest, LoadRun, load, load_client, truncate};
-use crate::api::ApiAuth;
+use outbox_relay::api::ApiAuth;
 
 /// Placement with API keys against placement without (`API_AUTH=none`):
 /// two servers on the same database, loaded in turn, `ROUNDS` slices each,

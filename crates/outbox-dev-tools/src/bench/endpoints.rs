@@ -18,17 +18,17 @@ use tokio_util::sync::CancellationToken;
 
 use super::BenchArgs;
 use super::report::Latency;
-use crate::db::{self, PoolOptions};
 use crate::demo::sinks::webhook::{Answer, WebhookSink};
-use crate::effects::receipt::ReceiptSettings;
-use crate::effects::webhook::{WebhookConfig, WebhookSender};
-use crate::endpoints::spec::{EndpointName, EndpointUrl, EventTypes};
-use crate::endpoints::{NewEndpoint, SigningSecret, store};
-use crate::orders::order_enqueuer;
-use crate::orders::{NewOrder, place_order};
-use crate::relay::{Relay, RelaySettings};
-use crate::schema::jobs_all;
 use crate::scratch::ScratchDatabase;
+use outbox_relay::db::{self, PoolOptions};
+use outbox_relay::effects::receipt::ReceiptSettings;
+use outbox_relay::effects::webhook::{WebhookConfig, WebhookSender};
+use outbox_relay::endpoints::spec::{EndpointName, EndpointUrl, EventTypes};
+use outbox_relay::endpoints::{NewEndpoint, SigningSecret, store};
+use outbox_relay::orders::order_enqueuer;
+use outbox_relay::orders::{NewOrder, place_order};
+use outbox_relay::relay::{Relay, RelaySettings};
+use outbox_relay::schema::jobs_all;
 
 /// Orders placed per second: a steady stream, as a shop sends them.
 const PACE: f64 = 50.0;
@@ -130,7 +130,7 @@ async fn run(args: &BenchArgs, with_slow: bool) -> anyhow::Result<FairnessRun> {
     let admin = args.database_url.clone();
     let scratch = tokio::task::spawn_blocking(move || -> anyhow::Result<ScratchDatabase> {
         let scratch = ScratchDatabase::create(&admin, "outbox_bench_endpoints")?;
-        crate::db::migrate_url(&scratch.url)?;
+        outbox_relay::db::migrate_url(&scratch.url)?;
         Ok(scratch)
     })
     .await??;
@@ -260,7 +260,7 @@ fn start_relay(
             ..PoolOptions::default()
         },
     );
-    let executor = Arc::new(crate::effects::workers(
+    let executor = Arc::new(outbox_relay::effects::workers(
         pool.clone(),
         None,
         Some(sender),

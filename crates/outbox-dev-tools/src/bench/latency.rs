@@ -21,11 +21,11 @@ use tokio_util::sync::CancellationToken;
 
 use super::BenchArgs;
 use super::report::Latency;
-use crate::effects::Noop;
-use crate::effects::{BoxFuture, EffectResult, Executor, JobContext};
-use crate::outbox::{Enqueuer, JobOptions};
-use crate::relay::{Relay, RelaySettings};
 use outbox_core::driver::ClaimedJob;
+use outbox_relay::effects::Noop;
+use outbox_relay::effects::{BoxFuture, EffectResult, Executor, JobContext};
+use outbox_relay::outbox::{Enqueuer, JobOptions};
+use outbox_relay::relay::{Relay, RelaySettings};
 
 /// Notes when each job's effect started. Every job succeeds at once, doing
 /// nothing: the relay's machinery is what is measured.
@@ -92,7 +92,7 @@ pub async fn measure_loaded(url: &str, args: &BenchArgs) -> anyhow::Result<Loade
     super::orders::truncate(url).await?;
     reset(url).await?;
     let kinds = std::iter::once("noop")
-        .chain(crate::orders::ORDER_JOB_KINDS)
+        .chain(outbox_relay::orders::ORDER_JOB_KINDS)
         .map(str::to_owned)
         .collect();
     let relay = RecordingRelay::start(url, kinds, args).await?;
@@ -102,7 +102,7 @@ pub async fn measure_loaded(url: &str, args: &BenchArgs) -> anyhow::Result<Loade
         clients,
         0,
         Duration::from_secs(30),
-        crate::api::ApiAuth::Keys,
+        outbox_relay::api::ApiAuth::Keys,
     )
     .await?;
     let stop_load = CancellationToken::new();
@@ -172,11 +172,11 @@ impl RecordingRelay {
         let waits = record_waits.then(Arc::default);
         // As `outbox-relay relay` sizes it: a connection per effect slot,
         // plus the producer, the completer, the heartbeat and the reaper.
-        let pool = crate::db::build_pool(
+        let pool = outbox_relay::db::build_pool(
             url,
-            &crate::db::PoolOptions {
+            &outbox_relay::db::PoolOptions {
                 size: u32::try_from(settings.concurrency.min(64) + 4).unwrap_or(20),
-                ..crate::db::PoolOptions::default()
+                ..outbox_relay::db::PoolOptions::default()
             },
         );
         let relay = Relay::new(

@@ -20,7 +20,7 @@ use super::depth::{self, DepthProbe, DepthSample, DepthSummary};
 use super::latency::RecordingRelay;
 use super::orders::{self, ApiUnderTest};
 use super::report::Latency;
-use crate::relay::RelaySettings;
+use outbox_relay::relay::RelaySettings;
 
 /// A request sent this long after its slot counts as late: the generator
 /// itself fell behind (a starved CPU), and the load was lighter than asked.
@@ -111,7 +111,9 @@ async fn measure(
     // The relay as `outbox-relay relay` runs with no settings given (or at
     // `--concurrency` and `--batch`); its executor does nothing, so the
     // machinery alone is measured.
-    let kinds = crate::orders::ORDER_JOB_KINDS.map(str::to_owned).to_vec();
+    let kinds = outbox_relay::orders::ORDER_JOB_KINDS
+        .map(str::to_owned)
+        .to_vec();
     let relay = RecordingRelay::start_with(url, open_loop_settings(kinds, args), true).await?;
     // The API as the saturation run serves it: a pool for `--api-clients`
     // (without that run, the default 16).
@@ -123,7 +125,7 @@ async fn measure(
         },
         MAX_IN_FLIGHT,
         Duration::from_secs(30),
-        crate::api::ApiAuth::Keys,
+        outbox_relay::api::ApiAuth::Keys,
     )
     .await?;
     let client = orders::load_client(64, api.api_key.as_deref())?;

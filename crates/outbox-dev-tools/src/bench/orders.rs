@@ -14,9 +14,10 @@ use tokio_util::sync::CancellationToken;
 
 use super::BenchArgs;
 use super::report::Latency;
-use crate::api::{self, ApiAuth, ApiSettings, Application};
-use crate::api_keys;
-use crate::http_server::ConnectionLimits;
+use outbox_relay::api::{self, ApiAuth, ApiSettings};
+use outbox_relay::api_keys;
+use outbox_relay::http_server::ConnectionLimits;
+use outbox_relay::server::Application;
 
 #[derive(Debug, Clone)]
 pub struct Placement {
@@ -87,7 +88,7 @@ pub async fn measure(url: &str, args: &BenchArgs) -> anyhow::Result<Placement> {
     .await?;
     let (app_addr, endpoint) = (api.addr, api.endpoint());
 
-    crate::effects::webhook::ensure_crypto_provider();
+    outbox_relay::effects::webhook::ensure_crypto_provider();
     let client = load_client(clients, api.api_key.as_deref())?;
     // Warm-up: connections, prepared plans, the pool.
     load(&client, &endpoint, clients, Duration::from_millis(500)).await;
@@ -247,7 +248,7 @@ pub(super) fn load_client(
     clients: usize,
     api_key: Option<&str>,
 ) -> anyhow::Result<reqwest::Client> {
-    crate::effects::webhook::ensure_crypto_provider();
+    outbox_relay::effects::webhook::ensure_crypto_provider();
     let mut headers = reqwest::header::HeaderMap::new();
     if let Some(key) = api_key {
         let mut bearer = reqwest::header::HeaderValue::from_str(&format!("Bearer {key}"))

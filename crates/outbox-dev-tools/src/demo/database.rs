@@ -44,7 +44,7 @@ impl DemoDatabase {
                 }
             }
         };
-        crate::db::migrate_url(&database.url)?;
+        outbox_relay::db::migrate_url(&database.url)?;
         Ok(database)
     }
 

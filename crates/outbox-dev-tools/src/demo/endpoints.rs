@@ -11,10 +11,12 @@ use anyhow::Context as _;
 use async_nats::jetstream;
 
 use super::sinks::webhook::{Answer, WebhookSink};
-use crate::db;
-use crate::effects::nats as nats_effect;
-use crate::endpoints::spec::{DEFAULT_MAX_IN_FLIGHT, EndpointName, EndpointUrl, EventTypes};
-use crate::endpoints::{NatsTarget, NewEndpoint, SigningSecret, StreamName, SubjectPrefix, store};
+use outbox_relay::db;
+use outbox_relay::effects::nats as nats_effect;
+use outbox_relay::endpoints::spec::{DEFAULT_MAX_IN_FLIGHT, EndpointName, EndpointUrl, EventTypes};
+use outbox_relay::endpoints::{
+    NatsTarget, NewEndpoint, SigningSecret, StreamName, SubjectPrefix, store,
+};
 
 /// The healthy webhook endpoint.
 pub const ERP: &str = "shop-erp";

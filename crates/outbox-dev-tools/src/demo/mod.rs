@@ -31,10 +31,10 @@ use anyhow::Context as _;
 use clap::Args;
 use tokio_util::sync::CancellationToken;
 
-use crate::config::{EnqueueArgs, ReceiptArgs, parse_database_url, parse_positive_duration};
 use database::DemoDatabase;
 use endpoints::Subscribers;
 use orders::{Placed, http_client, place_order};
+use outbox_relay::config::{EnqueueArgs, ReceiptArgs, parse_database_url, parse_positive_duration};
 use progress::{LiveView, Narrator};
 use services::{Running, start_services};
 use sinks::smtp::SmtpSink;
@@ -135,8 +135,8 @@ impl OutDir {
 
 pub async fn run(args: DemoArgs) -> anyhow::Result<()> {
     // The API logs every request at info; here the live view is the interface.
-    crate::telemetry::set_default_log_filter("error");
-    let shutdown = crate::shutdown::on_signals();
+    outbox_relay::telemetry::set_default_log_filter("error");
+    let shutdown = outbox_relay::shutdown::on_signals();
     let started = Instant::now();
 
     match &args.database_url {
@@ -261,9 +261,9 @@ struct Demo<'a> {
 impl Demo<'_> {
     /// The job kinds of this run: an order's, and a publish when NATS answered.
     fn kinds(&self) -> Vec<&'static str> {
-        let mut kinds = crate::orders::ORDER_JOB_KINDS.to_vec();
+        let mut kinds = outbox_relay::orders::ORDER_JOB_KINDS.to_vec();
         if self.subscribers.stream().is_some() {
-            kinds.push(crate::effects::EffectKind::OrderPublish.as_str());
+            kinds.push(outbox_relay::effects::EffectKind::OrderPublish.as_str());
         }
         kinds
     }

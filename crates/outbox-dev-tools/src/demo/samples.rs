@@ -87,7 +87,7 @@ pub fn order_body(n: usize) -> Value {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::orders::NewOrder;
+    use outbox_relay::orders::NewOrder;
 
     #[test]
     fn every_sample_is_a_valid_order_and_repeats_get_their_own_address() {

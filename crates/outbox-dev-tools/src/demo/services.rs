@@ -9,13 +9,14 @@ use tokio_util::sync::CancellationToken;
 use super::endpoints::Subscribers;
 use super::sinks::smtp::SmtpSink;
 use super::{DemoArgs, MAIL_FROM, SHUTDOWN_GRACE, WEBHOOK_SECRET};
-use crate::api::{self, ApiSettings, Application};
-use crate::api_keys;
-use crate::db::{self, PgPool, PoolOptions};
-use crate::effects::email::{EmailConfig, Mailer};
-use crate::effects::webhook::{WebhookConfig, WebhookSender};
-use crate::effects::{self, EffectKind};
-use crate::relay::{BackoffPolicy, Relay, RelaySettings};
+use outbox_relay::api::{self, ApiSettings};
+use outbox_relay::api_keys;
+use outbox_relay::db::{self, PgPool, PoolOptions};
+use outbox_relay::effects::email::{EmailConfig, Mailer};
+use outbox_relay::effects::webhook::{WebhookConfig, WebhookSender};
+use outbox_relay::effects::{self, EffectKind};
+use outbox_relay::relay::{BackoffPolicy, Relay, RelaySettings};
+use outbox_relay::server::Application;
 
 /// The API and the relay, running in this process.
 pub(super) struct Running {
@@ -47,15 +48,16 @@ pub(super) async fn start_services(
     let admin_token = args.keep_running.then(demo_admin_token).transpose()?;
     let admin = admin_token.as_deref().map(|token| {
         let tokens =
-            api::admin::parse_admin_tokens(Some(&format!("op:{token}")), None).unwrap_or_default();
-        let mut settings = api::admin::AdminSettings::new(tokens);
-        settings.mail_domain = crate::effects::email::mail_from_domain(MAIL_FROM);
+            outbox_relay::config::dashboard::parse_admin_tokens(Some(&format!("op:{token}")), None)
+                .unwrap_or_default();
+        let mut settings = outbox_relay::config::dashboard::AdminSettings::new(tokens);
+        settings.mail_domain = outbox_relay::effects::email::mail_from_domain(MAIL_FROM);
         settings
     });
     // The emails' receipt links, signed with a key of this run's own.
-    let receipt_links = crate::links::ReceiptLinks::new(
+    let receipt_links = outbox_relay::links::ReceiptLinks::new(
         &random_bytes::<32>("the receipt links' key")?,
-        crate::links::DEFAULT_RECEIPT_LINK_TTL,
+        outbox_relay::links::DEFAULT_RECEIPT_LINK_TTL,
     )
     .map_err(|e| anyhow::anyhow!("the demo's receipt link key {e}"))?;
     let api_settings = ApiSettings {
@@ -215,10 +217,11 @@ mod tests {
     fn the_demo_admin_token_is_long_enough_for_the_dashboard() {
         let token = super::demo_admin_token().expect("randomness");
         assert!(
-            token.len() >= crate::api::admin::MIN_ADMIN_TOKEN_CHARS,
+            token.len() >= outbox_relay::config::dashboard::MIN_ADMIN_TOKEN_CHARS,
             "{token}"
         );
-        let tokens = crate::api::admin::parse_admin_tokens(Some(&format!("op:{token}")), None);
+        let tokens =
+            outbox_relay::config::dashboard::parse_admin_tokens(Some(&format!("op:{token}")), None);
         assert_eq!(tokens.map(|t| t.len()), Ok(1));
     }
 }

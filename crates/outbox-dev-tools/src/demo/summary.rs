@@ -7,7 +7,7 @@ use super::progress::KindCounts;
 use super::sinks::webhook::Recorded;
 use super::watch::Watched;
 use super::{Demo, Ending, Placed};
-use crate::db;
+use outbox_relay::db;
 
 impl Demo<'_> {
     pub(super) fn summarize(

@@ -24,11 +24,11 @@ use axum::response::Response;
 use diesel::PgConnection;
 
 use super::error::ApiError;
-use super::rate_limit::RateLimiter;
+use super::key_limit::RateLimiter;
 use crate::api_keys::{self, KeyState, PresentedKey, Scope};
 use crate::orders::Transition;
 
-pub use super::rate_limit::RateLimit;
+pub use super::key_limit::RateLimit;
 
 /// Whether `/orders` asks for a key (`API_AUTH`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, clap::ValueEnum)]

@@ -1,53 +1,37 @@
 //! The order HTTP API (docs/api.md), on axum.
 //!
 //! - [`auth`]: the scope each `/orders` route needs, checked in one place
-//!   (401, 403, the per-key 429 of [`rate_limit`]);
+//!   (401, 403, the per-key 429 of [`key_limit`]);
 //! - `orders`: `POST /orders`, `GET /orders/{id}`, `GET /orders/{id}/receipt.pdf`;
 //! - `receipt_link`: the signed customer link to a receipt, and its refusal page;
-//! - [`client_addr`]: the client's address, through `TRUSTED_PROXIES`;
 //! - `body`: reading a JSON body by hand, so every rejection is a JSON error;
 //! - [`error`]: [`ApiError`], the one error of every handler, and the one place
 //!   that maps it to a status and a body;
 //! - `ops`: `GET /healthz`, `GET /metrics`, unknown routes and methods;
 //! - `middleware`: the span, the HTTP metrics and the time limit of each request;
 //! - `state`: what handlers share, including the gate in front of the pool;
-//! - [`admin`]: the operator dashboard under `/admin` (when `ADMIN_TOKEN` is set).
 //!
-//! Start one with [`Application::build`], then [`Application::run_until_stopped`]:
-//!
-//! ```no_run
-//! # async fn demo() -> std::io::Result<()> {
-//! use outbox_relay::api::{self, ApiSettings, Application};
-//!
-//! let settings = ApiSettings::default();
-//! let pool = api::connect("postgres://postgres@127.0.0.1/shop", &settings);
-//! let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
-//! let app = Application::build(pool, settings, listener)?;
-//! println!("listening on http://{}", app.local_addr());
-//! app.run_until_stopped(outbox_relay::shutdown::on_signals()).await
-//! # }
-//! ```
+//! The server that mounts these routes beside the dashboard is
+//! [`crate::server::Application`].
 
-pub mod admin;
 pub mod auth;
 mod body;
-pub mod client_addr;
 pub mod error;
+pub mod key_limit;
 mod middleware;
 mod ops;
 mod orders;
-pub mod rate_limit;
 mod receipt_link;
 mod state;
 
-use std::net::SocketAddr;
+pub(crate) use state::Db;
+
 use std::sync::Arc;
 use std::time::Duration;
 
 use axum::Router;
 use axum::extract::DefaultBodyLimit;
 use axum::routing::{get, post};
-use tokio_util::sync::CancellationToken;
 use tower_http::trace::{DefaultOnResponse, TraceLayer};
 
 pub use auth::{ApiAuth, RateLimit};
@@ -59,7 +43,7 @@ use crate::api_keys::Scope;
 use crate::db::{self, PgPool, PoolOptions};
 use crate::http_server::ConnectionLimits;
 use crate::outbox::Waker;
-use crate::telemetry::{QueueDepthGauge, metrics_handle, run_metrics_upkeep};
+use crate::telemetry::{QueueDepthGauge, metrics_handle};
 use auth::Required;
 
 pub const DEFAULT_POOL_SIZE: u32 = 16;
@@ -96,7 +80,7 @@ pub struct ApiSettings {
     /// Header timeout, connection cap and keep-alive limits of the listener.
     pub connections: ConnectionLimits,
     /// The dashboard under `/admin`; `None` (or no tokens): `/admin` is 404.
-    pub admin: Option<admin::AdminSettings>,
+    pub admin: Option<crate::config::dashboard::AdminSettings>,
     /// Checks the signed receipt links that emails carry (`LINK_SIGNING_KEY`);
     /// `None` only with keys and links turned off.
     pub receipt_links: Option<crate::links::ReceiptLinks>,
@@ -142,18 +126,19 @@ pub fn connect(database_url: &str, settings: &ApiSettings) -> PgPool {
     )
 }
 
-/// The routes and their layers, ready to serve.
-fn router(pool: PgPool, settings: ApiSettings, waker: Waker) -> Router {
+/// The order API's routes (`/orders`, `/healthz`, `/metrics`) on `db`, without
+/// the layers: [`with_layers`] puts those around everything the server mounts.
+pub(crate) fn routes(db: Db, settings: &ApiSettings, waker: Waker) -> Router {
     // Installs the recorder before the first request records anything.
     let _ = metrics_handle();
     let state = state::AppState {
         enqueuer: crate::orders::order_enqueuer().wake_after_commit(waker),
-        db: state::Db::new(pool, settings.db_wait),
+        db,
         queue_depth: Arc::new(QueueDepthGauge::new(settings.queue_depth_ttl)),
         settings: Arc::new(settings.clone()),
         limiter: settings
             .rate_limit
-            .and_then(rate_limit::RateLimiter::new)
+            .and_then(key_limit::RateLimiter::new)
             .map(Arc::new),
     };
     // What each route needs, next to it: checked by auth::authorize and,
@@ -189,7 +174,13 @@ fn router(pool: PgPool, settings: ApiSettings, waker: Waker) -> Router {
         )
         .route("/healthz", get(ops::healthz))
         .route("/metrics", get(ops::metrics))
-        .merge(admin::routes(state.db.clone(), settings.admin.as_ref()))
+        .with_state(state)
+}
+
+/// The fallbacks and layers of the public listener, around `routes` (the
+/// API's and the dashboard's).
+pub(crate) fn with_layers(routes: Router, settings: &ApiSettings) -> Router {
+    routes
         .fallback(ops::route_not_found)
         .method_not_allowed_fallback(ops::method_not_allowed)
         .layer(DefaultBodyLimit::max(MAX_BODY_BYTES))
@@ -209,74 +200,4 @@ fn router(pool: PgPool, settings: ApiSettings, waker: Waker) -> Router {
                 // ApiError logs 5xx with their cause; a second line says less.
                 .on_failure(()),
         )
-        .with_state(state)
-}
-
-/// A bound, configured API, ready to run.
-#[derive(Debug)]
-pub struct Application {
-    listener: tokio::net::TcpListener,
-    local_addr: SocketAddr,
-    router: Router,
-    shutdown_grace: Duration,
-    connections: ConnectionLimits,
-    pool: PgPool,
-    waker: Waker,
-}
-
-impl Application {
-    /// Wires the API on `listener` (bind port 0 in tests and read
-    /// [`Application::local_addr`]). Nothing runs until `run_until_stopped`.
-    pub fn build(
-        pool: PgPool,
-        settings: ApiSettings,
-        listener: tokio::net::TcpListener,
-    ) -> std::io::Result<Application> {
-        let local_addr = listener.local_addr()?;
-        let shutdown_grace = settings.shutdown_grace;
-        let connections = settings.connections.clone();
-        let waker = Waker::new();
-        if settings.auth == ApiAuth::None {
-            tracing::warn!(
-                "API_AUTH=none: THE ORDER API ACCEPTS EVERY REQUEST WITHOUT A KEY. \
-                 Anyone who can reach it can read, pay, ship and cancel every order. \
-                 For local development only."
-            );
-        }
-        Ok(Application {
-            listener,
-            local_addr,
-            router: router(pool.clone(), settings, waker.clone()),
-            shutdown_grace,
-            connections,
-            pool,
-            waker,
-        })
-    }
-
-    pub fn local_addr(&self) -> SocketAddr {
-        self.local_addr
-    }
-
-    /// Serves until `shutdown` is cancelled, then stops accepting, lets
-    /// in-flight requests finish for up to `shutdown_grace`, and returns.
-    pub async fn run_until_stopped(self, shutdown: CancellationToken) -> std::io::Result<()> {
-        let upkeep = CancellationToken::new();
-        tokio::spawn(run_metrics_upkeep(upkeep.clone()));
-        // Stopped after the last request, so it sends that one's wake-up too.
-        tokio::spawn(self.waker.run(self.pool, upkeep.clone()));
-        tracing::info!(addr = %self.local_addr, "serving the order API");
-
-        let result = crate::http_server::serve(
-            self.listener,
-            self.router,
-            self.connections,
-            shutdown,
-            self.shutdown_grace,
-        )
-        .await;
-        upkeep.cancel();
-        tracing::info!("order API stopped");
-        result
-    }
 }

@@ -9,7 +9,7 @@ use tokio::sync::Semaphore;
 use super::ApiSettings;
 use super::auth::{Caller, Verified};
 use super::error::ApiError;
-use super::rate_limit::RateLimiter;
+use super::key_limit::RateLimiter;
 use crate::db::{PgPool, run_blocking};
 use crate::outbox::Enqueuer;
 use crate::telemetry::QueueDepthGauge;

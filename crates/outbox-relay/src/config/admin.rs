@@ -5,8 +5,10 @@ use clap::Args;
 use super::ConfigError;
 use super::parse::parse_cookie_secure;
 
-fn parse_trusted_proxies(raw: &str) -> Result<crate::api::client_addr::TrustedProxies, String> {
-    crate::api::client_addr::TrustedProxies::parse(raw)
+fn parse_trusted_proxies(
+    raw: &str,
+) -> Result<crate::http_server::client_addr::TrustedProxies, String> {
+    crate::http_server::client_addr::TrustedProxies::parse(raw)
 }
 
 /// The dashboard under `/admin` (`serve`). `Debug` hides the tokens.
@@ -26,10 +28,10 @@ pub struct AdminArgs {
     pub admin_hide_payload: bool,
     /// When the session cookie is Secure: auto (always, except plain http to a loopback address) or always.
     #[arg(long, env = "ADMIN_COOKIE_SECURE", default_value = "auto", value_parser = parse_cookie_secure)]
-    pub admin_cookie_secure: crate::api::admin::CookieSecure,
+    pub admin_cookie_secure: super::dashboard::CookieSecure,
     /// Proxies in front of serve, as IPs or CIDR networks (comma-separated): behind them, the client address the failed-login limit counts is read from X-Forwarded-For.
     #[arg(long, env = "TRUSTED_PROXIES", value_parser = parse_trusted_proxies)]
-    pub trusted_proxies: Option<crate::api::client_addr::TrustedProxies>,
+    pub trusted_proxies: Option<crate::http_server::client_addr::TrustedProxies>,
     /// Sender of confirmation emails; its domain completes the Message-IDs shown on an order's timeline.
     #[arg(long, env = "MAIL_FROM")]
     pub mail_from: Option<String>,
@@ -54,8 +56,8 @@ impl std::fmt::Debug for AdminArgs {
 
 impl AdminArgs {
     /// The dashboard's settings; `None` when no token is set (`/admin` is 404).
-    pub fn settings(&self) -> Result<Option<crate::api::admin::AdminSettings>, ConfigError> {
-        let tokens = crate::api::admin::parse_admin_tokens(
+    pub fn settings(&self) -> Result<Option<super::dashboard::AdminSettings>, ConfigError> {
+        let tokens = super::dashboard::parse_admin_tokens(
             self.admin_token.as_deref(),
             self.admin_readonly_token.as_deref(),
         )
@@ -64,7 +66,7 @@ impl AdminArgs {
         if tokens.is_empty() {
             return Ok(None);
         }
-        let mut settings = crate::api::admin::AdminSettings::new(tokens);
+        let mut settings = super::dashboard::AdminSettings::new(tokens);
         settings.read_only = self.admin_read_only;
         settings.hide_payload = self.admin_hide_payload;
         settings.cookie_secure = self.admin_cookie_secure;

@@ -78,7 +78,7 @@ pub(super) fn parse_requests(raw: &str) -> Result<u64, String> {
     Ok(n)
 }
 
-pub(super) fn parse_cookie_secure(raw: &str) -> Result<crate::api::admin::CookieSecure, String> {
+pub(super) fn parse_cookie_secure(raw: &str) -> Result<super::dashboard::CookieSecure, String> {
     raw.parse()
 }
 

@@ -10,8 +10,8 @@ use outbox_core::worker::{EffectError, EffectResult, JobContext, Worker};
 use tracing::Instrument as _;
 
 use super::jobs::EndpointNotice;
+use super::order_loader::{OrderLoader, order_span};
 use super::webhook::{AttemptOutcome, Secrets, WebhookSender};
-use super::workers::{OrderLoader, order_span};
 use crate::db::{PgPool, run_blocking};
 use crate::endpoints::attempts::{self, NewAttempt};
 use crate::endpoints::breaker::Verdict;

@@ -16,6 +16,7 @@ pub mod delivery;
 pub mod email;
 pub mod jobs;
 pub mod nats;
+mod order_loader;
 pub mod receipt;
 pub mod signature;
 pub mod webhook;

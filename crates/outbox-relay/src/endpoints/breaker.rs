@@ -18,8 +18,8 @@ use diesel::prelude::*;
 use diesel::sql_types::{BigInt, Nullable, Text, Timestamptz};
 
 use super::attempts::{CONSECUTIVE_FAILURES_TO_TRIP, Health};
-use super::keys;
 use super::spec::EVENT_ENDPOINT_DISABLED;
+use super::throttle;
 use crate::effects::EndpointNotice;
 use crate::orders::{new_job, order_enqueuer};
 use crate::outbox::{JobOptions, KeyLimitError};
@@ -87,7 +87,7 @@ impl Breaker {
     ) -> Result<Verdict, BreakerError> {
         let Some(failing_since) = health.failing_since else {
             if health.changed {
-                keys::sync(conn, id, None)?;
+                throttle::sync(conn, id, None)?;
             }
             return Ok(Verdict::Healthy {
                 recovered: health.changed,
@@ -106,7 +106,7 @@ impl Breaker {
             return Ok(Verdict::Failing);
         }
         let probe_at = next_probe(failing_since, now);
-        keys::sync(conn, id, Some(probe_at))?;
+        throttle::sync(conn, id, Some(probe_at))?;
         Ok(Verdict::Probing(probe_at))
     }
 }
@@ -147,7 +147,7 @@ fn disable(
         let Some(disabled) = disabled else {
             return Ok(None);
         };
-        keys::sync(conn, id, None)?;
+        throttle::sync(conn, id, None)?;
         let subscribers: Vec<Subscriber> = diesel::sql_query(
             "SELECT id FROM endpoints \
              WHERE enabled AND id <> $1 AND url !~ '^nats://' \

@@ -8,12 +8,12 @@
 
 pub mod attempts;
 pub mod breaker;
-pub mod keys;
 pub mod nats;
 pub mod recover;
 pub mod spec;
 pub mod store;
 pub mod target;
+pub mod throttle;
 
 pub use nats::{NatsTarget, StreamName, SubjectPrefix};
 pub use spec::{

@@ -87,7 +87,7 @@ impl Endpoint {
 pub fn add(conn: &mut PgConnection, new: &NewEndpoint) -> Result<Endpoint, StoreError> {
     conn.transaction(|conn| {
         let endpoint = insert(conn, new)?;
-        super::keys::sync(conn, endpoint.id, None)?;
+        super::throttle::sync(conn, endpoint.id, None)?;
         Ok(endpoint)
     })
 }
@@ -143,7 +143,7 @@ pub fn set_enabled(
 ) -> Result<Endpoint, StoreError> {
     conn.transaction(|conn| {
         let endpoint = update_enabled(conn, name, enabled)?;
-        super::keys::sync(conn, endpoint.id, None)?;
+        super::throttle::sync(conn, endpoint.id, None)?;
         Ok(endpoint)
     })
 }
@@ -236,7 +236,7 @@ pub fn remove(conn: &mut PgConnection, name: &str, force: bool) -> Result<Remove
         let ids: Vec<i64> = deliveries.iter().map(|d| d.id).collect();
         let cancelled = crate::outbox::cancel_job_batch(conn, &ids)?;
         diesel::delete(endpoints::table.find(endpoint.id)).execute(conn)?;
-        super::keys::sync(conn, endpoint.id, None)?;
+        super::throttle::sync(conn, endpoint.id, None)?;
         Ok(Removed {
             endpoint,
             cancelled,

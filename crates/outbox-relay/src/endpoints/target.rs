@@ -76,8 +76,8 @@ pub fn upsert_default(
         let id = write_default(conn, url, secret)?;
         // A new `default` gets its key's limits; an existing one keeps its
         // breaker's pause, which only the breaker and operators change.
-        if !super::keys::has_limit(conn, id)? {
-            super::keys::sync(conn, id, None)?;
+        if !super::throttle::has_limit(conn, id)? {
+            super::throttle::sync(conn, id, None)?;
         }
         Ok(id)
     })

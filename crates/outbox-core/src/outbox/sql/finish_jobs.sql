@@ -53,13 +53,10 @@
 --
 -- Concurrency keys: every claim this statement ends (`written` and `moved`
 -- return only rows that were 'processing' under the claim's token) gives
--- its slot back to its key (`freed`): once, since a claim is ended by one
--- fenced write, and a zombie's late outcome ends nothing. The key rows are
--- locked in key order first (`key_locks`, forced to run before `freed` by
--- the scalar subquery), so two completers, or a completer and a reaper,
--- freeing the same keys wait on each other in one order and cannot
--- deadlock; a claim holds a key row for one statement and never waits, so
--- the wait here is short. A batch without keyed jobs probes no key row.
+-- its slot back to its key (`freed`, through jobs_free_concurrency_slots,
+-- which says why that is once and cannot deadlock). `freed` runs through
+-- `released_count`, which every row of the answer reads; when no row is
+-- answered, no claim ended and there is nothing to free.
 WITH outcome AS MATERIALIZED (
     SELECT *
     FROM unnest($1::bigint[], $2::bigint[], $3::text[], $4::bigint[], $5::text[])
@@ -188,27 +185,14 @@ woken AS (
           FROM released AS r
           WHERE r.dependent AND r.waiting_on = '{}' AND NOT r.blocked) AS k
 ),
-ended AS (
-    SELECT e.concurrency_key AS key, count(*) AS n
-    FROM (SELECT concurrency_key FROM written
-          UNION ALL
-          SELECT concurrency_key FROM moved) AS e
-    WHERE e.concurrency_key IS NOT NULL
-    GROUP BY e.concurrency_key
-),
-key_locks AS (
-    SELECT k.key
-    FROM job_concurrency_keys AS k
-    WHERE k.key = ANY (ARRAY(SELECT key FROM ended))
-    ORDER BY k.key
-    FOR NO KEY UPDATE OF k
-),
+-- The slots of the claims ended here (jobs_free_concurrency_slots, a core
+-- migration); no call when none had a key.
 freed AS (
-    UPDATE job_concurrency_keys AS k
-    SET in_flight = k.in_flight - e.n
-    FROM ended AS e
-    WHERE k.key = e.key
-      AND (SELECT count(*) FROM key_locks) >= 0
+    SELECT jobs_free_concurrency_slots(e.keys)
+    FROM (SELECT ARRAY(SELECT concurrency_key FROM written WHERE concurrency_key IS NOT NULL
+                          UNION ALL
+                          SELECT concurrency_key FROM moved WHERE concurrency_key IS NOT NULL) AS keys) AS e
+    WHERE e.keys <> '{}'
 ),
 -- Claims this statement could not lock: still held (busy: locked by another
 -- transaction at this moment) or lost. Usually none, so the probe is skipped.
@@ -225,6 +209,7 @@ released_count AS (
     FROM released AS r
     WHERE r.waiting_on = '{}' AND NOT r.blocked
       AND (SELECT count(*) FROM woken) >= 0
+      AND (SELECT count(*) FROM freed) >= 0
 )
 SELECT l.id,
        (l.id IN (SELECT id FROM written) OR l.id IN (SELECT id FROM archived)) AS applied,

@@ -6,9 +6,8 @@
 -- claim being released change.
 --
 -- Concurrency keys: each released claim gives its key's slot back, once (the
--- fenced UPDATE returns a row only for a claim it ended); the key rows are
--- locked in key order, as in finish_jobs.sql, so this cannot deadlock with a
--- completer or a reaper freeing the same keys.
+-- fenced UPDATE returns a row only for a claim it ended), through
+-- jobs_free_concurrency_slots, as finish_jobs.sql does.
 WITH released AS (
 UPDATE jobs AS j
 SET status = 'pending',
@@ -23,24 +22,11 @@ WHERE j.id = l.id
   AND j.lease_token = l.lease_token
 RETURNING j.id, j.concurrency_key
 ),
-ended AS (
-    SELECT concurrency_key AS key, count(*) AS n
-    FROM released
-    WHERE concurrency_key IS NOT NULL
-    GROUP BY concurrency_key
-),
-key_locks AS (
-    SELECT k.key
-    FROM job_concurrency_keys AS k
-    WHERE k.key = ANY (ARRAY(SELECT key FROM ended))
-    ORDER BY k.key
-    FOR NO KEY UPDATE OF k
-),
+-- The slots of the claims ended here (jobs_free_concurrency_slots, a core
+-- migration); no call when none had a key.
 freed AS (
-    UPDATE job_concurrency_keys AS k
-    SET in_flight = k.in_flight - e.n
-    FROM ended AS e
-    WHERE k.key = e.key
-      AND (SELECT count(*) FROM key_locks) >= 0
+    SELECT jobs_free_concurrency_slots(e.keys)
+    FROM (SELECT ARRAY(SELECT concurrency_key FROM released WHERE concurrency_key IS NOT NULL) AS keys) AS e
+    WHERE e.keys <> '{}'
 )
-SELECT id FROM released
+SELECT id FROM released WHERE (SELECT count(*) FROM freed) >= 0

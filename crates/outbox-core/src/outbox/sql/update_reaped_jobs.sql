@@ -64,24 +64,13 @@ woken AS (
     FROM (SELECT DISTINCT r.kind FROM released AS r
           WHERE r.waiting_on = '{}' AND NOT r.blocked) AS k
 ),
-ended AS (
-    SELECT concurrency_key AS key, count(*) AS n
-    FROM reaped
-    WHERE concurrency_key IS NOT NULL
-    GROUP BY concurrency_key
-),
-key_locks AS (
-    SELECT k.key
-    FROM job_concurrency_keys AS k
-    WHERE k.key = ANY (ARRAY(SELECT key FROM ended))
-    ORDER BY k.key
-    FOR NO KEY UPDATE OF k
-),
+-- The slots of the claims ended here (jobs_free_concurrency_slots, a core
+-- migration); no call when none had a key.
 freed AS (
-    UPDATE job_concurrency_keys AS k
-    SET in_flight = k.in_flight - e.n
-    FROM ended AS e
-    WHERE k.key = e.key
-      AND (SELECT count(*) FROM key_locks) >= 0
+    SELECT jobs_free_concurrency_slots(e.keys)
+    FROM (SELECT ARRAY(SELECT concurrency_key FROM reaped WHERE concurrency_key IS NOT NULL) AS keys) AS e
+    WHERE e.keys <> '{}'
 )
-SELECT count(*) FROM reaped WHERE (SELECT count(*) FROM woken) >= 0
+SELECT count(*) FROM reaped
+WHERE (SELECT count(*) FROM woken) >= 0
+  AND (SELECT count(*) FROM freed) >= 0

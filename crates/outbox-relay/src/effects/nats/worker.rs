@@ -18,11 +18,6 @@ use crate::effects::webhook::{body::event_body, idempotency_key};
 use crate::orders::jobs::OrderPublish;
 use crate::schema::endpoints;
 
-/// Debug builds only: exit the process right after the stream's PubAck,
-/// before the outcome is written, as a crash there would (the
-/// exactly-once tests set it).
-pub const TEST_EXIT_AFTER_PUBACK: &str = "OUTBOX_TEST_EXIT_AFTER_PUBACK";
-
 /// How long a worker trusts an endpoint's row: every job of an endpoint
 /// needs its stream and prefix, which change only by an operator's hand.
 const TARGET_TTL: Duration = Duration::from_secs(5);
@@ -65,7 +60,7 @@ struct Target {
 
 impl Worker<OrderPublish> for PublishWorker {
     async fn work(&self, args: OrderPublish, ctx: JobContext) -> EffectResult {
-        let span = crate::effects::workers::order_span(args.order_id);
+        let span = crate::effects::order_loader::order_span(args.order_id);
         self.publish(args, ctx).instrument(span).await
     }
 }
@@ -102,13 +97,6 @@ impl PublishWorker {
         };
         count(&target.name, &result);
         let published = result?;
-        if cfg!(debug_assertions) && std::env::var_os(TEST_EXIT_AFTER_PUBACK).is_some() {
-            tracing::warn!(
-                job_id = ctx.id(),
-                "{TEST_EXIT_AFTER_PUBACK}: exiting after the PubAck"
-            );
-            std::process::exit(86);
-        }
         if published != Published::New {
             tracing::info!(
                 endpoint = %target.name,

@@ -1,4 +1,4 @@
-//! Each endpoint's concurrency key (`endpoint:<id>`) and its [`KeyLimit`],
+//! Where an endpoint is throttled: its concurrency key (`endpoint:<id>`) and its [`KeyLimit`],
 //! kept in step with the endpoint's row: its `max_in_flight` and `rate_limit`
 //! while healthy, one probe at a time while failing, paused while disabled.
 //! Every change to those columns calls [`sync`] in its own transaction, so

@@ -18,7 +18,7 @@ use diesel::sql_types::{Bool, Bytea, Double, Text};
 use hmac::{Hmac, Mac as _};
 use sha2::Sha256;
 
-use super::settings::AdminSettings;
+use crate::config::dashboard::AdminSettings;
 
 type HmacSha256 = Hmac<Sha256>;
 
@@ -174,7 +174,7 @@ pub(super) fn revoke(conn: &mut PgConnection, id: &str) -> QueryResult<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::api::admin::settings::parse_admin_tokens;
+    use crate::config::dashboard::parse_admin_tokens;
 
     const NOW: u64 = 1_800_000_000;
     const ALPHA: &str = "alpha-token-0123456789abcdef-0123";

@@ -8,12 +8,12 @@ use minijinja::{Value, context};
 use serde::Deserialize;
 
 use super::{base, opt_time, time};
-use crate::api::admin::auth::Session;
-use crate::api::admin::error::AdminError;
-use crate::api::admin::filter::FilterForm;
-use crate::api::admin::queries::{self, AdminJob};
-use crate::api::admin::view::{num, render};
-use crate::api::admin::{AdminState, Nonce};
+use crate::admin::auth::Session;
+use crate::admin::error::AdminError;
+use crate::admin::filter::FilterForm;
+use crate::admin::queries::{self, AdminJob};
+use crate::admin::view::{num, render};
+use crate::admin::{AdminState, Nonce};
 use crate::effects::EffectKind;
 use crate::outbox::JobStatus;
 
@@ -22,7 +22,7 @@ const PAGE_SIZE: i64 = 50;
 
 #[derive(Debug, Default, Deserialize)]
 #[serde(default)]
-pub(in crate::api::admin) struct JobsQuery {
+pub(in crate::admin) struct JobsQuery {
     #[serde(flatten)]
     filter: FilterForm,
     before: Option<i64>,
@@ -76,7 +76,7 @@ fn notice(done: Option<&str>) -> Option<String> {
     ))
 }
 
-pub(in crate::api::admin) async fn jobs(
+pub(in crate::admin) async fn jobs(
     State(state): State<AdminState>,
     Extension(nonce): Extension<Nonce>,
     session: Session,
@@ -152,7 +152,7 @@ fn jobs_context(
     form: &FilterForm,
     error: Option<String>,
     listing: Option<Value>,
-    filter: Option<&crate::api::admin::filter::Filter>,
+    filter: Option<&crate::admin::filter::Filter>,
     query_string: &str,
 ) -> Value {
     context! {

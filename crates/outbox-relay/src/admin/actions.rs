@@ -39,7 +39,7 @@ pub(super) struct ActionForm {
 }
 
 fn authorize(session: &Session, form: &ActionForm) -> Result<Action, AdminError> {
-    csrf::check(session, form.csrf.as_deref())?;
+    csrf::check(&session.csrf, form.csrf.as_deref())?;
     if !session.can_act() {
         return Err(AdminError::ReadOnly);
     }

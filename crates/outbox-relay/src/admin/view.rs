@@ -1,10 +1,11 @@
 //! The dashboard's templates (`templates/admin/`), compiled into the binary and
-//! rendered with minijinja, which escapes every value in `.html` templates.
+//! rendered with minijinja, which escapes every value in `.html` templates;
+//! and the one place a dashboard error becomes a page.
 
 use std::sync::OnceLock;
 
-use axum::http::StatusCode;
-use axum::response::Html;
+use axum::http::{HeaderValue, StatusCode, header};
+use axum::response::{Html, IntoResponse, Redirect, Response};
 use minijinja::{Environment, UndefinedBehavior, Value};
 
 use super::error::AdminError;
@@ -12,55 +13,55 @@ use super::error::AdminError;
 const TEMPLATES: &[(&str, &str)] = &[
     (
         "base.html",
-        include_str!("../../../../../templates/admin/base.html"),
+        include_str!("../../../../templates/admin/base.html"),
     ),
     (
         "login.html",
-        include_str!("../../../../../templates/admin/login.html"),
+        include_str!("../../../../templates/admin/login.html"),
     ),
     (
         "overview.html",
-        include_str!("../../../../../templates/admin/overview.html"),
+        include_str!("../../../../templates/admin/overview.html"),
     ),
     (
         "jobs.html",
-        include_str!("../../../../../templates/admin/jobs.html"),
+        include_str!("../../../../templates/admin/jobs.html"),
     ),
     (
         "job_row.html",
-        include_str!("../../../../../templates/admin/job_row.html"),
+        include_str!("../../../../templates/admin/job_row.html"),
     ),
     (
         "preview.html",
-        include_str!("../../../../../templates/admin/preview.html"),
+        include_str!("../../../../templates/admin/preview.html"),
     ),
     (
         "order.html",
-        include_str!("../../../../../templates/admin/order.html"),
+        include_str!("../../../../templates/admin/order.html"),
     ),
     (
         "audit.html",
-        include_str!("../../../../../templates/admin/audit.html"),
+        include_str!("../../../../templates/admin/audit.html"),
     ),
     (
         "endpoints.html",
-        include_str!("../../../../../templates/admin/endpoints.html"),
+        include_str!("../../../../templates/admin/endpoints.html"),
     ),
     (
         "endpoint.html",
-        include_str!("../../../../../templates/admin/endpoint.html"),
+        include_str!("../../../../templates/admin/endpoint.html"),
     ),
     (
         "endpoint_recover.html",
-        include_str!("../../../../../templates/admin/endpoint_recover.html"),
+        include_str!("../../../../templates/admin/endpoint_recover.html"),
     ),
     (
         "error.html",
-        include_str!("../../../../../templates/admin/error.html"),
+        include_str!("../../../../templates/admin/error.html"),
     ),
 ];
 
-pub(super) const STYLESHEET: &str = include_str!("../../../../../templates/admin/admin.css");
+pub(super) const STYLESHEET: &str = include_str!("../../../../templates/admin/admin.css");
 
 fn environment() -> Result<&'static Environment<'static>, &'static minijinja::Error> {
     static ENV: OnceLock<Result<Environment<'static>, minijinja::Error>> = OnceLock::new();
@@ -133,6 +134,30 @@ fn html_escape(text: &str) -> String {
         .replace('<', "&lt;")
         .replace('>', "&gt;")
         .replace('"', "&quot;")
+}
+
+/// The one place a dashboard error becomes a response.
+impl IntoResponse for AdminError {
+    fn into_response(self) -> Response {
+        match &self {
+            AdminError::LoginRequired => return Redirect::to("/admin/login").into_response(),
+            AdminError::Internal(cause) => {
+                tracing::error!(error = format!("{cause:#}"), "dashboard request failed")
+            }
+            AdminError::Unavailable { cause } => {
+                tracing::warn!(error = %cause, "dashboard request failed: database unavailable")
+            }
+            other => tracing::info!(error = %other, "dashboard request refused"),
+        }
+        let status = self.status();
+        let mut response = (status, error_page(status, &self.to_string())).into_response();
+        if let AdminError::TooManyLogins(wait) = &self
+            && let Ok(value) = HeaderValue::from_str(&wait.as_secs().max(1).to_string())
+        {
+            response.headers_mut().insert(header::RETRY_AFTER, value);
+        }
+        response
+    }
 }
 
 #[cfg(test)]

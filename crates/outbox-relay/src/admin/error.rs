@@ -1,10 +1,9 @@
-//! The dashboard's one error type, and the one place it becomes a response:
-//! an HTML page (or a redirect to the login form), never the API's JSON.
+//! The dashboard's one error type. `view` turns it into a response: an HTML
+//! page (or a redirect to the login form), never the API's JSON.
 
 use std::time::Duration;
 
-use axum::http::{HeaderValue, StatusCode, header};
-use axum::response::{IntoResponse, Redirect, Response};
+use axum::http::StatusCode;
 
 use crate::api::ApiError;
 
@@ -59,29 +58,5 @@ impl From<ApiError> for AdminError {
 impl From<diesel::result::Error> for AdminError {
     fn from(error: diesel::result::Error) -> Self {
         AdminError::from(ApiError::from(error))
-    }
-}
-
-impl IntoResponse for AdminError {
-    fn into_response(self) -> Response {
-        match &self {
-            AdminError::LoginRequired => return Redirect::to("/admin/login").into_response(),
-            AdminError::Internal(cause) => {
-                tracing::error!(error = format!("{cause:#}"), "dashboard request failed")
-            }
-            AdminError::Unavailable { cause } => {
-                tracing::warn!(error = %cause, "dashboard request failed: database unavailable")
-            }
-            other => tracing::info!(error = %other, "dashboard request refused"),
-        }
-        let status = self.status();
-        let mut response =
-            (status, super::view::error_page(status, &self.to_string())).into_response();
-        if let AdminError::TooManyLogins(wait) = &self
-            && let Ok(value) = HeaderValue::from_str(&wait.as_secs().max(1).to_string())
-        {
-            response.headers_mut().insert(header::RETRY_AFTER, value);
-        }
-        response
     }
 }

@@ -8,13 +8,13 @@ use minijinja::{Value, context};
 use serde::Deserialize;
 
 use super::base;
-use crate::api::admin::auth::{self, ClientAddr, Session};
-use crate::api::admin::error::AdminError;
-use crate::api::admin::session as sessions;
-use crate::api::admin::view::render;
-use crate::api::admin::{AdminState, Nonce};
+use crate::admin::auth::{self, ClientAddr, Session};
+use crate::admin::error::AdminError;
+use crate::admin::session as sessions;
+use crate::admin::view::render;
+use crate::admin::{AdminState, Nonce};
 
-pub(in crate::api::admin) async fn login_form(
+pub(in crate::admin) async fn login_form(
     State(state): State<AdminState>,
     Extension(nonce): Extension<Nonce>,
     headers: HeaderMap,
@@ -30,7 +30,7 @@ pub(in crate::api::admin) async fn login_form(
 }
 
 #[derive(Debug, Deserialize)]
-pub(in crate::api::admin) struct LoginForm {
+pub(in crate::admin) struct LoginForm {
     #[serde(default)]
     token: String,
 }
@@ -52,7 +52,7 @@ fn same_origin(headers: &HeaderMap) -> bool {
     origin_host.is_some_and(|h| !host.is_empty() && h.eq_ignore_ascii_case(host))
 }
 
-pub(in crate::api::admin) async fn login(
+pub(in crate::admin) async fn login(
     State(state): State<AdminState>,
     Extension(nonce): Extension<Nonce>,
     ClientAddr(client): ClientAddr,
@@ -92,17 +92,17 @@ pub(in crate::api::admin) async fn login(
 }
 
 #[derive(Debug, Deserialize)]
-pub(in crate::api::admin) struct CsrfOnly {
+pub(in crate::admin) struct CsrfOnly {
     csrf: Option<String>,
 }
 
-pub(in crate::api::admin) async fn logout(
+pub(in crate::admin) async fn logout(
     State(state): State<AdminState>,
     session: Session,
     headers: HeaderMap,
     Form(form): Form<CsrfOnly>,
 ) -> Result<Response, AdminError> {
-    crate::api::admin::csrf::check(&session, form.csrf.as_deref())?;
+    crate::admin::csrf::check(&session.csrf, form.csrf.as_deref())?;
     // Ended on the server, not only in this browser: a copy of the cookie
     // is refused from now on, by every replica.
     let id = session.id.clone();

@@ -12,12 +12,12 @@ use minijinja::{Value, context};
 use serde::Deserialize;
 
 use super::{base, opt_time, time};
-use crate::api::admin::auth::Session;
-use crate::api::admin::endpoint_actions::endpoint_id;
-use crate::api::admin::error::AdminError;
-use crate::api::admin::queries::read;
-use crate::api::admin::view::{num, render};
-use crate::api::admin::{AdminState, Nonce};
+use crate::admin::auth::Session;
+use crate::admin::endpoint_actions::endpoint_id;
+use crate::admin::error::AdminError;
+use crate::admin::queries::read;
+use crate::admin::view::{num, render};
+use crate::admin::{AdminState, Nonce};
 use crate::endpoints::Endpoint;
 
 /// Attempts per page of an endpoint's log.
@@ -68,7 +68,7 @@ ORDER BY e.name";
 /// A notice after an action: `enable:<id>`, `disable:<id>`, `recover:<n>`.
 #[derive(Debug, Default, Deserialize)]
 #[serde(default)]
-pub(in crate::api::admin) struct Done {
+pub(in crate::admin) struct Done {
     done: Option<String>,
 }
 
@@ -127,7 +127,7 @@ fn row_view(r: &Row) -> Value {
     }
 }
 
-pub(in crate::api::admin) async fn endpoints(
+pub(in crate::admin) async fn endpoints(
     State(state): State<AdminState>,
     Extension(nonce): Extension<Nonce>,
     session: Session,
@@ -188,13 +188,13 @@ LIMIT $3";
 
 #[derive(Debug, Default, Deserialize)]
 #[serde(default)]
-pub(in crate::api::admin) struct Cursor {
+pub(in crate::admin) struct Cursor {
     before: Option<i64>,
     /// A notice after an action (see [`notice`]).
     done: Option<String>,
 }
 
-pub(in crate::api::admin) async fn endpoint(
+pub(in crate::admin) async fn endpoint(
     State(state): State<AdminState>,
     Extension(nonce): Extension<Nonce>,
     session: Session,

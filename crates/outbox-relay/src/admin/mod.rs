@@ -30,7 +30,6 @@ mod limiter;
 mod pages;
 mod queries;
 mod session;
-mod settings;
 mod view;
 
 use std::sync::Arc;
@@ -42,12 +41,9 @@ use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 
-pub use settings::{
-    AdminSettings, AdminToken, CookieSecure, DEFAULT_ADMIN_STATEMENT_TIMEOUT,
-    MIN_ADMIN_TOKEN_CHARS, Role, parse_admin_tokens,
-};
+use crate::config::dashboard::AdminSettings;
 
-use super::state::{AppState, Db};
+use crate::api::Db;
 
 #[derive(Debug, Clone)]
 pub(crate) struct AdminState {
@@ -82,9 +78,9 @@ impl AdminState {
 #[derive(Debug, Clone)]
 pub(crate) struct Nonce(pub String);
 
-/// The `/admin` routes, ready to merge into the API's router; no routes at all
+/// The `/admin` routes, ready to merge beside the API's (`server`); no routes at all
 /// when the settings carry no token, so `/admin` falls through to the API's 404.
-pub(crate) fn routes(db: Db, settings: Option<&AdminSettings>) -> Router<AppState> {
+pub(crate) fn routes(db: Db, settings: Option<&AdminSettings>) -> Router {
     let Some(settings) = settings.filter(|s| !s.tokens.is_empty()) else {
         return Router::new();
     };

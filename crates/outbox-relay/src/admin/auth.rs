@@ -6,12 +6,11 @@ use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use axum::extract::{ConnectInfo, FromRequestParts};
 use axum::http::request::Parts;
 use axum::http::{HeaderMap, header};
-use sha2::{Digest as _, Sha256};
 
 use super::AdminState;
 use super::error::AdminError;
 use super::session;
-use super::settings::{AdminSettings, AdminToken, CookieSecure, Role};
+use crate::config::dashboard::{AdminSettings, AdminToken, CookieSecure, Role};
 
 pub(super) const COOKIE_NAME: &str = "outbox_admin";
 
@@ -33,15 +32,6 @@ impl Session {
     }
 }
 
-/// Compares two secrets in time that depends on neither: both are hashed
-/// first (so their lengths do not leak either), then every byte is compared.
-pub(super) fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
-    use subtle::ConstantTimeEq as _;
-    let a = Sha256::digest(a);
-    let b = Sha256::digest(b);
-    a.ct_eq(&b).into()
-}
-
 /// The token a login form's secret matches, comparing against every token
 /// (no early exit), so the time taken says nothing about which one matched.
 pub(super) fn find_token<'a>(
@@ -50,7 +40,9 @@ pub(super) fn find_token<'a>(
 ) -> Option<(usize, &'a AdminToken)> {
     let mut found = None;
     for (i, token) in settings.tokens.iter().enumerate() {
-        if constant_time_eq(token.secret.as_bytes(), given.as_bytes()) && found.is_none() {
+        if super::csrf::constant_time_eq(token.secret.as_bytes(), given.as_bytes())
+            && found.is_none()
+        {
             found = Some((i, token));
         }
     }
@@ -196,7 +188,7 @@ impl FromRequestParts<AdminState> for Session {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::api::admin::settings::parse_admin_tokens;
+    use crate::config::dashboard::parse_admin_tokens;
 
     #[test]
     fn logins_match_tokens_and_loopback_http_gets_no_secure_flag() {

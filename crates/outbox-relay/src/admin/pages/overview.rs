@@ -10,12 +10,12 @@ use minijinja::{Value, context};
 use serde::Serialize;
 
 use super::{age, ago, base, opt_time, time};
-use crate::api::admin::auth::Session;
-use crate::api::admin::chart::throughput_svg;
-use crate::api::admin::error::AdminError;
-use crate::api::admin::queries;
-use crate::api::admin::view::{num, render};
-use crate::api::admin::{AdminState, Nonce};
+use crate::admin::auth::Session;
+use crate::admin::chart::throughput_svg;
+use crate::admin::error::AdminError;
+use crate::admin::queries;
+use crate::admin::view::{num, render};
+use crate::admin::{AdminState, Nonce};
 
 /// How often the overview reloads itself (when script runs).
 const REFRESH_SECONDS: u64 = 15;
@@ -32,7 +32,7 @@ struct KindRow {
     cancelled_1h: i64,
 }
 
-pub(in crate::api::admin) async fn overview(
+pub(in crate::admin) async fn overview(
     State(state): State<AdminState>,
     Extension(nonce): Extension<Nonce>,
     session: Session,

@@ -9,21 +9,21 @@ use serde::{Deserialize, Serialize};
 
 use super::jobs::job_view;
 use super::{base, opt_time, time};
-use crate::api::admin::auth::Session;
-use crate::api::admin::error::AdminError;
-use crate::api::admin::queries;
-use crate::api::admin::view::{num, render};
-use crate::api::admin::{AdminState, Nonce};
+use crate::admin::auth::Session;
+use crate::admin::error::AdminError;
+use crate::admin::queries;
+use crate::admin::view::{num, render};
+use crate::admin::{AdminState, Nonce};
 use crate::effects::webhook::idempotency_key;
 
 #[derive(Debug, Deserialize)]
-pub(in crate::api::admin) struct FindOrder {
+pub(in crate::admin) struct FindOrder {
     #[serde(default)]
     id: String,
 }
 
 /// The overview's "open order" form: a GET with `?id=`, so it works without script.
-pub(in crate::api::admin) async fn find_order(
+pub(in crate::admin) async fn find_order(
     _session: Session,
     Query(query): Query<FindOrder>,
 ) -> Result<Redirect, AdminError> {
@@ -47,7 +47,7 @@ struct Event {
     tone: &'static str,
 }
 
-pub(in crate::api::admin) async fn order(
+pub(in crate::admin) async fn order(
     State(state): State<AdminState>,
     Extension(nonce): Extension<Nonce>,
     session: Session,

@@ -53,7 +53,7 @@ pub(super) struct EndpointForm {
 }
 
 fn authorize(session: &Session, form: &EndpointForm) -> Result<(), AdminError> {
-    csrf::check(session, form.csrf.as_deref())?;
+    csrf::check(&session.csrf, form.csrf.as_deref())?;
     if !session.can_act() {
         return Err(AdminError::ReadOnly);
     }

@@ -29,10 +29,10 @@ pub struct AdminToken {
     /// settings (`operator#1`). The secret itself is never stored or logged.
     pub label: String,
     pub role: Role,
-    pub(super) secret: String,
+    pub(crate) secret: String,
     /// SHA-256 of the secret, inside every session MAC (never in a cookie or
     /// the database): rotating the token ends its sessions.
-    pub(super) fingerprint: [u8; 32],
+    pub(crate) fingerprint: [u8; 32],
 }
 
 impl std::fmt::Debug for AdminToken {
@@ -89,7 +89,7 @@ pub struct AdminSettings {
     pub session_length: Duration,
     /// The proxies whose `X-Forwarded-For` names the client that the
     /// failed-login limit counts (`TRUSTED_PROXIES`); empty: the peer.
-    pub trusted_proxies: crate::api::client_addr::TrustedProxies,
+    pub trusted_proxies: crate::http_server::client_addr::TrustedProxies,
 }
 
 impl AdminSettings {
@@ -107,7 +107,7 @@ impl AdminSettings {
     }
 
     /// The role a token acts with, `--admin-read-only` applied.
-    pub(super) fn effective_role(&self, token: &AdminToken) -> Role {
+    pub(crate) fn effective_role(&self, token: &AdminToken) -> Role {
         if self.read_only {
             Role::ReadOnly
         } else {

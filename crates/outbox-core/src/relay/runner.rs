@@ -1,4 +1,4 @@
-//! The executor: runs one job's effect, within its deadline and only while its
+//! The runner: runs one job's effect, within its deadline and only while its
 //! lease holds, and hands its outcome to the completer.
 
 use std::panic::AssertUnwindSafe;

@@ -1,0 +1,1 @@
+DROP FUNCTION jobs_free_concurrency_slots(text[]);
