@@ -576,3 +576,50 @@ fn every_command_explains_itself_with_help() {
         );
     }
 }
+
+#[test]
+fn list_shows_the_parents_a_job_waits_for() {
+    use outbox_relay::effects::jobs::Noop;
+    use outbox_relay::outbox::{JobOptions, NewJob};
+
+    let db = TestDb::new();
+    let mut conn = db.conn();
+    let parent = enqueue(&mut conn, &NewJob::new("noop", serde_json::json!({}))).expect("parent");
+    let child = NewJob::for_args(
+        &Noop(serde_json::json!({ "child": 1 })),
+        &JobOptions::default().depends_on([parent]),
+    )
+    .expect("child");
+    let child = enqueue(&mut conn, &child).expect("child");
+
+    let out = jobs_cmd(&db, &["list"]);
+    assert_ok(&out);
+    let table = stdout(&out);
+    assert!(
+        table
+            .lines()
+            .next()
+            .is_some_and(|h| h.contains("WAITS FOR")),
+        "{table}"
+    );
+    let line = table
+        .lines()
+        .find(|l| l.trim_start().starts_with(&format!("{child} ")))
+        .expect("the child's row");
+    assert!(line.ends_with(&format!("job {parent}")), "{line}");
+
+    let out = jobs_cmd(&db, &["list", "--json"]);
+    assert_ok(&out);
+    let rows: Value = serde_json::from_str(&stdout(&out)).expect("JSON");
+    let waiting = |id: i64| {
+        rows.as_array()
+            .and_then(|rows| rows.iter().find(|r| r["id"] == id))
+            .map(|r| r["waiting_on"].clone())
+    };
+    assert_eq!(waiting(child), Some(serde_json::json!([parent])));
+    assert_eq!(
+        waiting(parent),
+        Some(serde_json::json!([])),
+        "empty when none"
+    );
+}

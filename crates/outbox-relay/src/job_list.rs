@@ -28,6 +28,8 @@ pub struct JobRow {
     pub created_at: DateTime<Utc>,
     pub finished_at: Option<DateTime<Utc>>,
     pub last_error: Option<String>,
+    /// The parents the job still waits for (empty when none).
+    pub waiting_on: Vec<i64>,
 }
 
 /// `JobRow`'s columns of `jobs` or of `jobs_all`, which has the same ones.
@@ -46,6 +48,7 @@ macro_rules! job_row_columns {
             $table::created_at,
             $table::finished_at,
             $table::last_error,
+            $table::waiting_on,
         )
     };
 }

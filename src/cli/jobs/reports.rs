@@ -119,6 +119,7 @@ pub(super) async fn list(args: ListArgs) -> anyhow::Result<()> {
         ("ATTEMPTS", Align::Right),
         ("RUN AFTER", Align::Left),
         ("LAST ERROR", Align::Left),
+        ("WAITS FOR", Align::Left),
     ]);
     for job in &rows {
         table.push(vec![
@@ -132,6 +133,7 @@ pub(super) async fn list(args: ListArgs) -> anyhow::Result<()> {
             job.last_error
                 .as_deref()
                 .map_or_else(String::new, |e| one_line(e, 59)),
+            waits_for(&job.waiting_on),
         ]);
     }
     print!("{table}");
@@ -142,6 +144,15 @@ pub(super) async fn list(args: ListArgs) -> anyhow::Result<()> {
         );
     }
     Ok(())
+}
+
+/// The parents a job waits for, as `jobs list` shows them: `job 7, job 9`.
+fn waits_for(parents: &[i64]) -> String {
+    parents
+        .iter()
+        .map(|id| format!("job {id}"))
+        .collect::<Vec<_>>()
+        .join(", ")
 }
 
 pub(super) async fn blocked(args: BlockedArgs) -> anyhow::Result<()> {

@@ -149,7 +149,7 @@ pub(super) struct RecordingRelay {
 }
 
 impl RecordingRelay {
-    async fn start(
+    pub(super) async fn start(
         url: &str,
         kinds: Vec<String>,
         args: &BenchArgs,
@@ -228,7 +228,7 @@ impl RecordingRelay {
 
     /// Waits for every sample to start, stops the relay, and returns the
     /// latencies from each enqueue's start to the job's.
-    async fn latency_of(self, began: &[(i64, Instant)]) -> anyhow::Result<Latency> {
+    pub(super) async fn latency_of(self, began: &[(i64, Instant)]) -> anyhow::Result<Latency> {
         let wanted: std::collections::HashSet<i64> = began.iter().map(|(id, _)| *id).collect();
         let deadline = Instant::now() + Duration::from_secs(30);
         loop {

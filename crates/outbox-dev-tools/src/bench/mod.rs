@@ -18,6 +18,7 @@ mod publish;
 mod real;
 mod report;
 mod stats;
+mod workflow;
 
 use std::time::Duration;
 
@@ -128,6 +129,11 @@ pub struct BenchArgs {
     /// most calls open at once against its max_in_flight.
     #[arg(long)]
     pub endpoints: bool,
+    /// Only the dependencies' run: release latency (a parent's finish to
+    /// its dependent's start, idle relay, `--latency-samples` pairs), a
+    /// 10,000-child fan-out and a 1,000-parent fan-in, each with its time.
+    #[arg(long, conflicts_with_all = ["api_only", "endpoints", "publish_only"])]
+    pub workflow: bool,
     /// How long the slow endpoint's receiver takes to answer (`--endpoints`).
     #[arg(long, default_value = "25s", value_parser = outbox_relay::config::parse_positive_duration)]
     pub slow_answer: Duration,
@@ -193,6 +199,18 @@ pub async fn run(args: BenchArgs) -> anyhow::Result<()> {
         args.ceiling_workers(args.batch)
     );
 
+    if args.workflow {
+        for round in 1..=args.repeat {
+            eprintln!("bench: round {round} of {}", args.repeat);
+            let workflow = workflow::measure(&scratch.url, &args)
+                .await
+                .context("measuring the dependencies' release")?;
+            println!("{}", workflow.summary());
+            println!("{}", serde_json::to_string(&workflow.json())?);
+        }
+        drop(scratch);
+        return Ok(());
+    }
     if args.publish_only {
         for round in 1..=args.repeat {
             eprintln!("bench: round {round} of {}", args.repeat);
