@@ -9,17 +9,14 @@ use std::time::Duration;
 
 use axum::Json;
 use axum::http::StatusCode;
-use diesel::RunQueryDsl as _;
 use serde_json::Value;
-use tokio_util::sync::CancellationToken;
 
-use super::state::Db;
 use crate::telemetry::health_answer;
 
 /// How often the background check runs.
 pub const HEALTH_CHECK_INTERVAL: Duration = Duration::from_secs(1);
 /// How long one check may take before it counts as a failure.
-const CHECK_TIMEOUT: Duration = Duration::from_secs(3);
+pub(super) const CHECK_TIMEOUT: Duration = Duration::from_secs(3);
 
 /// The latest word on the database.
 #[derive(Debug, Default)]
@@ -56,34 +53,5 @@ impl Health {
                 "message": "the database was not checked yet",
             })),
         })
-    }
-}
-
-/// One check; its outcome lands in `db`'s [`Health`] (see `Db::run`).
-pub(crate) async fn check(db: &Db) {
-    let ping = db.run(|conn| {
-        diesel::sql_query("SELECT 1").execute(conn)?;
-        Ok(())
-    });
-    if tokio::time::timeout(CHECK_TIMEOUT, ping).await.is_err() {
-        db.health().down(serde_json::json!({
-            "code": "database_unavailable",
-            "message": format!(
-                "the database did not answer within {}",
-                humantime::format_duration(CHECK_TIMEOUT)
-            ),
-        }));
-    }
-}
-
-/// Checks every [`HEALTH_CHECK_INTERVAL`] until `stop`.
-pub(crate) async fn run_checks(db: Db, stop: CancellationToken) {
-    let mut tick = tokio::time::interval(HEALTH_CHECK_INTERVAL);
-    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    loop {
-        tokio::select! {
-            () = stop.cancelled() => return,
-            _ = tick.tick() => check(&db).await,
-        }
     }
 }

@@ -25,6 +25,7 @@ pub mod auth;
 mod body;
 pub mod error;
 mod health;
+mod health_check;
 mod inbound;
 pub mod key_limit;
 mod middleware;
@@ -34,7 +35,7 @@ mod orders;
 mod receipt_link;
 mod state;
 
-pub(crate) use health::{check as check_health, run_checks as run_health_checks};
+pub(crate) use health_check::{check as check_health, run_checks as run_health_checks};
 pub(crate) use state::Db;
 
 use std::sync::Arc;

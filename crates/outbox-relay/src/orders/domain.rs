@@ -9,6 +9,7 @@ use serde_json::Value;
 
 use super::currency::Currency;
 use super::json::{Object, from_json, required};
+use super::validation::ValidationError;
 
 /// Most items one order may carry; a larger order is almost certainly a bug or abuse.
 pub const MAX_ITEMS: usize = 100;
@@ -19,24 +20,6 @@ pub const MAX_UNIT_PRICE: i64 = 1_000_000_000_000;
 const MAX_NAME_CHARS: usize = 200;
 const MAX_SKU_CHARS: usize = 64;
 const MAX_EMAIL_CHARS: usize = 254;
-
-/// Why an order was refused, and which field was at fault.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("{field}: {message}")]
-pub struct ValidationError {
-    /// Path of the offending field, e.g. `items[0].quantity`; empty for the body itself.
-    pub field: String,
-    pub message: String,
-}
-
-impl ValidationError {
-    pub(crate) fn new(field: impl Into<String>, message: impl Into<String>) -> Self {
-        ValidationError {
-            field: field.into(),
-            message: message.into(),
-        }
-    }
-}
 
 /// A syntactically valid mailbox address (no display name), as lettre will send it.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -10,7 +10,7 @@ use serde::de::value::MapAccessDeserializer;
 use serde::de::{Deserialize, Deserializer, MapAccess, Visitor};
 use serde_json::Value;
 
-use super::domain::ValidationError;
+use super::validation::ValidationError;
 
 /// `body` as `T`, which must be a JSON object. A serde error becomes a
 /// [`ValidationError`] on the path where it happened.

@@ -20,12 +20,13 @@ mod place;
 mod read;
 mod status;
 mod transition;
+mod validation;
 
 pub use currency::Currency;
 pub(crate) use domain::OrderBody;
 pub use domain::{
     CustomerEmail, DisplayText, MAX_ITEMS, MAX_QUANTITY, MAX_UNIT_PRICE, Money, NewOrder,
-    NewOrderItem, Quantity, ValidationError,
+    NewOrderItem, Quantity,
 };
 pub use events::{delivery_key, endpoint_key};
 pub use id::OrderId;
@@ -42,6 +43,7 @@ pub use transition::{
     Transition, TransitionError, TransitionOutcome, transition_order, transition_order_by,
     transition_order_for_message,
 };
+pub use validation::ValidationError;
 
 /// The name of the endpoint that `WEBHOOK_URL` / `WEBHOOK_SECRET` keep, and
 /// that deliveries queued without an endpoint go to.

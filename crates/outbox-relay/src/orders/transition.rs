@@ -10,10 +10,11 @@ use sha2::{Digest, Sha256};
 
 use serde::Deserialize;
 
-use super::domain::{DisplayText, ValidationError};
+use super::domain::DisplayText;
 use super::events::{KeyAge, event_email, next_seq, record_event};
 use super::idempotency::{Cause, IdempotencyKey};
 use super::json::{from_json, required};
+use super::validation::ValidationError;
 use super::{OrderId, OrderStatus};
 use crate::outbox::Enqueuer;
 use crate::schema::{order_events, orders};
