@@ -360,3 +360,48 @@ fn bench_endpoints_reports_the_healthy_latency_beside_a_slow_endpoint_and_its_op
     );
     assert!(stdout.contains("beside / alone"), "{stdout}");
 }
+
+#[test]
+fn bench_inbound_pays_every_order_by_signed_events_and_reports_the_ratio_and_p99() {
+    let output = Command::new(env!("CARGO_BIN_EXE_outbox-relay"))
+        .args([
+            "bench",
+            "--inbound",
+            "--inbound-events",
+            "40",
+            "--api-clients",
+            "4",
+        ])
+        .env("DATABASE_URL", crate::support::db::admin_url())
+        .env_remove("RUST_LOG")
+        .output()
+        .expect("run bench --inbound");
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(output.status.success(), "bench failed:\n{stdout}\n{stderr}");
+    let json_line = stdout
+        .lines()
+        .rev()
+        .find(|l| l.starts_with('{'))
+        .expect("a JSON line");
+    let report: serde_json::Value = serde_json::from_str(json_line).expect("valid JSON");
+    let run = &report["inbound"];
+    assert_eq!(run["events"], 40, "{run}");
+    for rate in [
+        "pay_per_second",
+        "inbound_per_second",
+        "inbound_over_pay",
+        "open_loop_achieved_per_second",
+        "open_loop_p50_ms",
+        "open_loop_p99_ms",
+        "p99_over_target",
+    ] {
+        assert!(run[rate].as_f64().is_some_and(|r| r > 0.0), "{rate}: {run}");
+    }
+    // Every event of the open loop answered, none dropped from the figures.
+    assert_eq!(run["open_loop_samples"], 40, "{run}");
+    assert_eq!(run["target_p99_ms"], 25.0, "{run}");
+    assert!(run["meets_target"].is_boolean(), "{run}");
+    assert!(stdout.contains("inbound/pay"), "{stdout}");
+    assert!(stdout.contains("every order paid"), "{stdout}");
+}

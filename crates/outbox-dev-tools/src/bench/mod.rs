@@ -11,6 +11,7 @@ mod ceiling;
 mod depth;
 mod drain;
 mod endpoints;
+mod inbound;
 mod latency;
 mod open_loop;
 mod orders;
@@ -134,6 +135,16 @@ pub struct BenchArgs {
     /// 10,000-child fan-out and a 1,000-parent fan-in, each with its time.
     #[arg(long, conflicts_with_all = ["api_only", "endpoints", "publish_only"])]
     pub workflow: bool,
+    /// Only the inbound payments' run: `--inbound-events` orders paid through
+    /// the API's `pay` flat out, as many paid by Stripe-signed
+    /// `payment_intent.succeeded` events to `/inbound/{source}` flat out,
+    /// and as many again by events at half that rate on a fixed schedule
+    /// (their answers' p50 and p99); `--api-clients` loops.
+    #[arg(long, conflicts_with_all = ["api_only", "endpoints", "publish_only", "workflow"])]
+    pub inbound: bool,
+    /// Orders in each of the `--inbound` runs.
+    #[arg(long, default_value_t = 2000, value_parser = parse_count)]
+    pub inbound_events: usize,
     /// How long the slow endpoint's receiver takes to answer (`--endpoints`).
     #[arg(long, default_value = "25s", value_parser = outbox_relay::config::parse_positive_duration)]
     pub slow_answer: Duration,
@@ -207,6 +218,18 @@ pub async fn run(args: BenchArgs) -> anyhow::Result<()> {
                 .context("measuring the dependencies' release")?;
             println!("{}", workflow.summary());
             println!("{}", serde_json::to_string(&workflow.json())?);
+        }
+        drop(scratch);
+        return Ok(());
+    }
+    if args.inbound {
+        for round in 1..=args.repeat {
+            eprintln!("bench: round {round} of {}", args.repeat);
+            let inbound = inbound::measure(&scratch.url, &args)
+                .await
+                .context("measuring inbound payments")?;
+            println!("{}", inbound.table());
+            println!("{}", serde_json::to_string(&inbound.json())?);
         }
         drop(scratch);
         return Ok(());
