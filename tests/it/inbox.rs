@@ -747,7 +747,12 @@ async fn operators_manage_sources_and_apply_or_dismiss_held_messages_audited() {
         ]
     );
 
-    let metrics = app.get("/metrics").await.text().await.expect("metrics");
+    let metrics = reqwest::get(app.metrics_url("/metrics"))
+        .await
+        .expect("GET /metrics on METRICS_ADDR")
+        .text()
+        .await
+        .expect("metrics");
     assert!(
         metrics.contains(r#"outbox_inbox_messages_total{source="stripe",status="held"}"#),
         "{metrics}"

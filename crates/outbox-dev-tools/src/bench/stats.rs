@@ -162,10 +162,11 @@ pub struct IndexLayout {
 }
 
 /// The versions of a bench job, as `jsonb_populate_record` input; columns
-/// left out are NULL (no order_id, no ordering_key, no finished_at).
-const INSERTED: &str = r#"{"id":1,"kind":"noop","payload":{},"status":"pending","run_after":"2026-01-01T00:00:00Z","attempts":0,"max_attempts":8,"created_at":"2026-01-01T00:00:00Z","blocked":false}"#;
-const CLAIMED: &str = r#"{"id":1,"kind":"noop","payload":{},"status":"processing","run_after":"2026-01-01T00:00:00Z","attempts":1,"max_attempts":8,"locked_by":"bench","locked_at":"2026-01-01T00:00:00Z","lease_expires_at":"2026-01-01T00:01:00Z","lease_token":1,"created_at":"2026-01-01T00:00:00Z","blocked":false}"#;
-const DONE: &str = r#"{"id":1,"kind":"noop","payload":{},"status":"done","run_after":"2026-01-01T00:00:00Z","attempts":1,"max_attempts":8,"locked_by":"bench","locked_at":"2026-01-01T00:00:00Z","lease_token":1,"created_at":"2026-01-01T00:00:00Z","finished_at":"2026-01-01T00:00:01Z","blocked":false}"#;
+/// left out are NULL (no order_id, no ordering_key, no finished_at); a job
+/// without parents waits on nothing (`waiting_on` is `{}`, as the column's default).
+const INSERTED: &str = r#"{"id":1,"kind":"noop","payload":{},"status":"pending","run_after":"2026-01-01T00:00:00Z","attempts":0,"max_attempts":8,"created_at":"2026-01-01T00:00:00Z","blocked":false,"waiting_on":[]}"#;
+const CLAIMED: &str = r#"{"id":1,"kind":"noop","payload":{},"status":"processing","run_after":"2026-01-01T00:00:00Z","attempts":1,"max_attempts":8,"locked_by":"bench","locked_at":"2026-01-01T00:00:00Z","lease_expires_at":"2026-01-01T00:01:00Z","lease_token":1,"created_at":"2026-01-01T00:00:00Z","blocked":false,"waiting_on":[]}"#;
+const DONE: &str = r#"{"id":1,"kind":"noop","payload":{},"status":"done","run_after":"2026-01-01T00:00:00Z","attempts":1,"max_attempts":8,"locked_by":"bench","locked_at":"2026-01-01T00:00:00Z","lease_token":1,"created_at":"2026-01-01T00:00:00Z","finished_at":"2026-01-01T00:00:01Z","blocked":false,"waiting_on":[]}"#;
 
 pub fn index_layout(conn: &mut PgConnection) -> QueryResult<IndexLayout> {
     #[derive(QueryableByName)]

@@ -55,8 +55,8 @@
 -- return only rows that were 'processing' under the claim's token) gives
 -- its slot back to its key (`freed`, through jobs_free_concurrency_slots,
 -- which says why that is once and cannot deadlock). `freed` runs through
--- `released_count`, which every row of the answer reads; when no row is
--- answered, no claim ended and there is nothing to free.
+-- `released_after_freeing`, which every row of the answer reads; when no
+-- row is answered, no claim ended and there is nothing to free.
 WITH outcome AS MATERIALIZED (
     SELECT *
     FROM unnest($1::bigint[], $2::bigint[], $3::text[], $4::bigint[], $5::text[])
@@ -209,12 +209,19 @@ released_count AS (
     FROM released AS r
     WHERE r.waiting_on = '{}' AND NOT r.blocked
       AND (SELECT count(*) FROM woken) >= 0
-      AND (SELECT count(*) FROM freed) >= 0
+),
+-- The one row of `released_count`, read only once `freed` has run: every
+-- row of the answer reads it, so the slots are given back whenever a claim
+-- ended here, whether or not anything was released.
+released_after_freeing AS (
+    SELECT c.n
+    FROM released_count AS c
+    WHERE (SELECT count(*) FROM freed) >= 0
 )
 SELECT l.id,
        (l.id IN (SELECT id FROM written) OR l.id IN (SELECT id FROM archived)) AS applied,
-       (SELECT n FROM released_count) AS released
+       (SELECT n FROM released_after_freeing) AS released
 FROM lockable AS l
 UNION ALL
-SELECT b.id, false, (SELECT n FROM released_count)
+SELECT b.id, false, (SELECT n FROM released_after_freeing)
 FROM busy AS b
