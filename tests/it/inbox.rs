@@ -40,6 +40,19 @@ async fn place(app: &TestApp) -> i64 {
         .expect("id")
 }
 
+/// An order placed and then cancelled by the customer: a payment for it
+/// needs a refund, not a `paid` order.
+async fn place_cancelled(app: &TestApp) -> i64 {
+    let order = place(app).await;
+    crate::support::transition(
+        &mut app.db.conn(),
+        order,
+        "cancel",
+        json!({"reason": "changed mind"}),
+    );
+    order
+}
+
 /// A Stripe event as Stripe sends it (the fields the shop reads, and a few
 /// it does not).
 pub fn stripe_event(id: &str, event_type: &str, object: Value) -> Vec<u8> {
@@ -337,13 +350,7 @@ async fn each_held_reason_keeps_the_message_and_leaves_the_order_untouched() {
     let body = intent_succeeded("evt_currency", json!(wrong_currency), TOTAL, "usd", "pi_c");
     assert_eq!(stripe(&app, &body).await, "held");
 
-    let cancelled = place(&app).await;
-    crate::support::transition(
-        &mut app.db.conn(),
-        cancelled,
-        "cancel",
-        json!({"reason": "changed mind"}),
-    );
+    let cancelled = place_cancelled(&app).await;
     let body = intent_succeeded("evt_late", json!(cancelled), TOTAL, "eur", "pi_late");
     assert_eq!(stripe(&app, &body).await, "held");
 
@@ -697,13 +704,7 @@ async fn operators_manage_sources_and_apply_or_dismiss_held_messages_audited() {
     let short = place(&app).await;
     let body = intent_succeeded("evt_short", json!(short), TOTAL - 100, "eur", "pi_short");
     assert_eq!(stripe(&app, &body).await, "held");
-    let late = place(&app).await;
-    crate::support::transition(
-        &mut app.db.conn(),
-        late,
-        "cancel",
-        json!({"reason": "gone"}),
-    );
+    let late = place_cancelled(&app).await;
     let body = intent_succeeded("evt_late", json!(late), TOTAL, "eur", "pi_late");
     assert_eq!(stripe(&app, &body).await, "held");
     let held = stdout_of(&cli(&url, &["inbox", "list", "--status", "held", "--json"]));
@@ -794,13 +795,7 @@ async fn the_dashboard_lists_held_messages_beside_their_orders_and_applies_or_di
     let short = place(&app).await;
     let body = intent_succeeded("evt_short", json!(short), 1_900, "eur", "pi_short");
     assert_eq!(stripe(&app, &body).await, "held");
-    let late = place(&app).await;
-    crate::support::transition(
-        &mut app.db.conn(),
-        late,
-        "cancel",
-        json!({"reason": "gone"}),
-    );
+    let late = place_cancelled(&app).await;
     let body = intent_succeeded("evt_late", json!(late), TOTAL, "eur", "pi_late");
     assert_eq!(stripe(&app, &body).await, "held");
     let id_of = |message: &str| -> i64 {
