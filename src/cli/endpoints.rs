@@ -9,7 +9,6 @@ use std::time::Duration;
 
 use anyhow::Context as _;
 use clap::{Args, Subcommand};
-use serde::Serialize;
 
 use crate::cli::table::{Align, print_list};
 use crate::cli::with_conn;
@@ -291,26 +290,15 @@ fn new_secret() -> Result<SigningSecret, SpecError> {
     })
 }
 
-#[derive(Debug, Serialize)]
-struct SecretJson<'a> {
-    id: i64,
-    name: &'a str,
-    secret: &'a str,
-}
-
 fn print_secret(endpoint: &Endpoint, secret: &SigningSecret, json: bool) -> anyhow::Result<()> {
-    if json {
-        let out = SecretJson {
-            id: endpoint.id,
-            name: &endpoint.name,
-            secret: secret.expose(),
-        };
-        println!("{}", serde_json::to_string(&out)?);
-    } else {
-        println!("secret: {}", secret.expose());
-        println!("(shown once: give it to the receiver, which verifies each delivery with it)");
-    }
-    Ok(())
+    super::table::print_secret(
+        endpoint.id,
+        &endpoint.name,
+        secret.expose(),
+        json,
+        true,
+        "(shown once: give it to the receiver, which verifies each delivery with it)",
+    )
 }
 
 async fn add(args: AddArgs) -> anyhow::Result<()> {

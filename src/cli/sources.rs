@@ -5,7 +5,6 @@ use std::time::Duration;
 
 use anyhow::Context as _;
 use clap::{Args, Subcommand};
-use serde::Serialize;
 
 use crate::cli::table::{Align, print_list};
 use crate::cli::with_conn;
@@ -213,24 +212,13 @@ async fn remove(args: NameArgs) -> anyhow::Result<()> {
     Ok(())
 }
 
-#[derive(Debug, Serialize)]
-struct SecretJson<'a> {
-    id: i64,
-    name: &'a str,
-    secret: &'a str,
-}
-
 fn print_secret(source: &Source, secret: &str, made: bool, json: bool) -> anyhow::Result<()> {
-    if json {
-        let out = SecretJson {
-            id: source.id,
-            name: &source.name,
-            secret,
-        };
-        println!("{}", serde_json::to_string(&out)?);
-    } else if made {
-        println!("secret: {secret}");
-        println!("(shown once: give it to the sender, which signs each message with it)");
-    }
-    Ok(())
+    super::table::print_secret(
+        source.id,
+        &source.name,
+        secret,
+        json,
+        made,
+        "(shown once: give it to the sender, which signs each message with it)",
+    )
 }

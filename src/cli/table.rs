@@ -74,6 +74,36 @@ impl fmt::Display for Table {
     }
 }
 
+/// A secret made or set for a row (an endpoint's, a source's), printed once:
+/// with `--json` as `{"id","name","secret"}`, else as a line and `hint`, who
+/// the secret is for; `show` false prints nothing in text (a secret the
+/// operator gave).
+pub(crate) fn print_secret(
+    id: i64,
+    name: &str,
+    secret: &str,
+    json: bool,
+    show: bool,
+    hint: &str,
+) -> anyhow::Result<()> {
+    #[derive(serde::Serialize)]
+    struct SecretJson<'a> {
+        id: i64,
+        name: &'a str,
+        secret: &'a str,
+    }
+    if json {
+        println!(
+            "{}",
+            serde_json::to_string(&SecretJson { id, name, secret })?
+        );
+    } else if show {
+        println!("secret: {secret}");
+        println!("{hint}");
+    }
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
