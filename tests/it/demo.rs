@@ -52,6 +52,7 @@ struct Count {
 
 #[test]
 fn the_demo_delivers_to_both_endpoints_and_the_stream_leaves_its_files_and_drops_its_database() {
+    let _seat = crate::support::seats::scratch(40);
     let tmp = TempDir::new();
     let out = tmp.0.join("out");
     let stdout_path = tmp.0.join("stdout.txt");
