@@ -378,7 +378,7 @@ impl LoadRun {
     pub fn rate(&self) -> f64 {
         self.ok as f64 / self.elapsed.as_secs_f64()
     }
-    fn latency(&self) -> Latency {
+    pub fn latency(&self) -> Latency {
         let mut sorted = self.micros.clone();
         sorted.sort_unstable();
         Latency::from_sorted_micros(&sorted)

@@ -98,6 +98,7 @@ impl BenchReport {
             })),
             "open_loop": self.open_loop_json(),
             "open_loop_worst_p99": self.open_loop_worst_json(),
+            "growth": self.growth.as_ref().map(super::super::growth::Growth::json),
             "real_effects": median(&self.real).map(|real| json!({
                 "run": run(Some(real)),
                 "noop_jobs_per_second": median(&self.relay).map(DrainRun::jobs_per_second),

@@ -301,6 +301,9 @@ impl BenchReport {
             }
         }
         out.push_str(&self.open_loop_lines());
+        if let Some(growth) = &self.growth {
+            out.push_str(&growth.lines());
+        }
         out.push_str(&self.cost_table());
         out.push_str(&self.pinned_lines());
         out.push_str(&self.keyed_lines());
