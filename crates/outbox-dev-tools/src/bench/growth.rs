@@ -84,10 +84,7 @@ pub fn linear_fit(points: &[(f64, f64)]) -> Option<LinearFit> {
     if sxx == 0.0 {
         return None;
     }
-    let sxy: f64 = points
-        .iter()
-        .map(|p| (p.0 - mean_x) * (p.1 - mean_y))
-        .sum();
+    let sxy: f64 = points.iter().map(|p| (p.0 - mean_x) * (p.1 - mean_y)).sum();
     let slope = sxy / sxx;
     Some(LinearFit {
         intercept: mean_y - slope * mean_x,
@@ -293,9 +290,8 @@ async fn place_with_endpoints(
             #[diesel(sql_type = BigInt)]
             n: i64,
         }
-        let n: N =
-            diesel::sql_query("SELECT count(*) AS n FROM jobs WHERE kind = 'order_webhook'")
-                .get_result(conn)?;
+        let n: N = diesel::sql_query("SELECT count(*) AS n FROM jobs WHERE kind = 'order_webhook'")
+            .get_result(conn)?;
         Ok(n.n)
     })
     .await?;

@@ -410,7 +410,8 @@ pub async fn run(args: BenchArgs) -> anyhow::Result<()> {
         );
     }
     if let Some(path) = &args.plot {
-        plot::write(path, &report).with_context(|| format!("writing the plot {}", path.display()))?;
+        plot::write(path, &report)
+            .with_context(|| format!("writing the plot {}", path.display()))?;
         eprintln!("bench: plot written to {}", path.display());
     }
     println!("{}", report.table());

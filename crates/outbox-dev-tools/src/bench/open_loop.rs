@@ -99,26 +99,26 @@ pub async fn measure_all(
             continue;
         };
         for round in 1..=args.repeat {
-        let run = measure(url, args, requested, target, round).await?;
-        eprintln!(
-            "  open loop at {requested} ({target:.0} orders/s), run {round} of {}: {:.0} orders/s placed, \
+            let run = measure(url, args, requested, target, round).await?;
+            eprintln!(
+                "  open loop at {requested} ({target:.0} orders/s), run {round} of {}: {:.0} orders/s placed, \
              enqueue-to-start p50 {:.2} ms p99 {:.2} ms, depth {}, sends late p99 {:.2} ms max {:.2} ms, \
              {} checkpoints, {} autovacuums of jobs",
-            args.repeat,
-            run.achieved_per_second(),
-            run.enqueue_to_start.p50_ms,
-            run.enqueue_to_start.p99_ms,
-            match &run.depth_summary {
-                Some(d) if d.bounded => format!("bounded (max {})", d.max),
-                Some(d) => format!("growing {:.0} jobs/s (max {})", d.growth_per_second, d.max),
-                None => "-".to_owned(),
-            },
-            run.send_lateness.p99_ms,
-            run.send_lateness.max_ms,
-            run.background.checkpoints,
-            run.background.jobs_autovacuums,
-        );
-        runs.push(run);
+                args.repeat,
+                run.achieved_per_second(),
+                run.enqueue_to_start.p50_ms,
+                run.enqueue_to_start.p99_ms,
+                match &run.depth_summary {
+                    Some(d) if d.bounded => format!("bounded (max {})", d.max),
+                    Some(d) => format!("growing {:.0} jobs/s (max {})", d.growth_per_second, d.max),
+                    None => "-".to_owned(),
+                },
+                run.send_lateness.p99_ms,
+                run.send_lateness.max_ms,
+                run.background.checkpoints,
+                run.background.jobs_autovacuums,
+            );
+            runs.push(run);
         }
     }
     Ok(runs)

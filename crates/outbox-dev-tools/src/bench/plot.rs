@@ -84,7 +84,10 @@ fn panels(report: &BenchReport) -> Vec<Panel<'static>> {
     }];
     if let Some(fit) = growth.and_then(|g| g.fan_out_fit) {
         let xs = placements.iter().map(|p| p.0);
-        let (lo, hi) = (xs.clone().fold(f64::INFINITY, f64::min), xs.fold(0.0, f64::max));
+        let (lo, hi) = (
+            xs.clone().fold(f64::INFINITY, f64::min),
+            xs.fold(0.0, f64::max),
+        );
         fan_out.push(Series {
             name: format!(
                 "linear fit: {:.0} µs + {:.2} µs per endpoint",
@@ -141,10 +144,7 @@ fn panels(report: &BenchReport) -> Vec<Panel<'static>> {
             caption: "Idle enqueue-to-start with done jobs archived",
             x_label: "done jobs in jobs_done",
             y_label: "enqueue-to-start (ms)",
-            series: vec![
-                archive(|l| l.p50_ms, "p50"),
-                archive(|l| l.p99_ms, "p99"),
-            ],
+            series: vec![archive(|l| l.p50_ms, "p50"), archive(|l| l.p99_ms, "p99")],
             missing: "not measured in this run (--growth, --latency-samples above 0)",
         },
         Panel {
@@ -173,7 +173,10 @@ fn draw(area: &DrawingArea<SVGBackend<'_>, Shift>, panel: &Panel<'_>) -> anyhow:
         ))?;
         area.draw(&Text::new(
             panel.missing.to_owned(),
-            (i32::try_from(w / 8).unwrap_or(0), i32::try_from(h / 2).unwrap_or(0)),
+            (
+                i32::try_from(w / 8).unwrap_or(0),
+                i32::try_from(h / 2).unwrap_or(0),
+            ),
             LABEL_FONT.into_font(),
         ))?;
         return Ok(());
@@ -215,7 +218,9 @@ fn draw(area: &DrawingArea<SVGBackend<'_>, Shift>, panel: &Panel<'_>) -> anyhow:
         chart
             .draw_series(LineSeries::new(finite.clone(), style))?
             .label(series.name.clone())
-            .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], colour.stroke_width(2)));
+            .legend(move |(x, y)| {
+                PathElement::new(vec![(x, y), (x + 20, y)], colour.stroke_width(2))
+            });
         if !series.fitted {
             chart.draw_series(
                 finite
@@ -234,9 +239,9 @@ fn draw(area: &DrawingArea<SVGBackend<'_>, Shift>, panel: &Panel<'_>) -> anyhow:
     Ok(())
 }
 
-/// 1234567.8 as "1,234,568"; below 10, two decimals.
+/// 1234567.8 as "1,234,568"; a fraction below 10 with two decimals.
 fn thousands(x: f64) -> String {
-    if x.abs() < 10.0 {
+    if x.abs() < 10.0 && x.fract() != 0.0 {
         return format!("{x:.2}");
     }
     let digits = format!("{:.0}", x.abs());
@@ -260,6 +265,8 @@ mod tests {
         assert_eq!(thousands(50_000.0), "50,000");
         assert_eq!(thousands(999.4), "999");
         assert_eq!(thousands(2.5), "2.50");
+        assert_eq!(thousands(0.0), "0");
+        assert_eq!(thousands(5.0), "5");
         assert_eq!(thousands(-12_345.0), "-12,345");
     }
 }

@@ -517,9 +517,10 @@ pub fn background(conn: &mut PgConnection) -> QueryResult<Background> {
         #[diesel(sql_type = BigInt)]
         autoanalyzes: i64,
     }
-    let checkpointer: Has =
-        diesel::sql_query("SELECT to_regclass('pg_catalog.pg_stat_checkpointer') IS NOT NULL AS has")
-            .get_result(conn)?;
+    let checkpointer: Has = diesel::sql_query(
+        "SELECT to_regclass('pg_catalog.pg_stat_checkpointer') IS NOT NULL AS has",
+    )
+    .get_result(conn)?;
     let checkpoints = if checkpointer.has {
         "SELECT (num_timed + num_requested)::int8 AS c, buffers_written::int8 AS b FROM pg_stat_checkpointer"
     } else {
