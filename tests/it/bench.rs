@@ -445,6 +445,7 @@ fn bench_inbound_pays_every_order_by_signed_events_and_reports_the_ratio_and_p99
 /// that they cannot rot between the quiet-machine runs that quote them.
 #[test]
 fn bench_growth_rows_repeated_open_loop_and_plot_run_at_tiny_sizes() {
+    let _seat = crate::support::seats::scratch(70);
     let plot = std::env::temp_dir().join(format!("outbox-bench-growth-{}.svg", std::process::id()));
     let _ = std::fs::remove_file(&plot);
     let output = Command::new(env!("CARGO_BIN_EXE_outbox-relay"))
