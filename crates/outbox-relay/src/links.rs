@@ -161,10 +161,10 @@ impl ReceiptLinks {
         keys: impl IntoIterator<Item = K>,
     ) -> Result<ReceiptLinks, String> {
         for (i, key) in keys.into_iter().enumerate() {
-            let key = LinkKey::new(key.as_ref()).map_err(|e| format!("key {}: {e}", i + 1))?;
+            let key = LinkKey::new(key.as_ref()).map_err(|e| format!("key {} {e}", i + 1))?;
             if key.id == self.current.id || self.previous.iter().any(|k| k.id == key.id) {
                 return Err(format!(
-                    "key {}: repeats the current key or an earlier one",
+                    "key {} repeats the current key or an earlier one",
                     i + 1
                 ));
             }
