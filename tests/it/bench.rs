@@ -4,6 +4,9 @@ use std::process::Command;
 
 #[test]
 fn bench_runs_a_small_workload_and_reports_every_figure() {
+    // Alone among the heavy tests: its bound is about the code, not its neighbours.
+    let _heavy = crate::support::seats::heavy();
+    let _seat = crate::support::seats::scratch(70);
     let child = Command::new(env!("CARGO_BIN_EXE_outbox-relay"))
         .args([
             "bench",
@@ -318,6 +321,9 @@ fn assert_sane_cost(cost: &serde_json::Value, side: &str) {
 /// endpoint's max_in_flight.
 #[test]
 fn bench_endpoints_reports_the_healthy_latency_beside_a_slow_endpoint_and_its_open_calls() {
+    // Alone among the heavy tests: its bound is about the code, not its neighbours.
+    let _heavy = crate::support::seats::heavy();
+    let _seat = crate::support::seats::scratch(70);
     let output = Command::new(env!("CARGO_BIN_EXE_outbox-relay"))
         .args([
             "bench",
@@ -363,6 +369,7 @@ fn bench_endpoints_reports_the_healthy_latency_beside_a_slow_endpoint_and_its_op
 
 #[test]
 fn bench_inbound_pays_every_order_by_signed_events_and_reports_the_ratio_and_p99() {
+    let _seat = crate::support::seats::scratch(70);
     let output = Command::new(env!("CARGO_BIN_EXE_outbox-relay"))
         .args([
             "bench",
