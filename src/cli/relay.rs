@@ -29,7 +29,7 @@ pub async fn run(db_args: DatabaseArgs, args: RelayArgs) -> anyhow::Result<()> {
     // the row `default`, written below before the relay claims anything.
     let webhook = args.effects.webhook(
         kinds.contains(&EffectKind::OrderWebhook) || kinds.contains(&EffectKind::EndpointNotice),
-    );
+    )?;
     let default_endpoint = args.effects.default_endpoint()?;
     let receipt = args
         .receipt

@@ -323,3 +323,191 @@ fn serve_refuses_short_admin_tokens_and_bad_trusted_proxies_naming_the_variable(
         "{err}"
     );
 }
+
+/// `POST /admin/login` with `headers`; the `Set-Cookie` it answers with.
+async fn login_cookie(app_url: &str, headers: &[(&str, &str)]) -> String {
+    let mut request = raw_client()
+        .post(format!("{app_url}/admin/login"))
+        .header("content-type", "application/x-www-form-urlencoded")
+        .body(form(&[("token", OPERATOR)]));
+    for (name, value) in headers {
+        request = request.header(*name, *value);
+    }
+    let response = request.send().await.expect("POST /admin/login");
+    assert_eq!(response.status(), StatusCode::SEE_OTHER);
+    response
+        .headers()
+        .get("set-cookie")
+        .and_then(|v| v.to_str().ok())
+        .expect("a session cookie")
+        .to_owned()
+}
+
+fn with_public_url(url: &str) -> ApiSettings {
+    let mut settings = admin_settings();
+    if let Some(admin) = settings.admin.as_mut() {
+        admin.public_base_url = url::Url::parse(url).expect("URL");
+    }
+    settings
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_cookies_secure_flag_comes_from_the_public_url_not_the_requests_host() {
+    // The demo's public URL (plain http on loopback): no `Secure`, whatever a
+    // client writes in Host or X-Forwarded-Proto.
+    let demo = spawn_app_with(admin_settings()).await;
+    for headers in [
+        vec![],
+        vec![("host", "shop.example.com")],
+        vec![("x-forwarded-proto", "https")],
+        vec![("host", "shop.example.com"), ("x-forwarded-proto", "https")],
+    ] {
+        let cookie = login_cookie(&demo.url(""), &headers).await;
+        assert!(cookie.starts_with("outbox_admin="), "{headers:?}: {cookie}");
+        assert!(!cookie.contains("Secure"), "{headers:?}: {cookie}");
+        assert!(cookie.contains("Path=/admin"), "{cookie}");
+    }
+    demo.stop().await;
+
+    // A public https URL: `Secure` and the `__Host-` prefix, even for a
+    // request that says it is plain http to loopback.
+    let public = spawn_app_with(with_public_url("https://shop.example.com")).await;
+    for headers in [
+        vec![],
+        vec![("host", "127.0.0.1:8080")],
+        vec![("host", "localhost"), ("x-forwarded-proto", "http")],
+    ] {
+        let cookie = login_cookie(&public.url(""), &headers).await;
+        assert!(
+            cookie.starts_with("__Host-outbox_admin="),
+            "{headers:?}: {cookie}"
+        );
+        let attributes: Vec<&str> = cookie.split(';').map(str::trim).collect();
+        assert!(attributes.contains(&"Secure"), "{cookie}");
+        assert!(attributes.contains(&"Path=/"), "{cookie}");
+        assert!(
+            !attributes.iter().any(|a| a.starts_with("Domain")),
+            "{cookie}"
+        );
+        // The prefixed cookie is the one the dashboard honours; the old
+        // name with the same value is not.
+        let pair = cookie.split(';').next().expect("name=value");
+        assert_eq!(
+            status_with_cookie(&public.url("/admin"), pair).await,
+            StatusCode::OK
+        );
+        let unprefixed = pair.trim_start_matches("__Host-");
+        assert_eq!(
+            status_with_cookie(&public.url("/admin"), unprefixed).await,
+            StatusCode::SEE_OTHER
+        );
+    }
+    public.stop().await;
+
+    // Plain http on a public host is still `Secure`: only loopback is exempt.
+    let plain = spawn_app_with(with_public_url("http://shop.example.com")).await;
+    let cookie = login_cookie(&plain.url(""), &[]).await;
+    assert!(cookie.starts_with("__Host-outbox_admin="), "{cookie}");
+    assert!(cookie.contains("; Secure"), "{cookie}");
+    plain.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_session_idle_past_its_timeout_is_refused_and_sent_to_the_login() {
+    let app = spawn_app_with(admin_settings()).await;
+    let client = raw_client();
+    let (cookie, _) = http_login(&client, &app, OPERATOR).await;
+    let (other, _) = http_login(&client, &app, OPERATOR).await;
+    assert_eq!(
+        status_with_cookie(&app.url("/admin"), &cookie).await,
+        StatusCode::OK
+    );
+
+    // One session was last used 31 minutes ago (the default idle timeout
+    // is 30), the other 29: only the first is refused.
+    let mut conn = app.db.conn();
+    let ids: Vec<IdRow> =
+        diesel::sql_query("SELECT id FROM admin_sessions ORDER BY created_at, id")
+            .load(&mut conn)
+            .expect("sessions");
+    assert_eq!(ids.len(), 2);
+    let value = cookie.split_once('=').expect("name=value").1;
+    let (idle, recent) = if value.starts_with(&ids[0].id) {
+        (&ids[0].id, &ids[1].id)
+    } else {
+        (&ids[1].id, &ids[0].id)
+    };
+    for (id, minutes) in [(idle, 31), (recent, 29)] {
+        diesel::sql_query(
+            "UPDATE admin_sessions SET last_used_at = now() - make_interval(mins => $2) \
+             WHERE id = $1",
+        )
+        .bind::<diesel::sql_types::Text, _>(id)
+        .bind::<diesel::sql_types::Integer, _>(minutes)
+        .execute(&mut conn)
+        .expect("age the session");
+    }
+    let refused = raw_client()
+        .get(app.url("/admin/jobs"))
+        .header("cookie", &cookie)
+        .send()
+        .await
+        .expect("GET");
+    assert_eq!(refused.status(), StatusCode::SEE_OTHER);
+    assert_eq!(
+        refused
+            .headers()
+            .get("location")
+            .and_then(|v| v.to_str().ok()),
+        Some("/admin/login")
+    );
+    assert_eq!(
+        status_with_cookie(&app.url("/admin"), &other).await,
+        StatusCode::OK
+    );
+    // Using it moved its last use to now (it was older than a minute).
+    let fresh: BoolRow = diesel::sql_query(
+        "SELECT last_used_at > now() - interval '1 minute' AS b FROM admin_sessions WHERE id = $1",
+    )
+    .bind::<diesel::sql_types::Text, _>(recent)
+    .get_result(&mut conn)
+    .expect("last_used_at");
+    assert!(fresh.b, "a use moves last_used_at forward");
+    // It stays refused: a refused request does not revive it.
+    assert_eq!(
+        status_with_cookie(&app.url("/admin"), &cookie).await,
+        StatusCode::SEE_OTHER
+    );
+    app.stop().await;
+}
+
+#[derive(QueryableByName)]
+struct IdRow {
+    #[diesel(sql_type = diesel::sql_types::Text)]
+    id: String,
+}
+
+#[derive(QueryableByName)]
+struct BoolRow {
+    #[diesel(sql_type = diesel::sql_types::Bool)]
+    b: bool,
+}
+
+#[test]
+fn serve_refuses_a_bad_admin_session_idle_naming_the_variable() {
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_outbox-relay"))
+        .arg("serve")
+        .env("DATABASE_URL", "postgres://postgres@127.0.0.1:5432/nowhere")
+        .env("API_ADDR", "127.0.0.1:0")
+        .env("LINK_SIGNING_KEY", crate::support::app::LINK_SIGNING_KEY)
+        .env("ADMIN_TOKEN", OPERATOR)
+        .env("ADMIN_SESSION_IDLE", "soon")
+        .output()
+        .expect("run outbox-relay serve");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(
+        err.contains("ADMIN_SESSION_IDLE") && err.contains("soon"),
+        "{err}"
+    );
+}

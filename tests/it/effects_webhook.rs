@@ -553,3 +553,128 @@ async fn a_410_gone_fails_the_job_after_one_attempt() {
     let error = job.last_error.expect("last_error");
     assert!(error.contains("410 Gone"), "{error}");
 }
+
+/// What the test's proxy saw of one request: its request line and its
+/// `Proxy-Authorization`.
+#[derive(Debug, Clone)]
+struct Proxied {
+    request_line: String,
+    authorization: Option<String>,
+}
+
+/// A tiny HTTP proxy on port 0 that answers every request itself with 204
+/// (standing in for the receiver it would forward to) and records it.
+async fn counting_proxy() -> (
+    std::net::SocketAddr,
+    Arc<std::sync::Mutex<Vec<Proxied>>>,
+    tokio::task::JoinHandle<()>,
+) {
+    use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("bind port 0");
+    let addr = listener.local_addr().expect("address");
+    let seen = Arc::new(std::sync::Mutex::new(Vec::new()));
+    let recorded = seen.clone();
+    let handle = tokio::spawn(async move {
+        while let Ok((mut stream, _)) = listener.accept().await {
+            let recorded = recorded.clone();
+            tokio::spawn(async move {
+                let mut buffer = Vec::new();
+                let mut chunk = [0_u8; 4096];
+                let head_end = loop {
+                    let Ok(n) = stream.read(&mut chunk).await else {
+                        return;
+                    };
+                    if n == 0 {
+                        return;
+                    }
+                    buffer.extend_from_slice(&chunk[..n]);
+                    if let Some(at) = buffer.windows(4).position(|w| w == b"\r\n\r\n") {
+                        break at + 4;
+                    }
+                };
+                let head = String::from_utf8_lossy(&buffer[..head_end]).into_owned();
+                let header = |name: &str| {
+                    head.lines().find_map(|line| {
+                        let (key, value) = line.split_once(':')?;
+                        key.eq_ignore_ascii_case(name)
+                            .then(|| value.trim().to_owned())
+                    })
+                };
+                let length: usize = header("content-length")
+                    .and_then(|v| v.parse().ok())
+                    .unwrap_or(0);
+                while buffer.len() < head_end + length {
+                    match stream.read(&mut chunk).await {
+                        Ok(0) | Err(_) => return,
+                        Ok(n) => buffer.extend_from_slice(&chunk[..n]),
+                    }
+                }
+                recorded.lock().expect("lock").push(Proxied {
+                    request_line: head.lines().next().unwrap_or_default().to_owned(),
+                    authorization: header("proxy-authorization"),
+                });
+                let _ = stream
+                    .write_all(b"HTTP/1.1 204 No Content\r\nConnection: close\r\n\r\n")
+                    .await;
+            });
+        }
+    });
+    (addr, seen, handle)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn webhook_proxy_carries_the_calls_and_the_guard_still_checks_the_receiver() {
+    use outbox_relay::effects::webhook::{DeliveryOptions, Secrets};
+    let (addr, seen, proxy) = counting_proxy().await;
+    // The proxy is on loopback, yet private addresses stay refused for
+    // receivers: the proxy is the operator's, the receivers are not.
+    let proxy_url = url::Url::parse(&format!("http://relay:pr0xy-pw@{addr}")).expect("URL");
+    let sender = WebhookSender::for_endpoints(&DeliveryOptions {
+        timeout: Duration::from_secs(10),
+        allow_private: false,
+        proxy: Some(proxy_url),
+    })
+    .expect("sender");
+    let secrets = Secrets::parse(SECRET).expect("secret");
+    let body = br#"{"type":"order.placed"}"#.to_vec();
+
+    // A public receiver: handed to the proxy, with the proxy's login.
+    let public = url::Url::parse("http://1.1.1.1/hooks/shop").expect("URL");
+    let outcome = sender.post_to(&public, &secrets, 41, body.clone()).await;
+    assert!(outcome.result.is_ok(), "{:?}", outcome.result);
+    assert_eq!(outcome.status, Some(204));
+    {
+        let seen = seen.lock().expect("lock");
+        assert_eq!(seen.len(), 1, "{seen:?}");
+        assert_eq!(
+            seen[0].request_line,
+            "POST http://1.1.1.1/hooks/shop HTTP/1.1"
+        );
+        let expected = format!(
+            "Basic {}",
+            base64::engine::general_purpose::STANDARD.encode("relay:pr0xy-pw")
+        );
+        assert_eq!(seen[0].authorization.as_deref(), Some(expected.as_str()));
+    }
+
+    // Private receivers, as a literal and as a name that resolves to one:
+    // refused before the proxy is asked, so it sees nothing more.
+    for target in [
+        "http://127.0.0.1:9/hook",
+        "http://10.1.2.3/hook",
+        "http://localhost:9/hook",
+    ] {
+        let url = url::Url::parse(target).expect("URL");
+        let outcome = sender.post_to(&url, &secrets, 42, body.clone()).await;
+        let error = outcome.result.expect_err("refused");
+        assert!(
+            error.to_string().contains("WEBHOOK_ALLOW_PRIVATE"),
+            "{target}: {error}"
+        );
+        assert!(outcome.status.is_none());
+    }
+    assert_eq!(seen.lock().expect("lock").len(), 1);
+    proxy.abort();
+}

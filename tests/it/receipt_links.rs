@@ -13,7 +13,12 @@ use outbox_relay::links::{ReceiptLinks, unix_now};
 use reqwest::StatusCode;
 use serde_json::Value;
 
-use crate::support::app::{TestApp, error_of, spawn_app, test_receipt_links};
+use outbox_relay::api::RateLimit;
+use outbox_relay::http_server::client_addr::TrustedProxies;
+
+use crate::support::app::{
+    TestApp, error_of, spawn_app, spawn_app_with, test_api_settings, test_receipt_links,
+};
 use crate::support::smtp::SmtpSink;
 use crate::support::{count, order_json, spawn_relay, test_settings, wait_until};
 
@@ -211,5 +216,143 @@ async fn an_expired_link_is_gone_with_a_page_saying_so() {
     let forged = other.sign(1, unix_now() - 31 * 24 * 3600);
     let response = get_json(&app, &format!("/orders/1/receipt.pdf?{}", forged.query())).await;
     assert_eq!(response.status(), StatusCode::FORBIDDEN);
+    app.stop().await;
+}
+
+/// A key other than the tests' current one, as an older key in a rotation.
+const OLD_LINK_KEY: &[u8] = b"an-older-link-key-of-32-bytes-or-more";
+
+/// The receipt of order 1 (which does not exist) fetched with `link`: a link
+/// that holds gets as far as the database (404); one that does not is 403.
+async fn fetch(app: &TestApp, query: &str) -> (StatusCode, String) {
+    let response = get_json(app, &format!("/orders/1/receipt.pdf?{query}")).await;
+    let status = response.status();
+    let body: Value = response.json().await.expect("a JSON error");
+    (
+        status,
+        body["error"]["code"]
+            .as_str()
+            .unwrap_or_default()
+            .to_owned(),
+    )
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn links_of_a_previous_key_work_only_while_it_is_listed() {
+    let old = ReceiptLinks::new(OLD_LINK_KEY, test_receipt_links().ttl()).expect("key");
+    let link = old.sign(1, unix_now());
+    assert_eq!(link.kid, outbox_relay::links::key_id(OLD_LINK_KEY));
+    assert!(link.query().contains(&format!("kid={}", link.kid)));
+
+    // Rotated: the current key signs, the old one is still listed.
+    let mut settings = test_api_settings();
+    settings.receipt_links = Some(
+        test_receipt_links()
+            .with_previous([OLD_LINK_KEY])
+            .expect("previous"),
+    );
+    let rotating = spawn_app_with(settings).await;
+    let (status, code) = fetch(&rotating, &link.query()).await;
+    assert_eq!(
+        (status, code.as_str()),
+        (StatusCode::NOT_FOUND, "order_not_found")
+    );
+    // The old key's link with its kid removed is checked with the current
+    // key (as a link from before key ids), and fails.
+    let no_kid = format!("expires={}&signature={}", link.expires, link.signature);
+    let (status, code) = fetch(&rotating, &no_kid).await;
+    assert_eq!(
+        (status, code.as_str()),
+        (StatusCode::FORBIDDEN, "invalid_link")
+    );
+    rotating.stop().await;
+
+    // The old key dropped from the list: its links stop working.
+    let rotated = spawn_app().await;
+    let (status, code) = fetch(&rotated, &link.query()).await;
+    assert_eq!(
+        (status, code.as_str()),
+        (StatusCode::FORBIDDEN, "invalid_link")
+    );
+    // Links signed by the current key before links carried a kid still work,
+    // and so do new ones.
+    let current = test_receipt_links().sign(1, unix_now());
+    let legacy = format!(
+        "expires={}&signature={}",
+        current.expires, current.signature
+    );
+    assert_eq!(fetch(&rotated, &legacy).await.0, StatusCode::NOT_FOUND);
+    assert_eq!(
+        fetch(&rotated, &current.query()).await.0,
+        StatusCode::NOT_FOUND
+    );
+    // A kid naming the current key's id but with another key's signature.
+    let wrong = format!(
+        "expires={}&kid={}&signature={}",
+        link.expires, current.kid, link.signature
+    );
+    assert_eq!(fetch(&rotated, &wrong).await.0, StatusCode::FORBIDDEN);
+    rotated.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_expiry_past_the_links_lifetime_is_refused_though_the_signature_holds() {
+    let app = spawn_app().await;
+    // The server's own key, but a signer whose TTL is a year.
+    let key = crate::support::app::LINK_SIGNING_KEY.as_bytes();
+    let year = ReceiptLinks::new(key, Duration::from_secs(365 * 24 * 3600)).expect("key");
+    let far = year.sign(1, unix_now());
+    let (status, code) = fetch(&app, &far.query()).await;
+    assert_eq!(
+        (status, code.as_str()),
+        (StatusCode::FORBIDDEN, "invalid_link")
+    );
+    let legacy = format!("expires={}&signature={}", far.expires, far.signature);
+    assert_eq!(fetch(&app, &legacy).await.0, StatusCode::FORBIDDEN);
+    // A minute of clock skew past the TTL is tolerated.
+    let ttl = test_receipt_links().ttl();
+    let skewed = ReceiptLinks::new(key, ttl + Duration::from_secs(60)).expect("key");
+    let near = skewed.sign(1, unix_now());
+    assert_eq!(fetch(&app, &near.query()).await.0, StatusCode::NOT_FOUND);
+    app.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn link_requests_are_limited_per_client_address() {
+    let mut settings = test_api_settings();
+    settings.address_limit = Some("3/m".parse::<RateLimit>().expect("valid"));
+    settings.trusted_proxies = TrustedProxies::parse("127.0.0.1/32").expect("valid");
+    let app = spawn_app_with(settings).await;
+    let link = test_receipt_links().sign(1, unix_now());
+    let get = |from: &'static str| {
+        crate::support::app::http_client()
+            .get(app.url(&format!("/orders/1/receipt.pdf?{}", link.query())))
+            .header("x-forwarded-for", from)
+            .send()
+    };
+    // Genuine links spend the budget too: a link is a key anyone holds.
+    for _ in 0..3 {
+        assert_eq!(
+            get("203.0.113.9").await.expect("GET").status(),
+            StatusCode::NOT_FOUND
+        );
+    }
+    let refused = get("203.0.113.9").await.expect("GET");
+    assert!(refused.headers().contains_key("retry-after"));
+    let error = error_of(refused, StatusCode::TOO_MANY_REQUESTS).await;
+    assert_eq!(error["code"], "rate_limited");
+    // Another address has its own budget; loopback is never limited.
+    assert_eq!(
+        get("203.0.113.10").await.expect("GET").status(),
+        StatusCode::NOT_FOUND
+    );
+    for _ in 0..5 {
+        let direct = crate::support::app::http_client()
+            .get(app.url(&format!("/orders/1/receipt.pdf?{}", link.query())))
+            .send()
+            .await
+            .expect("GET");
+        assert_eq!(direct.status(), StatusCode::NOT_FOUND);
+    }
     app.stop().await;
 }

@@ -1,11 +1,20 @@
 //! Signed, expiring links for customers: the receipt link written into emails.
 //!
 //! A customer has no API key, so the link itself is the capability:
-//! `/orders/{id}/receipt.pdf?expires=<unix seconds>&signature=<base64url>`,
+//! `/orders/{id}/receipt.pdf?expires=<unix seconds>&kid=<key id>&signature=<base64url>`,
 //! where the signature is HMAC-SHA256 over the order id and the expiry, keyed
 //! by `LINK_SIGNING_KEY`. Changing the id or stretching the expiry breaks the
 //! signature; the key never leaves the server, and the comparison runs in
 //! constant time.
+//!
+//! `kid` names the key that signed, so keys can rotate: the links of the
+//! previous keys (`LINK_SIGNING_KEYS_PREVIOUS`) keep working while their
+//! emails are still read. It is derived from the key (the first 8 hex digits
+//! of its SHA-256), so no one assigns it. A link without one (signed before
+//! key ids existed) is checked with the current key. An `expires` further
+//! ahead than the TTL allows is refused, signature or not: a leaked key's
+//! forgeries, or a signer misconfigured with a long TTL, cannot hand out
+//! links that outlive a rotation.
 
 use std::time::Duration;
 
@@ -20,6 +29,9 @@ type HmacSha256 = Hmac<Sha256>;
 pub const DEFAULT_RECEIPT_LINK_TTL: Duration = Duration::from_secs(30 * 24 * 3600);
 /// The shortest `LINK_SIGNING_KEY` accepted: as many bytes as the MAC's output.
 pub const MIN_LINK_KEY_BYTES: usize = 32;
+/// How far past `now + ttl` an `expires` may be: the clocks of the relay
+/// that signed and the `serve` that checks may differ this much.
+pub const EXPIRES_SKEW: Duration = Duration::from_secs(300);
 /// What a signature is made for, so one key could sign other links later
 /// without a receipt signature ever passing for one of them.
 const RECEIPT_PURPOSE: &[u8] = b"receipt.pdf";
@@ -34,6 +46,10 @@ pub enum LinkError {
     Tampered,
     #[error("the link has expired")]
     Expired,
+    #[error("the link's key id names no key this server has")]
+    UnknownKey,
+    #[error("the link's expiry is further ahead than a link may last")]
+    TooLong,
 }
 
 /// The query parameters of one signed link.
@@ -41,38 +57,38 @@ pub enum LinkError {
 pub struct SignedLink {
     /// Unix seconds after which the link no longer works.
     pub expires: u64,
+    /// The id of the key that signed ([`key_id`]).
+    pub kid: String,
     /// base64url, no padding.
     pub signature: String,
 }
 
 impl SignedLink {
-    /// `expires=…&signature=…`: both values are URL-safe as they are.
+    /// `expires=…&kid=…&signature=…`: every value is URL-safe as it is.
     pub fn query(&self) -> String {
-        format!("expires={}&signature={}", self.expires, self.signature)
+        format!(
+            "expires={}&kid={}&signature={}",
+            self.expires, self.kid, self.signature
+        )
     }
 }
 
-/// Signs and checks receipt links. `Debug` never shows the key.
+/// A key's id: the first 8 hex digits of its SHA-256. Public (it is in every
+/// link) and says nothing of the key.
+pub fn key_id(key: &[u8]) -> String {
+    let digest = <Sha256 as sha2::Digest>::digest(key);
+    hex::encode(&digest[..4])
+}
+
+/// One signing key, keyed once at start and cloned per use.
 #[derive(Clone)]
-pub struct ReceiptLinks {
-    /// Keyed once at start, cloned per use.
+struct LinkKey {
+    id: String,
     mac: HmacSha256,
-    ttl: Duration,
 }
 
-impl std::fmt::Debug for ReceiptLinks {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("ReceiptLinks")
-            .field("key", &"***")
-            .field("ttl", &self.ttl)
-            .finish()
-    }
-}
-
-impl ReceiptLinks {
-    /// Links keyed by `key` that work for `ttl`. A key shorter than
-    /// [`MIN_LINK_KEY_BYTES`] is refused: the message says why, not the key.
-    pub fn new(key: &[u8], ttl: Duration) -> Result<ReceiptLinks, String> {
+impl LinkKey {
+    fn new(key: &[u8]) -> Result<LinkKey, String> {
         if key.len() < MIN_LINK_KEY_BYTES {
             return Err(format!(
                 "is {} bytes; at least {MIN_LINK_KEY_BYTES} are needed \
@@ -81,11 +97,10 @@ impl ReceiptLinks {
             ));
         }
         let mac = HmacSha256::new_from_slice(key).map_err(|e| format!("cannot key HMAC: {e}"))?;
-        Ok(ReceiptLinks { mac, ttl })
-    }
-
-    pub fn ttl(&self) -> Duration {
-        self.ttl
+        Ok(LinkKey {
+            id: key_id(key),
+            mac,
+        })
     }
 
     fn mac_of(&self, order_id: i64, expires: u64) -> HmacSha256 {
@@ -97,25 +112,100 @@ impl ReceiptLinks {
         mac.update(expires.to_string().as_bytes());
         mac
     }
+}
+
+/// Signs and checks receipt links. `Debug` never shows a key.
+#[derive(Clone)]
+pub struct ReceiptLinks {
+    /// Signs, and checks links with its id or with none.
+    current: LinkKey,
+    /// Only check, during a rotation.
+    previous: Vec<LinkKey>,
+    ttl: Duration,
+}
+
+impl std::fmt::Debug for ReceiptLinks {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ReceiptLinks")
+            .field("key", &"***")
+            .field("kid", &self.current.id)
+            .field(
+                "previous_kids",
+                &self
+                    .previous
+                    .iter()
+                    .map(|k| k.id.as_str())
+                    .collect::<Vec<_>>(),
+            )
+            .field("ttl", &self.ttl)
+            .finish()
+    }
+}
+
+impl ReceiptLinks {
+    /// Links keyed by `key` that work for `ttl`. A key shorter than
+    /// [`MIN_LINK_KEY_BYTES`] is refused: the message says why, not the key.
+    pub fn new(key: &[u8], ttl: Duration) -> Result<ReceiptLinks, String> {
+        Ok(ReceiptLinks {
+            current: LinkKey::new(key)?,
+            previous: Vec::new(),
+            ttl,
+        })
+    }
+
+    /// Also accepts the links signed by `keys` (older keys, during a
+    /// rotation); never signs with them. The error says which one (1-based)
+    /// is refused, not the key.
+    pub fn with_previous<K: AsRef<[u8]>>(
+        mut self,
+        keys: impl IntoIterator<Item = K>,
+    ) -> Result<ReceiptLinks, String> {
+        for (i, key) in keys.into_iter().enumerate() {
+            let key = LinkKey::new(key.as_ref()).map_err(|e| format!("key {} {e}", i + 1))?;
+            if key.id == self.current.id || self.previous.iter().any(|k| k.id == key.id) {
+                return Err(format!(
+                    "key {} repeats the current key or an earlier one",
+                    i + 1
+                ));
+            }
+            self.previous.push(key);
+        }
+        Ok(self)
+    }
+
+    pub fn ttl(&self) -> Duration {
+        self.ttl
+    }
+
+    /// The id of the key links are signed with.
+    pub fn key_id(&self) -> &str {
+        &self.current.id
+    }
 
     /// A link to `order_id`'s receipt that works until `now + ttl` (`now` in
     /// unix seconds).
     pub fn sign(&self, order_id: i64, now: u64) -> SignedLink {
         let expires = now.saturating_add(self.ttl.as_secs());
-        let tag = self.mac_of(order_id, expires).finalize().into_bytes();
+        let tag = self
+            .current
+            .mac_of(order_id, expires)
+            .finalize()
+            .into_bytes();
         SignedLink {
             expires,
+            kid: self.current.id.clone(),
             signature: URL_SAFE_NO_PAD.encode(tag),
         }
     }
 
-    /// Checks a link's `expires` and `signature` as they came in the query.
-    /// The signature is checked before the expiry, so only a genuine link is
-    /// ever told it has expired.
+    /// Checks a link's `expires`, `kid` and `signature` as they came in the
+    /// query. The signature is checked before the expiry, so only a genuine
+    /// link is ever told it has expired.
     pub fn verify(
         &self,
         order_id: i64,
         expires: &str,
+        kid: Option<&str>,
         signature: &str,
         now: u64,
     ) -> Result<(), LinkError> {
@@ -123,11 +213,25 @@ impl ReceiptLinks {
         let tag = URL_SAFE_NO_PAD
             .decode(signature)
             .map_err(|_| LinkError::Malformed)?;
-        self.mac_of(order_id, expires)
+        let key = match kid {
+            // Signed before links named their key: only the current key.
+            None => &self.current,
+            Some(kid) => std::iter::once(&self.current)
+                .chain(&self.previous)
+                .find(|k| k.id == kid)
+                .ok_or(LinkError::UnknownKey)?,
+        };
+        key.mac_of(order_id, expires)
             .verify_slice(&tag)
             .map_err(|_| LinkError::Tampered)?;
         if expires <= now {
             return Err(LinkError::Expired);
+        }
+        let latest = now
+            .saturating_add(self.ttl.as_secs())
+            .saturating_add(EXPIRES_SKEW.as_secs());
+        if expires > latest {
+            return Err(LinkError::TooLong);
         }
         Ok(())
     }
@@ -157,18 +261,24 @@ mod tests {
         let link = links.sign(42, NOW);
         assert_eq!(link.expires, NOW + 3600);
         let expires = link.expires.to_string();
-        assert_eq!(links.verify(42, &expires, &link.signature, NOW), Ok(()));
         assert_eq!(
-            links.verify(42, &expires, &link.signature, NOW + 3599),
+            links.verify(42, &expires, Some(&link.kid), &link.signature, NOW),
             Ok(())
         );
         assert_eq!(
-            links.verify(42, &expires, &link.signature, NOW + 3600),
+            links.verify(42, &expires, Some(&link.kid), &link.signature, NOW + 3599),
+            Ok(())
+        );
+        assert_eq!(
+            links.verify(42, &expires, Some(&link.kid), &link.signature, NOW + 3600),
             Err(LinkError::Expired)
         );
         assert_eq!(
             link.query(),
-            format!("expires={}&signature={}", link.expires, link.signature)
+            format!(
+                "expires={}&kid={}&signature={}",
+                link.expires, link.kid, link.signature
+            )
         );
     }
 
@@ -178,23 +288,23 @@ mod tests {
         let link = links.sign(42, NOW);
         let expires = link.expires.to_string();
         assert_eq!(
-            links.verify(43, &expires, &link.signature, NOW),
+            links.verify(43, &expires, Some(&link.kid), &link.signature, NOW),
             Err(LinkError::Tampered)
         );
         let later = (link.expires + 86_400).to_string();
         assert_eq!(
-            links.verify(42, &later, &link.signature, NOW),
+            links.verify(42, &later, Some(&link.kid), &link.signature, NOW),
             Err(LinkError::Tampered)
         );
         let other = ReceiptLinks::new(b"another key of thirty-two bytes!", Duration::from_secs(60))
             .expect("key");
         assert_eq!(
-            other.verify(42, &expires, &link.signature, NOW),
+            other.verify(42, &expires, None, &link.signature, NOW),
             Err(LinkError::Tampered)
         );
         // A genuine signature cut short is still well-formed base64url.
         assert_eq!(
-            links.verify(42, &expires, &link.signature[..20], NOW),
+            links.verify(42, &expires, Some(&link.kid), &link.signature[..20], NOW),
             Err(LinkError::Tampered)
         );
     }
@@ -205,7 +315,7 @@ mod tests {
         let link = links.sign(42, NOW);
         let expires = link.expires.to_string();
         assert_eq!(
-            links.verify(7, &expires, &link.signature, NOW + 10_000),
+            links.verify(7, &expires, Some(&link.kid), &link.signature, NOW + 10_000),
             Err(LinkError::Tampered)
         );
     }
@@ -222,7 +332,7 @@ mod tests {
             "not base64!".to_owned(),
         ] {
             // Hex happens to be valid base64url; it decodes to other bytes.
-            let verdict = links.verify(42, &expires, &signature, NOW);
+            let verdict = links.verify(42, &expires, Some(&link.kid), &signature, NOW);
             assert!(
                 matches!(verdict, Err(LinkError::Malformed | LinkError::Tampered)),
                 "{signature}: {verdict:?}"
@@ -230,7 +340,7 @@ mod tests {
         }
         for expires in ["", "-1", "soon", "1e9", "99999999999999999999999"] {
             assert_eq!(
-                links.verify(42, expires, &link.signature, NOW),
+                links.verify(42, expires, Some(&link.kid), &link.signature, NOW),
                 Err(LinkError::Malformed),
                 "{expires:?}"
             );
@@ -243,5 +353,59 @@ mod tests {
         let short = ReceiptLinks::new(&KEY[..31], Duration::from_secs(1)).expect_err("short");
         assert!(short.contains("31 bytes"), "{short}");
         assert!(!format!("{:?}", links()).contains("0123456789"));
+    }
+
+    #[test]
+    fn previous_keys_verify_their_links_and_legacy_links_only_the_current_key() {
+        const OLD: &[u8] = b"an older key of thirty-two bytes";
+        let old = ReceiptLinks::new(OLD, Duration::from_secs(3600)).expect("key");
+        let link = old.sign(42, NOW);
+        let expires = link.expires.to_string();
+        assert_eq!(link.kid, key_id(OLD));
+        assert_eq!(link.kid.len(), 8);
+        let rotated = links().with_previous([OLD]).expect("previous");
+        assert_eq!(
+            rotated.verify(42, &expires, Some(&link.kid), &link.signature, NOW),
+            Ok(())
+        );
+        assert_eq!(
+            links().verify(42, &expires, Some(&link.kid), &link.signature, NOW),
+            Err(LinkError::UnknownKey)
+        );
+        // Without a kid, only the current key is tried.
+        assert_eq!(
+            rotated.verify(42, &expires, None, &link.signature, NOW),
+            Err(LinkError::Tampered)
+        );
+        let current = links().sign(42, NOW);
+        assert_eq!(
+            rotated.verify(42, &expires, None, &current.signature, NOW),
+            Ok(())
+        );
+        assert!(links().with_previous([KEY]).is_err());
+        assert!(links().with_previous([&OLD[..31]]).is_err());
+    }
+
+    #[test]
+    fn an_expiry_beyond_the_ttl_is_refused_even_when_signed() {
+        let long = ReceiptLinks::new(KEY, Duration::from_secs(10 * 3600)).expect("key");
+        let link = long.sign(42, NOW);
+        let expires = link.expires.to_string();
+        assert_eq!(
+            links().verify(42, &expires, Some(&link.kid), &link.signature, NOW),
+            Err(LinkError::TooLong)
+        );
+        let skewed = ReceiptLinks::new(KEY, Duration::from_secs(3600 + 60)).expect("key");
+        let link = skewed.sign(42, NOW);
+        assert_eq!(
+            links().verify(
+                42,
+                &link.expires.to_string(),
+                Some(&link.kid),
+                &link.signature,
+                NOW
+            ),
+            Ok(())
+        );
     }
 }

@@ -10,9 +10,23 @@ use axum::http::{HeaderMap, header};
 use super::AdminState;
 use super::error::AdminError;
 use super::session;
-use crate::config::dashboard::{AdminSettings, AdminToken, CookieSecure, Role};
+use crate::config::dashboard::{AdminSettings, AdminToken, Role};
 
+/// The session cookie's name over plain http on loopback (the local demo).
 pub(super) const COOKIE_NAME: &str = "outbox_admin";
+/// Its name when `Secure`: a browser accepts a `__Host-` cookie only with
+/// `Secure`, `Path=/` and no `Domain`, so a sibling subdomain or a plain-http
+/// page cannot plant or shadow it.
+pub(super) const SECURE_COOKIE_NAME: &str = "__Host-outbox_admin";
+
+/// The name the session cookie has under these settings.
+pub(super) fn cookie_name(settings: &AdminSettings) -> &'static str {
+    if settings.secure_cookie() {
+        SECURE_COOKIE_NAME
+    } else {
+        COOKIE_NAME
+    }
+}
 
 /// A logged-in operator.
 #[derive(Debug, Clone)]
@@ -56,7 +70,7 @@ pub(super) async fn current_session(
     state: &AdminState,
     headers: &HeaderMap,
 ) -> Result<Option<Session>, AdminError> {
-    let Some(value) = cookie(headers, COOKIE_NAME) else {
+    let Some(value) = cookie(headers, cookie_name(&state.settings)) else {
         return Ok(None);
     };
     let key = state.session_key().await?;
@@ -68,9 +82,10 @@ pub(super) async fn current_session(
         return Ok(None);
     };
     let id = signed.id.clone();
+    let idle = state.settings.session_idle;
     let live = state
         .db
-        .run(move |conn| Ok(session::is_live(conn, &id)?))
+        .run(move |conn| Ok(session::is_live(conn, &id, idle)?))
         .await?;
     if !live {
         return Ok(None);
@@ -95,56 +110,24 @@ pub(super) fn cookie<'a>(headers: &'a HeaderMap, name: &str) -> Option<&'a str> 
         .map(|(_, value)| value)
 }
 
-/// Whether the cookie gets `Secure` (see [`CookieSecure::Auto`]).
-fn secure(settings: &AdminSettings, headers: &HeaderMap) -> bool {
-    if settings.cookie_secure == CookieSecure::Always {
-        return true;
-    }
-    let forwarded_https = headers
-        .get("x-forwarded-proto")
-        .and_then(|v| v.to_str().ok())
-        .is_some_and(|v| v.trim().eq_ignore_ascii_case("https"));
-    if forwarded_https {
-        return true;
-    }
-    let host = headers
-        .get(header::HOST)
-        .and_then(|v| v.to_str().ok())
-        .unwrap_or_default();
-    !is_loopback_host(host)
-}
-
-fn is_loopback_host(host: &str) -> bool {
-    let name = if let Some(rest) = host.strip_prefix('[') {
-        rest.split(']').next().unwrap_or_default()
+/// `Set-Cookie` for a new session, or (with `None`) one that ends it. Its
+/// `Secure` flag and name come from the settings only: a request's `Host` or
+/// `X-Forwarded-Proto` is the client's to write.
+pub(super) fn set_cookie(settings: &AdminSettings, value: Option<&str>) -> String {
+    let (name, attributes) = if settings.secure_cookie() {
+        (
+            SECURE_COOKIE_NAME,
+            "Path=/; HttpOnly; SameSite=Strict; Secure",
+        )
     } else {
-        host.rsplit_once(':').map_or(host, |(name, _)| name)
-    };
-    name.eq_ignore_ascii_case("localhost")
-        || name
-            .parse::<std::net::IpAddr>()
-            .is_ok_and(|ip| ip.is_loopback())
-}
-
-/// `Set-Cookie` for a new session, or (with `None`) one that ends it.
-pub(super) fn set_cookie(
-    settings: &AdminSettings,
-    headers: &HeaderMap,
-    value: Option<&str>,
-) -> String {
-    let secure = if secure(settings, headers) {
-        "; Secure"
-    } else {
-        ""
+        (COOKIE_NAME, "Path=/admin; HttpOnly; SameSite=Strict")
     };
     match value {
         Some(value) => format!(
-            "{COOKIE_NAME}={value}; Path=/admin; HttpOnly; SameSite=Strict; Max-Age={}{secure}",
+            "{name}={value}; {attributes}; Max-Age={}",
             settings.session_length.as_secs()
         ),
-        None => {
-            format!("{COOKIE_NAME}=; Path=/admin; HttpOnly; SameSite=Strict; Max-Age=0{secure}")
-        }
+        None => format!("{name}=; {attributes}; Max-Age=0"),
     }
 }
 
@@ -191,7 +174,7 @@ mod tests {
     use crate::config::dashboard::parse_admin_tokens;
 
     #[test]
-    fn logins_match_tokens_and_loopback_http_gets_no_secure_flag() {
+    fn logins_match_tokens() {
         let settings = AdminSettings::new(
             parse_admin_tokens(
                 Some("op:alpha-token-0123456789abcdef-0123,ro:beta-token-0123456789abcdef-01234"),
@@ -202,9 +185,31 @@ mod tests {
         let found = find_token(&settings, "beta-token-0123456789abcdef-01234");
         assert_eq!(found.map(|(i, _)| i), Some(1));
         assert!(find_token(&settings, "beta-token-0123456789abcdef-0123").is_none());
-        assert!(is_loopback_host("127.0.0.1:8080"));
-        assert!(is_loopback_host("[::1]:80"));
-        assert!(is_loopback_host("localhost"));
-        assert!(!is_loopback_host("ops.example.com"));
+    }
+
+    #[test]
+    fn the_public_url_decides_secure_and_the_prefix() {
+        let mut settings = AdminSettings::new(
+            parse_admin_tokens(Some("op:alpha-token-0123456789abcdef-0123"), None).expect("tokens"),
+        );
+        for (url, secure) in [
+            ("http://127.0.0.1:8080", false),
+            ("http://localhost:8080", false),
+            ("http://[::1]:8080", false),
+            ("https://127.0.0.1:8443", true),
+            ("http://shop.example.com", true),
+            ("https://shop.example.com", true),
+        ] {
+            settings.public_base_url = url::Url::parse(url).expect("URL");
+            let cookie = set_cookie(&settings, Some("v"));
+            assert_eq!(cookie.contains("; Secure"), secure, "{url}: {cookie}");
+            assert_eq!(cookie.starts_with("__Host-"), secure, "{url}: {cookie}");
+            if secure {
+                assert!(cookie.contains("Path=/;") && !cookie.contains("Domain"));
+            }
+        }
+        settings.public_base_url = url::Url::parse("http://127.0.0.1:8080").expect("URL");
+        settings.cookie_secure = crate::config::dashboard::CookieSecure::Always;
+        assert!(set_cookie(&settings, None).starts_with("__Host-outbox_admin=; Path=/;"));
     }
 }

@@ -7,7 +7,8 @@
 //! cookie `{id}.{token index}.{expiry}.{MAC}` is honoured only while that row
 //! is live, so logging out ends the session on the server, for every replica.
 //! The MAC also covers a digest of the token that logged in, so removing or
-//! rotating a token ends its sessions at once.
+//! rotating a token ends its sessions at once. A session unused for longer
+//! than `ADMIN_SESSION_IDLE` is refused too (`last_used_at`).
 
 use std::time::Duration;
 
@@ -157,9 +158,13 @@ pub(super) fn insert(
         .map(drop)
 }
 
-pub(super) fn is_live(conn: &mut PgConnection, id: &str) -> QueryResult<bool> {
+/// Whether the session is honoured: present, unexpired, not logged out and
+/// used within `idle`. Marks it used, at most once a minute, so that a busy
+/// dashboard does not write a row per request.
+pub(super) fn is_live(conn: &mut PgConnection, id: &str, idle: Duration) -> QueryResult<bool> {
     diesel::sql_query(include_str!("sql/session_is_live.sql"))
         .bind::<Text, _>(id)
+        .bind::<Double, _>(idle.as_secs_f64())
         .get_result::<LiveRow>(conn)
         .map(|row| row.live)
 }

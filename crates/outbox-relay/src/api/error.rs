@@ -89,7 +89,10 @@ fn link_message(error: &crate::links::LinkError) -> &'static str {
         crate::links::LinkError::Expired => {
             "this receipt link has expired; ask the shop for a new one"
         }
-        crate::links::LinkError::Malformed | crate::links::LinkError::Tampered => {
+        crate::links::LinkError::Malformed
+        | crate::links::LinkError::Tampered
+        | crate::links::LinkError::UnknownKey
+        | crate::links::LinkError::TooLong => {
             "this receipt link is not valid; use the link from your email exactly as it is"
         }
     }

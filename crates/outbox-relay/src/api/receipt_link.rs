@@ -26,10 +26,11 @@ pub(crate) fn check(
     order_id: i64,
     query: Option<&str>,
 ) -> Result<LinkCheck, ApiError> {
-    let (mut expires, mut signature) = (Vec::new(), Vec::new());
+    let (mut expires, mut kid, mut signature) = (Vec::new(), Vec::new(), Vec::new());
     for (name, value) in url::form_urlencoded::parse(query.unwrap_or_default().as_bytes()) {
         match name.as_ref() {
             "expires" => expires.push(value.into_owned()),
+            "kid" => kid.push(value.into_owned()),
             "signature" => signature.push(value.into_owned()),
             _ => {}
         }
@@ -40,9 +41,14 @@ pub(crate) fn check(
     let Some(links) = links else {
         return Ok(LinkCheck::Absent);
     };
+    let kid = match kid.as_slice() {
+        [] => None,
+        [kid] => Some(kid.as_str()),
+        _ => return Err(ApiError::Link(LinkError::Malformed)),
+    };
     match (expires.as_slice(), signature.as_slice()) {
         ([expires], [signature]) => links
-            .verify(order_id, expires, signature, unix_now())
+            .verify(order_id, expires, kid, signature, unix_now())
             .map(|()| LinkCheck::Valid)
             .map_err(ApiError::Link),
         _ => Err(ApiError::Link(LinkError::Malformed)),

@@ -3,7 +3,8 @@
 use clap::Args;
 
 use super::ConfigError;
-use super::parse::parse_cookie_secure;
+use super::DEFAULT_PUBLIC_BASE_URL;
+use super::parse::{parse_cookie_secure, parse_http_url, parse_positive_duration};
 
 fn parse_trusted_proxies(
     raw: &str,
@@ -26,9 +27,15 @@ pub struct AdminArgs {
     /// Hide job payloads (they hold customer data) and customer emails in the dashboard.
     #[arg(long, env = "ADMIN_HIDE_PAYLOAD")]
     pub admin_hide_payload: bool,
-    /// When the session cookie is Secure: auto (always, except plain http to a loopback address) or always.
+    /// When the session cookie is Secure (and named with the __Host- prefix): auto (always, except when PUBLIC_BASE_URL is plain http on a loopback host) or always. A request's Host or X-Forwarded-Proto never decides.
     #[arg(long, env = "ADMIN_COOKIE_SECURE", default_value = "auto", value_parser = parse_cookie_secure)]
     pub admin_cookie_secure: super::dashboard::CookieSecure,
+    /// Where browsers reach this service (the base of the links in emails, on the relays): decides the session cookie's Secure flag under ADMIN_COOKIE_SECURE=auto.
+    #[arg(long, env = "PUBLIC_BASE_URL", default_value = DEFAULT_PUBLIC_BASE_URL, value_parser = parse_http_url)]
+    pub public_base_url: url::Url,
+    /// A dashboard session unused for this long is refused (the operator logs in again); sessions also end 12 hours after their login.
+    #[arg(long, env = "ADMIN_SESSION_IDLE", default_value = "30m", value_parser = parse_positive_duration)]
+    pub admin_session_idle: std::time::Duration,
     /// Proxies in front of serve, as IPs or CIDR networks (comma-separated): behind them, the client address that the per-address limits and the failed-login limit count is read from X-Forwarded-For, and they are not capped in connections.
     #[arg(long, env = "TRUSTED_PROXIES", value_parser = parse_trusted_proxies)]
     pub trusted_proxies: Option<crate::http_server::client_addr::TrustedProxies>,
@@ -48,6 +55,8 @@ impl std::fmt::Debug for AdminArgs {
             .field("admin_read_only", &self.admin_read_only)
             .field("admin_hide_payload", &self.admin_hide_payload)
             .field("admin_cookie_secure", &self.admin_cookie_secure)
+            .field("public_base_url", &self.public_base_url.as_str())
+            .field("admin_session_idle", &self.admin_session_idle)
             .field("trusted_proxies", &self.trusted_proxies)
             .field("mail_from", &self.mail_from)
             .finish()
@@ -70,6 +79,8 @@ impl AdminArgs {
         settings.read_only = self.admin_read_only;
         settings.hide_payload = self.admin_hide_payload;
         settings.cookie_secure = self.admin_cookie_secure;
+        settings.public_base_url = self.public_base_url.clone();
+        settings.session_idle = self.admin_session_idle;
         settings.trusted_proxies = self.trusted_proxies.clone().unwrap_or_default();
         settings.mail_domain = self
             .mail_from

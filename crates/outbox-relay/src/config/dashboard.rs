@@ -1,5 +1,6 @@
 //! What the dashboard is configured with: its tokens and their roles, the
-//! read-only switch, whether payloads are shown, and the cookie's `Secure` rule.
+//! read-only switch, whether payloads are shown, the cookie's `Secure` rule
+//! and how long a session lasts.
 
 use std::time::Duration;
 
@@ -45,16 +46,18 @@ impl std::fmt::Debug for AdminToken {
     }
 }
 
-/// When the session cookie carries `Secure`.
+/// When the session cookie carries `Secure`. Decided by configuration only:
+/// a request's `Host` or `X-Forwarded-Proto` is the client's to write, so it
+/// never decides.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum CookieSecure {
-    /// Always, except for a plain-http request to a loopback host (the local
-    /// demo on http://127.0.0.1): a browser would drop a `Secure` cookie there
-    /// and the login could never stick. Behind a TLS-terminating proxy that
-    /// sends `X-Forwarded-Proto: https`, always.
+    /// Always, except when the service's public URL (`PUBLIC_BASE_URL`) is
+    /// plain http on a loopback host (the local demo on http://127.0.0.1): a
+    /// browser would drop a `Secure` cookie there and the login could never
+    /// stick.
     #[default]
     Auto,
-    /// Always, whatever the request looks like.
+    /// Always, whatever the public URL.
     Always,
 }
 
@@ -69,8 +72,27 @@ impl std::str::FromStr for CookieSecure {
     }
 }
 
+/// Whether `url` is plain http to a loopback host (`localhost`, 127.0.0.0/8,
+/// `[::1]`).
+pub fn is_loopback_http(url: &url::Url) -> bool {
+    if url.scheme() != "http" {
+        return false;
+    }
+    match url.host() {
+        Some(url::Host::Domain(name)) => {
+            name.eq_ignore_ascii_case("localhost")
+                || name.to_ascii_lowercase().ends_with(".localhost")
+        }
+        Some(url::Host::Ipv4(ip)) => ip.is_loopback(),
+        Some(url::Host::Ipv6(ip)) => ip.is_loopback(),
+        None => false,
+    }
+}
+
 pub const DEFAULT_ADMIN_STATEMENT_TIMEOUT: Duration = Duration::from_secs(2);
 pub const DEFAULT_SESSION_LENGTH: Duration = Duration::from_secs(12 * 3600);
+/// A session unused for this long is refused (`ADMIN_SESSION_IDLE`).
+pub const DEFAULT_SESSION_IDLE: Duration = Duration::from_secs(30 * 60);
 
 /// The dashboard's settings. `serve` mounts `/admin` only when there are tokens.
 #[derive(Debug, Clone)]
@@ -81,12 +103,19 @@ pub struct AdminSettings {
     /// Job payloads hold customer data (names, addresses): hide them.
     pub hide_payload: bool,
     pub cookie_secure: CookieSecure,
+    /// The service's public URL (`PUBLIC_BASE_URL`): with
+    /// [`CookieSecure::Auto`], the cookie is `Secure` unless it is plain http
+    /// on loopback.
+    pub public_base_url: url::Url,
     /// The right-hand side of the confirmation email's `Message-ID` (the
     /// domain of `MAIL_FROM`), shown on an order's timeline.
     pub mail_domain: Option<String>,
     /// `statement_timeout` of every dashboard query and action batch.
     pub statement_timeout: Duration,
+    /// The absolute lifetime of a session, from its login.
     pub session_length: Duration,
+    /// A session unused for longer is refused (`ADMIN_SESSION_IDLE`).
+    pub session_idle: Duration,
     /// The proxies whose `X-Forwarded-For` names the client that the
     /// failed-login limit counts (`TRUSTED_PROXIES`); empty: the peer.
     pub trusted_proxies: crate::http_server::client_addr::TrustedProxies,
@@ -99,10 +128,22 @@ impl AdminSettings {
             read_only: false,
             hide_payload: false,
             cookie_secure: CookieSecure::Auto,
+            public_base_url: url::Url::parse(super::DEFAULT_PUBLIC_BASE_URL)
+                .expect("the default public URL parses"),
             mail_domain: None,
             statement_timeout: DEFAULT_ADMIN_STATEMENT_TIMEOUT,
             session_length: DEFAULT_SESSION_LENGTH,
+            session_idle: DEFAULT_SESSION_IDLE,
             trusted_proxies: Default::default(),
+        }
+    }
+
+    /// Whether the session cookie carries `Secure` (and then the `__Host-`
+    /// prefix): from configuration only, never from a request.
+    pub fn secure_cookie(&self) -> bool {
+        match self.cookie_secure {
+            CookieSecure::Always => true,
+            CookieSecure::Auto => !is_loopback_http(&self.public_base_url),
         }
     }
 

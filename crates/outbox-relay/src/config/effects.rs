@@ -69,6 +69,12 @@ pub struct EffectArgs {
     /// is refused at connect time.
     #[arg(long, env = "WEBHOOK_ALLOW_PRIVATE", default_value_t = false, action = clap::ArgAction::Set, value_parser = clap::builder::BoolishValueParser::new())]
     pub webhook_allow_private: bool,
+    /// Send every webhook call through this HTTP proxy (http:// or https://;
+    /// `user:password@` allowed, never logged). The receiver's host is still
+    /// checked against WEBHOOK_ALLOW_PRIVATE, before the call is handed to the
+    /// proxy. Environment proxies (HTTP_PROXY, ...) are never used.
+    #[arg(long, env = "WEBHOOK_PROXY", hide_env_values = true)]
+    pub webhook_proxy: Option<String>,
     /// An endpoint whose every delivery has failed this long is disabled
     /// (`disabled_reason = 'failing'`); its deliveries wait until it is enabled.
     #[arg(long, env = "ENDPOINT_DISABLE_AFTER", default_value = "5d", value_parser = parse_positive_duration)]
@@ -116,6 +122,13 @@ impl std::fmt::Debug for EffectArgs {
                 &self.webhook_secret.as_ref().map(|_| "***"),
             )
             .field("webhook_timeout", &self.webhook_timeout)
+            .field(
+                "webhook_proxy",
+                &self
+                    .webhook_proxy
+                    .as_deref()
+                    .map(crate::effects::webhook::redacted_proxy),
+            )
             .field("endpoint_disable_after", &self.endpoint_disable_after)
             .field("endpoint_trip_after", &self.endpoint_trip_after)
             .field("endpoint_probe_max", &self.endpoint_probe_max)
@@ -172,11 +185,27 @@ impl EffectArgs {
     /// endpoint_notice): no URL of its own, since every endpoint row has one.
     /// `WEBHOOK_URL` is not needed: it only makes the endpoint `default`
     /// ([`Self::default_endpoint`]).
-    pub fn webhook(&self, needed: bool) -> Option<DeliveryOptions> {
-        needed.then_some(DeliveryOptions {
+    pub fn webhook(&self, needed: bool) -> Result<Option<DeliveryOptions>, ConfigError> {
+        if !needed {
+            return Ok(None);
+        }
+        let proxy = self
+            .webhook_proxy
+            .as_deref()
+            .map(|raw| {
+                crate::effects::webhook::parse_proxy(raw).map_err(|e| {
+                    ConfigError(format!(
+                        "WEBHOOK_PROXY {}: {e}",
+                        crate::effects::webhook::redacted_proxy(raw)
+                    ))
+                })
+            })
+            .transpose()?;
+        Ok(Some(DeliveryOptions {
             timeout: self.webhook_timeout,
             allow_private: self.webhook_allow_private,
-        })
+            proxy,
+        }))
     }
 
     /// The endpoints' breaker (`ENDPOINT_DISABLE_AFTER`, `ENDPOINT_TRIP_AFTER`,
@@ -225,6 +254,7 @@ mod tests {
             webhook_allow_http: false,
             webhook_timeout: DEFAULT_WEBHOOK_TIMEOUT,
             webhook_allow_private: false,
+            webhook_proxy: Some("http://relay:pw-hunter2@proxy.internal:3128".into()),
             endpoint_disable_after: crate::endpoints::breaker::DEFAULT_DISABLE_AFTER,
             endpoint_trip_after: crate::endpoints::breaker::DEFAULT_TRIP_AFTER,
             endpoint_probe_max: crate::endpoints::breaker::DEFAULT_PROBE_MAX,
@@ -238,6 +268,7 @@ mod tests {
             assert!(!shown.contains(secret), "{shown}");
         }
         assert!(shown.contains("smtp.example.com"), "{shown}");
+        assert!(shown.contains("http://***@proxy.internal:3128"), "{shown}");
     }
 
     #[test]

@@ -1,5 +1,5 @@
 //! What signs the customer links in emails (`LINK_SIGNING_KEY`,
-//! `RECEIPT_LINK_TTL`), read by `serve` (to check them) and by a relay that
+//! `LINK_SIGNING_KEYS_PREVIOUS`, `RECEIPT_LINK_TTL`), read by `serve` (to check them) and by a relay that
 //! sends emails (to write them).
 
 use std::time::Duration;
@@ -17,6 +17,10 @@ pub struct LinkArgs {
     /// (`openssl rand -base64 32`); the same on `serve` and every relay.
     #[arg(long, env = "LINK_SIGNING_KEY", hide_env_values = true)]
     pub link_signing_key: Option<String>,
+    /// Older link keys, comma-separated, during a rotation: links they signed
+    /// keep working (until they expire); nothing new is signed with them.
+    #[arg(long, env = "LINK_SIGNING_KEYS_PREVIOUS", hide_env_values = true)]
+    pub link_signing_keys_previous: Option<String>,
     /// How long a receipt link in an email works.
     #[arg(long, env = "RECEIPT_LINK_TTL", default_value = "30d", value_parser = parse_positive_duration)]
     pub receipt_link_ttl: Duration,
@@ -28,6 +32,10 @@ impl std::fmt::Debug for LinkArgs {
             .field(
                 "link_signing_key",
                 &self.link_signing_key.as_ref().map(|_| "***"),
+            )
+            .field(
+                "link_signing_keys_previous",
+                &self.link_signing_keys_previous.as_ref().map(|_| "***"),
             )
             .field("receipt_link_ttl", &self.receipt_link_ttl)
             .finish()
@@ -48,9 +56,23 @@ impl LinkArgs {
         match self.link_signing_key.as_deref() {
             Some(key) => {
                 super::parse::refuse_placeholder("LINK_SIGNING_KEY", key)?;
-                ReceiptLinks::new(key.as_bytes(), self.receipt_link_ttl)
+                let links = ReceiptLinks::new(key.as_bytes(), self.receipt_link_ttl)
+                    .map_err(|e| ConfigError(format!("LINK_SIGNING_KEY {e}")))?;
+                let previous: Vec<&str> = self
+                    .link_signing_keys_previous
+                    .as_deref()
+                    .unwrap_or_default()
+                    .split(',')
+                    .map(str::trim)
+                    .filter(|k| !k.is_empty())
+                    .collect();
+                for old in &previous {
+                    super::parse::refuse_placeholder("LINK_SIGNING_KEYS_PREVIOUS", old)?;
+                }
+                links
+                    .with_previous(previous.iter().map(|k| k.as_bytes()))
                     .map(Some)
-                    .map_err(|e| ConfigError(format!("LINK_SIGNING_KEY {e}")))
+                    .map_err(|e| ConfigError(format!("LINK_SIGNING_KEYS_PREVIOUS: {e}")))
             }
             None if required => Err(ConfigError(format!(
                 "LINK_SIGNING_KEY is not set, but {needed_by} needs it to sign or check \
@@ -69,6 +91,7 @@ mod tests {
     fn args(key: Option<&str>) -> LinkArgs {
         LinkArgs {
             link_signing_key: key.map(str::to_owned),
+            link_signing_keys_previous: None,
             receipt_link_ttl: crate::links::DEFAULT_RECEIPT_LINK_TTL,
         }
     }
@@ -122,5 +145,30 @@ mod tests {
         let long = "k".repeat(32);
         assert!(args(Some(&long)).receipt_links(true, "serve").is_ok());
         assert!(!format!("{:?}", args(Some(&long))).contains("kkkk"));
+    }
+
+    #[test]
+    fn previous_keys_are_checked_like_the_current_one() {
+        let current = "c".repeat(32);
+        let mut with = args(Some(&current));
+        with.link_signing_keys_previous =
+            Some(format!(" {}, {} ,", "a".repeat(32), "b".repeat(40)));
+        let links = with
+            .receipt_links(true, "serve")
+            .expect("ok")
+            .expect("links");
+        assert!(format!("{links:?}").contains(&crate::links::key_id(&[b'a'; 32])));
+        for (previous, says) in [
+            ("short-key", "LINK_SIGNING_KEYS_PREVIOUS: key 1 is 9 bytes"),
+            (
+                "old-link-key-change-me-0123456789abcdef",
+                "LINK_SIGNING_KEYS_PREVIOUS is a placeholder",
+            ),
+        ] {
+            with.link_signing_keys_previous = Some(previous.to_owned());
+            let error = with.receipt_links(true, "serve").expect_err("refused");
+            assert!(error.0.starts_with(says), "{error}");
+            assert!(!error.0.contains(previous), "{error}");
+        }
     }
 }

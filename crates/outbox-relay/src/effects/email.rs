@@ -373,7 +373,13 @@ mod tests {
         let query: std::collections::HashMap<_, _> = url.query_pairs().collect();
         assert_eq!(query["expires"], "1800000060");
         assert_eq!(
-            links.verify(7, &query["expires"], &query["signature"], 1_800_000_000),
+            links.verify(
+                7,
+                &query["expires"],
+                Some(&query["kid"]),
+                &query["signature"],
+                1_800_000_000
+            ),
             Ok(())
         );
     }

@@ -70,12 +70,66 @@ impl fmt::Debug for WebhookConfig {
 
 /// What a sender needs to deliver to endpoint rows: no URL or secret of its
 /// own, since each endpoint brings both.
-#[derive(Debug, Clone, Copy)]
+#[derive(Clone)]
 pub struct DeliveryOptions {
     /// Total time for one call: connect, send, and read the answer.
     pub timeout: Duration,
     /// Deliver to loopback, private and link-local addresses too.
     pub allow_private: bool,
+    /// Every call goes through this HTTP proxy (`WEBHOOK_PROXY`), whose
+    /// `user:password@` is never printed.
+    pub proxy: Option<url::Url>,
+}
+
+impl fmt::Debug for DeliveryOptions {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("DeliveryOptions")
+            .field("timeout", &self.timeout)
+            .field("allow_private", &self.allow_private)
+            .field(
+                "proxy",
+                &self.proxy.as_ref().map(|p| redacted_proxy(p.as_str())),
+            )
+            .finish()
+    }
+}
+
+/// A `WEBHOOK_PROXY` value: an `http://` or `https://` URL with a host and
+/// nothing after it but `/`. Userinfo is allowed (the proxy's login).
+pub fn parse_proxy(raw: &str) -> Result<url::Url, String> {
+    let url = url::Url::parse(raw.trim()).map_err(|e| format!("not a URL: {e}"))?;
+    if !matches!(url.scheme(), "http" | "https") {
+        return Err(format!(
+            "scheme {:?} is not http:// or https://",
+            url.scheme()
+        ));
+    }
+    if url.host().is_none() {
+        return Err("has no host".into());
+    }
+    if url.path() != "/" || url.query().is_some() || url.fragment().is_some() {
+        return Err("a proxy URL has no path, query or fragment".into());
+    }
+    Ok(url)
+}
+
+/// A proxy URL as it may be logged: its origin, with `***@` where a login
+/// was (the raw text when it is not a URL, cut at any `@`).
+pub fn redacted_proxy(raw: &str) -> String {
+    match url::Url::parse(raw.trim()) {
+        Ok(url) => {
+            let origin = url.origin().ascii_serialization();
+            if url.username().is_empty() && url.password().is_none() {
+                origin
+            } else {
+                origin.replacen("://", "://***@", 1)
+            }
+        }
+        Err(_) => match raw.rsplit_once('@') {
+            Some((_, host)) => format!("***@{host}"),
+            None => raw.to_owned(),
+        },
+    }
 }
 
 /// Delivers order webhooks over one shared, pooled HTTP client.
@@ -88,6 +142,9 @@ pub struct WebhookSender {
     fallback: Option<Fallback>,
     timeout: Duration,
     allow_private: bool,
+    /// Calls go through `WEBHOOK_PROXY`: the connect-time guard would only
+    /// see the proxy, so each receiver's host is checked before the call.
+    proxied: bool,
     /// What a failing endpoint's deliveries do (`ENDPOINT_DISABLE_AFTER`).
     breaker: Breaker,
 }
@@ -117,6 +174,7 @@ impl WebhookSender {
         let mut sender = WebhookSender::for_endpoints(&DeliveryOptions {
             timeout: config.timeout,
             allow_private: config.allow_private,
+            proxy: None,
         })?;
         sender.fallback = Some(Fallback {
             url: config.url.clone(),
@@ -139,9 +197,22 @@ impl WebhookSender {
             // HTTP_PROXY / HTTPS_PROXY / ALL_PROXY from the environment would
             // send every call to the proxy, whose address is all the
             // connect-time guard then sees: the receiver's private address
-            // would go unchecked.
+            // would go unchecked. Only WEBHOOK_PROXY, whose calls `send`
+            // checks itself, is used.
             .no_proxy();
-        if !config.allow_private {
+        if let Some(proxy) = &config.proxy {
+            // The resolver would see the proxy's name only, and an
+            // operator's proxy is often on a private network: the receiver
+            // is checked in `send` instead.
+            let proxy = reqwest::Proxy::all(proxy.as_str()).map_err(|e| {
+                anyhow::anyhow!(
+                    "WEBHOOK_PROXY {}: {}",
+                    redacted_proxy(proxy.as_str()),
+                    e.without_url()
+                )
+            })?;
+            builder = builder.proxy(proxy);
+        } else if !config.allow_private {
             builder = builder.dns_resolver(guard::PublicOnlyResolver);
         }
         let client = builder
@@ -152,6 +223,7 @@ impl WebhookSender {
             fallback: None,
             timeout: config.timeout,
             allow_private: config.allow_private,
+            proxied: config.proxy.is_some(),
             breaker: Breaker::default(),
         })
     }
@@ -255,6 +327,17 @@ impl WebhookSender {
         if !self.allow_private {
             // reqwest resolves no literal address, so the resolver never sees it.
             guard::check_literal_host(url).map_err(EffectError::permanent)?;
+            if self.proxied {
+                // The proxy connects, so the resolver never sees the
+                // receiver: every address its name has now must be public.
+                // The proxy resolves it again, so a name whose owner changes
+                // its answer in between is not covered (docs/security.md).
+                let host = url.host_str().unwrap_or_default();
+                let port = url.port_or_known_default().unwrap_or(443);
+                guard::check_host(host, port)
+                    .await
+                    .map_err(EffectError::retryable)?;
+            }
         }
         let id = idempotency_key(job_id);
         // This attempt's time, not the job's: receivers refuse stale timestamps.
@@ -394,5 +477,31 @@ mod tests {
             sender.sign(b"what do ya want for nothing?").as_deref(),
             Some("sha256=5bdcc146bf60754e6a042426089575c75a003f089d2739839dec58b964ec3843")
         );
+    }
+
+    #[test]
+    fn proxy_urls_are_checked_and_printed_without_their_login() {
+        assert!(parse_proxy("http://relay:pw@proxy.internal:3128").is_ok());
+        assert!(parse_proxy("https://proxy.example.com/").is_ok());
+        for bad in [
+            "socks5://proxy:1080",
+            "proxy:3128",
+            "http://proxy:3128/path",
+            "http://proxy:3128/?q=1",
+        ] {
+            assert!(parse_proxy(bad).is_err(), "{bad}");
+        }
+        assert_eq!(
+            redacted_proxy("http://relay:hunter2@proxy.internal:3128"),
+            "http://***@proxy.internal:3128"
+        );
+        assert_eq!(redacted_proxy("http://proxy:3128"), "http://proxy:3128");
+        assert!(!redacted_proxy("relay:hunter2@proxy:3128:x").contains("hunter2"));
+        let options = DeliveryOptions {
+            timeout: Duration::from_secs(1),
+            allow_private: false,
+            proxy: parse_proxy("http://relay:hunter2@proxy.internal:3128").ok(),
+        };
+        assert!(!format!("{options:?}").contains("hunter2"));
     }
 }

@@ -87,7 +87,7 @@ pub(in crate::admin) async fn login(
         .run(move |conn| Ok(sessions::insert(conn, &id, &actor, length)?))
         .await?;
     tracing::info!(actor = %token.label, %client, "dashboard login");
-    let cookie = auth::set_cookie(&state.settings, &headers, Some(&value));
+    let cookie = auth::set_cookie(&state.settings, Some(&value));
     Ok(([(header::SET_COOKIE, cookie)], Redirect::to("/admin")).into_response())
 }
 
@@ -99,7 +99,6 @@ pub(in crate::admin) struct CsrfOnly {
 pub(in crate::admin) async fn logout(
     State(state): State<AdminState>,
     session: Session,
-    headers: HeaderMap,
     Form(form): Form<CsrfOnly>,
 ) -> Result<Response, AdminError> {
     crate::admin::csrf::check(&session.csrf, form.csrf.as_deref())?;
@@ -111,6 +110,6 @@ pub(in crate::admin) async fn logout(
         .run(move |conn| Ok(sessions::revoke(conn, &id)?))
         .await?;
     tracing::info!(actor = %session.actor, "dashboard logout");
-    let cookie = auth::set_cookie(&state.settings, &headers, None);
+    let cookie = auth::set_cookie(&state.settings, None);
     Ok(([(header::SET_COOKIE, cookie)], Redirect::to("/admin/login")).into_response())
 }
