@@ -9,6 +9,7 @@
 pub mod attempts;
 pub mod breaker;
 pub mod nats;
+pub mod notice;
 pub mod recover;
 pub mod spec;
 pub mod store;
