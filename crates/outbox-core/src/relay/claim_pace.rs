@@ -244,7 +244,7 @@ mod tests {
             assert_eq!(size.get(), expected);
         }
         assert!(size.ahead());
-        size.claimed(100, 200, 256, true);
+        size.claimed(200, 200, 256, true);
         assert_eq!(size.get(), 128, "room for 200 of 256: effects back up");
         size.claimed(3, 128, 128, true);
         assert_eq!(size.get(), 16, "a short claim: the queue is shallow");
