@@ -54,7 +54,8 @@ pub use crate::worker::executor::{BoxFuture, Executor};
 /// claims and outcomes run on the relay's own, and the pool the effects use
 /// stops growing at 16 + 4. A shallow queue still gets one claim at a time.
 pub const DEFAULT_CONCURRENCY: usize = 64;
-/// Default [`RelaySettings::batch_size`]: most jobs one claim statement takes.
+/// Default [`RelaySettings::batch_size`]: the jobs a claim statement asks for
+/// while the queue is shallow, and where a relay's claims start.
 pub const DEFAULT_BATCH_SIZE: usize = 16;
 /// Default [`RelaySettings::lease`]; the heartbeat, reap interval and reap
 /// margin derive from it (see [`RelaySettings::with_lease`]).
@@ -89,7 +90,10 @@ pub struct RelaySettings {
     /// Effects in flight at most (at least 1): the relay's slots. A claim
     /// never asks for more jobs than there are free slots.
     pub concurrency: usize,
-    /// Jobs per claim at most (never more than the free slots); at least 1.
+    /// Jobs per claim to start with, and again whenever a claim comes back
+    /// short (at least 1). Never more than the free slots at this size; on a
+    /// deep queue of fast effects claims grow past it, taking jobs ahead of
+    /// the slots (see the producer's `ClaimSize`).
     pub batch_size: usize,
     /// How long a claimed job is ours without a heartbeat (at least 100 ms).
     /// Set it with [`RelaySettings::with_lease`] to keep the periods derived
@@ -279,6 +283,9 @@ struct Shared {
     in_flight: Arc<in_flight::Registry>,
     /// One permit per effect slot; held from claim until the effect returns.
     slots: Arc<Semaphore>,
+    /// How long effects take, on average: claims grow ahead of the slots
+    /// only while effects are no slower than claims.
+    effect_time: claim_pace::MovingAverage,
     /// Woken by the listener; the producer waits on it when the queue is empty.
     wake: Arc<Notify>,
     /// The earliest moment a job this relay scheduled (a retry, a reaped job)
@@ -368,6 +375,7 @@ impl Relay {
                 settings,
                 executor,
                 in_flight: Arc::default(),
+                effect_time: claim_pace::MovingAverage::default(),
                 wake: Arc::new(Notify::new()),
                 wake_at: Mutex::new(None),
                 rescheduled: Notify::new(),

@@ -8,7 +8,7 @@ use futures_util::FutureExt as _;
 use tokio::sync::{OwnedSemaphorePermit, mpsc};
 use tokio_util::sync::CancellationToken;
 
-use super::claim_pace::{Cursor, InFlightTarget};
+use super::claim_pace::{ClaimSize, Cursor, InFlightTarget, MovingAverage};
 use super::completer::Completion;
 use super::in_flight::Claim;
 use super::{RelayStats, Shared, runner};
@@ -30,7 +30,11 @@ use crate::driver::{ClaimPosition, ClaimedJob, JobLease};
 /// one while claims come back short, one more after each full claim. A
 /// shallow queue is then claimed by one statement at a time, not by several
 /// that skip each other's rows and come back with a job or two each, while a
-/// backlog gets every claim the slots allow. Once a claim comes back short,
+/// backlog gets every claim the slots allow. How many jobs each claim asks
+/// for adapts too ([`ClaimSize`]): the batch size while the queue is shallow
+/// or effects hold the slots; growing, on a deep queue of fast effects, to
+/// claims that take jobs ahead of the slots, each holding an `ahead` permit
+/// until a slot frees. Once a claim comes back short,
 /// the queue is empty for us: no new claim starts until a NOTIFY, the poll
 /// interval, or a reaped job wakes the producer.
 pub(super) async fn run(
@@ -44,6 +48,11 @@ pub(super) async fn run(
     let most_claims = settings.concurrency.div_ceil(settings.batch_size).max(1);
     let claim_gate = Arc::new(tokio::sync::Semaphore::new(most_claims));
     *lock(&state.target) = InFlightTarget::new(most_claims);
+    *lock(&state.size) = ClaimSize::new(settings.batch_size, settings.concurrency);
+    let ahead = Arc::new(tokio::sync::Semaphore::new(ClaimSize::most(
+        settings.batch_size,
+        settings.concurrency,
+    )));
     let mut claims = tokio::task::JoinSet::new();
     loop {
         // Reap finished claim tasks so the set does not grow without bound.
@@ -79,17 +88,29 @@ pub(super) async fn run(
                 Err(_) => break,
             },
         };
-        // Wait for one free slot, then take whatever else is free without waiting.
+        // Wait for one free slot (or, while claims run ahead of the slots,
+        // room ahead), then take whatever else is free without waiting.
+        let size = *lock(&state.size);
+        let pool = if size.ahead() {
+            Arc::clone(&ahead)
+        } else {
+            Arc::clone(&shared.slots)
+        };
         let first = tokio::select! {
             biased;
             () = shutdown.cancelled() => break,
-            permit = Arc::clone(&shared.slots).acquire_owned() => match permit {
+            permit = Arc::clone(&pool).acquire_owned() => match permit {
                 Ok(permit) => permit,
-                Err(_) => break, // the semaphore is never closed; treat as shutdown
+                Err(_) => break, // the semaphores are never closed; treat as shutdown
             },
         };
         let mut permits = vec![first];
-        take_free(&shared, &mut permits, settings.batch_size);
+        take_free(&pool, &mut permits, size.get());
+        let room = if size.ahead() {
+            Room::Ahead(permits)
+        } else {
+            Room::Slots(permits)
+        };
         // A NOTIFY that came while we were claiming without a pause: the job
         // it announces may be behind the cursor.
         let woken = shared.wake.notified().now_or_never().is_some();
@@ -102,7 +123,7 @@ pub(super) async fn run(
         // and the wake-up is spent, so skipping this claim would leave that
         // job to the poll interval.
         if !woken && state.queue_empty.load(Ordering::Acquire) {
-            drop(permits);
+            drop(room);
             continue;
         }
         // Counted here, not in the task, so the loop's next check sees it.
@@ -111,7 +132,8 @@ pub(super) async fn run(
             Arc::clone(&shared),
             Arc::clone(&state),
             gate,
-            permits,
+            room,
+            size.get(),
             completions.clone(),
             shutdown.clone(),
             interrupt.clone(),
@@ -135,6 +157,10 @@ struct ClaimState {
     claiming: AtomicUsize,
     /// How many claims may be under way now.
     target: Mutex<InFlightTarget>,
+    /// How many jobs the next claim asks for.
+    size: Mutex<ClaimSize>,
+    /// How long claims take to come back.
+    claim_time: MovingAverage,
     /// Told whenever a claim returns.
     claim_ended: tokio::sync::Notify,
     cursor: Mutex<Cursor>,
@@ -162,34 +188,63 @@ fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
         .unwrap_or_else(std::sync::PoisonError::into_inner)
 }
 
-/// Adds free slot permits to `permits` without waiting, up to `batch`.
-fn take_free(shared: &Shared, permits: &mut Vec<OwnedSemaphorePermit>, batch: usize) {
+/// Adds free permits of `pool` to `permits` without waiting, up to `batch`.
+fn take_free(
+    pool: &Arc<tokio::sync::Semaphore>,
+    permits: &mut Vec<OwnedSemaphorePermit>,
+    batch: usize,
+) {
     while permits.len() < batch {
-        match Arc::clone(&shared.slots).try_acquire_owned() {
+        match Arc::clone(pool).try_acquire_owned() {
             Ok(permit) => permits.push(permit),
             Err(_) => break,
         }
     }
 }
 
+/// The room a claim holds, one permit per job it asks for.
+#[derive(Debug)]
+enum Room {
+    /// Slots: each job claimed starts at once.
+    Slots(Vec<OwnedSemaphorePermit>),
+    /// Room ahead of the slots: each job claimed waits for a slot, in claim
+    /// order, holding its permit until it has one.
+    Ahead(Vec<OwnedSemaphorePermit>),
+}
+
+impl Room {
+    fn len(&self) -> usize {
+        match self {
+            Room::Slots(permits) | Room::Ahead(permits) => permits.len(),
+        }
+    }
+}
+
+#[expect(
+    clippy::too_many_arguments,
+    reason = "one claim task's inputs, each from a different owner"
+)]
 async fn claim_and_start(
     shared: Arc<Shared>,
     state: Arc<ClaimState>,
     gate: OwnedSemaphorePermit,
-    mut permits: Vec<OwnedSemaphorePermit>,
+    room: Room,
+    size: usize,
     completions: mpsc::Sender<Completion>,
     shutdown: CancellationToken,
     interrupt: CancellationToken,
 ) {
-    let wanted = permits.len();
-    let from = lock(&state.cursor).start(Instant::now());
+    let wanted = room.len();
+    let asked = Instant::now();
+    let from = lock(&state.cursor).start(asked);
     let claimed = claim(&shared, wanted, from).await;
+    state.claim_time.record(asked.elapsed());
     let siblings = state.claiming.fetch_sub(1, Ordering::AcqRel) - 1;
     drop(gate);
-    match &claimed {
-        Ok(jobs) => lock(&state.target).claimed(jobs.len(), wanted),
-        Err(_) => lock(&state.target).claimed(0, wanted),
-    }
+    let got = claimed.as_ref().map_or(0, Vec::len);
+    lock(&state.target).claimed(got, wanted);
+    let effects_fast = shared.effect_time.get() <= state.claim_time.get();
+    lock(&state.size).claimed(got, wanted, size, effects_fast);
     state.claim_ended.notify_one();
     let jobs = match claimed {
         Ok(jobs) => {
@@ -256,7 +311,54 @@ async fn claim_and_start(
     metrics::histogram!("outbox_claim_batch_size").record(jobs.len() as f64);
     RelayStats::add(&shared.stats.claims, 1);
     RelayStats::add(&shared.stats.claimed, jobs.len() as u64);
-    start(&shared, jobs, &mut permits, &completions, &interrupt);
+    match room {
+        Room::Slots(mut permits) => start(&shared, jobs, &mut permits, &completions, &interrupt),
+        Room::Ahead(permits) => {
+            start_in_turn(&shared, jobs, permits, &completions, &shutdown, &interrupt).await;
+        }
+    }
+}
+
+/// Starts jobs claimed ahead of the slots, in claim order, each as a slot
+/// frees; each job's room ahead is given back as it starts. Jobs still
+/// waiting at shutdown are handed back untouched, as [`release`] does.
+async fn start_in_turn(
+    shared: &Arc<Shared>,
+    jobs: Vec<(ClaimedJob, Claim)>,
+    mut ahead: Vec<OwnedSemaphorePermit>,
+    completions: &mpsc::Sender<Completion>,
+    shutdown: &CancellationToken,
+    interrupt: &CancellationToken,
+) {
+    let mut jobs = jobs.into_iter();
+    while let Some((job, claim)) = jobs.next() {
+        if claim.lost().is_cancelled() {
+            // Reaped while it waited: another relay may own it now.
+            drop(claim);
+            ahead.pop();
+            continue;
+        }
+        let slot = tokio::select! {
+            biased;
+            () = shutdown.cancelled() => None,
+            permit = Arc::clone(&shared.slots).acquire_owned() => permit.ok(),
+        };
+        let Some(slot) = slot else {
+            let mut unstarted = vec![(job, claim)];
+            unstarted.extend(jobs);
+            release(shared, unstarted).await;
+            return;
+        };
+        ahead.pop();
+        let mut permits = vec![slot];
+        start(
+            shared,
+            vec![(job, claim)],
+            &mut permits,
+            completions,
+            interrupt,
+        );
+    }
 }
 
 async fn claim(

@@ -83,8 +83,10 @@ pub(super) async fn run(
                 ))
             }
         };
+        let took = started.elapsed();
+        shared.effect_time.record(took);
         metrics::histogram!("outbox_effect_duration_seconds", "kind" => job.kind.clone())
-            .record(started.elapsed().as_secs_f64());
+            .record(took.as_secs_f64());
 
         let outcome = backoff::decide(
             result,

@@ -10,11 +10,11 @@ use outbox_core::worker::{EffectError, EffectResult, JobContext, Worker};
 use tracing::Instrument as _;
 
 use super::connection::NatsConnections;
-use super::loader::BatchLoader;
+use super::loader::{BatchLoader, Rendered};
 use super::outcome::{ErrorClass, Published, failure};
 use super::{PUBLISH_TIMEOUT, Publication, classify_publish, count, subject};
 use crate::db::{PgPool, run_blocking};
-use crate::effects::webhook::{body::event_body, idempotency_key};
+use crate::effects::webhook::idempotency_key;
 use crate::orders::jobs::OrderPublish;
 use crate::schema::endpoints;
 
@@ -35,7 +35,7 @@ pub struct PublishWorker {
     orders: BatchLoader,
     pool: PgPool,
     connections: NatsConnections,
-    targets: Arc<Mutex<HashMap<i64, (Instant, Target)>>>,
+    targets: Arc<Mutex<HashMap<i64, Cached>>>,
 }
 
 impl PublishWorker {
@@ -48,6 +48,9 @@ impl PublishWorker {
         }
     }
 }
+
+/// An endpoint's row and when it was read.
+type Cached = (Instant, Arc<Target>);
 
 /// Where an endpoint's events go.
 #[derive(Debug, Clone, Queryable)]
@@ -76,13 +79,10 @@ impl PublishWorker {
                 target.name, target.url
             )));
         };
-        let (order, event) = self.orders.load(args.order_id, args.event_id).await?;
-        let body = event_body(&order, Some(&event)).map_err(|e| {
-            EffectError::permanent(format!("order {} does not serialize: {e}", order.id))
-        })?;
+        let Rendered { event_type, body } = self.orders.load(args.order_id, args.event_id).await?;
         let message_id = idempotency_key(ctx.id());
         let publication = Publication {
-            subject: subject(prefix, &event.event_type, order.id.get()),
+            subject: subject(prefix, &event_type, args.order_id.get()),
             message_id: &message_id,
             stream,
             traceparent: crate::trace_context::current_traceparent(),
@@ -112,16 +112,16 @@ impl PublishWorker {
     }
 
     /// The endpoint's row, at most [`TARGET_TTL`] old.
-    async fn target(&self, endpoint_id: i64) -> Result<Target, EffectError> {
+    async fn target(&self, endpoint_id: i64) -> Result<Arc<Target>, EffectError> {
         if let Ok(targets) = self.targets.lock()
             && let Some((at, target)) = targets.get(&endpoint_id)
             && at.elapsed() < TARGET_TTL
         {
-            return Ok(target.clone());
+            return Ok(Arc::clone(target));
         }
-        let target = self.load_target(endpoint_id).await?;
+        let target = Arc::new(self.load_target(endpoint_id).await?);
         if let Ok(mut targets) = self.targets.lock() {
-            targets.insert(endpoint_id, (Instant::now(), target.clone()));
+            targets.insert(endpoint_id, (Instant::now(), Arc::clone(&target)));
         }
         Ok(target)
     }
