@@ -672,6 +672,8 @@ fn listeners(conn: &mut PgConnection) -> i64 {
 /// take the slots from either.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn slow_http_effects_keep_their_pace_and_fast_ones_drain_beside_them_at_the_defaults() {
+    // Alone among the heavy tests: its bound is about the code, not its neighbours.
+    let _heavy = crate::support::seats::heavy();
     use crate::support::http::{Answer, HttpSink};
     init_tracing();
     let db = TestDb::new();
