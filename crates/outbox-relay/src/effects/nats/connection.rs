@@ -367,6 +367,14 @@ fn on_event(
                 *last = Some((Instant::now(), error.to_string()));
             }
         }
+        // A connection that cannot be made (credentials refused, say)
+        // says why here only: a publish waiting for it repeats the reason.
+        async_nats::Event::ClientError(error) => {
+            tracing::warn!(url, error = %error, "cannot connect to NATS; retrying");
+            if let Ok(mut last) = errors.lock() {
+                *last = Some((Instant::now(), error.to_string()));
+            }
+        }
         other => tracing::debug!(url, event = %other, "NATS connection event"),
     }
 }

@@ -31,6 +31,10 @@ const TARGET_TTL: Duration = Duration::from_secs(5);
 /// relay's other jobs (webhooks, emails) for as long as NATS is down.
 const CONNECTED_GRACE: Duration = Duration::from_secs(1);
 
+/// How old a connection's last error may be to be named in a publish's
+/// `last_error`: the reconnection attempts are at most seconds apart.
+const RECENT_ERROR: Duration = Duration::from_secs(30);
+
 /// Publishes order events to NATS endpoints over the relay's shared
 /// connections.
 #[derive(Debug, Clone)]
@@ -246,9 +250,13 @@ fn not_connected(
         endpoint,
         stream,
         &format!(
-            "not connected to {} (connection {}); nothing was sent, retried once it is back",
+            "not connected to {} (connection {}{}); nothing was sent, retried once it is back",
             connection.url,
-            connection.state()
+            connection.state(),
+            connection
+                .recent_server_error(RECENT_ERROR)
+                .map(|e| format!(", last error: {e}"))
+                .unwrap_or_default()
         ),
     )
     .to_string();
