@@ -161,6 +161,21 @@ async fn each_publish_is_an_attempt_with_its_sequence_counted_in_list_and_dashbo
         "{its_row}"
     );
     assert!(its_row.contains("100.0%"), "{its_row}");
+    let detail = client
+        .get(app.url(&format!("/admin/endpoints/{endpoint}")))
+        .header("cookie", &cookie)
+        .send()
+        .await
+        .expect("GET the endpoint's page");
+    assert_eq!(detail.status(), StatusCode::OK);
+    let detail = detail.text().await.expect("page");
+    for sequence in &sequences {
+        assert!(detail.contains(&format!("PubAck {sequence}")), "{detail}");
+    }
+    assert!(
+        detail.contains("not set (NATS_CREDENTIALS, if any)"),
+        "{detail}"
+    );
     relay.terminate().await;
 }
 

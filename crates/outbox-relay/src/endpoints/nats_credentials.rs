@@ -191,6 +191,16 @@ pub fn load(
         .transpose())
 }
 
+/// Whether the endpoint has credentials of its own.
+pub fn is_set(conn: &mut PgConnection, endpoint_id: i64) -> QueryResult<bool> {
+    diesel::select(diesel::dsl::exists(
+        endpoints::table
+            .find(endpoint_id)
+            .filter(endpoints::nats_credentials.is_not_null()),
+    ))
+    .get_result(conn)
+}
+
 /// The ids of the endpoints that have credentials of their own.
 pub fn which_set(conn: &mut PgConnection) -> QueryResult<Vec<i64>> {
     endpoints::table
