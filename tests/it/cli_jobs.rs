@@ -355,7 +355,10 @@ fn cancelling_a_failed_head_releases_the_next_job_of_its_key() {
     use outbox_relay::outbox::NewJob;
     let db = TestDb::new();
     let mut conn = db.conn();
-    let job = |n: i32| NewJob::new("noop", serde_json::json!({ "n": n })).ordering_key("k-1");
+    let job = |n: i32| {
+        NewJob::new("noop", serde_json::json!({ "n": n }))
+            .with_options(&outbox_relay::outbox::JobOptions::default().ordering_key("k-1"))
+    };
     let head = enqueue(&mut conn, &job(1)).expect("enqueue");
     let second = enqueue(&mut conn, &job(2)).expect("enqueue");
     let third = enqueue(&mut conn, &job(3)).expect("enqueue");

@@ -143,8 +143,10 @@ fn a_claim_takes_due_jobs_of_its_kinds_oldest_first_and_counts_the_attempt() {
     enqueue_many(&mut conn, &[NewJob::new("other", serde_json::json!({}))]).expect("other kind");
     enqueue_many(
         &mut conn,
-        &[NewJob::new("noop", serde_json::json!({}))
-            .run_after(chrono::Utc::now() + chrono::Duration::hours(1))],
+        &[NewJob::new("noop", serde_json::json!({})).with_options(
+            &outbox_relay::outbox::JobOptions::default()
+                .run_after(chrono::Utc::now() + chrono::Duration::hours(1)),
+        )],
     )
     .expect("future job");
 
@@ -324,12 +326,14 @@ fn an_expired_lease_is_reaped_to_pending_or_to_failed_when_out_of_attempts() {
     let mut conn = db.conn();
     let with_attempts_left = enqueue_many(
         &mut conn,
-        &[NewJob::new("noop", serde_json::json!({})).max_attempts(3)],
+        &[NewJob::new("noop", serde_json::json!({}))
+            .with_options(&outbox_relay::outbox::JobOptions::default().max_attempts(3))],
     )
     .expect("enqueue")[0];
     let on_last_attempt = enqueue_many(
         &mut conn,
-        &[NewJob::new("noop", serde_json::json!({})).max_attempts(1)],
+        &[NewJob::new("noop", serde_json::json!({}))
+            .with_options(&outbox_relay::outbox::JobOptions::default().max_attempts(1))],
     )
     .expect("enqueue")[0];
     let healthy = noops(&mut conn, 1)[0];

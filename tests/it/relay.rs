@@ -20,7 +20,11 @@ use crate::support::{
 
 fn enqueue_noops(conn: &mut PgConnection, n: usize, max_attempts: i32) -> Vec<i64> {
     let batch: Vec<NewJob> = (0..n)
-        .map(|i| NewJob::new("noop", serde_json::json!({ "i": i })).max_attempts(max_attempts))
+        .map(|i| {
+            NewJob::new("noop", serde_json::json!({ "i": i })).with_options(
+                &outbox_relay::outbox::JobOptions::default().max_attempts(max_attempts),
+            )
+        })
         .collect();
     let mut ids = Vec::with_capacity(n);
     for chunk in batch.chunks(1000) {
@@ -89,7 +93,8 @@ async fn a_retryable_failure_backs_off_with_growing_capped_delays_until_the_last
     let mut conn = db.conn();
     let id = enqueue(
         &mut conn,
-        &NewJob::new("noop", serde_json::json!({})).max_attempts(5),
+        &NewJob::new("noop", serde_json::json!({}))
+            .with_options(&outbox_relay::outbox::JobOptions::default().max_attempts(5)),
     )
     .expect("enqueue");
     // Each attempt notes when it started (this process's clock) and, on the
@@ -287,12 +292,14 @@ async fn a_dead_workers_job_is_reaped_and_finished_by_another_relay() {
     let mut conn = db.conn();
     let id = enqueue(
         &mut conn,
-        &NewJob::new("noop", serde_json::json!({})).max_attempts(3),
+        &NewJob::new("noop", serde_json::json!({}))
+            .with_options(&outbox_relay::outbox::JobOptions::default().max_attempts(3)),
     )
     .expect("enqueue");
     let last = enqueue(
         &mut conn,
-        &NewJob::new("noop", serde_json::json!({})).max_attempts(1),
+        &NewJob::new("noop", serde_json::json!({}))
+            .with_options(&outbox_relay::outbox::JobOptions::default().max_attempts(1)),
     )
     .expect("enqueue");
     // A worker claims both with a short lease and dies.

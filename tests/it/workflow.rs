@@ -295,7 +295,10 @@ async fn an_idempotency_key_makes_a_transition_safe_to_retry() {
 
 fn keyed(key: &str, n: usize) -> Vec<NewJob> {
     (0..n)
-        .map(|i| NewJob::new("noop", json!({ "i": i })).ordering_key(key))
+        .map(|i| {
+            NewJob::new("noop", json!({ "i": i }))
+                .with_options(&outbox_relay::outbox::JobOptions::default().ordering_key(key))
+        })
         .collect()
 }
 

@@ -128,7 +128,10 @@ async fn a_custom_executors_hostile_errors_are_stored_escaped_and_bounded() {
     let ids = enqueue_many(
         &mut conn,
         &(0..3)
-            .map(|i| NewJob::new("noop", serde_json::json!({ "i": i })).max_attempts(2))
+            .map(|i| {
+                NewJob::new("noop", serde_json::json!({ "i": i }))
+                    .with_options(&outbox_relay::outbox::JobOptions::default().max_attempts(2))
+            })
             .collect::<Vec<_>>(),
     )
     .expect("enqueue");

@@ -5,17 +5,18 @@ use std::fmt;
 use std::sync::Arc;
 
 use chrono::{DateTime, Utc};
-use diesel::prelude::*;
 
 use super::DEFAULT_MAX_ATTEMPTS;
 use super::depend::{DependencyPolicy, Parent};
-use crate::schema::jobs;
 use crate::worker::JobArgs;
 
 /// A job to enqueue with [`Enqueuer::enqueue_many`](super::Enqueuer::enqueue_many):
-/// typed with [`NewJob::for_args`], untyped with [`NewJob::new`] and the setters.
-#[derive(Debug, Clone, Insertable)]
-#[diesel(table_name = jobs)]
+/// typed with [`NewJob::for_args`], untyped with [`NewJob::new`]; its
+/// options are [`JobOptions`], given with [`NewJob::with_options`]. Only an
+/// [`Enqueuer`](super::Enqueuer) writes it: the row it becomes is private to
+/// the queue, so no caller can insert past the enqueue's NOTIFY, ordering and
+/// dependency checks.
+#[derive(Debug, Clone)]
 pub struct NewJob {
     /// Drawn ahead of the insert only when jobs of one enqueue name each
     /// other as parents; `None`: the column's default.
@@ -37,15 +38,11 @@ pub struct NewJob {
     pub(super) dependency_policy: Option<String>,
     pub(super) unfinished_parents: Option<Vec<i64>>,
     /// The parents as the options named them, resolved by the enqueue.
-    #[diesel(skip_insertion)]
     pub(super) parents: Vec<Parent>,
-    #[diesel(skip_insertion)]
     pub(super) policy: DependencyPolicy,
     /// No other job can have the key yet (see [`JobOptions::new_ordering_key`]).
-    #[diesel(skip_insertion)]
     pub(super) key_is_new: bool,
     /// The application's typed values for its own columns.
-    #[diesel(skip_insertion)]
     extensions: Extensions,
 }
 
@@ -110,34 +107,26 @@ impl NewJob {
         self.trace_context = context;
         self
     }
-    /// Not before this time (default: due at once).
-    pub fn run_after(mut self, at: DateTime<Utc>) -> Self {
-        self.run_after = Some(at);
-        self
-    }
-    /// How many claims the job gets before a retryable failure leaves it
-    /// `failed` (default [`DEFAULT_MAX_ATTEMPTS`]); values below 1 are taken
-    /// as 1, a single attempt and no retry.
-    pub fn max_attempts(mut self, max_attempts: i32) -> Self {
-        self.max_attempts = max_attempts.max(1);
-        self
-    }
-    /// Jobs with the same key run one at a time, in enqueue order, whichever
-    /// relay claims them: a job waits while an earlier job of its key is
-    /// pending, processing or failed. A failed job holds its key until it is
-    /// retried (and succeeds) or cancelled.
-    pub fn ordering_key(mut self, key: impl Into<String>) -> Self {
-        self.ordering_key = Some(key.into());
-        self.key_is_new = false;
-        self
-    }
-    /// The job counts against `key`'s limits, set with
-    /// [`set_key_limit`](super::set_key_limit): at most `max_in_flight` of
-    /// the key's jobs processing, claims at most `per_second`, none while the
-    /// key is paused. A key without limits is unlimited. Independent of the
-    /// ordering key: a job may have both.
-    pub fn concurrency_key(mut self, key: impl Into<String>) -> Self {
-        self.concurrency_key = Some(key.into());
+    /// Applies `options`: the one place a job's options are set, for typed
+    /// jobs ([`NewJob::for_args`]) and untyped ones alike. What `options`
+    /// leaves unset keeps its default.
+    pub fn with_options(mut self, options: &JobOptions) -> Self {
+        if let Some(max_attempts) = options.max_attempts {
+            // Below 1 is one attempt and no retry, never a job that cannot run.
+            self.max_attempts = max_attempts.max(1);
+        }
+        if let Some(at) = options.run_after {
+            self.run_after = Some(at);
+        }
+        if let Some(key) = &options.ordering_key {
+            self.ordering_key = Some(key.clone());
+            self.key_is_new = options.ordering_key_is_new;
+        }
+        if let Some(key) = &options.concurrency_key {
+            self.concurrency_key = Some(key.clone());
+        }
+        self.parents.clone_from(&options.depends_on);
+        self.policy = options.dependency_policy;
         self
     }
     /// The job's concurrency key, if it has one.
@@ -204,22 +193,7 @@ impl NewJob {
     /// Fails only when `args` does not serialize (a map with non-string
     /// keys, say).
     pub fn for_args<A: JobArgs>(args: &A, options: &JobOptions) -> serde_json::Result<Self> {
-        let mut job = NewJob::new(A::KIND, serde_json::to_value(args)?);
-        if let Some(max_attempts) = options.max_attempts {
-            job = job.max_attempts(max_attempts);
-        }
-        if let Some(at) = options.run_after {
-            job = job.run_after(at);
-        }
-        if let Some(key) = &options.ordering_key {
-            job = job.ordering_key(key.clone());
-            job.key_is_new = options.ordering_key_is_new;
-        }
-        if let Some(key) = &options.concurrency_key {
-            job = job.concurrency_key(key.clone());
-        }
-        job.parents.clone_from(&options.depends_on);
-        job.policy = options.dependency_policy;
+        let job = NewJob::new(A::KIND, serde_json::to_value(args)?).with_options(options);
         Ok(args.extend_job(job))
     }
 }
@@ -227,20 +201,26 @@ impl NewJob {
 /// How a typed job is enqueued; every option has a default.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct JobOptions {
-    /// Attempts before a retryable failure becomes `failed`; at least 1
-    /// (default [`DEFAULT_MAX_ATTEMPTS`]).
+    /// How many claims the job gets before a retryable failure leaves it
+    /// `failed` (default [`DEFAULT_MAX_ATTEMPTS`]); values below 1 are taken
+    /// as 1, a single attempt and no retry.
     pub max_attempts: Option<i32>,
     /// Not before this time (default: due at once).
     pub run_after: Option<DateTime<Utc>>,
-    /// Jobs with the same key run one at a time, in enqueue order (see
-    /// [`NewJob::ordering_key`]).
+    /// Jobs with the same key run one at a time, in enqueue order, whichever
+    /// relay claims them: a job waits while an earlier job of its key is
+    /// pending, processing or failed. A failed job holds its key until it is
+    /// retried (and succeeds) or cancelled.
     pub ordering_key: Option<String>,
     /// No other job can have [`JobOptions::ordering_key`] yet, so the enqueue
     /// skips the key's lock and head lookup (see
     /// [`JobOptions::new_ordering_key`]).
     pub ordering_key_is_new: bool,
-    /// The job counts against this key's limits (see
-    /// [`NewJob::concurrency_key`]).
+    /// The job counts against this key's limits, set with
+    /// [`set_key_limit`](super::set_key_limit): at most `max_in_flight` of
+    /// the key's jobs processing, claims at most `per_second`, none while the
+    /// key is paused. A key without limits is unlimited. Independent of the
+    /// ordering key: a job may have both.
     pub concurrency_key: Option<String>,
     /// The jobs this one waits for (see [`JobOptions::depends_on`]).
     pub depends_on: Vec<Parent>,

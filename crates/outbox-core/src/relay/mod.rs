@@ -39,7 +39,10 @@ pub use health::Liveness;
 pub use timeouts::JobTimeouts;
 
 use crate::db::PgPool;
-use crate::driver::Executor;
+/// What [`Relay::new`] runs jobs with: reachable here, beside the relay,
+/// for applications that write their own instead of using
+/// [`Workers`](crate::worker::Workers).
+pub use crate::worker::executor::{BoxFuture, Executor};
 
 /// Default [`RelaySettings::concurrency`]: effects in flight at once per relay.
 ///

@@ -7,22 +7,8 @@ use std::str::FromStr;
 use outbox_core::worker::JobArgs;
 use serde::{Deserialize, Serialize};
 
+pub use crate::endpoints::notice::EndpointNotice;
 use crate::orders::jobs::{ConfirmationEmail, OrderPublish, OrderWebhook, ReceiptPdf};
-
-/// A notice about the endpoints themselves (`endpoint.disabled`) to one
-/// endpoint subscribed to it: the body is made when the notice is queued.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct EndpointNotice {
-    /// The endpoint told.
-    pub endpoint_id: i64,
-    /// The event, as it is sent (`{"type","id","timestamp","data"}`).
-    pub event: serde_json::Value,
-}
-
-impl JobArgs for EndpointNotice {
-    const KIND: &'static str = "endpoint_notice";
-}
 
 /// Succeeds at once, whatever it carries (benchmarks, smoke tests).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]

@@ -20,8 +20,8 @@ use base64::engine::{DecodePaddingMode, GeneralPurpose, GeneralPurposeConfig};
 use hmac::{Hmac, Mac};
 use sha2::Sha256;
 
-/// The prefix of a secret given as base64 key bytes.
-pub const WHSEC_PREFIX: &str = "whsec_";
+use crate::endpoints::spec::WHSEC_PREFIX;
+
 /// How far a `webhook-timestamp` may be from the receiver's clock, either way,
 /// before [`Secrets::verify`] refuses it as a possible replay (the spec's 5 minutes).
 pub const TOLERANCE_SECS: i64 = 5 * 60;

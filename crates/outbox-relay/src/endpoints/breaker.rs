@@ -24,9 +24,9 @@ use diesel::prelude::*;
 use diesel::sql_types::{BigInt, Nullable, Text, Timestamptz};
 
 use super::attempts::Health;
+use super::notice::EndpointNotice;
 use super::spec::EVENT_ENDPOINT_DISABLED;
 use super::throttle;
-use crate::effects::EndpointNotice;
 use crate::orders::{new_job, order_enqueuer};
 use crate::outbox::{JobOptions, KeyLimitError};
 

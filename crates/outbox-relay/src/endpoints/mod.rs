@@ -11,6 +11,7 @@ pub mod attempts;
 pub mod breaker;
 pub mod nats;
 pub mod nats_credentials;
+pub mod notice;
 pub mod recover;
 pub mod spec;
 pub mod store;

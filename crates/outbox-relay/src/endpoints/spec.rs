@@ -8,8 +8,11 @@ use std::str::FromStr;
 use base64::Engine as _;
 use base64::engine::general_purpose::STANDARD;
 
-use crate::effects::signature::WHSEC_PREFIX;
 use crate::orders::OrderStatus;
+
+/// The prefix of a signing secret given as base64 key bytes (Standard
+/// Webhooks' `whsec_`): the form an endpoint's secret is written and read in.
+pub const WHSEC_PREFIX: &str = "whsec_";
 
 /// `url` as shown to operators: without any `user:password@` (rows written
 /// before URLs with credentials were refused may still hold one).
