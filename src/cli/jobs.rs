@@ -67,10 +67,13 @@ pub enum JobsCommand {
         outbox-relay jobs prune --older-than 30d")]
     Prune(PruneArgs),
     /// Ordering keys held up by a failed head job, with that job and how many
-    /// jobs wait behind it.
+    /// jobs wait behind it; then dependents held by a failed parent, with the
+    /// parent and its status.
     ///
     /// A key resumes, in order, once its head is retried (`jobs retry ID`) and
-    /// succeeds, or skips the head once it is cancelled (`jobs cancel ID`).
+    /// succeeds, or skips the head once it is cancelled (`jobs cancel ID`). A
+    /// held dependent (policy `hold`) runs once its parent is retried and
+    /// succeeds; cancelling the parent cancels it.
     Blocked(BlockedArgs),
 }
 
@@ -78,7 +81,8 @@ pub enum JobsCommand {
 pub struct BlockedArgs {
     #[command(flatten)]
     db: DatabaseArgs,
-    /// Most keys shown, oldest head first.
+    /// Most keys shown, oldest head first, and most held dependents, oldest
+    /// failed parent first.
     #[arg(long, default_value_t = 50, value_parser = crate::config::parse_count)]
     limit: usize,
     /// Print JSON instead of a table.

@@ -758,6 +758,8 @@ async fn the_dashboard_refuses_wrong_tokens_missing_csrf_and_read_only_sessions(
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn dashboard_pages_answer_well_under_a_second_on_a_million_jobs() {
+    // Alone among the heavy tests: its bound is about the code, not its neighbours.
+    let _heavy = crate::support::seats::heavy();
     let app = spawn_app_with(admin_settings()).await;
     let mut conn = app.db.conn();
     let order = place_order(&mut conn, &order_enqueuer(), &sample_order(), None, 8)

@@ -4,6 +4,9 @@ use std::process::Command;
 
 #[test]
 fn bench_runs_a_small_workload_and_reports_every_figure() {
+    // Alone among the heavy tests: its bound is about the code, not its neighbours.
+    let _heavy = crate::support::seats::heavy();
+    let _seat = crate::support::seats::scratch(70);
     let child = Command::new(env!("CARGO_BIN_EXE_outbox-relay"))
         .args([
             "bench",
@@ -149,6 +152,7 @@ fn bench_runs_a_small_workload_and_reports_every_figure() {
     );
     // pgbench writes what the API writes (it may be missing: no pgbench).
     if report["placement"]["pgbench_orders_per_second"].is_number() {
+        assert_pgbench_runs_around_the_api(&report);
         assert!(
             report["placement"]["pgbench_wal_bytes_per_order"]
                 .as_f64()
@@ -207,6 +211,33 @@ fn bench_runs_a_small_workload_and_reports_every_figure() {
     .get_result(&mut conn)
     .expect("count");
     assert_eq!(left.n, 0, "the scratch database was left behind");
+}
+
+/// pgbench ran before, between and after the API's runs; the figure the API
+/// is set against is their median, inside their spread.
+fn assert_pgbench_runs_around_the_api(report: &serde_json::Value) {
+    let placement = &report["placement"];
+    let runs: Vec<f64> = placement["pgbench_runs_orders_per_second"]
+        .as_array()
+        .expect("pgbench's runs")
+        .iter()
+        .filter_map(serde_json::Value::as_f64)
+        .collect();
+    assert_eq!(runs.len(), 3, "{placement}");
+    assert!(runs.iter().all(|r| *r > 0.0), "{placement}");
+    let median = placement["pgbench_orders_per_second"]
+        .as_f64()
+        .expect("the median");
+    let (min, max) = (
+        placement["pgbench_min_orders_per_second"]
+            .as_f64()
+            .expect("min"),
+        placement["pgbench_max_orders_per_second"]
+            .as_f64()
+            .expect("max"),
+    );
+    assert!(min <= median && median <= max, "{placement}");
+    assert!(runs.contains(&median), "{placement}");
 }
 
 /// The open-loop rows: one per rate, in the order given, the share resolved
@@ -318,6 +349,9 @@ fn assert_sane_cost(cost: &serde_json::Value, side: &str) {
 /// endpoint's max_in_flight.
 #[test]
 fn bench_endpoints_reports_the_healthy_latency_beside_a_slow_endpoint_and_its_open_calls() {
+    // Alone among the heavy tests: its bound is about the code, not its neighbours.
+    let _heavy = crate::support::seats::heavy();
+    let _seat = crate::support::seats::scratch(70);
     let output = Command::new(env!("CARGO_BIN_EXE_outbox-relay"))
         .args([
             "bench",
@@ -363,6 +397,7 @@ fn bench_endpoints_reports_the_healthy_latency_beside_a_slow_endpoint_and_its_op
 
 #[test]
 fn bench_inbound_pays_every_order_by_signed_events_and_reports_the_ratio_and_p99() {
+    let _seat = crate::support::seats::scratch(70);
     let output = Command::new(env!("CARGO_BIN_EXE_outbox-relay"))
         .args([
             "bench",
@@ -404,4 +439,145 @@ fn bench_inbound_pays_every_order_by_signed_events_and_reports_the_ratio_and_p99
     assert!(run["meets_target"].is_boolean(), "{run}");
     assert!(stdout.contains("inbound/pay"), "{stdout}");
     assert!(stdout.contains("every order paid"), "{stdout}");
+}
+
+/// The growth rows, the repeated open loop and the plot, at tiny sizes so
+/// that they cannot rot between the quiet-machine runs that quote them.
+#[test]
+fn bench_growth_rows_repeated_open_loop_and_plot_run_at_tiny_sizes() {
+    let _seat = crate::support::seats::scratch(70);
+    let plot = std::env::temp_dir().join(format!("outbox-bench-growth-{}.svg", std::process::id()));
+    let _ = std::fs::remove_file(&plot);
+    let output = Command::new(env!("CARGO_BIN_EXE_outbox-relay"))
+        .args([
+            "bench",
+            "--api-only",
+            "--half-open",
+            "0",
+            "--api-clients",
+            "2",
+            "--api-duration",
+            "1s",
+            "--arrival-rate",
+            "20",
+            "--repeat",
+            "2",
+            "--open-loop-duration",
+            "1s",
+            "--growth",
+            "--growth-backlogs",
+            "200,2000",
+            "--growth-drained",
+            "100",
+            "--growth-endpoints",
+            "1,3,6",
+            "--growth-archive",
+            "2000",
+            "--latency-samples",
+            "10",
+            "--plot",
+        ])
+        .arg(&plot)
+        .env("DATABASE_URL", crate::support::db::admin_url())
+        .env_remove("RUST_LOG")
+        .output()
+        .expect("run bench");
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(output.status.success(), "bench failed:\n{stdout}\n{stderr}");
+    let json_line = stdout
+        .lines()
+        .rev()
+        .find(|l| l.starts_with('{'))
+        .expect("a JSON line");
+    let report: serde_json::Value = serde_json::from_str(json_line).expect("valid JSON");
+
+    // Two runs of the one rate, each with its generator's lateness and the
+    // background work during it, and the worst p99 of the two named.
+    let runs = report["open_loop"].as_array().expect("open-loop runs");
+    assert_eq!(runs.len(), 2, "{report}");
+    for (i, run) in runs.iter().enumerate() {
+        assert_eq!(run["run"], i + 1, "{run}");
+        assert_eq!(run["errors"], 0, "{run}");
+        assert_eq!(run["unstarted_jobs"], 0, "{run}");
+        let late = &run["send_lateness_ms"];
+        assert!(
+            late["p99"]
+                .as_f64()
+                .zip(late["max"].as_f64())
+                .is_some_and(|(p99, max)| p99 >= 0.0 && max >= p99),
+            "{run}"
+        );
+        for key in ["checkpoints", "jobs_autovacuums", "jobs_autoanalyzes"] {
+            assert!(
+                run["background"][key].as_i64().is_some_and(|n| n >= 0),
+                "{key}: {run}"
+            );
+        }
+    }
+    let p99s: Vec<f64> = runs
+        .iter()
+        .filter_map(|r| r["enqueue_to_start_ms"]["p99"].as_f64())
+        .collect();
+    let worst = &report["open_loop_worst_p99"];
+    assert_eq!(worst.as_array().map(Vec::len), Some(1), "{report}");
+    assert_eq!(
+        worst[0]["enqueue_to_start_p99_ms"].as_f64(),
+        p99s.iter().copied().reduce(f64::max),
+        "{report}"
+    );
+
+    let growth = &report["growth"];
+    let drains = growth["drain"].as_array().expect("growth drains");
+    assert_eq!(drains.len(), 2, "{growth}");
+    for (drain, backlog) in drains.iter().zip([200, 2000]) {
+        assert_eq!(drain["backlog"], backlog, "{growth}");
+        assert_eq!(drain["drained"], 100, "{growth}");
+        assert!(
+            drain["jobs_per_second"].as_f64().is_some_and(|r| r > 0.0),
+            "{growth}"
+        );
+    }
+    let placements = growth["placement"].as_array().expect("growth placements");
+    assert_eq!(placements.len(), 3, "{growth}");
+    for (placement, endpoints) in placements.iter().zip([1, 3, 6]) {
+        assert_eq!(placement["endpoints"], endpoints, "{growth}");
+        assert_eq!(placement["errors"], 0, "{growth}");
+        assert!(
+            placement["micros_per_order"]
+                .as_f64()
+                .is_some_and(|us| us > 0.0),
+            "{growth}"
+        );
+    }
+    assert!(
+        growth["fan_out_fit"]["micros_per_endpoint"].is_number(),
+        "{growth}"
+    );
+    let archive = growth["archive_latency"].as_array().expect("archive rows");
+    assert_eq!(archive.len(), 2, "{growth}");
+    for (row, archived) in archive.iter().zip([0, 2000]) {
+        assert_eq!(row["archived"], archived, "{growth}");
+        assert_eq!(row["samples"], 10, "{growth}");
+        assert!(row["p99_ms"].as_f64().is_some_and(|p| p > 0.0), "{growth}");
+    }
+    assert!(
+        stdout.contains("growth (each row") && stdout.contains("µs per endpoint"),
+        "{stdout}"
+    );
+
+    let svg = std::fs::read_to_string(&plot).expect("the plot was written");
+    let _ = std::fs::remove_file(&plot);
+    assert!(svg.starts_with("<svg"), "{}", &svg[..svg.len().min(200)]);
+    for text in [
+        "Drain rate off the top of a backlog",
+        "jobs drained per second",
+        "Order placement with endpoints subscribed",
+        "per endpoint",
+        "done jobs in jobs_done",
+        "enqueue-to-start p99 (ms)",
+        "open loop at 20/s",
+    ] {
+        assert!(svg.contains(text), "the plot lacks {text:?}");
+    }
 }

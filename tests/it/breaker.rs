@@ -296,6 +296,8 @@ fn short_breaker() -> Breaker {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_dead_receiver_with_a_thousand_queued_deliveries_gets_a_few_dozen_calls_then_everything_within_a_probe_wait()
  {
+    // Alone among the heavy tests: its bound is about the code, not its neighbours.
+    let _heavy = crate::support::seats::heavy();
     init_tracing();
     let db = TestDb::new();
     let mut conn = db.conn();

@@ -626,3 +626,76 @@ fn list_shows_the_parents_a_job_waits_for() {
         "empty when none"
     );
 }
+
+#[test]
+fn blocked_lists_dependents_held_by_a_failed_parent_beside_the_held_keys() {
+    use outbox_relay::effects::jobs::Noop;
+    use outbox_relay::outbox::{JobOptions, NewJob};
+
+    let db = TestDb::new();
+    let mut conn = db.conn();
+    let out = jobs_cmd(&db, &["blocked"]);
+    assert_ok(&out);
+    let empty = stdout(&out);
+    assert!(
+        empty.contains("no ordering key is blocked")
+            && empty.contains("no dependent is held by a failed parent"),
+        "{empty}"
+    );
+
+    // An order whose webhook head failed holds its key; a `hold` dependent
+    // of a failed job is held by it.
+    let orders = seed_orders(&mut conn, 1);
+    let webhook: i64 = jobs::table
+        .filter(jobs::order_id.eq(orders[0].0))
+        .filter(jobs::kind.eq("order_webhook"))
+        .select(jobs::id)
+        .first(&mut conn)
+        .expect("the webhook");
+    set_failed(&mut conn, webhook, "HTTP 422 from the receiver");
+    let parent = enqueue(&mut conn, &NewJob::new("noop", serde_json::json!({}))).expect("parent");
+    let held = NewJob::for_args(
+        &Noop(serde_json::json!({ "held": 1 })),
+        &JobOptions::default().depends_on([parent]),
+    )
+    .expect("held");
+    let held = enqueue(&mut conn, &held).expect("held");
+    set_failed(&mut conn, parent, "the parent broke");
+
+    let out = jobs_cmd(&db, &["blocked"]);
+    assert_ok(&out);
+    let table = stdout(&out);
+    assert!(
+        table.contains("ORDERING KEY") && table.contains(&webhook.to_string()),
+        "the held key is still listed: {table}"
+    );
+    assert!(
+        table.contains("HELD JOB") && table.contains("PARENT STATUS"),
+        "{table}"
+    );
+    let cells = row(&table, &held.to_string());
+    assert_eq!(
+        cells[..6],
+        [
+            held.to_string().as_str(),
+            "noop",
+            "hold",
+            parent.to_string().as_str(),
+            "noop",
+            "failed"
+        ],
+        "{table}"
+    );
+    assert!(table.contains("the parent broke"), "{table}");
+
+    let out = jobs_cmd(&db, &["blocked", "--json"]);
+    assert_ok(&out);
+    let json: Value = serde_json::from_str(&stdout(&out)).expect("JSON");
+    assert_eq!(json["ordering_keys"][0]["job_id"], webhook, "{json}");
+    let dependents = json["dependents"].as_array().expect("dependents");
+    assert_eq!(dependents.len(), 1, "{json}");
+    assert_eq!(dependents[0]["job_id"], held);
+    assert_eq!(dependents[0]["parent_id"], parent);
+    assert_eq!(dependents[0]["parent_status"], "failed");
+    assert_eq!(dependents[0]["dependency_policy"], "hold");
+}

@@ -52,6 +52,7 @@ struct Count {
 
 #[test]
 fn the_demo_delivers_to_both_endpoints_and_the_stream_leaves_its_files_and_drops_its_database() {
+    let _seat = crate::support::seats::scratch(40);
     let tmp = TempDir::new();
     let out = tmp.0.join("out");
     let stdout_path = tmp.0.join("stdout.txt");
@@ -197,10 +198,39 @@ fn the_demo_delivers_to_both_endpoints_and_the_stream_leaves_its_files_and_drops
         let subject = header("Subject");
         assert!(subject.starts_with("Your order #"), "{text}");
         assert!(header("Message-ID").starts_with("<job-"), "{text}");
-        assert!(
-            header("Content-Type").starts_with("multipart/alternative"),
-            "{text}"
-        );
+        if subject.ends_with("is confirmed") {
+            // The confirmation carries the receipt it waited for: the same
+            // bytes the API serves, which the demo saved in receipts/.
+            use mail_parser::MimeHeaders as _;
+            assert!(
+                header("Content-Type").starts_with("multipart/mixed"),
+                "{text}"
+            );
+            let order_id = subject
+                .trim_start_matches("Your order #")
+                .trim_end_matches(" is confirmed");
+            let parsed = mail_parser::MessageParser::default()
+                .parse(text.as_bytes())
+                .expect("a MIME message");
+            let attached: Vec<_> = parsed.attachments().collect();
+            assert_eq!(attached.len(), 1, "{text}");
+            assert_eq!(
+                attached[0].attachment_name(),
+                Some(format!("receipt-{order_id}.pdf").as_str())
+            );
+            assert!(attached[0].is_content_type("application", "pdf"));
+            let served = std::fs::read(out.join("receipts").join(format!("order-{order_id}.pdf")))
+                .expect("the receipt the demo fetched");
+            assert!(
+                attached[0].contents() == served.as_slice(),
+                "the attachment of order #{order_id} is its receipt"
+            );
+        } else {
+            assert!(
+                header("Content-Type").starts_with("multipart/alternative"),
+                "{text}"
+            );
+        }
         if subject.ends_with("is confirmed") || subject.ends_with("is on its way") {
             assert!(text.contains("/receipt.pdf"), "{text}");
         }

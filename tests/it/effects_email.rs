@@ -7,13 +7,15 @@ use std::time::Duration;
 use diesel::prelude::*;
 use outbox_relay::effects::email::{EmailConfig, Mailer};
 use outbox_relay::effects::receipt::ReceiptSettings;
-use outbox_relay::effects::{self, EffectError, Executor};
+use outbox_relay::effects::{self, EffectError, Executor, JobContext};
 use outbox_relay::orders::{NewOrder, Order, OrderId, load_order, place_order};
-use outbox_relay::schema::jobs_all;
+use outbox_relay::schema::{jobs_all, receipts};
+use tokio_util::sync::CancellationToken;
 
 use crate::support::smtp::{Mail, SmtpSink};
 use crate::support::{
-    RunningRelay, TestDb, count, init_tracing, order_json, spawn_relay, test_settings, wait_until,
+    RunningRelay, TestDb, executor, init_tracing, order_json, spawn_relay, test_settings,
+    wait_until,
 };
 
 const MAIL_FROM: &str = "Outbox Shop <orders@shop.example>";
@@ -43,6 +45,7 @@ fn place(conn: &mut PgConnection, name: &str, max_attempts: i32) -> (i64, i64) {
     (order_id, job_id)
 }
 
+/// A relay for the confirmation and the receipt it waits for.
 fn email_relay(db: &TestDb, mailer: Mailer) -> RunningRelay {
     let effects: Arc<dyn Executor> = Arc::new(effects::workers(
         db.pool(4),
@@ -50,11 +53,21 @@ fn email_relay(db: &TestDb, mailer: Mailer) -> RunningRelay {
         None,
         ReceiptSettings::default(),
     ));
-    spawn_relay(
-        db,
-        test_settings("mail-relay", &["confirmation_email"]),
-        effects,
-    )
+    spawn_relay(db, relay_settings(), effects)
+}
+
+fn relay_settings() -> outbox_relay::relay::RelaySettings {
+    test_settings("mail-relay", &["confirmation_email", "receipt_pdf"])
+}
+
+/// How many confirmation_email jobs have `status`.
+fn emails(conn: &mut PgConnection, status: &str) -> i64 {
+    jobs_all::table
+        .filter(jobs_all::kind.eq("confirmation_email"))
+        .filter(jobs_all::status.eq(status))
+        .count()
+        .get_result(conn)
+        .expect("count emails")
 }
 
 fn job(conn: &mut PgConnection, id: i64) -> (String, i32, Option<String>) {
@@ -81,8 +94,8 @@ async fn each_order_gets_one_confirmation_with_both_parts_and_a_job_derived_mess
     ];
 
     let relay = email_relay(&db, mailer_for(sink.url()));
-    wait_until("both confirmations sent", Duration::from_secs(20), || {
-        count(&mut conn, "done") == 2
+    wait_until("both confirmations sent", Duration::from_secs(30), || {
+        emails(&mut conn, "done") == 2
     })
     .await;
     relay.stop().await;
@@ -100,9 +113,10 @@ async fn each_order_gets_one_confirmation_with_both_parts_and_a_job_derived_mess
         assert_eq!(mail.mail_from, "FROM:<orders@shop.example>");
         let subject = mail.header("subject").expect("Subject");
         assert!(subject.contains(&format!("#{order_id}")), "{subject}");
+        // The text and HTML alternative, and the receipt beside it.
         let content_type = mail.header("content-type").expect("Content-Type");
         assert!(
-            content_type.starts_with("multipart/alternative"),
+            content_type.starts_with("multipart/mixed"),
             "{content_type}"
         );
 
@@ -147,8 +161,8 @@ async fn a_451_is_retried_and_the_retry_carries_the_same_message_id() {
     let (_, job_id) = place(&mut conn, "Ada Lovelace", 8);
 
     let relay = email_relay(&db, mailer_for(sink.url()));
-    wait_until("the confirmation is sent", Duration::from_secs(20), || {
-        count(&mut conn, "done") == 1
+    wait_until("the confirmation is sent", Duration::from_secs(30), || {
+        emails(&mut conn, "done") == 1
     })
     .await;
     relay.stop().await;
@@ -173,8 +187,8 @@ async fn a_550_for_the_recipient_fails_the_job_after_one_attempt_quoting_the_ser
     let (_, job_id) = place(&mut conn, "Ada Lovelace", 8);
 
     let relay = email_relay(&db, mailer_for(sink.url()));
-    wait_until("the confirmation failed", Duration::from_secs(20), || {
-        count(&mut conn, "failed") == 1
+    wait_until("the confirmation failed", Duration::from_secs(30), || {
+        emails(&mut conn, "failed") == 1
     })
     .await;
     relay.stop().await;
@@ -201,8 +215,8 @@ async fn an_smtp_password_never_reaches_last_error_even_when_the_server_echoes_i
 
     let url = format!("smtp://shop:hunter2-s3cret@127.0.0.1:{}", sink.port());
     let relay = email_relay(&db, mailer_for(url));
-    wait_until("the confirmation failed", Duration::from_secs(20), || {
-        count(&mut conn, "failed") == 1
+    wait_until("the confirmation failed", Duration::from_secs(30), || {
+        emails(&mut conn, "failed") == 1
     })
     .await;
     relay.stop().await;
@@ -356,8 +370,8 @@ async fn a_japanese_order_is_mailed_as_utf8_in_both_parts_and_an_encoded_to_head
     place_order(&mut conn, &order_enqueuer(), &order, None, 8).expect("place order");
 
     let relay = email_relay(&db, mailer_for(sink.url()));
-    wait_until("the confirmation is sent", Duration::from_secs(20), || {
-        count(&mut conn, "done") == 1
+    wait_until("the confirmation is sent", Duration::from_secs(30), || {
+        emails(&mut conn, "done") == 1
     })
     .await;
     relay.stop().await;
@@ -398,4 +412,209 @@ async fn a_japanese_order_is_mailed_as_utf8_in_both_parts_and_an_encoded_to_head
             );
         }
     }
+}
+
+/// The order's stored receipt, as `GET /orders/{id}/receipt.pdf` serves it.
+fn stored_receipt(conn: &mut PgConnection, order_id: i64) -> Vec<u8> {
+    receipts::table
+        .find(order_id)
+        .select(receipts::pdf)
+        .first(conn)
+        .expect("the stored receipt")
+}
+
+/// The parts of a message that are attachments: (file name, content type,
+/// transfer encoding, decoded bytes).
+fn attachments(mail: &Mail) -> Vec<(String, String, String, Vec<u8>)> {
+    use mail_parser::MimeHeaders as _;
+    let parsed = mail.parsed();
+    parsed
+        .attachments()
+        .map(|part| {
+            let content_type = part
+                .content_type()
+                .map(|ct| format!("{}/{}", ct.ctype(), ct.subtype().unwrap_or_default()))
+                .unwrap_or_default();
+            (
+                part.attachment_name().unwrap_or_default().to_owned(),
+                content_type.to_ascii_lowercase(),
+                part.content_transfer_encoding()
+                    .unwrap_or_default()
+                    .to_ascii_lowercase(),
+                part.contents().to_vec(),
+            )
+        })
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_confirmation_waits_for_the_receipt_and_carries_the_stored_pdf_byte_for_byte() {
+    init_tracing();
+    let db = TestDb::new();
+    let mut conn = db.conn();
+    let sink = SmtpSink::start().await;
+    let (order_id, job_id) = place(&mut conn, "Ada Lovelace", 8);
+    let (waiting_on, policy): (Vec<i64>, Option<String>) = jobs_all::table
+        .find(job_id)
+        .select((jobs_all::waiting_on, jobs_all::dependency_policy))
+        .first(&mut conn)
+        .expect("the email's row");
+    let receipt_job: i64 = jobs_all::table
+        .filter(jobs_all::order_id.eq(order_id))
+        .filter(jobs_all::kind.eq("receipt_pdf"))
+        .select(jobs_all::id)
+        .first(&mut conn)
+        .expect("the receipt job");
+    assert_eq!(
+        waiting_on,
+        vec![receipt_job],
+        "the email waits for the receipt"
+    );
+    assert_eq!(policy.as_deref(), Some("run"));
+
+    let relay = email_relay(&db, mailer_for(sink.url()));
+    wait_until("the confirmation is sent", Duration::from_secs(30), || {
+        emails(&mut conn, "done") == 1
+    })
+    .await;
+    relay.stop().await;
+
+    let pdf = stored_receipt(&mut conn, order_id);
+    assert!(pdf.starts_with(b"%PDF-"), "a PDF is stored");
+    let mails = sink.accepted();
+    assert_eq!(mails.len(), 1);
+    let mail = &mails[0];
+    let content_type = mail.header("content-type").expect("Content-Type");
+    assert!(
+        content_type.starts_with("multipart/mixed"),
+        "{content_type}"
+    );
+    let attached = attachments(mail);
+    assert_eq!(attached.len(), 1, "one attachment");
+    let (name, content_type, encoding, bytes) = &attached[0];
+    assert_eq!(name, &format!("receipt-{order_id}.pdf"));
+    assert_eq!(content_type, "application/pdf");
+    assert_eq!(encoding, "base64");
+    assert_eq!(bytes.len(), pdf.len());
+    assert!(
+        bytes == &pdf,
+        "the attachment is receipts.pdf byte for byte"
+    );
+    // The body is still both alternatives, and keeps the link.
+    let text = mail.part("text/plain").expect("text part");
+    let html = mail.part("text/html").expect("HTML part");
+    assert!(text.contains(&format!("receipt-{order_id}.pdf")), "{text}");
+    let link = format!("https://shop.example/orders/{order_id}/receipt.pdf?expires=");
+    assert!(text.contains(&link), "{text}");
+    assert!(html.replace("&#x2f;", "/").contains(&link), "{html}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failed_receipt_leaves_the_confirmation_without_attachment_but_with_the_link() {
+    init_tracing();
+    let db = TestDb::new();
+    let mut conn = db.conn();
+    let sink = SmtpSink::start().await;
+    let (order_id, job_id) = place(&mut conn, "Ada Lovelace", 1);
+    let effects: Arc<dyn Executor> = Arc::new(effects::workers(
+        db.pool(4),
+        Some(mailer_for(sink.url())),
+        None,
+        ReceiptSettings::default(),
+    ));
+    // The receipt's one attempt fails for good; the email is the real one.
+    let relay = spawn_relay(
+        &db,
+        relay_settings(),
+        executor(move |job| {
+            let effects = Arc::clone(&effects);
+            async move {
+                if job.kind == "receipt_pdf" {
+                    return Err(EffectError::permanent("the receipt renderer is broken"));
+                }
+                let ctx = JobContext::new(&job, CancellationToken::new());
+                effects.execute(&job, ctx).await
+            }
+        }),
+    );
+    wait_until("the confirmation is sent", Duration::from_secs(30), || {
+        emails(&mut conn, "done") == 1
+    })
+    .await;
+    relay.stop().await;
+
+    let receipt_status: String = jobs_all::table
+        .filter(jobs_all::order_id.eq(order_id))
+        .filter(jobs_all::kind.eq("receipt_pdf"))
+        .select(jobs_all::status)
+        .first(&mut conn)
+        .expect("the receipt job");
+    assert_eq!(receipt_status, "failed");
+    let (status, _, _) = job(&mut conn, job_id);
+    assert_eq!(status, "done");
+    let stored: i64 = receipts::table
+        .filter(receipts::order_id.eq(order_id))
+        .count()
+        .get_result(&mut conn)
+        .expect("count receipts");
+    assert_eq!(stored, 0);
+
+    let mails = sink.accepted();
+    assert_eq!(mails.len(), 1, "the email is still sent");
+    let mail = &mails[0];
+    assert!(attachments(mail).is_empty(), "no attachment");
+    assert!(mail.part("application/pdf").is_none());
+    let content_type = mail.header("content-type").expect("Content-Type");
+    assert!(
+        content_type.starts_with("multipart/alternative"),
+        "{content_type}"
+    );
+    let link = format!("https://shop.example/orders/{order_id}/receipt.pdf?expires=");
+    let text = mail.part("text/plain").expect("text part");
+    assert!(text.contains(&link), "{text}");
+    assert!(!text.contains("attached"), "{text}");
+    let html = mail.part("text/html").expect("HTML part");
+    assert!(html.replace("&#x2f;", "/").contains(&link), "{html}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_receipt_over_two_mib_stays_behind_the_link() {
+    init_tracing();
+    let db = TestDb::new();
+    let mut conn = db.conn();
+    let sink = SmtpSink::start().await;
+    let (order_id, _) = place(&mut conn, "Ada Lovelace", 8);
+    // A receipt stored before the job runs stays (the job's insert keeps the
+    // first): one byte over the bound.
+    let too_large = vec![b'x'; effects::email::MAX_RECEIPT_ATTACHMENT_BYTES + 1];
+    diesel::insert_into(receipts::table)
+        .values((
+            receipts::order_id.eq(order_id),
+            receipts::pdf.eq(&too_large),
+        ))
+        .execute(&mut conn)
+        .expect("a large receipt");
+
+    let relay = email_relay(&db, mailer_for(sink.url()));
+    wait_until("the confirmation is sent", Duration::from_secs(30), || {
+        emails(&mut conn, "done") == 1
+    })
+    .await;
+    relay.stop().await;
+
+    let mails = sink.accepted();
+    assert_eq!(mails.len(), 1);
+    assert!(attachments(&mails[0]).is_empty(), "no attachment");
+    assert!(
+        mails[0].data.len() < 1024 * 1024,
+        "the message stays small: {} bytes",
+        mails[0].data.len()
+    );
+    let text = mails[0].part("text/plain").expect("text part");
+    assert!(
+        text.contains(&format!(
+            "https://shop.example/orders/{order_id}/receipt.pdf?expires="
+        )),
+        "{text}"
+    );
 }

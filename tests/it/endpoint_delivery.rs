@@ -811,6 +811,8 @@ async fn fairness_run(with_slow: bool) -> (Vec<f64>, Vec<chrono::DateTime<chrono
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_slow_endpoint_costs_a_fast_one_little_and_never_exceeds_its_max_in_flight() {
+    // Alone among the heavy tests: its bound is about the code, not its neighbours.
+    let _heavy = crate::support::seats::heavy();
     init_tracing();
     // Both runs at once, each on its own database with its own relay and
     // receivers: whatever else loads the machine (the rest of the suite, in
@@ -856,6 +858,8 @@ async fn a_slow_endpoint_costs_a_fast_one_little_and_never_exceeds_its_max_in_fl
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_rate_limited_endpoint_gets_five_a_second_give_or_take_one_from_two_relays() {
+    // Alone among the heavy tests: its bound is about the code, not its neighbours.
+    let _heavy = crate::support::seats::heavy();
     init_tracing();
     let db = TestDb::new();
     let mut conn = db.conn();

@@ -350,6 +350,8 @@ const FLOOD: usize = 3000;
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn serve_answers_probes_and_orders_within_a_second_while_3000_half_open_connections_are_held()
 {
+    // Alone among the heavy tests: its bound is about the code, not its neighbours.
+    let _heavy = crate::support::seats::heavy();
     // This process holds the flood's client ends; `serve` the server ends.
     ensure_open_files(FLOOD + 2000);
     let db = crate::support::TestDb::new();

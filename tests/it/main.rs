@@ -4,6 +4,7 @@
 mod support;
 
 mod admin;
+mod admin_dependencies;
 mod admin_endpoints;
 mod admin_sessions;
 mod api;

@@ -376,6 +376,8 @@ async fn each_event_is_published_once_to_its_subject_with_the_webhook_body_and_h
 
 #[tokio::test]
 async fn exactly_once_while_the_relay_is_killed_every_300ms() {
+    // Alone among the heavy tests: its bound is about the code, not its neighbours.
+    let _heavy = crate::support::seats::heavy();
     if !shared_nats_answers() {
         return;
     }

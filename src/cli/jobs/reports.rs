@@ -155,40 +155,84 @@ fn waits_for(parents: &[i64]) -> String {
         .join(", ")
 }
 
+/// `jobs blocked --json`: both kinds of held job.
+#[derive(Debug, Serialize)]
+struct BlockedJson<'a> {
+    /// Ordering keys held up by a failed head.
+    ordering_keys: &'a [outbox::BlockedKey],
+    /// Dependents held by a failed parent (policy `hold`).
+    dependents: &'a [outbox::HeldDependent],
+}
+
 pub(super) async fn blocked(args: BlockedArgs) -> anyhow::Result<()> {
     let limit = i64::try_from(args.limit).unwrap_or(i64::MAX);
-    let keys = with_conn(&args.db, move |conn| {
-        outbox::blocked_keys(conn, limit).context("listing blocked ordering keys")
+    let (keys, dependents) = with_conn(&args.db, move |conn| {
+        let keys = outbox::blocked_keys(conn, limit).context("listing blocked ordering keys")?;
+        let dependents = outbox::held_dependents(conn, limit)
+            .context("listing dependents held by a failed parent")?;
+        Ok((keys, dependents))
     })
     .await?;
     if args.json {
-        println!("{}", serde_json::to_string_pretty(&keys)?);
+        let json = BlockedJson {
+            ordering_keys: &keys,
+            dependents: &dependents,
+        };
+        println!("{}", serde_json::to_string_pretty(&json)?);
         return Ok(());
     }
     if keys.is_empty() {
         println!("no ordering key is blocked");
-        return Ok(());
-    }
-    let mut table = Table::new(&[
-        ("ORDERING KEY", Align::Left),
-        ("HEAD JOB", Align::Right),
-        ("KIND", Align::Left),
-        ("ATTEMPTS", Align::Right),
-        ("WAITING", Align::Right),
-        ("LAST ERROR", Align::Left),
-    ]);
-    for key in &keys {
-        table.push(vec![
-            key.ordering_key.clone(),
-            key.job_id.to_string(),
-            key.kind.clone(),
-            format!("{}/{}", key.attempts, key.max_attempts),
-            key.waiting.to_string(),
-            key.last_error
-                .as_deref()
-                .map_or_else(String::new, |e| one_line(e, 59)),
+    } else {
+        let mut table = Table::new(&[
+            ("ORDERING KEY", Align::Left),
+            ("HEAD JOB", Align::Right),
+            ("KIND", Align::Left),
+            ("ATTEMPTS", Align::Right),
+            ("WAITING", Align::Right),
+            ("LAST ERROR", Align::Left),
         ]);
+        for key in &keys {
+            table.push(vec![
+                key.ordering_key.clone(),
+                key.job_id.to_string(),
+                key.kind.clone(),
+                format!("{}/{}", key.attempts, key.max_attempts),
+                key.waiting.to_string(),
+                key.last_error
+                    .as_deref()
+                    .map_or_else(String::new, |e| one_line(e, 59)),
+            ]);
+        }
+        print!("{table}");
     }
-    print!("{table}");
+    println!();
+    if dependents.is_empty() {
+        println!("no dependent is held by a failed parent");
+    } else {
+        let mut table = Table::new(&[
+            ("HELD JOB", Align::Right),
+            ("KIND", Align::Left),
+            ("POLICY", Align::Left),
+            ("PARENT", Align::Right),
+            ("PARENT KIND", Align::Left),
+            ("PARENT STATUS", Align::Left),
+            ("PARENT ERROR", Align::Left),
+        ]);
+        for held in &dependents {
+            table.push(vec![
+                held.job_id.to_string(),
+                held.kind.clone(),
+                held.dependency_policy.clone().unwrap_or_default(),
+                held.parent_id.to_string(),
+                held.parent_kind.clone(),
+                held.parent_status.clone(),
+                held.parent_error
+                    .as_deref()
+                    .map_or_else(String::new, |e| one_line(e, 59)),
+            ]);
+        }
+        print!("{table}");
+    }
     Ok(())
 }

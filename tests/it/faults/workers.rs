@@ -409,6 +409,8 @@ async fn relays_with_different_kinds_on_one_database_each_claim_only_their_own()
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_pool_smaller_than_the_concurrency_drains_a_burst_of_1000_orders() {
+    // Alone among the heavy tests: its bound is about the code, not its neighbours.
+    let _heavy = crate::support::seats::heavy();
     let db = TestDb::new();
     let mut conn = db.conn();
     let sinks = Sinks::start([], Answer::status(200)).await;

@@ -139,6 +139,9 @@ fn template_name() -> String {
 pub struct TestDb {
     pub name: String,
     pub url: String,
+    /// Dropped after the database (fields drop in order): the seat is free
+    /// only once this test's connections are gone.
+    _seat: super::seats::Seat,
 }
 
 impl TestDb {
@@ -162,6 +165,7 @@ impl TestDb {
             fastrand::u32(..)
         );
         let mut conn = admin_conn();
+        let seat = super::seats::Seat::take(&mut conn);
         // CREATE DATABASE ... TEMPLATE fails if anyone is connected to the
         // template at that instant (another process publishing it): retry.
         let mut tries = 0;
@@ -179,7 +183,11 @@ impl TestDb {
             }
         }
         let url = url_for(&admin_url(), &name);
-        TestDb { name, url }
+        TestDb {
+            name,
+            url,
+            _seat: seat,
+        }
     }
 
     pub fn conn(&self) -> PgConnection {

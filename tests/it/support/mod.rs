@@ -6,6 +6,7 @@ pub mod db;
 pub mod http;
 pub mod process;
 pub mod proxy;
+pub mod seats;
 pub mod smtp;
 
 use std::collections::HashMap;

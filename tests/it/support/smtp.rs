@@ -1,10 +1,9 @@
 //! The SMTP sink the tests talk to: the library's
 //! (`outbox_dev_tools::demo::sinks::smtp`, also the demo's), with what tests need on
-//! top: a panic instead of an error when it cannot start, and `Mail::part` to
-//! read one decoded MIME part.
+//! top: a panic instead of an error when it cannot start, and `Mail::parsed` and
+//! `Mail::part` to read the message with a real MIME parser.
 
-use base64::Engine as _;
-use outbox_dev_tools::demo::sinks::smtp::{self as sink, parse_headers};
+use outbox_dev_tools::demo::sinks::smtp as sink;
 
 /// One message as the sink received it: the library's [`sink::Mail`] (its
 /// fields and header accessors through `Deref`), plus [`Mail::part`].
@@ -25,44 +24,33 @@ impl std::ops::Deref for Mail {
 }
 
 impl Mail {
-    /// The decoded body of the first MIME part whose Content-Type starts with
-    /// `content_type` (e.g. `text/html`).
+    /// The message as a MIME parser reads it, nested parts and all.
+    pub fn parsed(&self) -> mail_parser::Message<'_> {
+        mail_parser::MessageParser::default()
+            .parse(self.data.as_bytes())
+            .unwrap_or_else(|| panic!("not a MIME message:\n{}", self.data))
+    }
+
+    /// The decoded body of the first leaf MIME part, at any depth (inside
+    /// `multipart/mixed` too), whose Content-Type starts with `content_type`
+    /// (e.g. `text/html`).
     pub fn part(&self, content_type: &str) -> Option<String> {
-        let boundary = self
-            .header("content-type")?
-            .split(';')
-            .filter_map(|p| p.trim().strip_prefix("boundary="))
-            .map(|b| b.trim_matches('"').to_owned())
-            .next()?;
-        let delimiter = format!("--{boundary}");
-        self.data
-            .split(delimiter.as_str())
-            .skip(1)
-            .find_map(|part| {
-                let (head, body) = part.split_once("\r\n\r\n")?;
-                let headers = parse_headers(head.trim_start_matches("\r\n"));
-                let get = |name: &str| {
-                    headers
-                        .iter()
-                        .find(|(n, _)| n.eq_ignore_ascii_case(name))
-                        .map(|(_, v)| v.to_ascii_lowercase())
-                        .unwrap_or_default()
-                };
-                if !get("content-type").starts_with(content_type) {
-                    return None;
-                }
-                let body = body.strip_suffix("\r\n").unwrap_or(body);
-                let bytes = match get("content-transfer-encoding").as_str() {
-                    "base64" => base64::engine::general_purpose::STANDARD
-                        .decode(body.replace(['\r', '\n'], ""))
-                        .expect("valid base64 part"),
-                    "quoted-printable" => {
-                        quoted_printable::decode(body, quoted_printable::ParseMode::Strict)
-                            .expect("valid quoted-printable part")
-                    }
-                    _ => body.as_bytes().to_vec(),
-                };
-                Some(String::from_utf8(bytes).expect("UTF-8 part"))
+        use mail_parser::MimeHeaders as _;
+        let message = self.parsed();
+        message
+            .parts
+            .iter()
+            .filter(|part| !part.is_multipart())
+            .find(|part| {
+                part.content_type().is_some_and(|ct| {
+                    format!("{}/{}", ct.ctype(), ct.subtype().unwrap_or_default())
+                        .to_ascii_lowercase()
+                        .starts_with(content_type)
+                })
+            })
+            .map(|part| {
+                assert!(!part.is_encoding_problem, "a part that does not decode");
+                String::from_utf8(part.contents().to_vec()).expect("UTF-8 part")
             })
     }
 }

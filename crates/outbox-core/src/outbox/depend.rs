@@ -96,6 +96,44 @@ impl DependencyError {
     }
 }
 
+/// A dependent held by a failed parent (`jobs blocked`): it stays `pending`
+/// until an operator retries the parent (and it succeeds) or cancels it.
+#[derive(Debug, Clone, PartialEq, Eq, QueryableByName, serde::Serialize)]
+pub struct HeldDependent {
+    /// The dependent job.
+    #[diesel(sql_type = BigInt, column_name = id)]
+    pub job_id: i64,
+    /// The dependent's kind.
+    #[diesel(sql_type = Text)]
+    pub kind: String,
+    /// Its policy (`hold`: only such dependents stay behind a failed parent).
+    #[diesel(sql_type = diesel::sql_types::Nullable<Text>)]
+    pub dependency_policy: Option<String>,
+    /// The failed parent holding it.
+    #[diesel(sql_type = BigInt)]
+    pub parent_id: i64,
+    /// The parent's kind.
+    #[diesel(sql_type = Text)]
+    pub parent_kind: String,
+    /// The parent's status (`failed`).
+    #[diesel(sql_type = Text)]
+    pub parent_status: String,
+    /// Why the parent failed.
+    #[diesel(sql_type = diesel::sql_types::Nullable<Text>)]
+    pub parent_error: Option<String>,
+    /// When the parent failed.
+    #[diesel(sql_type = diesel::sql_types::Nullable<diesel::sql_types::Timestamptz>)]
+    pub parent_finished_at: Option<chrono::DateTime<chrono::Utc>>,
+}
+
+/// Up to `limit` dependents held by a failed parent, one row per dependent
+/// and failed parent, oldest parent first. See `sql/held_dependents.sql`.
+pub fn held_dependents(conn: &mut PgConnection, limit: i64) -> QueryResult<Vec<HeldDependent>> {
+    diesel::sql_query(include_str!("sql/held_dependents.sql"))
+        .bind::<BigInt, _>(limit)
+        .load(conn)
+}
+
 /// The dependency columns of one job, as the enqueue decided them.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub(super) struct Resolved {

@@ -29,7 +29,7 @@ mod wake;
 use serde::Serialize;
 
 pub use cancel::{CancelRefusal, CancelReport, cancel_job_batch, cancel_jobs};
-pub use depend::{DependencyError, DependencyPolicy, Parent};
+pub use depend::{DependencyError, DependencyPolicy, HeldDependent, Parent, held_dependents};
 pub use enqueue::{Enqueuer, InsertJobs};
 pub use finish::{CommitHook, LocalWrite};
 pub use job::{JobOptions, NewJob};

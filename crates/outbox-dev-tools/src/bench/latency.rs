@@ -263,7 +263,10 @@ impl RecordingRelay {
 /// Enqueues `args.latency_samples` noop jobs, one per transaction, each
 /// `args.latency_interval` after the last; returns each id with the moment
 /// just before its transaction began.
-async fn take_samples(url: &str, args: &BenchArgs) -> anyhow::Result<Vec<(i64, Instant)>> {
+pub(super) async fn take_samples(
+    url: &str,
+    args: &BenchArgs,
+) -> anyhow::Result<Vec<(i64, Instant)>> {
     let samples = args.latency_samples;
     let interval = args.latency_interval;
     let url = url.to_owned();

@@ -11,10 +11,12 @@ mod ceiling;
 mod depth;
 mod drain;
 mod endpoints;
+mod growth;
 mod inbound;
 mod latency;
 mod open_loop;
 mod orders;
+mod plot;
 mod publish;
 mod real;
 mod report;
@@ -151,6 +153,28 @@ pub struct BenchArgs {
     /// Orders placed in each `--endpoints` run, 50 a second.
     #[arg(long, default_value_t = 500, value_parser = parse_count)]
     pub endpoint_orders: usize,
+    /// Also the growth rows, after the others: the drain rate off the top of
+    /// each `--growth-backlogs` backlog, placement with each
+    /// `--growth-endpoints` count of endpoints subscribed, and idle
+    /// enqueue-to-start latency (`--latency-samples`) with
+    /// `--growth-archive` done jobs archived against an empty archive.
+    #[arg(long)]
+    pub growth: bool,
+    /// Pending jobs behind the timed drain of each growth row, smallest first.
+    #[arg(long, value_delimiter = ',', default_value = "50000,1000000", value_parser = parse_jobs)]
+    pub growth_backlogs: Vec<usize>,
+    /// Jobs timed off the top of each growth backlog.
+    #[arg(long, default_value_t = 20_000, value_parser = parse_jobs)]
+    pub growth_drained: usize,
+    /// Endpoints subscribed to `order.placed` in each growth placement row.
+    #[arg(long, value_delimiter = ',', default_value = "1,100,1000", value_parser = parse_endpoint_count)]
+    pub growth_endpoints: Vec<usize>,
+    /// Done jobs in the archive for the growth latency row.
+    #[arg(long, default_value_t = 1_000_000, value_parser = parse_jobs)]
+    pub growth_archive: usize,
+    /// Write an SVG plot of the growth rows and the open-loop runs' p99 here.
+    #[arg(long, value_name = "PATH")]
+    pub plot: Option<std::path::PathBuf>,
 }
 
 /// What the drained jobs do.
@@ -171,6 +195,17 @@ impl BenchArgs {
             .unwrap_or_else(|| self.concurrency.div_ceil(batch.max(1)).min(64))
             .max(1)
     }
+}
+
+fn parse_endpoint_count(raw: &str) -> Result<usize, String> {
+    let n: usize = raw
+        .trim()
+        .parse()
+        .map_err(|_| "expected a whole number of endpoints".to_owned())?;
+    if !(1..=10_000).contains(&n) {
+        return Err("must be between 1 and 10000".into());
+    }
+    Ok(n)
 }
 
 fn parse_jobs(raw: &str) -> Result<usize, String> {
@@ -366,6 +401,18 @@ pub async fn run(args: BenchArgs) -> anyhow::Result<()> {
                     .context("measuring latency under API load")?,
             );
         }
+    }
+    if args.growth {
+        report.growth = Some(
+            growth::measure(&scratch.url, &args)
+                .await
+                .context("the growth rows")?,
+        );
+    }
+    if let Some(path) = &args.plot {
+        plot::write(path, &report)
+            .with_context(|| format!("writing the plot {}", path.display()))?;
+        eprintln!("bench: plot written to {}", path.display());
     }
     println!("{}", report.table());
     println!("{}", serde_json::to_string(&report.json())?);

@@ -7,6 +7,13 @@
 //!
 //! A closed loop (the saturation run) slows down with the server and so
 //! never sees a queue build; an open loop keeps arriving.
+//!
+//! The generator runs on a runtime of its own, on its own thread: on the
+//! bench's shared runtime the relay's and the API's tasks could hold it back,
+//! and a late generator sends bursts the schedule never asked for. Each run
+//! records how late its sends were (scheduled slot to actual send), and the
+//! checkpoints and autovacuum passes over `jobs` during it, so that a run
+//! with a bad p99 says which of them came with it.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -20,6 +27,7 @@ use super::depth::{self, DepthProbe, DepthSample, DepthSummary};
 use super::latency::RecordingRelay;
 use super::orders::{self, ApiUnderTest};
 use super::report::Latency;
+use super::stats::{self, Background};
 use outbox_relay::relay::RelaySettings;
 
 /// A request sent this long after its slot counts as late: the generator
@@ -58,6 +66,14 @@ pub struct OpenLoopRun {
     pub enqueue_to_start: Latency,
     pub depth: Vec<DepthSample>,
     pub depth_summary: Option<DepthSummary>,
+    /// Which `--repeat` run of this rate (from 1).
+    pub round: usize,
+    /// How late each request was sent after its slot: the generator's own
+    /// lag, not the system's (enqueue-to-start counts from `created_at`,
+    /// which a late send moves too, so a lagging generator shows here).
+    pub send_lateness: Latency,
+    /// Checkpoints and autovacuum passes over `jobs` during the run.
+    pub background: Background,
 }
 
 impl OpenLoopRun {
@@ -82,20 +98,28 @@ pub async fn measure_all(
             eprintln!("  open loop at {requested} skipped: no saturation run (--api-clients 0)");
             continue;
         };
-        let run = measure(url, args, requested, target).await?;
-        eprintln!(
-            "  open loop at {requested} ({target:.0} orders/s): {:.0} orders/s placed, \
-             enqueue-to-start p50 {:.2} ms p99 {:.2} ms, depth {}",
-            run.achieved_per_second(),
-            run.enqueue_to_start.p50_ms,
-            run.enqueue_to_start.p99_ms,
-            match &run.depth_summary {
-                Some(d) if d.bounded => format!("bounded (max {})", d.max),
-                Some(d) => format!("growing {:.0} jobs/s (max {})", d.growth_per_second, d.max),
-                None => "-".to_owned(),
-            }
-        );
-        runs.push(run);
+        for round in 1..=args.repeat {
+            let run = measure(url, args, requested, target, round).await?;
+            eprintln!(
+                "  open loop at {requested} ({target:.0} orders/s), run {round} of {}: {:.0} orders/s placed, \
+             enqueue-to-start p50 {:.2} ms p99 {:.2} ms, depth {}, sends late p99 {:.2} ms max {:.2} ms, \
+             {} checkpoints, {} autovacuums of jobs",
+                args.repeat,
+                run.achieved_per_second(),
+                run.enqueue_to_start.p50_ms,
+                run.enqueue_to_start.p99_ms,
+                match &run.depth_summary {
+                    Some(d) if d.bounded => format!("bounded (max {})", d.max),
+                    Some(d) => format!("growing {:.0} jobs/s (max {})", d.growth_per_second, d.max),
+                    None => "-".to_owned(),
+                },
+                run.send_lateness.p99_ms,
+                run.send_lateness.max_ms,
+                run.background.checkpoints,
+                run.background.jobs_autovacuums,
+            );
+            runs.push(run);
+        }
     }
     Ok(runs)
 }
@@ -105,6 +129,7 @@ async fn measure(
     args: &BenchArgs,
     requested: ArrivalRate,
     target: f64,
+    round: usize,
 ) -> anyhow::Result<OpenLoopRun> {
     orders::truncate(url).await?;
     super::latency::reset(url).await?;
@@ -128,24 +153,34 @@ async fn measure(
         outbox_relay::api::ApiAuth::Keys,
     )
     .await?;
-    let client = orders::load_client(64, api.api_key.as_deref())?;
     let endpoint = api.endpoint();
-    // Warm-up: connections, prepared plans, the pools; its jobs drained and
-    // left out by their created_at.
-    orders::load(&client, &endpoint, 4, Duration::from_millis(300)).await;
+    let mut generator = Generator::spawn(
+        endpoint,
+        api.api_key.clone(),
+        target,
+        args.open_loop_duration,
+    )?;
+    // Warm-up (in the generator): connections, prepared plans, the pools;
+    // its jobs drained and left out by their created_at.
+    generator.warmed().await?;
     anyhow::ensure!(
         wait_until_drained(url, Duration::from_secs(10)).await?,
         "the relay did not drain the warm-up's jobs in 10 s"
     );
 
+    let background_before = background(url).await?;
     let window_start = chrono::Utc::now();
-    let started = Instant::now();
+    let (started, finished) = generator.go().await?;
     let probe = DepthProbe::start(url, started);
-    let schedule =
-        Schedule::run(&client, &endpoint, target, args.open_loop_duration, started).await;
+    // The depth is sampled while the schedule runs, not through the answers'
+    // grace after it.
+    tokio::time::sleep_until((started + args.open_loop_duration).into()).await;
     let depth = probe.finish().await?;
-    let answers = schedule.answers(started + args.open_loop_duration).await;
+    let answers = finished
+        .await
+        .map_err(|_| anyhow::anyhow!("the load generator's thread ended early"))??;
     api.stop().await?;
+    let background_after = background(url).await?;
 
     // Jobs left unstarted are counted below; their waits are not known.
     let drained = wait_until_drained(url, DRAIN_LIMIT).await;
@@ -172,7 +207,100 @@ async fn measure(
         enqueue_to_start: Latency::from_sorted_micros(&waits),
         depth_summary: depth::summarize(&depth, job_rate),
         depth,
+        round,
+        send_lateness: answers.lateness,
+        background: background_after.since(background_before),
     })
+}
+
+/// The checkpoint and autovacuum counters now.
+async fn background(url: &str) -> anyhow::Result<Background> {
+    let url = url.to_owned();
+    tokio::task::spawn_blocking(move || -> anyhow::Result<Background> {
+        let mut conn = PgConnection::establish(&url)?;
+        Ok(stats::background(&mut conn)?)
+    })
+    .await?
+}
+
+/// The load generator on a thread and a single-threaded runtime of its own,
+/// with its own HTTP client (a client's connections belong to the runtime
+/// that opened them).
+struct Generator {
+    warmed: tokio::sync::oneshot::Receiver<anyhow::Result<()>>,
+    go: tokio::sync::oneshot::Sender<()>,
+    started: tokio::sync::oneshot::Receiver<Instant>,
+    answers: tokio::sync::oneshot::Receiver<anyhow::Result<Answers>>,
+}
+
+impl Generator {
+    fn spawn(
+        endpoint: String,
+        api_key: Option<String>,
+        rate: f64,
+        duration: Duration,
+    ) -> anyhow::Result<Generator> {
+        let (warmed_tx, warmed) = tokio::sync::oneshot::channel();
+        let (go, go_rx) = tokio::sync::oneshot::channel::<()>();
+        let (started_tx, started) = tokio::sync::oneshot::channel();
+        let (answers_tx, answers) = tokio::sync::oneshot::channel();
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()?;
+        std::thread::Builder::new()
+            .name("bench-open-loop-generator".to_owned())
+            .spawn(move || {
+                runtime.block_on(async move {
+                    let client = match orders::load_client(64, api_key.as_deref()) {
+                        Ok(client) => client,
+                        Err(error) => {
+                            let _ = warmed_tx.send(Err(error));
+                            return;
+                        }
+                    };
+                    orders::load(&client, &endpoint, 4, Duration::from_millis(300)).await;
+                    let _ = warmed_tx.send(Ok(()));
+                    if go_rx.await.is_err() {
+                        return;
+                    }
+                    let started = Instant::now();
+                    let _ = started_tx.send(started);
+                    let schedule = Schedule::run(&client, &endpoint, rate, duration, started).await;
+                    let answers = schedule.answers(started + duration).await;
+                    let _ = answers_tx.send(Ok(answers));
+                });
+            })?;
+        Ok(Generator {
+            warmed,
+            go,
+            started,
+            answers,
+        })
+    }
+
+    /// Once the warm-up's requests were answered.
+    async fn warmed(&mut self) -> anyhow::Result<()> {
+        (&mut self.warmed)
+            .await
+            .map_err(|_| anyhow::anyhow!("the load generator's thread ended early"))?
+    }
+
+    /// Starts the schedule; its start instant, and its answers to come.
+    async fn go(
+        self,
+    ) -> anyhow::Result<(
+        Instant,
+        tokio::sync::oneshot::Receiver<anyhow::Result<Answers>>,
+    )> {
+        self.go
+            .send(())
+            .map_err(|()| anyhow::anyhow!("the load generator's thread ended early"))?;
+        let started = self
+            .started
+            .await
+            .map_err(|_| anyhow::anyhow!("the load generator's thread ended early"))?;
+        Ok((started, self.answers))
+    }
 }
 
 /// The requests of one run, sent on schedule.
@@ -182,6 +310,8 @@ struct Schedule {
     sent: u64,
     refused: u64,
     late_sends: u64,
+    /// Microseconds from each slot to its send.
+    lateness: Vec<u64>,
 }
 
 /// How one request ended, and when.
@@ -200,6 +330,7 @@ struct Answers {
     late_sends: u64,
     unanswered: u64,
     latency: Latency,
+    lateness: Latency,
 }
 
 impl Schedule {
@@ -220,6 +351,7 @@ impl Schedule {
             sent: 0,
             refused: 0,
             late_sends: 0,
+            lateness: Vec::with_capacity(usize::try_from(total).unwrap_or(0)),
         };
         for i in 0..total {
             let slot = started + Duration::from_secs_f64(i as f64 / rate);
@@ -228,9 +360,13 @@ impl Schedule {
             if slot > Instant::now() {
                 tokio::time::sleep_until(slot.into()).await;
             }
-            if Instant::now().saturating_duration_since(slot) > LATE {
+            let late = Instant::now().saturating_duration_since(slot);
+            if late > LATE {
                 schedule.late_sends += 1;
             }
+            schedule
+                .lateness
+                .push(u64::try_from(late.as_micros()).unwrap_or(u64::MAX));
             while let Some(done) = schedule.tasks.try_join_next() {
                 schedule.answered.extend(done.ok());
             }
@@ -273,6 +409,8 @@ impl Schedule {
         let mut micros: Vec<u64> = placed.iter().map(|a| a.micros).collect();
         micros.sort_unstable();
         let placed_count = placed.len() as u64;
+        let mut lateness = std::mem::take(&mut self.lateness);
+        lateness.sort_unstable();
         Answers {
             sent: self.sent,
             placed_in_time: placed.iter().filter(|a| a.at <= end).count() as u64,
@@ -281,6 +419,7 @@ impl Schedule {
             late_sends: self.late_sends,
             unanswered,
             latency: Latency::from_sorted_micros(&micros),
+            lateness: Latency::from_sorted_micros(&lateness),
         }
     }
 }

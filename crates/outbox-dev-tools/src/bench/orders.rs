@@ -2,6 +2,11 @@
 //! same inserts (order, two items, its event, three jobs) in one transaction
 //! per order, with as many clients, on the same database, and no NOTIFY at
 //! all: the ceiling is the writes alone, whatever way the API wakes the relay.
+//!
+//! pgbench's own figure moves a lot from one minute to the next on a shared
+//! machine, so it runs three times in the same window as the API's runs:
+//! before them, between the plain and the half-open run, and after the
+//! last; the API is set against pgbench's median, with its spread.
 
 use std::process::Command;
 use std::sync::Arc;
@@ -31,8 +36,11 @@ pub struct Placement {
     /// What API keys cost placement: the same load against a server with
     /// keys and one with `API_AUTH=none`, in alternating slices.
     pub auth_cost: super::auth_cost::AuthCost,
-    /// `None` when pgbench is not installed.
+    /// The median of [`Self::pgbench_runs`]; `None` when pgbench is not
+    /// installed.
     pub pgbench_orders_per_second: Option<f64>,
+    /// pgbench's orders per second before, between and after the API runs.
+    pub pgbench_runs: Vec<f64>,
     /// WAL bytes per order of the API run and of the pgbench run.
     pub api_wal_bytes_per_order: Option<f64>,
     pub pgbench_wal_bytes_per_order: Option<f64>,
@@ -92,10 +100,13 @@ pub async fn measure(url: &str, args: &BenchArgs) -> anyhow::Result<Placement> {
     let client = load_client(clients, api.api_key.as_deref())?;
     // Warm-up: connections, prepared plans, the pool.
     load(&client, &endpoint, clients, Duration::from_millis(500)).await;
+    let mut pgbench = PgbenchRuns::default();
+    pgbench.run(url, clients, duration, "before").await?;
     truncate(url).await?;
     let wal_before = wal_mark(url).await?;
     let unloaded = load(&client, &endpoint, clients, duration).await;
     let api_wal = wal_per_order(url, &wal_before).await?;
+    pgbench.run(url, clients, duration, "between").await?;
     let half_open = if half_open > 0 {
         let held = hold_half_open(app_addr, half_open).await?;
         truncate(url).await?;
@@ -112,21 +123,7 @@ pub async fn measure(url: &str, args: &BenchArgs) -> anyhow::Result<Placement> {
     };
     let auth_cost = super::auth_cost::measure(url, &api, &client, clients, duration).await?;
     api.stop().await?;
-
-    truncate(url).await?;
-    let wal_before = wal_mark(url).await?;
-    let pgbench = tokio::task::spawn_blocking({
-        let url = url.to_owned();
-        move || pgbench(&url, clients, duration)
-    })
-    .await?;
-    let (pgbench, pgbench_wal) = match pgbench {
-        Ok(rate) => (Some(rate), wal_per_order(url, &wal_before).await?),
-        Err(error) => {
-            eprintln!("  pgbench ceiling skipped: {error:#}");
-            (None, None)
-        }
-    };
+    pgbench.run(url, clients, duration, "after").await?;
     Ok(Placement {
         clients,
         api_orders_per_second: unloaded.rate(),
@@ -134,10 +131,73 @@ pub async fn measure(url: &str, args: &BenchArgs) -> anyhow::Result<Placement> {
         api_latency: unloaded.latency(),
         half_open,
         auth_cost,
-        pgbench_orders_per_second: pgbench,
+        pgbench_orders_per_second: pgbench.median(),
+        pgbench_runs: pgbench.rates,
         api_wal_bytes_per_order: api_wal,
-        pgbench_wal_bytes_per_order: pgbench_wal,
+        pgbench_wal_bytes_per_order: pgbench.wal_bytes_per_order,
     })
+}
+
+/// pgbench's runs of one placement measurement.
+#[derive(Default)]
+struct PgbenchRuns {
+    rates: Vec<f64>,
+    /// From the first run that measured it.
+    wal_bytes_per_order: Option<f64>,
+    /// pgbench failed (not installed, say): said once, not tried again.
+    skipped: bool,
+}
+
+impl PgbenchRuns {
+    /// One run on an emptied database; `when` names it in the progress line.
+    async fn run(
+        &mut self,
+        url: &str,
+        clients: usize,
+        duration: Duration,
+        when: &str,
+    ) -> anyhow::Result<()> {
+        if self.skipped {
+            return Ok(());
+        }
+        truncate(url).await?;
+        let wal_before = wal_mark(url).await?;
+        let rate = tokio::task::spawn_blocking({
+            let url = url.to_owned();
+            move || pgbench(&url, clients, duration)
+        })
+        .await?;
+        match rate {
+            Ok(rate) => {
+                eprintln!("  pgbench {when} the API runs: {rate:.0} orders/s");
+                self.rates.push(rate);
+                if self.wal_bytes_per_order.is_none() {
+                    self.wal_bytes_per_order = wal_per_order(url, &wal_before).await?;
+                }
+            }
+            Err(error) => {
+                eprintln!("  pgbench ceiling skipped: {error:#}");
+                self.skipped = true;
+            }
+        }
+        Ok(())
+    }
+
+    fn median(&self) -> Option<f64> {
+        median(&self.rates)
+    }
+}
+
+/// The median of `values` (the mean of the middle two for an even count).
+pub(super) fn median(values: &[f64]) -> Option<f64> {
+    let mut sorted = values.to_vec();
+    sorted.sort_by(f64::total_cmp);
+    let n = sorted.len();
+    match n {
+        0 => None,
+        _ if n % 2 == 1 => Some(sorted[n / 2]),
+        _ => Some((sorted[n / 2 - 1] + sorted[n / 2]) / 2.0),
+    }
 }
 
 /// The WAL position now.
@@ -318,7 +378,7 @@ impl LoadRun {
     pub fn rate(&self) -> f64 {
         self.ok as f64 / self.elapsed.as_secs_f64()
     }
-    fn latency(&self) -> Latency {
+    pub fn latency(&self) -> Latency {
         let mut sorted = self.micros.clone();
         sorted.sort_unstable();
         Latency::from_sorted_micros(&sorted)

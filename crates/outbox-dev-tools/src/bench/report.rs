@@ -136,8 +136,10 @@ pub struct BenchReport {
     /// round, each right after that round's `relay` drain.
     pub baseline: Vec<DrainRun>,
     pub baseline_relay: Option<std::path::PathBuf>,
-    /// `--arrival-rate`: one run per rate, in the order given.
+    /// `--arrival-rate`: `--repeat` runs per rate, in the order given.
     pub open_loop: Vec<super::open_loop::OpenLoopRun>,
+    /// `--growth`.
+    pub growth: Option<super::growth::Growth>,
 }
 
 /// The share of a real job's wall time that a `noop` job, which is nothing
@@ -189,6 +191,7 @@ impl BenchReport {
             baseline: Vec::new(),
             baseline_relay: args.baseline_relay.clone(),
             open_loop: Vec::new(),
+            growth: None,
         }
     }
 

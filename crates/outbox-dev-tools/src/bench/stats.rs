@@ -474,3 +474,69 @@ pub fn db_cost(conn: &mut PgConnection, jobs: usize, marks: &EnqueueMarks) -> Qu
 pub fn finite(x: f64) -> Option<f64> {
     x.is_finite().then_some(x)
 }
+
+/// The server's background work that can stall a run: checkpoints (and the
+/// buffers they wrote) and autovacuum / autoanalyze passes over `jobs`.
+/// Read before and after a run, the difference says whether one ran in it.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Background {
+    pub checkpoints: i64,
+    pub checkpoint_buffers: i64,
+    pub jobs_autovacuums: i64,
+    pub jobs_autoanalyzes: i64,
+}
+
+impl Background {
+    /// What happened between `before` and `self`.
+    pub fn since(self, before: Background) -> Background {
+        Background {
+            checkpoints: self.checkpoints - before.checkpoints,
+            checkpoint_buffers: self.checkpoint_buffers - before.checkpoint_buffers,
+            jobs_autovacuums: self.jobs_autovacuums - before.jobs_autovacuums,
+            jobs_autoanalyzes: self.jobs_autoanalyzes - before.jobs_autoanalyzes,
+        }
+    }
+}
+
+/// The counters now. PostgreSQL 17 moved the checkpoint counters from
+/// `pg_stat_bgwriter` to `pg_stat_checkpointer`; whichever exists is read.
+pub fn background(conn: &mut PgConnection) -> QueryResult<Background> {
+    #[derive(QueryableByName)]
+    struct Has {
+        #[diesel(sql_type = Bool)]
+        has: bool,
+    }
+    #[derive(QueryableByName)]
+    struct Row {
+        #[diesel(sql_type = BigInt)]
+        checkpoints: i64,
+        #[diesel(sql_type = BigInt)]
+        checkpoint_buffers: i64,
+        #[diesel(sql_type = BigInt)]
+        autovacuums: i64,
+        #[diesel(sql_type = BigInt)]
+        autoanalyzes: i64,
+    }
+    let checkpointer: Has = diesel::sql_query(
+        "SELECT to_regclass('pg_catalog.pg_stat_checkpointer') IS NOT NULL AS has",
+    )
+    .get_result(conn)?;
+    let checkpoints = if checkpointer.has {
+        "SELECT (num_timed + num_requested)::int8 AS c, buffers_written::int8 AS b FROM pg_stat_checkpointer"
+    } else {
+        "SELECT (checkpoints_timed + checkpoints_req)::int8 AS c, buffers_checkpoint::int8 AS b FROM pg_stat_bgwriter"
+    };
+    let row: Row = diesel::sql_query(format!(
+        "SELECT cp.c AS checkpoints, cp.b AS checkpoint_buffers, \
+                coalesce((SELECT autovacuum_count FROM pg_stat_all_tables WHERE relid = 'jobs'::regclass), 0)::int8 AS autovacuums, \
+                coalesce((SELECT autoanalyze_count FROM pg_stat_all_tables WHERE relid = 'jobs'::regclass), 0)::int8 AS autoanalyzes \
+         FROM ({checkpoints}) AS cp"
+    ))
+    .get_result(conn)?;
+    Ok(Background {
+        checkpoints: row.checkpoints,
+        checkpoint_buffers: row.checkpoint_buffers,
+        jobs_autovacuums: row.autovacuums,
+        jobs_autoanalyzes: row.autoanalyzes,
+    })
+}

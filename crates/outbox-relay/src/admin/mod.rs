@@ -100,6 +100,7 @@ pub(crate) fn routes(db: Db, settings: Option<&AdminSettings>) -> Router {
         .route("/jobs", get(pages::jobs))
         .route("/jobs/preview", post(actions::preview))
         .route("/jobs/act", post(actions::act))
+        .route("/jobs/{id}", get(pages::job))
         .route("/orders", get(pages::find_order))
         .route("/orders/{id}", get(pages::order))
         .route("/endpoints", get(pages::endpoints))

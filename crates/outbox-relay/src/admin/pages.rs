@@ -1,4 +1,5 @@
-//! The pages: login, overview, jobs, an order's timeline, the endpoints and
+//! The pages: login, overview, jobs, one job (its parents and children), an
+//! order's timeline, the endpoints and
 //! their attempts, the inbox, the audit log.
 //!
 //! Each page has a file of its own; this one holds what they share (the
@@ -6,6 +7,7 @@
 
 mod endpoints;
 mod inbox;
+mod job;
 mod jobs;
 mod login;
 mod order;
@@ -26,6 +28,7 @@ use super::{AdminState, Nonce};
 
 pub(super) use endpoints::{endpoint, endpoints};
 pub(super) use inbox::inbox;
+pub(super) use job::job;
 pub(super) use jobs::jobs;
 pub(super) use login::{login, login_form, logout};
 pub(super) use order::{find_order, order};

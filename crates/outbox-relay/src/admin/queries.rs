@@ -404,6 +404,17 @@ pub(super) struct Timeline {
     pub events: Vec<crate::orders::OrderEvent>,
     pub jobs: Vec<AdminJob>,
     pub receipt: Option<ReceiptInfo>,
+    /// The order's jobs that wait for parents, and the parents they wait for.
+    pub waiting: Vec<WaitingJob>,
+}
+
+/// A job that waits for parents (`waiting_on`).
+#[derive(Debug, Clone, QueryableByName)]
+pub(super) struct WaitingJob {
+    #[diesel(sql_type = BigInt)]
+    pub id: i64,
+    #[diesel(sql_type = Array<BigInt>)]
+    pub waiting_on: Vec<i64>,
 }
 
 pub(super) fn timeline(
@@ -426,11 +437,81 @@ pub(super) fn timeline(
             .bind::<BigInt, _>(order_id)
             .get_result(conn)
             .optional()?;
+        let waiting = diesel::sql_query(include_str!("sql/order_waiting.sql"))
+            .bind::<BigInt, _>(order_id)
+            .load(conn)?;
         Ok(Some(Timeline {
             order,
             events,
             jobs,
             receipt,
+            waiting,
         }))
+    })
+}
+
+/// One job and its dependency columns, for its page.
+#[derive(Debug, Clone, QueryableByName)]
+pub(super) struct JobDetail {
+    #[diesel(embed)]
+    pub job: AdminJob,
+    /// Parents not yet done (`run` dependents drop failed ones too).
+    #[diesel(sql_type = Array<BigInt>)]
+    pub waiting_on: Vec<i64>,
+    /// Every parent the job was enqueued with.
+    #[diesel(sql_type = Nullable<Array<BigInt>>)]
+    pub depends_on: Option<Vec<i64>>,
+    #[diesel(sql_type = Nullable<Text>)]
+    pub dependency_policy: Option<String>,
+    /// Parents that did not finish `done`, which a `run` job went without.
+    #[diesel(sql_type = Nullable<Array<BigInt>>)]
+    pub unfinished_parents: Option<Vec<i64>>,
+}
+
+/// A parent or a child of a job.
+#[derive(Debug, Clone, QueryableByName, Serialize)]
+pub(super) struct Relative {
+    /// `parent` or `child`.
+    #[diesel(sql_type = Text)]
+    pub relation: String,
+    #[diesel(sql_type = BigInt)]
+    pub id: i64,
+    #[diesel(sql_type = Text)]
+    pub kind: String,
+    #[diesel(sql_type = Text)]
+    pub status: String,
+    #[diesel(sql_type = Nullable<BigInt>)]
+    pub order_id: Option<i64>,
+    /// A parent the job still waits for; a child still waiting for the job.
+    #[diesel(sql_type = Bool)]
+    pub waiting: bool,
+}
+
+/// Children a job page lists at most.
+pub(super) const CHILDREN_SHOWN: i64 = 200;
+
+/// A job, its parents and its children; `None` when no job has the id.
+pub(super) fn job_detail(
+    conn: &mut PgConnection,
+    timeout: Duration,
+    id: i64,
+    hide_payload: bool,
+) -> QueryResult<Option<(JobDetail, Vec<Relative>)>> {
+    read(conn, timeout, |conn| {
+        let Some(detail) = diesel::sql_query(include_str!("sql/job_by_id.sql"))
+            .bind::<BigInt, _>(id)
+            .bind::<Bool, _>(hide_payload)
+            .get_result::<JobDetail>(conn)
+            .optional()?
+        else {
+            return Ok(None);
+        };
+        let relatives = diesel::sql_query(include_str!("sql/job_relatives.sql"))
+            .bind::<BigInt, _>(id)
+            .bind::<Array<BigInt>, _>(detail.depends_on.clone().unwrap_or_default())
+            .bind::<BigInt, _>(CHILDREN_SHOWN)
+            .bind::<Array<BigInt>, _>(&detail.waiting_on)
+            .load(conn)?;
+        Ok(Some((detail, relatives)))
     })
 }

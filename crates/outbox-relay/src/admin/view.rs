@@ -32,6 +32,10 @@ const TEMPLATES: &[(&str, &str)] = &[
         include_str!("../../../../templates/admin/job_row.html"),
     ),
     (
+        "job.html",
+        include_str!("../../../../templates/admin/job.html"),
+    ),
+    (
         "preview.html",
         include_str!("../../../../templates/admin/preview.html"),
     ),

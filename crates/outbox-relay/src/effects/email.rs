@@ -40,6 +40,16 @@ use crate::orders::{Order, OrderId};
 pub const SMTP_COMMAND_TIMEOUT: Duration = Duration::from_secs(30);
 /// For one whole send, including waiting for a pooled connection.
 pub const SMTP_SEND_DEADLINE: Duration = Duration::from_secs(120);
+/// The largest receipt PDF an email carries (2 MiB, about 2.7 MiB once
+/// base64-encoded): larger ones stay behind the signed link, so that a
+/// confirmation stays well under the message size limits mail servers
+/// commonly set.
+pub const MAX_RECEIPT_ATTACHMENT_BYTES: usize = 2 * 1024 * 1024;
+
+/// The file name a receipt is attached under.
+pub fn receipt_file_name(order_id: OrderId) -> String {
+    format!("receipt-{order_id}.pdf")
+}
 
 /// Which email an event sends: the template's name and the subject.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -189,7 +199,23 @@ impl Mailer {
         kind: EmailKind,
         details: &serde_json::Value,
     ) -> Result<(), EffectError> {
-        let message = self.compose(job_id, order, kind, details)?;
+        self.send_with_receipt(job_id, order, kind, details, None)
+            .await
+    }
+
+    /// [`Mailer::send`], with the order's receipt PDF attached as
+    /// `receipt-<order id>.pdf` when `receipt` is some (the message is then
+    /// `multipart/mixed`: the text and HTML alternative, then the PDF). The
+    /// receipt link is in the body either way.
+    pub async fn send_with_receipt(
+        &self,
+        job_id: i64,
+        order: &Order,
+        kind: EmailKind,
+        details: &serde_json::Value,
+        receipt: Option<Vec<u8>>,
+    ) -> Result<(), EffectError> {
+        let message = self.compose(job_id, order, kind, details, receipt)?;
         match tokio::time::timeout(SMTP_SEND_DEADLINE, self.transport.send(message)).await {
             Ok(Ok(_)) => Ok(()),
             Ok(Err(e)) => Err(self.classify(&e)),

@@ -5,6 +5,17 @@ use outbox_core::worker::EffectError;
 use crate::db::{PgPool, run_blocking};
 use crate::orders::{Order, OrderEvent, OrderId, load_event, load_order};
 
+/// An order's stored receipt as an email may carry it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum StoredReceipt {
+    /// The PDF, no larger than the bound asked for.
+    Pdf(Vec<u8>),
+    /// A PDF of this many bytes, over the bound: left in the database.
+    TooLarge(i64),
+    /// No `receipts` row: the receipt job failed, or has not run.
+    Missing,
+}
+
 /// The span an order job's worker runs in, inside the relay's `job` span, so
 /// that its log lines name the order.
 pub(crate) fn order_span(order_id: OrderId) -> tracing::Span {
@@ -46,5 +57,45 @@ impl OrderLoader {
             .map_err(|e| EffectError::retryable(format!("loading event {event_id}: {e}")))?
             .map(Some)
             .ok_or_else(|| EffectError::permanent(format!("event {event_id} no longer exists")))
+    }
+
+    /// The order's receipt from `receipts`, its bytes only when they are at
+    /// most `max_bytes`: the size is read first, so a PDF too large to mail
+    /// never leaves the database.
+    pub(crate) async fn receipt(
+        &self,
+        order_id: OrderId,
+        max_bytes: i64,
+    ) -> Result<StoredReceipt, EffectError> {
+        use diesel::prelude::*;
+        use diesel::sql_types::{BigInt, Bytea, Nullable};
+
+        #[derive(QueryableByName)]
+        struct Row {
+            #[diesel(sql_type = BigInt)]
+            size: i64,
+            #[diesel(sql_type = Nullable<Bytea>)]
+            pdf: Option<Vec<u8>>,
+        }
+        let row = run_blocking(&self.pool, move |conn| {
+            Ok(diesel::sql_query(
+                "SELECT octet_length(pdf)::bigint AS size, \
+                        CASE WHEN octet_length(pdf) <= $2 THEN pdf END AS pdf \
+                 FROM receipts WHERE order_id = $1",
+            )
+            .bind::<BigInt, _>(order_id)
+            .bind::<BigInt, _>(max_bytes)
+            .get_result::<Row>(conn)
+            .optional()?)
+        })
+        .await
+        .map_err(|e| {
+            EffectError::retryable(format!("loading the receipt of order {order_id}: {e}"))
+        })?;
+        Ok(match row {
+            None => StoredReceipt::Missing,
+            Some(Row { pdf: Some(pdf), .. }) => StoredReceipt::Pdf(pdf),
+            Some(Row { size, pdf: None }) => StoredReceipt::TooLarge(size),
+        })
     }
 }

@@ -7,13 +7,14 @@ use outbox_core::worker::{EffectError, EffectResult, JobContext, Worker, Workers
 use tracing::Instrument as _;
 
 use super::delivery::{EndpointNoticeWorker, WebhookWorker};
-use super::email::{EmailKind, Mailer};
+use super::email::{EmailKind, MAX_RECEIPT_ATTACHMENT_BYTES, Mailer};
 use super::jobs::{EndpointNotice, Noop};
 use super::nats::{NatsConnections, PublishWorker};
-use super::order_loader::{OrderLoader, order_span};
+use super::order_loader::{OrderLoader, StoredReceipt, order_span};
 use super::receipt::{self, ReceiptSettings};
 use super::webhook::WebhookSender;
 use crate::db::PgPool;
+use crate::orders::OrderId;
 use crate::orders::jobs::{ConfirmationEmail, OrderPublish, OrderWebhook, ReceiptPdf};
 
 /// The registry of the service's workers. `mailer` and `webhook` are `None`
@@ -94,8 +95,52 @@ impl EmailWorker {
                 event.data.clone(),
             ),
         };
-        mailer.send(ctx.id(), &order, kind, &details).await?;
+        let receipt = match kind {
+            EmailKind::Confirmation => self.receipt(args.order_id, &ctx).await?,
+            _ => None,
+        };
+        mailer
+            .send_with_receipt(ctx.id(), &order, kind, &details, receipt)
+            .await?;
         Ok(None)
+    }
+
+    /// The receipt the confirmation carries, if it has one to carry. The
+    /// confirmation waits for the receipt job with policy `run`: when that
+    /// job failed, or the PDF is too large to mail, the email goes without
+    /// it and the signed link in its body is the way to the receipt.
+    async fn receipt(
+        &self,
+        order_id: OrderId,
+        ctx: &JobContext,
+    ) -> Result<Option<Vec<u8>>, EffectError> {
+        if let Some(parent) = ctx.unfinished_parents().first() {
+            tracing::warn!(
+                receipt_job = parent,
+                "the receipt job did not finish; the confirmation goes without the attachment, with the link"
+            );
+            return Ok(None);
+        }
+        let max = i64::try_from(MAX_RECEIPT_ATTACHMENT_BYTES).unwrap_or(i64::MAX);
+        match self.orders.receipt(order_id, max).await? {
+            StoredReceipt::Pdf(pdf) => Ok(Some(pdf)),
+            StoredReceipt::TooLarge(bytes) => {
+                tracing::warn!(
+                    bytes,
+                    max_bytes = MAX_RECEIPT_ATTACHMENT_BYTES,
+                    "the receipt is larger than an email may carry; the confirmation goes with the link only"
+                );
+                Ok(None)
+            }
+            StoredReceipt::Missing => {
+                // A confirmation queued without the dependency (before it
+                // existed), or one whose receipt has no row for another reason.
+                tracing::warn!(
+                    "the order has no stored receipt; the confirmation goes with the link only"
+                );
+                Ok(None)
+            }
+        }
     }
 }
 

@@ -192,11 +192,25 @@ pub(super) fn event_email(
     max_attempts: i32,
     keys: KeyAge,
 ) -> QueryResult<NewJob> {
+    event_email_with(
+        order_id,
+        event_id,
+        keys.options(max_attempts, email_key(order_id.get())),
+    )
+}
+
+/// The email about one event with `options` as the caller set them (the
+/// placement's confirmation also waits for the receipt it attaches).
+pub(super) fn event_email_with(
+    order_id: OrderId,
+    event_id: i64,
+    options: JobOptions,
+) -> QueryResult<NewJob> {
     new_job(
         &ConfirmationEmail {
             order_id,
             event_id: Some(event_id),
         },
-        &keys.options(max_attempts, email_key(order_id.get())),
+        &options,
     )
 }

@@ -8,13 +8,18 @@ use sha2::{Digest, Sha256};
 use chrono::{DateTime, Utc};
 
 use super::domain::NewOrder;
-use super::events::{KeyAge, RecordedEvent, event_email};
+use super::email_key;
+use super::events::{KeyAge, RecordedEvent, event_email_with};
 use super::idempotency::{Cause, IdempotencyKey};
 use super::jobs::{ReceiptPdf, new_job};
 use super::read::{Order, OrderEvent, OrderItem, OrderJob};
 use super::{OrderId, OrderStatus};
-use crate::outbox::{Enqueuer, JobOptions, JobStatus};
+use crate::outbox::{DependencyPolicy, Enqueuer, JobOptions, JobStatus, Parent};
 use crate::schema::orders;
+
+/// Where the receipt job sits among a placement's jobs: the confirmation
+/// email, at index 0, names it as its parent.
+const RECEIPT_INDEX: usize = 1;
 
 /// What `place_order` did.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -190,8 +195,15 @@ pub fn place_order_by(
 
         span.record("order_id", order_id.get());
         let event_id = event.event_id;
+        // The confirmation carries the receipt, so it waits for the receipt
+        // job (the next of this batch); policy `run`: a receipt that failed
+        // must not hold the confirmation, which then goes with the link only.
+        let confirmation = KeyAge::New
+            .options(max_attempts, email_key(order_id.get()))
+            .depends_on([Parent::InBatch(RECEIPT_INDEX)])
+            .dependency_policy(DependencyPolicy::Run);
         let mut jobs = vec![
-            event_email(order_id, event_id, max_attempts, KeyAge::New)?,
+            event_email_with(order_id, event_id, confirmation)?,
             new_job(
                 &ReceiptPdf {
                     order_id,

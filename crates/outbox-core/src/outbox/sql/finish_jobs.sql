@@ -82,9 +82,7 @@ lockable AS (
 written AS (
     UPDATE jobs AS j
     SET status = l.status,
-        run_after = CASE WHEN l.status = 'pending'
-                         THEN now() + l.delay_ms * interval '1 millisecond'
-                         ELSE j.run_after END,
+        run_after = jobs_run_again_at(l.status, l.delay_ms, j.run_after),
         finished_at = CASE WHEN l.status = 'pending' THEN NULL ELSE now() END,
         last_error = COALESCE(l.error, j.last_error),
         locked_by = CASE WHEN l.status = 'pending' THEN NULL ELSE j.locked_by END,

@@ -20,9 +20,7 @@
 WITH reaped AS (
 UPDATE jobs AS j
 SET status = r.status,
-    run_after = CASE WHEN r.status = 'pending'
-                     THEN now() + r.delay_ms * interval '1 millisecond'
-                     ELSE j.run_after END,
+    run_after = jobs_run_again_at(r.status, r.delay_ms, j.run_after),
     finished_at = CASE WHEN r.status = 'pending' THEN NULL ELSE now() END,
     last_error = r.error,
     locked_by = NULL,

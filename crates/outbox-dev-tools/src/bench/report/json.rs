@@ -75,6 +75,9 @@ impl BenchReport {
                 "api_errors": p.api_errors,
                 "pgbench_orders_per_second": p.pgbench_orders_per_second,
                 "api_over_pgbench": p.pgbench_orders_per_second.map(|c| p.api_orders_per_second / c),
+                "pgbench_runs_orders_per_second": p.pgbench_runs,
+                "pgbench_min_orders_per_second": p.pgbench_runs.iter().copied().reduce(f64::min),
+                "pgbench_max_orders_per_second": p.pgbench_runs.iter().copied().reduce(f64::max),
                 "api_wal_bytes_per_order": p.api_wal_bytes_per_order,
                 "auth_cost": {
                     "with_keys_orders_per_second": p.auth_cost.with_keys_orders_per_second,
@@ -94,6 +97,8 @@ impl BenchReport {
                 })),
             })),
             "open_loop": self.open_loop_json(),
+            "open_loop_worst_p99": self.open_loop_worst_json(),
+            "growth": self.growth.as_ref().map(super::super::growth::Growth::json),
             "real_effects": median(&self.real).map(|real| json!({
                 "run": run(Some(real)),
                 "noop_jobs_per_second": median(&self.relay).map(DrainRun::jobs_per_second),

@@ -37,10 +37,11 @@ impl BenchReport {
              job's created_at (its transaction's start) to the executor starting it; depth = pending \
              + processing every 250 ms, bounded when it grew by under 2% of the jobs' arrival rate \
              from the first third of the run to the last:\n\
-             {:<16} {:>8} {:>8} {:>6} {:>5} {:>8} {:>7} {:>8} {:>8} {:>7} {:>9}  {}\n",
+             {:<16} {:>3} {:>8} {:>8} {:>6} {:>5} {:>8} {:>7} {:>8} {:>8} {:>7} {:>9}  {:<8} {:>9} {:>9} {:>4} {:>4}\n",
             self.concurrency,
             self.batch,
             "rate",
+            "run",
             "target/s",
             "placed/s",
             "errors",
@@ -51,7 +52,11 @@ impl BenchReport {
             "e2s p99",
             "max dep",
             "growth/s",
-            "depth"
+            "depth",
+            "late p99",
+            "late max",
+            "ckpt",
+            "av"
         );
         for run in &self.open_loop {
             let rate = match (run.requested, self.saturation()) {
@@ -67,8 +72,9 @@ impl BenchReport {
                 None => ("-".into(), "-".into(), "-"),
             };
             out.push_str(&format!(
-                "{:<16} {:>8.0} {:>8.0} {:>6} {:>5} {:>8.2} {:>7.0} {:>8.2} {:>8.2} {:>7} {:>9}  {}\n",
+                "{:<16} {:>3} {:>8.0} {:>8.0} {:>6} {:>5} {:>8.2} {:>7.0} {:>8.2} {:>8.2} {:>7} {:>9}  {:<8} {:>9.2} {:>9.2} {:>4} {:>4}\n",
                 rate,
+                run.round,
                 run.target_per_second,
                 run.achieved_per_second(),
                 run.errors + run.unanswered,
@@ -80,6 +86,16 @@ impl BenchReport {
                 max,
                 growth,
                 verdict,
+                run.send_lateness.p99_ms,
+                run.send_lateness.max_ms,
+                run.background.checkpoints,
+                run.background.jobs_autovacuums + run.background.jobs_autoanalyzes,
+            ));
+        }
+        for (rate, worst) in self.worst_open_loop_p99() {
+            out.push_str(&format!(
+                "  {rate}: worst enqueue-to-start p99 of its runs {:.2} ms (run {})\n",
+                worst.enqueue_to_start.p99_ms, worst.round
             ));
         }
         for run in &self.open_loop {
@@ -88,8 +104,9 @@ impl BenchReport {
                 .map(ToString::to_string)
                 .collect();
             out.push_str(&format!(
-                "  {}: depth each second (the most of its samples): {}",
+                "  {} run {}: depth each second (the most of its samples): {}",
                 run.requested,
+                run.round,
                 depths.join(" ")
             ));
             if run.unstarted > 0 {
@@ -104,10 +121,47 @@ impl BenchReport {
         }
         out.push_str(
             "  errors: non-201 answers, failed requests and requests unanswered 5 s after the run; late: \
-             requests sent over 10 ms after their slot (the load generator starved of CPU). POST p99 and \
-             e2s in ms.\n",
+             requests sent over 10 ms after their slot (the load generator, on a thread of its own, starved \
+             of CPU); late p99 / max: each send's delay after its slot, in ms; ckpt: checkpoints during the \
+             run; av: autovacuum and autoanalyze passes over jobs during the run. POST p99 and e2s in ms.\n",
         );
         out
+    }
+
+    /// Per rate, in the order given, its run with the highest
+    /// enqueue-to-start p99 (only rates run more than once).
+    pub(crate) fn worst_open_loop_p99(&self) -> Vec<(String, &OpenLoopRun)> {
+        let mut worst: Vec<(String, &OpenLoopRun, usize)> = Vec::new();
+        for run in &self.open_loop {
+            let rate = run.requested.to_string();
+            match worst.iter_mut().find(|(r, _, _)| *r == rate) {
+                Some(entry) => {
+                    entry.2 += 1;
+                    if run.enqueue_to_start.p99_ms > entry.1.enqueue_to_start.p99_ms {
+                        entry.1 = run;
+                    }
+                }
+                None => worst.push((rate, run, 1)),
+            }
+        }
+        worst
+            .into_iter()
+            .filter(|(_, _, runs)| *runs > 1)
+            .map(|(rate, run, _)| (rate, run))
+            .collect()
+    }
+
+    pub(super) fn open_loop_worst_json(&self) -> serde_json::Value {
+        self.worst_open_loop_p99()
+            .into_iter()
+            .map(|(rate, run)| {
+                json!({
+                    "rate": rate,
+                    "run": run.round,
+                    "enqueue_to_start_p99_ms": finite(run.enqueue_to_start.p99_ms),
+                })
+            })
+            .collect()
     }
 
     pub(super) fn open_loop_json(&self) -> serde_json::Value {
@@ -118,6 +172,18 @@ impl BenchReport {
                 let l = &run.enqueue_to_start;
                 json!({
                     "rate": run.requested.to_string(),
+                    "run": run.round,
+                    "send_lateness_ms": {
+                        "p50": finite(run.send_lateness.p50_ms),
+                        "p99": finite(run.send_lateness.p99_ms),
+                        "max": finite(run.send_lateness.max_ms),
+                    },
+                    "background": {
+                        "checkpoints": run.background.checkpoints,
+                        "checkpoint_buffers": run.background.checkpoint_buffers,
+                        "jobs_autovacuums": run.background.jobs_autovacuums,
+                        "jobs_autoanalyzes": run.background.jobs_autoanalyzes,
+                    },
                     "share_of_saturation": match run.requested {
                         ArrivalRate::Share(share) => Some(share),
                         ArrivalRate::PerSecond(_) => None,

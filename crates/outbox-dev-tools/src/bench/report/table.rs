@@ -236,15 +236,32 @@ impl BenchReport {
                 .pgbench_orders_per_second
                 .map(|c| format!("{:.2}x", p.api_orders_per_second / c))
                 .unwrap_or_else(|| "-".into());
+            let spread = match (
+                p.pgbench_runs.iter().copied().reduce(f64::min),
+                p.pgbench_runs.iter().copied().reduce(f64::max),
+            ) {
+                (Some(min), Some(max)) => format!(
+                    " (median of {} runs before, between and after the API's; spread {min:.0} to {max:.0}, \
+                     API / each run {})",
+                    p.pgbench_runs.len(),
+                    p.pgbench_runs
+                        .iter()
+                        .map(|c| format!("{:.2}x", p.api_orders_per_second / c))
+                        .collect::<Vec<_>>()
+                        .join(", ")
+                ),
+                _ => String::new(),
+            };
             out.push_str(&format!(
                 "\norder placement, saturation (closed loop: {} clients flat out): API {:.0} orders/s ({} errors), \
-                 pgbench with the same inserts and no NOTIFY {} orders/s, ratio {}\n",
+                 pgbench with the same inserts and no NOTIFY {} orders/s{}, ratio {}\n",
                 p.clients,
                 p.api_orders_per_second,
                 p.api_errors,
                 p.pgbench_orders_per_second
                     .map(|c| format!("{c:.0}"))
                     .unwrap_or_else(|| "-".into()),
+                spread,
                 ratio
             ));
             let wal = |w: Option<f64>| w.map(|b| format!("{b:.0}")).unwrap_or_else(|| "-".into());
@@ -284,6 +301,9 @@ impl BenchReport {
             }
         }
         out.push_str(&self.open_loop_lines());
+        if let Some(growth) = &self.growth {
+            out.push_str(&growth.lines());
+        }
         out.push_str(&self.cost_table());
         out.push_str(&self.pinned_lines());
         out.push_str(&self.keyed_lines());

@@ -105,6 +105,13 @@ pub(in crate::admin) async fn order(
         }
     }
     let mut sent = Vec::new();
+    let kind_of = |id: i64| {
+        timeline
+            .jobs
+            .iter()
+            .find(|j| j.id == id)
+            .map_or("job", |j| j.kind.as_str())
+    };
     for job in &timeline.jobs {
         events.push(Event {
             at: time(job.created_at),
@@ -148,6 +155,24 @@ pub(in crate::admin) async fn order(
                 what,
                 job: Some(job.id),
                 tone,
+            });
+        } else if let Some(waiting) = timeline
+            .waiting
+            .iter()
+            .find(|w| w.id == job.id && job.status == "pending")
+        {
+            // Enqueued and not claimable yet: its parents are unfinished.
+            let parents: Vec<String> = waiting
+                .waiting_on
+                .iter()
+                .map(|p| format!("{} #{p}", kind_of(*p)))
+                .collect();
+            events.push(Event {
+                at: time(job.created_at),
+                sort: job.created_at,
+                what: format!("{} waiting for {}", job.kind, parents.join(", ")),
+                job: Some(job.id),
+                tone: "warn",
             });
         } else if job.status == "pending" && job.attempts > 0 {
             events.push(Event {

@@ -1,8 +1,9 @@
 //! How a job's email is written: the embedded templates, the view they
 //! render, the recipient's name and the headers.
 
+use lettre::message::header::ContentType;
 use lettre::message::header::{HeaderName, HeaderValue};
-use lettre::message::{Mailbox, MultiPart};
+use lettre::message::{Attachment, Mailbox, MultiPart};
 use lettre::{Address, Message};
 use minijinja::{Environment, UndefinedBehavior};
 use serde::Serialize;
@@ -54,6 +55,7 @@ impl Mailer {
         order: &Order,
         kind: EmailKind,
         details: &serde_json::Value,
+        receipt: Option<Vec<u8>>,
     ) -> Result<Message, EffectError> {
         let address: Address = order.customer_email.parse().map_err(|e| {
             EffectError::permanent(format!(
@@ -76,6 +78,7 @@ impl Mailer {
         view.carrier = detail("carrier");
         view.tracking_number = detail("tracking_number");
         view.reason = detail("reason");
+        view.receipt_attached = receipt.is_some();
         let render = |name: &str| {
             self.templates
                 .get_template(name)
@@ -98,14 +101,26 @@ impl Mailer {
                 traceparent,
             ));
         }
-        message
-            .multipart(MultiPart::alternative_plain_html(text, html))
-            .map_err(|e| {
-                EffectError::permanent(format!(
-                    "confirmation for order {} cannot be built: {e}",
-                    order.id
-                ))
-            })
+        let body = MultiPart::alternative_plain_html(text, html);
+        let body = match receipt {
+            None => body,
+            // The body first, so a client shows it and lists the PDF under
+            // it; lettre base64-encodes a binary body.
+            Some(pdf) => MultiPart::mixed().multipart(body).singlepart(
+                Attachment::new(super::receipt_file_name(order.id)).body(
+                    pdf,
+                    ContentType::parse("application/pdf").map_err(|e| {
+                        EffectError::permanent(format!("the PDF content type: {e}"))
+                    })?,
+                ),
+            ),
+        };
+        message.multipart(body).map_err(|e| {
+            EffectError::permanent(format!(
+                "confirmation for order {} cannot be built: {e}",
+                order.id
+            ))
+        })
     }
 
     /// `PUBLIC_BASE_URL/orders/{id}/receipt.pdf`, keeping any path prefix of
@@ -154,6 +169,8 @@ struct ConfirmationView {
     tracking_number: Option<String>,
     /// For the cancelled and refunded emails.
     reason: Option<String>,
+    /// Whether the message carries the receipt as `receipt-<order id>.pdf`.
+    receipt_attached: bool,
 }
 
 #[derive(Debug, Serialize)]
@@ -188,6 +205,7 @@ impl ConfirmationView {
             carrier: None,
             tracking_number: None,
             reason: None,
+            receipt_attached: false,
         })
     }
 }

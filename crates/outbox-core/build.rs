@@ -1,0 +1,5 @@
+fn main() {
+    // embed_migrations! reads the folder once; a migration added to it must
+    // rebuild the crate too.
+    println!("cargo:rerun-if-changed=migrations");
+}

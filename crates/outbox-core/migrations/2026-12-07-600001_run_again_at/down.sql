@@ -1,0 +1,1 @@
+DROP FUNCTION jobs_run_again_at(text, bigint, timestamptz);

@@ -1,0 +1,430 @@
+//! `--growth`: what the relay's costs do as the data grows, each row set
+//! against the same measurement on little data, in one run.
+//!
+//! - The drain rate of the first `--growth-drained` jobs off the top of a
+//!   backlog of each `--growth-backlogs` size: a claim takes the front of
+//!   the claim index, so its cost must not grow with what waits behind.
+//! - Placement through the API with each `--growth-endpoints` count of
+//!   webhook endpoints subscribed to `order.placed` (one delivery job each,
+//!   in the order's transaction), with the cost per endpoint from a linear
+//!   fit of the time per order.
+//! - Idle enqueue-to-start latency with `--growth-archive` done jobs in
+//!   `jobs_done` against an empty archive: the claim never reads the
+//!   archive, so the latency must not move.
+//!
+//! The backlogs and the archive are written by one `INSERT ... SELECT
+//! generate_series` each, so a million rows take seconds, not the run.
+
+use std::time::{Duration, Instant};
+
+use anyhow::Context as _;
+use diesel::prelude::*;
+use diesel::sql_types::BigInt;
+use serde_json::json;
+
+use super::BenchArgs;
+use super::latency::{self, RecordingRelay};
+use super::orders::{self, ApiUnderTest};
+use super::report::Latency;
+use super::stats::finite;
+
+/// How long the timed part of one drain may take before the row fails.
+const DRAIN_LIMIT: Duration = Duration::from_secs(600);
+
+#[derive(Debug, Clone)]
+pub struct Growth {
+    pub drains: Vec<BacklogDrain>,
+    pub placements: Vec<FanOutPlacement>,
+    /// Microseconds per order at no endpoint, and per endpoint more, by a
+    /// least-squares line through `placements`; `None` under two points.
+    pub fan_out_fit: Option<LinearFit>,
+    pub archive: Vec<ArchiveLatency>,
+}
+
+/// The drain rate off the top of one backlog.
+#[derive(Debug, Clone)]
+pub struct BacklogDrain {
+    pub backlog: usize,
+    /// Jobs timed: from the first one's finish to the last one's.
+    pub drained: usize,
+    pub jobs_per_second: f64,
+}
+
+/// Placement with `endpoints` endpoints subscribed.
+#[derive(Debug, Clone)]
+pub struct FanOutPlacement {
+    pub endpoints: usize,
+    pub orders_per_second: f64,
+    pub errors: u64,
+    pub latency: Latency,
+}
+
+impl FanOutPlacement {
+    /// Wall time per order at saturation, across all clients.
+    pub fn micros_per_order(&self) -> f64 {
+        1e6 / self.orders_per_second.max(f64::MIN_POSITIVE)
+    }
+}
+
+#[derive(Debug, Clone, Copy)]
+pub struct LinearFit {
+    pub intercept: f64,
+    pub slope: f64,
+}
+
+/// y = intercept + slope x through `points`, by least squares.
+pub fn linear_fit(points: &[(f64, f64)]) -> Option<LinearFit> {
+    let n = points.len() as f64;
+    if points.len() < 2 {
+        return None;
+    }
+    let mean_x = points.iter().map(|p| p.0).sum::<f64>() / n;
+    let mean_y = points.iter().map(|p| p.1).sum::<f64>() / n;
+    let sxx: f64 = points.iter().map(|p| (p.0 - mean_x).powi(2)).sum();
+    if sxx == 0.0 {
+        return None;
+    }
+    let sxy: f64 = points.iter().map(|p| (p.0 - mean_x) * (p.1 - mean_y)).sum();
+    let slope = sxy / sxx;
+    Some(LinearFit {
+        intercept: mean_y - slope * mean_x,
+        slope,
+    })
+}
+
+/// Idle enqueue-to-start latency with `archived` done jobs in the archive.
+#[derive(Debug, Clone)]
+pub struct ArchiveLatency {
+    pub archived: usize,
+    pub latency: Latency,
+}
+
+pub async fn measure(url: &str, args: &BenchArgs) -> anyhow::Result<Growth> {
+    let mut drains = Vec::new();
+    for &backlog in &args.growth_backlogs {
+        let drain = drain_off_backlog(url, args, backlog)
+            .await
+            .with_context(|| format!("draining off a backlog of {backlog}"))?;
+        eprintln!(
+            "  growth: {} jobs off a backlog of {backlog}: {:.0} jobs/s",
+            drain.drained, drain.jobs_per_second
+        );
+        drains.push(drain);
+    }
+    let mut placements = Vec::new();
+    if args.api_clients > 0 {
+        for &endpoints in &args.growth_endpoints {
+            let placement = place_with_endpoints(url, args, endpoints)
+                .await
+                .with_context(|| format!("placing orders with {endpoints} endpoints"))?;
+            eprintln!(
+                "  growth: placement with {endpoints} endpoints: {:.0} orders/s ({:.0} µs per order)",
+                placement.orders_per_second,
+                placement.micros_per_order()
+            );
+            placements.push(placement);
+        }
+    } else {
+        eprintln!("  growth: placement rows skipped (--api-clients 0)");
+    }
+    let fan_out_fit = linear_fit(
+        &placements
+            .iter()
+            .map(|p| (p.endpoints as f64, p.micros_per_order()))
+            .collect::<Vec<_>>(),
+    );
+    let mut archive = Vec::new();
+    if args.latency_samples > 0 {
+        for archived in [0, args.growth_archive] {
+            let latency = latency_with_archive(url, args, archived)
+                .await
+                .with_context(|| format!("latency with {archived} done jobs archived"))?;
+            eprintln!(
+                "  growth: idle enqueue-to-start with {archived} done jobs archived: p50 {:.2} ms p99 {:.2} ms",
+                latency.p50_ms, latency.p99_ms
+            );
+            archive.push(ArchiveLatency { archived, latency });
+        }
+    } else {
+        eprintln!("  growth: archive latency rows skipped (--latency-samples 0)");
+    }
+    latency::reset(url).await?;
+    Ok(Growth {
+        drains,
+        placements,
+        fan_out_fit,
+        archive,
+    })
+}
+
+async fn blocking<T: Send + 'static>(
+    url: &str,
+    work: impl FnOnce(&mut PgConnection) -> anyhow::Result<T> + Send + 'static,
+) -> anyhow::Result<T> {
+    let url = url.to_owned();
+    tokio::task::spawn_blocking(move || -> anyhow::Result<T> {
+        let mut conn = PgConnection::establish(&url)?;
+        work(&mut conn)
+    })
+    .await?
+}
+
+fn count(n: usize) -> i64 {
+    i64::try_from(n).unwrap_or(i64::MAX)
+}
+
+async fn drain_off_backlog(
+    url: &str,
+    args: &BenchArgs,
+    backlog: usize,
+) -> anyhow::Result<BacklogDrain> {
+    latency::reset(url).await?;
+    blocking(url, move |conn| {
+        diesel::sql_query(
+            "INSERT INTO jobs (kind, payload) SELECT 'noop', '{}'::jsonb FROM generate_series(1, $1)",
+        )
+        .bind::<BigInt, _>(count(backlog))
+        .execute(conn)?;
+        // A fresh table and fresh statistics, as the drains start from.
+        diesel::sql_query("VACUUM ANALYZE jobs").execute(conn)?;
+        Ok(())
+    })
+    .await?;
+    let wanted = args.growth_drained.min(backlog);
+    let relay = RecordingRelay::start(url, vec!["noop".to_owned()], args).await?;
+    let done = wait_for_done(url, wanted).await;
+    relay.stop().await?;
+    done?;
+    #[derive(QueryableByName)]
+    struct Span {
+        #[diesel(sql_type = diesel::sql_types::Nullable<diesel::sql_types::Double>)]
+        seconds: Option<f64>,
+    }
+    // From the first finish to the last of the first `wanted`: the relay's
+    // start and its first claim are left out.
+    let span: Span = blocking(url, move |conn| {
+        Ok(diesel::sql_query(
+            "SELECT extract(epoch FROM max(finished_at) - min(finished_at))::float8 AS seconds \
+             FROM (SELECT finished_at FROM jobs_done ORDER BY finished_at LIMIT $1) AS first",
+        )
+        .bind::<BigInt, _>(count(wanted))
+        .get_result(conn)?)
+    })
+    .await?;
+    let seconds = span.seconds.context("no job finished")?;
+    Ok(BacklogDrain {
+        backlog,
+        drained: wanted,
+        jobs_per_second: wanted.saturating_sub(1) as f64 / seconds.max(1e-6),
+    })
+}
+
+/// Waits until `wanted` jobs are done.
+async fn wait_for_done(url: &str, wanted: usize) -> anyhow::Result<()> {
+    blocking(url, move |conn| {
+        #[derive(QueryableByName)]
+        struct Done {
+            #[diesel(sql_type = BigInt)]
+            n: i64,
+        }
+        let deadline = Instant::now() + DRAIN_LIMIT;
+        loop {
+            let done: Done = diesel::sql_query(
+                "SELECT count(*) AS n FROM (SELECT 1 FROM jobs_done LIMIT $1) AS d",
+            )
+            .bind::<BigInt, _>(count(wanted))
+            .get_result(conn)?;
+            if done.n >= count(wanted) {
+                return Ok(());
+            }
+            anyhow::ensure!(
+                Instant::now() < deadline,
+                "only {} of {wanted} jobs done after {} s",
+                done.n,
+                DRAIN_LIMIT.as_secs()
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    })
+    .await
+}
+
+async fn place_with_endpoints(
+    url: &str,
+    args: &BenchArgs,
+    endpoints: usize,
+) -> anyhow::Result<FanOutPlacement> {
+    orders::truncate(url).await?;
+    blocking(url, move |conn| {
+        diesel::sql_query("DELETE FROM endpoints").execute(conn)?;
+        // Never called: no relay runs in these rows, the deliveries queue.
+        diesel::sql_query(
+            "INSERT INTO endpoints (name, url, event_types, secret, allow_http) \
+             SELECT 'bench-' || g, 'http://127.0.0.1:9/hook/' || g, ARRAY['order.placed'], \
+                    'whsec_YmVuY2gtZ3Jvd3RoLXNlY3JldA==', true \
+             FROM generate_series(1, $1) AS g",
+        )
+        .bind::<BigInt, _>(count(endpoints))
+        .execute(conn)?;
+        Ok(())
+    })
+    .await?;
+    let clients = args.api_clients;
+    let api = ApiUnderTest::start(
+        url,
+        clients,
+        0,
+        Duration::from_secs(30),
+        outbox_relay::api::ApiAuth::Keys,
+    )
+    .await?;
+    let client = orders::load_client(clients, api.api_key.as_deref())?;
+    let endpoint = api.endpoint();
+    orders::load(&client, &endpoint, clients, Duration::from_millis(300)).await;
+    orders::truncate(url).await?;
+    let run = orders::load(&client, &endpoint, clients, args.api_duration).await;
+    api.stop().await?;
+    let deliveries: i64 = blocking(url, |conn| {
+        #[derive(QueryableByName)]
+        struct N {
+            #[diesel(sql_type = BigInt)]
+            n: i64,
+        }
+        let n: N = diesel::sql_query("SELECT count(*) AS n FROM jobs WHERE kind = 'order_webhook'")
+            .get_result(conn)?;
+        Ok(n.n)
+    })
+    .await?;
+    // Each order must have fanned out to every endpoint, or the row
+    // measures something else.
+    anyhow::ensure!(
+        run.ok == 0 || deliveries >= count(endpoints) * i64::try_from(run.ok).unwrap_or(i64::MAX),
+        "{} orders placed with {endpoints} endpoints made only {deliveries} delivery jobs",
+        run.ok
+    );
+    orders::truncate(url).await?;
+    blocking(url, |conn| {
+        diesel::sql_query("DELETE FROM endpoints").execute(conn)?;
+        Ok(())
+    })
+    .await?;
+    Ok(FanOutPlacement {
+        endpoints,
+        orders_per_second: run.rate(),
+        errors: run.errors,
+        latency: run.latency(),
+    })
+}
+
+async fn latency_with_archive(
+    url: &str,
+    args: &BenchArgs,
+    archived: usize,
+) -> anyhow::Result<Latency> {
+    latency::reset(url).await?;
+    if archived > 0 {
+        blocking(url, move |conn| {
+            // Negative ids: never one a real job has.
+            diesel::sql_query(
+                "INSERT INTO jobs_done (id, kind, payload, status, run_after, attempts, max_attempts, \
+                                        created_at, finished_at) \
+                 SELECT -g, 'noop', '{}'::jsonb, 'done', now(), 1, 1, now(), now() \
+                 FROM generate_series(1, $1) AS g",
+            )
+            .bind::<BigInt, _>(count(archived))
+            .execute(conn)?;
+            diesel::sql_query("VACUUM ANALYZE jobs_done").execute(conn)?;
+            Ok(())
+        })
+        .await?;
+    }
+    let relay = RecordingRelay::start(url, vec!["noop".to_owned()], args).await?;
+    let began = latency::take_samples(url, args).await?;
+    relay.latency_of(&began).await
+}
+
+impl Growth {
+    pub fn lines(&self) -> String {
+        let mut out = String::from(
+            "\ngrowth (each row against the same measurement on little data, in this run):\n",
+        );
+        if let Some(base) = self.drains.first() {
+            for d in &self.drains {
+                out.push_str(&format!(
+                    "  drain of the first {} jobs off a backlog of {:>9}: {:>8.0} jobs/s  {:.2}x the first backlog's\n",
+                    d.drained,
+                    d.backlog,
+                    d.jobs_per_second,
+                    d.jobs_per_second / base.jobs_per_second.max(f64::MIN_POSITIVE)
+                ));
+            }
+        }
+        for p in &self.placements {
+            out.push_str(&format!(
+                "  placement with {:>5} endpoints subscribed: {:>6.0} orders/s ({} errors), {:>8.0} µs per order, \
+                 POST p50 {:.2} ms p99 {:.2} ms\n",
+                p.endpoints,
+                p.orders_per_second,
+                p.errors,
+                p.micros_per_order(),
+                p.latency.p50_ms,
+                p.latency.p99_ms
+            ));
+        }
+        if let Some(fit) = self.fan_out_fit {
+            out.push_str(&format!(
+                "  fan-out, linear fit of µs per order: {:.0} µs + {:.2} µs per endpoint\n",
+                fit.intercept, fit.slope
+            ));
+        }
+        for a in &self.archive {
+            out.push_str(&format!(
+                "  idle enqueue-to-start with {:>9} done jobs archived: p50 {:.2} ms  p99 {:.2} ms  max {:.2} ms ({} samples)\n",
+                a.archived, a.latency.p50_ms, a.latency.p99_ms, a.latency.max_ms, a.latency.samples
+            ));
+        }
+        out
+    }
+
+    pub fn json(&self) -> serde_json::Value {
+        json!({
+            "drain": self.drains.iter().map(|d| json!({
+                "backlog": d.backlog,
+                "drained": d.drained,
+                "jobs_per_second": finite(d.jobs_per_second),
+            })).collect::<Vec<_>>(),
+            "placement": self.placements.iter().map(|p| json!({
+                "endpoints": p.endpoints,
+                "orders_per_second": finite(p.orders_per_second),
+                "errors": p.errors,
+                "micros_per_order": finite(p.micros_per_order()),
+                "post_ms": { "p50": finite(p.latency.p50_ms), "p99": finite(p.latency.p99_ms) },
+            })).collect::<Vec<_>>(),
+            "fan_out_fit": self.fan_out_fit.map(|f| json!({
+                "micros_per_order_at_zero": finite(f.intercept),
+                "micros_per_endpoint": finite(f.slope),
+            })),
+            "archive_latency": self.archive.iter().map(|a| json!({
+                "archived": a.archived,
+                "samples": a.latency.samples,
+                "p50_ms": finite(a.latency.p50_ms),
+                "p99_ms": finite(a.latency.p99_ms),
+                "max_ms": finite(a.latency.max_ms),
+            })).collect::<Vec<_>>(),
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_fit_recovers_a_line_and_refuses_too_few_points() {
+        let fit = linear_fit(&[(1.0, 12.0), (100.0, 210.0), (1000.0, 2010.0)]).expect("a fit");
+        assert!((fit.slope - 2.0).abs() < 1e-9, "{fit:?}");
+        assert!((fit.intercept - 10.0).abs() < 1e-6, "{fit:?}");
+        assert!(linear_fit(&[(1.0, 2.0)]).is_none());
+        assert!(linear_fit(&[(5.0, 2.0), (5.0, 3.0)]).is_none());
+    }
+}

@@ -1,0 +1,147 @@
+//! How many tests run against the server at once, and which run alone among
+//! the heavy ones.
+//!
+//! The suite runs several tests at a time (`RUST_TEST_THREADS` in
+//! `.cargo/config.toml`): most of a test's time is spent waiting on a
+//! database, a relay or a socket, so two cores are not the limit. The server's
+//! `max_connections` is: a test that starts `serve` and a relay holds a few
+//! dozen connections. So each test that takes a database takes a seat first,
+//! and the seats are what the server can hold: on PostgreSQL's default of
+//! 100, three tests at once; on the 300 that `.ci/run` sets, as many as there
+//! are test threads. A test whose connections are not a [`TestDb`]'s (the
+//! bench's scratch database) takes a seat of its size.
+//!
+//! A heavy test (a million rows, a thousand deliveries, thousands of sockets)
+//! also takes the one heavy seat, so that two of them never share the
+//! machine: their bounds are about our code, not about each other.
+
+use std::collections::HashMap;
+use std::sync::{Condvar, Mutex, OnceLock};
+use std::thread::ThreadId;
+
+use diesel::prelude::*;
+use diesel::sql_types::Text;
+
+/// Connections one test may hold: `serve`'s pool, a relay's pool and its
+/// listener, and the test's own (31 at the most, sampled from
+/// pg_stat_activity over a whole run).
+pub const CONNECTIONS_PER_TEST: usize = 30;
+/// Left for psql, the template's build and whatever else the server serves.
+const RESERVED: usize = 10;
+
+/// Seats taken, by the test thread that took them (a test that makes two
+/// databases sits once), and whether a heavy test runs.
+#[derive(Default)]
+struct Taken {
+    /// Seats held and the connections they stand for, by thread.
+    by_thread: HashMap<ThreadId, (usize, usize)>,
+    heavy: bool,
+}
+
+static TAKEN: Mutex<Option<Taken>> = Mutex::new(None);
+static FREED: Condvar = Condvar::new();
+
+fn lock() -> std::sync::MutexGuard<'static, Option<Taken>> {
+    TAKEN.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// Connections the tests may hold at once.
+fn budget(conn: &mut PgConnection) -> usize {
+    static BUDGET: OnceLock<usize> = OnceLock::new();
+    *BUDGET.get_or_init(|| {
+        #[derive(QueryableByName)]
+        struct Setting {
+            #[diesel(sql_type = Text)]
+            max_connections: String,
+        }
+        let max = diesel::sql_query("SHOW max_connections")
+            .get_result::<Setting>(conn)
+            .ok()
+            .and_then(|s| s.max_connections.parse::<usize>().ok())
+            .unwrap_or(100);
+        max.saturating_sub(RESERVED)
+    })
+}
+
+/// A seat at the server, held until dropped (by the [`TestDb`](super::TestDb)
+/// that took it), on whichever thread.
+#[derive(Debug)]
+pub struct Seat {
+    thread: ThreadId,
+}
+
+impl Seat {
+    /// Waits for a seat, unless this test's thread already holds one.
+    pub fn take(conn: &mut PgConnection) -> Seat {
+        Seat::for_connections(conn, CONNECTIONS_PER_TEST)
+    }
+
+    /// Waits until `connections` more fit under the server's limit, unless
+    /// this test's thread already holds a seat. A test that holds none is
+    /// always let in, however many it asks for.
+    pub fn for_connections(conn: &mut PgConnection, connections: usize) -> Seat {
+        let budget = budget(conn);
+        let thread = std::thread::current().id();
+        let mut taken = lock();
+        loop {
+            let state = taken.get_or_insert_with(Taken::default);
+            let held: usize = state.by_thread.values().map(|&(_, c)| c).sum();
+            if let Some(seat) = state.by_thread.get_mut(&thread) {
+                seat.0 += 1;
+                return Seat { thread };
+            }
+            if state.by_thread.is_empty() || held + connections <= budget {
+                state.by_thread.insert(thread, (1, connections));
+                return Seat { thread };
+            }
+            taken = FREED.wait(taken).unwrap_or_else(|e| e.into_inner());
+        }
+    }
+}
+
+impl Drop for Seat {
+    fn drop(&mut self) {
+        let mut taken = lock();
+        let state = taken.get_or_insert_with(Taken::default);
+        if let Some(held) = state.by_thread.get_mut(&self.thread) {
+            held.0 -= 1;
+            if held.0 == 0 {
+                state.by_thread.remove(&self.thread);
+            }
+        }
+        FREED.notify_all();
+    }
+}
+
+/// The heavy seat: one heavy test at a time, held until dropped.
+#[derive(Debug)]
+pub struct Heavy(());
+
+pub fn heavy() -> Heavy {
+    let mut taken = lock();
+    while taken.get_or_insert_with(Taken::default).heavy {
+        taken = FREED.wait(taken).unwrap_or_else(|e| e.into_inner());
+    }
+    taken.get_or_insert_with(Taken::default).heavy = true;
+    Heavy(())
+}
+
+impl Drop for Heavy {
+    fn drop(&mut self) {
+        lock().get_or_insert_with(Taken::default).heavy = false;
+        FREED.notify_all();
+    }
+}
+
+/// A seat for a test whose child process makes its own scratch database
+/// (`bench`, `demo`) and holds about `connections` of the server's.
+pub fn scratch(connections: usize) -> Seat {
+    let url = super::db::admin_url();
+    let mut conn = PgConnection::establish(&url).unwrap_or_else(|e| {
+        panic!(
+            "cannot connect to {}: {e}",
+            outbox_relay::db::redact_url(&url)
+        )
+    });
+    Seat::for_connections(&mut conn, connections)
+}
