@@ -9,17 +9,20 @@ use std::time::Duration;
 
 use anyhow::Context as _;
 use clap::{Args, Subcommand};
+use diesel::Connection as _;
 
 use crate::cli::table::{Align, print_list};
 use crate::cli::with_conn;
 use crate::config::{ConfigError, DatabaseArgs, parse_duration};
+use crate::effects::nats::connection::Auth;
 use crate::effects::nats::{self, NatsCredentials};
-use crate::endpoints::recover;
+use crate::endpoints::attempts::{self, AttemptStats};
 use crate::endpoints::store::{self, Endpoint, NewEndpoint};
 use crate::endpoints::{
     DEFAULT_MAX_IN_FLIGHT, EndpointName, EndpointUrl, EventTypes, NatsTarget, RateLimit,
     SigningSecret, SpecError, StreamName, SubjectPrefix, spec,
 };
+use crate::endpoints::{EndpointCredentials, nats_credentials, recover};
 
 #[derive(Debug, Subcommand)]
 pub enum EndpointsCommand {
@@ -35,7 +38,15 @@ pub enum EndpointsCommand {
         outbox-relay endpoints add --name events --url nats://127.0.0.1:4222 \\\n      \
         --stream ORDERS --subject-prefix orders --create-stream")]
     Add(AddArgs),
-    /// Every endpoint, with its state and limits.
+    /// Change a NATS endpoint's own credentials (checked against its server
+    /// first) or clear them. Relays use the new ones within seconds.
+    #[command(after_help = "Examples:\n  \
+        outbox-relay endpoints update events --nats-credentials events.creds\n  \
+        outbox-relay endpoints update events --nats-user relay --nats-password-file pass.txt\n  \
+        outbox-relay endpoints update events --clear-nats-credentials")]
+    Update(UpdateArgs),
+    /// Every endpoint, with its state, limits, and its recent attempts:
+    /// how many, the share that succeeded, and their p95 duration.
     List(ListArgs),
     /// Stop delivering to an endpoint: its deliveries wait, in order, until it is enabled.
     Disable(NameArgs),
@@ -116,9 +127,90 @@ pub struct AddArgs {
     /// The most endpoints there may be; adding one more is refused.
     #[arg(long, env = "ENDPOINTS_MAX", default_value_t = crate::endpoints::store::DEFAULT_MAX_ENDPOINTS)]
     max_endpoints: u32,
-    /// Credentials file for the NATS server (a user JWT and its nkey seed).
-    #[arg(long, env = "NATS_CREDENTIALS")]
+    #[command(flatten)]
+    credentials: CredentialArgs,
+    /// The relay's credentials file (`NATS_CREDENTIALS`): used for the check
+    /// when the endpoint has none of its own, never stored.
+    #[arg(long = "relay-nats-credentials", env = "NATS_CREDENTIALS", hide = true)]
+    relay_credentials: Option<std::path::PathBuf>,
+}
+
+/// A NATS endpoint's own credentials, stored with it and presented only to
+/// its server (without them: the relay's `NATS_CREDENTIALS`). Read from
+/// files, so that no secret is on a command line.
+#[derive(Debug, Args)]
+pub struct CredentialArgs {
+    /// NATS endpoints: a .creds file (a user JWT and its nkey seed, as nsc
+    /// writes it) whose content is stored with the endpoint.
+    #[arg(long, value_name = "FILE", conflicts_with_all = ["nats_user", "nats_token_file"])]
     nats_credentials: Option<std::path::PathBuf>,
+    /// NATS endpoints: a user of the server's authorization block (with
+    /// --nats-password-file).
+    #[arg(
+        long,
+        value_name = "USER",
+        requires = "nats_password_file",
+        conflicts_with = "nats_token_file"
+    )]
+    nats_user: Option<String>,
+    /// NATS endpoints: a file whose first line is --nats-user's password.
+    #[arg(long, value_name = "FILE", requires = "nats_user")]
+    nats_password_file: Option<std::path::PathBuf>,
+    /// NATS endpoints: a file whose first line is the server's token.
+    #[arg(long, value_name = "FILE")]
+    nats_token_file: Option<std::path::PathBuf>,
+}
+
+impl CredentialArgs {
+    /// The credentials the flags give, read and checked; none without them.
+    fn read(&self) -> Result<Option<EndpointCredentials>, SpecError> {
+        let read = |flag: &'static str, path: &std::path::Path| {
+            std::fs::read_to_string(path).map_err(|e| SpecError {
+                flag,
+                message: format!("cannot read {}: {e}", path.display()),
+            })
+        };
+        if let Some(path) = &self.nats_credentials {
+            return EndpointCredentials::creds(&read("--nats-credentials", path)?).map(Some);
+        }
+        if let (Some(user), Some(path)) = (&self.nats_user, &self.nats_password_file) {
+            let password = read("--nats-password-file", path)?;
+            return EndpointCredentials::user_password(user, &password).map(Some);
+        }
+        if let Some(path) = &self.nats_token_file {
+            return EndpointCredentials::token(&read("--nats-token-file", path)?).map(Some);
+        }
+        Ok(None)
+    }
+
+    fn given(&self) -> Option<&'static str> {
+        if self.nats_credentials.is_some() {
+            Some("--nats-credentials")
+        } else if self.nats_user.is_some() {
+            Some("--nats-user")
+        } else if self.nats_token_file.is_some() {
+            Some("--nats-token-file")
+        } else {
+            None
+        }
+    }
+}
+
+#[derive(Debug, Args)]
+pub struct UpdateArgs {
+    #[command(flatten)]
+    db: DatabaseArgs,
+    /// The endpoint's name.
+    name: String,
+    #[command(flatten)]
+    credentials: CredentialArgs,
+    /// NATS endpoints: forget the endpoint's own credentials; its connection
+    /// then presents the relay's NATS_CREDENTIALS, if any.
+    #[arg(long, conflicts_with_all = ["nats_credentials", "nats_user", "nats_token_file"])]
+    clear_nats_credentials: bool,
+    /// Allow a NATS server on a loopback, private or link-local address.
+    #[arg(long, env = "WEBHOOK_ALLOW_PRIVATE", default_value_t = false, action = clap::ArgAction::Set, value_parser = clap::builder::BoolishValueParser::new())]
+    allow_private: bool,
 }
 
 #[derive(Debug, Args)]
@@ -166,6 +258,7 @@ pub struct RotateArgs {
 pub async fn run(command: EndpointsCommand) -> anyhow::Result<()> {
     match command {
         EndpointsCommand::Add(args) => add(args).await,
+        EndpointsCommand::Update(args) => update(args).await,
         EndpointsCommand::List(args) => list(args).await,
         EndpointsCommand::Disable(args) => set_enabled(args, false).await,
         EndpointsCommand::Enable(args) => set_enabled(args, true).await,
@@ -241,19 +334,21 @@ fn parse_nats(args: &AddArgs, url: &EndpointUrl) -> Result<Option<NatsTarget>, S
 /// Checks, before anything is written, that the NATS server answers, takes
 /// the credentials, and has a stream fit for the endpoint (creating it with
 /// `--create-stream`). Every refusal names the endpoint and its URL.
-async fn check_nats(args: &AddArgs, url: &str, target: &NatsTarget) -> anyhow::Result<()> {
+async fn check_nats(
+    args: &AddArgs,
+    url: &str,
+    target: &NatsTarget,
+    own: Option<&EndpointCredentials>,
+) -> anyhow::Result<()> {
     let refused = |what: String| -> anyhow::Error {
         ConfigError(format!("endpoint {:?} (--url {url}): {what}", args.name)).into()
     };
-    let credentials = match &args.nats_credentials {
-        Some(path) => Some(NatsCredentials::load(path).await.map_err(ConfigError)?),
-        None => None,
-    };
+    let auth = relay_auth(own, args.relay_credentials.as_deref()).await?;
     let transport = nats::connection::Transport {
         plaintext: args.allow_http,
         allow_private: args.allow_private,
     };
-    let client = nats::connection::connect_once(url, credentials.as_ref(), transport)
+    let client = nats::connection::connect_once(url, &auth, transport)
         .await
         .map_err(|e| refused(e.to_string()))?;
     let checked = nats::stream::check_stream(
@@ -283,6 +378,19 @@ async fn check_nats(args: &AddArgs, url: &str, target: &NatsTarget) -> anyhow::R
     Ok(())
 }
 
+/// What a relay would present: the endpoint's own credentials, else
+/// `NATS_CREDENTIALS` (read now, so that a bad file is refused by name).
+async fn relay_auth(
+    own: Option<&EndpointCredentials>,
+    relay: Option<&std::path::Path>,
+) -> anyhow::Result<Auth> {
+    let fallback = match (own, relay) {
+        (None, Some(path)) => Some(NatsCredentials::load(path).await.map_err(ConfigError)?),
+        _ => None,
+    };
+    Ok(Auth::of(own, fallback.as_ref()))
+}
+
 fn new_secret() -> Result<SigningSecret, SpecError> {
     SigningSecret::generate().map_err(|e| SpecError {
         flag: "--secret",
@@ -303,13 +411,31 @@ fn print_secret(endpoint: &Endpoint, secret: &SigningSecret, json: bool) -> anyh
 
 async fn add(args: AddArgs) -> anyhow::Result<()> {
     let new = parse_new(&args).map_err(usage)?;
-    if let Some(target) = &new.nats {
-        check_nats(&args, new.url.as_str(), target).await?;
+    let own = args.credentials.read().map_err(usage)?;
+    match (&new.nats, args.credentials.given()) {
+        (Some(target), _) => check_nats(&args, new.url.as_str(), target, own.as_ref()).await?,
+        (None, Some(flag)) => {
+            return Err(usage(SpecError {
+                flag,
+                message: format!("is for nats:// endpoints only, not {}", new.url.as_str()),
+            }));
+        }
+        (None, None) => {}
     }
     let secret = new.secret.clone();
     let max = args.max_endpoints;
     let endpoint = with_conn(&args.db, move |conn| {
-        store::add_within(conn, &new, max).map_err(anyhow::Error::from)
+        // One transaction: an endpoint never exists without the credentials
+        // it was added with (a relay could otherwise connect with the
+        // fallback meanwhile).
+        conn.transaction(|conn| {
+            let endpoint = store::add_within(conn, &new, max)?;
+            if own.is_some() {
+                nats_credentials::set(conn, endpoint.id, own.as_ref())?;
+            }
+            Ok::<_, store::StoreError>(endpoint)
+        })
+        .map_err(anyhow::Error::from)
     })
     .await?;
     if !args.json {
@@ -342,13 +468,42 @@ fn rate_of(endpoint: &Endpoint) -> String {
     )
 }
 
+/// A row of `endpoints list`: the endpoint, whether it has NATS credentials
+/// of its own (never what they are), and its recent attempts.
+#[derive(serde::Serialize)]
+struct Listed {
+    #[serde(flatten)]
+    endpoint: Endpoint,
+    /// `set` or `not set` for a NATS endpoint; absent for a webhook.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    nats_credentials: Option<&'static str>,
+    #[serde(flatten)]
+    stats: AttemptStats,
+}
+
 async fn list(args: ListArgs) -> anyhow::Result<()> {
-    let endpoints = with_conn(&args.db, |conn| {
-        store::list(conn).context("reading endpoints")
+    let listed = with_conn(&args.db, |conn| {
+        let endpoints = store::list(conn).context("reading endpoints")?;
+        let with_credentials = nats_credentials::which_set(conn).context("reading endpoints")?;
+        let mut stats = attempts::stats(conn).context("reading delivery attempts")?;
+        Ok(endpoints
+            .into_iter()
+            .map(|endpoint| Listed {
+                nats_credentials: endpoint.url.starts_with("nats://").then(|| {
+                    if with_credentials.contains(&endpoint.id) {
+                        "set"
+                    } else {
+                        "not set"
+                    }
+                }),
+                stats: stats.remove(&endpoint.id).unwrap_or_default(),
+                endpoint,
+            })
+            .collect::<Vec<_>>())
     })
     .await?;
     print_list(
-        &endpoints,
+        &listed,
         args.json,
         "no endpoints (add one with `outbox-relay endpoints add`)",
         &[
@@ -359,8 +514,13 @@ async fn list(args: ListArgs) -> anyhow::Result<()> {
             ("RATE", Align::Right),
             ("IN FLIGHT", Align::Right),
             ("FAILING SINCE", Align::Left),
+            ("ATTEMPTS", Align::Right),
+            ("OK", Align::Right),
+            ("P95", Align::Right),
+            ("NATS CREDENTIALS", Align::Left),
         ],
-        |e| {
+        |l| {
+            let e = &l.endpoint;
             vec![
                 e.name.clone(),
                 e.state(),
@@ -372,9 +532,83 @@ async fn list(args: ListArgs) -> anyhow::Result<()> {
                     || "-".to_owned(),
                     |t| t.format("%Y-%m-%d %H:%M:%S UTC").to_string(),
                 ),
+                l.stats.attempts.to_string(),
+                l.stats
+                    .success_rate
+                    .map_or_else(|| "-".to_owned(), |r| format!("{:.1}%", r * 100.0)),
+                l.stats
+                    .p95_ms
+                    .map_or_else(|| "-".to_owned(), |p| format!("{p:.0} ms")),
+                l.nats_credentials.unwrap_or("-").to_owned(),
             ]
         },
     )
+}
+
+/// Sets or clears a NATS endpoint's own credentials, after its server took
+/// the new ones.
+async fn update(args: UpdateArgs) -> anyhow::Result<()> {
+    let own = args.credentials.read().map_err(usage)?;
+    if own.is_none() && !args.clear_nats_credentials {
+        return Err(ConfigError(
+            "nothing to update: give --nats-credentials FILE, --nats-user USER \
+             --nats-password-file FILE, --nats-token-file FILE or --clear-nats-credentials"
+                .to_owned(),
+        )
+        .into());
+    }
+    let name = args.name.clone();
+    let endpoint = with_conn(&args.db, move |conn| {
+        store::find(conn, &name).map_err(anyhow::Error::from)
+    })
+    .await?;
+    if !endpoint.url.starts_with("nats://") {
+        let flag = args
+            .credentials
+            .given()
+            .unwrap_or("--clear-nats-credentials");
+        return Err(usage(SpecError {
+            flag,
+            message: format!(
+                "is for nats:// endpoints only; {} is {}",
+                endpoint.name,
+                spec::without_userinfo(&endpoint.url)
+            ),
+        }));
+    }
+    if let Some(own) = &own {
+        let transport = nats::connection::Transport {
+            plaintext: endpoint.allow_http,
+            allow_private: args.allow_private,
+        };
+        nats::connection::connect_once(&endpoint.url, &Auth::Endpoint(own.clone()), transport)
+            .await
+            .map_err(|e| {
+                ConfigError(format!(
+                    "endpoint {:?} ({}): {e}; nothing changed",
+                    endpoint.name, endpoint.url
+                ))
+            })?;
+    }
+    let id = endpoint.id;
+    let stored = own.clone();
+    with_conn(&args.db, move |conn| {
+        nats_credentials::set(conn, id, stored.as_ref()).context("storing the NATS credentials")
+    })
+    .await?;
+    match own {
+        Some(own) => println!(
+            "endpoint {} now presents its own NATS credentials ({})",
+            endpoint.name,
+            own.kind()
+        ),
+        None => println!(
+            "endpoint {} no longer has NATS credentials of its own (NATS_CREDENTIALS, if set, \
+             applies)",
+            endpoint.name
+        ),
+    }
+    Ok(())
 }
 
 async fn set_enabled(args: NameArgs, enabled: bool) -> anyhow::Result<()> {

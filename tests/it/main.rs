@@ -26,6 +26,7 @@ mod front_door_auth;
 mod inbox;
 mod metrics;
 mod nats;
+mod nats_attempts;
 mod orders;
 mod outbox;
 mod queue_core;

@@ -21,19 +21,19 @@ use crate::faults::place_orders;
 use crate::support::process::{BinProcess, Launch};
 use crate::support::{TestDb, wait_until};
 
-const NATS_URL: &str = "nats://127.0.0.1:4222";
-const MINUTE: Duration = Duration::from_secs(60);
+pub(crate) const NATS_URL: &str = "nats://127.0.0.1:4222";
+pub(crate) const MINUTE: Duration = Duration::from_secs(60);
 
 /// A stream of the test's own, capturing `<prefix>.>`; deleted on drop.
-struct TestStream {
+pub(crate) struct TestStream {
     url: String,
-    name: String,
-    prefix: String,
+    pub(crate) name: String,
+    pub(crate) prefix: String,
     js: jetstream::Context,
 }
 
 impl TestStream {
-    async fn new(url: &str, duplicate_window: Duration) -> TestStream {
+    pub(crate) async fn new(url: &str, duplicate_window: Duration) -> TestStream {
         TestStream::with_config(url, |config| config.duplicate_window = duplicate_window).await
     }
 
@@ -78,7 +78,7 @@ impl TestStream {
     }
 
     /// Every message in the stream, by sequence.
-    async fn messages(&self) -> Vec<StreamMessage> {
+    pub(crate) async fn messages(&self) -> Vec<StreamMessage> {
         let mut stream = self.js.get_stream(&self.name).await.expect("the stream");
         let state = stream.info().await.expect("stream info").state.clone();
         let mut messages = Vec::new();
@@ -118,7 +118,7 @@ impl Drop for TestStream {
 /// Whether the machine's JetStream answers on 127.0.0.1:4222. Where it does
 /// not, the test prints one line naming what to install and passes as
 /// skipped, as the browser tests do; with `CI=true` that is a failure.
-fn shared_nats_answers() -> bool {
+pub(crate) fn shared_nats_answers() -> bool {
     let address = std::net::SocketAddr::from(([127, 0, 0, 1], 4222));
     if std::net::TcpStream::connect_timeout(&address, Duration::from_millis(300)).is_ok() {
         return true;
@@ -129,7 +129,7 @@ fn shared_nats_answers() -> bool {
 }
 
 /// Whether `nats-server` is installed, for the tests that start their own.
-fn nats_server_installed() -> bool {
+pub(crate) fn nats_server_installed() -> bool {
     if Command::new("nats-server")
         .arg("--version")
         .output()
@@ -154,7 +154,7 @@ fn skip_without_nats(missing: &str) -> bool {
     false
 }
 
-fn add_endpoint(conn: &mut PgConnection, url: &str, stream: &TestStream) -> i64 {
+pub(crate) fn add_endpoint(conn: &mut PgConnection, url: &str, stream: &TestStream) -> i64 {
     diesel::insert_into(endpoints::table)
         .values((
             endpoints::name.eq(format!("events-{}", stream.prefix)),
@@ -170,7 +170,7 @@ fn add_endpoint(conn: &mut PgConnection, url: &str, stream: &TestStream) -> i64 
         .expect("add the endpoint")
 }
 
-fn pay(conn: &mut PgConnection, order_id: i64) {
+pub(crate) fn pay(conn: &mut PgConnection, order_id: i64) {
     let transition = Transition::parse(
         "pay",
         &json!({"payment_reference": format!("pi_{order_id}")}),
@@ -182,7 +182,11 @@ fn pay(conn: &mut PgConnection, order_id: i64) {
 /// The order_publish jobs the fan-out enqueued for `order_ids`, checked to
 /// be one per event of each order, to `endpoint_id`, under the deliveries'
 /// ordering key; how many there are.
-fn enqueue_publishes(conn: &mut PgConnection, endpoint_id: i64, order_ids: &[i64]) -> usize {
+pub(crate) fn enqueue_publishes(
+    conn: &mut PgConnection,
+    endpoint_id: i64,
+    order_ids: &[i64],
+) -> usize {
     let mut count = 0;
     for &order_id in order_ids {
         let events: Vec<i64> = order_events::table
@@ -220,7 +224,7 @@ fn enqueue_publishes(conn: &mut PgConnection, endpoint_id: i64, order_ids: &[i64
 }
 
 /// (status, last_error) of every order_publish job, by id.
-fn publish_jobs(conn: &mut PgConnection) -> Vec<(i64, String, Option<String>, i32)> {
+pub(crate) fn publish_jobs(conn: &mut PgConnection) -> Vec<(i64, String, Option<String>, i32)> {
     jobs_all::table
         .filter(jobs_all::kind.eq("order_publish"))
         .order(jobs_all::id)
@@ -234,7 +238,7 @@ fn publish_jobs(conn: &mut PgConnection) -> Vec<(i64, String, Option<String>, i3
         .expect("jobs")
 }
 
-fn all_done(conn: &mut PgConnection) -> bool {
+pub(crate) fn all_done(conn: &mut PgConnection) -> bool {
     publish_jobs(conn)
         .iter()
         .all(|(_, status, _, _)| status == "done")
@@ -249,7 +253,7 @@ fn webhooks_pending(conn: &mut PgConnection) -> i64 {
         .expect("count webhooks")
 }
 
-fn relay(name: &str, db: &TestDb) -> Launch {
+pub(crate) fn relay(name: &str, db: &TestDb) -> Launch {
     Launch::relay(name, &db.url).env("RELAY_KINDS", "order_publish")
 }
 
@@ -690,7 +694,7 @@ no_auth_user: relay
 
 /// A `nats-server -js` of the test's own on a free port, its store in a
 /// temporary directory that outlives restarts.
-struct PrivateNats {
+pub(crate) struct PrivateNats {
     port: u16,
     dir: std::path::PathBuf,
     args: Vec<String>,
@@ -698,7 +702,7 @@ struct PrivateNats {
 }
 
 impl PrivateNats {
-    fn start(extra: &[&str]) -> PrivateNats {
+    pub(crate) fn start(extra: &[&str]) -> PrivateNats {
         let port = TcpListener::bind("127.0.0.1:0")
             .and_then(|l| l.local_addr())
             .expect("a free port")
@@ -716,7 +720,7 @@ impl PrivateNats {
         server
     }
 
-    fn url(&self) -> String {
+    pub(crate) fn url(&self) -> String {
         format!("nats://127.0.0.1:{}", self.port)
     }
 

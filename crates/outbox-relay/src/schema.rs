@@ -86,6 +86,7 @@ diesel::table! {
         subject_prefix -> Nullable<Text>,
         created_at -> Timestamptz,
         updated_at -> Timestamptz,
+        nats_credentials -> Nullable<Text>,
     }
 }
 
@@ -131,6 +132,7 @@ diesel::table! {
         status_code -> Nullable<Int2>,
         outcome -> Text,
         excerpt -> Nullable<Text>,
+        stream_sequence -> Nullable<Int8>,
     }
 }
 

@@ -179,7 +179,12 @@ impl DemoStream {
             plaintext: true,
             allow_private: true,
         };
-        let client = nats_effect::connection::connect_once(&url, None, transport).await?;
+        let client = nats_effect::connection::connect_once(
+            &url,
+            &nats_effect::connection::Auth::None,
+            transport,
+        )
+        .await?;
         nats_effect::stream::check_stream(
             client.clone(),
             &url,

@@ -93,8 +93,9 @@ pub struct EffectArgs {
     /// Rows of `admin_audit` older than this are deleted by the relays.
     #[arg(long, env = "ADMIN_AUDIT_RETENTION", default_value = "400d", value_parser = parse_positive_duration)]
     pub admin_audit_retention: Duration,
-    /// Credentials file for NATS endpoints (a user JWT and its nkey seed, as
-    /// `nsc` writes them); without it, connections to NATS carry none.
+    /// Credentials file for NATS endpoints without credentials of their own
+    /// (a user JWT and its nkey seed, as `nsc` writes them); without it, their
+    /// connections carry none.
     #[arg(long, env = "NATS_CREDENTIALS")]
     pub nats_credentials: Option<PathBuf>,
     /// Base for links in emails.

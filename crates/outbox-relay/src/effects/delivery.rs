@@ -185,6 +185,7 @@ async fn after_attempt(
             Err(e) if outcome.status.is_none() => Some(e.to_string()),
             _ => outcome.excerpt.clone(),
         },
+        stream_sequence: None,
     };
     let breaker = sender.breaker();
     let endpoint_id = target.id;

@@ -24,11 +24,14 @@
 //! `max_msgs`, a purge) no longer blocks its subject, and a retry after that
 //! publishes it again.
 //!
-//! [`connection`] keeps one connection per NATS URL for the whole relay;
-//! [`loader`] reads the orders and events of jobs running together at once;
-//! [`stream`] checks (or creates) an endpoint's stream; [`outcome`] reads
-//! what the server answered; [`worker`] is the job's worker.
+//! [`connection`] keeps one connection per NATS server and credentials for
+//! the whole relay; [`loader`] reads the orders and events of jobs running
+//! together at once; [`stream`] checks (or creates) an endpoint's stream;
+//! [`outcome`] reads what the server answered; [`attempt_log`] writes the
+//! attempts of publishes ending together in `delivery_attempts`;
+//! [`worker`] is the job's worker.
 
+pub mod attempt_log;
 pub mod connection;
 pub mod loader;
 pub mod outcome;
@@ -90,13 +93,21 @@ pub fn headers(publication: &Publication<'_>) -> HeaderMap {
     headers
 }
 
+/// A publish that is done, and the stream sequence its PubAck gave (none when
+/// the stream refused it as already on its subject).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Acked {
+    pub published: Published,
+    pub sequence: Option<u64>,
+}
+
 /// Publishes `publication` over `connection` and reads the answer: done
 /// only on the stream's PubAck (or its word that the subject has its message).
 pub async fn classify_publish(
     connection: &connection::Connection,
     endpoint: &str,
     publication: &Publication<'_>,
-) -> Result<Published, EffectError> {
+) -> Result<Acked, EffectError> {
     let sent = connection
         .jetstream
         .publish_with_headers(
@@ -110,17 +121,28 @@ pub async fn classify_publish(
         Err(error) => Err(error),
     };
     match acked {
-        Ok(ack) if ack.duplicate => Ok(Published::Duplicate),
-        Ok(_) => Ok(Published::New),
-        Err(error) => outcome::classify(error, connection, endpoint, publication).await,
+        Ok(ack) => Ok(Acked {
+            published: if ack.duplicate {
+                Published::Duplicate
+            } else {
+                Published::New
+            },
+            sequence: Some(ack.sequence),
+        }),
+        Err(error) => outcome::classify(error, connection, endpoint, publication)
+            .await
+            .map(|published| Acked {
+                published,
+                sequence: None,
+            }),
     }
 }
 
 /// Counts an outcome in `outbox_nats_publishes_total{endpoint,outcome}` or
 /// `outbox_nats_errors_total{endpoint,class}`.
-pub fn count(endpoint: &str, result: &Result<Published, EffectError>) {
+pub fn count(endpoint: &str, result: &Result<Acked, EffectError>) {
     match result {
-        Ok(published) => metrics::counter!(
+        Ok(Acked { published, .. }) => metrics::counter!(
             "outbox_nats_publishes_total",
             "endpoint" => endpoint.to_owned(),
             "outcome" => published.as_str()

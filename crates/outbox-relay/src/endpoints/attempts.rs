@@ -1,11 +1,14 @@
 //! `delivery_attempts`: the log of every delivery attempt, and what each
 //! attempt says about its endpoint's health (`failing_since`).
 
+use std::collections::HashMap;
 use std::time::Duration;
 
 use chrono::{DateTime, Utc};
 use diesel::prelude::*;
-use diesel::sql_types::{BigInt, Bool, Integer, Nullable, SmallInt, Text, Timestamptz};
+use diesel::sql_types::{
+    Array, BigInt, Bool, Double, Integer, Nullable, SmallInt, Text, Timestamptz,
+};
 
 /// Characters of an answer (or an error) kept in a row (the CHECK allows 1000).
 pub const EXCERPT_CHARS: usize = 500;
@@ -22,6 +25,8 @@ pub struct NewAttempt {
     /// `ok`, `retryable` or `permanent`.
     pub outcome: &'static str,
     pub excerpt: Option<String>,
+    /// A NATS publish's PubAck: the stream sequence of its message.
+    pub stream_sequence: Option<i64>,
 }
 
 /// An endpoint's health after an attempt.
@@ -73,6 +78,116 @@ pub fn record(conn: &mut PgConnection, attempt: &NewAttempt) -> QueryResult<Opti
     .bind::<Nullable<Text>, _>(excerpt)
     .load(conn)?;
     Ok(rows.into_iter().next())
+}
+
+/// Writes `attempts` in one statement, leaving `failing_since` alone: the
+/// log of NATS publishes, which no breaker reads (a NATS server that is down
+/// holds its publishes in the relay's reconnecting connection instead). One
+/// statement for every publish that ended at about the same moment, so that
+/// logging them costs the relay a round trip per batch, not per job.
+pub fn record_many(conn: &mut PgConnection, attempts: &[NewAttempt]) -> QueryResult<usize> {
+    if attempts.is_empty() {
+        return Ok(0);
+    }
+    let n = attempts.len();
+    let (mut jobs, mut endpoints, mut numbers) = (
+        Vec::with_capacity(n),
+        Vec::with_capacity(n),
+        Vec::with_capacity(n),
+    );
+    let (mut starts, mut durations, mut outcomes) = (
+        Vec::with_capacity(n),
+        Vec::with_capacity(n),
+        Vec::with_capacity(n),
+    );
+    let (mut excerpts, mut sequences) = (Vec::with_capacity(n), Vec::with_capacity(n));
+    for attempt in attempts {
+        jobs.push(attempt.job_id);
+        endpoints.push(attempt.endpoint_id);
+        numbers.push(attempt.attempt);
+        starts.push(attempt.started_at);
+        durations.push(i32::try_from(attempt.duration.as_millis()).unwrap_or(i32::MAX));
+        outcomes.push(attempt.outcome);
+        excerpts.push(
+            attempt
+                .excerpt
+                .as_deref()
+                .map(|e| crate::text::one_line(e, EXCERPT_CHARS)),
+        );
+        sequences.push(attempt.stream_sequence);
+    }
+    diesel::sql_query(
+        "INSERT INTO delivery_attempts \
+           (job_id, endpoint_id, attempt, started_at, duration_ms, outcome, excerpt, stream_sequence) \
+         SELECT * FROM unnest($1, $2, $3, $4, $5, $6, $7, $8)",
+    )
+    .bind::<Array<BigInt>, _>(jobs)
+    .bind::<Array<BigInt>, _>(endpoints)
+    .bind::<Array<Integer>, _>(numbers)
+    .bind::<Array<Timestamptz>, _>(starts)
+    .bind::<Array<Integer>, _>(durations)
+    .bind::<Array<Text>, _>(outcomes)
+    .bind::<Array<Nullable<Text>>, _>(excerpts)
+    .bind::<Array<Nullable<BigInt>>, _>(sequences)
+    .execute(conn)
+}
+
+/// An endpoint's recent attempts: its last [`STATS_WINDOW`], as the
+/// dashboard counts them.
+#[derive(Debug, Clone, Default, PartialEq, serde::Serialize)]
+pub struct AttemptStats {
+    pub attempts: i64,
+    /// The share of them that succeeded (0 to 1); none without attempts.
+    pub success_rate: Option<f64>,
+    /// Their 95th percentile duration, in milliseconds.
+    pub p95_ms: Option<f64>,
+}
+
+/// Attempts per endpoint that [`stats`] reads: bounded however busy it is.
+pub const STATS_WINDOW: i64 = 1000;
+
+#[derive(QueryableByName)]
+struct StatsRow {
+    #[diesel(sql_type = BigInt)]
+    endpoint_id: i64,
+    #[diesel(sql_type = BigInt)]
+    attempts: i64,
+    #[diesel(sql_type = BigInt)]
+    ok: i64,
+    #[diesel(sql_type = Nullable<Double>)]
+    p95_ms: Option<f64>,
+}
+
+/// Each endpoint's [`AttemptStats`], by id (endpoints without attempts
+/// are missing). Each reads its last [`STATS_WINDOW`] attempts through
+/// `delivery_attempts_endpoint_idx`.
+pub fn stats(conn: &mut PgConnection) -> QueryResult<HashMap<i64, AttemptStats>> {
+    let rows: Vec<StatsRow> = diesel::sql_query(
+        "SELECT e.id AS endpoint_id, count(r.*) AS attempts, \
+                count(r.*) FILTER (WHERE r.outcome = 'ok') AS ok, \
+                percentile_cont(0.95) WITHIN GROUP (ORDER BY r.duration_ms) AS p95_ms \
+         FROM endpoints e \
+         JOIN LATERAL ( \
+             SELECT a.outcome, a.duration_ms FROM delivery_attempts a \
+             WHERE a.endpoint_id = e.id \
+             ORDER BY a.started_at DESC, a.id DESC LIMIT $1 \
+         ) r ON true \
+         GROUP BY e.id",
+    )
+    .bind::<BigInt, _>(STATS_WINDOW)
+    .load(conn)?;
+    Ok(rows
+        .into_iter()
+        .map(|r| {
+            let stats = AttemptStats {
+                attempts: r.attempts,
+                #[expect(clippy::cast_precision_loss, reason = "at most STATS_WINDOW")]
+                success_rate: (r.attempts > 0).then(|| r.ok as f64 / r.attempts as f64),
+                p95_ms: r.p95_ms,
+            };
+            (r.endpoint_id, stats)
+        })
+        .collect())
 }
 
 /// Deletes the attempts that started more than `older_than` ago, in batches

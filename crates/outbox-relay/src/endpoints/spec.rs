@@ -127,8 +127,9 @@ impl EndpointUrl {
                      the endpoint with --allow-http",
                 ));
             }
-            // Credentials come from NATS_CREDENTIALS, refused above in the
-            // URL. Without --allow-http the connection requires TLS.
+            // Credentials come from the endpoint's own (nats_credentials.rs)
+            // or NATS_CREDENTIALS, refused above in the URL. Without
+            // --allow-http the connection requires TLS.
             "nats" => {}
             other => {
                 return Err(refuse(

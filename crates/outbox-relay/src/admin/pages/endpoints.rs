@@ -174,11 +174,14 @@ struct Attempt {
     outcome: String,
     #[diesel(sql_type = Nullable<Text>)]
     excerpt: Option<String>,
+    #[diesel(sql_type = Nullable<BigInt>)]
+    stream_sequence: Option<i64>,
 }
 
 // Keyset: the page after attempt $2 (NULL: the newest), by the index's order.
 const ATTEMPTS: &str = "\
-SELECT id, job_id, attempt, started_at, duration_ms, status_code, outcome, excerpt
+SELECT id, job_id, attempt, started_at, duration_ms, status_code, outcome, excerpt,
+       stream_sequence
 FROM delivery_attempts
 WHERE endpoint_id = $1
   AND ($2::bigint IS NULL
@@ -204,7 +207,7 @@ pub(in crate::admin) async fn endpoint(
     let id = endpoint_id(&raw_id)?;
     let timeout = state.settings.statement_timeout;
     let before = cursor.before;
-    let (endpoint, mut attempts) = state
+    let (endpoint, own_credentials, mut attempts) = state
         .db
         .run(move |conn| {
             Ok(read(conn, timeout, |conn| {
@@ -213,12 +216,13 @@ pub(in crate::admin) async fn endpoint(
                     .select(Endpoint::as_select())
                     .first(conn)
                     .optional()?;
+                let own_credentials = crate::endpoints::nats_credentials::is_set(conn, id)?;
                 let attempts: Vec<Attempt> = diesel::sql_query(ATTEMPTS)
                     .bind::<BigInt, _>(id)
                     .bind::<Nullable<BigInt>, _>(before)
                     .bind::<BigInt, _>(PAGE + 1)
                     .load(conn)?;
-                Ok((endpoint, attempts))
+                Ok((endpoint, own_credentials, attempts))
             })?)
         })
         .await?;
@@ -235,7 +239,11 @@ pub(in crate::admin) async fn endpoint(
                 job => a.job_id,
                 attempt => a.attempt,
                 duration => format!("{} ms", a.duration_ms),
-                status => a.status_code.map_or_else(|| "no answer".to_owned(), |s| s.to_string()),
+                status => match (a.status_code, a.stream_sequence) {
+                    (Some(code), _) => code.to_string(),
+                    (None, Some(sequence)) => format!("PubAck {sequence}"),
+                    (None, None) => "no answer".to_owned(),
+                },
                 outcome => a.outcome.clone(),
                 excerpt => a.excerpt.clone().unwrap_or_default(),
             }
@@ -257,6 +265,10 @@ pub(in crate::admin) async fn endpoint(
                     endpoint.failing_since.is_some(),
                 ),
                 failing_since => opt_time(endpoint.failing_since),
+                // Whether it has credentials of its own, never what they are.
+                nats_credentials => endpoint.url.starts_with("nats://").then_some(
+                    if own_credentials { "set" } else { "not set (NATS_CREDENTIALS, if any)" }
+                ),
             },
             attempts => rows,
             next => next,

@@ -1,6 +1,7 @@
-//! One NATS connection per server URL for the whole relay, shared by every
-//! publish to every endpoint on that server, made on first use and
-//! reconnecting on its own, with backoff, for as long as the relay runs.
+//! One NATS connection per server URL and credentials for the whole relay,
+//! shared by every publish to every endpoint on that server with those
+//! credentials, made on first use and reconnecting on its own, with backoff,
+//! for as long as the relay runs.
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
@@ -11,6 +12,7 @@ use async_nats::connection::State;
 use async_nats::jetstream;
 
 use super::PUBLISH_TIMEOUT;
+use crate::endpoints::EndpointCredentials;
 
 /// Longest wait for the TCP connection and the server's greeting.
 pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
@@ -19,7 +21,7 @@ const MAX_RECONNECT_DELAY: Duration = Duration::from_secs(5);
 
 /// A credentials file (`NATS_CREDENTIALS`): a user JWT and its nkey seed, as
 /// `nsc` writes them. Checked at start, read again by every connection.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct NatsCredentials(PathBuf);
 
 impl NatsCredentials {
@@ -88,20 +90,61 @@ impl Transport {
     }
 }
 
+/// What a connection presents to its server: an endpoint's own credentials,
+/// or else the relay's `NATS_CREDENTIALS`, or nothing.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub enum Auth {
+    None,
+    /// `NATS_CREDENTIALS`, the fallback of every endpoint without its own.
+    File(NatsCredentials),
+    /// The endpoint's own (`--nats-credentials` and the like).
+    Endpoint(EndpointCredentials),
+}
+
+impl Auth {
+    /// The endpoint's own credentials if it has them, else `fallback`'s.
+    pub fn of(own: Option<&EndpointCredentials>, fallback: Option<&NatsCredentials>) -> Auth {
+        match (own, fallback) {
+            (Some(own), _) => Auth::Endpoint(own.clone()),
+            (None, Some(file)) => Auth::File(file.clone()),
+            (None, None) => Auth::None,
+        }
+    }
+
+    /// Where the credentials came from, for a refusal: " from ...".
+    fn source(&self) -> String {
+        match self {
+            Auth::None => {
+                " (no credentials given: neither the endpoint's nor NATS_CREDENTIALS)".to_owned()
+            }
+            Auth::File(file) => format!(" from NATS_CREDENTIALS {}", file.path().display()),
+            Auth::Endpoint(own) => format!(" of the endpoint ({})", own.kind()),
+        }
+    }
+}
+
 async fn options(
-    credentials: Option<&NatsCredentials>,
+    auth: &Auth,
     transport: Transport,
 ) -> Result<async_nats::ConnectOptions, ConnectError> {
-    let options = match credentials {
-        Some(credentials) => async_nats::ConnectOptions::with_credentials_file(credentials.path())
-            .await
-            .map_err(|e| {
-                ConnectError::Credentials(format!(
-                    "NATS_CREDENTIALS {}: {e}",
-                    credentials.path().display()
-                ))
-            })?,
-        None => async_nats::ConnectOptions::new(),
+    let options = match auth {
+        Auth::File(credentials) => {
+            async_nats::ConnectOptions::with_credentials_file(credentials.path())
+                .await
+                .map_err(|e| {
+                    ConnectError::Credentials(format!(
+                        "NATS_CREDENTIALS {}: {e}",
+                        credentials.path().display()
+                    ))
+                })?
+        }
+        Auth::Endpoint(own) => own.options().map_err(|e| {
+            ConnectError::Credentials(format!(
+                "the endpoint's NATS credentials ({}) cannot be used: {e}",
+                own.kind()
+            ))
+        })?,
+        Auth::None => async_nats::ConnectOptions::new(),
     };
     Ok(options
         // A server's INFO lists the other servers of its cluster, and the
@@ -118,21 +161,18 @@ async fn options(
 /// refuses the credentials is an error now, not a background retry.
 pub async fn connect_once(
     url: &str,
-    credentials: Option<&NatsCredentials>,
+    auth: &Auth,
     transport: Transport,
 ) -> Result<async_nats::Client, ConnectError> {
     transport.check(url).await?;
-    let options = options(credentials, transport).await?;
+    let options = options(auth, transport).await?;
     options.connect(url).await.map_err(|e| {
         let detail = tls_hint(super::super::error_chain(&e), transport);
         match e.kind() {
             async_nats::ConnectErrorKind::AuthorizationViolation
             | async_nats::ConnectErrorKind::Authentication => ConnectError::Refused {
                 url: url.to_owned(),
-                from: credentials.map_or_else(
-                    || " (no NATS_CREDENTIALS given)".to_owned(),
-                    |c| format!(" from NATS_CREDENTIALS {}", c.path().display()),
-                ),
+                from: auth.source(),
                 detail,
             },
             _ => ConnectError::Unreachable {
@@ -204,12 +244,23 @@ impl Connection {
     }
 }
 
-/// The relay's connections, by URL. Cloning shares them.
+/// A pooled connection's identity: two endpoints share a connection only
+/// when they name the same server, the same transport and the same
+/// credentials, so that one endpoint's credentials never carry another's
+/// publishes.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+struct Key {
+    url: String,
+    plaintext: bool,
+    auth: Auth,
+}
+
+/// The relay's connections, by server and credentials. Cloning shares them.
 #[derive(Debug, Clone, Default)]
 pub struct NatsConnections {
     credentials: Option<NatsCredentials>,
     allow_private: bool,
-    by_url: Arc<tokio::sync::Mutex<HashMap<(String, bool), Connection>>>,
+    by_url: Arc<tokio::sync::Mutex<HashMap<Key, Connection>>>,
 }
 
 impl NatsConnections {
@@ -223,15 +274,26 @@ impl NatsConnections {
         }
     }
 
-    /// The connection to `url`, made on first use. A server that is down
+    /// The connection to `url` with the endpoint's own credentials `own`
+    /// (else `NATS_CREDENTIALS`), made on first use. A server that is down
     /// does not fail this: the connection keeps trying in the background and
     /// publishes meanwhile time out, to be retried.
-    pub async fn get(&self, url: &str, plaintext: bool) -> Result<Connection, ConnectError> {
+    pub async fn get(
+        &self,
+        url: &str,
+        plaintext: bool,
+        own: Option<&EndpointCredentials>,
+    ) -> Result<Connection, ConnectError> {
         let transport = Transport {
             plaintext,
             allow_private: self.allow_private,
         };
-        let key = (url.to_owned(), plaintext);
+        let auth = Auth::of(own, self.credentials.as_ref());
+        let key = Key {
+            url: url.to_owned(),
+            plaintext,
+            auth,
+        };
         let mut by_url = self.by_url.lock().await;
         if let Some(connection) = by_url.get(&key) {
             return Ok(connection.clone());
@@ -240,7 +302,7 @@ impl NatsConnections {
         let last_server_error: Arc<std::sync::Mutex<Option<(Instant, String)>>> = Arc::default();
         let errors = last_server_error.clone();
         let logged_url = url.to_owned();
-        let client = options(self.credentials.as_ref(), transport)
+        let client = options(&key.auth, transport)
             .await?
             .retry_on_initial_connect()
             .max_reconnects(None)
@@ -301,6 +363,14 @@ fn on_event(
         }
         async_nats::Event::ServerError(error) => {
             tracing::warn!(url, error = %error, "the NATS server reported an error");
+            if let Ok(mut last) = errors.lock() {
+                *last = Some((Instant::now(), error.to_string()));
+            }
+        }
+        // A connection that cannot be made (credentials refused, say)
+        // says why here only: a publish waiting for it repeats the reason.
+        async_nats::Event::ClientError(error) => {
+            tracing::warn!(url, error = %error, "cannot connect to NATS; retrying");
             if let Ok(mut last) = errors.lock() {
                 *last = Some((Instant::now(), error.to_string()));
             }

@@ -9,12 +9,15 @@ use diesel::prelude::*;
 use outbox_core::worker::{EffectError, EffectResult, JobContext, Worker};
 use tracing::Instrument as _;
 
+use super::attempt_log::AttemptLog;
 use super::connection::NatsConnections;
 use super::loader::{BatchLoader, Rendered};
 use super::outcome::{ErrorClass, Published, failure};
-use super::{PUBLISH_TIMEOUT, Publication, classify_publish, count, subject};
+use super::{Acked, PUBLISH_TIMEOUT, Publication, classify_publish, count, subject};
 use crate::db::{PgPool, run_blocking};
 use crate::effects::webhook::idempotency_key;
+use crate::endpoints::attempts::NewAttempt;
+use crate::endpoints::{EndpointCredentials, nats_credentials};
 use crate::orders::jobs::OrderPublish;
 use crate::schema::endpoints;
 
@@ -28,11 +31,16 @@ const TARGET_TTL: Duration = Duration::from_secs(5);
 /// relay's other jobs (webhooks, emails) for as long as NATS is down.
 const CONNECTED_GRACE: Duration = Duration::from_secs(1);
 
+/// How old a connection's last error may be to be named in a publish's
+/// `last_error`: the reconnection attempts are at most seconds apart.
+const RECENT_ERROR: Duration = Duration::from_secs(30);
+
 /// Publishes order events to NATS endpoints over the relay's shared
 /// connections.
 #[derive(Debug, Clone)]
 pub struct PublishWorker {
     orders: BatchLoader,
+    attempts: AttemptLog,
     pool: PgPool,
     connections: NatsConnections,
     targets: Arc<Mutex<HashMap<i64, Cached>>>,
@@ -42,6 +50,7 @@ impl PublishWorker {
     pub fn new(pool: PgPool, connections: NatsConnections) -> PublishWorker {
         PublishWorker {
             orders: BatchLoader::new(pool.clone()),
+            attempts: AttemptLog::new(pool.clone()),
             pool,
             connections,
             targets: Arc::default(),
@@ -53,14 +62,18 @@ impl PublishWorker {
 type Cached = (Instant, Arc<Target>);
 
 /// Where an endpoint's events go.
-#[derive(Debug, Clone, Queryable)]
+#[derive(Debug, Clone)]
 struct Target {
+    id: i64,
     name: String,
     url: String,
     stream: Option<String>,
     subject_prefix: Option<String>,
     /// Added with `--allow-http`: a server without TLS is accepted.
     plaintext: bool,
+    /// Its own credentials (else the relay's `NATS_CREDENTIALS`), or why
+    /// the stored ones cannot be read.
+    credentials: Result<Option<EndpointCredentials>, String>,
 }
 
 impl Worker<OrderPublish> for PublishWorker {
@@ -88,18 +101,13 @@ impl PublishWorker {
             traceparent: crate::trace_context::current_traceparent(),
             body,
         };
-        let connection = self
-            .connections
-            .get(&target.url, target.plaintext)
-            .await
-            .map_err(|e| failure(ErrorClass::Retryable, &target.name, stream, &e.to_string()))?;
-        let result = if connection.connected_within(CONNECTED_GRACE).await {
-            classify_publish(&connection, &target.name, &publication).await
-        } else {
-            Err(not_connected(&connection, &target.name, stream))
-        };
+        let started_at = chrono::Utc::now();
+        let started = Instant::now();
+        let result = self.send(&target, stream, &publication).await;
         count(&target.name, &result);
-        let published = result?;
+        self.log_attempt(&target, &ctx, started_at, started.elapsed(), &result)
+            .await;
+        let Acked { published, .. } = result?;
         if published != Published::New {
             tracing::info!(
                 endpoint = %target.name,
@@ -109,6 +117,71 @@ impl PublishWorker {
             );
         }
         Ok(None)
+    }
+
+    /// The publish over the connection of the endpoint's server and
+    /// credentials.
+    async fn send(
+        &self,
+        target: &Target,
+        stream: &str,
+        publication: &Publication<'_>,
+    ) -> Result<Acked, EffectError> {
+        let own = target
+            .credentials
+            .as_ref()
+            .map_err(|why| failure(ErrorClass::Permanent, &target.name, stream, why))?;
+        let connection = self
+            .connections
+            .get(&target.url, target.plaintext, own.as_ref())
+            .await
+            .map_err(|e| failure(ErrorClass::Retryable, &target.name, stream, &e.to_string()))?;
+        if connection.connected_within(CONNECTED_GRACE).await {
+            classify_publish(&connection, &target.name, publication).await
+        } else {
+            Err(not_connected(&connection, &target.name, stream))
+        }
+    }
+
+    /// Logs the attempt in `delivery_attempts`. Failing to log cannot undo
+    /// the publish: it is a warning, never the job's failure.
+    async fn log_attempt(
+        &self,
+        target: &Target,
+        ctx: &JobContext,
+        started_at: chrono::DateTime<chrono::Utc>,
+        duration: Duration,
+        result: &Result<Acked, EffectError>,
+    ) {
+        let (outcome, excerpt, stream_sequence) = match result {
+            Ok(acked) => (
+                "ok",
+                Some(match acked.sequence {
+                    Some(sequence) => format!("{}: sequence {sequence}", acked.published.as_str()),
+                    None => acked.published.as_str().to_owned(),
+                }),
+                acked.sequence.and_then(|s| i64::try_from(s).ok()),
+            ),
+            Err(error) => (
+                ErrorClass::of(error).as_str(),
+                Some(error.to_string()),
+                None,
+            ),
+        };
+        let attempt = NewAttempt {
+            job_id: ctx.id(),
+            endpoint_id: target.id,
+            attempt: ctx.attempt(),
+            started_at,
+            duration,
+            status_code: None,
+            outcome,
+            excerpt,
+            stream_sequence,
+        };
+        if let Err(error) = self.attempts.record(attempt).await {
+            tracing::warn!(endpoint = %target.name, %error, "cannot log the publish attempt");
+        }
     }
 
     /// The endpoint's row, at most [`TARGET_TTL`] old.
@@ -128,7 +201,7 @@ impl PublishWorker {
 
     async fn load_target(&self, endpoint_id: i64) -> Result<Target, EffectError> {
         run_blocking(&self.pool, move |conn| {
-            Ok(endpoints::table
+            let row = endpoints::table
                 .find(endpoint_id)
                 .select((
                     endpoints::name,
@@ -137,8 +210,21 @@ impl PublishWorker {
                     endpoints::subject_prefix,
                     endpoints::allow_http,
                 ))
-                .first::<Target>(conn)
-                .optional()?)
+                .first::<(String, String, Option<String>, Option<String>, bool)>(conn)
+                .optional()?;
+            let Some((name, url, stream, subject_prefix, plaintext)) = row else {
+                return Ok(None);
+            };
+            let credentials = nats_credentials::load(conn, endpoint_id)?;
+            Ok(Some(Target {
+                id: endpoint_id,
+                name,
+                url,
+                stream,
+                subject_prefix,
+                plaintext,
+                credentials,
+            }))
         })
         .await
         .map_err(|e| EffectError::retryable(format!("loading endpoint {endpoint_id}: {e}")))?
@@ -164,9 +250,13 @@ fn not_connected(
         endpoint,
         stream,
         &format!(
-            "not connected to {} (connection {}); nothing was sent, retried once it is back",
+            "not connected to {} (connection {}{}); nothing was sent, retried once it is back",
             connection.url,
-            connection.state()
+            connection.state(),
+            connection
+                .recent_server_error(RECENT_ERROR)
+                .map(|e| format!(", last error: {e}"))
+                .unwrap_or_default()
         ),
     )
     .to_string();

@@ -1,0 +1,1 @@
+ALTER TABLE delivery_attempts DROP COLUMN stream_sequence;
