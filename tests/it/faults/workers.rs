@@ -208,9 +208,19 @@ async fn sigterm_lets_in_flight_effects_finish_leaves_unstarted_jobs_unspent_and
         sinks.http.requests().len() >= 3
     })
     .await;
+    // In flight: claimed and called. A relay claims ahead of its free slots
+    // (the claim's pace), so a `processing` job may not have started yet:
+    // those must come back unspent, as unclaimed ones do.
+    let called: Vec<String> = sinks
+        .http
+        .requests()
+        .iter()
+        .filter_map(|r| r.header("idempotency-key").map(str::to_owned))
+        .collect();
     let in_flight: Vec<i64> = jobs_of_kind(&mut conn, "order_webhook")
         .into_iter()
         .filter(|j| j.status == "processing")
+        .filter(|j| called.contains(&format!("order-webhook-{}", j.id)))
         .map(|j| j.id)
         .collect();
     assert!(!in_flight.is_empty());
@@ -346,7 +356,11 @@ async fn sigterm_during_a_claim_hands_the_claimed_jobs_back_without_spending_an_
     let released: usize = crate::support::process::field(&line, "released")
         .and_then(|n| n.parse().ok())
         .unwrap_or_else(|| panic!("{line}"));
-    assert_eq!(released, 12, "{line}");
+    // Every job its claims took (how many depends on the claim's pace: one
+    // claim in flight at first, its size RELAY_BATCH_SIZE), and below they
+    // are all pending with no attempt spent.
+    let total = super::load_jobs(&mut conn).len();
+    assert!(released > 0 && released <= total, "{line}");
     for job in super::load_jobs(&mut conn) {
         assert_eq!(job.status, "pending", "{job:?}");
         assert_eq!(job.attempts, 0, "{job:?}");

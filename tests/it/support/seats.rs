@@ -26,6 +26,8 @@ use diesel::sql_types::Text;
 /// listener, and the test's own (31 at the most, sampled from
 /// pg_stat_activity over a whole run).
 pub const CONNECTIONS_PER_TEST: usize = 30;
+/// Heavy tests at once.
+const HEAVY_SEATS: usize = 2;
 /// Left for psql, the template's build and whatever else the server serves.
 const RESERVED: usize = 10;
 
@@ -35,7 +37,7 @@ const RESERVED: usize = 10;
 struct Taken {
     /// Seats held and the connections they stand for, by thread.
     by_thread: HashMap<ThreadId, (usize, usize)>,
-    heavy: bool,
+    heavy: usize,
 }
 
 static TAKEN: Mutex<Option<Taken>> = Mutex::new(None);
@@ -119,16 +121,19 @@ pub struct Heavy(());
 
 pub fn heavy() -> Heavy {
     let mut taken = lock();
-    while taken.get_or_insert_with(Taken::default).heavy {
+    while taken.get_or_insert_with(Taken::default).heavy >= HEAVY_SEATS {
         taken = FREED.wait(taken).unwrap_or_else(|e| e.into_inner());
     }
-    taken.get_or_insert_with(Taken::default).heavy = true;
+    taken.get_or_insert_with(Taken::default).heavy += 1;
     Heavy(())
 }
 
 impl Drop for Heavy {
     fn drop(&mut self) {
-        lock().get_or_insert_with(Taken::default).heavy = false;
+        let mut taken = lock();
+        let state = taken.get_or_insert_with(Taken::default);
+        state.heavy = state.heavy.saturating_sub(1);
+        drop(taken);
         FREED.notify_all();
     }
 }
