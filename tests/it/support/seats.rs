@@ -12,8 +12,10 @@
 //! bench's scratch database) takes a seat of its size.
 //!
 //! A heavy test (a million rows, a thousand deliveries, thousands of sockets)
-//! also takes the one heavy seat, so that two of them never share the
-//! machine: their bounds are about our code, not about each other.
+//! also takes one of two heavy seats, so that no more than two of them share
+//! the machine: their bounds are about our code, not about each other. (One
+//! seat made them the suite's critical path: their times in a row add up to
+//! about three minutes.)
 
 use std::collections::HashMap;
 use std::sync::{Condvar, Mutex, OnceLock};
@@ -32,7 +34,7 @@ const HEAVY_SEATS: usize = 2;
 const RESERVED: usize = 10;
 
 /// Seats taken, by the test thread that took them (a test that makes two
-/// databases sits once), and whether a heavy test runs.
+/// databases sits once), and how many heavy tests run.
 #[derive(Default)]
 struct Taken {
     /// Seats held and the connections they stand for, by thread.
@@ -115,7 +117,7 @@ impl Drop for Seat {
     }
 }
 
-/// The heavy seat: one heavy test at a time, held until dropped.
+/// A heavy seat, held until dropped.
 #[derive(Debug)]
 pub struct Heavy(());
 
