@@ -55,12 +55,41 @@ impl PublishRun {
         per(self.noop.jobs_per_second(), self.raw_per_second)
     }
 
+    /// The most a publish drain can reach on a machine where PostgreSQL,
+    /// NATS and the relay share the cores: a publish job costs the raw
+    /// loop's message plus its no-op twin, so its rate is at most
+    /// 1 / (1/raw + 1/noop), both measured in this run.
+    pub fn bound(&self) -> f64 {
+        let (raw, noop) = (self.raw_per_second, self.noop.jobs_per_second());
+        if raw > 0.0 && noop > 0.0 {
+            1.0 / (1.0 / raw + 1.0 / noop)
+        } else {
+            0.0
+        }
+    }
+
+    /// The publish drain over [`PublishRun::bound`].
+    pub fn bound_ratio(&self) -> f64 {
+        per(self.drain.jobs_per_second(), self.bound())
+    }
+
+    /// The relay process's CPU per publish job, in µs (`None` where the
+    /// process's CPU time is not readable).
+    pub fn cpu_micros_per_job(&self) -> Option<f64> {
+        let jobs = self.drain.jobs as f64;
+        self.drain
+            .cpu_seconds
+            .filter(|_| jobs > 0.0)
+            .map(|cpu| cpu * 1e6 / jobs)
+    }
+
     /// One line for the progress output.
     pub fn summary(&self) -> String {
         format!(
             "relay (NATS publishes): {:.0} jobs/s; same jobs as noop: {:.0} jobs/s; raw async-nats \
              loop ({} in flight, {} B bodies): {:.0} msgs/s; publish/raw {:.2}, noop/raw {:.2}, \
-             publish/noop {:.2}; transactions per job: publish {:.2}, noop {:.2}",
+             publish/noop {:.2}; bound 1/(1/raw+1/noop) {:.0} jobs/s, publish/bound {:.2}; \
+             relay CPU per publish job {}; transactions per job: publish {:.2}, noop {:.2}",
             self.drain.jobs_per_second(),
             self.noop.jobs_per_second(),
             self.raw_in_flight,
@@ -69,6 +98,10 @@ impl PublishRun {
             self.ratio(),
             self.noop_ratio(),
             per(self.drain.jobs_per_second(), self.noop.jobs_per_second()),
+            self.bound(),
+            self.bound_ratio(),
+            self.cpu_micros_per_job()
+                .map_or_else(|| "unknown".to_owned(), |us| format!("{us:.1} µs")),
             transactions_per_job(&self.drain),
             transactions_per_job(&self.noop),
         )
@@ -85,6 +118,9 @@ impl PublishRun {
             "raw_msgs_per_s": self.raw_per_second,
             "publish_over_raw": self.ratio(),
             "noop_over_raw": self.noop_ratio(),
+            "bound_jobs_per_s": self.bound(),
+            "publish_over_bound": self.bound_ratio(),
+            "publish_relay_cpu_us_per_job": self.cpu_micros_per_job(),
             "publish_transactions_per_job": transactions_per_job(&self.drain),
             "noop_transactions_per_job": transactions_per_job(&self.noop),
             "publish_relay_cpu_s": self.drain.cpu_seconds,
