@@ -367,9 +367,9 @@ async fn each_held_reason_keeps_the_message_and_leaves_the_order_untouched() {
     for (message, words) in [
         (
             "evt_amount",
-            "amount or currency differs: the message says 2099 EUR, the order is 2100 EUR",
+            "amount or currency differs: the message says 20.99 EUR, the order is 21.00 EUR",
         ),
-        ("evt_currency", "the message says 2100 USD"),
+        ("evt_currency", "the message says 21.00 USD"),
         ("evt_late", "refund needed"),
         ("evt_second", "paid again under another reference"),
         ("evt_refund", "refund of an order not paid"),
@@ -817,7 +817,7 @@ async fn the_dashboard_lists_held_messages_beside_their_orders_and_applies_or_di
         .text()
         .await
         .expect("page");
-    assert!(page.contains("the message says 1900 EUR"), "{page}");
+    assert!(page.contains("the message says 19.00 EUR"), "{page}");
     assert!(
         page.contains(&format!("#{short}</a> placed, ")),
         "the order beside it"

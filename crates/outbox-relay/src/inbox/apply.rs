@@ -324,12 +324,18 @@ fn money_differs(payment: &Payment, order: &LockedOrder) -> Option<String> {
     if amount == Some(order.total_cents) && currency == Some(order.currency.as_str()) {
         return None;
     }
-    let shown = |amount: Option<i64>, currency: Option<&str>| {
-        format!(
+    // As people read money (`19.00 EUR`), where the currency is one we know;
+    // otherwise the minor units the provider sent, named as such.
+    let shown = |amount: Option<i64>, currency: Option<&str>| match (amount, currency) {
+        (Some(minor), Some(code)) => match crate::orders::Currency::parse(code) {
+            Some(known) => known.format(minor),
+            None => format!("{minor} (minor units) {code}"),
+        },
+        (amount, currency) => format!(
             "{} {}",
-            amount.map_or_else(|| "no amount".to_owned(), |a| a.to_string()),
+            amount.map_or_else(|| "no amount".to_owned(), |a| format!("{a} (minor units)")),
             currency.unwrap_or("(no currency)")
-        )
+        ),
     };
     Some(format!(
         "amount or currency differs: the message says {}, the order is {}",
