@@ -9,12 +9,15 @@ mod cli;
 #[cfg(feature = "dev-tools")]
 use outbox_dev_tools::{bench, demo};
 use outbox_relay::{
-    api, api_keys, config, db, effects, endpoints, inbox, job_list, orders, otel, outbox, relay,
-    server, shutdown, telemetry, text,
+    api, api_keys, at_rest, config, db, effects, endpoints, inbox, job_list, orders, otel, outbox,
+    relay, sealed, server, shutdown, telemetry, text,
 };
 
 use std::process::ExitCode;
 
 fn main() -> ExitCode {
+    // Before anything connects: no OpenSSL cleanup at exit under a connect
+    // still running on one of r2d2's threads.
+    db::init_openssl();
     cli::main()
 }

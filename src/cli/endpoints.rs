@@ -3,26 +3,29 @@
 //! Each command opens one connection of its own, as the `jobs` commands do.
 //! A value that does not parse is refused before anything is written, naming
 //! its flag (exit 2); a refusal by the table (a name taken, deliveries still
-//! queued) writes nothing either (exit 1).
+//! queued) writes nothing either (exit 1). `add`, the one that checks a
+//! NATS server before it writes, is in `endpoints/add.rs`.
+
+mod add;
 
 use std::time::Duration;
 
 use anyhow::Context as _;
 use clap::{Args, Subcommand};
-use diesel::Connection as _;
 
+use self::add::AddArgs;
+use crate::at_rest;
+use crate::cli::secrets::refused_without_key;
 use crate::cli::table::{Align, print_list};
 use crate::cli::with_conn;
-use crate::config::{ConfigError, DatabaseArgs, parse_duration};
+use crate::config::{ConfigError, DatabaseArgs, SecretsKeyArgs, parse_duration};
+use crate::effects::nats;
 use crate::effects::nats::connection::Auth;
-use crate::effects::nats::{self, NatsCredentials};
 use crate::endpoints::attempts::{self, AttemptStats};
-use crate::endpoints::store::{self, Endpoint, NewEndpoint};
+use crate::endpoints::store::{self, Endpoint};
 use crate::endpoints::{
-    DEFAULT_MAX_IN_FLIGHT, EndpointName, EndpointUrl, EventTypes, NatsTarget, RateLimit,
-    SigningSecret, SpecError, StreamName, SubjectPrefix, spec,
+    EndpointCredentials, RateLimit, SigningSecret, SpecError, nats_credentials, recover, spec,
 };
-use crate::endpoints::{EndpointCredentials, nats_credentials, recover};
 
 #[derive(Debug, Subcommand)]
 pub enum EndpointsCommand {
@@ -76,63 +79,6 @@ pub struct RecoverArgs {
     /// Count them, and change nothing.
     #[arg(long)]
     dry_run: bool,
-}
-
-#[derive(Debug, Args)]
-pub struct AddArgs {
-    #[command(flatten)]
-    db: DatabaseArgs,
-    /// A unique name (letters, digits, '_', '.', '-').
-    #[arg(long)]
-    name: String,
-    /// Where deliveries go: https://… (http://… only with --allow-http), or a NATS
-    /// server, nats://host:port (with --stream and --subject-prefix).
-    #[arg(long)]
-    url: String,
-    /// Event types to deliver, comma-separated (order.placed, order.paid, order.shipped,
-    /// order.delivered, order.cancelled, order.refunded, endpoint.disabled); every one when left out.
-    #[arg(long, value_name = "TYPE,TYPE")]
-    events: Option<String>,
-    /// Deliveries per second at most, across every relay: 10/s, 300/m, 1000/h.
-    #[arg(long, value_name = "N/UNIT")]
-    rate_limit: Option<String>,
-    /// Deliveries in flight to this endpoint at once, across every relay.
-    #[arg(long, value_name = "N")]
-    max_in_flight: Option<String>,
-    /// The signing secret: whsec_ and the base64 of 24 to 64 bytes. Made for you when left out.
-    #[arg(long)]
-    secret: Option<String>,
-    /// Allow a plain http:// URL, or a nats:// server without TLS (events,
-    /// signatures and NATS credentials travel in the clear).
-    #[arg(long)]
-    allow_http: bool,
-    /// Allow a NATS server on a loopback, private or link-local address.
-    #[arg(long, env = "WEBHOOK_ALLOW_PRIVATE", default_value_t = false, action = clap::ArgAction::Set, value_parser = clap::builder::BoolishValueParser::new())]
-    allow_private: bool,
-    /// Print {"id","name","secret"} as JSON instead of text.
-    #[arg(long)]
-    json: bool,
-    /// NATS endpoints: the JetStream stream that captures <subject-prefix>.>
-    /// (checked now: it must exist, or be created with --create-stream).
-    #[arg(long)]
-    stream: Option<String>,
-    /// NATS endpoints: events are published to <prefix>.<event>.<order id>
-    /// (orders.paid.42).
-    #[arg(long, value_name = "PREFIX")]
-    subject_prefix: Option<String>,
-    /// NATS endpoints: create the stream (capturing <prefix>.>, a 2 minute
-    /// duplicate window) when it does not exist.
-    #[arg(long)]
-    create_stream: bool,
-    /// The most endpoints there may be; adding one more is refused.
-    #[arg(long, env = "ENDPOINTS_MAX", default_value_t = crate::endpoints::store::DEFAULT_MAX_ENDPOINTS)]
-    max_endpoints: u32,
-    #[command(flatten)]
-    credentials: CredentialArgs,
-    /// The relay's credentials file (`NATS_CREDENTIALS`): used for the check
-    /// when the endpoint has none of its own, never stored.
-    #[arg(long = "relay-nats-credentials", env = "NATS_CREDENTIALS", hide = true)]
-    relay_credentials: Option<std::path::PathBuf>,
 }
 
 /// A NATS endpoint's own credentials, stored with it and presented only to
@@ -211,6 +157,8 @@ pub struct UpdateArgs {
     /// Allow a NATS server on a loopback, private or link-local address.
     #[arg(long, env = "WEBHOOK_ALLOW_PRIVATE", default_value_t = false, action = clap::ArgAction::Set, value_parser = clap::builder::BoolishValueParser::new())]
     allow_private: bool,
+    #[command(flatten)]
+    secrets: SecretsKeyArgs,
 }
 
 #[derive(Debug, Args)]
@@ -253,11 +201,13 @@ pub struct RotateArgs {
     /// Print {"id","name","secret"} as JSON instead of text.
     #[arg(long)]
     json: bool,
+    #[command(flatten)]
+    secrets: SecretsKeyArgs,
 }
 
 pub async fn run(command: EndpointsCommand) -> anyhow::Result<()> {
     match command {
-        EndpointsCommand::Add(args) => add(args).await,
+        EndpointsCommand::Add(args) => add::add(args).await,
         EndpointsCommand::Update(args) => update(args).await,
         EndpointsCommand::List(args) => list(args).await,
         EndpointsCommand::Disable(args) => set_enabled(args, false).await,
@@ -270,125 +220,6 @@ pub async fn run(command: EndpointsCommand) -> anyhow::Result<()> {
 
 fn usage(error: SpecError) -> anyhow::Error {
     ConfigError(error.to_string()).into()
-}
-
-/// Every flag of `add`, checked; the first bad one is the error.
-fn parse_new(args: &AddArgs) -> Result<NewEndpoint, SpecError> {
-    let url = EndpointUrl::parse(&args.url, args.allow_http)?;
-    Ok(NewEndpoint {
-        name: EndpointName::parse(&args.name)?,
-        nats: parse_nats(args, &url)?,
-        url,
-        event_types: match &args.events {
-            Some(raw) => EventTypes::parse(raw)?,
-            None => EventTypes::ALL,
-        },
-        rate_limit: args
-            .rate_limit
-            .as_deref()
-            .map(str::parse::<RateLimit>)
-            .transpose()?,
-        max_in_flight: match &args.max_in_flight {
-            Some(raw) => spec::parse_max_in_flight(raw)?,
-            None => DEFAULT_MAX_IN_FLIGHT,
-        },
-        secret: match &args.secret {
-            Some(raw) => SigningSecret::parse(raw, "--secret")?,
-            None => new_secret()?,
-        },
-    })
-}
-
-/// `--stream` and `--subject-prefix`: both for a `nats://` URL, neither
-/// (nor `--create-stream`) for any other.
-fn parse_nats(args: &AddArgs, url: &EndpointUrl) -> Result<Option<NatsTarget>, SpecError> {
-    if !url.is_nats() {
-        let given = [
-            ("--stream", args.stream.is_some()),
-            ("--subject-prefix", args.subject_prefix.is_some()),
-            ("--create-stream", args.create_stream),
-        ];
-        return match given.into_iter().find(|(_, given)| *given) {
-            Some((flag, _)) => Err(SpecError {
-                flag,
-                message: format!("is for nats:// endpoints only, not {}", url.as_str()),
-            }),
-            None => Ok(None),
-        };
-    }
-    let needed = |flag: &'static str| SpecError {
-        flag,
-        message: "a nats:// endpoint needs --stream and --subject-prefix".to_owned(),
-    };
-    let stream = args.stream.as_deref().ok_or_else(|| needed("--stream"))?;
-    let prefix = args
-        .subject_prefix
-        .as_deref()
-        .ok_or_else(|| needed("--subject-prefix"))?;
-    Ok(Some(NatsTarget {
-        stream: StreamName::parse(stream)?,
-        subject_prefix: SubjectPrefix::parse(prefix)?,
-    }))
-}
-
-/// Checks, before anything is written, that the NATS server answers, takes
-/// the credentials, and has a stream fit for the endpoint (creating it with
-/// `--create-stream`). Every refusal names the endpoint and its URL.
-async fn check_nats(
-    args: &AddArgs,
-    url: &str,
-    target: &NatsTarget,
-    own: Option<&EndpointCredentials>,
-) -> anyhow::Result<()> {
-    let refused = |what: String| -> anyhow::Error {
-        ConfigError(format!("endpoint {:?} (--url {url}): {what}", args.name)).into()
-    };
-    let auth = relay_auth(own, args.relay_credentials.as_deref()).await?;
-    let transport = nats::connection::Transport {
-        plaintext: args.allow_http,
-        allow_private: args.allow_private,
-    };
-    let client = nats::connection::connect_once(url, &auth, transport)
-        .await
-        .map_err(|e| refused(e.to_string()))?;
-    let checked = nats::stream::check_stream(
-        client,
-        url,
-        target.stream.as_str(),
-        target.subject_prefix.as_str(),
-        args.create_stream,
-    )
-    .await
-    .map_err(|e| {
-        let flag = match e {
-            nats::stream::StreamError::DoesNotCapture { .. } => "--subject-prefix",
-            _ => "--stream",
-        };
-        refused(format!("{flag}: {e}"))
-    })?;
-    if !args.json {
-        println!(
-            "stream {} {} (duplicate window {}); events go to {}.<event>.<order id>",
-            target.stream.as_str(),
-            if checked.created { "created" } else { "found" },
-            humantime::format_duration(checked.duplicate_window),
-            target.subject_prefix
-        );
-    }
-    Ok(())
-}
-
-/// What a relay would present: the endpoint's own credentials, else
-/// `NATS_CREDENTIALS` (read now, so that a bad file is refused by name).
-async fn relay_auth(
-    own: Option<&EndpointCredentials>,
-    relay: Option<&std::path::Path>,
-) -> anyhow::Result<Auth> {
-    let fallback = match (own, relay) {
-        (None, Some(path)) => Some(NatsCredentials::load(path).await.map_err(ConfigError)?),
-        _ => None,
-    };
-    Ok(Auth::of(own, fallback.as_ref()))
 }
 
 fn new_secret() -> Result<SigningSecret, SpecError> {
@@ -409,52 +240,7 @@ fn print_secret(endpoint: &Endpoint, secret: &SigningSecret, json: bool) -> anyh
     )
 }
 
-async fn add(args: AddArgs) -> anyhow::Result<()> {
-    let new = parse_new(&args).map_err(usage)?;
-    let own = args.credentials.read().map_err(usage)?;
-    match (&new.nats, args.credentials.given()) {
-        (Some(target), _) => check_nats(&args, new.url.as_str(), target, own.as_ref()).await?,
-        (None, Some(flag)) => {
-            return Err(usage(SpecError {
-                flag,
-                message: format!("is for nats:// endpoints only, not {}", new.url.as_str()),
-            }));
-        }
-        (None, None) => {}
-    }
-    let secret = new.secret.clone();
-    let max = args.max_endpoints;
-    let endpoint = with_conn(&args.db, move |conn| {
-        // One transaction: an endpoint never exists without the credentials
-        // it was added with (a relay could otherwise connect with the
-        // fallback meanwhile).
-        conn.transaction(|conn| {
-            let endpoint = store::add_within(conn, &new, max)?;
-            if own.is_some() {
-                nats_credentials::set(conn, endpoint.id, own.as_ref())?;
-            }
-            Ok::<_, store::StoreError>(endpoint)
-        })
-        .map_err(anyhow::Error::from)
-    })
-    .await?;
-    if !args.json {
-        println!(
-            "added endpoint {} (id {}): {} for {}",
-            endpoint.name,
-            endpoint.id,
-            endpoint.url,
-            events_of(&endpoint)
-        );
-    }
-    // A secret the operator chose is theirs already: printed only when made here.
-    if args.secret.is_none() || args.json {
-        print_secret(&endpoint, &secret, args.json)?;
-    }
-    Ok(())
-}
-
-fn events_of(endpoint: &Endpoint) -> String {
+pub(super) fn events_of(endpoint: &Endpoint) -> String {
     endpoint
         .event_types
         .as_ref()
@@ -549,6 +335,7 @@ async fn list(args: ListArgs) -> anyhow::Result<()> {
 /// the new ones.
 async fn update(args: UpdateArgs) -> anyhow::Result<()> {
     let own = args.credentials.read().map_err(usage)?;
+    let keys = args.secrets.keyring()?;
     if own.is_none() && !args.clear_nats_credentials {
         return Err(ConfigError(
             "nothing to update: give --nats-credentials FILE, --nats-user USER \
@@ -593,7 +380,11 @@ async fn update(args: UpdateArgs) -> anyhow::Result<()> {
     let id = endpoint.id;
     let stored = own.clone();
     with_conn(&args.db, move |conn| {
-        nats_credentials::set(conn, id, stored.as_ref()).context("storing the NATS credentials")
+        if stored.is_some() {
+            at_rest::require_key_where_sealed(conn, &keys).map_err(refused_without_key)?;
+        }
+        nats_credentials::set(conn, id, stored.as_ref(), &keys)
+            .context("storing the NATS credentials")
     })
     .await?;
     match own {
@@ -639,9 +430,11 @@ async fn remove(args: RemoveArgs) -> anyhow::Result<()> {
 
 async fn rotate(args: RotateArgs) -> anyhow::Result<()> {
     let secret = new_secret().map_err(usage)?;
+    let keys = args.secrets.keyring()?;
     let (name, keep_old, made) = (args.name.clone(), args.keep_old, secret.clone());
     let endpoint = with_conn(&args.db, move |conn| {
-        store::rotate_secret(conn, &name, &made, keep_old).map_err(anyhow::Error::from)
+        at_rest::require_key_where_sealed(conn, &keys).map_err(refused_without_key)?;
+        store::rotate_secret(conn, &name, &made, keep_old, &keys).map_err(anyhow::Error::from)
     })
     .await?;
     if !args.json {

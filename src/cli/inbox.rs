@@ -8,7 +8,7 @@ use crate::cli::table::{Align, print_list};
 use crate::cli::with_conn;
 use crate::config::{ConfigError, DatabaseArgs, EnqueueArgs};
 use crate::inbox::MessageStatus;
-use crate::inbox::apply::{apply_held, dismiss_held};
+use crate::inbox::held::{apply_held, dismiss_held};
 use crate::inbox::list::{Filter, InboxMessage, list_messages};
 
 #[derive(Debug, Subcommand)]

@@ -1,10 +1,12 @@
 //! The `outbox-relay` command line: the subcommands of the README's "Configuration" and of docs/operations.md.
 
+mod default_endpoint;
 mod endpoints;
 mod inbox;
 mod jobs;
 mod keys;
 mod relay;
+mod secrets;
 mod serve;
 mod sources;
 mod table;
@@ -13,12 +15,13 @@ use std::process::ExitCode;
 
 use clap::{CommandFactory as _, Parser, Subcommand};
 
-use crate::config::{ConfigError, DatabaseArgs, RelayArgs};
+use crate::config::{ConfigError, DatabaseArgs, RelayArgs, SecretsKeyArgs};
 
 pub use endpoints::EndpointsCommand;
 pub use inbox::InboxCommand;
 pub use jobs::JobsCommand;
 pub use keys::KeysCommand;
+pub use secrets::SecretsCommand;
 pub use serve::ServeArgs;
 pub use sources::SourcesCommand;
 
@@ -41,6 +44,8 @@ pub enum Command {
         db: DatabaseArgs,
         #[command(flatten)]
         default: crate::config::DefaultEndpointArgs,
+        #[command(flatten)]
+        secrets: SecretsKeyArgs,
     },
     /// Run the worker pool: claim jobs and perform their effects until SIGTERM/SIGINT.
     Relay {
@@ -48,6 +53,8 @@ pub enum Command {
         db: DatabaseArgs,
         #[command(flatten)]
         args: Box<RelayArgs>,
+        #[command(flatten)]
+        secrets: SecretsKeyArgs,
     },
     /// Measure drain throughput against the raw-SQL ceiling, enqueue-to-start
     /// latency, and the relay's RSS, CPU, transactions and WAL per job.
@@ -95,6 +102,12 @@ pub enum Command {
     Inbox {
         #[command(subcommand)]
         command: InboxCommand,
+    },
+    /// The endpoints' and sources' secrets at rest: seal every one under
+    /// SECRETS_KEY.
+    Secrets {
+        #[command(subcommand)]
+        command: SecretsCommand,
     },
     /// Run everything end to end with nothing to set up: a private PostgreSQL (unless
     /// DATABASE_URL is set), the API, a relay, local mail and webhook sinks, sample orders.
@@ -160,16 +173,21 @@ pub fn main() -> ExitCode {
 
 async fn run(cli: Cli) -> anyhow::Result<()> {
     match cli.command {
-        Command::Migrate { db, default } => {
-            let endpoint = default.checked()?;
+        Command::Migrate {
+            db,
+            default,
+            secrets,
+        } => {
+            let endpoint = default_endpoint::checked(&default)?;
+            let keys = secrets.keyring()?;
             let shutdown = crate::shutdown::on_signals();
             if crate::db::migrate_when_writable(&db.database_url, &shutdown).await? {
-                crate::config::default_endpoint::write_default(&db.database_url, endpoint).await?;
+                default_endpoint::write(&db.database_url, endpoint, &keys).await?;
                 println!("migrations applied");
             }
             Ok(())
         }
-        Command::Relay { db, args } => relay::run(db, *args).await,
+        Command::Relay { db, args, secrets } => relay::run(db, *args, secrets).await,
         #[cfg(feature = "dev-tools")]
         Command::Bench { args } => crate::bench::run(*args).await,
         Command::Serve { db, args } => serve::run(db, *args).await,
@@ -178,6 +196,7 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Keys { command } => keys::run(command).await,
         Command::Sources { command } => sources::run(command).await,
         Command::Inbox { command } => inbox::run(command).await,
+        Command::Secrets { command } => secrets::run(command).await,
         #[cfg(feature = "dev-tools")]
         Command::Demo { args } => crate::demo::run(*args).await,
     }

@@ -4,18 +4,26 @@ use std::sync::Arc;
 
 use anyhow::Context as _;
 
-use crate::config::{ConfigError, DatabaseArgs, RelayArgs};
+use crate::config::{ConfigError, DatabaseArgs, RelayArgs, SecretsKeyArgs};
 use crate::db;
 use crate::effects::{self, EffectKind, email, webhook};
+use crate::endpoints::breaker::Breaker;
+use crate::endpoints::upkeep::Retention;
 use crate::relay::Relay;
+use outbox_relay::http_server::ConnectionLimits;
 
-pub async fn run(db_args: DatabaseArgs, args: RelayArgs) -> anyhow::Result<()> {
+pub async fn run(
+    db_args: DatabaseArgs,
+    args: RelayArgs,
+    secrets: SecretsKeyArgs,
+) -> anyhow::Result<()> {
     // Validate everything before touching the network: a misconfigured sidecar
     // should fail at deploy time, naming what is wrong.
     let settings = args.settings()?;
+    let keys = secrets.keyring()?;
     let kinds = args.kinds();
     let sends_email = kinds.contains(&EffectKind::ConfirmationEmail);
-    let email = args.effects.email(sends_email)?;
+    let email = effects::settings::email(&args.effects, sends_email)?;
     // Every email links to its receipt. API_AUTH=none (keys off,
     // the receipt route open) is the one case that may pass `false` here.
     let receipt_links = args
@@ -27,20 +35,24 @@ pub async fn run(db_args: DatabaseArgs, args: RelayArgs) -> anyhow::Result<()> {
     });
     // Deliveries go to the endpoint rows; WEBHOOK_URL, when given, is only
     // the row `default`, written below before the relay claims anything.
-    let webhook = args.effects.webhook(
+    let webhook = effects::settings::webhook(
+        &args.effects,
         kinds.contains(&EffectKind::OrderWebhook) || kinds.contains(&EffectKind::EndpointNotice),
     )?;
-    let default_endpoint = args.effects.default_endpoint()?;
-    let receipt = args
-        .receipt
-        .settings(kinds.contains(&EffectKind::ReceiptPdf))?;
+    let default_endpoint = super::default_endpoint::checked(&args.effects.default_endpoint)?;
+    let receipt =
+        effects::settings::receipt(&args.receipt, kinds.contains(&EffectKind::ReceiptPdf))?;
     let mailer = email
         .as_ref()
         .map(email::Mailer::new)
         .transpose()
         // Mailer::new names the variable at fault (SMTP_URL, MAIL_FROM, PUBLIC_BASE_URL).
         .map_err(|e| ConfigError(format!("{e:#}")))?;
-    let breaker = args.effects.breaker();
+    let breaker = Breaker {
+        disable_after: args.effects.endpoint_disable_after,
+        trip_after: args.effects.endpoint_trip_after,
+        probe_max: args.effects.endpoint_probe_max,
+    };
     let sender = webhook
         .as_ref()
         .map(|options| {
@@ -48,7 +60,7 @@ pub async fn run(db_args: DatabaseArgs, args: RelayArgs) -> anyhow::Result<()> {
         })
         .transpose()
         .map_err(|e| ConfigError(format!("the webhook client: {e:#}")))?;
-    let nats = args.effects.nats().await?;
+    let nats = effects::settings::nats(&args.effects).await?;
     let metrics = tokio::net::TcpListener::bind(args.metrics_addr)
         .await
         .map_err(|e| {
@@ -85,6 +97,7 @@ pub async fn run(db_args: DatabaseArgs, args: RelayArgs) -> anyhow::Result<()> {
         sender,
         receipt,
         nats.clone(),
+        keys.clone(),
     ));
 
     // The relay's gauges bind to the recorder installed when they are made,
@@ -97,7 +110,7 @@ pub async fn run(db_args: DatabaseArgs, args: RelayArgs) -> anyhow::Result<()> {
     let metrics_server = tokio::spawn(crate::telemetry::serve_metrics(
         metrics,
         pool.clone(),
-        args.http.limits(),
+        ConnectionLimits::from(&args.http),
         Arc::clone(&liveness),
         Some(nats.clone()),
         crate::telemetry::QUEUE_DEPTH_TTL,
@@ -118,11 +131,22 @@ pub async fn run(db_args: DatabaseArgs, args: RelayArgs) -> anyhow::Result<()> {
         .await
         .context("migrating the database")?;
     if migrated {
-        crate::config::default_endpoint::write_default(&db_args.database_url, default_endpoint)
-            .await?;
+        super::default_endpoint::write(&db_args.database_url, default_endpoint, &keys).await?;
+        let census_keys = keys.clone();
+        if let Err(error) = db::run_blocking(&pool, move |conn| {
+            crate::at_rest::warn_at_start(conn, &census_keys);
+            Ok(())
+        })
+        .await
+        {
+            tracing::warn!(%error, "cannot count the stored secrets");
+        }
         let upkeep = tokio::spawn(crate::endpoints::upkeep::run(
             pool.clone(),
-            args.effects.retention(),
+            Retention {
+                attempts: args.effects.delivery_attempts_retention,
+                audit: args.effects.admin_audit_retention,
+            },
             crate::endpoints::upkeep::UPKEEP_EVERY,
             shutdown.clone(),
         ));

@@ -10,11 +10,12 @@ use crate::api::key_limit::{DEFAULT_RATE_LIMIT, RateLimitSetting, parse_rate_lim
 use crate::api::{self, ApiAuth, ApiSettings, DEFAULT_ADDRESS_LIMIT};
 use crate::config::{
     AdminArgs, ConfigError, DEFAULT_API_ADDR, DEFAULT_API_METRICS_ADDR, DatabaseArgs,
-    DefaultEndpointArgs, EnqueueArgs, HttpLimitsArgs, LinkArgs, parse_positive_duration,
-    parse_socket_addr,
+    DefaultEndpointArgs, EnqueueArgs, HttpLimitsArgs, LinkArgs, SecretsKeyArgs,
+    parse_positive_duration, parse_socket_addr,
 };
 use crate::db;
 use crate::server::Application;
+use outbox_relay::http_server::ConnectionLimits;
 
 /// Everything `serve` reads besides the database.
 #[derive(Debug, Clone, Args)]
@@ -55,6 +56,8 @@ pub struct ServeArgs {
     pub api_address_limit: RateLimitSetting,
     #[command(flatten)]
     pub default_endpoint: DefaultEndpointArgs,
+    #[command(flatten)]
+    pub secrets: SecretsKeyArgs,
     /// How long the ids of messages received on /inbound are kept: a copy
     /// that arrives later is applied again. Longer than the providers retry
     /// (Stripe: 3 days, and 30 for a resend by hand).
@@ -63,7 +66,8 @@ pub struct ServeArgs {
 }
 
 pub async fn run(db_args: DatabaseArgs, args: ServeArgs) -> anyhow::Result<()> {
-    let default_endpoint = args.default_endpoint.checked()?;
+    let default_endpoint = super::default_endpoint::checked(&args.default_endpoint)?;
+    let keys = args.secrets.keyring()?;
     // A port already taken is a deployment mistake: say so before migrating.
     let listener = tokio::net::TcpListener::bind(args.addr)
         .await
@@ -91,18 +95,34 @@ pub async fn run(db_args: DatabaseArgs, args: ServeArgs) -> anyhow::Result<()> {
     if !migrated {
         return Ok(());
     }
-    crate::config::default_endpoint::write_default(&db_args.database_url, default_endpoint).await?;
+    super::default_endpoint::write(&db_args.database_url, default_endpoint, &keys).await?;
+    let census = {
+        let (url, keys) = (db_args.database_url.clone(), keys.clone());
+        tokio::task::spawn_blocking(move || {
+            let mut conn = db::establish(&url)?;
+            crate::at_rest::warn_at_start(&mut conn, &keys);
+            anyhow::Ok(())
+        })
+        .await
+    };
+    if let Ok(Err(error)) = census {
+        tracing::warn!(
+            error = format!("{error:#}"),
+            "cannot count the stored secrets"
+        );
+    }
 
     let trusted_proxies = args.admin.trusted_proxies.clone().unwrap_or_default();
     let settings = ApiSettings {
         max_attempts: args.enqueue.max_attempts,
         request_timeout: args.request_timeout,
-        connections: outbox_relay::http_server::ConnectionLimits {
+        connections: ConnectionLimits {
             trusted_proxies: trusted_proxies.clone(),
-            ..args.http.limits()
+            ..ConnectionLimits::from(&args.http)
         },
         admin: admin.clone(),
         receipt_links,
+        secrets: keys,
         auth: args.api_auth,
         rate_limit: args.api_rate_limit.0,
         address_limit: args.api_address_limit.0,

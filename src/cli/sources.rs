@@ -6,9 +6,11 @@ use std::time::Duration;
 use anyhow::Context as _;
 use clap::{Args, Subcommand};
 
+use crate::at_rest;
+use crate::cli::secrets::refused_without_key;
 use crate::cli::table::{Align, print_list};
 use crate::cli::with_conn;
-use crate::config::{ConfigError, DatabaseArgs, parse_duration};
+use crate::config::{ConfigError, DatabaseArgs, SecretsKeyArgs, parse_duration};
 use crate::inbox::source::{self, Source, SourceError, SourceKind};
 
 #[derive(Debug, Subcommand)]
@@ -48,6 +50,8 @@ pub struct AddArgs {
     /// Print {"id","name","secret"} as JSON instead of text.
     #[arg(long)]
     json: bool,
+    #[command(flatten)]
+    secrets: SecretsKeyArgs,
 }
 
 #[derive(Debug, Args)]
@@ -82,6 +86,8 @@ pub struct RotateArgs {
     /// Print {"id","name","secret"} as JSON instead of text.
     #[arg(long)]
     json: bool,
+    #[command(flatten)]
+    secrets: SecretsKeyArgs,
 }
 
 pub async fn run(command: SourcesCommand) -> anyhow::Result<()> {
@@ -117,9 +123,11 @@ fn secret_for(kind: SourceKind, given: Option<&str>) -> anyhow::Result<(String, 
 async fn add(args: AddArgs) -> anyhow::Result<()> {
     source::check_name(&args.name).map_err(refusal)?;
     let (secret, made) = secret_for(args.kind, args.secret.as_deref())?;
+    let keys = args.secrets.keyring()?;
     let (name, kind, stored) = (args.name.clone(), args.kind, secret.clone());
     let added = with_conn(&args.db, move |conn| {
-        source::add(conn, &name, kind, &stored).map_err(refusal)
+        at_rest::require_key_where_sealed(conn, &keys).map_err(refused_without_key)?;
+        source::add(conn, &name, kind, &stored, &keys).map_err(refusal)
     })
     .await?;
     if !args.json {
@@ -165,6 +173,7 @@ async fn list(args: ListArgs) -> anyhow::Result<()> {
 }
 
 async fn rotate(args: RotateArgs) -> anyhow::Result<()> {
+    let keys = args.secrets.keyring()?;
     let (name, keep_old) = (args.name.clone(), args.keep_old);
     let given = args.secret.clone();
     // The kind decides what a given secret must look like.
@@ -180,7 +189,8 @@ async fn rotate(args: RotateArgs) -> anyhow::Result<()> {
     let (secret, made) = secret_for(kind, given.as_deref())?;
     let stored = secret.clone();
     let rotated = with_conn(&args.db, move |conn| {
-        source::rotate_secret(conn, &name, &stored, keep_old).map_err(refusal)
+        at_rest::require_key_where_sealed(conn, &keys).map_err(refused_without_key)?;
+        source::rotate_secret(conn, &name, &stored, keep_old, &keys).map_err(refusal)
     })
     .await?;
     if !args.json {

@@ -352,6 +352,7 @@ fn seed_endpoints(conn: &mut PgConnection) -> i64 {
                 secret: SigningSecret::generate().expect("secret"),
                 nats: None,
             },
+            &outbox_relay::sealed::Keyring::none(),
         )
         .expect("add")
         .id
@@ -639,7 +640,13 @@ async fn a_legacy_delivery_without_default_waits_naming_the_problem_until_defaul
     // retry is made due now rather than waiting out the minute.
     let sink = HttpSink::start([], Answer::status(204)).await;
     let secret = SigningSecret::generate().expect("secret");
-    target::upsert_default(&mut conn, &sink.url(), secret.expose()).expect("default");
+    target::upsert_default(
+        &mut conn,
+        &sink.url(),
+        secret.expose(),
+        &outbox_relay::sealed::Keyring::none(),
+    )
+    .expect("default");
     diesel::sql_query("UPDATE jobs SET run_after = now() WHERE id = $1")
         .bind::<diesel::sql_types::BigInt, _>(legacy.0)
         .execute(&mut conn)

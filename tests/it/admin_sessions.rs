@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use diesel::prelude::*;
 use outbox_relay::api::{self, ApiSettings};
-use outbox_relay::http_server::client_addr::TrustedProxies;
+use outbox_relay::client_addr::TrustedProxies;
 use outbox_relay::server::Application;
 use reqwest::StatusCode;
 use tokio_util::sync::CancellationToken;

@@ -47,6 +47,7 @@ pub fn add_endpoint(
             secret: secret.clone(),
             nats: None,
         },
+        &outbox_relay::sealed::Keyring::none(),
     )
     .expect("add endpoint");
     (endpoint.id, secret.expose().to_owned())
@@ -231,7 +232,14 @@ async fn a_rotated_secret_signs_beside_the_new_one_until_it_expires() {
     let erp = HttpSink::start([], Answer::status(204)).await;
     let (_, old_secret) = add_endpoint(&mut conn, "erp", &erp, None, 4);
     let new_secret = SigningSecret::generate().expect("a secret");
-    store::rotate_secret(&mut conn, "erp", &new_secret, Duration::from_secs(3600)).expect("rotate");
+    store::rotate_secret(
+        &mut conn,
+        "erp",
+        &new_secret,
+        Duration::from_secs(3600),
+        &outbox_relay::sealed::Keyring::none(),
+    )
+    .expect("rotate");
     place(&mut conn);
     let relay = delivery_relay(&db, &erp, 2);
     wait_until("the delivery is done", Duration::from_secs(30), || {
@@ -279,8 +287,13 @@ async fn jobs_queued_before_endpoints_existed_go_to_default() {
     let default_sink = HttpSink::start([], Answer::status(204)).await;
     let other = HttpSink::start([], Answer::status(204)).await;
     let default_secret = SigningSecret::generate().expect("a secret");
-    target::upsert_default(&mut conn, &default_sink.url(), default_secret.expose())
-        .expect("default");
+    target::upsert_default(
+        &mut conn,
+        &default_sink.url(),
+        default_secret.expose(),
+        &outbox_relay::sealed::Keyring::none(),
+    )
+    .expect("default");
     add_endpoint(&mut conn, "erp", &other, None, 4);
     let fallback = HttpSink::start([], Answer::status(204)).await;
 
@@ -349,8 +362,13 @@ async fn an_order_placed_before_any_endpoint_gets_its_later_events_at_default_in
     // Then `serve` or a relay given WEBHOOK_URL writes `default`, as
     // write_default does.
     let secret = SigningSecret::generate().expect("a secret");
-    let default_id =
-        target::upsert_default(&mut conn, &sink.url(), secret.expose()).expect("default");
+    let default_id = target::upsert_default(
+        &mut conn,
+        &sink.url(),
+        secret.expose(),
+        &outbox_relay::sealed::Keyring::none(),
+    )
+    .expect("default");
 
     // Paid and shipped while the placed delivery is unfinished.
     pay(&mut conn, order_id);
@@ -774,11 +792,12 @@ fn p99(sorted: &[f64]) -> f64 {
 
 const ORDERS: usize = 500;
 const PACE: f64 = 50.0;
-/// The slow receiver's answer time: far longer than a fast delivery, and
-/// longer than the fast endpoint's whole run at [`PACE`] is shared with it
-/// (its calls hold their slots throughout), yet short enough that the run
-/// sees several rounds of the slow endpoint's four calls.
-const SLOW: Duration = Duration::from_secs(6);
+/// The slow receiver's answer time: far longer than a fast delivery, so that
+/// its four calls hold their slots throughout the fast endpoint's run (its
+/// backlog grows at [`PACE`]), and short enough that the run sees several
+/// rounds of them and the relay's stop, which lets the last round answer,
+/// comes soon after the run.
+const SLOW: Duration = Duration::from_secs(3);
 
 /// The fast endpoint's delivery latencies for [`ORDERS`] orders, with a slow
 /// endpoint beside it or not; with it, also the slow receiver's arrivals.
@@ -800,8 +819,12 @@ async fn fairness_run(with_slow: bool) -> (Vec<f64>, Vec<chrono::DateTime<chrono
     )
     .await;
     if with_slow {
-        // A full answer time and more, so that calls have ended and new ones begun.
-        tokio::time::sleep(SLOW + Duration::from_secs(3)).await;
+        // Calls have ended and new ones begun: more arrivals than its
+        // max_in_flight (at this pace, already so when the fast one is done).
+        wait_until("a second round of slow calls", SLOW * 3, || {
+            slow.requests().len() > 4
+        })
+        .await;
     }
     let latencies = latencies_ms(&mut conn, &fast);
     let arrivals = slow.requests().iter().map(|r| r.at).collect();
@@ -858,8 +881,6 @@ async fn a_slow_endpoint_costs_a_fast_one_little_and_never_exceeds_its_max_in_fl
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_rate_limited_endpoint_gets_five_a_second_give_or_take_one_from_two_relays() {
-    // Alone among the heavy tests: its bound is about the code, not its neighbours.
-    let _heavy = crate::support::seats::heavy();
     init_tracing();
     let db = TestDb::new();
     let mut conn = db.conn();

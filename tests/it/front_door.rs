@@ -357,12 +357,16 @@ async fn serve_answers_probes_and_orders_within_a_second_while_3000_half_open_co
     let db = crate::support::TestDb::new();
     // `serve` as deployed: the default 2048-connection cap, every client on
     // one address (127.0.0.1) as behind a proxy, no per-address cap. The
-    // header timeout is 30s, so that while the test runs no slot is freed by
-    // it: only eviction can let the probes in.
-    let header_timeout = Duration::from_secs(30);
+    // header timeout is 15s, so that while the flood opens and the probes run
+    // (2-4s with the heavy seat) no slot is freed by it: only eviction can
+    // let the probes in. The connections that were not evicted live that
+    // long, and the test waits for them to be closed.
+    let header_timeout = Duration::from_secs(15);
     let (mut serve, base) = crate::support::process::BinProcess::start_api(
-        crate::support::process::Launch::serve("front-door", &db.url)
-            .env("HTTP_HEADER_TIMEOUT", "30s"),
+        crate::support::process::Launch::serve("front-door", &db.url).env(
+            "HTTP_HEADER_TIMEOUT",
+            format!("{}s", header_timeout.as_secs()),
+        ),
     )
     .await;
     let addr: std::net::SocketAddr = base
@@ -448,6 +452,12 @@ async fn serve_answers_probes_and_orders_within_a_second_while_3000_half_open_co
         );
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
+    // Else the first connections' header timeouts could have let the probes in.
+    assert!(
+        opening.elapsed() < header_timeout,
+        "the flood and the probes took {:?}, past the header timeout",
+        opening.elapsed()
+    );
     stop_flood.cancel();
     let more = flood.await.expect("the flood task");
 

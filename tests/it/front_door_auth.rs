@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 use diesel::prelude::*;
 use outbox_relay::api::RateLimit;
 use outbox_relay::api_keys::{NewSecret, Scope};
-use outbox_relay::http_server::client_addr::TrustedProxies;
+use outbox_relay::client_addr::TrustedProxies;
 use outbox_relay::schema::{api_keys, order_events, orders};
 use reqwest::StatusCode;
 use serde_json::{Value, json};

@@ -29,7 +29,14 @@ fn now() -> i64 {
 }
 
 fn add_source(app: &TestApp, name: &str, kind: SourceKind, secret: &str) {
-    source::add(&mut app.db.conn(), name, kind, secret).expect("add source");
+    source::add(
+        &mut app.db.conn(),
+        name,
+        kind,
+        secret,
+        &outbox_relay::sealed::Keyring::none(),
+    )
+    .expect("add source");
 }
 
 async fn place(app: &TestApp) -> i64 {
@@ -509,6 +516,7 @@ async fn refused_messages_are_answered_4xx_and_store_nothing() {
         "stripe",
         new_secret,
         Duration::from_secs(3600),
+        &outbox_relay::sealed::Keyring::none(),
     )
     .expect("rotate");
     let during = post_stripe(
@@ -529,6 +537,7 @@ async fn refused_messages_are_answered_4xx_and_store_nothing() {
         "stripe",
         "whsec_the_rotated_secret_0002",
         Duration::ZERO,
+        &outbox_relay::sealed::Keyring::none(),
     )
     .expect("rotate");
     let after = post_stripe(&app, "stripe", new_secret, now(), &body).await;

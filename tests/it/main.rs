@@ -34,6 +34,7 @@ mod receipt_links;
 mod relay;
 mod retention;
 mod schema_catalog;
+mod secrets_at_rest;
 mod subscribers;
 mod trace;
 mod upkeep;

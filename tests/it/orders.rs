@@ -198,6 +198,7 @@ fn a_transition_waiting_on_a_delivery_does_not_deadlock_with_the_receipt_of_its_
             secret: SigningSecret::generate().expect("secret"),
             nats: None,
         },
+        &outbox_relay::sealed::Keyring::none(),
     )
     .expect("endpoint");
     let order_id = place_order(&mut conn, &order_enqueuer(), &sample_order(), None, 8)

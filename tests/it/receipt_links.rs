@@ -14,7 +14,7 @@ use reqwest::StatusCode;
 use serde_json::Value;
 
 use outbox_relay::api::RateLimit;
-use outbox_relay::http_server::client_addr::TrustedProxies;
+use outbox_relay::client_addr::TrustedProxies;
 
 use crate::support::app::{
     TestApp, error_of, spawn_app, spawn_app_with, test_api_settings, test_receipt_links,

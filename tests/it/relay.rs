@@ -716,6 +716,8 @@ async fn slow_http_effects_keep_their_pace_and_fast_ones_drain_beside_them_at_th
     let concurrency = settings.concurrency;
     let (client, url) = (crate::support::app::http_client(), sink.url());
     let counted = Arc::clone(&seen);
+    // The calls' pace is timed with no other test beside this one.
+    let quiet = crate::support::seats::quiet(&_heavy);
     let relay = spawn_relay(
         &db,
         settings,
@@ -750,6 +752,7 @@ async fn slow_http_effects_keep_their_pace_and_fast_ones_drain_beside_them_at_th
     })
     .await;
     relay.stop().await;
+    drop(quiet);
 
     let first = seen.first_call.lock().expect("lock").expect("a call ran");
     let last = seen

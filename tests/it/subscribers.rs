@@ -113,9 +113,10 @@ async fn adding_an_endpoint_past_the_cap_is_refused_saying_so_and_writes_nothing
         secret: SigningSecret::generate().expect("secret"),
         nats: None,
     };
-    store::add_within(&mut conn, &new("one"), 2).expect("first");
-    store::add_within(&mut conn, &new("two"), 2).expect("second");
-    let refused = store::add_within(&mut conn, &new("three"), 2).expect_err("past the cap");
+    let none = outbox_relay::sealed::Keyring::none();
+    store::add_within(&mut conn, &new("one"), 2, &none).expect("first");
+    store::add_within(&mut conn, &new("two"), 2, &none).expect("second");
+    let refused = store::add_within(&mut conn, &new("three"), 2, &none).expect_err("past the cap");
     assert!(
         matches!(refused, StoreError::TooMany { max: 2 }),
         "{refused}"
@@ -128,10 +129,10 @@ async fn adding_an_endpoint_past_the_cap_is_refused_saying_so_and_writes_nothing
     assert_eq!(rows, 2);
     // The default cap applies to every add.
     for n in 2..store::DEFAULT_MAX_ENDPOINTS {
-        store::add(&mut conn, &new(&format!("e{n}"))).expect("within the default");
+        store::add(&mut conn, &new(&format!("e{n}")), &none).expect("within the default");
     }
     assert!(matches!(
-        store::add(&mut conn, &new("one-too-many")),
+        store::add(&mut conn, &new("one-too-many"), &none),
         Err(StoreError::TooMany { .. })
     ));
 }

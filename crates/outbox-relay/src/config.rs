@@ -2,10 +2,16 @@
 //! at start. Every flag also reads its environment variable; a bad value is a
 //! clear error naming the flag, the variable and the value.
 //!
+//! A leaf: every part reads these types, and this module imports none of the
+//! parts (only the leaves `kinds`, `client_addr` and `links`, and the core).
+//! What a part makes of its settings (a mailer, a webhook client, the
+//! connection limits) is that part's: `effects::settings`, `http_server`,
+//! the commands.
+//!
 //! `relay`'s settings are in `relay.rs`, the effects' (which `demo` shares)
-//! in `effects.rs`, the dashboard's that `serve` mounts in `admin.rs`, the
-//! value parsers every flag uses in `parse.rs`. What several commands share
-//! stays here.
+//! in `effects.rs`, the dashboard's that `serve` mounts in `admin.rs` and
+//! `dashboard.rs`, the value parsers every flag uses in `parse.rs`. What
+//! several commands share stays here.
 
 mod admin;
 pub mod dashboard;
@@ -15,23 +21,24 @@ mod effects;
 mod links;
 mod parse;
 mod relay;
+mod secrets_key;
 
 use std::time::Duration;
 
 use clap::Args;
 
-use crate::http_server::{self, ConnectionLimits};
-
-pub use admin::AdminArgs;
+pub use admin::{AdminArgs, mail_from_domain};
 pub use default_endpoint::DefaultEndpointArgs;
 pub use effects::{EffectArgs, ReceiptArgs};
 pub use links::LinkArgs;
 pub use parse::{
     parse_count, parse_database_url, parse_duration, parse_http_url, parse_positive_duration,
-    parse_socket_addr,
+    parse_proxy, parse_socket_addr, parse_url_without_credentials, redacted_proxy,
+    refuse_placeholder,
 };
 use parse::{parse_max_attempts, parse_requests};
 pub use relay::{RelayArgs, SessionTimeouts, default_worker_id};
+pub use secrets_key::SecretsKeyArgs;
 
 pub const DEFAULT_API_ADDR: &str = "127.0.0.1:8080";
 pub const DEFAULT_METRICS_ADDR: &str = "127.0.0.1:9187";
@@ -39,6 +46,13 @@ pub const DEFAULT_METRICS_ADDR: &str = "127.0.0.1:9187";
 pub const DEFAULT_API_METRICS_ADDR: &str = "127.0.0.1:9188";
 pub const DEFAULT_PUBLIC_BASE_URL: &str = "http://127.0.0.1:8080";
 pub const DEFAULT_WEBHOOK_TIMEOUT: Duration = Duration::from_secs(30);
+pub const DEFAULT_HEADER_TIMEOUT: Duration = Duration::from_secs(10);
+pub const DEFAULT_WRITE_TIMEOUT: Duration = Duration::from_secs(30);
+pub const DEFAULT_MAX_CONNECTIONS: usize = 2048;
+/// A client that talks to the API directly with a pool of keep-alive
+/// connections holds a few dozen; a flood from one address holds no more.
+pub const DEFAULT_MAX_CONNECTIONS_PER_ADDRESS: usize = 64;
+pub const DEFAULT_MAX_REQUESTS_PER_CONNECTION: u64 = 1000;
 
 #[derive(Debug, Clone, Args)]
 pub struct DatabaseArgs {
@@ -63,37 +77,24 @@ pub struct HttpLimitsArgs {
     /// limit); past it the longest-idle connection (a half-open one, or an
     /// idle keep-alive one) is closed for the new one, and only when every
     /// connection has a request in flight do new ones wait in the backlog.
-    #[arg(long, env = "HTTP_MAX_CONNECTIONS", default_value_t = http_server::DEFAULT_MAX_CONNECTIONS, value_parser = parse_count)]
+    #[arg(long, env = "HTTP_MAX_CONNECTIONS", default_value_t = DEFAULT_MAX_CONNECTIONS, value_parser = parse_count)]
     pub http_max_connections: usize,
     /// Connections one client address may hold; past it that address's own
     /// longest-idle connection is closed first, and when all are busy the new
     /// one is. 0: no such cap. Loopback and TRUSTED_PROXIES (whose one address
     /// every client behind them shares) are never capped.
-    #[arg(long, env = "HTTP_MAX_CONNECTIONS_PER_ADDRESS", default_value_t = http_server::DEFAULT_MAX_CONNECTIONS_PER_ADDRESS)]
+    #[arg(long, env = "HTTP_MAX_CONNECTIONS_PER_ADDRESS", default_value_t = DEFAULT_MAX_CONNECTIONS_PER_ADDRESS)]
     pub http_max_connections_per_address: usize,
     /// Requests served on one keep-alive connection before it is closed.
-    #[arg(long, env = "HTTP_MAX_REQUESTS_PER_CONNECTION", default_value_t = http_server::DEFAULT_MAX_REQUESTS_PER_CONNECTION, value_parser = parse_requests)]
+    #[arg(long, env = "HTTP_MAX_REQUESTS_PER_CONNECTION", default_value_t = DEFAULT_MAX_REQUESTS_PER_CONNECTION, value_parser = parse_requests)]
     pub http_max_requests_per_connection: u64,
-}
-
-impl HttpLimitsArgs {
-    pub fn limits(&self) -> ConnectionLimits {
-        ConnectionLimits {
-            header_timeout: self.http_header_timeout,
-            write_timeout: self.http_write_timeout,
-            max_connections: self.http_max_connections,
-            max_connections_per_address: self.http_max_connections_per_address,
-            trusted_proxies: Default::default(),
-            max_requests_per_connection: self.http_max_requests_per_connection,
-        }
-    }
 }
 
 /// `max_attempts` given to jobs enqueued by this process.
 #[derive(Debug, Clone, Args)]
 pub struct EnqueueArgs {
     /// max_attempts for new jobs.
-    #[arg(long, env = "JOB_MAX_ATTEMPTS", default_value_t = crate::outbox::DEFAULT_MAX_ATTEMPTS, value_parser = parse_max_attempts)]
+    #[arg(long, env = "JOB_MAX_ATTEMPTS", default_value_t = outbox_core::outbox::DEFAULT_MAX_ATTEMPTS, value_parser = parse_max_attempts)]
     pub max_attempts: i32,
 }
 
@@ -102,9 +103,10 @@ pub struct EnqueueArgs {
 #[error("{0}")]
 pub struct ConfigError(pub String);
 
-// Here, not in `relay`'s tests, because the effects' tests parse `relay`'s flags too.
+// Here, not in `relay`'s tests, because the effects' tests (here and in
+// `effects::settings`) parse `relay`'s flags too.
 #[cfg(test)]
-fn relay_args(args: &[&str]) -> Result<RelayArgs, clap::Error> {
+pub(crate) fn relay_args(args: &[&str]) -> Result<RelayArgs, clap::Error> {
     #[derive(clap::Parser, Debug)]
     struct Cli {
         #[command(flatten)]

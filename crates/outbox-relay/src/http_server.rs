@@ -22,7 +22,6 @@
 //!   all of them are busy; loopback and the trusted proxies, whose address
 //!   every client behind them shares, are not capped.
 
-pub mod client_addr;
 mod deadline;
 mod registry;
 
@@ -42,14 +41,12 @@ use tokio_util::sync::CancellationToken;
 
 use self::deadline::{GuardedBody, WriteDeadline};
 use self::registry::{Admission, Connection, Registry};
+use crate::client_addr::TrustedProxies;
+use crate::config::{
+    DEFAULT_HEADER_TIMEOUT, DEFAULT_MAX_CONNECTIONS, DEFAULT_MAX_CONNECTIONS_PER_ADDRESS,
+    DEFAULT_MAX_REQUESTS_PER_CONNECTION, DEFAULT_WRITE_TIMEOUT, HttpLimitsArgs,
+};
 
-pub const DEFAULT_HEADER_TIMEOUT: Duration = Duration::from_secs(10);
-pub const DEFAULT_WRITE_TIMEOUT: Duration = Duration::from_secs(30);
-pub const DEFAULT_MAX_CONNECTIONS: usize = 2048;
-/// A client that talks to the API directly with a pool of keep-alive
-/// connections holds a few dozen; a flood from one address holds no more.
-pub const DEFAULT_MAX_CONNECTIONS_PER_ADDRESS: usize = 64;
-pub const DEFAULT_MAX_REQUESTS_PER_CONNECTION: u64 = 1000;
 /// Descriptors kept free for everything a process needs besides its clients:
 /// database connections, outgoing webhook and SMTP connections, files, logs.
 pub const RESERVED_DESCRIPTORS: usize = 256;
@@ -75,7 +72,7 @@ pub struct ConnectionLimits {
     /// its address.
     pub max_connections_per_address: usize,
     /// The proxies in front (`TRUSTED_PROXIES`).
-    pub trusted_proxies: client_addr::TrustedProxies,
+    pub trusted_proxies: TrustedProxies,
     /// Requests served on one connection before it is closed (the last
     /// response carries `Connection: close`).
     pub max_requests_per_connection: u64,
@@ -90,6 +87,20 @@ impl Default for ConnectionLimits {
             max_connections_per_address: DEFAULT_MAX_CONNECTIONS_PER_ADDRESS,
             trusted_proxies: Default::default(),
             max_requests_per_connection: DEFAULT_MAX_REQUESTS_PER_CONNECTION,
+        }
+    }
+}
+
+/// The limits `HTTP_*` set; the trusted proxies are `serve`'s to add.
+impl From<&HttpLimitsArgs> for ConnectionLimits {
+    fn from(args: &HttpLimitsArgs) -> Self {
+        ConnectionLimits {
+            header_timeout: args.http_header_timeout,
+            write_timeout: args.http_write_timeout,
+            max_connections: args.http_max_connections,
+            max_connections_per_address: args.http_max_connections_per_address,
+            trusted_proxies: TrustedProxies::default(),
+            max_requests_per_connection: args.http_max_requests_per_connection,
         }
     }
 }

@@ -29,10 +29,18 @@
 //! - [`admin`]: the operator dashboard under `/admin`, an application of its
 //!   own beside the API (templates in `templates/admin/`, its SQL in `admin/sql/`).
 //! - [`server`]: the public listener that mounts the API and the dashboard.
+//! - [`sealed`]: secrets sealed at rest (`SECRETS_KEY`): the signing secrets
+//!   and NATS credentials of endpoints and sources, sealed where they are
+//!   written and opened where they are used; [`at_rest`] counts them at
+//!   start and seals them all (`secrets seal`).
 //! - [`links`]: the signed, expiring receipt links written into emails.
 //! - [`job_list`]: the operator's list of jobs (`jobs list`), by status, kind or order.
 //! - [`config`]: typed settings from flags and the environment, validated at
-//!   start; the dashboard's settings in [`config::dashboard`].
+//!   start; the dashboard's settings in [`config::dashboard`]. A leaf: it
+//!   imports none of the parts above, which each read their settings from it.
+//! - [`kinds`]: [`kinds::EffectKind`], the kinds' names, written once;
+//!   [`client_addr`]: who a request comes from (`TRUSTED_PROXIES`). Leaves the
+//!   configuration shares with the parts.
 //! - [`db`]: the core's pool and helpers, and this service's migrations.
 //! - [`schema`]: the Diesel tables of the service, and its view of `jobs` with `order_id`.
 //! - [`http_server`]: the accept loop of every listener: header and write
@@ -52,6 +60,8 @@
 pub mod admin;
 pub mod api;
 pub mod api_keys;
+pub mod at_rest;
+pub mod client_addr;
 pub mod config;
 pub mod db;
 pub mod effects;
@@ -59,10 +69,12 @@ pub mod endpoints;
 pub mod http_server;
 pub mod inbox;
 pub mod job_list;
+pub mod kinds;
 pub mod links;
 pub mod orders;
 pub mod otel;
 pub mod schema;
+pub mod sealed;
 pub mod server;
 pub mod shutdown;
 pub mod telemetry;

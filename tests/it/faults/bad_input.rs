@@ -319,13 +319,22 @@ enum Body {
 /// overrides, combining marks, emoji, SQL and HTML characters): it must be
 /// stored and shown as sent.
 fn valid_order_with_wild_text() -> BoxedStrategy<Value> {
-    // Anything but control, unassigned and private-use characters; format
-    // characters (RTL overrides, zero-width joiners) included.
-    let wild = "[^\\p{Cc}\\p{Cn}\\p{Co}\\s][^\\p{Cc}\\p{Cn}\\p{Co}]{0,40}";
+    // Anything but control, unassigned and private-use characters, and the
+    // invisible format controls the API refuses (`is_invisible_format_control`:
+    // bidi overrides, zero-width spaces, U+FEFF), which proptest draws so often
+    // that a valid order came out in 2 to 8 of 96 cases, and in none in one
+    // run of the suite: their refusal is checked with fixed strings (`api.rs`, the
+    // hostile values above). The format characters the API keeps (joiners,
+    // soft hyphens, Arabic number signs) stay in.
+    const REFUSED: &str = "\\x{061C}\\x{180E}\\x{200B}\\x{200E}\\x{200F}\\x{202A}-\\x{202E}\\x{2060}-\\x{2064}\\x{2066}-\\x{2069}\\x{FEFF}\\x{FFF9}-\\x{FFFB}";
+    let wild = format!(
+        "[^\\p{{Cc}}\\p{{Cn}}\\p{{Co}}\\s{REFUSED}][^\\p{{Cc}}\\p{{Cn}}\\p{{Co}}{REFUSED}]{{0,40}}"
+    );
+    let wild = || proptest::string::string_regex(&wild).expect("a valid pattern");
     (
-        wild,
-        wild,
-        wild,
+        wild(),
+        wild(),
+        wild(),
         1_i64..=MAX_QUANTITY,
         0_i64..=MAX_UNIT_PRICE,
     )

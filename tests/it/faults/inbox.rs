@@ -72,7 +72,14 @@ async fn two_replicas_and_a_sigkill_pay_every_order_exactly_once() {
     )
     .execute(&mut conn)
     .expect("endpoint");
-    source::add(&mut conn, "stripe", SourceKind::Stripe, STRIPE_SECRET).expect("source");
+    source::add(
+        &mut conn,
+        "stripe",
+        SourceKind::Stripe,
+        STRIPE_SECRET,
+        &outbox_relay::sealed::Keyring::none(),
+    )
+    .expect("source");
     let ids: Vec<i64> = outbox_relay::schema::orders::table
         .select(outbox_relay::schema::orders::id)
         .order(outbox_relay::schema::orders::id)

@@ -18,6 +18,9 @@ pub const DEFAULT_ADMIN_URL: &str = "postgres://postgres@127.0.0.1:5432/postgres
 /// started from the machine's PostgreSQL installation under `target/test-pg`
 /// (the demo's launcher), which is left running for the next run.
 pub fn admin_url() -> String {
+    // Every test connects through here first: the test process, too, must
+    // not have OpenSSL torn down under a pool's connect when it exits.
+    db::init_openssl();
     static URL: std::sync::OnceLock<String> = std::sync::OnceLock::new();
     URL.get_or_init(|| {
         if let Ok(url) = std::env::var("DATABASE_URL") {

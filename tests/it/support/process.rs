@@ -277,7 +277,7 @@ impl BinProcess {
         assert_eq!(
             status.code(),
             Some(0),
-            "{} exits 0 on SIGTERM; its log:\n{}",
+            "{} exits 0 on SIGTERM, not {status}; its log:\n{}",
             self.name,
             self.stderr()
         );

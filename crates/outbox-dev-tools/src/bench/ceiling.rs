@@ -11,8 +11,9 @@ use std::time::Duration;
 
 use diesel::prelude::*;
 
+use super::queue::{drain_seconds, enqueue_noops};
 use super::report::DrainRun;
-use super::{BenchArgs, drain_seconds, enqueue_noops, stats};
+use super::{BenchArgs, stats};
 use outbox_core::driver::{CLAIM_PARAMS, CLAIM_SQL, ClaimPosition, ClaimedJob};
 
 pub async fn measure(url: &str, args: &BenchArgs) -> anyhow::Result<DrainRun> {
@@ -30,7 +31,7 @@ pub async fn measure_at(url: &str, args: &BenchArgs, batch: usize) -> anyhow::Re
     let (url, jobs) = (url.to_owned(), args.jobs);
     let (mut conn, name, before, marks) = tokio::task::spawn_blocking(move || {
         let mut conn = PgConnection::establish(&url)?;
-        let name = conn_database(&mut conn)?;
+        let name = stats::conn_database(&mut conn)?;
         let before = stats::read(&mut conn, &name)?;
         let marks = enqueue_noops(&mut conn, jobs)?;
         anyhow::Ok((conn, name, before, marks))
@@ -136,15 +137,4 @@ impl CeilingLoop {
             self.client.execute(&self.finish, &[&ids, &tokens]).await?;
         }
     }
-}
-
-pub(super) fn conn_database(conn: &mut PgConnection) -> anyhow::Result<String> {
-    #[derive(QueryableByName)]
-    struct Name {
-        #[diesel(sql_type = diesel::sql_types::Text)]
-        name: String,
-    }
-    let row: Name =
-        diesel::sql_query("SELECT current_database()::text AS name").get_result(conn)?;
-    Ok(row.name)
 }

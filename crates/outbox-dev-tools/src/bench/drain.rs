@@ -7,8 +7,9 @@ use std::time::{Duration, Instant};
 use anyhow::Context as _;
 use diesel::prelude::*;
 
+use super::queue::{drain_seconds, drained, enqueue_keyed_noops, enqueue_noops};
 use super::report::DrainRun;
-use super::{BenchArgs, drain_seconds, drained, enqueue_noops, stats};
+use super::{BenchArgs, stats};
 
 pub async fn measure(url: &str, args: &BenchArgs, batch: usize) -> anyhow::Result<DrainRun> {
     measure_pinned(url, args, batch, None).await
@@ -110,11 +111,12 @@ pub fn run(
 ) -> anyhow::Result<DrainRun> {
     let jobs = workload.jobs;
     let mut conn = PgConnection::establish(url)?;
-    let name = super::ceiling::conn_database(&mut conn)?;
+    let name = stats::conn_database(&mut conn)?;
     diesel::sql_query("TRUNCATE jobs, jobs_done").execute(&mut conn)?;
+    let since = super::listening::server_clock(&mut conn)?;
     let mut relay = RelayProcess::start(url, workload, concurrency, batch)?;
     // Let it connect, migrate-check and go idle, so startup is not timed.
-    std::thread::sleep(Duration::from_millis(1500));
+    super::listening::wait_for_listener(&mut conn, &since)?;
     relay.check_alive()?;
 
     let pin = workload
@@ -125,7 +127,7 @@ pub fn run(
     let cpu_before = process_cpu_seconds(Some(relay.pid()));
     let tokens_before = lease_tokens_drawn(&mut conn);
     let marks = match workload.keys {
-        Some(keys) => super::enqueue_keyed_noops(&mut conn, jobs, keys)?,
+        Some(keys) => enqueue_keyed_noops(&mut conn, jobs, keys)?,
         None => (workload.enqueue)(&mut conn, jobs)?,
     };
     let start = marks.committed_at;

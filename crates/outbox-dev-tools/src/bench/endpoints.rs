@@ -17,7 +17,7 @@ use diesel::prelude::*;
 use tokio_util::sync::CancellationToken;
 
 use super::BenchArgs;
-use super::report::Latency;
+use super::percentiles::Latency;
 use crate::demo::sinks::webhook::{Answer, WebhookSink};
 use crate::scratch::ScratchDatabase;
 use outbox_relay::db::{self, PoolOptions};
@@ -29,6 +29,7 @@ use outbox_relay::orders::order_enqueuer;
 use outbox_relay::orders::{NewOrder, place_order};
 use outbox_relay::relay::{Relay, RelaySettings};
 use outbox_relay::schema::jobs_all;
+use outbox_relay::sealed::Keyring;
 
 /// Orders placed per second: a steady stream, as a shop sends them.
 const PACE: f64 = 50.0;
@@ -232,6 +233,7 @@ fn add_endpoint(
             secret: SigningSecret::generate().context("no randomness for a secret")?,
             nats: None,
         },
+        &Keyring::none(),
     )
     .with_context(|| format!("adding endpoint {name}"))?;
     Ok(())

@@ -25,7 +25,7 @@ use serde_json::json;
 use super::BenchArgs;
 use super::latency::{self, RecordingRelay};
 use super::orders::{self, ApiUnderTest};
-use super::report::Latency;
+use super::percentiles::Latency;
 use super::stats::finite;
 
 /// How long the timed part of one drain may take before the row fails.

@@ -22,9 +22,10 @@ use tokio::sync::Mutex;
 
 use super::BenchArgs;
 use super::orders::{self, ApiUnderTest};
-use super::report::Latency;
+use super::percentiles::Latency;
 use outbox_relay::inbox::source::{self, SourceKind};
 use outbox_relay::inbox::verify::stripe_signature;
+use outbox_relay::sealed::Keyring;
 
 /// The answer's p99 an inbound event should stay under at half the maximum.
 pub const TARGET_P99_MS: f64 = 25.0;
@@ -166,8 +167,14 @@ async fn add_source(url: &str) -> anyhow::Result<()> {
         let mut conn = PgConnection::establish(&url)?;
         diesel::sql_query("TRUNCATE inbox_messages").execute(&mut conn)?;
         if source::find(&mut conn, SOURCE)?.is_none() {
-            source::add(&mut conn, SOURCE, SourceKind::Stripe, SECRET)
-                .map_err(|e| anyhow::anyhow!("adding the bench's source: {e}"))?;
+            source::add(
+                &mut conn,
+                SOURCE,
+                SourceKind::Stripe,
+                SECRET,
+                &Keyring::none(),
+            )
+            .map_err(|e| anyhow::anyhow!("adding the bench's source: {e}"))?;
         }
         Ok(())
     })

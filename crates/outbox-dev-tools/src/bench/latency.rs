@@ -20,7 +20,7 @@ use diesel::prelude::*;
 use tokio_util::sync::CancellationToken;
 
 use super::BenchArgs;
-use super::report::Latency;
+use super::percentiles::Latency;
 use outbox_core::driver::ClaimedJob;
 use outbox_relay::effects::Noop;
 use outbox_relay::effects::{BoxFuture, EffectResult, Executor, JobContext};
@@ -188,10 +188,18 @@ impl RecordingRelay {
                 waits: waits.clone(),
             }),
         )?;
+        let server = url.to_owned();
+        let (mut conn, since) = tokio::task::spawn_blocking(move || -> anyhow::Result<_> {
+            let mut conn = PgConnection::establish(&server)?;
+            let since = super::listening::server_clock(&mut conn)?;
+            Ok((conn, since))
+        })
+        .await??;
         let stop = CancellationToken::new();
         let running = tokio::spawn(relay.run_until_stopped(stop.clone()));
         // Idle: listener connected, first empty claim done.
-        tokio::time::sleep(Duration::from_millis(1000)).await;
+        tokio::task::spawn_blocking(move || super::listening::wait_for_listener(&mut conn, &since))
+            .await??;
         Ok(RecordingRelay {
             starts,
             waits,

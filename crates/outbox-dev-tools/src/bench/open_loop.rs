@@ -26,7 +26,7 @@ use super::arrival::ArrivalRate;
 use super::depth::{self, DepthProbe, DepthSample, DepthSummary};
 use super::latency::RecordingRelay;
 use super::orders::{self, ApiUnderTest};
-use super::report::Latency;
+use super::percentiles::Latency;
 use super::stats::{self, Background};
 use outbox_relay::relay::RelaySettings;
 
@@ -431,7 +431,7 @@ async fn wait_until_drained(url: &str, limit: Duration) -> anyhow::Result<bool> 
     tokio::task::spawn_blocking(move || -> anyhow::Result<bool> {
         let mut conn = PgConnection::establish(&url)?;
         let deadline = Instant::now() + limit;
-        while !super::drained(&mut conn)? {
+        while !super::queue::drained(&mut conn)? {
             if Instant::now() >= deadline {
                 return Ok(false);
             }

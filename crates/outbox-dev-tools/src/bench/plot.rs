@@ -100,7 +100,7 @@ fn panels(report: &BenchReport) -> Vec<Panel<'static>> {
             fitted: true,
         });
     }
-    let archive = |pick: fn(&super::report::Latency) -> f64, name: &str| Series {
+    let archive = |pick: fn(&super::percentiles::Latency) -> f64, name: &str| Series {
         name: name.to_owned(),
         points: growth
             .map(|g| {

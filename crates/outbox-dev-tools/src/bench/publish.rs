@@ -321,7 +321,7 @@ fn enqueue_order_jobs(
     kind: &'static str,
 ) -> anyhow::Result<super::stats::EnqueueMarks> {
     let orders = i64::try_from(jobs).unwrap_or(i64::MAX);
-    super::enqueue_timed(
+    super::queue::enqueue_timed(
         conn,
         "jobs, order_items, order_events, orders, receipts",
         kind,

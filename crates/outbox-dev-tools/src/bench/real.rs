@@ -1,6 +1,7 @@
 //! `--effects real`: the same drain, but every job does real I/O. Each order
-//! gets a confirmation email, sent over SMTP to a local sink, and an order
-//! webhook, signed and POSTed to a local HTTP sink. Set next to the `noop`
+//! gets a confirmation email, sent over SMTP to a local sink with its stored
+//! receipt attached, as the order service's email finds it once its receipt
+//! job is done, and an order webhook, signed and POSTed to a local HTTP sink. Set next to the `noop`
 //! drain at the same batch, it shows how much of a real job's time is the
 //! relay's own machinery.
 //!
@@ -9,7 +10,8 @@
 
 use anyhow::Context as _;
 use diesel::prelude::*;
-use diesel::sql_types::BigInt;
+use diesel::sql_types::{BigInt, Bytea, Integer, Text};
+use outbox_relay::orders::{Currency, Order, OrderId, OrderItem, OrderStatus};
 
 use super::BenchArgs;
 use super::drain::{self, Workload};
@@ -63,24 +65,44 @@ pub async fn measure(url: &str, args: &BenchArgs, batch: usize) -> anyhow::Resul
     .await??;
 
     let orders = run.jobs / 2;
-    let mails = smtp.accepted().len();
+    let accepted = smtp.accepted();
+    let mails = accepted.len();
     let posts = webhook.requests().len();
     // At least once: a retried job may reach its sink twice, never zero times.
     anyhow::ensure!(
         mails >= orders && posts >= orders,
         "the sinks saw {mails} mails and {posts} webhooks for {orders} orders"
     );
+    let bare = accepted
+        .iter()
+        .filter(|m| !m.data.contains("application/pdf"))
+        .count();
+    anyhow::ensure!(
+        bare == 0,
+        "{bare} of {mails} emails went without their stored receipt"
+    );
     Ok(run)
 }
 
-/// Inserts `jobs / 2` orders (one item each) and their email and webhook jobs,
-/// in one transaction; the marks hold the database's clock at commit.
+/// Inserts `jobs / 2` orders like [`sample_order`], a stored receipt for
+/// each, and their email and webhook jobs, in one transaction; the marks hold
+/// the database's clock at commit.
 fn enqueue_orders(
     conn: &mut PgConnection,
     jobs: usize,
 ) -> anyhow::Result<super::stats::EnqueueMarks> {
+    use outbox_relay::effects::receipt::{ReceiptSettings, render_receipt};
     let orders = i64::try_from(jobs / 2).unwrap_or(i64::MAX);
-    super::enqueue_timed(
+    let order = sample_order()?;
+    let item = order
+        .items
+        .first()
+        .context("the sample order has an item")?;
+    // Without a stored receipt each email would go with its link only, and
+    // the relay would warn once per email.
+    let pdf = render_receipt(&order, &ReceiptSettings::default())
+        .map_err(|e| anyhow::anyhow!("rendering the bench's receipt: {e}"))?;
+    super::queue::enqueue_timed(
         conn,
         "jobs, order_items, order_events, orders, receipts",
         "confirmation_email",
@@ -88,21 +110,51 @@ fn enqueue_orders(
             diesel::sql_query(
                 "WITH placed AS ( \
                      INSERT INTO orders (customer_email, customer_name, currency, total_cents) \
-                     SELECT 'customer' || g || '@example.com', 'Customer ' || g, 'EUR', 900 \
+                     SELECT 'customer' || g || '@example.com', 'Customer ' || g, $3, $4 \
                      FROM generate_series(1, $1) AS g \
                      RETURNING id), \
                  items AS ( \
                      INSERT INTO order_items (order_id, sku, name, quantity, unit_price_cents) \
-                     SELECT id, 'TEA-1', 'Green tea', 2, 450 FROM placed) \
+                     SELECT id, $5, $6, $7, $8 FROM placed), \
+                 receipts AS ( \
+                     INSERT INTO receipts (order_id, pdf) SELECT id, $2 FROM placed) \
                  INSERT INTO jobs (order_id, kind, payload) \
                  SELECT id, kind, jsonb_build_object('order_id', id) \
                  FROM placed, unnest(ARRAY['confirmation_email', 'order_webhook']) AS kind",
             )
             .bind::<BigInt, _>(orders)
+            .bind::<Bytea, _>(&pdf)
+            .bind::<Text, _>(order.currency.to_string())
+            .bind::<BigInt, _>(order.total_cents)
+            .bind::<Text, _>(&item.sku)
+            .bind::<Text, _>(&item.name)
+            .bind::<Integer, _>(item.quantity)
+            .bind::<BigInt, _>(item.unit_price_cents)
             .execute(conn)
             .map(drop)
         },
     )
+}
+
+/// The order every order of the run copies (but for its customer), and the
+/// one its stored receipt is rendered from: two green teas.
+fn sample_order() -> anyhow::Result<Order> {
+    Ok(Order {
+        id: OrderId::new(1),
+        customer_email: "customer1@example.com".to_owned(),
+        customer_name: "Customer 1".to_owned(),
+        currency: Currency::parse("EUR").context("EUR is a currency")?,
+        total_cents: 900,
+        status: OrderStatus::Placed,
+        created_at: chrono::Utc::now(),
+        items: vec![OrderItem {
+            id: 1,
+            sku: "TEA-1".to_owned(),
+            name: "Green tea".to_owned(),
+            quantity: 2,
+            unit_price_cents: 450,
+        }],
+    })
 }
 
 /// An error naming the first failure, if any job failed: a throughput figure

@@ -8,6 +8,7 @@ mod open_loop;
 mod table;
 
 use super::BenchArgs;
+use super::percentiles::Latency;
 use super::stats::{DbCost, ServerCounters};
 
 #[derive(Debug, Clone)]
@@ -81,35 +82,6 @@ impl DrainRun {
 }
 
 #[derive(Debug, Clone)]
-pub struct Latency {
-    pub samples: usize,
-    pub p50_ms: f64,
-    pub p95_ms: f64,
-    pub p99_ms: f64,
-    pub max_ms: f64,
-}
-
-impl Latency {
-    pub fn from_sorted_micros(sorted: &[u64]) -> Latency {
-        let pick = |q: f64| -> f64 {
-            if sorted.is_empty() {
-                return f64::NAN;
-            }
-            // Nearest rank.
-            let rank = ((q * sorted.len() as f64).ceil() as usize).clamp(1, sorted.len());
-            sorted[rank - 1] as f64 / 1000.0
-        };
-        Latency {
-            samples: sorted.len(),
-            p50_ms: pick(0.50),
-            p95_ms: pick(0.95),
-            p99_ms: pick(0.99),
-            max_ms: pick(1.0),
-        }
-    }
-}
-
-#[derive(Debug, Clone)]
 pub struct BenchReport {
     pub jobs: usize,
     pub batch: usize,
@@ -119,7 +91,7 @@ pub struct BenchReport {
     pub ceiling_batch1: Vec<DrainRun>,
     pub relay_batch1: Vec<DrainRun>,
     pub latency: Option<Latency>,
-    pub placement: Option<super::orders::Placement>,
+    pub placement: Option<super::placement::Placement>,
     /// `--effects real`: drains of email and webhook jobs at `batch`.
     pub real: Vec<DrainRun>,
     /// `--pinned-horizon`: relay drains at `batch` under a pinned horizon,

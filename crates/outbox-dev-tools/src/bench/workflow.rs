@@ -21,7 +21,7 @@ use outbox_core::outbox::{Enqueuer, JobOptions, NewJob, Parent};
 
 use super::BenchArgs;
 use super::latency::{RecordingRelay, reset};
-use super::report::Latency;
+use super::percentiles::Latency;
 use outbox_relay::effects::Noop;
 
 const PARENT_KIND: &str = "wf_parent";

@@ -17,6 +17,7 @@ use outbox_relay::endpoints::spec::{DEFAULT_MAX_IN_FLIGHT, EndpointName, Endpoin
 use outbox_relay::endpoints::{
     NatsTarget, NewEndpoint, SigningSecret, StreamName, SubjectPrefix, store,
 };
+use outbox_relay::sealed::Keyring;
 
 /// The healthy webhook endpoint.
 pub const ERP: &str = "shop-erp";
@@ -148,7 +149,7 @@ async fn add_row(database_url: &str, new: NewEndpoint) -> anyhow::Result<i64> {
     let name = new.name.to_string();
     tokio::task::spawn_blocking(move || {
         let mut conn = db::establish(&url)?;
-        anyhow::Ok(store::add(&mut conn, &new)?.id)
+        anyhow::Ok(store::add(&mut conn, &new, &Keyring::none())?.id)
     })
     .await?
     .with_context(|| format!("adding the endpoint {name}"))

@@ -11,6 +11,7 @@ use outbox_relay::inbox::list::{Filter, list_messages};
 use outbox_relay::inbox::source::{self, SourceKind};
 use outbox_relay::inbox::verify::stripe_signature;
 use outbox_relay::schema::orders;
+use outbox_relay::sealed::Keyring;
 
 /// The demo's Stripe source, and how to post to it.
 pub(super) struct Stripe {
@@ -30,10 +31,20 @@ impl Stripe {
             let mut conn = outbox_relay::db::establish(&url)?;
             // A kept database (--database-url) may have it from an earlier run.
             match source::find(&mut conn, "stripe")? {
-                Some(_) => {
-                    source::rotate_secret(&mut conn, "stripe", &secret, std::time::Duration::ZERO)?
-                }
-                None => source::add(&mut conn, "stripe", SourceKind::Stripe, &secret)?,
+                Some(_) => source::rotate_secret(
+                    &mut conn,
+                    "stripe",
+                    &secret,
+                    std::time::Duration::ZERO,
+                    &Keyring::none(),
+                )?,
+                None => source::add(
+                    &mut conn,
+                    "stripe",
+                    SourceKind::Stripe,
+                    &secret,
+                    &Keyring::none(),
+                )?,
             };
             anyhow::Ok(secret)
         })

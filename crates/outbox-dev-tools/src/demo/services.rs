@@ -53,7 +53,7 @@ pub(super) async fn start_services(
             outbox_relay::config::dashboard::parse_admin_tokens(Some(&format!("op:{token}")), None)
                 .unwrap_or_default();
         let mut settings = outbox_relay::config::dashboard::AdminSettings::new(tokens);
-        settings.mail_domain = outbox_relay::effects::email::mail_from_domain(MAIL_FROM);
+        settings.mail_domain = outbox_relay::config::mail_from_domain(MAIL_FROM);
         settings
     });
     // The emails' receipt links, signed with a key of this run's own.
@@ -124,7 +124,9 @@ pub(super) async fn start_services(
     // Reading and parsing a 20 MB font must not hold up a runtime thread: the
     // signal watcher runs on them and a second Ctrl-C must get through.
     let receipt_args = args.receipt.clone();
-    let receipt = tokio::task::spawn_blocking(move || receipt_args.settings(true)).await??;
+    let receipt =
+        tokio::task::spawn_blocking(move || effects::settings::receipt(&receipt_args, true))
+            .await??;
     let relay_pool = db::build_pool(
         database_url,
         &PoolOptions {
@@ -139,6 +141,8 @@ pub(super) async fn start_services(
         receipt,
         // The demo's NATS server is on loopback, like its receivers.
         effects::nats::NatsConnections::new(None, true),
+        // The demo stores its secrets as a deployment without SECRETS_KEY does.
+        outbox_relay::sealed::Keyring::none(),
     ));
     let relay = Relay::new(relay_pool, database_url, settings, executor)?;
 

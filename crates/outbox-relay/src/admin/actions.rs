@@ -15,10 +15,11 @@ use minijinja::context;
 use serde::Deserialize;
 
 use super::auth::Session;
+use super::bulk::{self, Action, PREVIEW_LIMIT};
 use super::error::AdminError;
 use super::filter::{Filter, FilterForm};
 use super::pages::base;
-use super::queries::{self, Action, PREVIEW_LIMIT};
+use super::queries;
 use super::view::{num, render};
 use super::{AdminState, Nonce, csrf};
 use crate::outbox;
@@ -68,7 +69,7 @@ pub(super) async fn preview(
     let lookup = filter.clone();
     let (count, max_id) = state
         .db
-        .run(move |conn| Ok(queries::preview(conn, timeout, action, &lookup)?))
+        .run(move |conn| Ok(bulk::preview(conn, timeout, action, &lookup)?))
         .await?;
     let applies_to = action.statuses().join(" or ");
     render(
@@ -138,7 +139,7 @@ pub(super) async fn act(
     let result = state
         .db
         .run(move |conn| {
-            let outcome = queries::run_bulk(conn, timeout, action, &run_filter, max_id);
+            let outcome = bulk::run_bulk(conn, timeout, action, &run_filter, max_id);
             let changed = match &outcome {
                 Ok(n) | Err((n, _)) => *n,
             };

@@ -23,7 +23,7 @@ use super::auth::Session;
 use super::error::AdminError;
 use super::pages::{base, time};
 use super::queries::{insert_audit, set_local_timeouts};
-use super::view::{num, render};
+use super::view::{num, path_id, render};
 use super::{AdminState, Nonce, csrf};
 use crate::config::parse_duration;
 use crate::endpoints::StoreError;
@@ -62,10 +62,7 @@ fn authorize(session: &Session, form: &EndpointForm) -> Result<(), AdminError> {
 
 /// The id in `/admin/endpoints/{id}/…`; anything else is a page not found.
 pub(super) fn endpoint_id(raw: &str) -> Result<i64, AdminError> {
-    raw.parse()
-        .ok()
-        .filter(|id| *id > 0)
-        .ok_or_else(|| AdminError::NotFound(format!("there is no endpoint {raw:?}")))
+    path_id(raw, "endpoint")
 }
 
 fn name_of(conn: &mut PgConnection, id: i64) -> Result<String, AdminError> {

@@ -2,9 +2,13 @@
 //! into values the SQL binds, and printed back into links and hidden fields.
 
 use chrono::{DateTime, NaiveDateTime, Utc};
+use diesel::pg::Pg;
+use diesel::query_builder::{BoxedSqlQuery, SqlQuery};
+use diesel::sql_types::{BigInt, Nullable, Text, Timestamptz};
 use serde::{Deserialize, Serialize};
 
 use super::error::AdminError;
+use super::view::order_number;
 use crate::outbox::JobStatus;
 
 /// The fields as a browser sends them: every one optional, empty means unset.
@@ -56,13 +60,9 @@ impl FilterForm {
             .transpose()?;
         let order_id = non_empty(&self.order)
             .map(|s| {
-                s.trim_start_matches('#')
-                    .parse::<i64>()
-                    .ok()
-                    .filter(|id| *id > 0)
-                    .ok_or_else(|| {
-                        AdminError::BadRequest(format!("order: {s:?} is not an order number"))
-                    })
+                order_number(s).ok_or_else(|| {
+                    AdminError::BadRequest(format!("order: {s:?} is not an order number"))
+                })
             })
             .transpose()?;
         let kind = non_empty(&self.kind).map(|k| k.chars().take(100).collect());
@@ -98,6 +98,23 @@ impl Filter {
                 .replace('_', "\\_");
             format!("%{escaped}%")
         })
+    }
+
+    /// `query` with this filter's six parameters bound next, in the order
+    /// every dashboard statement takes them: status, kind, order id, error
+    /// pattern, created from, created before (`sql/list_jobs.sql`,
+    /// `count_action_targets.sql`, `lock_action_batch.sql`).
+    pub fn bind<'f>(
+        &'f self,
+        query: BoxedSqlQuery<'f, Pg, SqlQuery>,
+    ) -> BoxedSqlQuery<'f, Pg, SqlQuery> {
+        query
+            .bind::<Nullable<Text>, _>(self.status.map(JobStatus::as_str))
+            .bind::<Nullable<Text>, _>(self.kind.as_deref())
+            .bind::<Nullable<BigInt>, _>(self.order_id)
+            .bind::<Nullable<Text>, _>(self.error_pattern())
+            .bind::<Nullable<Timestamptz>, _>(self.from)
+            .bind::<Nullable<Timestamptz>, _>(self.to)
     }
 
     /// Whether an index holds only matching rows, so a keyset walk needs no

@@ -10,20 +10,14 @@ use serde::Deserialize;
 
 use super::auth::Session;
 use super::error::AdminError;
+use super::view::path_id;
 use super::{AdminState, csrf};
-use crate::inbox::apply::{DecideError, apply_held, dismiss_held};
+use crate::inbox::held::{DecideError, apply_held, dismiss_held};
 
 #[derive(Debug, Default, Deserialize)]
 #[serde(default)]
 pub(super) struct InboxForm {
     csrf: Option<String>,
-}
-
-fn message_id(raw: &str) -> Result<i64, AdminError> {
-    raw.parse()
-        .ok()
-        .filter(|id| *id > 0)
-        .ok_or_else(|| AdminError::NotFound(format!("there is no inbox message {raw:?}")))
 }
 
 fn refusal(error: DecideError) -> AdminError {
@@ -63,7 +57,7 @@ async fn decide(
     if !session.can_act() {
         return Err(AdminError::ReadOnly);
     }
-    let id = message_id(raw_id)?;
+    let id = path_id(raw_id, "inbox message")?;
     let actor = session.actor.clone();
     state
         .db

@@ -10,7 +10,7 @@ use std::net::IpAddr;
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
-use crate::http_server::client_addr::client_key;
+use crate::client_addr::client_key;
 
 /// Failed logins one client may make within `FAILURE_WINDOW`; past it, that
 /// client's logins are answered 429 until its oldest failure ages out.

@@ -23,6 +23,7 @@
 
 mod actions;
 mod auth;
+mod bulk;
 mod chart;
 mod csrf;
 mod endpoint_actions;

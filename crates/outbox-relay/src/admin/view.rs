@@ -104,6 +104,21 @@ pub(super) fn num(n: i64) -> String {
     out
 }
 
+/// The id in a page's path (`/admin/jobs/{id}`): a positive number, or
+/// else a page not found, saying there is no such `what`.
+pub(super) fn path_id(raw: &str, what: &str) -> Result<i64, AdminError> {
+    positive_id(raw).ok_or_else(|| AdminError::NotFound(format!("there is no {what} {raw:?}")))
+}
+
+/// An order number as an operator types it in a form: `42` or `#42`.
+pub(super) fn order_number(raw: &str) -> Option<i64> {
+    positive_id(raw.trim().trim_start_matches('#'))
+}
+
+fn positive_id(raw: &str) -> Option<i64> {
+    raw.parse().ok().filter(|id| *id > 0)
+}
+
 /// A query-string value.
 fn urlencode(text: &str) -> String {
     percent_encoding::utf8_percent_encode(text, percent_encoding::NON_ALPHANUMERIC).to_string()
@@ -171,6 +186,22 @@ impl IntoResponse for AdminError {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn ids_are_positive_numbers_and_order_numbers_may_start_with_a_hash() {
+        assert_eq!(path_id("42", "job").ok(), Some(42));
+        for bad in ["0", "-3", "x", "#42", " 42"] {
+            let error = path_id(bad, "job").expect_err(bad);
+            assert!(
+                matches!(&error, AdminError::NotFound(m) if m.starts_with("there is no job")),
+                "{bad}"
+            );
+        }
+        assert_eq!(order_number(" #42 "), Some(42));
+        assert_eq!(order_number("42"), Some(42));
+        assert_eq!(order_number("#0"), None);
+        assert_eq!(order_number("order 42"), None);
+    }
 
     #[test]
     fn numbers_get_thousands_separators() {

@@ -26,7 +26,7 @@ use axum::response::{IntoResponse as _, Response};
 
 use super::error::ApiError;
 use super::key_limit::RateLimit;
-use crate::http_server::client_addr::{TrustedProxies, client_key};
+use crate::client_addr::{TrustedProxies, client_key};
 
 /// `API_ADDRESS_LIMIT`'s default: failed or unauthenticated requests per
 /// address. A customer opening a few receipt links, or a client with a

@@ -71,6 +71,10 @@ pub enum ApiError {
     /// The cause is logged, not shown: it may name hosts and users.
     #[error("the database is unavailable; try again shortly")]
     DatabaseUnavailable { cause: String },
+    /// A source's secret this process cannot open (`SECRETS_KEY` missing or
+    /// wrong): the sender retries later. The cause is logged, not shown.
+    #[error("the message cannot be checked right now; try again later")]
+    SecretUnavailable(crate::sealed::Unreadable),
     /// A POST that timed out may still commit: retrying it with the same
     /// Idempotency-Key returns the order if it did.
     #[error(
@@ -149,9 +153,9 @@ impl ApiError {
             ApiError::MethodNotAllowed { .. } => StatusCode::METHOD_NOT_ALLOWED,
             ApiError::Link(crate::links::LinkError::Expired) => StatusCode::GONE,
             ApiError::Link(_) => StatusCode::FORBIDDEN,
-            ApiError::DatabaseUnavailable { .. } | ApiError::Timeout(_) => {
-                StatusCode::SERVICE_UNAVAILABLE
-            }
+            ApiError::DatabaseUnavailable { .. }
+            | ApiError::Timeout(_)
+            | ApiError::SecretUnavailable(_) => StatusCode::SERVICE_UNAVAILABLE,
             ApiError::Internal(_) => StatusCode::INTERNAL_SERVER_ERROR,
         }
     }
@@ -179,6 +183,7 @@ impl ApiError {
             ApiError::Link(_) => "invalid_link",
             ApiError::DatabaseUnavailable { .. } => "database_unavailable",
             ApiError::Timeout(_) => "timeout",
+            ApiError::SecretUnavailable(_) => "unavailable",
             ApiError::Internal(_) => "internal_error",
         }
     }
@@ -199,6 +204,7 @@ impl ApiError {
         match self {
             ApiError::Internal(cause) => format!("{cause:#}"),
             ApiError::DatabaseUnavailable { cause } => format!("{self}: {cause}"),
+            ApiError::SecretUnavailable(cause) => format!("{self}: {cause}"),
             other => other.to_string(),
         }
     }
@@ -215,6 +221,10 @@ impl ApiError {
                 )
             }
             ApiError::Timeout(limit) => tracing::warn!(?limit, "request timed out"),
+            ApiError::SecretUnavailable(_) => tracing::error!(
+                error = self.detail(),
+                "inbound message not checked: a source's secret cannot be read"
+            ),
             ApiError::Link(why) => tracing::info!(error = %why, "receipt link refused"),
             rejected => {
                 tracing::debug!(code = rejected.code(), error = %rejected, "request rejected")

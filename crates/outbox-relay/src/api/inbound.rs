@@ -4,7 +4,8 @@
 //! the body is read as anything. Refusals write nothing: an unknown source,
 //! a missing or wrong signature, or a timestamp more than five minutes off is
 //! `401`; a body over [`MAX_INBOUND_BYTES`] is `413`; a verified body that is
-//! not JSON is `400`. Every verified message is recorded once and answered
+//! not JSON is `400`; a source whose sealed secret this server cannot open
+//! (`SECRETS_KEY` missing or wrong) is `503`, saying nothing of why. Every verified message is recorded once and answered
 //! `200 {"status": …}`, whatever it did: the provider must stop retrying a
 //! message the shop has kept, even one an operator has yet to decide.
 
@@ -39,6 +40,7 @@ use crate::inbox::verify::verify;
         (status = 400, description = "Verified, but not JSON", body = super::error::ErrorEnvelope),
         (status = 401, description = "No or a wrong signature, an unknown source, or a timestamp over 5 minutes off; nothing stored", body = super::error::ErrorEnvelope),
         (status = 413, description = "A body over 256 KiB", body = super::error::ErrorEnvelope),
+        (status = 503, description = "The source's secret cannot be read now (the server's SECRETS_KEY); nothing stored, retry later", body = super::error::ErrorEnvelope),
     ),
     security(()),
 )]
@@ -58,6 +60,7 @@ pub(crate) async fn inbound(
     })?;
     let enqueuer = state.enqueuer.clone();
     let max_attempts = state.settings.max_attempts;
+    let keys = state.settings.secrets.clone();
     let answer = state
         .db
         .run(move |conn| {
@@ -69,14 +72,12 @@ pub(crate) async fn inbound(
                 ))
             })?;
             let now = chrono::Utc::now();
-            let verified = verify(
-                source.kind(),
-                &source.secrets_at(now),
-                &headers,
-                &body,
-                now.timestamp(),
-            )
-            .map_err(|e| refused(e.to_string()))?;
+            let secrets = source
+                .secrets_at(&keys, now)
+                .map_err(ApiError::SecretUnavailable)?;
+            let secrets: Vec<&str> = secrets.iter().map(String::as_str).collect();
+            let verified = verify(source.kind(), &secrets, &headers, &body, now.timestamp())
+                .map_err(|e| refused(e.to_string()))?;
             let payload: Value = serde_json::from_slice(&body)
                 .map_err(|e| ApiError::MalformedJson(e.to_string()))?;
             let message_id = match (source.kind(), verified.message_id) {

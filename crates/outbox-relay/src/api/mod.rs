@@ -55,9 +55,9 @@ pub use error::ApiError;
 pub use orders::OrderView;
 
 use crate::api_keys::Scope;
+use crate::client_addr::TrustedProxies;
 use crate::db::{self, PgPool, PoolOptions};
 use crate::http_server::ConnectionLimits;
-use crate::http_server::client_addr::TrustedProxies;
 use crate::outbox::Waker;
 use crate::telemetry::metrics_handle;
 use auth::Required;
@@ -101,6 +101,8 @@ pub struct ApiSettings {
     /// Checks the signed receipt links that emails carry (`LINK_SIGNING_KEY`);
     /// `None` only with keys and links turned off.
     pub receipt_links: Option<crate::links::ReceiptLinks>,
+    /// Opens the sources' sealed secrets (`SECRETS_KEY`).
+    pub secrets: crate::sealed::Keyring,
     /// Whether `/orders` needs an API key (`API_AUTH`).
     pub auth: ApiAuth,
     /// Requests per key at most (`API_RATE_LIMIT`), counted in this process;
@@ -127,6 +129,7 @@ impl Default for ApiSettings {
             connections: ConnectionLimits::default(),
             admin: None,
             receipt_links: None,
+            secrets: crate::sealed::Keyring::none(),
             auth: ApiAuth::Keys,
             rate_limit: None,
             address_limit: DEFAULT_ADDRESS_LIMIT.parse().ok(),

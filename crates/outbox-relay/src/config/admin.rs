@@ -5,11 +5,10 @@ use clap::Args;
 use super::ConfigError;
 use super::DEFAULT_PUBLIC_BASE_URL;
 use super::parse::{parse_cookie_secure, parse_http_url, parse_positive_duration};
+use crate::client_addr::TrustedProxies;
 
-fn parse_trusted_proxies(
-    raw: &str,
-) -> Result<crate::http_server::client_addr::TrustedProxies, String> {
-    crate::http_server::client_addr::TrustedProxies::parse(raw)
+fn parse_trusted_proxies(raw: &str) -> Result<TrustedProxies, String> {
+    TrustedProxies::parse(raw)
 }
 
 /// The dashboard under `/admin` (`serve`). `Debug` hides the tokens.
@@ -38,7 +37,7 @@ pub struct AdminArgs {
     pub admin_session_idle: std::time::Duration,
     /// Proxies in front of serve, as IPs or CIDR networks (comma-separated): behind them, the client address that the per-address limits and the failed-login limit count is read from X-Forwarded-For, and they are not capped in connections.
     #[arg(long, env = "TRUSTED_PROXIES", value_parser = parse_trusted_proxies)]
-    pub trusted_proxies: Option<crate::http_server::client_addr::TrustedProxies>,
+    pub trusted_proxies: Option<TrustedProxies>,
     /// Sender of confirmation emails; its domain completes the Message-IDs shown on an order's timeline.
     #[arg(long, env = "MAIL_FROM")]
     pub mail_from: Option<String>,
@@ -82,10 +81,15 @@ impl AdminArgs {
         settings.public_base_url = self.public_base_url.clone();
         settings.session_idle = self.admin_session_idle;
         settings.trusted_proxies = self.trusted_proxies.clone().unwrap_or_default();
-        settings.mail_domain = self
-            .mail_from
-            .as_deref()
-            .and_then(crate::effects::email::mail_from_domain);
+        settings.mail_domain = self.mail_from.as_deref().and_then(mail_from_domain);
         Ok(Some(settings))
     }
+}
+
+/// The domain of a `MAIL_FROM` mailbox (`Shop <orders@shop.example>`), if it is one.
+pub fn mail_from_domain(mail_from: &str) -> Option<String> {
+    mail_from
+        .parse::<lettre::message::Mailbox>()
+        .ok()
+        .map(|m| m.email.domain().to_owned())
 }

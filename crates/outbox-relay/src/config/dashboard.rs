@@ -4,6 +4,8 @@
 
 use std::time::Duration;
 
+use crate::client_addr::TrustedProxies;
+
 /// What a token may do.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
 #[serde(rename_all = "kebab-case")]
@@ -118,7 +120,7 @@ pub struct AdminSettings {
     pub session_idle: Duration,
     /// The proxies whose `X-Forwarded-For` names the client that the
     /// failed-login limit counts (`TRUSTED_PROXIES`); empty: the peer.
-    pub trusted_proxies: crate::http_server::client_addr::TrustedProxies,
+    pub trusted_proxies: TrustedProxies,
 }
 
 impl AdminSettings {

@@ -4,8 +4,9 @@
 use std::net::SocketAddr;
 use std::time::Duration;
 
-use crate::effects::EffectKind;
-use crate::relay::JobTimeouts;
+use outbox_core::relay::JobTimeouts;
+
+use crate::kinds::EffectKind;
 
 /// Parses a human duration: `500ms`, `30s`, `5m`, `1h`, `7d`.
 pub fn parse_duration(raw: &str) -> Result<Duration, String> {
@@ -34,18 +35,73 @@ pub fn parse_http_url(raw: &str) -> Result<url::Url, String> {
     }
 }
 
+/// A URL with a host and no `user:password@`: credentials in a URL would be
+/// logged and shown wherever it is. The rule every endpoint's URL follows
+/// (`endpoints add --url`, `WEBHOOK_URL`), before its scheme is checked.
+pub fn parse_url_without_credentials(raw: &str) -> Result<url::Url, String> {
+    let url = url::Url::parse(raw.trim()).map_err(|e| format!("{raw:?} is not a URL: {e}"))?;
+    if url.host_str().is_none_or(str::is_empty) {
+        return Err(format!("{raw:?} has no host"));
+    }
+    if !url.username().is_empty() || url.password().is_some() {
+        return Err(
+            "the URL carries credentials (user:password@); give the receiver a signing \
+                    secret instead, or put a token in the path"
+                .into(),
+        );
+    }
+    Ok(url)
+}
+
 /// `WEBHOOK_URL`: an endpoint's URL by the endpoint rules (`endpoints add`):
 /// no `user:password@`, a host, http:// or https:// (whether http:// is
 /// allowed is `WEBHOOK_ALLOW_HTTP`'s, checked with the other settings).
 pub fn parse_webhook_url(raw: &str) -> Result<url::Url, String> {
-    let url = crate::endpoints::EndpointUrl::parse(raw, true).map_err(|e| e.message)?;
-    let url = url::Url::parse(url.as_str()).map_err(|e| format!("not a URL: {e}"))?;
+    let url = parse_url_without_credentials(raw)?;
     match url.scheme() {
         "http" | "https" => Ok(url),
         other => Err(format!(
             "scheme {other:?} is not http:// or https:// (a NATS endpoint is added with \
              `outbox-relay endpoints add`)"
         )),
+    }
+}
+
+/// A `WEBHOOK_PROXY` value: an `http://` or `https://` URL with a host and
+/// nothing after it but `/`. Userinfo is allowed (the proxy's login).
+pub fn parse_proxy(raw: &str) -> Result<url::Url, String> {
+    let url = url::Url::parse(raw.trim()).map_err(|e| format!("not a URL: {e}"))?;
+    if !matches!(url.scheme(), "http" | "https") {
+        return Err(format!(
+            "scheme {:?} is not http:// or https://",
+            url.scheme()
+        ));
+    }
+    if url.host().is_none() {
+        return Err("has no host".into());
+    }
+    if url.path() != "/" || url.query().is_some() || url.fragment().is_some() {
+        return Err("a proxy URL has no path, query or fragment".into());
+    }
+    Ok(url)
+}
+
+/// A proxy URL as it may be logged: its origin, with `***@` where a login
+/// was (the raw text when it is not a URL, cut at any `@`).
+pub fn redacted_proxy(raw: &str) -> String {
+    match url::Url::parse(raw.trim()) {
+        Ok(url) => {
+            let origin = url.origin().ascii_serialization();
+            if url.username().is_empty() && url.password().is_none() {
+                origin
+            } else {
+                origin.replacen("://", "://***@", 1)
+            }
+        }
+        Err(_) => match raw.rsplit_once('@') {
+            Some((_, host)) => format!("***@{host}"),
+            None => raw.to_owned(),
+        },
     }
 }
 
@@ -150,5 +206,25 @@ mod tests {
         assert!(parse_database_url("not a url").is_err());
         assert!(parse_http_url("https://hooks.example.com/x").is_ok());
         assert!(parse_http_url("ftp://example.com").is_err());
+    }
+
+    #[test]
+    fn proxy_urls_are_checked_and_printed_without_their_login() {
+        assert!(parse_proxy("http://relay:pw@proxy.internal:3128").is_ok());
+        assert!(parse_proxy("https://proxy.example.com/").is_ok());
+        for bad in [
+            "socks5://proxy:1080",
+            "proxy:3128",
+            "http://proxy:3128/path",
+            "http://proxy:3128/?q=1",
+        ] {
+            assert!(parse_proxy(bad).is_err(), "{bad}");
+        }
+        assert_eq!(
+            redacted_proxy("http://relay:hunter2@proxy.internal:3128"),
+            "http://***@proxy.internal:3128"
+        );
+        assert_eq!(redacted_proxy("http://proxy:3128"), "http://proxy:3128");
+        assert!(!redacted_proxy("relay:hunter2@proxy:3128:x").contains("hunter2"));
     }
 }

@@ -4,14 +4,14 @@ use std::net::SocketAddr;
 use std::time::Duration;
 
 use clap::Args;
+use outbox_core::relay::{self, BackoffPolicy, JobTimeouts, MIN_LEASE, RelaySettings};
 
 use super::parse::{
     parse_count, parse_duration, parse_job_timeouts, parse_kind, parse_positive_duration,
     parse_socket_addr,
 };
 use super::{ConfigError, DEFAULT_METRICS_ADDR, EffectArgs, HttpLimitsArgs, LinkArgs, ReceiptArgs};
-use crate::effects::EffectKind;
-use crate::relay::{self, BackoffPolicy, JobTimeouts, MIN_LEASE, RelaySettings};
+use crate::kinds::EffectKind;
 
 /// Everything `relay` reads.
 #[derive(Debug, Clone, Args)]

@@ -17,6 +17,7 @@ use crate::endpoints::attempts::{self, NewAttempt};
 use crate::endpoints::breaker::Verdict;
 use crate::endpoints::target::{self, DEFAULT_ENDPOINT, Target};
 use crate::orders::jobs::OrderWebhook;
+use crate::sealed::Keyring;
 
 /// How long a delivery claimed for a disabled endpoint waits before it is
 /// tried again (the endpoint's paused key normally keeps it unclaimed).
@@ -25,11 +26,17 @@ const DISABLED_RETRY: Duration = Duration::from_secs(60);
 /// How long a delivery for a missing `default` waits before it is tried again.
 const NO_DEFAULT_RETRY: Duration = Duration::from_secs(60);
 
+/// How long a delivery whose endpoint's secret is sealed under a key this
+/// relay lacks waits before it is tried again (by a relay that may have it).
+const NO_KEY_RETRY: Duration = Duration::from_secs(60);
+
 /// Delivers an order event to its endpoint.
 #[derive(Debug)]
 pub struct WebhookWorker {
     pub(super) orders: OrderLoader,
     pub(super) sender: Option<WebhookSender>,
+    /// Opens the endpoints' sealed secrets.
+    pub(super) secrets: Keyring,
 }
 
 impl Worker<OrderWebhook> for WebhookWorker {
@@ -60,7 +67,7 @@ impl WebhookWorker {
                 ))),
             };
         };
-        let (url, secrets) = usable(&target)?;
+        let (url, secrets) = usable(&target, &self.secrets)?;
         let started_at = chrono::Utc::now();
         let outcome = sender
             .deliver_to(&url, &secrets, ctx.id(), &order, event.as_ref())
@@ -82,6 +89,7 @@ impl WebhookWorker {
 pub struct EndpointNoticeWorker {
     pub(super) pool: PgPool,
     pub(super) sender: Option<WebhookSender>,
+    pub(super) secrets: Keyring,
 }
 
 impl Worker<EndpointNotice> for EndpointNoticeWorker {
@@ -95,7 +103,7 @@ impl Worker<EndpointNotice> for EndpointNoticeWorker {
                     args.endpoint_id
                 ))
             })?;
-        let (url, secrets) = usable(&target)?;
+        let (url, secrets) = usable(&target, &self.secrets)?;
         let body = serde_json::to_vec(&args.event)
             .map_err(|e| EffectError::permanent(format!("the notice does not serialize: {e}")))?;
         let started_at = chrono::Utc::now();
@@ -138,8 +146,11 @@ async fn load_target(
         .map_err(|e| EffectError::retryable(format!("loading the endpoint: {e}")))
 }
 
-/// The endpoint's URL and secrets, if it takes deliveries now.
-fn usable(target: &Target) -> Result<(url::Url, Secrets), EffectError> {
+/// The endpoint's URL and secrets, if it takes deliveries now. A secret that
+/// cannot be opened fails the delivery before any call: retried when the
+/// relay lacks the key (its configuration, not the job, is wrong),
+/// permanent when no key opens it (altered, or moved from another row).
+fn usable(target: &Target, keys: &Keyring) -> Result<(url::Url, Secrets), EffectError> {
     if !target.enabled {
         return Err(EffectError::Retryable {
             message: format!(
@@ -152,7 +163,17 @@ fn usable(target: &Target) -> Result<(url::Url, Secrets), EffectError> {
     let url = url::Url::parse(&target.url).map_err(|e| {
         EffectError::permanent(format!("endpoint {:?} has a bad URL: {e}", target.name))
     })?;
-    let secrets = Secrets::parse(&target.signing_secrets()).map_err(|e| {
+    let signing = target.signing_secrets(keys).map_err(|e| {
+        if e.is_missing_key() {
+            EffectError::Retryable {
+                message: e.to_string(),
+                retry_after: Some(NO_KEY_RETRY),
+            }
+        } else {
+            EffectError::permanent(e.to_string())
+        }
+    })?;
+    let secrets = Secrets::parse(&signing).map_err(|e| {
         EffectError::permanent(format!("endpoint {:?} has a bad secret: {e}", target.name))
     })?;
     Ok((url, secrets))

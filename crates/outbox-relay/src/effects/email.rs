@@ -263,14 +263,6 @@ pub fn message_id_for(job_id: i64, domain: &str) -> String {
     format!("<job-{job_id}.confirmation@{domain}>")
 }
 
-/// The domain of a `MAIL_FROM` mailbox (`Shop <orders@shop.example>`), if it is one.
-pub fn mail_from_domain(mail_from: &str) -> Option<String> {
-    mail_from
-        .parse::<Mailbox>()
-        .ok()
-        .map(|m| m.email.domain().to_owned())
-}
-
 fn percent_decoded(raw: &str) -> String {
     percent_encoding::percent_decode_str(raw)
         .decode_utf8_lossy()

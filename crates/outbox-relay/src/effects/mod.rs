@@ -4,11 +4,11 @@
 //! - [`jobs`]: [`EffectKind`], the kinds a relay performs, and the jobs that are not an
 //!   order's ([`EndpointNotice`], [`Noop`]); an order's job types ([`ConfirmationEmail`],
 //!   [`ReceiptPdf`], [`OrderWebhook`], [`OrderPublish`]) are in [`crate::orders::jobs`].
-//!   Their `KIND` constants are the only place the kind names are written;
+//!   Their `KIND`s are the names [`crate::kinds`] writes once;
 //! - [`mod@workers`]: the workers that perform them, and [`workers()`], the
 //!   registry a relay runs;
 //! - [`email`], [`receipt`], [`webhook`], [`nats`]: what each effect does; [`signature`]:
-//!   the webhook signatures.
+//!   the webhook signatures; [`settings`]: what they make of the configuration.
 //!
 //! [`Worker`]: outbox_core::worker::Worker
 
@@ -18,6 +18,7 @@ pub mod jobs;
 pub mod nats;
 mod order_loader;
 pub mod receipt;
+pub mod settings;
 pub mod signature;
 pub mod webhook;
 pub mod workers;

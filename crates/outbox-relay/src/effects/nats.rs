@@ -29,11 +29,13 @@
 //! together at once; [`stream`] checks (or creates) an endpoint's stream;
 //! [`outcome`] reads what the server answered; [`attempt_log`] writes the
 //! attempts of publishes ending together in `delivery_attempts`;
-//! [`worker`] is the job's worker.
+//! [`worker`] is the job's worker. The loader and the attempt log batch with
+//! `micro_batch`.
 
 pub mod attempt_log;
 pub mod connection;
 pub mod loader;
+mod micro_batch;
 pub mod outcome;
 pub mod stream;
 pub mod worker;

@@ -34,6 +34,7 @@ use self::answer::{classify, read_error_body};
 use self::body::event_body;
 pub use super::signature::Secrets;
 use super::{EffectError, error_chain};
+use crate::config::redacted_proxy;
 use crate::endpoints::breaker::Breaker;
 use crate::orders::{Order, OrderEvent};
 use crate::text::one_line;
@@ -91,44 +92,6 @@ impl fmt::Debug for DeliveryOptions {
                 &self.proxy.as_ref().map(|p| redacted_proxy(p.as_str())),
             )
             .finish()
-    }
-}
-
-/// A `WEBHOOK_PROXY` value: an `http://` or `https://` URL with a host and
-/// nothing after it but `/`. Userinfo is allowed (the proxy's login).
-pub fn parse_proxy(raw: &str) -> Result<url::Url, String> {
-    let url = url::Url::parse(raw.trim()).map_err(|e| format!("not a URL: {e}"))?;
-    if !matches!(url.scheme(), "http" | "https") {
-        return Err(format!(
-            "scheme {:?} is not http:// or https://",
-            url.scheme()
-        ));
-    }
-    if url.host().is_none() {
-        return Err("has no host".into());
-    }
-    if url.path() != "/" || url.query().is_some() || url.fragment().is_some() {
-        return Err("a proxy URL has no path, query or fragment".into());
-    }
-    Ok(url)
-}
-
-/// A proxy URL as it may be logged: its origin, with `***@` where a login
-/// was (the raw text when it is not a URL, cut at any `@`).
-pub fn redacted_proxy(raw: &str) -> String {
-    match url::Url::parse(raw.trim()) {
-        Ok(url) => {
-            let origin = url.origin().ascii_serialization();
-            if url.username().is_empty() && url.password().is_none() {
-                origin
-            } else {
-                origin.replacen("://", "://***@", 1)
-            }
-        }
-        Err(_) => match raw.rsplit_once('@') {
-            Some((_, host)) => format!("***@{host}"),
-            None => raw.to_owned(),
-        },
     }
 }
 
@@ -480,27 +443,11 @@ mod tests {
     }
 
     #[test]
-    fn proxy_urls_are_checked_and_printed_without_their_login() {
-        assert!(parse_proxy("http://relay:pw@proxy.internal:3128").is_ok());
-        assert!(parse_proxy("https://proxy.example.com/").is_ok());
-        for bad in [
-            "socks5://proxy:1080",
-            "proxy:3128",
-            "http://proxy:3128/path",
-            "http://proxy:3128/?q=1",
-        ] {
-            assert!(parse_proxy(bad).is_err(), "{bad}");
-        }
-        assert_eq!(
-            redacted_proxy("http://relay:hunter2@proxy.internal:3128"),
-            "http://***@proxy.internal:3128"
-        );
-        assert_eq!(redacted_proxy("http://proxy:3128"), "http://proxy:3128");
-        assert!(!redacted_proxy("relay:hunter2@proxy:3128:x").contains("hunter2"));
+    fn delivery_options_print_without_the_proxy_login() {
         let options = DeliveryOptions {
             timeout: Duration::from_secs(1),
             allow_private: false,
-            proxy: parse_proxy("http://relay:hunter2@proxy.internal:3128").ok(),
+            proxy: crate::config::parse_proxy("http://relay:hunter2@proxy.internal:3128").ok(),
         };
         assert!(!format!("{options:?}").contains("hunter2"));
     }

@@ -16,30 +16,41 @@ use super::webhook::WebhookSender;
 use crate::db::PgPool;
 use crate::orders::OrderId;
 use crate::orders::jobs::{ConfirmationEmail, OrderPublish, OrderWebhook, ReceiptPdf};
+use crate::sealed::Keyring;
 
 /// The registry of the service's workers. `mailer` and `webhook` are `None`
 /// for relays that do not handle those kinds; a job of such a kind that
 /// reaches one anyway is retried, since the relay's configuration, not the
-/// job, is what is missing.
+/// job, is what is missing. Endpoints' secrets are read as stored in
+/// plaintext; a sealed one fails its delivery, naming `SECRETS_KEY`.
 pub fn workers(
     pool: PgPool,
     mailer: Option<Mailer>,
     webhook: Option<WebhookSender>,
     receipt: ReceiptSettings,
 ) -> Workers {
-    workers_with_nats(pool, mailer, webhook, receipt, NatsConnections::default())
+    workers_with_nats(
+        pool,
+        mailer,
+        webhook,
+        receipt,
+        NatsConnections::default(),
+        Keyring::none(),
+    )
 }
 
 /// [`workers()`], publishing to NATS over `nats` (the relay's connections,
-/// with its `NATS_CREDENTIALS`).
+/// with its `NATS_CREDENTIALS`), and opening the endpoints' sealed secrets
+/// with `secrets` (`SECRETS_KEY`).
 pub fn workers_with_nats(
     pool: PgPool,
     mailer: Option<Mailer>,
     webhook: Option<WebhookSender>,
     receipt: ReceiptSettings,
     nats: NatsConnections,
+    secrets: Keyring,
 ) -> Workers {
-    let publisher = PublishWorker::new(pool.clone(), nats);
+    let publisher = PublishWorker::new(pool.clone(), nats, secrets.clone());
     let orders = OrderLoader { pool };
     Workers::new()
         .register::<ConfirmationEmail, _>(EmailWorker {
@@ -53,10 +64,12 @@ pub fn workers_with_nats(
         .register::<EndpointNotice, _>(EndpointNoticeWorker {
             pool: orders.pool.clone(),
             sender: webhook.clone(),
+            secrets: secrets.clone(),
         })
         .register::<OrderWebhook, _>(WebhookWorker {
             orders,
             sender: webhook,
+            secrets,
         })
         .register::<OrderPublish, _>(publisher)
         .register::<Noop, _>(NoopWorker)

@@ -4,7 +4,8 @@
 //!
 //! Kept apart from the signing secrets (`store.rs`): they are written by
 //! their own functions, read only by the publishing worker, and never shown
-//! back: the CLI and the dashboard say "set" or "not set".
+//! back: the CLI and the dashboard say "set" or "not set". Sealed like the
+//! secrets when `SECRETS_KEY` is set.
 
 use std::fmt;
 
@@ -13,6 +14,7 @@ use serde::{Deserialize, Serialize};
 
 use super::spec::{SpecError, refuse};
 use crate::schema::endpoints;
+use crate::sealed::{ENDPOINT_NATS_CREDENTIALS, Keyring, Unreadable};
 
 /// How an endpoint authenticates to its NATS server, as async-nats's
 /// `ConnectOptions` takes it. Stored as JSON text: `{"creds": "..."}`,
@@ -154,24 +156,45 @@ fn one_secret_line(flag: &'static str, raw: &str) -> Result<String, SpecError> {
     Ok(line.to_owned())
 }
 
-/// Sets (or, with `None`, clears) the endpoint's credentials; false when no
-/// NATS endpoint has that id.
+/// Sets (or, with `None`, clears) the endpoint's credentials, sealed when
+/// `secrets` has a key; false when no NATS endpoint has that id.
 pub fn set(
     conn: &mut PgConnection,
     endpoint_id: i64,
     credentials: Option<&EndpointCredentials>,
-) -> QueryResult<bool> {
+    secrets: &Keyring,
+) -> Result<bool, super::StoreError> {
+    let stored = credentials
+        .map(|c| secrets.seal(ENDPOINT_NATS_CREDENTIALS.at(endpoint_id), &c.to_column()))
+        .transpose()?;
     let updated = diesel::update(
         endpoints::table
             .find(endpoint_id)
             .filter(endpoints::stream.is_not_null()),
     )
     .set((
-        endpoints::nats_credentials.eq(credentials.map(EndpointCredentials::to_column)),
+        endpoints::nats_credentials.eq(stored),
         endpoints::updated_at.eq(diesel::dsl::now),
     ))
     .execute(conn)?;
     Ok(updated == 1)
+}
+
+/// Why an endpoint's stored credentials cannot be used. Never carries them.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum Unusable {
+    /// Sealed, and this process lacks the key (or the value is damaged).
+    #[error(transparent)]
+    Sealed(#[from] Unreadable),
+    #[error("{0}")]
+    Unparsable(String),
+}
+
+impl Unusable {
+    /// Whether configuring the right `SECRETS_KEY` would make them usable.
+    pub fn is_missing_key(&self) -> bool {
+        matches!(self, Unusable::Sealed(e) if e.is_missing_key())
+    }
 }
 
 /// The endpoint's credentials, for its connection: `Ok(None)` when it has
@@ -179,16 +202,23 @@ pub fn set(
 pub fn load(
     conn: &mut PgConnection,
     endpoint_id: i64,
-) -> QueryResult<Result<Option<EndpointCredentials>, String>> {
-    let column: Option<Option<String>> = endpoints::table
+    secrets: &Keyring,
+) -> QueryResult<Result<Option<EndpointCredentials>, Unusable>> {
+    let row: Option<(String, Option<String>)> = endpoints::table
         .find(endpoint_id)
-        .select(endpoints::nats_credentials)
+        .select((endpoints::name, endpoints::nats_credentials))
         .first(conn)
         .optional()?;
-    Ok(column
-        .flatten()
-        .map(|c| EndpointCredentials::from_column(&c))
-        .transpose())
+    let Some((name, Some(stored))) = row else {
+        return Ok(Ok(None));
+    };
+    Ok(secrets
+        .open(ENDPOINT_NATS_CREDENTIALS.at(endpoint_id), &stored)
+        .map_err(|e| {
+            Unusable::from(e.about(format_args!("endpoint {name:?}"), ENDPOINT_NATS_CREDENTIALS))
+        })
+        .and_then(|column| EndpointCredentials::from_column(&column).map_err(Unusable::Unparsable))
+        .map(Some))
 }
 
 /// Whether the endpoint has credentials of its own.

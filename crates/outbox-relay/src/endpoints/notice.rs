@@ -5,6 +5,8 @@
 use outbox_core::worker::JobArgs;
 use serde::{Deserialize, Serialize};
 
+use crate::kinds::EffectKind;
+
 /// A notice about the endpoints themselves (`endpoint.disabled`) to one
 /// endpoint subscribed to it: the body is made when the notice is queued.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -17,5 +19,5 @@ pub struct EndpointNotice {
 }
 
 impl JobArgs for EndpointNotice {
-    const KIND: &'static str = "endpoint_notice";
+    const KIND: &'static str = EffectKind::EndpointNotice.as_str();
 }

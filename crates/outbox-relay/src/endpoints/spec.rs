@@ -8,6 +8,7 @@ use std::str::FromStr;
 use base64::Engine as _;
 use base64::engine::general_purpose::STANDARD;
 
+use crate::config::parse_url_without_credentials;
 use crate::orders::OrderStatus;
 
 /// The prefix of a signing secret given as base64 key bytes (Standard
@@ -105,18 +106,7 @@ pub struct EndpointUrl {
 
 impl EndpointUrl {
     pub fn parse(raw: &str, allow_http: bool) -> Result<EndpointUrl, SpecError> {
-        let url = url::Url::parse(raw.trim())
-            .map_err(|e| refuse("--url", format!("{raw:?} is not a URL: {e}")))?;
-        if url.host_str().is_none_or(str::is_empty) {
-            return Err(refuse("--url", format!("{raw:?} has no host")));
-        }
-        if !url.username().is_empty() || url.password().is_some() {
-            return Err(refuse(
-                "--url",
-                "the URL carries credentials (user:password@); give the receiver a signing \
-                 secret instead, or put a token in the path",
-            ));
-        }
+        let url = parse_url_without_credentials(raw).map_err(|e| refuse("--url", e))?;
         match url.scheme() {
             "https" => {}
             "http" if allow_http => {}

@@ -12,6 +12,9 @@ use serde::Serialize;
 use super::nats::NatsTarget;
 use super::spec::{EndpointName, EndpointUrl, EventTypes, RateLimit, SigningSecret};
 use crate::schema::endpoints;
+use crate::sealed::{
+    ENDPOINT_PREVIOUS_SECRET, ENDPOINT_SECRET, Keyring, NOT_YET_SEALED, SealError, Unreadable,
+};
 
 /// The job kinds that deliver to an endpoint, whose payload names it by
 /// `endpoint_id`.
@@ -41,6 +44,10 @@ pub enum StoreError {
     TooMany { max: u32 },
     #[error("cannot set the endpoint's delivery limits: {0}")]
     Limit(#[from] crate::outbox::KeyLimitError),
+    #[error("cannot store the endpoint's secret: {0}")]
+    Seal(#[from] SealError),
+    #[error(transparent)]
+    Unreadable(#[from] Unreadable),
     #[error(transparent)]
     Database(#[from] DieselError),
 }
@@ -93,10 +100,14 @@ impl Endpoint {
 pub const DEFAULT_MAX_ENDPOINTS: u32 = 100;
 
 /// Adds an endpoint, with the limits of its key, if fewer than
-/// [`DEFAULT_MAX_ENDPOINTS`] exist. A name already taken is refused and
-/// nothing is written.
-pub fn add(conn: &mut PgConnection, new: &NewEndpoint) -> Result<Endpoint, StoreError> {
-    add_within(conn, new, DEFAULT_MAX_ENDPOINTS)
+/// [`DEFAULT_MAX_ENDPOINTS`] exist; its secret is sealed when `secrets` has
+/// a key. A name already taken is refused and nothing is written.
+pub fn add(
+    conn: &mut PgConnection,
+    new: &NewEndpoint,
+    secrets: &Keyring,
+) -> Result<Endpoint, StoreError> {
+    add_within(conn, new, DEFAULT_MAX_ENDPOINTS, secrets)
 }
 
 /// [`add`], refusing it when `max` endpoints exist already.
@@ -104,6 +115,7 @@ pub fn add_within(
     conn: &mut PgConnection,
     new: &NewEndpoint,
     max: u32,
+    secrets: &Keyring,
 ) -> Result<Endpoint, StoreError> {
     conn.transaction(|conn| {
         // Two adds at once must not both see room for one more.
@@ -114,11 +126,15 @@ pub fn add_within(
             return Err(StoreError::TooMany { max });
         }
         let endpoint = insert(conn, new)?;
+        write_secret(conn, endpoint.id, new.secret.expose(), secrets)?;
         super::throttle::sync(conn, endpoint.id, None)?;
         Ok(endpoint)
     })
 }
 
+/// Inserts the row without its secret ([`NOT_YET_SEALED`]): the sealed one
+/// names the row's id, which exists only now, and is written next in the
+/// same transaction.
 fn insert(conn: &mut PgConnection, new: &NewEndpoint) -> Result<Endpoint, StoreError> {
     diesel::insert_into(endpoints::table)
         .values((
@@ -127,7 +143,7 @@ fn insert(conn: &mut PgConnection, new: &NewEndpoint) -> Result<Endpoint, StoreE
             endpoints::event_types.eq(new.event_types.as_column()),
             endpoints::rate_limit.eq(new.rate_limit.map(RateLimit::per_second)),
             endpoints::max_in_flight.eq(new.max_in_flight),
-            endpoints::secret.eq(new.secret.expose()),
+            endpoints::secret.eq(NOT_YET_SEALED),
             endpoints::allow_http.eq(new.url.is_plaintext()),
             endpoints::stream.eq(new.nats.as_ref().map(|n| n.stream.as_str())),
             endpoints::subject_prefix.eq(new.nats.as_ref().map(|n| n.subject_prefix.as_str())),
@@ -140,6 +156,21 @@ fn insert(conn: &mut PgConnection, new: &NewEndpoint) -> Result<Endpoint, StoreE
             }
             other => StoreError::Database(other),
         })
+}
+
+/// Sets endpoint `id`'s signing secret, sealed for its row when `secrets`
+/// has a key.
+pub(crate) fn write_secret(
+    conn: &mut PgConnection,
+    id: i64,
+    secret: &str,
+    secrets: &Keyring,
+) -> Result<(), StoreError> {
+    let stored = secrets.seal(ENDPOINT_SECRET.at(id), secret)?;
+    diesel::update(endpoints::table.find(id))
+        .set(endpoints::secret.eq(stored))
+        .execute(conn)?;
+    Ok(())
 }
 
 /// Every endpoint, by name.
@@ -273,17 +304,20 @@ pub fn remove(conn: &mut PgConnection, name: &str, force: bool) -> Result<Remove
 
 /// Gives an endpoint a new secret. The old one keeps signing, beside it, for
 /// `keep_old` (none when zero), so receivers can switch without a failed
-/// delivery; a secret older than that is dropped now.
+/// delivery; a secret older than that is dropped now. Both are sealed when
+/// `secrets` has a key; keeping the old one needs the key it is sealed
+/// under, dropping it does not.
 pub fn rotate_secret(
     conn: &mut PgConnection,
     name: &str,
     new_secret: &SigningSecret,
     keep_old: Duration,
+    secrets: &Keyring,
 ) -> Result<Endpoint, StoreError> {
     conn.transaction(|conn| {
-        let target = endpoints::table.filter(endpoints::name.eq(name));
-        let current: String = target
-            .select(endpoints::secret)
+        let (id, current): (i64, String) = endpoints::table
+            .filter(endpoints::name.eq(name))
+            .select((endpoints::id, endpoints::secret))
             .for_update()
             .first(conn)
             .optional()?
@@ -292,10 +326,19 @@ pub fn rotate_secret(
             .ok()
             .filter(|keep| !keep.is_zero())
             .and_then(|keep| Utc::now().checked_add_signed(keep));
-        let previous = expires.map(|_| current);
-        Ok(diesel::update(target)
+        let previous = match expires {
+            Some(_) => {
+                let plain = secrets
+                    .open(ENDPOINT_SECRET.at(id), &current)
+                    .map_err(|e| e.about(format_args!("endpoint {name:?}"), ENDPOINT_SECRET))?;
+                Some(secrets.seal(ENDPOINT_PREVIOUS_SECRET.at(id), &plain)?)
+            }
+            None => None,
+        };
+        let secret = secrets.seal(ENDPOINT_SECRET.at(id), new_secret.expose())?;
+        Ok(diesel::update(endpoints::table.find(id))
             .set((
-                endpoints::secret.eq(new_secret.expose()),
+                endpoints::secret.eq(secret),
                 endpoints::previous_secret.eq(previous),
                 endpoints::previous_secret_expires_at.eq(expires),
                 endpoints::updated_at.eq(diesel::dsl::now),

@@ -6,6 +6,10 @@ use diesel::prelude::*;
 use diesel::sql_types::{BigInt, Bool, Nullable, Text};
 
 pub use crate::orders::DEFAULT_ENDPOINT;
+use crate::sealed::{
+    Column, ENDPOINT_PREVIOUS_SECRET, ENDPOINT_SECRET, Keyring, NOT_YET_SEALED, OpenError, Stored,
+    Unreadable,
+};
 
 /// An endpoint as a delivery sees it. Holds secrets: never printed.
 #[derive(Clone, QueryableByName)]
@@ -18,10 +22,10 @@ pub struct Target {
     pub url: String,
     #[diesel(sql_type = Bool)]
     pub enabled: bool,
-    /// The current secret(s), space-separated.
+    /// The current secret(s), space-separated, as stored (sealed or not).
     #[diesel(sql_type = Text)]
     secret: String,
-    /// The secret before the last rotation, while it still signs.
+    /// The secret before the last rotation, while it still signs, as stored.
     #[diesel(sql_type = Nullable<Text>)]
     previous_secret: Option<String>,
 }
@@ -38,12 +42,24 @@ impl std::fmt::Debug for Target {
 
 impl Target {
     /// Every secret that signs now, space-separated as `Secrets::parse`
-    /// takes them: the current first (it also keys `X-Signature`).
-    pub fn signing_secrets(&self) -> String {
-        match &self.previous_secret {
-            Some(previous) => format!("{} {previous}", self.secret),
-            None => self.secret.clone(),
-        }
+    /// takes them: the current first (it also keys `X-Signature`). Sealed
+    /// ones are opened with `secrets`.
+    pub fn signing_secrets(&self, secrets: &Keyring) -> Result<String, Unreadable> {
+        let unreadable = |e: OpenError, column: Column| {
+            e.about(format_args!("endpoint {:?}", self.name), column)
+        };
+        let current = secrets
+            .open(ENDPOINT_SECRET.at(self.id), &self.secret)
+            .map_err(|e| unreadable(e, ENDPOINT_SECRET))?;
+        Ok(match &self.previous_secret {
+            Some(previous) => {
+                let previous = secrets
+                    .open(ENDPOINT_PREVIOUS_SECRET.at(self.id), previous)
+                    .map_err(|e| unreadable(e, ENDPOINT_PREVIOUS_SECRET))?;
+                format!("{current} {previous}")
+            }
+            None => current,
+        })
     }
 }
 
@@ -65,15 +81,17 @@ pub fn load(conn: &mut PgConnection, endpoint_id: Option<i64>) -> QueryResult<Op
 
 /// Creates the endpoint `default` from `WEBHOOK_URL` / `WEBHOOK_SECRET`
 /// (subscribed to every event), or points it at them again: what `migrate`,
-/// `serve` and `relay` do when given those variables. Its enabled state,
-/// limits and breaker are left as an operator set them.
+/// `serve` and `relay` do when given those variables. Its secret is sealed
+/// when `secrets` has a key. Its enabled state, limits and breaker are left
+/// as an operator set them.
 pub fn upsert_default(
     conn: &mut PgConnection,
     url: &url::Url,
     secret: &str,
+    secrets: &Keyring,
 ) -> Result<i64, super::StoreError> {
     conn.transaction(|conn| {
-        let id = write_default(conn, url, secret)?;
+        let id = write_default(conn, url, secret, secrets)?;
         // A new `default` gets its key's limits; an existing one keeps its
         // breaker's pause, which only the breaker and operators change.
         if !super::throttle::has_limit(conn, id)? {
@@ -83,23 +101,57 @@ pub fn upsert_default(
     })
 }
 
-fn write_default(conn: &mut PgConnection, url: &url::Url, secret: &str) -> QueryResult<i64> {
+#[derive(QueryableByName)]
+struct DefaultRow {
+    #[diesel(sql_type = BigInt)]
+    id: i64,
+    #[diesel(sql_type = Text)]
+    url: String,
+    #[diesel(sql_type = Text)]
+    secret: String,
+}
+
+/// Inserts `default` if it is missing (without its secret: the sealed one
+/// names the row's id), then rewrites its URL and secret only when they
+/// differ from the configured ones, or its secret is not sealed under the
+/// current key: every process that starts with WEBHOOK_URL runs this, and
+/// most find nothing to change.
+fn write_default(
+    conn: &mut PgConnection,
+    url: &url::Url,
+    secret: &str,
+    secrets: &Keyring,
+) -> Result<i64, super::StoreError> {
     diesel::sql_query(
         "INSERT INTO endpoints (name, url, secret, allow_http) \
          VALUES ($1, $2, $3, $2 ~ '^http://') \
-         ON CONFLICT (name) DO UPDATE \
-           SET url = EXCLUDED.url, allow_http = EXCLUDED.allow_http, \
-               secret = EXCLUDED.secret, updated_at = now() \
-           WHERE (endpoints.url, endpoints.secret) \
-                 IS DISTINCT FROM (EXCLUDED.url, EXCLUDED.secret) \
-         RETURNING id",
+         ON CONFLICT (name) DO NOTHING",
     )
     .bind::<Text, _>(DEFAULT_ENDPOINT)
     .bind::<Text, _>(url.as_str())
-    .bind::<Text, _>(secret)
+    .bind::<Text, _>(NOT_YET_SEALED)
     .execute(conn)?;
-    crate::schema::endpoints::table
-        .filter(crate::schema::endpoints::name.eq(DEFAULT_ENDPOINT))
-        .select(crate::schema::endpoints::id)
-        .first(conn)
+    let row: DefaultRow =
+        diesel::sql_query("SELECT id, url, secret FROM endpoints WHERE name = $1 FOR UPDATE")
+            .bind::<Text, _>(DEFAULT_ENDPOINT)
+            .get_result(conn)?;
+    // A stored secret that cannot be opened (sealed under a key this
+    // process lacks) is replaced: WEBHOOK_SECRET says what it is.
+    let same_secret = secrets
+        .open(ENDPOINT_SECRET.at(row.id), &row.secret)
+        .is_ok_and(|stored| stored == secret);
+    let sealed_as_wanted = !secrets.seals() || secrets.state_of(&row.secret) == Stored::Current;
+    if row.url != url.as_str() || !same_secret || !sealed_as_wanted {
+        let stored = secrets.seal(ENDPOINT_SECRET.at(row.id), secret)?;
+        diesel::sql_query(
+            "UPDATE endpoints SET url = $2, allow_http = $2 ~ '^http://', secret = $3, \
+                    updated_at = now() \
+             WHERE id = $1",
+        )
+        .bind::<BigInt, _>(row.id)
+        .bind::<Text, _>(url.as_str())
+        .bind::<Text, _>(stored)
+        .execute(conn)?;
+    }
+    Ok(row.id)
 }

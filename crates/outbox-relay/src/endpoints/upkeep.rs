@@ -1,7 +1,8 @@
 //! The relay's upkeep of what grows or expires by itself: old rows of
 //! `delivery_attempts` and `admin_audit` are deleted after their retention,
-//! and an endpoint's `previous_secret` is cleared once its window ends (it
-//! no longer signs anything then, and a secret kept is a secret to leak).
+//! and the `previous_secret` of an endpoint or a source is cleared once its
+//! window ends (it no longer signs or verifies anything then, and a secret
+//! kept is a secret to leak).
 //! Every relay runs it; the statements are idempotent, so several relays
 //! running them at once only repeat each other's work.
 
@@ -72,12 +73,15 @@ pub fn run_once(conn: &mut PgConnection, retention: &Retention) -> QueryResult<U
             break;
         }
     }
-    let secrets_cleared = diesel::sql_query(
-        "UPDATE endpoints SET previous_secret = NULL, previous_secret_expires_at = NULL \
-         WHERE previous_secret IS NOT NULL \
-           AND (previous_secret_expires_at IS NULL OR previous_secret_expires_at <= now())",
-    )
-    .execute(conn)? as u64;
+    let mut secrets_cleared = 0u64;
+    for table in ["endpoints", "sources"] {
+        secrets_cleared += diesel::sql_query(format!(
+            "UPDATE {table} SET previous_secret = NULL, previous_secret_expires_at = NULL \
+             WHERE previous_secret IS NOT NULL \
+               AND (previous_secret_expires_at IS NULL OR previous_secret_expires_at <= now())"
+        ))
+        .execute(conn)? as u64;
+    }
     Ok(Upkept {
         attempts,
         audit,

@@ -20,7 +20,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
 
-use super::client_addr::{TrustedProxies, client_key};
+use crate::client_addr::{TrustedProxies, client_key};
 
 /// One open connection, as its task and its service see it.
 #[derive(Debug)]

@@ -1,7 +1,6 @@
 //! Receiving one verified message: record it with the core's inbox, decide
-//! what it does to its order, and do it, all in one transaction. And an
-//! operator's decision on a held message (`inbox apply`, `inbox dismiss`, the
-//! dashboard), audited in the transaction that makes it.
+//! what it does to its order, and do it, all in one transaction. An
+//! operator's decision on a held message is in [`super::held`].
 //!
 //! The order row is locked (`FOR NO KEY UPDATE`, as every transition locks
 //! it) before the decision reads it, so a payment racing a cancel is decided
@@ -9,7 +8,6 @@
 //! then held as "refund needed", never both applied.
 
 use diesel::prelude::*;
-use diesel::sql_types::{Jsonb, Text};
 use outbox_core::inbox::{Received, record_message};
 use serde_json::Value;
 
@@ -307,11 +305,11 @@ fn decide(conn: &mut PgConnection, meaning: &Meaning, message_id: &str) -> Query
 
 /// The provider's reference of the payment, or the message's own id when it
 /// names none.
-fn payment_reference(payment: &Payment, message_id: &str) -> String {
+pub(super) fn payment_reference(payment: &Payment, message_id: &str) -> String {
     crate::text::one_line(payment.reference.as_deref().unwrap_or(message_id), 200)
 }
 
-fn display(reference: &str) -> DisplayText {
+pub(super) fn display(reference: &str) -> DisplayText {
     DisplayText::parse(reference, 200)
         .or_else(|_| DisplayText::parse("(no reference)", 200))
         .unwrap_or_else(|_| unreachable!("a fixed, valid text"))
@@ -374,157 +372,5 @@ fn carry_out(
             Err(TransitionError::Database(e)) => Err(e),
             Err(other) => Ok((MessageStatus::Held, Some(order_id), Some(other.to_string()))),
         },
-    }
-}
-
-/// Why an operator's decision was refused.
-#[derive(Debug, thiserror::Error)]
-pub enum DecideError {
-    #[error("there is no inbox message {0}")]
-    NotFound(i64),
-    #[error("inbox message {id} is {status}; only a held message can be applied or dismissed")]
-    NotHeld { id: i64, status: String },
-    #[error("inbox message {0} does not ask anything of an order ({1})")]
-    NothingToApply(i64, String),
-    #[error("inbox message {id} cannot be applied: {source}")]
-    Transition {
-        id: i64,
-        #[source]
-        source: TransitionError,
-    },
-    #[error(transparent)]
-    Database(#[from] diesel::result::Error),
-}
-
-/// The audit log's names for the operator's decisions.
-pub const AUDIT_APPLY: &str = "inbox.apply";
-pub const AUDIT_DISMISS: &str = "inbox.dismiss";
-
-/// Applies held message `id` despite its reason (the operator checked the
-/// amount, or accepts the second payment): its order's transition, event and
-/// jobs, the message `applied`, and an audit line naming `actor`, in one
-/// transaction. A transition the order cannot take (a cancelled order cannot
-/// become paid) is refused and nothing changes.
-pub fn apply_held(
-    conn: &mut PgConnection,
-    enqueuer: &Enqueuer,
-    id: i64,
-    actor: &str,
-    max_attempts: i32,
-) -> Result<i64, DecideError> {
-    enqueuer.transaction(conn, |conn| {
-        let (payload, order_id) = lock_held(conn, id)?;
-        let payment = match interpret_stored(&payload) {
-            Meaning::Payment(payment) => payment,
-            Meaning::Ignored(reason) => return Err(DecideError::NothingToApply(id, reason)),
-        };
-        let order_id = match (order_id, &payment.order) {
-            (Some(order_id), _) | (None, &OrderRef::Id(order_id)) => order_id,
-            (None, OrderRef::NotANumber(raw)) => {
-                return Err(DecideError::NothingToApply(
-                    id,
-                    format!("order id {raw:?} is not a number"),
-                ));
-            }
-        };
-        let reference = payment_reference(
-            &payment,
-            payload.get("id").and_then(Value::as_str).unwrap_or(""),
-        );
-        let transition = match payment.intent {
-            Intent::Pay => Transition::Pay {
-                payment_reference: display(&reference),
-            },
-            Intent::Refund => Transition::Refund {
-                reason: None,
-                payment_reference: Some(display(&reference)),
-            },
-        };
-        transition_order_for_message(conn, enqueuer, order_id, &transition, id, max_attempts)
-            .map_err(|source| match source {
-                TransitionError::Database(e) => DecideError::Database(e),
-                source => DecideError::Transition { id, source },
-            })?;
-        decide_held(
-            conn,
-            id,
-            MessageStatus::Applied,
-            actor,
-            AUDIT_APPLY,
-            order_id,
-        )?;
-        Ok(order_id)
-    })
-}
-
-/// Dismisses held message `id`: nothing happens to its order (the operator
-/// refunded at the provider, or found it needs nothing); audited.
-pub fn dismiss_held(conn: &mut PgConnection, id: i64, actor: &str) -> Result<(), DecideError> {
-    conn.transaction(|conn| {
-        let (_, order_id) = lock_held(conn, id)?;
-        decide_held(
-            conn,
-            id,
-            MessageStatus::Dismissed,
-            actor,
-            AUDIT_DISMISS,
-            order_id.unwrap_or(0),
-        )
-    })
-}
-
-fn lock_held(conn: &mut PgConnection, id: i64) -> Result<(Value, Option<i64>), DecideError> {
-    let row: Option<(Option<String>, Option<Value>, Option<i64>)> = inbox_messages::table
-        .find(id)
-        .select((
-            inbox_messages::status,
-            inbox_messages::payload,
-            inbox_messages::order_id,
-        ))
-        .for_update()
-        .first(conn)
-        .optional()?;
-    let (status, payload, order_id) = row.ok_or(DecideError::NotFound(id))?;
-    if status.as_deref() != Some(MessageStatus::Held.as_str()) {
-        return Err(DecideError::NotHeld {
-            id,
-            status: status.unwrap_or_else(|| "not decided".into()),
-        });
-    }
-    Ok((payload.unwrap_or(Value::Null), order_id))
-}
-
-fn decide_held(
-    conn: &mut PgConnection,
-    id: i64,
-    status: MessageStatus,
-    actor: &str,
-    action: &str,
-    order_id: i64,
-) -> Result<(), DecideError> {
-    diesel::update(inbox_messages::table.find(id))
-        .set((
-            inbox_messages::status.eq(status.as_str()),
-            inbox_messages::decided_at.eq(chrono::Utc::now()),
-        ))
-        .execute(conn)?;
-    diesel::sql_query(
-        "INSERT INTO admin_audit (actor, action, target, affected) VALUES ($1, $2, $3, 1)",
-    )
-    .bind::<Text, _>(actor)
-    .bind::<Text, _>(action)
-    .bind::<Jsonb, _>(serde_json::json!({ "inbox_message_id": id, "order_id": order_id }))
-    .execute(conn)?;
-    metrics::counter!("outbox_inbox_decisions_total", "decision" => status.as_str()).increment(1);
-    Ok(())
-}
-
-/// A stored payload read again: its event type says whose it is (Stripe's
-/// types and Standard Webhooks' `payment.*` do not overlap), so a message
-/// outlives its source's row.
-fn interpret_stored(payload: &Value) -> Meaning {
-    match interpret(SourceKind::Stripe, payload) {
-        Meaning::Ignored(_) => interpret(SourceKind::Standard, payload),
-        meaning => meaning,
     }
 }

@@ -14,12 +14,13 @@
 //! - [`event`]: what a provider's event means for an order: a payment, a
 //!   refund, or nothing.
 //! - [`apply`]: the decision (`applied`, `held` with a reason, `unmatched`,
-//!   `ignored`) and its one transaction; an operator's apply or dismiss of a
-//!   held message.
+//!   `ignored`) and its one transaction.
+//! - [`held`]: an operator's apply or dismiss of a held message, audited.
 //! - [`list`]: the messages, for `inbox list` and the dashboard.
 
 pub mod apply;
 pub mod event;
+pub mod held;
 pub mod list;
 pub mod source;
 pub mod verify;

@@ -1,5 +1,6 @@
 //! Senders of inbound events, as rows of `sources`: a name (the last part of
-//! `POST /inbound/{name}`), how its messages are signed, and its secrets.
+//! `POST /inbound/{name}`), how its messages are signed, and its secrets
+//! (sealed when `SECRETS_KEY` is set).
 
 use std::fmt;
 use std::str::FromStr;
@@ -11,6 +12,10 @@ use serde::Serialize;
 
 use crate::endpoints::SigningSecret;
 use crate::schema::sources;
+use crate::sealed::{
+    Keyring, NOT_YET_SEALED, OpenError, SOURCE_PREVIOUS_SECRET, SOURCE_SECRET, SealError,
+    Unreadable,
+};
 
 /// How a source signs its messages.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, clap::ValueEnum)]
@@ -61,6 +66,7 @@ pub struct Source {
     #[diesel(deserialize_as = String)]
     #[serde(serialize_with = "serialize_kind")]
     pub kind: KindColumn,
+    /// As stored: sealed, or plaintext.
     #[serde(skip)]
     secret: String,
     #[serde(skip)]
@@ -101,16 +107,31 @@ impl Source {
     }
 
     /// The secrets that verify a message received at `now`: the current one,
-    /// and the previous one until its keep-old window ends.
-    pub fn secrets_at(&self, now: DateTime<Utc>) -> Vec<&str> {
-        let mut secrets = vec![self.secret.as_str()];
+    /// and the previous one until its keep-old window ends; sealed ones are
+    /// opened with `keys`.
+    pub fn secrets_at(
+        &self,
+        keys: &Keyring,
+        now: DateTime<Utc>,
+    ) -> Result<Vec<String>, Unreadable> {
+        let mut secrets = vec![self.open(keys, SOURCE_SECRET, &self.secret)?];
         if let (Some(previous), Some(until)) =
             (&self.previous_secret, self.previous_secret_expires_at)
             && now < until
         {
-            secrets.push(previous);
+            secrets.push(self.open(keys, SOURCE_PREVIOUS_SECRET, previous)?);
         }
-        secrets
+        Ok(secrets)
+    }
+
+    fn open(
+        &self,
+        keys: &Keyring,
+        column: crate::sealed::Column,
+        stored: &str,
+    ) -> Result<String, Unreadable> {
+        keys.open(column.at(self.id), stored)
+            .map_err(|e: OpenError| e.about(format_args!("source {:?}", self.name), column))
     }
 }
 
@@ -127,6 +148,10 @@ pub enum SourceError {
     NameTaken(String),
     #[error("there is no source named {0:?} (see `outbox-relay sources list`)")]
     NotFound(String),
+    #[error("cannot store the source's secret: {0}")]
+    Seal(#[from] SealError),
+    #[error(transparent)]
+    Unreadable(#[from] Unreadable),
     #[error(transparent)]
     Database(#[from] diesel::result::Error),
 }
@@ -186,28 +211,38 @@ pub fn new_secret() -> Result<String, SourceError> {
         })
 }
 
+/// Adds a source, its secret sealed when `keys` has a key.
 pub fn add(
     conn: &mut PgConnection,
     name: &str,
     kind: SourceKind,
     secret: &str,
+    keys: &Keyring,
 ) -> Result<Source, SourceError> {
     check_name(name)?;
-    diesel::insert_into(sources::table)
-        .values((
-            sources::name.eq(name),
-            sources::kind.eq(kind.as_str()),
-            sources::secret.eq(secret),
-        ))
-        .returning(Source::as_returning())
-        .get_result(conn)
-        .map_err(|e| match e {
-            diesel::result::Error::DatabaseError(
-                diesel::result::DatabaseErrorKind::UniqueViolation,
-                _,
-            ) => SourceError::NameTaken(name.to_owned()),
-            other => SourceError::Database(other),
-        })
+    conn.transaction(|conn| {
+        // The sealed secret names the row's id: written once the row has one.
+        let added: Source = diesel::insert_into(sources::table)
+            .values((
+                sources::name.eq(name),
+                sources::kind.eq(kind.as_str()),
+                sources::secret.eq(NOT_YET_SEALED),
+            ))
+            .returning(Source::as_returning())
+            .get_result(conn)
+            .map_err(|e| match e {
+                diesel::result::Error::DatabaseError(
+                    diesel::result::DatabaseErrorKind::UniqueViolation,
+                    _,
+                ) => SourceError::NameTaken(name.to_owned()),
+                other => SourceError::Database(other),
+            })?;
+        let stored = keys.seal(SOURCE_SECRET.at(added.id), secret)?;
+        Ok(diesel::update(sources::table.find(added.id))
+            .set(sources::secret.eq(stored))
+            .returning(Source::as_returning())
+            .get_result(conn)?)
+    })
 }
 
 pub fn list(conn: &mut PgConnection) -> QueryResult<Vec<Source>> {
@@ -228,23 +263,38 @@ pub fn find(conn: &mut PgConnection, name: &str) -> QueryResult<Option<Source>> 
 
 /// Gives source `name` a new secret. The current one keeps verifying for
 /// `keep_old` (not at all when zero): the provider may still send messages
-/// signed with it until it switches.
+/// signed with it until it switches. Both are sealed when `keys` has a key;
+/// keeping the old one needs the key it is sealed under.
 pub fn rotate_secret(
     conn: &mut PgConnection,
     name: &str,
     secret: &str,
     keep_old: Duration,
+    keys: &Keyring,
 ) -> Result<Source, SourceError> {
     conn.transaction(|conn| {
-        let current = find(conn, name)?.ok_or_else(|| SourceError::NotFound(name.to_owned()))?;
+        let current: Source = sources::table
+            .filter(sources::name.eq(name))
+            .select(Source::as_select())
+            .for_update()
+            .first(conn)
+            .optional()?
+            .ok_or_else(|| SourceError::NotFound(name.to_owned()))?;
         let until = (!keep_old.is_zero())
             .then(|| chrono::Duration::from_std(keep_old).ok())
             .flatten()
             .and_then(|keep| Utc::now().checked_add_signed(keep));
-        let previous = until.map(|_| current.secret.clone());
+        let previous = match until {
+            Some(_) => {
+                let plain = current.open(keys, SOURCE_SECRET, &current.secret)?;
+                Some(keys.seal(SOURCE_PREVIOUS_SECRET.at(current.id), &plain)?)
+            }
+            None => None,
+        };
+        let stored = keys.seal(SOURCE_SECRET.at(current.id), secret)?;
         Ok(diesel::update(sources::table.find(current.id))
             .set((
-                sources::secret.eq(secret),
+                sources::secret.eq(stored),
                 sources::previous_secret.eq(previous),
                 sources::previous_secret_expires_at.eq(until),
             ))

@@ -10,6 +10,7 @@ use outbox_core::worker::JobArgs;
 use serde::{Deserialize, Serialize};
 
 use super::OrderId;
+use crate::kinds::EffectKind;
 
 /// The email about an order event (the confirmation for `order.placed`); no
 /// event for jobs enqueued before events existed: the confirmation.
@@ -24,7 +25,7 @@ pub struct ConfirmationEmail {
 }
 
 impl JobArgs for ConfirmationEmail {
-    const KIND: &'static str = "confirmation_email";
+    const KIND: &'static str = EffectKind::ConfirmationEmail.as_str();
 
     fn extend_job(&self, job: NewJob) -> NewJob {
         job.with_extension(self.order_id)
@@ -43,7 +44,7 @@ pub struct ReceiptPdf {
 }
 
 impl JobArgs for ReceiptPdf {
-    const KIND: &'static str = "receipt_pdf";
+    const KIND: &'static str = EffectKind::ReceiptPdf.as_str();
 
     fn extend_job(&self, job: NewJob) -> NewJob {
         job.with_extension(self.order_id)
@@ -67,7 +68,7 @@ pub struct OrderWebhook {
 }
 
 impl JobArgs for OrderWebhook {
-    const KIND: &'static str = "order_webhook";
+    const KIND: &'static str = EffectKind::OrderWebhook.as_str();
 
     fn extend_job(&self, job: NewJob) -> NewJob {
         job.with_extension(self.order_id)
@@ -90,7 +91,7 @@ pub struct OrderPublish {
 }
 
 impl JobArgs for OrderPublish {
-    const KIND: &'static str = "order_publish";
+    const KIND: &'static str = EffectKind::OrderPublish.as_str();
 
     fn extend_job(&self, job: NewJob) -> NewJob {
         job.with_extension(self.order_id)

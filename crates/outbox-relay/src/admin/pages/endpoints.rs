@@ -1,7 +1,10 @@
 //! The endpoints: each with its state, `failing_since`, and its recent
-//! success rate and p95 latency from `delivery_attempts`; and one endpoint's
+//! success rate and p95 latency from `delivery_attempts` (as
+//! `endpoints list` shows them: `endpoints::attempts::stats`); and one endpoint's
 //! attempt log, newest first, a page at a time (keyset on `(started_at, id)`),
 //! under its enable, disable and recover forms (`endpoint_actions` acts).
+
+use std::collections::HashMap;
 
 use axum::extract::{Extension, Path, Query, State};
 use axum::response::Html;
@@ -19,6 +22,7 @@ use crate::admin::queries::read;
 use crate::admin::view::{num, render};
 use crate::admin::{AdminState, Nonce};
 use crate::endpoints::Endpoint;
+use crate::endpoints::attempts::{self, AttemptStats};
 
 /// Attempts per page of an endpoint's log.
 const PAGE: i64 = 50;
@@ -41,29 +45,13 @@ struct Row {
     max_in_flight: i32,
     #[diesel(sql_type = Nullable<Double>)]
     rate_limit: Option<f64>,
-    #[diesel(sql_type = BigInt)]
-    attempts: i64,
-    #[diesel(sql_type = BigInt)]
-    ok: i64,
-    #[diesel(sql_type = Nullable<Double>)]
-    p95_ms: Option<f64>,
 }
 
-// The last 1000 attempts of each endpoint through
-// delivery_attempts_endpoint_idx: bounded however busy it is.
 const LIST: &str = "\
-SELECT e.id, e.name, substring(e.url FROM '^[a-z]+://[^/?#]*') AS origin, e.enabled,
-       e.disabled_reason, e.failing_since, e.max_in_flight, e.rate_limit,
-       count(r.*) AS attempts, count(r.*) FILTER (WHERE r.outcome = 'ok') AS ok,
-       percentile_cont(0.95) WITHIN GROUP (ORDER BY r.duration_ms) AS p95_ms
-FROM endpoints e
-LEFT JOIN LATERAL (
-    SELECT a.outcome, a.duration_ms FROM delivery_attempts a
-    WHERE a.endpoint_id = e.id
-    ORDER BY a.started_at DESC, a.id DESC LIMIT 1000
-) r ON true
-GROUP BY e.id
-ORDER BY e.name";
+SELECT id, name, substring(url FROM '^[a-z]+://[^/?#]*') AS origin, enabled,
+       disabled_reason, failing_since, max_in_flight, rate_limit
+FROM endpoints
+ORDER BY name";
 
 /// A notice after an action: `enable:<id>`, `disable:<id>`, `recover:<n>`.
 #[derive(Debug, Default, Deserialize)]
@@ -104,7 +92,7 @@ fn state_label(enabled: bool, reason: Option<&str>, failing: bool) -> String {
     }
 }
 
-fn row_view(r: &Row) -> Value {
+fn row_view(r: &Row, stats: &AttemptStats) -> Value {
     context! {
         id => r.id,
         name => r.name.clone(),
@@ -117,13 +105,12 @@ fn row_view(r: &Row) -> Value {
             r.max_in_flight,
             r.rate_limit.map(|l| format!(", {l}/s")).unwrap_or_default()
         ),
-        attempts => r.attempts,
-        success => if r.attempts > 0 {
-            format!("{:.1}%", 100.0 * r.ok as f64 / r.attempts as f64)
-        } else {
-            String::new()
-        },
-        p95 => r.p95_ms.map(|ms| format!("{ms:.0} ms")).unwrap_or_default(),
+        attempts => stats.attempts,
+        success => stats
+            .success_rate
+            .map(|rate| format!("{:.1}%", 100.0 * rate))
+            .unwrap_or_default(),
+        p95 => stats.p95_ms.map(|ms| format!("{ms:.0} ms")).unwrap_or_default(),
     }
 }
 
@@ -134,18 +121,21 @@ pub(in crate::admin) async fn endpoints(
     Query(done): Query<Done>,
 ) -> Result<Html<String>, AdminError> {
     let timeout = state.settings.statement_timeout;
-    let rows: Vec<Row> = state
+    let (rows, stats): (Vec<Row>, HashMap<i64, AttemptStats>) = state
         .db
         .run(move |conn| {
             Ok(read(conn, timeout, |conn| {
-                diesel::sql_query(LIST).load(conn)
+                Ok((diesel::sql_query(LIST).load(conn)?, attempts::stats(conn)?))
             })?)
         })
         .await?;
     let notice = notice(done.done.as_deref(), |id| {
         rows.iter().find(|r| r.id == id).map(|r| r.name.clone())
     });
-    let rows: Vec<Value> = rows.iter().map(row_view).collect();
+    let rows: Vec<Value> = rows
+        .iter()
+        .map(|r| row_view(r, stats.get(&r.id).unwrap_or(&AttemptStats::default())))
+        .collect();
     render(
         "endpoints.html",
         context! {

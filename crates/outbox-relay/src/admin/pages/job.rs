@@ -10,7 +10,7 @@ use super::jobs::job_view;
 use crate::admin::auth::Session;
 use crate::admin::error::AdminError;
 use crate::admin::queries::{self, CHILDREN_SHOWN, Relative};
-use crate::admin::view::render;
+use crate::admin::view::{path_id, render};
 use crate::admin::{AdminState, Nonce};
 
 pub(in crate::admin) async fn job(
@@ -19,11 +19,7 @@ pub(in crate::admin) async fn job(
     session: Session,
     Path(raw_id): Path<String>,
 ) -> Result<Html<String>, AdminError> {
-    let id: i64 = raw_id
-        .parse()
-        .ok()
-        .filter(|id| *id > 0)
-        .ok_or_else(|| AdminError::NotFound(format!("there is no job {raw_id:?}")))?;
+    let id = path_id(&raw_id, "job")?;
     let timeout = state.settings.statement_timeout;
     let hide = state.settings.hide_payload;
     let (detail, relatives) = state

@@ -12,7 +12,7 @@ use super::{base, opt_time, time};
 use crate::admin::auth::Session;
 use crate::admin::error::AdminError;
 use crate::admin::queries;
-use crate::admin::view::{num, render};
+use crate::admin::view::{num, order_number, path_id, render};
 use crate::admin::{AdminState, Nonce};
 use crate::effects::webhook::idempotency_key;
 
@@ -27,13 +27,7 @@ pub(in crate::admin) async fn find_order(
     _session: Session,
     Query(query): Query<FindOrder>,
 ) -> Result<Redirect, AdminError> {
-    let id: i64 = query
-        .id
-        .trim()
-        .trim_start_matches('#')
-        .parse()
-        .ok()
-        .filter(|id| *id > 0)
+    let id = order_number(&query.id)
         .ok_or_else(|| AdminError::BadRequest(format!("{:?} is not an order number", query.id)))?;
     Ok(Redirect::to(&format!("/admin/orders/{id}")))
 }
@@ -53,11 +47,7 @@ pub(in crate::admin) async fn order(
     session: Session,
     Path(raw_id): Path<String>,
 ) -> Result<Html<String>, AdminError> {
-    let id: i64 = raw_id
-        .parse()
-        .ok()
-        .filter(|id| *id > 0)
-        .ok_or_else(|| AdminError::NotFound(format!("there is no order {raw_id:?}")))?;
+    let id = path_id(&raw_id, "order")?;
     let timeout = state.settings.statement_timeout;
     let hide = state.settings.hide_payload;
     let timeline = state

@@ -11,101 +11,58 @@
 //! the publish and its PubAck.
 //!
 //! So each publish hands its attempt to one log task and awaits the answer,
-//! as [`loader`](super::loader) does for reads: the task takes every attempt
-//! waiting at that moment, up to `MAX_BATCH`, and writes them in one
-//! statement; attempts arriving meanwhile form the next batch. The job
+//! as [`loader`](super::loader) does for reads (both are a
+//! `MicroBatcher`): the task writes every attempt waiting at that moment in
+//! one statement; attempts arriving meanwhile form the next batch. The job
 //! finishes after its attempt is written, so an operator who sees it done
 //! sees its attempt. A write that fails is logged, never the job's failure:
 //! the publish happened either way.
 
-use std::sync::{Arc, OnceLock};
-
-use tokio::sync::{Semaphore, mpsc, oneshot};
-
+use super::micro_batch::{Batch, Lost, MicroBatcher};
 use crate::db::{PgPool, run_blocking};
 use crate::endpoints::attempts::{self, NewAttempt};
 
-/// Most attempts written in one statement.
-const MAX_BATCH: usize = 512;
-/// Most statements in flight at once: a slow database makes batches larger
-/// rather than taking every pooled connection.
-const MAX_WRITES: usize = 2;
-
-struct Request {
-    attempt: NewAttempt,
-    reply: oneshot::Sender<Result<(), String>>,
-}
-
 /// Writes attempts in batches. Cloning shares the log.
 #[derive(Debug, Clone)]
-pub struct AttemptLog {
-    pool: PgPool,
-    /// Made on first use, inside the relay's runtime.
-    requests: Arc<OnceLock<mpsc::UnboundedSender<Request>>>,
-}
+pub struct AttemptLog(MicroBatcher<Writer>);
 
 impl AttemptLog {
     pub fn new(pool: PgPool) -> AttemptLog {
-        AttemptLog {
-            pool,
-            requests: Arc::default(),
-        }
+        AttemptLog(MicroBatcher::new(Writer { pool }))
     }
 
     /// Writes `attempt` with those of the other publishes ending now; an
     /// error says why it was not written.
     pub async fn record(&self, attempt: NewAttempt) -> Result<(), String> {
-        let requests = self.requests.get_or_init(|| {
-            let (sender, receiver) = mpsc::unbounded_channel();
-            tokio::spawn(run(self.pool.clone(), receiver));
-            sender
-        });
-        let (reply, answer) = oneshot::channel();
-        requests
-            .send(Request { attempt, reply })
-            .map_err(|_| "the attempt log has stopped".to_owned())?;
-        answer
-            .await
-            .map_err(|_| "the attempt log dropped the attempt".to_owned())?
+        self.0.ask(attempt).await.map_err(|lost| match lost {
+            Lost::Stopped => "the attempt log has stopped".to_owned(),
+            Lost::Dropped => "the attempt log dropped the attempt".to_owned(),
+        })?
     }
 }
 
-/// Serves attempts until every [`AttemptLog`] sharing the inbox is gone.
-async fn run(pool: PgPool, mut requests: mpsc::UnboundedReceiver<Request>) {
-    let writes = Arc::new(Semaphore::new(MAX_WRITES));
-    while let Some(first) = requests.recv().await {
-        let Ok(permit) = Arc::clone(&writes).acquire_owned().await else {
-            return;
-        };
-        // Publishes of one claim end close together: let them reach the
-        // inbox before the batch is closed.
-        tokio::task::yield_now().await;
-        let mut batch = vec![first];
-        while batch.len() < MAX_BATCH {
-            match requests.try_recv() {
-                Ok(request) => batch.push(request),
-                Err(_) => break,
-            }
-        }
-        let pool = pool.clone();
-        tokio::spawn(async move {
-            write(&pool, batch).await;
-            drop(permit);
-        });
-    }
+/// One statement a batch; every attempt of it hears how that went.
+#[derive(Debug)]
+struct Writer {
+    pool: PgPool,
 }
 
-async fn write(pool: &PgPool, batch: Vec<Request>) {
-    let (attempts, replies): (Vec<NewAttempt>, Vec<_>) =
-        batch.into_iter().map(|r| (r.attempt, r.reply)).unzip();
-    let written = run_blocking(pool, move |conn| {
-        Ok(attempts::record_many(conn, &attempts)?)
-    })
-    .await
-    .map(drop)
-    .map_err(|e| e.to_string());
-    for reply in replies {
-        // The job may have been cancelled meanwhile: nobody to tell.
-        let _ = reply.send(written.clone());
+impl Batch for Writer {
+    type Request = NewAttempt;
+    type Answer = Result<(), String>;
+    /// Most attempts written in one statement.
+    const MAX_BATCH: usize = 512;
+    /// Most statements in flight at once.
+    const MAX_IN_FLIGHT: usize = 2;
+
+    async fn serve(&self, attempts: Vec<NewAttempt>) -> Vec<Result<(), String>> {
+        let count = attempts.len();
+        let written = run_blocking(&self.pool, move |conn| {
+            Ok(attempts::record_many(conn, &attempts)?)
+        })
+        .await
+        .map(drop)
+        .map_err(|e| e.to_string());
+        vec![written; count]
     }
 }

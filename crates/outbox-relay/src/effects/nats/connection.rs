@@ -341,10 +341,17 @@ impl NatsConnections {
     }
 }
 
-/// 100 ms, doubling, at most [`MAX_RECONNECT_DELAY`], with jitter so that a
-/// fleet of relays does not reconnect in step.
+/// None before the first attempt, then 100 ms, doubling, at most
+/// [`MAX_RECONNECT_DELAY`], with jitter so that a fleet of relays does not
+/// reconnect in step. The client counts from 1 and asks before every
+/// attempt, the first connection's included: a pause there would hold a
+/// just-started relay's first publishes for up to 200 ms with nothing
+/// having failed yet.
 fn reconnect_delay(attempts: usize) -> Duration {
-    let exponent = u32::try_from(attempts.min(10)).unwrap_or(10);
+    let Some(failed) = attempts.checked_sub(2) else {
+        return Duration::ZERO;
+    };
+    let exponent = u32::try_from(failed.min(10)).unwrap_or(10);
     let base = Duration::from_millis(100)
         .saturating_mul(2u32.saturating_pow(exponent))
         .min(MAX_RECONNECT_DELAY);
@@ -385,8 +392,9 @@ mod tests {
 
     #[test]
     fn reconnection_backs_off_up_to_a_cap() {
-        assert!(reconnect_delay(0) <= Duration::from_millis(100));
-        assert!(reconnect_delay(3) >= Duration::from_millis(400));
+        assert_eq!(reconnect_delay(1), Duration::ZERO, "the first attempt");
+        assert!(reconnect_delay(2) <= Duration::from_millis(100));
+        assert!(reconnect_delay(5) >= Duration::from_millis(400));
         for attempts in [10, 100, usize::MAX] {
             assert!(reconnect_delay(attempts) <= MAX_RECONNECT_DELAY);
         }

@@ -6,11 +6,9 @@
 //! 0.3 ms for the publish and its PubAck, at concurrency 16 in the bench).
 //!
 //! Each job sends its `(order, event)` to one loader task and awaits the
-//! answer. The loader takes every request waiting at that moment, up to
-//! `MAX_BATCH`, and reads them in three statements on one pooled
-//! connection; requests arriving meanwhile form the next batch. At most
-//! `MAX_LOADS` batches are read at once, so a slow database makes batches
-//! larger rather than taking every pooled connection.
+//! answer (a `MicroBatcher`). The loader reads every request waiting at
+//! that moment in three statements on one pooled connection; requests
+//! arriving meanwhile form the next batch.
 //!
 //! One row that does not decode (a currency code this build does not know)
 //! fails the statement that read it, and so the whole batch: the batch is
@@ -23,21 +21,15 @@
 //! rendering it again from the copies.
 
 use std::collections::HashMap;
-use std::sync::{Arc, OnceLock};
 
 use outbox_core::worker::EffectError;
-use tokio::sync::{Semaphore, mpsc, oneshot};
 
 use diesel::PgConnection;
 
+use super::micro_batch::{Batch, Lost, MicroBatcher};
 use crate::db::{PgPool, run_blocking};
 use crate::effects::webhook::body::event_body;
 use crate::orders::{Order, OrderEvent, OrderId, load_event, load_events, load_order, load_orders};
-
-/// Most requests read in one batch.
-const MAX_BATCH: usize = 256;
-/// Most batches read at once.
-const MAX_LOADS: usize = 2;
 
 /// What a publish needs of its order and event.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -50,95 +42,55 @@ pub struct Rendered {
 
 type Loaded = Result<Rendered, EffectError>;
 
-struct Request {
-    order_id: OrderId,
-    event_id: i64,
-    reply: oneshot::Sender<Loaded>,
-}
-
 /// Loads `(order, event)` pairs in batches. Cloning shares the loader.
 #[derive(Debug, Clone)]
-pub struct BatchLoader {
-    pool: PgPool,
-    /// The loader task's inbox, made on first use: that is inside the
-    /// relay's runtime, which making the worker need not be.
-    requests: Arc<OnceLock<mpsc::UnboundedSender<Request>>>,
-}
+pub struct BatchLoader(MicroBatcher<Reader>);
 
 impl BatchLoader {
     pub fn new(pool: PgPool) -> BatchLoader {
-        BatchLoader {
-            pool,
-            requests: Arc::default(),
-        }
+        BatchLoader(MicroBatcher::new(Reader { pool }))
     }
 
     /// The order and the event, read with those of the other jobs asking at
     /// the same time. A database error is retryable; an order or event that
     /// no longer exists is permanent.
     pub async fn load(&self, order_id: OrderId, event_id: i64) -> Loaded {
-        let requests = self.requests.get_or_init(|| {
-            let (sender, receiver) = mpsc::unbounded_channel();
-            tokio::spawn(run(self.pool.clone(), receiver));
-            sender
-        });
-        let (reply, answer) = oneshot::channel();
-        requests
-            .send(Request {
-                order_id,
-                event_id,
-                reply,
-            })
-            .map_err(|_| EffectError::retryable("the order loader has stopped"))?;
-        answer
+        self.0
+            .ask((order_id, event_id))
             .await
-            .map_err(|_| EffectError::retryable("the order loader dropped the request"))?
+            .map_err(|lost| match lost {
+                Lost::Stopped => EffectError::retryable("the order loader has stopped"),
+                Lost::Dropped => EffectError::retryable("the order loader dropped the request"),
+            })?
     }
 }
 
-/// Serves requests until every [`BatchLoader`] sharing the inbox is gone.
-async fn run(pool: PgPool, mut requests: mpsc::UnboundedReceiver<Request>) {
-    let loads = Arc::new(Semaphore::new(MAX_LOADS));
-    while let Some(first) = requests.recv().await {
-        let Ok(permit) = Arc::clone(&loads).acquire_owned().await else {
-            return;
-        };
-        // The other jobs of the claim were started with this one: let them
-        // reach their request before the batch is closed.
-        tokio::task::yield_now().await;
-        let mut batch = vec![first];
-        while batch.len() < MAX_BATCH {
-            match requests.try_recv() {
-                Ok(request) => batch.push(request),
-                Err(_) => break,
-            }
-        }
-        let pool = pool.clone();
-        tokio::spawn(async move {
-            answer(&pool, batch).await;
-            drop(permit);
-        });
-    }
+/// Three statements a batch, on one pooled connection.
+#[derive(Debug)]
+struct Reader {
+    pool: PgPool,
 }
 
-/// Reads one batch and answers each of its requests.
-async fn answer(pool: &PgPool, batch: Vec<Request>) {
-    let wanted: Vec<(OrderId, i64)> = batch.iter().map(|r| (r.order_id, r.event_id)).collect();
-    let read = run_blocking(pool, move |conn| Ok(read_batch(conn, &wanted)?)).await;
-    match read {
-        Ok(loaded) => {
-            for (request, loaded) in batch.into_iter().zip(loaded) {
-                // The job may have been cancelled meanwhile: nobody to tell.
-                let _ = request.reply.send(loaded);
-            }
-        }
-        Err(error) => {
-            for request in batch {
-                let _ = request.reply.send(Err(EffectError::retryable(format!(
-                    "loading order {} and event {}: {error}",
-                    request.order_id, request.event_id
-                ))));
-            }
+impl Batch for Reader {
+    type Request = (OrderId, i64);
+    type Answer = Loaded;
+    /// Most requests read in one batch.
+    const MAX_BATCH: usize = 256;
+    /// Most batches read at once.
+    const MAX_IN_FLIGHT: usize = 2;
+
+    async fn serve(&self, wanted: Vec<(OrderId, i64)>) -> Vec<Loaded> {
+        let asked = wanted.clone();
+        match run_blocking(&self.pool, move |conn| Ok(read_batch(conn, &wanted)?)).await {
+            Ok(loaded) => loaded,
+            Err(error) => asked
+                .iter()
+                .map(|(order_id, event_id)| {
+                    Err(EffectError::retryable(format!(
+                        "loading order {order_id} and event {event_id}: {error}"
+                    )))
+                })
+                .collect(),
         }
     }
 }

@@ -16,10 +16,12 @@ use super::outcome::{ErrorClass, Published, failure};
 use super::{Acked, PUBLISH_TIMEOUT, Publication, classify_publish, count, subject};
 use crate::db::{PgPool, run_blocking};
 use crate::effects::webhook::idempotency_key;
+use crate::endpoints::EndpointCredentials;
 use crate::endpoints::attempts::NewAttempt;
-use crate::endpoints::{EndpointCredentials, nats_credentials};
+use crate::endpoints::nats_credentials::{self, Unusable};
 use crate::orders::jobs::OrderPublish;
 use crate::schema::endpoints;
+use crate::sealed::Keyring;
 
 /// How long a worker trusts an endpoint's row: every job of an endpoint
 /// needs its stream and prefix, which change only by an operator's hand.
@@ -43,16 +45,19 @@ pub struct PublishWorker {
     attempts: AttemptLog,
     pool: PgPool,
     connections: NatsConnections,
+    /// Opens the endpoints' sealed credentials.
+    secrets: Keyring,
     targets: Arc<Mutex<HashMap<i64, Cached>>>,
 }
 
 impl PublishWorker {
-    pub fn new(pool: PgPool, connections: NatsConnections) -> PublishWorker {
+    pub fn new(pool: PgPool, connections: NatsConnections, secrets: Keyring) -> PublishWorker {
         PublishWorker {
             orders: BatchLoader::new(pool.clone()),
             attempts: AttemptLog::new(pool.clone()),
             pool,
             connections,
+            secrets,
             targets: Arc::default(),
         }
     }
@@ -73,7 +78,7 @@ struct Target {
     plaintext: bool,
     /// Its own credentials (else the relay's `NATS_CREDENTIALS`), or why
     /// the stored ones cannot be read.
-    credentials: Result<Option<EndpointCredentials>, String>,
+    credentials: Result<Option<EndpointCredentials>, Unusable>,
 }
 
 impl Worker<OrderPublish> for PublishWorker {
@@ -127,10 +132,16 @@ impl PublishWorker {
         stream: &str,
         publication: &Publication<'_>,
     ) -> Result<Acked, EffectError> {
-        let own = target
-            .credentials
-            .as_ref()
-            .map_err(|why| failure(ErrorClass::Permanent, &target.name, stream, why))?;
+        let own = target.credentials.as_ref().map_err(|why| {
+            // A missing SECRETS_KEY is the relay's configuration, not the
+            // job's: retried, so that the publish goes once the key is set.
+            let class = if why.is_missing_key() {
+                ErrorClass::Retryable
+            } else {
+                ErrorClass::Permanent
+            };
+            failure(class, &target.name, stream, &why.to_string())
+        })?;
         let connection = self
             .connections
             .get(&target.url, target.plaintext, own.as_ref())
@@ -200,6 +211,7 @@ impl PublishWorker {
     }
 
     async fn load_target(&self, endpoint_id: i64) -> Result<Target, EffectError> {
+        let secrets = self.secrets.clone();
         run_blocking(&self.pool, move |conn| {
             let row = endpoints::table
                 .find(endpoint_id)
@@ -215,7 +227,7 @@ impl PublishWorker {
             let Some((name, url, stream, subject_prefix, plaintext)) = row else {
                 return Ok(None);
             };
-            let credentials = nats_credentials::load(conn, endpoint_id)?;
+            let credentials = nats_credentials::load(conn, endpoint_id, &secrets)?;
             Ok(Some(Target {
                 id: endpoint_id,
                 name,
