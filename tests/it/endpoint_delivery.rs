@@ -790,6 +790,13 @@ fn p99(sorted: &[f64]) -> f64 {
     sorted[((sorted.len() as f64 * 0.99).ceil() as usize).clamp(1, sorted.len()) - 1]
 }
 
+/// The mean of the slowest 5% (at least one): the tail, read from 25 of 500
+/// samples rather than from the 5th slowest alone, as p99 is.
+fn tail_mean(sorted: &[f64]) -> f64 {
+    let k = (sorted.len() / 20).max(1);
+    sorted[sorted.len() - k..].iter().sum::<f64>() / k as f64
+}
+
 const ORDERS: usize = 500;
 const PACE: f64 = 50.0;
 /// The slow receiver's answer time: far longer than a fast delivery, so that
@@ -834,8 +841,12 @@ async fn fairness_run(with_slow: bool) -> (Vec<f64>, Vec<chrono::DateTime<chrono
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_slow_endpoint_costs_a_fast_one_little_and_never_exceeds_its_max_in_flight() {
-    // Alone among the heavy tests: its bound is about the code, not its neighbours.
-    let _heavy = crate::support::seats::heavy();
+    // Alone on the machine while it measures: its bound is about the code,
+    // not its neighbours. Beside the light tests, in CI, the p99 ratio went
+    // past 2x once; beside a second full suite here, the tail's ratio read
+    // 0.77x to 1.87x in eight runs.
+    let heavy = crate::support::seats::heavy();
+    let _quiet = crate::support::seats::quiet(&heavy);
     init_tracing();
     // Both runs at once, each on its own database with its own relay and
     // receivers: whatever else loads the machine (the rest of the suite, in
@@ -845,9 +856,10 @@ async fn a_slow_endpoint_costs_a_fast_one_little_and_never_exceeds_its_max_in_fl
     let ((alone, _), (shared, slow_arrivals)) =
         tokio::join!(fairness_run(false), fairness_run(true));
     let (alone_p99, shared_p99) = (p99(&alone), p99(&shared));
+    let (alone_tail, shared_tail) = (tail_mean(&alone), tail_mean(&shared));
     eprintln!(
-        "fast endpoint delivery latency p99: alone {alone_p99:.1} ms, beside a {}s endpoint {shared_p99:.1} ms; \
-         slow endpoint calls begun: {}",
+        "fast endpoint delivery latency, alone / beside a {}s endpoint: p99 {alone_p99:.1} / {shared_p99:.1} ms, \
+         mean of the slowest 5% {alone_tail:.1} / {shared_tail:.1} ms; slow endpoint calls begun: {}",
         SLOW.as_secs(),
         slow_arrivals.len()
     );
@@ -873,9 +885,18 @@ async fn a_slow_endpoint_costs_a_fast_one_little_and_never_exceeds_its_max_in_fl
         "the slow endpoint was being called: {}",
         slow_arrivals.len()
     );
+    // The tail, not p99: the 5th slowest of 500 is one scheduling hiccup on
+    // two cores. Alone, its ratio read 0.80x to 1.61x in twelve runs of this
+    // code; the mean of the slowest 25 read 0.88x to 1.09x in six of them.
+    // What the bound is for, slots held by the slow endpoint's calls, shows
+    // in both alike: with 15 of the relay's 16 slots the slow endpoint's,
+    // the tail's ratio read 1.16x and 2.84x in two runs (p99 1.30x and
+    // 2.95x); with max_in_flight ignored, the fast endpoint never got its
+    // 500 orders.
     assert!(
-        shared_p99 <= 2.0 * alone_p99,
-        "fast endpoint p99 {shared_p99:.1} ms beside the slow one, {alone_p99:.1} ms alone"
+        shared_tail <= 2.0 * alone_tail,
+        "the fast endpoint's slowest 5% took {shared_tail:.1} ms on average beside the slow one, \
+         {alone_tail:.1} ms alone (p99 {shared_p99:.1} and {alone_p99:.1} ms)"
     );
 }
 
