@@ -23,6 +23,7 @@ use diesel::sql_types::BigInt;
 use serde_json::json;
 
 use super::BenchArgs;
+use super::buffers::{self, DrainBuffers};
 use super::latency::{self, RecordingRelay};
 use super::orders::{self, ApiUnderTest};
 use super::percentiles::Latency;
@@ -48,6 +49,9 @@ pub struct BacklogDrain {
     /// Jobs timed: from the first one's finish to the last one's.
     pub drained: usize,
     pub jobs_per_second: f64,
+    /// Pages per job over the relay's whole run (its start and whatever it
+    /// finished past the timed jobs included).
+    pub buffers: DrainBuffers,
 }
 
 /// Placement with `endpoints` endpoints subscribed.
@@ -191,10 +195,12 @@ async fn drain_off_backlog(
     })
     .await?;
     let wanted = args.growth_drained.min(backlog);
+    let before = blocking(url, |conn| Ok(buffers::read(conn)?)).await?;
     let relay = RecordingRelay::start(url, vec!["noop".to_owned()], args).await?;
     let done = wait_for_done(url, wanted).await;
     relay.stop().await?;
     done?;
+    let after = blocking(url, |conn| Ok(buffers::read(conn)?)).await?;
     #[derive(QueryableByName)]
     struct Span {
         #[diesel(sql_type = diesel::sql_types::Nullable<diesel::sql_types::Double>)]
@@ -216,6 +222,7 @@ async fn drain_off_backlog(
         backlog,
         drained: wanted,
         jobs_per_second: wanted.saturating_sub(1) as f64 / seconds.max(1e-6),
+        buffers: DrainBuffers::between(before, after),
     })
 }
 
@@ -357,6 +364,7 @@ impl Growth {
                     d.jobs_per_second,
                     d.jobs_per_second / base.jobs_per_second.max(f64::MIN_POSITIVE)
                 ));
+                out.push_str(&format!("    {}\n", d.buffers.line()));
             }
         }
         for p in &self.placements {
@@ -392,6 +400,7 @@ impl Growth {
                 "backlog": d.backlog,
                 "drained": d.drained,
                 "jobs_per_second": finite(d.jobs_per_second),
+                "buffers": d.buffers.json(),
             })).collect::<Vec<_>>(),
             "placement": self.placements.iter().map(|p| json!({
                 "endpoints": p.endpoints,

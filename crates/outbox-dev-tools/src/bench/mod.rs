@@ -7,6 +7,7 @@
 
 mod arrival;
 mod auth_cost;
+mod buffers;
 mod ceiling;
 mod depth;
 mod drain;
