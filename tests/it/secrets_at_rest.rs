@@ -401,6 +401,18 @@ struct Id {
     id: i64,
 }
 
+/// The delivery target of the endpoint `name`, as the relay reads it.
+fn endpoint_target(conn: &mut PgConnection, name: &str) -> target::Target {
+    let id = diesel::sql_query("SELECT id FROM endpoints WHERE name = $1")
+        .bind::<Text, _>(name)
+        .get_result::<Id>(conn)
+        .unwrap_or_else(|e| panic!("endpoint {name}: {e}"))
+        .id;
+    target::load(conn, Some(id))
+        .expect("read")
+        .unwrap_or_else(|| panic!("endpoint {name}"))
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_sealed_secret_copied_to_another_row_or_column_does_not_open() {
     init_tracing();
@@ -432,13 +444,7 @@ async fn a_sealed_secret_copied_to_another_row_or_column_does_not_open() {
     )
     .execute(&mut conn)
     .expect("copy erp's secret over crm's");
-    let crm_id: i64 = diesel::sql_query("SELECT id FROM endpoints WHERE name = 'crm'")
-        .get_result::<Id>(&mut conn)
-        .expect("crm")
-        .id;
-    let target = target::load(&mut conn, Some(crm_id))
-        .expect("read")
-        .expect("crm");
+    let target = endpoint_target(&mut conn, "crm");
     let error = target.signing_secrets(&keys).expect_err("does not open");
     assert!(!error.is_missing_key());
     let shown = error.to_string();
@@ -484,13 +490,7 @@ async fn a_sealed_secret_copied_to_another_row_or_column_does_not_open() {
     )
     .execute(&mut conn)
     .expect("copy into previous_secret");
-    let erp_id: i64 = diesel::sql_query("SELECT id FROM endpoints WHERE name = 'erp'")
-        .get_result::<Id>(&mut conn)
-        .expect("erp")
-        .id;
-    let target = target::load(&mut conn, Some(erp_id))
-        .expect("read")
-        .expect("erp");
+    let target = endpoint_target(&mut conn, "erp");
     let shown = target
         .signing_secrets(&keys)
         .expect_err("moved")
