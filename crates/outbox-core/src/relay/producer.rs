@@ -8,7 +8,7 @@ use futures_util::FutureExt as _;
 use tokio::sync::{OwnedSemaphorePermit, mpsc};
 use tokio_util::sync::CancellationToken;
 
-use super::claim_pace::{ClaimSize, Cursor, InFlightTarget, MovingAverage};
+use super::claim_pace::{ClaimSize, Cursor, InFlightTarget, MovingAverage, most_claims};
 use super::completer::Completion;
 use super::in_flight::Claim;
 use super::{RelayStats, Shared, runner};
@@ -45,11 +45,11 @@ pub(super) async fn run(
 ) {
     let settings = &shared.settings;
     let state = Arc::new(ClaimState::default());
-    let most_claims = settings.concurrency.div_ceil(settings.batch_size).max(1);
+    let most_claims = most_claims(settings.batch_size, settings.concurrency);
     let claim_gate = Arc::new(tokio::sync::Semaphore::new(most_claims));
     *lock(&state.target) = InFlightTarget::new(most_claims);
     *lock(&state.size) = ClaimSize::new(settings.batch_size, settings.concurrency);
-    let ahead = Arc::new(tokio::sync::Semaphore::new(ClaimSize::most(
+    let ahead = Arc::new(tokio::sync::Semaphore::new(ClaimSize::ahead_room(
         settings.batch_size,
         settings.concurrency,
     )));
