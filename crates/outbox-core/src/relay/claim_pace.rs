@@ -102,10 +102,8 @@ impl ClaimSize {
     /// How many jobs a relay may hold claimed ahead of its slots: room for
     /// every claim it may have in flight ([`most_claims`]) to be one of the
     /// largest. With room for only one, a relay at the defaults (64 / 16)
-    /// kept one claim of 256 under way at a time: 21,746 no-op jobs/s
-    /// against 36,548 with room for four (and the completion channel sized
-    /// to match, in `relay/mod.rs`), in the same window; with both, 0.79x to
-    /// 0.91x of 1024 / 256 in four pairs of runs.
+    /// kept one claim of 256 under way at a time, not four: the figures are
+    /// in docs/performance.md ("Room ahead for every claim under way").
     pub(super) fn ahead_room(batch_size: usize, concurrency: usize) -> usize {
         Self::most(batch_size, concurrency).saturating_mul(most_claims(batch_size, concurrency))
     }

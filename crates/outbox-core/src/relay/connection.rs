@@ -96,10 +96,8 @@ impl HotPath {
         settings: &RelaySettings,
         writers: usize,
     ) -> Self {
-        let claim_slots = settings
-            .concurrency
-            .div_ceil(settings.batch_size)
-            .clamp(1, MAX_CLAIM_CONNECTIONS);
+        let claim_slots = super::claim_pace::most_claims(settings.batch_size, settings.concurrency)
+            .min(MAX_CLAIM_CONNECTIONS);
         HotPath {
             database_url,
             pool,

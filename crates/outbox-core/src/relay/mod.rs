@@ -264,9 +264,9 @@ impl Relay {
 
         // Room for two outcomes of every job the relay may hold (running or
         // claimed ahead): a runner that finds the channel full keeps its slot
-        // until the writer catches up. Sized for the slots alone, a relay at
-        // the defaults drained 26,831 no-op jobs/s against 36,548 with this
-        // room, in the same window.
+        // until the writer catches up (sized for the slots alone, it held the
+        // defaults back: docs/performance.md, "Room ahead for every claim
+        // under way").
         let held = settings.concurrency
             + claim_pace::ClaimSize::ahead_room(settings.batch_size, settings.concurrency);
         let (completions, completed) = mpsc::channel(held * 2 + 64);
