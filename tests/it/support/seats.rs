@@ -116,7 +116,15 @@ impl Drop for Seat {
                 state.by_thread.remove(&self.thread);
             }
         }
+        let last = state.by_thread.is_empty();
         FREED.notify_all();
+        drop(taken);
+        // Every seated test has put its ended databases in the list before
+        // leaving its seat, so the last to leave takes them all: a run that
+        // is over leaves nothing behind.
+        if last {
+            super::db::drop_ended();
+        }
     }
 }
 
