@@ -350,8 +350,9 @@ const FLOOD: usize = 3000;
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn serve_answers_probes_and_orders_within_a_second_while_3000_half_open_connections_are_held()
 {
-    // Alone among the heavy tests: its bound is about the code, not its neighbours.
-    let _heavy = crate::support::seats::heavy();
+    // Alone among the heavy tests while it floods and probes: its bound is
+    // about the code, not its neighbours.
+    let heavy = crate::support::seats::heavy();
     // This process holds the flood's client ends; `serve` the server ends.
     ensure_open_files(FLOOD + 2000);
     let db = crate::support::TestDb::new();
@@ -460,6 +461,9 @@ async fn serve_answers_probes_and_orders_within_a_second_while_3000_half_open_co
     );
     stop_flood.cancel();
     let more = flood.await.expect("the flood task");
+    // What is left is waiting out the header timeout, bounded loosely: no
+    // reason to keep the other heavy tests waiting through it.
+    drop(heavy);
 
     // The server closes every one of the 3,000: evicted for newer
     // connections, or past the header timeout.

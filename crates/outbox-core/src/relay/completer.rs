@@ -47,6 +47,8 @@ pub(super) struct Completion {
     rewritten: bool,
     /// Not before this moment (after an outage, or a locked row).
     not_before: Option<Instant>,
+    /// The job held a slot of a concurrency key, which its outcome gives back.
+    keyed: bool,
 }
 
 impl Completion {
@@ -56,6 +58,7 @@ impl Completion {
         max_attempts: i32,
         kind: String,
         claim: Claim,
+        keyed: bool,
     ) -> Self {
         Completion {
             finish,
@@ -66,6 +69,7 @@ impl Completion {
             claim,
             rewritten: false,
             not_before: None,
+            keyed,
         }
     }
 
@@ -242,8 +246,12 @@ async fn write(
                     tracing::info!(failures = outage.failures, "outcomes written again");
                 }
                 *outage = Outage::default();
-                if report.released > 0 {
-                    // The next job of an ordering key just became claimable.
+                let freed_a_slot = !report.applied.is_empty() && part.iter().any(|c| c.keyed);
+                if report.released > 0 || freed_a_slot {
+                    // The next job of an ordering key just became claimable,
+                    // or a key held at its limit has room again: claim now,
+                    // not at the next poll (a key of max_in_flight 16 would
+                    // otherwise run 16 jobs a poll, however fast its receiver).
                     shared.wake.notify_one();
                 }
                 later.extend(record(shared, part, &written, &report));

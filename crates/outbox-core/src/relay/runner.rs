@@ -112,6 +112,7 @@ pub(super) async fn run(
             job.max_attempts,
             job.kind.clone(),
             claim,
+            job.concurrency_key.is_some(),
         );
         if completions.send(completion).await.is_err() {
             // Only after the completer gave up at shutdown: the lease will expire.
