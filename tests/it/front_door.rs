@@ -237,13 +237,28 @@ async fn a_client_that_never_reads_its_responses_is_closed_after_the_write_timeo
     })
     .await;
     // A small receive buffer, and many pipelined requests for a large
-    // answer (the metrics listener's, which shares the API's limits): the
-    // server's writes stall once the buffers are full.
+    // answer: the server's writes stall once the buffers are full. The
+    // answer is the API's OpenAPI document, tens of KB whatever else ran in
+    // this process. (It was `/metrics`, whose size grew with the series
+    // other tests had left in the process's recorder: run alone, its 3000
+    // answers fit in the socket buffers and the test failed.)
     let socket = tokio::net::TcpSocket::new_v4().expect("socket");
     socket.set_recv_buffer_size(4096).expect("SO_RCVBUF");
-    let mut stream = socket.connect(app.metrics_addr).await.expect("connect");
-    let requests = 3000;
-    let request = b"GET /metrics HTTP/1.1\r\nHost: shop.example\r\n\r\n";
+    let mut stream = socket.connect(app.addr).await.expect("connect");
+    let document = app
+        .get("/openapi.json")
+        .await
+        .bytes()
+        .await
+        .expect("openapi");
+    // Several times what the kernel buffers on both ends can hold.
+    let requests = (64 << 20) / document.len().max(1) + 1;
+    assert!(
+        requests < 10_000,
+        "the document is {} bytes",
+        document.len()
+    );
+    let request = b"GET /openapi.json HTTP/1.1\r\nHost: shop.example\r\n\r\n";
     let pipelined: Vec<u8> = request.repeat(requests);
     // The server stops reading when it cannot write; don't wait on that.
     let (mut reader, mut writer) = stream.split();
