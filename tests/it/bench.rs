@@ -17,7 +17,7 @@ fn bench_runs_a_small_workload_and_reports_every_figure() {
             "--api-clients",
             "4",
             "--api-duration",
-            "1s",
+            "300ms",
             "--half-open",
             "200",
             "--effects",
@@ -29,7 +29,7 @@ fn bench_runs_a_small_workload_and_reports_every_figure() {
             "--arrival-rate",
             "50%,20",
             "--open-loop-duration",
-            "1s",
+            "500ms",
         ])
         .env("DATABASE_URL", crate::support::db::admin_url())
         .env_remove("RUST_LOG")
@@ -457,13 +457,13 @@ fn bench_growth_rows_repeated_open_loop_and_plot_run_at_tiny_sizes() {
             "--api-clients",
             "2",
             "--api-duration",
-            "1s",
+            "300ms",
             "--arrival-rate",
             "20",
             "--repeat",
             "2",
             "--open-loop-duration",
-            "1s",
+            "500ms",
             "--growth",
             "--growth-backlogs",
             "200,2000",
