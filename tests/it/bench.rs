@@ -29,7 +29,7 @@ fn bench_runs_a_small_workload_and_reports_every_figure() {
             "--arrival-rate",
             "50%,20",
             "--open-loop-duration",
-            "500ms",
+            "1s",
         ])
         .env("DATABASE_URL", crate::support::db::admin_url())
         .env_remove("RUST_LOG")
@@ -463,7 +463,7 @@ fn bench_growth_rows_repeated_open_loop_and_plot_run_at_tiny_sizes() {
             "--repeat",
             "2",
             "--open-loop-duration",
-            "500ms",
+            "1s",
             "--growth",
             "--growth-backlogs",
             "200,2000",
