@@ -40,8 +40,8 @@ use outbox_relay::schema::jobs_all;
 
 use crate::support::http::{Answer, HttpSink};
 use crate::support::process::Launch;
+use crate::support::sample_order;
 use crate::support::smtp::SmtpSink;
-use crate::support::{sample_order, wait_until};
 
 pub use invariants::{JobRow, Summary, assert_invariants, load_jobs};
 
@@ -103,12 +103,50 @@ pub fn unfinished(conn: &mut PgConnection) -> i64 {
         .expect("count unfinished jobs")
 }
 
-/// Waits until every job is `done` or `failed`.
+/// Waits until every job is `done` or `failed`; past `timeout`, fails
+/// naming the jobs that are not, and their keys' state.
 pub async fn wait_all_terminal(conn: &mut PgConnection, timeout: Duration) {
-    wait_until("every job done or failed", timeout, || {
-        unfinished(conn) == 0
+    let deadline = std::time::Instant::now() + timeout;
+    while unfinished(conn) > 0 {
+        if std::time::Instant::now() >= deadline {
+            panic!(
+                "timed out after {timeout:?} waiting for every job done or failed; not yet:\n{}",
+                unfinished_report(conn)
+            );
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+/// The unfinished jobs, one a line, and the concurrency keys they name.
+fn unfinished_report(conn: &mut PgConnection) -> String {
+    #[derive(QueryableByName)]
+    struct Line {
+        #[diesel(sql_type = diesel::sql_types::Text)]
+        line: String,
+    }
+    diesel::sql_query(
+        "SELECT format('job %s %s %s attempts %s run_after %s lease %s key %s blocked %s \
+                        waiting_on %s error %s',
+                       id, kind, status, attempts, run_after, lease_expires_at,
+                       concurrency_key, blocked, waiting_on, left(last_error, 200)) AS line
+         FROM jobs ORDER BY id LIMIT 50",
+    )
+    .load::<Line>(conn)
+    .map(|lines| {
+        let mut out: Vec<String> = lines.into_iter().map(|l| l.line).collect();
+        out.extend(
+            diesel::sql_query(
+                "SELECT format('key %s', to_jsonb(k)) AS line FROM job_concurrency_keys AS k \
+                 WHERE k.key IN (SELECT concurrency_key FROM jobs)",
+            )
+            .load::<Line>(conn)
+            .map(|keys| keys.into_iter().map(|l| l.line).collect::<Vec<_>>())
+            .unwrap_or_else(|e| vec![format!("(keys: {e})")]),
+        );
+        out.join("\n")
     })
-    .await;
+    .unwrap_or_else(|e| format!("(cannot list them: {e})"))
 }
 
 pub fn jobs_of_kind(conn: &mut PgConnection, kind: &str) -> Vec<JobRow> {
