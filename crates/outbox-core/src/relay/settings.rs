@@ -88,7 +88,7 @@ pub struct RelaySettings {
     /// Wake on LISTEN/NOTIFY (off only in tests and benchmarks of polling).
     pub listen: bool,
     /// Completer writers: statements writing outcomes side by side, each on
-    /// a connection of its own. `None`: one up to concurrency 512, two above.
+    /// a connection of its own. `None`: two (one at concurrency 1).
     pub completer_writers: Option<usize>,
 }
 

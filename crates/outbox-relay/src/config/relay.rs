@@ -28,7 +28,7 @@ pub struct RelayArgs {
     #[arg(long, env = "RELAY_POOL_SIZE", value_parser = parse_count)]
     pub pool_size: Option<usize>,
     /// Statements writing outcomes side by side, each on its own connection
-    /// (default: 1 up to concurrency 512, 2 above).
+    /// (default: 2; 1 at concurrency 1).
     #[arg(long, env = "RELAY_COMPLETER_WRITERS", value_parser = parse_count)]
     pub completer_writers: Option<usize>,
     /// Jobs per claim at most.
