@@ -54,8 +54,8 @@ async fn send(client: &reqwest::Client, base: &str, body: &[u8]) -> Result<Statu
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn two_replicas_and_a_sigkill_pay_every_order_exactly_once() {
-    // Alone among the heavy tests: its bound is about the code, not its neighbours.
-    let _heavy = crate::support::seats::heavy();
+    // It loads the machine and bounds no time: beside one other such test.
+    let _loud = crate::support::seats::loud();
     let db = TestDb::new();
     let mut conn = db.conn();
     diesel::sql_query(

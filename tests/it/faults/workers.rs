@@ -427,8 +427,8 @@ const BURST: usize = 400;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_pool_smaller_than_the_concurrency_drains_a_burst_of_400_orders() {
-    // Alone among the heavy tests: its bound is about the code, not its neighbours.
-    let _heavy = crate::support::seats::heavy();
+    // It loads the machine and bounds no time: beside one other such test.
+    let _loud = crate::support::seats::loud();
     let db = TestDb::new();
     let mut conn = db.conn();
     let sinks = Sinks::start([], Answer::status(200)).await;

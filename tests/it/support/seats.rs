@@ -12,10 +12,14 @@
 //! bench's scratch database) takes a seat of its size.
 //!
 //! A heavy test (a million rows, a thousand deliveries, thousands of sockets)
-//! also takes the heavy seat, so that no two of them share the machine:
-//! their bounds are about our code, not about each other. (Two seats, with
-//! six test threads, let a fairness test's p99 double from its neighbours
-//! alone.)
+//! also takes a heavy seat. One that bounds a time (a page under a second, a
+//! delivery within a probe's wait) takes them all, so that no other heavy
+//! test shares the machine with it: its bounds are about our code, not
+//! about its neighbours. (Two heavy tests at once, with six test threads,
+//! let a fairness test's p99 double from its neighbours alone.) One that
+//! only loads the machine and checks counts (exactly once, every job done)
+//! is [`loud`], and two of those may run at once: each of them alone left
+//! one core idle for much of its run.
 
 use std::collections::HashMap;
 use std::sync::{Condvar, Mutex, OnceLock};
@@ -28,8 +32,8 @@ use diesel::sql_types::Text;
 /// listener, and the test's own (31 at the most, sampled from
 /// pg_stat_activity over a whole run).
 pub const CONNECTIONS_PER_TEST: usize = 30;
-/// Heavy tests at once.
-const HEAVY_SEATS: usize = 1;
+/// Loud tests at once; a heavy test that bounds a time takes them all.
+const HEAVY_SEATS: usize = 2;
 /// Left for psql, the template's build and whatever else the server serves.
 const RESERVED: usize = 10;
 
@@ -45,6 +49,31 @@ struct Taken {
 }
 
 static TAKEN: Mutex<Option<Taken>> = Mutex::new(None);
+
+/// `TEST_TIMELINE=FILE` writes when each test waits for and takes its seats,
+/// a line each, to see where a run's wall time goes.
+pub fn timeline(event: &str) {
+    static FILE: OnceLock<Option<(std::time::Instant, Mutex<std::fs::File>)>> = OnceLock::new();
+    let file = FILE.get_or_init(|| {
+        let path = std::env::var_os("TEST_TIMELINE")?;
+        let file = std::fs::File::create(path).ok()?;
+        Some((std::time::Instant::now(), Mutex::new(file)))
+    });
+    if let Some((start, file)) = file {
+        use std::io::Write as _;
+        let thread = std::thread::current();
+        let line = format!(
+            "{:.3} {} {}\n",
+            start.elapsed().as_secs_f64(),
+            event,
+            thread.name().unwrap_or("?")
+        );
+        let _ = file
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .write_all(line.as_bytes());
+    }
+}
 static FREED: Condvar = Condvar::new();
 
 fn lock() -> std::sync::MutexGuard<'static, Option<Taken>> {
@@ -88,6 +117,7 @@ impl Seat {
     pub fn for_connections(conn: &mut PgConnection, connections: usize) -> Seat {
         let budget = budget(conn);
         let thread = std::thread::current().id();
+        timeline("seat-wait");
         let mut taken = lock();
         loop {
             let state = taken.get_or_insert_with(Taken::default);
@@ -99,6 +129,7 @@ impl Seat {
             let hushed = state.quiet.is_some_and(|quiet| quiet != thread);
             if !hushed && (state.by_thread.is_empty() || held + connections <= budget) {
                 state.by_thread.insert(thread, (1, connections));
+                timeline("seated");
                 return Seat { thread };
             }
             taken = FREED.wait(taken).unwrap_or_else(|e| e.into_inner());
@@ -114,6 +145,7 @@ impl Drop for Seat {
             held.0 -= 1;
             if held.0 == 0 {
                 state.by_thread.remove(&self.thread);
+                timeline("unseated");
             }
         }
         let last = state.by_thread.is_empty();
@@ -128,24 +160,45 @@ impl Drop for Seat {
     }
 }
 
-/// A heavy seat, held until dropped.
+/// A heavy test's seats, held until dropped.
 #[derive(Debug)]
-pub struct Heavy(());
+pub struct Heavy(usize);
 
+/// A loud test's seat, held until dropped.
+#[derive(Debug)]
+pub struct Loud {
+    _seat: Heavy,
+}
+
+/// Every heavy seat: for a heavy test that bounds a time.
 pub fn heavy() -> Heavy {
+    take_heavy(HEAVY_SEATS)
+}
+
+/// One heavy seat: for a heavy test that bounds no time, only counts.
+pub fn loud() -> Loud {
+    Loud {
+        _seat: take_heavy(1),
+    }
+}
+
+fn take_heavy(seats: usize) -> Heavy {
+    timeline("heavy-wait");
     let mut taken = lock();
-    while taken.get_or_insert_with(Taken::default).heavy >= HEAVY_SEATS {
+    while taken.get_or_insert_with(Taken::default).heavy + seats > HEAVY_SEATS {
         taken = FREED.wait(taken).unwrap_or_else(|e| e.into_inner());
     }
-    taken.get_or_insert_with(Taken::default).heavy += 1;
-    Heavy(())
+    taken.get_or_insert_with(Taken::default).heavy += seats;
+    timeline("heavy");
+    Heavy(seats)
 }
 
 impl Drop for Heavy {
     fn drop(&mut self) {
         let mut taken = lock();
         let state = taken.get_or_insert_with(Taken::default);
-        state.heavy = state.heavy.saturating_sub(1);
+        state.heavy = state.heavy.saturating_sub(self.0);
+        timeline("heavy-end");
         drop(taken);
         FREED.notify_all();
     }
@@ -156,13 +209,15 @@ impl Drop for Heavy {
 /// has ended. For the few seconds a test times its pages or its calls
 /// against a bound: beside three other tests on two cores a 350 ms page
 /// read 800 ms, and a statement ran into the dashboard's timeout. The
-/// heavy seat it is given for proves that no other test waits for quiet
-/// while holding a seat this one would wait for.
+/// heavy seats it is given for (all of them, taken before any database)
+/// prove that no other test waits for quiet while holding a seat this one
+/// would wait for.
 #[derive(Debug)]
 pub struct Quiet(());
 
 pub fn quiet(_heavy: &Heavy) -> Quiet {
     let thread = std::thread::current().id();
+    timeline("quiet-wait");
     let mut taken = lock();
     taken.get_or_insert_with(Taken::default).quiet = Some(thread);
     // The longest test ends well within this; a seat taken on another
@@ -176,6 +231,7 @@ pub fn quiet(_heavy: &Heavy) -> Quiet {
             .filter(|held| **held != thread)
             .count();
         if others == 0 {
+            timeline("quiet");
             return Quiet(());
         }
         let left = deadline.saturating_duration_since(std::time::Instant::now());
@@ -194,6 +250,7 @@ impl Drop for Quiet {
     fn drop(&mut self) {
         let mut taken = lock();
         taken.get_or_insert_with(Taken::default).quiet = None;
+        timeline("quiet-end");
         drop(taken);
         FREED.notify_all();
     }
