@@ -334,8 +334,12 @@ const BACKLOG: usize = 1000;
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_dead_receiver_with_a_thousand_queued_deliveries_gets_a_few_dozen_calls_then_everything_within_a_probe_wait()
  {
-    // Alone among the heavy tests: its bound is about the code, not its neighbours.
-    let _heavy = crate::support::seats::heavy();
+    // Loud, not alone: beside the bench smoke test, which keeps both cores
+    // busy, it read 14 to 15 calls while dead (bound 40), the first delivery
+    // 0.89 to 0.94 s after the receiver was back (bound 1.75 s: where the
+    // return falls in the 1 s probe wait, plus scheduling) and the backlog
+    // in 2.0 to 2.3 s (bound 20 s), in three runs.
+    let _loud = crate::support::seats::loud();
     init_tracing();
     let db = TestDb::new();
     let mut conn = db.conn();
