@@ -340,6 +340,7 @@ impl Browser {
                 "Page.captureScreenshot",
                 json!({
                     "format": "png",
+                    "optimizeForSpeed": true,
                     "captureBeyondViewport": true,
                     "clip": {"x": 0, "y": 0, "width": width, "height": height, "scale": 1}
                 }),
