@@ -36,6 +36,7 @@ mod retention;
 mod schema_catalog;
 mod secrets_at_rest;
 mod subscribers;
+mod timed;
 mod trace;
 mod upkeep;
 mod workflow;

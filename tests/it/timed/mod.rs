@@ -1,0 +1,15 @@
+//! Tests that time our code against a bound with the machine to themselves
+//! ([`seats::quiet`](crate::support::seats::quiet)): a fast endpoint's
+//! delivery latency beside a slow one, and slow HTTP effects' pace at the
+//! relay's defaults.
+//!
+//! They sit together in a module whose name sorts near the end, because the
+//! test harness starts tests in the order of their names and a quiet test
+//! first waits for every other seated test to end, with no new one let in.
+//! In the middle of a run that wait left a core idle for 5 to 7 s for each of
+//! them; near the end, the run is emptying anyway. (The dashboard's timing on
+//! a million jobs stays with the dashboard's tests: its 8 s load runs beside
+//! the first tests, and its own wait for quiet is short.)
+
+mod endpoint_fairness;
+mod relay_pace;
