@@ -205,6 +205,16 @@ impl TestDb {
                 Err(e) => panic!("cannot create test database {name}: {e}"),
             }
         }
+        // As on the tests' private server: a commit does not wait for its WAL
+        // flush. This server is never crashed under a test (the restart and
+        // failover tests run servers of their own), and a test that needs a
+        // durable commit sets it in its session. The suite commits hundreds
+        // of thousands of times.
+        diesel::sql_query(format!(
+            "ALTER DATABASE {name} SET synchronous_commit = off"
+        ))
+        .execute(&mut conn)
+        .unwrap_or_else(|e| panic!("cannot set up test database {name}: {e}"));
         let url = url_for(&admin_url(), &name);
         TestDb {
             name,
