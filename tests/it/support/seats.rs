@@ -51,10 +51,11 @@ struct Taken {
 }
 
 static TAKEN: Mutex<Option<Taken>> = Mutex::new(None);
+static FREED: Condvar = Condvar::new();
 
 /// `TEST_TIMELINE=FILE` writes when each test waits for and takes its seats,
 /// a line each, to see where a run's wall time goes.
-pub fn timeline(event: &str) {
+fn timeline(event: &str) {
     static FILE: OnceLock<Option<(std::time::Instant, Mutex<std::fs::File>)>> = OnceLock::new();
     let file = FILE.get_or_init(|| {
         let path = std::env::var_os("TEST_TIMELINE")?;
@@ -76,7 +77,6 @@ pub fn timeline(event: &str) {
             .write_all(line.as_bytes());
     }
 }
-static FREED: Condvar = Condvar::new();
 
 fn lock() -> std::sync::MutexGuard<'static, Option<Taken>> {
     TAKEN.lock().unwrap_or_else(|e| e.into_inner())

@@ -6,8 +6,8 @@
 //! They sit together in a module whose name sorts near the end, because the
 //! test harness starts tests in the order of their names and a quiet test
 //! first waits for every other seated test to end, with no new one let in.
-//! In the middle of a run that wait left a core idle for 5 to 7 s for each of
-//! them; near the end, the run is emptying anyway. (The dashboard's timing on
+//! In the middle of a run that wait drained the machine for 5 to 7 s for each
+//! of them (`TEST_TIMELINE`); near the end, the run is emptying anyway. (The dashboard's timing on
 //! a million jobs stays with the dashboard's tests: its 8 s load runs beside
 //! the first tests, and its own wait for quiet is short.)
 

@@ -8,6 +8,7 @@ use std::time::{Duration, Instant};
 use outbox_relay::effects::EffectError;
 use outbox_relay::outbox::NewJob;
 
+use crate::support::http::{Answer, HttpSink};
 use crate::support::{
     TestDb, count, enqueue_many, executor, init_tracing, spawn_relay, test_settings, wait_until,
 };
@@ -21,7 +22,6 @@ use crate::support::{
 async fn slow_http_effects_keep_their_pace_and_fast_ones_drain_beside_them_at_the_defaults() {
     // Alone among the heavy tests: its bound is about the code, not its neighbours.
     let _heavy = crate::support::seats::heavy();
-    use crate::support::http::{Answer, HttpSink};
     init_tracing();
     let db = TestDb::new();
     let mut conn = db.conn();
