@@ -46,8 +46,6 @@ struct Taken {
     heavy: usize,
     /// The thread of a test measuring times, which no new test sits beside.
     quiet: Option<ThreadId>,
-    /// Seated threads whose test only waits from now on (see [`idle`]).
-    idle: std::collections::HashSet<ThreadId>,
 }
 
 static TAKEN: Mutex<Option<Taken>> = Mutex::new(None);
@@ -147,7 +145,6 @@ impl Drop for Seat {
             held.0 -= 1;
             if held.0 == 0 {
                 state.by_thread.remove(&self.thread);
-                state.idle.remove(&self.thread);
                 timeline("unseated");
             }
         }
@@ -161,21 +158,6 @@ impl Drop for Seat {
             super::db::drop_ended();
         }
     }
-}
-
-/// Says that this test, still seated, only waits from now on (for a server's
-/// timeouts, say) and loads the machine no more: a test waiting for
-/// [`quiet`] need not wait for it to end. Until its seat is left.
-pub fn idle() {
-    let thread = std::thread::current().id();
-    let mut taken = lock();
-    let state = taken.get_or_insert_with(Taken::default);
-    if state.by_thread.contains_key(&thread) {
-        state.idle.insert(thread);
-        timeline("idle");
-    }
-    drop(taken);
-    FREED.notify_all();
 }
 
 /// A heavy test's seats, held until dropped.
@@ -246,7 +228,7 @@ pub fn quiet(_heavy: &Heavy) -> Quiet {
         let others = state
             .by_thread
             .keys()
-            .filter(|held| **held != thread && !state.idle.contains(held))
+            .filter(|held| **held != thread)
             .count();
         if others == 0 {
             timeline("quiet");
