@@ -38,11 +38,30 @@ struct State {
     state: String,
 }
 
+/// Where a cluster's files go: `/dev/shm` when the machine has a tmpfs
+/// there, else the target directory. initdb and pg_basebackup make some
+/// 2,000 files per cluster, deleted when its test ends, and on ext4 without a
+/// journal that churn costs CPU of its own (see `support::db::TABLESPACE`).
+/// A failed test's cluster is kept for its logs, wherever it is.
+fn scratch_root() -> PathBuf {
+    let on_tmpfs = std::fs::read_to_string("/proc/mounts").is_ok_and(|mounts| {
+        mounts.lines().any(|line| {
+            let mut fields = line.split_whitespace().skip(1);
+            fields.next() == Some("/dev/shm") && fields.next() == Some("tmpfs")
+        })
+    });
+    if on_tmpfs {
+        PathBuf::from("/dev/shm")
+    } else {
+        PathBuf::from(env!("CARGO_TARGET_TMPDIR"))
+    }
+}
+
 impl Cluster {
     /// Node 0 the primary, node 1 its standby, streaming in `replication` mode.
     pub fn start(replication: Replication) -> Cluster {
         let bindir = find_bindir().expect("PostgreSQL's server programs (initdb, pg_ctl)");
-        let root = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join(format!(
+        let root = scratch_root().join(format!(
             "failover-{}-{:08x}",
             std::process::id(),
             fastrand::u32(..)
