@@ -217,17 +217,16 @@ impl TestDb {
         // template at that instant (another process publishing it): retry.
         let mut tries = 0;
         loop {
-            let create = match tablespace(&mut conn) {
-                Some(space) => {
-                    format!("CREATE DATABASE {name} TEMPLATE {template} TABLESPACE {space}")
-                }
-                None => format!("CREATE DATABASE {name} TEMPLATE {template}"),
-            };
+            let space = tablespace(&mut conn);
+            let create = format!(
+                "CREATE DATABASE {name} TEMPLATE {template}{}",
+                space
+                    .map(|s| format!(" TABLESPACE {s}"))
+                    .unwrap_or_default()
+            );
             match diesel::sql_query(create).execute(&mut conn) {
                 Ok(_) => break,
-                Err(e)
-                    if tablespace(&mut conn).is_some() && e.to_string().contains("directory") =>
-                {
+                Err(e) if space.is_some() && e.to_string().contains("directory") => {
                     // Its directory is gone (a tmpfs after a reboot): the
                     // tests still run, on the server's own disk.
                     eprintln!(
