@@ -17,8 +17,14 @@ use crate::worker::JobArgs;
 /// of them wait behind their ordering key ([`NewJob::is_blocked`]): one
 /// multi-row INSERT that returns the ids in row order. The queue's own writes
 /// its columns; an application that added columns of its own to `jobs`
-/// writes those too, through [`Enqueuer::insert_with`].
+/// writes those too, through [`Enqueuer::insert_with`]. It is given at most
+/// [`INSERT_CHUNK`] jobs at a time, so a row of up to 32 bound values stays
+/// within PostgreSQL's 65,535 parameters of one statement.
 pub type InsertJobs = fn(&mut PgConnection, &[NewJob]) -> QueryResult<Vec<i64>>;
+
+/// The most jobs one call of an [`InsertJobs`] writes: a larger enqueue is
+/// written by several, in order, inside one transaction.
+pub const INSERT_CHUNK: usize = 2_000;
 
 /// Enqueues jobs inside the caller's Diesel transaction: they commit or
 /// vanish with the caller's own writes. Build one at start-up and keep it in
@@ -113,8 +119,10 @@ impl Enqueuer {
             .ok_or(diesel::result::Error::NotFound)
     }
 
-    /// Enqueues `new_jobs` with one INSERT, in whatever transaction `conn` is
-    /// in, and wakes the relays of their kinds. Returns their ids, in order.
+    /// Enqueues `new_jobs` with one INSERT (one per [`INSERT_CHUNK`] jobs),
+    /// in whatever transaction `conn` is in (outside one, several INSERTs
+    /// run in one of their own), and wakes the relays of their kinds.
+    /// Returns their ids, in order.
     ///
     /// A job with an ordering key waits behind its key's unfinished jobs and
     /// behind earlier jobs of the same key in `new_jobs`. To know which keys
@@ -139,8 +147,9 @@ impl Enqueuer {
         }
         let has_parents = new_jobs.iter().any(|j| !j.parents.is_empty());
         // The parents' locks must live until the enqueuing transaction
-        // commits, as the ordering keys' do (see insert_queued).
-        if has_parents && !in_transaction(conn) {
+        // commits, as the ordering keys' do (see insert_queued); and the
+        // INSERTs of a large enqueue commit together or not at all.
+        if (has_parents || new_jobs.len() > INSERT_CHUNK) && !in_transaction(conn) {
             return conn.transaction(|conn| self.enqueue_many(conn, new_jobs));
         }
         // Parents first: a refused one must leave nothing written.
@@ -313,9 +322,9 @@ fn insert_queued(
     keys.dedup();
     if keys.is_empty() {
         if new_jobs.iter().all(|j| j.ordering_key.is_none()) {
-            return insert(conn, new_jobs);
+            return insert_in_chunks(conn, new_jobs, insert);
         }
-        return insert(conn, &queue_behind(new_jobs, &HashSet::new()));
+        return insert_in_chunks(conn, &queue_behind(new_jobs, &HashSet::new()), insert);
     }
     // The key locks must live until the enqueuing transaction commits.
     // Inside the caller's transaction (the one that wrote the rows the jobs
@@ -368,7 +377,25 @@ fn insert_keyed(
         .into_iter()
         .map(|r| r.key)
         .collect();
-    insert(conn, &queue_behind(new_jobs, &busy))
+    insert_in_chunks(conn, &queue_behind(new_jobs, &busy), insert)
+}
+
+/// Writes `new_jobs` with `insert`, [`INSERT_CHUNK`] at a time, in order:
+/// one statement for most enqueues. The caller is in a transaction whenever
+/// there is more than one chunk (see [`Enqueuer::enqueue_many`]).
+fn insert_in_chunks(
+    conn: &mut PgConnection,
+    new_jobs: &[NewJob],
+    insert: InsertJobs,
+) -> QueryResult<Vec<i64>> {
+    if new_jobs.len() <= INSERT_CHUNK {
+        return insert(conn, new_jobs);
+    }
+    let mut ids = Vec::with_capacity(new_jobs.len());
+    for chunk in new_jobs.chunks(INSERT_CHUNK) {
+        ids.extend(insert(conn, chunk)?);
+    }
+    Ok(ids)
 }
 
 /// The queue's [`InsertJobs`]: its own columns, one multi-row INSERT.

@@ -30,7 +30,7 @@ use serde::Serialize;
 
 pub use cancel::{CancelRefusal, CancelReport, cancel_job_batch, cancel_jobs};
 pub use depend::{DependencyError, DependencyPolicy, HeldDependent, Parent, held_dependents};
-pub use enqueue::{Enqueuer, InsertJobs};
+pub use enqueue::{Enqueuer, INSERT_CHUNK, InsertJobs};
 pub use finish::{CommitHook, LocalWrite};
 pub use job::{JobOptions, NewJob};
 pub use limits::{KeyLimit, KeyLimitError, KeyState, key_state, remove_key_limit, set_key_limit};

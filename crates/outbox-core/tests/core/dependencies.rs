@@ -531,3 +531,78 @@ async fn a_waiting_job_is_never_claimed_under_three_relays_and_1000_pairs() {
     runs.dedup();
     assert_eq!(runs.len(), 2 * PAIRS, "each job ran");
 }
+
+/// One parent with many dependents, half of each policy: the parent's own
+/// finish releases every one of them, in that statement, each once. A
+/// release that walks its dependents one by one, or compares each with every
+/// other, shows here as a finish that takes seconds.
+#[test]
+fn one_parent_with_10_000_dependents_releases_each_once_in_its_finish() {
+    const CHILDREN: usize = 10_000;
+    let db = TestDb::new();
+    let mut conn = db.conn();
+    let parent = enqueue(&mut conn, 0, &JobOptions::default());
+    let children: Vec<NewJob> = (0..CHILDREN)
+        .map(|i| {
+            let policy = if i % 2 == 0 {
+                DependencyPolicy::Hold
+            } else {
+                DependencyPolicy::Run
+            };
+            let options = JobOptions::default()
+                .depends_on([parent])
+                .dependency_policy(policy);
+            NewJob::for_args(&Step { n: i as i64 + 1 }, &options).expect("job")
+        })
+        .collect();
+    let started = std::time::Instant::now();
+    let mut child_ids = Enqueuer::new()
+        .enqueue_many(&mut conn, &children)
+        .expect("enqueue");
+    let enqueue_took = started.elapsed();
+    child_ids.sort_unstable();
+    assert_eq!(child_ids.len(), CHILDREN);
+
+    let claimed = claim(&mut conn, 100);
+    assert_eq!(
+        claimed.iter().map(|j| j.id).collect::<Vec<_>>(),
+        vec![parent],
+        "no dependent is claimable before its parent ends"
+    );
+    let started = std::time::Instant::now();
+    let released = finish(&mut conn, &claimed[0], done());
+    let finish_took = started.elapsed();
+    eprintln!(
+        "{CHILDREN} dependents: enqueued in {enqueue_took:?}, released by one finish in \
+         {finish_took:?}"
+    );
+    assert_eq!(released, CHILDREN, "every dependent released by the finish");
+    let still_waiting: i64 = jobs::table
+        .filter(jobs::waiting_on.ne(Vec::<i64>::new()))
+        .count()
+        .get_result(&mut conn)
+        .expect("count");
+    assert_eq!(still_waiting, 0);
+
+    // Each claimable exactly once: claims until one comes back empty.
+    let mut seen: Vec<i64> = Vec::with_capacity(CHILDREN);
+    loop {
+        let batch = claim(&mut conn, 1_000);
+        if batch.is_empty() {
+            break;
+        }
+        assert!(
+            batch.iter().all(|j| j.unfinished_parents.is_none()),
+            "a parent that ended done is no unfinished parent"
+        );
+        seen.extend(batch.iter().map(|j| j.id));
+    }
+    seen.sort_unstable();
+    assert_eq!(seen, child_ids, "every dependent claimed, each once");
+    // Generous for a debug build on a busy machine: what it catches is a
+    // release that costs per dependent pair, not a slow moment.
+    assert!(
+        finish_took < Duration::from_secs(10),
+        "one finish took {finish_took:?} to release {CHILDREN} dependents"
+    );
+}

@@ -139,3 +139,72 @@ fn an_enqueuer_that_wakes_after_commit_keeps_a_rolled_back_job_out() {
         .expect("committed");
     assert_eq!(job_count(&mut conn), 1);
 }
+
+/// An application's [`outbox_core::outbox::InsertJobs`] that writes kind and
+/// payload with two arrays, and refuses the job whose `n` is 5,500.
+fn insert_refusing_5500(conn: &mut PgConnection, new_jobs: &[NewJob]) -> QueryResult<Vec<i64>> {
+    #[derive(QueryableByName)]
+    struct Id {
+        #[diesel(sql_type = diesel::sql_types::BigInt)]
+        id: i64,
+    }
+    assert!(
+        new_jobs.len() <= outbox_core::outbox::INSERT_CHUNK,
+        "{} jobs in one call",
+        new_jobs.len()
+    );
+    if new_jobs
+        .iter()
+        .any(|j| j.payload()["n"] == serde_json::json!(5_500))
+    {
+        return Err(diesel::result::Error::RollbackTransaction);
+    }
+    let kinds: Vec<&str> = new_jobs.iter().map(NewJob::kind).collect();
+    let payloads: Vec<&serde_json::Value> = new_jobs.iter().map(NewJob::payload).collect();
+    let ids: Vec<Id> = diesel::sql_query(
+        "INSERT INTO jobs (kind, payload) \
+         SELECT k, p FROM unnest($1::text[], $2::jsonb[]) WITH ORDINALITY AS r(k, p, i) \
+         ORDER BY i RETURNING id",
+    )
+    .bind::<diesel::sql_types::Array<diesel::sql_types::Text>, _>(&kinds)
+    .bind::<diesel::sql_types::Array<diesel::sql_types::Jsonb>, _>(&payloads)
+    .load(conn)?;
+    Ok(ids.into_iter().map(|r| r.id).collect())
+}
+
+/// More jobs than one INSERT may bind (PostgreSQL takes 65,535 parameters
+/// a statement, and each of these jobs binds several):
+/// written in several INSERTs, in order, and outside a transaction all or
+/// nothing.
+#[test]
+fn an_enqueue_of_more_jobs_than_one_insert_binds_writes_them_all_or_none() {
+    const JOBS: i64 = 15_000;
+    let db = TestDb::new();
+    let mut conn = db.conn();
+    let new_jobs: Vec<NewJob> = (0..JOBS)
+        .map(|n| NewJob::for_args(&Ping { n }, &JobOptions::default()).expect("job"))
+        .collect();
+
+    let refused = Enqueuer::new()
+        .insert_with(insert_refusing_5500)
+        .enqueue_many(&mut conn, &new_jobs);
+    assert!(refused.is_err(), "the third INSERT is refused");
+    assert_eq!(job_count(&mut conn), 0, "the first two went with it");
+
+    let ids = Enqueuer::new()
+        .enqueue_many(&mut conn, &new_jobs)
+        .expect("enqueue");
+    assert_eq!(ids.len() as i64, JOBS);
+    assert!(ids.windows(2).all(|w| w[0] < w[1]), "ids in enqueue order");
+    let ns: Vec<serde_json::Value> = jobs::table
+        .select(jobs::payload)
+        .order(jobs::id)
+        .load(&mut conn)
+        .expect("payloads");
+    assert!(
+        ns.iter()
+            .enumerate()
+            .all(|(i, p)| p["n"] == serde_json::json!(i)),
+        "rows in enqueue order"
+    );
+}

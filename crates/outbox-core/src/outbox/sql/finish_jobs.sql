@@ -173,7 +173,10 @@ released AS (
     WHERE n.id = ANY (ARRAY(SELECT id FROM targets))
       AND n.status = 'pending'
     RETURNING n.id, n.kind, n.blocked, n.waiting_on,
-              n.id = ANY (ARRAY(SELECT id FROM children)) AS dependent
+              -- A hashed subplan, built once: `= ANY (ARRAY(...))` would
+              -- test each row against every child, quadratic in the
+              -- dependents one finish releases.
+              n.id IN (SELECT id FROM children) AS dependent
 ),
 -- Wakes the relays of the kinds whose dependents became claimable (a key's
 -- next job stays as before: the relay that finished its predecessor claims it).
