@@ -678,3 +678,63 @@ async fn webhook_proxy_carries_the_calls_and_the_guard_still_checks_the_receiver
     assert_eq!(seen.lock().expect("lock").len(), 1);
     proxy.abort();
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ipv6_forms_of_a_private_ipv4_address_are_refused_before_any_call() {
+    use outbox_relay::effects::webhook::{DeliveryOptions, Secrets};
+    // Through a proxy, so that an address let through is seen by the proxy
+    // (which answers for it) rather than routed by this machine.
+    let (addr, seen, proxy) = counting_proxy().await;
+    let proxy_url = url::Url::parse(&format!("http://{addr}")).expect("URL");
+    let sender = WebhookSender::for_endpoints(&DeliveryOptions {
+        timeout: Duration::from_secs(10),
+        allow_private: false,
+        proxy: Some(proxy_url),
+    })
+    .expect("sender");
+    let secrets = Secrets::parse(SECRET).expect("secret");
+    let body = br#"{"type":"order.placed"}"#.to_vec();
+
+    // 6to4, Teredo (client address inverted) and IPv4-compatible forms of
+    // 127.0.0.1, 10.0.0.1 and 169.254.169.254.
+    for target in [
+        "http://[2002:7f00:1::1]/hook",
+        "http://[2002:a9fe:a9fe::1]/latest/meta-data",
+        "http://[2001:0:5db8:d822::80ff:fffe]/hook",
+        "http://[2001:0:5db8:d822::f5ff:fffe]/hook",
+        "http://[::127.0.0.1]/hook",
+        "http://[::a00:1]/hook",
+    ] {
+        let url = url::Url::parse(target).expect("URL");
+        let outcome = sender.post_to(&url, &secrets, 51, body.clone()).await;
+        let error = outcome.result.expect_err("refused");
+        assert!(
+            error.to_string().contains("WEBHOOK_ALLOW_PRIVATE"),
+            "{target}: {error}"
+        );
+        assert!(outcome.status.is_none(), "{target}");
+    }
+    assert!(
+        seen.lock().expect("lock").is_empty(),
+        "none reached the proxy"
+    );
+
+    // The same forms of a public address go out.
+    for target in [
+        "http://[2002:5db8:d822::1]/hook",
+        "http://[2001:0:5db8:d822::a247:27dd]/hook",
+        "http://[::5db8:d822]/hook",
+    ] {
+        let url = url::Url::parse(target).expect("URL");
+        let outcome = sender.post_to(&url, &secrets, 52, body.clone()).await;
+        assert!(outcome.result.is_ok(), "{target}: {:?}", outcome.result);
+        assert_eq!(outcome.status, Some(204), "{target}");
+    }
+    let seen = seen.lock().expect("lock");
+    assert_eq!(seen.len(), 3, "{seen:?}");
+    assert_eq!(
+        seen[0].request_line,
+        "POST http://[2002:5db8:d822::1]/hook HTTP/1.1"
+    );
+    proxy.abort();
+}

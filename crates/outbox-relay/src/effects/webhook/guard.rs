@@ -16,17 +16,38 @@ use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 use reqwest::dns::{Addrs, Name, Resolve, Resolving};
 
 /// Whether an address is one a delivery must not reach: anything but a
-/// public unicast address.
+/// public unicast address. An IPv6 address that carries an IPv4 address a
+/// host or a relay would deliver to is judged by that IPv4 address too.
 pub fn is_forbidden(ip: IpAddr) -> bool {
     match ip {
         IpAddr::V4(v4) => is_forbidden_v4(v4),
-        IpAddr::V6(v6) => match (v6.to_ipv4_mapped(), v6.segments()) {
-            // ::ffff:127.0.0.1 reaches 127.0.0.1.
-            (Some(v4), _) => is_forbidden_v4(v4),
-            // ::ffff:0:a.b.c.d (IPv4-translated, SIIT) reaches a.b.c.d too.
-            (None, [0, 0, 0, 0, 0xffff, 0, c, d]) => is_forbidden_v4(embedded_v4(c, d)),
-            (None, _) => is_forbidden_v6(v6),
-        },
+        IpAddr::V6(v6) => {
+            is_forbidden_v6(v6) || embedded_v4s(v6).into_iter().flatten().any(is_forbidden_v4)
+        }
+    }
+}
+
+/// The IPv4 addresses an IPv6 address leads to, by its form:
+/// - `::ffff:a.b.c.d` (IPv4-mapped) reaches a.b.c.d;
+/// - `::ffff:0:a.b.c.d` (IPv4-translated, SIIT) reaches a.b.c.d;
+/// - `::a.b.c.d` (IPv4-compatible, deprecated) is sent to a.b.c.d by a
+///   host with an automatic tunnel (`::` and `::1` are refused as such);
+/// - `2002:aabb:ccdd::/48` (6to4) is the site behind a.b.c.d, to which a
+///   6to4 relay sends it;
+/// - `2001:0::/32` (Teredo) holds its server's address and its client's
+///   (the last 32 bits, inverted), to which a Teredo relay sends it.
+fn embedded_v4s(ip: Ipv6Addr) -> [Option<Ipv4Addr>; 2] {
+    match ip.segments() {
+        [0, 0, 0, 0, 0, 0xffff, c, d] | [0, 0, 0, 0, 0xffff, 0, c, d] => {
+            [Some(embedded_v4(c, d)), None]
+        }
+        [0, 0, 0, 0, 0, 0, c, d] => [Some(embedded_v4(c, d)), None],
+        [0x2002, a, b, ..] => [Some(embedded_v4(a, b)), None],
+        [0x2001, 0, server_a, server_b, _, _, c, d] => [
+            Some(embedded_v4(server_a, server_b)),
+            Some(embedded_v4(!c, !d)),
+        ],
+        _ => [None, None],
     }
 }
 
@@ -214,12 +235,88 @@ mod tests {
         assert!(!is_forbidden(public));
     }
 
+    #[track_caller]
+    fn assert_judged(forbidden: &[&str], allowed: &[&str]) {
+        for raw in forbidden {
+            let ip: IpAddr = raw.parse().expect(raw);
+            assert!(is_forbidden(ip), "{raw} is allowed");
+        }
+        for raw in allowed {
+            let ip: IpAddr = raw.parse().expect(raw);
+            assert!(!is_forbidden(ip), "{raw} is refused");
+        }
+    }
+
+    #[test]
+    fn six_to_four_is_judged_by_the_ipv4_address_it_embeds() {
+        assert_judged(
+            &[
+                "2002:7f00:1::",       // 127.0.0.1
+                "2002:a00:1::1",       // 10.0.0.1
+                "2002:c0a8:101:1::1",  // 192.168.1.1
+                "2002:a9fe:a9fe::",    // 169.254.169.254
+                "2002:ac10:1:ffff::1", // 172.16.0.1
+                "2002:6440:1::1",      // 100.64.0.1
+                "2002::1",             // 0.0.0.0
+            ],
+            &[
+                "2002:5db8:d822::1", // 93.184.216.34
+                "2002:101:101::",    // 1.1.1.1
+            ],
+        );
+    }
+
+    #[test]
+    fn teredo_is_judged_by_its_server_and_its_client_address() {
+        // Client 127.0.0.1 is 7f00:0001 inverted: 80ff:fffe; 10.0.0.1 is
+        // f5ff:fffe; 169.254.169.254 is 5601:5601; 93.184.216.34 is
+        // a247:27dd.
+        assert_judged(
+            &[
+                "2001:0:5db8:d822::80ff:fffe", // public server, client 127.0.0.1
+                "2001:0:5db8:d822::f5ff:fffe", // public server, client 10.0.0.1
+                "2001:0:5db8:d822::5601:5601", // public server, client 169.254.169.254
+                "2001:0:a00:1::a247:27dd",     // server 10.0.0.1, public client
+                "2001:0:7f00:1::a247:27dd",    // server 127.0.0.1, public client
+            ],
+            &[
+                "2001:0:5db8:d822::a247:27dd", // both public
+                "2001:0:101:101:8000:f227:a247:27dd",
+            ],
+        );
+    }
+
+    #[test]
+    fn ipv4_compatible_addresses_are_judged_by_the_ipv4_address_they_embed() {
+        assert_judged(
+            &[
+                "::127.0.0.1",
+                "::10.0.0.1",
+                "::192.168.0.1",
+                "::169.254.169.254",
+                "::100.64.0.1",
+                "::",
+                "::1",
+            ],
+            &["::93.184.216.34", "::1.1.1.1"],
+        );
+    }
+
     #[tokio::test]
     async fn a_host_a_client_resolves_itself_must_have_only_public_addresses() {
         assert!(check_host("127.0.0.1", 4222).await.is_err());
         assert!(check_host("[::1]", 4222).await.is_err());
         assert!(check_host("localhost", 4222).await.is_err());
         assert!(check_host("93.184.216.34", 4222).await.is_ok());
+        // A NATS server named by an IPv6 form of a private address.
+        assert!(check_host("[2002:7f00:1::]", 4222).await.is_err());
+        assert!(
+            check_host("2001:0:5db8:d822::80ff:fffe", 4222)
+                .await
+                .is_err()
+        );
+        assert!(check_host("::10.0.0.1", 4222).await.is_err());
+        assert!(check_host("[2002:5db8:d822::1]", 4222).await.is_ok());
     }
 
     #[test]
