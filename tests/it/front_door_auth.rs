@@ -344,3 +344,92 @@ async fn every_order_and_transition_records_the_key_that_caused_it() {
     );
     app.stop().await;
 }
+
+/// The field names of a JSON object, sorted.
+fn fields(value: &Value) -> Vec<&str> {
+    let mut names: Vec<&str> = value
+        .as_object()
+        .map(|o| o.keys().map(String::as_str).collect())
+        .unwrap_or_default();
+    names.sort_unstable();
+    names
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_transition_answers_the_whole_order_only_to_a_key_that_may_read_it() {
+    let app = spawn_app().await;
+    let key = |name: &str, scopes: &[Scope]| {
+        http_client_with_key(&create_api_key(&app.db.url, name, scopes))
+    };
+    let shipper = key("shipper", &[Scope::Ship]);
+    let cashier = key("cashier", &[Scope::Pay]);
+    let support = key("support", &[Scope::Deliver, Scope::Read]);
+    let shop = key(
+        "shop",
+        &[Scope::Place, Scope::ReadOwn, Scope::Pay, Scope::Cancel],
+    );
+    let act = |client: &reqwest::Client, id: i64, action: &str, body: Value| {
+        client
+            .post(app.url(&format!("/orders/{id}/{action}")))
+            .json(&body)
+            .send()
+    };
+    let answer = |response: reqwest::Response| async move {
+        assert_eq!(response.status(), StatusCode::OK);
+        response.json::<Value>().await.expect("JSON")
+    };
+
+    // Keys that may move the order but not read it: its id and status.
+    let id = place_with(&app, &app.client).await;
+    let paid = answer(
+        act(&cashier, id, "pay", json!({"payment_reference": "pi_3Nk"}))
+            .await
+            .expect("send"),
+    )
+    .await;
+    assert_eq!(paid, json!({"id": id, "status": "paid"}));
+    let shipped = answer(
+        act(
+            &shipper,
+            id,
+            "ship",
+            json!({"carrier": "DHL", "tracking_number": "JD014600006281"}),
+        )
+        .await
+        .expect("send"),
+    )
+    .await;
+    assert_eq!(shipped, json!({"id": id, "status": "shipped"}));
+    let shown = shipped.to_string();
+    assert!(!shown.contains("Ada") && !shown.contains('@'), "{shown}");
+
+    // A key with orders:read: the whole order.
+    let delivered = answer(act(&support, id, "deliver", json!({})).await.expect("send")).await;
+    assert_eq!(delivered["status"], "delivered");
+    assert!(delivered["customer_name"].is_string(), "{delivered}");
+    assert!(delivered["customer_email"].is_string(), "{delivered}");
+    assert!(delivered["items"].is_array(), "{delivered}");
+    assert!(delivered["events"].is_array(), "{delivered}");
+
+    // orders:read:own: the whole order for its own, only id and status for
+    // another key's.
+    let own = place_with(&app, &shop).await;
+    let own_paid = answer(
+        act(&shop, own, "pay", json!({"payment_reference": "pi_own"}))
+            .await
+            .expect("send"),
+    )
+    .await;
+    assert_eq!(own_paid["status"], "paid");
+    assert!(own_paid["customer_email"].is_string(), "{own_paid}");
+    let other = place_with(&app, &app.client).await;
+    let other_cancelled = answer(
+        act(&shop, other, "cancel", json!({"reason": "customer asked"}))
+            .await
+            .expect("send"),
+    )
+    .await;
+    assert_eq!(fields(&other_cancelled), vec!["id", "status"]);
+    assert_eq!(other_cancelled["status"], "cancelled");
+    app.stop().await;
+}

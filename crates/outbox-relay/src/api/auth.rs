@@ -60,22 +60,45 @@ pub(crate) enum Required {
     Receipt,
 }
 
+/// Which orders a caller may read, whatever the route it came by.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Reads {
+    /// `orders:read` (or `orders:*`), `API_AUTH=none`, a signed link.
+    All,
+    /// `orders:read:own` without `orders:read`: the orders placed with it.
+    Own,
+    /// Neither: a key that may act on an order but not read it.
+    Nothing,
+}
+
+impl Reads {
+    fn of(scopes: &[String]) -> Reads {
+        if Scope::Read.granted_by(scopes) {
+            Reads::All
+        } else if Scope::ReadOwn.granted_by(scopes) {
+            Reads::Own
+        } else {
+            Reads::Nothing
+        }
+    }
+}
+
 /// Who the handler is serving: in the request's extensions of every
 /// `/orders` route once [`authorize`] let it through.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct Verified {
     /// The key's id; `None` without keys (`API_AUTH=none`, a signed link).
     pub api_key_id: Option<i64>,
-    /// The key reads only the orders placed with it (`orders:read:own`
-    /// without `orders:read`).
-    pub own_orders_only: bool,
+    /// What the key may read: a route that answers with an order (a
+    /// transition's) shows it only to a key that may read it.
+    pub reads: Reads,
 }
 
 impl Verified {
     /// `API_AUTH=none`, or a signed receipt link that was verified.
     pub const ANYONE: Verified = Verified {
         api_key_id: None,
-        own_orders_only: false,
+        reads: Reads::All,
     };
 
     /// What the placements and transitions of this caller record.
@@ -90,7 +113,11 @@ impl Verified {
     /// it may not read is a 404, as one that does not exist: a key with
     /// `orders:read:own` learns nothing of other keys' orders.
     pub fn may_read(self, placed_by: Option<i64>) -> bool {
-        !self.own_orders_only || (self.api_key_id.is_some() && placed_by == self.api_key_id)
+        match self.reads {
+            Reads::All => true,
+            Reads::Own => self.api_key_id.is_some() && placed_by == self.api_key_id,
+            Reads::Nothing => false,
+        }
     }
 }
 
@@ -113,11 +140,11 @@ fn verify(
             return Err(ApiError::Unauthorized("this API key has expired".into()));
         }
     }
-    let mut own_orders_only = false;
+    let reads = Reads::of(&found.scopes);
     match scope {
         None => {}
         Some(scope) if scope.granted_by(&found.scopes) => {}
-        Some(Scope::Read) if Scope::ReadOwn.granted_by(&found.scopes) => own_orders_only = true,
+        Some(Scope::Read) if reads == Reads::Own => {}
         Some(scope) => return Err(ApiError::Forbidden { scope }),
     }
     if let Some(limiter) = limiter {
@@ -125,7 +152,7 @@ fn verify(
     }
     Ok(Verified {
         api_key_id: Some(found.id),
-        own_orders_only,
+        reads,
     })
 }
 

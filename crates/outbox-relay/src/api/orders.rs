@@ -10,14 +10,14 @@ use diesel::prelude::*;
 use serde::Serialize;
 
 use super::ApiAuth;
-use super::auth::{ReceiptAccess, Verified};
+use super::auth::{Reads, ReceiptAccess, Verified};
 use super::body;
 use super::error::{ApiError, ErrorEnvelope};
 use super::receipt_link::{self, LinkCheck};
 use super::state::AppState;
 use crate::orders::{
-    NewOrder, Order, OrderEvent, OrderId, OrderJob, PlaceOrderError, Placement, Transition,
-    TransitionError, TransitionOutcome, load_order, load_order_events, load_order_jobs,
+    NewOrder, Order, OrderEvent, OrderId, OrderJob, OrderStatus, PlaceOrderError, Placement,
+    Transition, TransitionError, TransitionOutcome, load_order, load_order_events, load_order_jobs,
     place_order_by, transition_order_by,
 };
 use crate::schema::{orders, receipts};
@@ -36,8 +36,10 @@ pub struct OrderView {
 /// Whether order `order_id` exists and `reader` may read it (see
 /// [`Verified::may_read`]).
 fn readable(conn: &mut PgConnection, reader: Verified, order_id: i64) -> Result<bool, ApiError> {
-    if !reader.own_orders_only {
-        return Ok(true);
+    match reader.reads {
+        Reads::All => return Ok(true),
+        Reads::Nothing => return Ok(false),
+        Reads::Own => {}
     }
     let placed_by: Option<Option<i64>> = orders::table
         .find(order_id)
@@ -167,9 +169,28 @@ pub(crate) async fn place(
     Ok((status, [(header::LOCATION, location(id))], Json(view)).into_response())
 }
 
+/// What a transition answers: the whole order to a key that may read it,
+/// else only its id and new status (a key with `orders:ship` alone learns
+/// nothing of the customer).
+#[derive(Debug, Serialize, utoipa::ToSchema)]
+#[serde(untagged)]
+pub enum TransitionAnswer {
+    Order(OrderView),
+    Status(OrderIdAndStatus),
+}
+
+/// An order as a key that may move it, but not read it, sees it.
+#[derive(Debug, Serialize, utoipa::ToSchema)]
+pub struct OrderIdAndStatus {
+    #[schema(value_type = i64)]
+    pub id: OrderId,
+    pub status: OrderStatus,
+}
+
 /// `POST /orders/{id}/pay`, `/ship`, `/deliver`, `/cancel`: the same checks as
 /// `POST /orders`, in the same order, then one transaction that moves the
-/// order, records the event and enqueues its jobs. `200` with the order.
+/// order, records the event and enqueues its jobs. `200` with the order, or
+/// only its id and status for a key that may not read it.
 #[utoipa::path(
     post,
     path = "/orders/{id}/{action}",
@@ -186,7 +207,7 @@ pub(crate) async fn place(
         description = "The body of the action: `pay` takes `payment_reference`, `ship` `carrier` and `tracking_number`, `cancel` `reason`, `refund` `reason` and `payment_reference` (both optional), `deliver` nothing",
     ),
     responses(
-        (status = 200, description = "The order, moved", body = OrderView),
+        (status = 200, description = "The order, moved: whole for a key with `orders:read` (or `orders:read:own`, for its own order), else `{\"id\",\"status\"}`", body = TransitionAnswer),
         (status = 400, description = "Not JSON, or a bad Idempotency-Key", body = ErrorEnvelope),
         (status = 403, description = "The key lacks the action's scope", body = ErrorEnvelope),
         (status = 404, description = "No such order", body = ErrorEnvelope),
@@ -222,7 +243,7 @@ pub(crate) async fn transition(
 
     let max_attempts = state.settings.max_attempts;
     let enqueuer = state.enqueuer.clone();
-    let (outcome, view) = state
+    let (outcome, answer) = state
         .db
         .run(move |conn| {
             let outcome = transition_order_by(
@@ -253,7 +274,15 @@ pub(crate) async fn transition(
                     "order {id} vanished right after its transition"
                 ))
             })?;
-            Ok((outcome, view))
+            let answer = if readable(conn, verified, id)? {
+                TransitionAnswer::Order(view)
+            } else {
+                TransitionAnswer::Status(OrderIdAndStatus {
+                    id: view.order.id,
+                    status: view.order.status,
+                })
+            };
+            Ok((outcome, answer))
         })
         .await?;
     match outcome {
@@ -268,7 +297,7 @@ pub(crate) async fn transition(
             );
         }
     }
-    Ok((StatusCode::OK, Json(view)).into_response())
+    Ok((StatusCode::OK, Json(answer)).into_response())
 }
 
 /// `GET /orders/{id}`: with `orders:read:own`, only an order placed with
