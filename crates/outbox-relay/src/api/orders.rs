@@ -179,8 +179,11 @@ pub enum TransitionAnswer {
     Status(OrderIdAndStatus),
 }
 
-/// An order as a key that may move it, but not read it, sees it.
+/// An order as a key that may move it, but not read it, sees it. No other
+/// field (`additionalProperties: false`), so that the whole order never
+/// matches this shape too.
 #[derive(Debug, Serialize, utoipa::ToSchema)]
+#[serde(deny_unknown_fields)]
 pub struct OrderIdAndStatus {
     #[schema(value_type = i64)]
     pub id: OrderId,
