@@ -6,6 +6,7 @@ use anyhow::Context as _;
 
 use crate::config::{ConfigError, DefaultEndpointArgs, refuse_placeholder};
 use crate::effects::signature::Secrets;
+use crate::endpoints::store::StoreError;
 use crate::sealed::Keyring;
 
 /// The URL and secret of `default`, checked; none without `WEBHOOK_URL`. A
@@ -54,7 +55,17 @@ pub async fn write(
         let mut conn = diesel::PgConnection::establish(&database_url)
             .context("connecting to write the endpoint `default`")?;
         let id = crate::endpoints::target::upsert_default(&mut conn, &url, &secret, &secrets)
-            .context("writing the endpoint `default` from WEBHOOK_URL")?;
+            .map_err(|e| match e {
+                StoreError::SealedWithoutKey(ids) => ConfigError(format!(
+                    "WEBHOOK_URL and WEBHOOK_SECRET would write the secret of the endpoint \
+                     `default` in plaintext, but this database holds sealed secrets (key \
+                     {ids}) and SECRETS_KEY is not set: set SECRETS_KEY for this process too, \
+                     or unset WEBHOOK_URL and WEBHOOK_SECRET; the stored secret is left as it is"
+                ))
+                .into(),
+                other => anyhow::Error::from(other)
+                    .context("writing the endpoint `default` from WEBHOOK_URL"),
+            })?;
         tracing::info!(endpoint_id = id, url = %url.origin().ascii_serialization(), "endpoint `default` from WEBHOOK_URL");
         Ok(())
     })

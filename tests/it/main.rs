@@ -35,6 +35,7 @@ mod relay;
 mod retention;
 mod schema_catalog;
 mod secrets_at_rest;
+mod secrets_plaintext;
 mod subscribers;
 mod timed;
 mod trace;

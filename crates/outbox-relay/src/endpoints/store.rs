@@ -46,6 +46,13 @@ pub enum StoreError {
     Limit(#[from] crate::outbox::KeyLimitError),
     #[error("cannot store the endpoint's secret: {0}")]
     Seal(#[from] SealError),
+    /// A plaintext secret refused where others are sealed (under these
+    /// key ids) and this process has no key.
+    #[error(
+        "this database holds sealed secrets (key {0}) and SECRETS_KEY is not set: the secret \
+         would be stored in plaintext"
+    )]
+    SealedWithoutKey(String),
     #[error(transparent)]
     Unreadable(#[from] Unreadable),
     #[error(transparent)]

@@ -122,6 +122,9 @@ fn write_default(
     secret: &str,
     secrets: &Keyring,
 ) -> Result<i64, super::StoreError> {
+    if !secrets.seals() {
+        refuse_plaintext_where_sealed(conn, url, secret)?;
+    }
     diesel::sql_query(
         "INSERT INTO endpoints (name, url, secret, allow_http) \
          VALUES ($1, $2, $3, $2 ~ '^http://') \
@@ -154,4 +157,29 @@ fn write_default(
         .execute(conn)?;
     }
     Ok(row.id)
+}
+
+/// Without a key, `default` would be written in plaintext: refused (before
+/// anything is written) where the database holds sealed secrets, as the
+/// `endpoints` and `sources` commands refuse, unless `default` is already
+/// as configured and nothing would be written. A process started with
+/// `WEBHOOK_URL` but without `SECRETS_KEY` would otherwise unseal
+/// `default`'s secret, or store a new one in the clear beside sealed ones.
+fn refuse_plaintext_where_sealed(
+    conn: &mut PgConnection,
+    url: &url::Url,
+    secret: &str,
+) -> Result<(), super::StoreError> {
+    let stored: Option<DefaultRow> =
+        diesel::sql_query("SELECT id, url, secret FROM endpoints WHERE name = $1 FOR UPDATE")
+            .bind::<Text, _>(DEFAULT_ENDPOINT)
+            .get_result(conn)
+            .optional()?;
+    if stored.is_some_and(|row| row.url == url.as_str() && row.secret == secret) {
+        return Ok(());
+    }
+    crate::at_rest::require_key_where_sealed(conn, &Keyring::none()).map_err(|e| match e {
+        crate::at_rest::SealedWithoutKey::Database(e) => super::StoreError::Database(e),
+        crate::at_rest::SealedWithoutKey::Sealed(ids) => super::StoreError::SealedWithoutKey(ids),
+    })
 }
