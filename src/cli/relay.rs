@@ -21,6 +21,7 @@ pub async fn run(
     // should fail at deploy time, naming what is wrong.
     let settings = args.settings()?;
     let keys = secrets.keyring()?;
+    crate::at_rest::warn_without_key(&keys);
     let kinds = args.kinds();
     let sends_email = kinds.contains(&EffectKind::ConfirmationEmail);
     let email = effects::settings::email(&args.effects, sends_email)?;
@@ -132,15 +133,7 @@ pub async fn run(
         .context("migrating the database")?;
     if migrated {
         super::default_endpoint::write(&db_args.database_url, default_endpoint, &keys).await?;
-        let census_keys = keys.clone();
-        if let Err(error) = db::run_blocking(&pool, move |conn| {
-            crate::at_rest::warn_at_start(conn, &census_keys);
-            Ok(())
-        })
-        .await
-        {
-            tracing::warn!(%error, "cannot count the stored secrets");
-        }
+        super::secrets::check_stored_at_start(&db_args.database_url, &keys).await?;
         let upkeep = tokio::spawn(crate::endpoints::upkeep::run(
             pool.clone(),
             Retention {

@@ -8,6 +8,7 @@ use clap::{Args, Subcommand};
 use crate::at_rest::{self, SealAllError};
 use crate::cli::with_conn;
 use crate::config::{ConfigError, DatabaseArgs, SecretsKeyArgs};
+use crate::sealed::Keyring;
 
 #[derive(Debug, Subcommand)]
 pub enum SecretsCommand {
@@ -37,6 +38,36 @@ pub(super) fn refused_without_key(error: at_rest::SealedWithoutKey) -> anyhow::E
     match error {
         at_rest::SealedWithoutKey::Database(e) => anyhow::Error::from(e),
         refused => ConfigError(refused.to_string()).into(),
+    }
+}
+
+/// What `serve` and `relay` check of the stored secrets once the database
+/// is migrated: warnings, or with `SECRETS_PLAINTEXT=refuse` a plaintext
+/// secret that stops the start (exit 2). Without that setting a census that
+/// cannot be taken is only a warning.
+pub(super) async fn check_stored_at_start(
+    database_url: &str,
+    keys: &Keyring,
+) -> anyhow::Result<()> {
+    let refuses = keys.refuses_plaintext();
+    let (url, keys) = (database_url.to_owned(), keys.clone());
+    let checked = tokio::task::spawn_blocking(move || -> anyhow::Result<()> {
+        let mut conn = crate::db::establish(&url)?;
+        at_rest::check_at_start(&mut conn, &keys).map_err(|e| match e {
+            at_rest::PlaintextStored::Found(_) => ConfigError(e.to_string()).into(),
+            other => anyhow::Error::from(other),
+        })
+    })
+    .await?;
+    match checked {
+        Err(error) if !refuses => {
+            tracing::warn!(
+                error = format!("{error:#}"),
+                "cannot count the stored secrets"
+            );
+            Ok(())
+        }
+        checked => checked,
     }
 }
 

@@ -68,6 +68,7 @@ pub struct ServeArgs {
 pub async fn run(db_args: DatabaseArgs, args: ServeArgs) -> anyhow::Result<()> {
     let default_endpoint = super::default_endpoint::checked(&args.default_endpoint)?;
     let keys = args.secrets.keyring()?;
+    crate::at_rest::warn_without_key(&keys);
     // A port already taken is a deployment mistake: say so before migrating.
     let listener = tokio::net::TcpListener::bind(args.addr)
         .await
@@ -96,21 +97,7 @@ pub async fn run(db_args: DatabaseArgs, args: ServeArgs) -> anyhow::Result<()> {
         return Ok(());
     }
     super::default_endpoint::write(&db_args.database_url, default_endpoint, &keys).await?;
-    let census = {
-        let (url, keys) = (db_args.database_url.clone(), keys.clone());
-        tokio::task::spawn_blocking(move || {
-            let mut conn = db::establish(&url)?;
-            crate::at_rest::warn_at_start(&mut conn, &keys);
-            anyhow::Ok(())
-        })
-        .await
-    };
-    if let Ok(Err(error)) = census {
-        tracing::warn!(
-            error = format!("{error:#}"),
-            "cannot count the stored secrets"
-        );
-    }
+    super::secrets::check_stored_at_start(&db_args.database_url, &keys).await?;
 
     let trusted_proxies = args.admin.trusted_proxies.clone().unwrap_or_default();
     let settings = ApiSettings {

@@ -1,5 +1,8 @@
 //! Secrets in plaintext: a process without `SECRETS_KEY` never writes one
-//! over sealed ones (`WEBHOOK_URL` included).
+//! over sealed ones (`WEBHOOK_URL` included), `serve` and `relay` say at
+//! start that secrets are stored in the clear, and `SECRETS_PLAINTEXT=refuse`
+//! refuses plaintext altogether: no start without a key, no start while a
+//! stored secret is in plaintext, no plaintext write.
 
 use std::time::Duration;
 
@@ -10,10 +13,12 @@ use diesel::sql_types::Text;
 use sha2::{Digest as _, Sha256};
 
 use crate::support::TestDb;
-use crate::support::process::Launch;
+use crate::support::process::{BinProcess, Launch};
 
 const SECRET: &str = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw";
 const HOOK_URL: &str = "https://hooks.example.com/orders";
+const NO_KEY_WARNING: &str = "SECRETS_KEY is not set: the signing secrets and NATS credentials \
+                              of endpoints and sources are stored in the clear";
 
 fn new_key() -> String {
     STANDARD.encode(Sha256::digest(fastrand::u64(..).to_le_bytes()))
@@ -130,4 +135,135 @@ async fn webhook_url_without_secrets_key_never_rewrites_a_sealed_default_in_plai
     let (code, said) = run("migrate-plain", &plain, &["migrate"], &webhook).await;
     assert_eq!(code, 0, "{said}");
     assert_eq!(stored(&plain)[0].secret, SECRET);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn serve_and_relay_say_at_start_when_secrets_are_stored_in_the_clear() {
+    let db = TestDb::new();
+    let key = new_key();
+    for (env, warned) in [(vec![], true), (vec![("SECRETS_KEY", key.as_str())], false)] {
+        for launch in services(&db, &env) {
+            let mut process = launch.spawn();
+            let ready = if process.name() == "serve" {
+                "serving the order API on "
+            } else {
+                "relay started"
+            };
+            process.wait_for_line(ready, Duration::from_secs(60)).await;
+            process.terminate().await;
+            let said = process.output();
+            let warnings: Vec<&str> = said
+                .lines()
+                .filter(|l| l.contains(NO_KEY_WARNING))
+                .collect();
+            if warned {
+                assert_eq!(warnings.len(), 1, "{}: {said}", process.name());
+                assert!(warnings[0].contains("WARN"), "{}", warnings[0]);
+                assert!(
+                    warnings[0].contains("outbox-relay secrets seal")
+                        && warnings[0].contains("SECRETS_PLAINTEXT=refuse"),
+                    "{}",
+                    warnings[0]
+                );
+            } else {
+                assert!(warnings.is_empty(), "{}: {said}", process.name());
+            }
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_secrets_plaintext_refuse_nothing_starts_or_writes_without_a_key() {
+    let db = TestDb::new();
+    let refuse = [("SECRETS_PLAINTEXT", "refuse")];
+    let mut outcomes = Vec::new();
+    for launch in services(&db, &refuse) {
+        outcomes.push(("a service", exit_of(launch).await));
+    }
+    let writes: [&[&str]; 3] = [
+        &["migrate"],
+        &[
+            "endpoints",
+            "add",
+            "--name",
+            "erp",
+            "--url",
+            "http://127.0.0.1:9/hooks",
+            "--allow-http",
+        ],
+        &["sources", "add", "--name", "stripe", "--kind", "stripe"],
+    ];
+    for args in writes {
+        let env = [
+            ("SECRETS_PLAINTEXT", "refuse"),
+            ("WEBHOOK_ALLOW_PRIVATE", "true"),
+        ];
+        outcomes.push((args[0], run("refused", &db, args, &env).await));
+    }
+    for (what, (code, said)) in outcomes {
+        assert_eq!(code, 2, "{what}: {said}");
+        assert!(
+            said.contains("SECRETS_PLAINTEXT=refuse, but SECRETS_KEY is not set"),
+            "{what}: {said}"
+        );
+    }
+    assert_eq!(stored(&db), vec![], "nothing written");
+
+    // With a key, the same commands write sealed secrets.
+    let key = new_key();
+    let env = [
+        ("SECRETS_PLAINTEXT", "refuse"),
+        ("SECRETS_KEY", key.as_str()),
+        ("WEBHOOK_ALLOW_PRIVATE", "true"),
+    ];
+    for args in &writes[1..] {
+        let (code, said) = run("sealed", &db, args, &env).await;
+        assert_eq!(code, 0, "{said}");
+    }
+    let written = stored(&db);
+    assert_eq!(written.len(), 2, "{written:?}");
+    assert!(
+        written.iter().all(|s| s.secret.starts_with("enc:v1:")),
+        "{written:?}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_secrets_plaintext_refuse_a_plaintext_secret_stops_the_start_until_sealed() {
+    let db = TestDb::new();
+    let key = new_key();
+    // Written before the setting, without a key: plaintext.
+    let (code, said) = run(
+        "plaintext",
+        &db,
+        &[
+            "sources", "add", "--name", "stripe", "--kind", "stripe", "--secret", SECRET,
+        ],
+        &[],
+    )
+    .await;
+    assert_eq!(code, 0, "{said}");
+    assert_eq!(stored(&db)[0].secret, SECRET);
+
+    let refuse = [
+        ("SECRETS_PLAINTEXT", "refuse"),
+        ("SECRETS_KEY", key.as_str()),
+    ];
+    for launch in services(&db, &refuse) {
+        let (code, said) = exit_of(launch).await;
+        assert_eq!(code, 2, "{said}");
+        assert!(
+            said.contains("SECRETS_PLAINTEXT=refuse, but 1 stored secrets are in plaintext")
+                && said.contains("secrets seal"),
+            "{said}"
+        );
+        assert!(!said.contains(SECRET), "{said}");
+    }
+
+    let (code, said) = run("seal", &db, &["secrets", "seal"], &refuse).await;
+    assert_eq!(code, 0, "{said}");
+    assert!(stored(&db)[0].secret.starts_with("enc:v1:"));
+    let (mut api, _) = BinProcess::start_api(services(&db, &refuse)[0].clone()).await;
+    api.terminate().await;
+    assert!(!api.output().contains(NO_KEY_WARNING));
 }

@@ -104,21 +104,55 @@ impl Census {
     }
 }
 
-/// Logs [`Census::warnings`] for the database at `conn`; a census that
-/// cannot be read is itself a warning, never a reason not to start.
-pub fn warn_at_start(conn: &mut PgConnection, keys: &Keyring) {
-    match census(conn) {
-        Ok(census) => {
-            for warning in census.warnings(keys) {
-                tracing::warn!(
-                    plaintext = census.plaintext,
-                    sealed = ?census.sealed,
-                    "{warning}"
-                );
-            }
-        }
-        Err(error) => tracing::warn!(%error, "cannot count the stored secrets"),
+/// The one line `serve` and `relay` log at start without `SECRETS_KEY`,
+/// before they touch the database.
+pub fn warn_without_key(keys: &Keyring) {
+    if !keys.seals() {
+        tracing::warn!(
+            "SECRETS_KEY is not set: the signing secrets and NATS credentials of endpoints and \
+             sources are stored in the clear; to seal them, set SECRETS_KEY (32 random bytes: \
+             `openssl rand -base64 32`) on every process and run `outbox-relay secrets seal` \
+             (SECRETS_PLAINTEXT=refuse then refuses plaintext secrets altogether)"
+        );
     }
+}
+
+/// Logs [`Census::warnings`] for the database at `conn`. A census that
+/// cannot be read is itself a warning, never a reason not to start, unless
+/// plaintext is refused: then a stored plaintext secret, or a census that
+/// cannot say there is none, stops the start.
+pub fn check_at_start(conn: &mut PgConnection, keys: &Keyring) -> Result<(), PlaintextStored> {
+    let census = match census(conn) {
+        Ok(census) => census,
+        Err(error) if keys.refuses_plaintext() => return Err(error.into()),
+        Err(error) => {
+            tracing::warn!(%error, "cannot count the stored secrets");
+            return Ok(());
+        }
+    };
+    if keys.refuses_plaintext() && census.plaintext > 0 {
+        return Err(PlaintextStored::Found(census.plaintext));
+    }
+    for warning in census.warnings(keys) {
+        tracing::warn!(
+            plaintext = census.plaintext,
+            sealed = ?census.sealed,
+            "{warning}"
+        );
+    }
+    Ok(())
+}
+
+/// Why a start with `SECRETS_PLAINTEXT=refuse` stops.
+#[derive(Debug, thiserror::Error)]
+pub enum PlaintextStored {
+    #[error(
+        "SECRETS_PLAINTEXT=refuse, but {0} stored secrets are in plaintext: seal them first \
+         (SECRETS_KEY=... outbox-relay secrets seal)"
+    )]
+    Found(u64),
+    #[error("cannot count the stored secrets (SECRETS_PLAINTEXT=refuse needs to): {0}")]
+    Database(#[from] diesel::result::Error),
 }
 
 /// Refuses to write a secret in plaintext where others are sealed: an

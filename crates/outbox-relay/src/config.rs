@@ -38,7 +38,7 @@ pub use parse::{
 };
 use parse::{parse_max_attempts, parse_requests};
 pub use relay::{RelayArgs, SessionTimeouts, default_worker_id};
-pub use secrets_key::SecretsKeyArgs;
+pub use secrets_key::{PlaintextSecrets, SecretsKeyArgs};
 
 pub const DEFAULT_API_ADDR: &str = "127.0.0.1:8080";
 pub const DEFAULT_METRICS_ADDR: &str = "127.0.0.1:9187";

@@ -109,6 +109,9 @@ impl Place {
 pub struct Keyring {
     current: Option<Arc<SecretsKey>>,
     previous: Option<Arc<SecretsKey>>,
+    /// `SECRETS_PLAINTEXT=refuse`: no value is ever written in plaintext,
+    /// and the services refuse to start while one is stored.
+    refuse_plaintext: bool,
 }
 
 impl fmt::Debug for Keyring {
@@ -116,6 +119,7 @@ impl fmt::Debug for Keyring {
         f.debug_struct("Keyring")
             .field("current", &self.current_id())
             .field("previous", &self.previous_id())
+            .field("refuse_plaintext", &self.refuse_plaintext)
             .finish()
     }
 }
@@ -143,6 +147,7 @@ impl Keyring {
         Keyring {
             current: Some(Arc::new(key)),
             previous: None,
+            refuse_plaintext: false,
         }
     }
 
@@ -162,7 +167,23 @@ impl Keyring {
         Ok(Keyring {
             current: current.map(Arc::new),
             previous: previous.map(Arc::new),
+            refuse_plaintext: false,
         })
+    }
+
+    /// The same keys, refusing to write any value in plaintext
+    /// (`SECRETS_PLAINTEXT=refuse`): without a current key, [`Keyring::seal`]
+    /// is an error.
+    pub fn refusing_plaintext(self) -> Keyring {
+        Keyring {
+            refuse_plaintext: true,
+            ..self
+        }
+    }
+
+    /// Whether plaintext values are refused, stored or new.
+    pub fn refuses_plaintext(&self) -> bool {
+        self.refuse_plaintext
     }
 
     /// Whether new values are sealed.
@@ -179,9 +200,12 @@ impl Keyring {
     }
 
     /// `plaintext` as it is to be stored at `place`: sealed under the
-    /// current key, or as it is without one.
+    /// current key, or as it is without one (unless plaintext is refused).
     pub fn seal(&self, place: Place, plaintext: &str) -> Result<String, SealError> {
         let Some(key) = &self.current else {
+            if self.refuse_plaintext {
+                return Err(SealError::PlaintextRefused);
+            }
             // Stored as it is, it would read back as a broken sealed value.
             if plaintext.starts_with(PREFIX) {
                 return Err(SealError::LooksSealed);
@@ -296,6 +320,11 @@ pub enum SealError {
          store it sealed, or choose another"
     )]
     LooksSealed,
+    #[error(
+        "SECRETS_PLAINTEXT=refuse and SECRETS_KEY is not set: the secret would be stored in \
+         plaintext"
+    )]
+    PlaintextRefused,
 }
 
 /// Why a stored value cannot be read. Never carries the value.

@@ -7,6 +7,19 @@ use clap::Args;
 use super::ConfigError;
 use crate::sealed::{Keyring, SecretsKey};
 
+/// Whether secrets may be stored in plaintext (`SECRETS_PLAINTEXT`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, clap::ValueEnum)]
+pub enum PlaintextSecrets {
+    /// Without `SECRETS_KEY` secrets are stored in plaintext; `serve` and
+    /// `relay` warn at start.
+    #[default]
+    Allow,
+    /// Every command that reads `SECRETS_KEY` needs it, nothing is written
+    /// in plaintext, and `serve` and `relay` refuse to start while a stored
+    /// secret is still in plaintext.
+    Refuse,
+}
+
 /// The keys, as given. `Debug` hides them.
 #[derive(Clone, Default, Args)]
 pub struct SecretsKeyArgs {
@@ -19,6 +32,11 @@ pub struct SecretsKeyArgs {
     /// `outbox-relay secrets seal` moves them to SECRETS_KEY.
     #[arg(long, env = "SECRETS_KEY_PREVIOUS", hide_env_values = true)]
     pub secrets_key_previous: Option<String>,
+    /// `refuse`: secrets are never stored in plaintext; SECRETS_KEY is then
+    /// required, and `serve` and `relay` refuse to start while a stored one
+    /// is in plaintext (`outbox-relay secrets seal` seals them).
+    #[arg(long, env = "SECRETS_PLAINTEXT", value_enum, default_value_t = PlaintextSecrets::Allow)]
+    pub secrets_plaintext: PlaintextSecrets,
 }
 
 impl std::fmt::Debug for SecretsKeyArgs {
@@ -29,18 +47,30 @@ impl std::fmt::Debug for SecretsKeyArgs {
                 "secrets_key_previous",
                 &self.secrets_key_previous.as_ref().map(|_| "***"),
             )
+            .field("secrets_plaintext", &self.secrets_plaintext)
             .finish()
     }
 }
 
 impl SecretsKeyArgs {
     /// The keyring, or why a key cannot be used (naming the variable, never
-    /// the value). An empty variable counts as unset.
+    /// the value). An empty variable counts as unset. With
+    /// `SECRETS_PLAINTEXT=refuse`, no `SECRETS_KEY` is an error too.
     pub fn keyring(&self) -> Result<Keyring, ConfigError> {
         let current = key("SECRETS_KEY", self.secrets_key.as_deref())?;
         let previous = key("SECRETS_KEY_PREVIOUS", self.secrets_key_previous.as_deref())?;
-        Keyring::new(current, previous)
-            .map_err(|e| ConfigError(format!("SECRETS_KEY_PREVIOUS {e}")))
+        let keys = Keyring::new(current, previous)
+            .map_err(|e| ConfigError(format!("SECRETS_KEY_PREVIOUS {e}")))?;
+        match self.secrets_plaintext {
+            PlaintextSecrets::Allow => Ok(keys),
+            PlaintextSecrets::Refuse if keys.seals() => Ok(keys.refusing_plaintext()),
+            PlaintextSecrets::Refuse => Err(ConfigError(
+                "SECRETS_PLAINTEXT=refuse, but SECRETS_KEY is not set: secrets may not be \
+                 stored in plaintext; set SECRETS_KEY (32 random bytes: `openssl rand -base64 \
+                 32`), the same on every process"
+                    .to_owned(),
+            )),
+        }
     }
 }
 
@@ -62,6 +92,7 @@ mod tests {
         SecretsKeyArgs {
             secrets_key: current.map(str::to_owned),
             secrets_key_previous: previous.map(str::to_owned),
+            secrets_plaintext: PlaintextSecrets::Allow,
         }
     }
 
@@ -108,5 +139,42 @@ mod tests {
         let key = random_key();
         let error = args(Some(&key), Some(&key)).keyring().expect_err("twice").0;
         assert!(error.contains("same key"), "{error}");
+    }
+
+    #[test]
+    fn refusing_plaintext_needs_a_key_and_then_refuses_every_plaintext_write() {
+        let refusing = |current: Option<&str>| SecretsKeyArgs {
+            secrets_plaintext: PlaintextSecrets::Refuse,
+            ..args(current, None)
+        };
+        let error = refusing(None).keyring().expect_err("no key").0;
+        assert!(
+            error.starts_with("SECRETS_PLAINTEXT=refuse, but SECRETS_KEY is not set"),
+            "{error}"
+        );
+        let error = refusing(Some(" ")).keyring().expect_err("an empty key").0;
+        assert!(error.contains("SECRETS_KEY is not set"), "{error}");
+        let keys = refusing(Some(&random_key())).keyring().expect("a key");
+        assert!(keys.seals() && keys.refuses_plaintext());
+        assert!(
+            !args(None, None)
+                .keyring()
+                .expect("none")
+                .refuses_plaintext()
+        );
+
+        // A keyring made without the setting's check still never writes
+        // plaintext once it refuses it.
+        let place = crate::sealed::ENDPOINT_SECRET.at(1);
+        let no_key = Keyring::none().refusing_plaintext();
+        assert_eq!(
+            no_key.seal(place, "whsec_plain"),
+            Err(crate::sealed::SealError::PlaintextRefused)
+        );
+        assert!(
+            keys.seal(place, "whsec_plain")
+                .expect("sealed")
+                .starts_with("enc:v1:")
+        );
     }
 }
