@@ -19,6 +19,7 @@ mod effects_email;
 mod effects_receipt;
 mod effects_webhook;
 mod endpoint_delivery;
+mod endpoint_fairness;
 mod endpoints;
 mod faults;
 mod front_door;

@@ -61,4 +61,9 @@ impl HttpSink {
     pub fn requests(&self) -> Vec<Recorded> {
         self.0.requests().into_iter().map(Recorded).collect()
     }
+
+    /// The most calls this receiver had open at once.
+    pub fn most_open(&self) -> usize {
+        self.0.most_open()
+    }
 }
