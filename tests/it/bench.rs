@@ -159,6 +159,11 @@ fn bench_runs_a_small_workload_and_reports_every_figure() {
                 .is_some_and(|b| b > 0.0),
             "{report}"
         );
+    } else {
+        crate::support::optional_tool_missing(
+            "pgbench (the placement's ceiling was not measured; the bench said why on stderr)",
+            "Debian: apt-get install postgresql, whose server package ships it",
+        );
     }
     // POST /orders latency, alone and with half-open connections held open.
     let placement = &report["placement"];

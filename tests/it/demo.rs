@@ -141,6 +141,10 @@ fn the_demo_delivers_to_both_endpoints_and_the_stream_leaves_its_files_and_drops
             stdout.contains("NATS: skipped (nothing answers on 127.0.0.1:4222)"),
             "{stdout}"
         );
+        crate::support::optional_tool_missing(
+            "a NATS server on 127.0.0.1:4222 (the demo skipped its NATS endpoint)",
+            "Debian: apt-get install nats-server, then nats-server -js",
+        );
     }
     // Both endpoints got every event, each signed with its own secret only;
     // analytics was refused 3 calls, then recovered.

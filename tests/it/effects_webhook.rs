@@ -514,15 +514,11 @@ async fn the_reference_verifier_accepts_a_delivery_with_each_of_two_rotated_secr
             let error = stranger.expect_err("a secret that signed nothing is refused");
             assert!(error.contains("No matching signature"), "{error}");
         }
-        // Straight to stderr, past the test harness's capture.
-        _ => {
-            let _ = writeln!(
-                std::io::stderr(),
-                "SKIPPED: the Python reference verifier was not run beside the Rust one: python3 \
-                 with the standardwebhooks package is not installed \
-                 (python3 -m pip install standardwebhooks)"
-            );
-        }
+        _ => crate::support::optional_tool_missing(
+            "the Python Standard Webhooks reference verifier (python3 with the standardwebhooks \
+             package)",
+            "python3 -m pip install standardwebhooks",
+        ),
     }
     // Existing receivers: X-Signature keyed with the first secret as written.
     let mut mac = Hmac::<Sha256>::new_from_slice(old.as_bytes()).expect("HMAC key");

@@ -112,6 +112,12 @@ async fn a_receiver_can_verify_the_webhook_signature_with_the_documented_recipe(
         );
     }
     eprintln!("signatures checked with openssl: {checked_with_openssl} of 3");
+    if checked_with_openssl == 0 {
+        crate::support::optional_tool_missing(
+            "openssl (the documented recipe's `openssl dgst -sha256 -hmac`)",
+            "Debian: apt-get install openssl",
+        );
+    }
     sinks.check(&mut conn);
 }
 

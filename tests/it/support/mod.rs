@@ -36,6 +36,29 @@ pub fn enqueue_many(conn: &mut PgConnection, jobs: &[NewJob]) -> QueryResult<Vec
 }
 
 /// `TEST_LOG=1` shows the traces of the code under test.
+/// Whether every optional tool is required: `CI=true`, which `.ci/run`
+/// exports.
+pub fn tools_required() -> bool {
+    std::env::var("CI").as_deref() == Ok("true")
+}
+
+/// An optional tool a test uses is missing (`what`, and how to install it):
+/// under `CI=true` a failure naming it, else one line on stderr, straight
+/// past the harness's capture (which would hide it for a passing test), and
+/// the test goes on without that check.
+#[track_caller]
+pub fn optional_tool_missing(what: &str, install: &str) {
+    assert!(
+        !tools_required(),
+        "{what} is missing, and with CI=true every optional tool is required ({install})"
+    );
+    use std::io::Write as _;
+    let _ = writeln!(
+        std::io::stderr(),
+        "SKIPPED: {what} is missing, so its check did not run ({install})"
+    );
+}
+
 pub fn init_tracing() {
     if std::env::var_os("TEST_LOG").is_some() {
         let _ = tracing_subscriber::fmt()
