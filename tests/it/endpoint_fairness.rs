@@ -11,10 +11,10 @@ use std::time::Duration;
 
 use diesel::prelude::*;
 use diesel::sql_types::{BigInt, Text};
-use outbox_relay::effects::receipt::ReceiptSettings;
-use outbox_relay::effects::webhook::{WebhookConfig, WebhookSender};
-use outbox_relay::effects::{self, Executor};
-use outbox_relay::orders::endpoint_key;
+use order_service::effects::receipt::ReceiptSettings;
+use order_service::effects::webhook::{WebhookConfig, WebhookSender};
+use order_service::effects::{self, JobHandler};
+use order_service::orders::endpoint_key;
 
 use crate::endpoint_delivery::{add_endpoint, place};
 use crate::support::http::{Answer, HttpSink};
@@ -59,7 +59,7 @@ fn relay(db: &TestDb, fallback: &HttpSink) -> RunningRelay {
         allow_private: true,
     })
     .expect("webhook sender");
-    let effects: Arc<dyn Executor> = Arc::new(effects::workers(
+    let effects: Arc<dyn JobHandler> = Arc::new(effects::workers(
         db.pool(u32::try_from(SLOTS).unwrap_or(16) + 4),
         None,
         Some(sender),
