@@ -5,5 +5,6 @@ mod enqueue;
 mod failures;
 mod inbox;
 mod limits;
+mod protocol_model;
 mod relay;
 mod support;
