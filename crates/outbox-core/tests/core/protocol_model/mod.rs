@@ -2,9 +2,10 @@
 //! the real SQL held to the model step by step (`sql.rs`, `walk.rs`), with
 //! rules broken on purpose to show that both notice (`mutations.rs`).
 //!
-//! `cargo test protocol_model` runs it all. `PROTOCOL_MODEL_SEED=N` replays
-//! the SQL walk of seed N alone (printed by a failing run), and
-//! `PROTOCOL_MODEL_WALKS=N` sets how many walks a run takes.
+//! `cargo test protocol_model` runs it all. A run of SQL walks prints its
+//! first seed; `PROTOCOL_MODEL_SEED=N` replays that run (a walk depends on
+//! the walks before it: see `walk::walk`), and `PROTOCOL_MODEL_WALKS=N` sets
+//! how many walks it takes.
 
 mod model;
 mod mutations;
@@ -14,19 +15,19 @@ mod sql;
 mod transitions;
 mod walk;
 
-use std::collections::{BTreeSet, HashSet};
+use std::collections::{BTreeSet, HashMap};
 use std::time::Instant;
 
 use stateright::{Checker as _, HasDiscoveries, Model as _};
 
-use model::{Policy, Protocol};
+use model::{Policy, Protocol, State};
 use mutations::{Mutation, rewrite, statement_files};
 use sql::Sql;
 
 /// Steps of one SQL walk; walks of a run and, for a mutation, walks tried
 /// before it must have been caught.
-const WALK_LENGTH: usize = 40;
-const WALKS: u64 = 100;
+const WALK_LENGTH: usize = 25;
+const WALKS: u64 = 160;
 const MUTATION_WALKS: u64 = 400;
 
 #[test]
@@ -105,22 +106,13 @@ fn shortest_counterexample(
     })
 }
 
-/// The seeds a run walks: `PROTOCOL_MODEL_SEED` alone, or `count` from a
-/// base drawn for this run (printed, so any walk can be replayed).
-fn seeds(count: u64) -> Vec<u64> {
-    if let Some(seed) = std::env::var("PROTOCOL_MODEL_SEED")
+/// The first seed of a run: `PROTOCOL_MODEL_SEED` (printed by every run,
+/// so a failing one can be replayed), or drawn anew.
+fn first_seed() -> u64 {
+    std::env::var("PROTOCOL_MODEL_SEED")
         .ok()
         .and_then(|s| s.parse().ok())
-    {
-        return vec![seed];
-    }
-    let count = std::env::var("PROTOCOL_MODEL_WALKS")
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .unwrap_or(count);
-    let base = fastrand::u64(..u64::MAX / 2);
-    eprintln!("protocol model walks: seeds {base}..{}", base + count);
-    (base..base + count).collect()
+        .unwrap_or_else(|| fastrand::u64(..u64::MAX / 2))
 }
 
 /// The dependency policy of a walk's dependent, from its seed.
@@ -132,30 +124,75 @@ fn policy_of(seed: u64) -> Policy {
     }
 }
 
+/// The steps of a run's walks, and the model states they passed through.
+type Walked = (usize, Vec<(Policy, State)>);
+
+/// Walks `count` seeds from `first` against `sql`, each walk's dependent
+/// under the policy of its seed: the steps walked and the model states
+/// passed, or the first walk where the SQL parted from the model.
+fn walks(
+    sql: &mut Sql,
+    first: u64,
+    count: u64,
+    only: Option<Policy>,
+) -> Result<Walked, (u64, walk::Failure)> {
+    let mut seen: HashMap<Policy, walk::Seen> = HashMap::new();
+    let mut total = 0;
+    for seed in first..first + count {
+        let policy = only.unwrap_or_else(|| policy_of(seed));
+        let model = Protocol::new(policy);
+        let seen = seen.entry(policy).or_default();
+        total += walk::walk(&model, sql, seed, WALK_LENGTH, seen).map_err(|f| (seed, f))?;
+    }
+    let states = seen
+        .into_iter()
+        .flat_map(|(policy, seen)| seen.states.into_iter().map(move |s| (policy, s)))
+        .collect();
+    Ok((total, states))
+}
+
 #[test]
 fn protocol_model_the_sql_follows_the_model_step_by_step() {
     let started = Instant::now();
     let mut sql = Sql::new(None);
-    let mut total = 0;
-    let mut states = HashSet::new();
-    for seed in seeds(WALKS) {
-        let model = Protocol::new(policy_of(seed));
-        match walk::walk(&model, &mut sql, seed, WALK_LENGTH) {
-            Ok((steps, seen)) => {
-                total += steps;
-                states.extend(seen.into_iter().map(|s| (model.policy, s)));
-            }
-            Err(failure) => panic!(
-                "the SQL parted from the model on seed {seed} (PROTOCOL_MODEL_SEED={seed} replays it):\n{failure}"
-            ),
-        }
-    }
+    let first = first_seed();
+    let count = std::env::var("PROTOCOL_MODEL_WALKS")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(WALKS);
+    eprintln!("protocol model walks: PROTOCOL_MODEL_SEED={first}, {count} walks");
+    let (total, states) = walks(&mut sql, first, count, None).unwrap_or_else(|(seed, failure)| {
+        panic!(
+            "the SQL parted from the model in the walk of seed {seed} \
+             (PROTOCOL_MODEL_SEED={first} replays the run):\n{failure}"
+        )
+    });
     eprintln!(
         "protocol model walks: {total} steps against PostgreSQL through {} distinct model states, \
          every row as the model says, in {:.1?}",
         states.len(),
         started.elapsed()
     );
+    // What the walks got to: the model's own examples (its `sometimes`
+    // properties), counted over the states they passed through.
+    let hold = Protocol::new(Policy::Hold);
+    let run = Protocol::new(Policy::Run);
+    for property in hold.properties() {
+        if property.expectation != stateright::Expectation::Sometimes {
+            continue;
+        }
+        let reached = states
+            .iter()
+            .filter(|(policy, state)| {
+                let model = if *policy == Policy::Hold { &hold } else { &run };
+                (property.condition)(model, state)
+            })
+            .count();
+        eprintln!(
+            "protocol model walks: {reached} states with {:?}",
+            property.name
+        );
+    }
     assert!(total >= 1_000, "only {total} steps were walked");
 }
 
@@ -187,12 +224,7 @@ fn protocol_model_every_mutation_of_the_sql_is_caught_with_a_short_trace() {
         let started = Instant::now();
         let mut sql = Sql::new(Some(mutation));
         let model = Protocol::new(Policy::Hold);
-        let caught = (1..=MUTATION_WALKS).find_map(|seed| {
-            walk::walk(&model, &mut sql, seed, WALK_LENGTH)
-                .err()
-                .map(|failure| (seed, failure))
-        });
-        let Some((seed, failure)) = caught else {
+        let Err((seed, failure)) = walks(&mut sql, 1, MUTATION_WALKS, Some(model.policy)) else {
             panic!(
                 "{MUTATION_WALKS} walks against the SQL with {} all followed the model",
                 mutation.describe()

@@ -6,7 +6,7 @@
 use std::collections::HashSet;
 use std::fmt;
 
-use super::model::{Action, JOB_NAMES, Protocol, State};
+use super::model::{Action, JOB_NAMES, JOBS, Job, Protocol, RELAYS, Relay, State};
 use super::runner::{Runner, Stop};
 use super::sql::Sql;
 
@@ -77,28 +77,56 @@ impl fmt::Display for Failure {
     }
 }
 
-/// A random walk of up to `length` steps from `seed`: the steps taken and
-/// the model states passed, or `Err` at the first step where the SQL parts
-/// from the model. The walk prefers steps to model
-/// states it has not been in yet: a uniform choice spends most of its steps
-/// going round (a lease running out and renewed, a claim handed back), and
-/// seldom gets as deep as a stale claim beside a current one.
+/// What the walks of a run have been through: the model states, and the
+/// states of the jobs and relays alone, which a walk steers by.
+#[derive(Default)]
+pub struct Seen {
+    pub states: HashSet<State>,
+    queue: HashSet<([Job; JOBS], [Relay; RELAYS], u8)>,
+}
+
+impl Seen {
+    fn add(&mut self, state: &State) {
+        self.queue.insert(Seen::queue_of(state));
+        self.states.insert(state.clone());
+    }
+
+    fn queue_of(state: &State) -> ([Job; JOBS], [Relay; RELAYS], u8) {
+        (state.jobs, state.relays, state.in_flight)
+    }
+}
+
+/// A random walk of up to `length` steps from `seed`: the number of steps,
+/// or `Err` at the first step where the SQL parts from the model.
+///
+/// The walk prefers steps that bring the jobs and relays to a state no walk
+/// of its run has seen yet (`seen`, which it adds to). A uniform choice spends
+/// most of its steps going round near the start (a lease running out and
+/// renewed, a claim handed back, the message delivered again) and seldom
+/// gets as deep as a stale claim beside a current one. So a walk depends on
+/// the walks before it in its run, and a run is replayed whole, from its
+/// first seed.
 pub fn walk(
     model: &Protocol,
     sql: &mut Sql,
     seed: u64,
     length: usize,
-) -> Result<(usize, HashSet<State>), Failure> {
+    seen: &mut Seen,
+) -> Result<usize, Failure> {
     let mut rng = fastrand::Rng::with_seed(seed);
     let mut runner = Runner::new(model, sql);
     let mut steps = Vec::new();
-    let mut seen = HashSet::from([runner.state.clone()]);
+    seen.add(&runner.state);
     for _ in 0..length {
         let choices = runner.choices(&mut rng);
         let new: Vec<Step> = choices
             .iter()
             .copied()
-            .filter(|&step| runner.predict(step).is_some_and(|s| !seen.contains(&s)))
+            .filter(|&step| {
+                runner
+                    .predict(step)
+                    .is_some_and(|s| !seen.queue.contains(&Seen::queue_of(&s)))
+            })
             .collect();
         let pool = if new.is_empty() { &choices } else { &new };
         if pool.is_empty() {
@@ -118,9 +146,9 @@ pub fn walk(
                 message,
             });
         }
-        seen.insert(runner.state.clone());
+        seen.add(&runner.state);
     }
-    Ok((steps.len(), seen))
+    Ok(steps.len())
 }
 
 /// Runs `steps` from the start, skipping those the model does not allow
