@@ -47,6 +47,10 @@ fn protocol_model_every_guarantee_holds_in_every_reachable_state() {
             started.elapsed()
         );
         checker.assert_properties();
+        assert!(
+            checker.unique_state_count() >= 100_000,
+            "the bounds make a model too small to mean much"
+        );
     }
 }
 

@@ -210,8 +210,9 @@ impl<'a> Runner<'a> {
                 let lost = report.lost == [lease.job_id];
                 if applied == stale || lost != stale {
                     return Err(diverged(format!(
-                        "the model {} this outcome",
-                        if stale { "fences out" } else { "applies" }
+                        "the finish under token {} answered {report:?}; the model {}",
+                        lease.lease_token,
+                        if stale { "fences it out" } else { "applies it" }
                     )));
                 }
             }
@@ -221,8 +222,13 @@ impl<'a> Runner<'a> {
                 note = format!(" (token {}): handed back {ids:?}", lease.lease_token);
                 if ids.is_empty() != stale {
                     return Err(diverged(format!(
-                        "the model {} it",
-                        if stale { "fences out" } else { "hands back" }
+                        "the hand-back under token {} handed back {ids:?}; the model {}",
+                        lease.lease_token,
+                        if stale {
+                            "fences it out"
+                        } else {
+                            "hands it back"
+                        }
                     )));
                 }
             }
