@@ -232,9 +232,13 @@ impl Sql {
         if !wait_expected {
             return r.reply().map(Some);
         }
+        let deadline = std::time::Instant::now() + Duration::from_secs(30);
         loop {
             if let Ok(reply) = r.replies.try_recv() {
                 return reply.map(Some);
+            }
+            if std::time::Instant::now() > deadline {
+                return Err("the insert neither returned nor waited on a lock within 30s".into());
             }
             let waiting: Count = diesel::sql_query(
                 "SELECT count(*) AS n FROM pg_stat_activity WHERE pid = $1 AND wait_event_type = 'Lock'",
