@@ -9,7 +9,7 @@ const ROOT: &str = env!("CARGO_MANIFEST_DIR");
 /// The source roots whose modules the map lists.
 const SOURCE_ROOTS: [&str; 4] = [
     "crates/outbox-core/src",
-    "crates/outbox-relay/src",
+    "crates/order-service/src",
     "crates/outbox-dev-tools/src",
     "src",
 ];

@@ -20,8 +20,8 @@ use tokio_postgres::{Client, Row, Statement};
 use super::NOTIFY_CHANNEL;
 use super::claim::{CLAIM_SQL, ClaimPosition, ClaimRequest, ClaimedJob, millis};
 use super::finish::{FINISH_SQL, Finish, FinishParams, FinishReport, has_local_writes};
-use super::lease::{EXTEND_SQL, HeartbeatReport, JobLease, RELEASE_SQL, heartbeat_report, split};
-use super::ordering_keys::{RELEASE_KEYS_SQL, STRANDED_KEYS_SQL};
+use super::lease::{EXTEND_SQL, HAND_BACK_SQL, HeartbeatReport, JobLease, heartbeat_report, split};
+use super::ordering_keys::{ADVANCE_KEYS_SQL, STRANDED_KEYS_SQL};
 use super::reap::{
     ExpiredRow, ReapPlan, ReapReport, ReapRequest, SELECT_EXPIRED_SQL, UPDATE_REAPED_SQL,
 };
@@ -58,11 +58,11 @@ pub const HOT_STATEMENT_FILES: [(&str, &str); 8] = [
     ("claim_jobs.sql", CLAIM_SQL),
     ("finish_jobs.sql", FINISH_SQL),
     ("extend_leases.sql", EXTEND_SQL),
-    ("release_jobs.sql", RELEASE_SQL),
+    ("hand_back_jobs.sql", HAND_BACK_SQL),
     ("select_expired_leases.sql", SELECT_EXPIRED_SQL),
     ("update_reaped_jobs.sql", UPDATE_REAPED_SQL),
     ("stranded_ordering_keys.sql", STRANDED_KEYS_SQL),
-    ("release_ordering_keys.sql", RELEASE_KEYS_SQL),
+    ("advance_ordering_keys.sql", ADVANCE_KEYS_SQL),
 ];
 
 /// The relay's statements, prepared on one connection (and usable only
@@ -73,11 +73,11 @@ pub struct HotStatements {
     claim: Statement,
     finish: Statement,
     extend: Statement,
-    release: Statement,
+    hand_back: Statement,
     select_expired: Statement,
     update_reaped: Statement,
     stranded_keys: Statement,
-    release_keys: Statement,
+    advance_keys: Statement,
 }
 
 impl HotStatements {
@@ -110,11 +110,11 @@ impl HotStatements {
             claim,
             finish,
             extend,
-            release,
+            hand_back,
             select_expired,
             update_reaped,
             stranded_keys,
-            release_keys,
+            advance_keys,
         ) = tokio::try_join!(
             client.prepare_typed(&claim_sql, CLAIM_PARAMS),
             client.prepare_typed(&finish_sql, OUTCOME_PARAMS),
@@ -135,11 +135,11 @@ impl HotStatements {
             claim,
             finish,
             extend,
-            release,
+            hand_back,
             select_expired,
             update_reaped,
             stranded_keys,
-            release_keys,
+            advance_keys,
         })
     }
 
@@ -227,8 +227,8 @@ impl HotStatements {
         Ok(heartbeat_report(leases, rows))
     }
 
-    /// [`release_jobs`](crate::driver::release_jobs).
-    pub async fn release(
+    /// [`hand_back_jobs`](crate::driver::hand_back_jobs).
+    pub async fn hand_back(
         &self,
         client: &Client,
         leases: &[JobLease],
@@ -237,7 +237,7 @@ impl HotStatements {
             return Ok(Vec::new());
         }
         let (ids, tokens) = split(leases);
-        let rows = client.query(&self.release, &[&ids, &tokens]).await?;
+        let rows = client.query(&self.hand_back, &[&ids, &tokens]).await?;
         rows.iter().map(|row| row.try_get(0)).collect()
     }
 }
@@ -313,9 +313,9 @@ impl HotStatements {
         }
     }
 
-    /// [`release_stranded_keys`](crate::driver::release_stranded_keys): the
+    /// [`advance_stranded_keys`](crate::driver::advance_stranded_keys): the
     /// sweep's two statements, each on its own snapshot as there.
-    pub async fn release_stranded(
+    pub async fn advance_stranded(
         &self,
         client: &Client,
         limit: i64,
@@ -330,7 +330,7 @@ impl HotStatements {
             return Ok(Vec::new());
         }
         client
-            .query(&self.release_keys, &[&keys])
+            .query(&self.advance_keys, &[&keys])
             .await?
             .iter()
             .map(|row| row.try_get(0))

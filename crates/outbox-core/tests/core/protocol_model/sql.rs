@@ -15,7 +15,7 @@ use outbox_core::driver::{
     ReapReport, ReapRequest,
 };
 use outbox_core::outbox::{
-    DependencyPolicy, Enqueuer, JobOptions, KeyLimit, NewJob, Parent, set_key_limit,
+    ConcurrencyLimit, DependencyPolicy, Enqueuer, JobOptions, NewJob, Parent, set_concurrency_limit,
 };
 
 use super::model::{CHILD, HEAD, JOB_NAMES, JOBS, NEXT, Policy, RECEIVERS, RELAYS};
@@ -147,7 +147,7 @@ impl Sql {
         let record = rewrite(
             mutation,
             RECORD_MESSAGE_FILE,
-            outbox_core::inbox::RECORD_MESSAGE_SQL,
+            outbox_core::dedupe::RECORD_MESSAGE_SQL,
         );
         Sql {
             rt,
@@ -185,11 +185,11 @@ impl Sql {
                 .execute(&mut self.app)
                 .expect("reset");
         }
-        let limit = KeyLimit {
+        let limit = ConcurrencyLimit {
             max_in_flight: Some(i32::from(super::model::LIMIT)),
-            ..KeyLimit::default()
+            ..ConcurrencyLimit::default()
         };
-        set_key_limit(&mut self.app, CONCURRENCY_KEY, &limit).expect("the key's limit");
+        set_concurrency_limit(&mut self.app, CONCURRENCY_KEY, &limit).expect("the key's limit");
     }
 
     fn options(&self, job: usize) -> JobOptions {
