@@ -13,8 +13,8 @@
 
 use anyhow::Context as _;
 use diesel::prelude::*;
-use outbox_relay::effects::Noop;
-use outbox_relay::outbox::{Enqueuer, JobOptions};
+use order_service::effects::Noop;
+use order_service::outbox::{Enqueuer, JobOptions};
 
 // Your application's own table; temporary here, so the example leaves no trace of it.
 diesel::table! {
@@ -27,7 +27,7 @@ diesel::table! {
 fn main() -> anyhow::Result<()> {
     let url = std::env::var("DATABASE_URL").context("set DATABASE_URL to a PostgreSQL URL")?;
     let mut conn = PgConnection::establish(&url).context("connecting to DATABASE_URL")?;
-    outbox_relay::db::run_migrations(&mut conn)?;
+    order_service::db::run_migrations(&mut conn)?;
     diesel::sql_query(
         "CREATE TEMPORARY TABLE shipments (id bigserial PRIMARY KEY, address text NOT NULL)",
     )
@@ -61,7 +61,7 @@ fn main() -> anyhow::Result<()> {
         anyhow::bail!("payment declined after the job was enqueued")
     });
     if let (Err(why), Some(job_id)) = (outcome, doomed_job) {
-        use outbox_relay::schema::jobs;
+        use order_service::schema::jobs;
         let left: i64 = jobs::table.find(job_id).count().get_result(&mut conn)?;
         println!("rolled back ({why}): job {job_id} exists {left} times");
     }

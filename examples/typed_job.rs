@@ -20,9 +20,9 @@ use anyhow::{Context as _, bail};
 use diesel::connection::SimpleConnection as _;
 use diesel::prelude::*;
 use outbox_core::outbox::{CommitHook, Enqueuer, JobOptions, LocalWrite};
-use outbox_core::relay::{Relay, RelaySettings};
 use outbox_core::schema::jobs_all;
 use outbox_core::worker::{EffectError, EffectResult, JobArgs, JobContext, Worker, Workers};
+use outbox_core::worker_pool::{PoolSettings, WorkerPool};
 use serde::{Deserialize, Serialize};
 use tokio_util::sync::CancellationToken;
 
@@ -153,10 +153,10 @@ pub async fn run(database_url: &str) -> anyhow::Result<Report> {
     // The relay runs the registry's workers and claims only their kinds.
     let workers = Workers::new().register::<WelcomeMessage, _>(Welcomer);
     let kinds = workers.kinds().iter().map(|k| (*k).to_owned()).collect();
-    let mut settings = RelaySettings::new("typed-job-example", kinds);
+    let mut settings = PoolSettings::new("typed-job-example", kinds);
     settings.poll_interval = Duration::from_millis(100);
     let pool = outbox_core::db::build_pool(database_url, &Default::default());
-    let relay = Relay::new(pool, database_url.to_owned(), settings, Arc::new(workers))?;
+    let relay = WorkerPool::new(pool, database_url.to_owned(), settings, Arc::new(workers))?;
     let shutdown = CancellationToken::new();
     let running = tokio::spawn(relay.run_until_stopped(shutdown.clone()));
 

@@ -4,7 +4,7 @@
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
-use outbox_relay::orders::{MAX_ITEMS, MAX_QUANTITY, MAX_UNIT_PRICE, NewOrder};
+use order_service::orders::{MAX_ITEMS, MAX_QUANTITY, MAX_UNIT_PRICE, NewOrder};
 
 fuzz_target!(|data: &[u8]| {
     let Ok(value) = serde_json::from_slice::<serde_json::Value>(data) else {

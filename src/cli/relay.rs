@@ -9,8 +9,8 @@ use crate::db;
 use crate::effects::{self, EffectKind, email, webhook};
 use crate::endpoints::breaker::Breaker;
 use crate::endpoints::upkeep::Retention;
-use crate::relay::Relay;
-use outbox_relay::http_server::ConnectionLimits;
+use crate::worker_pool::WorkerPool;
+use order_service::http_server::ConnectionLimits;
 
 pub async fn run(
     db_args: DatabaseArgs,
@@ -150,7 +150,7 @@ pub async fn run(
             crate::endpoints::upkeep::UPKEEP_EVERY,
             shutdown.clone(),
         ));
-        let relay = Relay::new(pool, db_args.database_url, settings, executor)?;
+        let relay = WorkerPool::new(pool, db_args.database_url, settings, executor)?;
         let _ = liveness.set(relay.liveness());
         relay.run_until_stopped(shutdown.clone()).await;
         shutdown.cancel();

@@ -6,7 +6,7 @@ use std::time::Duration;
 use anyhow::Context as _;
 use clap::Args;
 
-use crate::api::key_limit::{DEFAULT_RATE_LIMIT, RateLimitSetting, parse_rate_limit};
+use crate::api::api_key_limit::{DEFAULT_RATE_LIMIT, RateLimitSetting, parse_rate_limit};
 use crate::api::{self, ApiAuth, ApiSettings, DEFAULT_ADDRESS_LIMIT};
 use crate::config::{
     AdminArgs, ConfigError, DEFAULT_API_ADDR, DEFAULT_API_METRICS_ADDR, DatabaseArgs,
@@ -15,7 +15,7 @@ use crate::config::{
 };
 use crate::db;
 use crate::server::Application;
-use outbox_relay::http_server::ConnectionLimits;
+use order_service::http_server::ConnectionLimits;
 
 /// Everything `serve` reads besides the database.
 #[derive(Debug, Clone, Args)]
@@ -170,7 +170,7 @@ async fn prune_inbox(
         let url = database_url.clone();
         let pruned = tokio::task::spawn_blocking(move || {
             let mut conn = db::establish(&url)?;
-            anyhow::Ok(outbox_core::inbox::prune_messages(
+            anyhow::Ok(outbox_core::dedupe::prune_messages(
                 &mut conn, retention, 1_000,
             )?)
         })

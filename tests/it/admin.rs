@@ -3,15 +3,15 @@
 //! and desktop screenshots), its refusals over plain HTTP, and its speed on a
 //! table of a million jobs.
 
-use outbox_relay::orders::order_enqueuer;
+use order_service::orders::order_enqueuer;
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use diesel::prelude::*;
-use outbox_relay::api::ApiSettings;
-use outbox_relay::config::dashboard::{AdminSettings, parse_admin_tokens};
-use outbox_relay::orders::place_order;
-use outbox_relay::schema::jobs_all;
+use order_service::api::ApiSettings;
+use order_service::config::dashboard::{AdminSettings, parse_admin_tokens};
+use order_service::orders::place_order;
+use order_service::schema::jobs_all;
 use reqwest::StatusCode;
 
 use crate::support::app::{TestApp, spawn_app, spawn_app_with, test_api_settings};
@@ -422,7 +422,7 @@ async fn an_operator_works_the_dashboard_in_a_real_browser() {
     for expected in [
         format!("Order #{}", seeded.sent_order),
         format!("<job-{}.confirmation@shop.example>", seeded.sent_email_job),
-        outbox_relay::effects::webhook::idempotency_key(seeded.sent_webhook_job),
+        order_service::effects::webhook::idempotency_key(seeded.sent_webhook_job),
         "receipt.pdf".to_owned(),
         "Green tea".to_owned(),
         "confirmation_email done".to_owned(),
@@ -986,19 +986,19 @@ async fn dashboard_pages_answer_well_under_a_second_on_a_million_jobs() {
     for (name, sql) in [
         (
             "kind_status_counts",
-            include_str!("../../crates/outbox-relay/src/admin/sql/kind_status_counts.sql"),
+            include_str!("../../crates/order-service/src/admin/sql/kind_status_counts.sql"),
         ),
         (
             "queue_health",
-            include_str!("../../crates/outbox-relay/src/admin/sql/queue_health.sql"),
+            include_str!("../../crates/order-service/src/admin/sql/queue_health.sql"),
         ),
         (
             "throughput",
-            include_str!("../../crates/outbox-relay/src/admin/sql/throughput.sql"),
+            include_str!("../../crates/order-service/src/admin/sql/throughput.sql"),
         ),
         (
             "relays",
-            include_str!("../../crates/outbox-relay/src/admin/sql/relays.sql"),
+            include_str!("../../crates/order-service/src/admin/sql/relays.sql"),
         ),
     ] {
         let plan: Vec<PlanLine> = diesel::sql_query(format!("EXPLAIN {sql}"))

@@ -4,8 +4,8 @@
 //! and the job page in a real headless Chromium at desktop width.
 
 use diesel::prelude::*;
-use outbox_relay::orders::{order_enqueuer, place_order};
-use outbox_relay::schema::jobs_all;
+use order_service::orders::{order_enqueuer, place_order};
+use order_service::schema::jobs_all;
 use reqwest::StatusCode;
 
 use crate::admin::{

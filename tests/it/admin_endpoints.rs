@@ -6,9 +6,9 @@
 use std::time::Duration;
 
 use diesel::prelude::*;
-use outbox_relay::endpoints::spec::{EndpointName, EndpointUrl, EventTypes, SigningSecret};
-use outbox_relay::endpoints::{NewEndpoint, store, target};
-use outbox_relay::schema::{endpoints, jobs_all};
+use order_service::endpoints::spec::{EndpointName, EndpointUrl, EventTypes, SigningSecret};
+use order_service::endpoints::{NewEndpoint, store, target};
+use order_service::schema::{endpoints, jobs_all};
 use reqwest::StatusCode;
 
 use crate::admin::{
@@ -352,7 +352,7 @@ fn seed_endpoints(conn: &mut PgConnection) -> i64 {
                 secret: SigningSecret::generate().expect("secret"),
                 nats: None,
             },
-            &outbox_relay::sealed::Keyring::none(),
+            &order_service::sealed::Keyring::none(),
         )
         .expect("add")
         .id
@@ -644,7 +644,7 @@ async fn a_legacy_delivery_without_default_waits_naming_the_problem_until_defaul
         &mut conn,
         &sink.url(),
         secret.expose(),
-        &outbox_relay::sealed::Keyring::none(),
+        &order_service::sealed::Keyring::none(),
     )
     .expect("default");
     diesel::sql_query("UPDATE jobs SET run_after = now() WHERE id = $1")

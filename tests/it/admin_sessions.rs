@@ -9,9 +9,9 @@ use std::net::SocketAddr;
 use std::time::Duration;
 
 use diesel::prelude::*;
-use outbox_relay::api::{self, ApiSettings};
-use outbox_relay::client_addr::TrustedProxies;
-use outbox_relay::server::Application;
+use order_service::api::{self, ApiSettings};
+use order_service::client_addr::TrustedProxies;
+use order_service::server::Application;
 use reqwest::StatusCode;
 use tokio_util::sync::CancellationToken;
 

@@ -7,10 +7,10 @@ use std::time::{Duration, Instant};
 
 use diesel::connection::SimpleConnection as _;
 use diesel::prelude::*;
-use outbox_relay::api::{self, MAX_BODY_BYTES};
-use outbox_relay::effects::receipt::store_receipt;
-use outbox_relay::orders::OrderId;
-use outbox_relay::schema::{jobs_all, receipts};
+use order_service::api::{self, MAX_BODY_BYTES};
+use order_service::effects::receipt::store_receipt;
+use order_service::orders::OrderId;
+use order_service::schema::{jobs_all, receipts};
 use reqwest::StatusCode;
 use serde_json::{Value, json};
 
@@ -199,7 +199,7 @@ async fn each_invalid_field_is_a_422_naming_its_path_and_writes_nothing() {
 
     let mut too_many = order_json("Ada");
     let item = too_many["items"][0].clone();
-    too_many["items"] = Value::Array(vec![item; outbox_relay::orders::MAX_ITEMS + 1]);
+    too_many["items"] = Value::Array(vec![item; order_service::orders::MAX_ITEMS + 1]);
     let error = error_of(
         app.post_order(&too_many, None).await,
         StatusCode::UNPROCESSABLE_ENTITY,

@@ -7,9 +7,9 @@ use std::time::Duration;
 
 use chrono::Utc;
 use diesel::prelude::*;
-use outbox_relay::api::{self, ApiAuth, RateLimit};
-use outbox_relay::api_keys::{self, KeyName, NewSecret, Scope};
-use outbox_relay::schema::{api_keys as api_keys_table, order_events, orders, receipts};
+use order_service::api::{self, ApiAuth, RateLimit};
+use order_service::api_keys::{self, KeyName, NewSecret, Scope};
+use order_service::schema::{api_keys as api_keys_table, order_events, orders, receipts};
 use reqwest::StatusCode;
 use serde_json::{Value, json};
 

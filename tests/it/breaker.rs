@@ -10,14 +10,14 @@ use std::time::Duration;
 
 use chrono::{DateTime, Utc};
 use diesel::prelude::*;
-use outbox_relay::effects::receipt::ReceiptSettings;
-use outbox_relay::effects::webhook::{WebhookConfig, WebhookSender};
-use outbox_relay::effects::{self, Executor};
-use outbox_relay::endpoints::breaker::Breaker;
-use outbox_relay::orders::{NewOrder, endpoint_key, order_enqueuer, place_order};
-use outbox_relay::outbox::key_state;
-use outbox_relay::relay::BackoffPolicy;
-use outbox_relay::schema::{delivery_attempts, jobs_all};
+use order_service::effects::receipt::ReceiptSettings;
+use order_service::effects::webhook::{WebhookConfig, WebhookSender};
+use order_service::effects::{self, JobHandler};
+use order_service::endpoints::breaker::Breaker;
+use order_service::orders::{NewOrder, endpoint_key, order_enqueuer, place_order};
+use order_service::outbox::concurrency_state;
+use order_service::schema::{delivery_attempts, jobs_all};
+use order_service::worker_pool::BackoffPolicy;
 
 use crate::endpoint_delivery::add_endpoint;
 use crate::support::http::{Answer, HttpSink};
@@ -59,7 +59,7 @@ fn relay(db: &TestDb, sink: &HttpSink, breaker: Breaker) -> RunningRelay {
     })
     .expect("webhook sender")
     .with_breaker(breaker);
-    let effects: Arc<dyn Executor> = Arc::new(effects::workers(
+    let effects: Arc<dyn JobHandler> = Arc::new(effects::workers(
         db.pool(24),
         None,
         Some(sender),
@@ -350,7 +350,7 @@ async fn a_dead_receiver_with_a_thousand_queued_deliveries_gets_a_few_dozen_call
 
     down.store(true, Ordering::SeqCst);
     let paused = |conn: &mut PgConnection| {
-        key_state(conn, &endpoint_key(erp))
+        concurrency_state(conn, &endpoint_key(erp))
             .expect("key")
             .and_then(|s| s.limit.paused_until)
     };

@@ -2,12 +2,12 @@
 //! real database.
 
 use crate::support::enqueue;
-use outbox_relay::orders::order_enqueuer;
+use order_service::orders::order_enqueuer;
 use std::process::{Command, Output};
 
 use diesel::prelude::*;
-use outbox_relay::orders::place_order;
-use outbox_relay::schema::{jobs, jobs_all};
+use order_service::orders::place_order;
+use order_service::schema::{jobs, jobs_all};
 use serde_json::Value;
 
 use crate::support::{TestDb, make_done, sample_order, status_counts};
@@ -352,12 +352,12 @@ fn cancel_gives_up_on_pending_and_failed_jobs_and_refuses_the_rest() {
 
 #[test]
 fn cancelling_a_failed_head_releases_the_next_job_of_its_key() {
-    use outbox_relay::outbox::NewJob;
+    use order_service::outbox::NewJob;
     let db = TestDb::new();
     let mut conn = db.conn();
     let job = |n: i32| {
         NewJob::new("noop", serde_json::json!({ "n": n }))
-            .with_options(&outbox_relay::outbox::JobOptions::default().ordering_key("k-1"))
+            .with_options(&order_service::outbox::JobOptions::default().ordering_key("k-1"))
     };
     let head = enqueue(&mut conn, &job(1)).expect("enqueue");
     let second = enqueue(&mut conn, &job(2)).expect("enqueue");
@@ -582,8 +582,8 @@ fn every_command_explains_itself_with_help() {
 
 #[test]
 fn list_shows_the_parents_a_job_waits_for() {
-    use outbox_relay::effects::jobs::Noop;
-    use outbox_relay::outbox::{JobOptions, NewJob};
+    use order_service::effects::jobs::Noop;
+    use order_service::outbox::{JobOptions, NewJob};
 
     let db = TestDb::new();
     let mut conn = db.conn();
@@ -629,8 +629,8 @@ fn list_shows_the_parents_a_job_waits_for() {
 
 #[test]
 fn blocked_lists_dependents_held_by_a_failed_parent_beside_the_held_keys() {
-    use outbox_relay::effects::jobs::Noop;
-    use outbox_relay::outbox::{JobOptions, NewJob};
+    use order_service::effects::jobs::Noop;
+    use order_service::outbox::{JobOptions, NewJob};
 
     let db = TestDb::new();
     let mut conn = db.conn();

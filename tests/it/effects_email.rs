@@ -1,15 +1,15 @@
 //! confirmation_email end to end: a real relay, lettre, and an SMTP server on port 0.
 
-use outbox_relay::orders::order_enqueuer;
+use order_service::orders::order_enqueuer;
 use std::sync::Arc;
 use std::time::Duration;
 
 use diesel::prelude::*;
-use outbox_relay::effects::email::{EmailConfig, Mailer};
-use outbox_relay::effects::receipt::ReceiptSettings;
-use outbox_relay::effects::{self, EffectError, Executor, JobContext};
-use outbox_relay::orders::{NewOrder, Order, OrderId, load_order, place_order};
-use outbox_relay::schema::{jobs_all, receipts};
+use order_service::effects::email::{EmailConfig, Mailer};
+use order_service::effects::receipt::ReceiptSettings;
+use order_service::effects::{self, EffectError, JobContext, JobHandler};
+use order_service::orders::{NewOrder, Order, OrderId, load_order, place_order};
+use order_service::schema::{jobs_all, receipts};
 use tokio_util::sync::CancellationToken;
 
 use crate::support::smtp::{Mail, SmtpSink};
@@ -47,7 +47,7 @@ fn place(conn: &mut PgConnection, name: &str, max_attempts: i32) -> (i64, i64) {
 
 /// A relay for the confirmation and the receipt it waits for.
 fn email_relay(db: &TestDb, mailer: Mailer) -> RunningRelay {
-    let effects: Arc<dyn Executor> = Arc::new(effects::workers(
+    let effects: Arc<dyn JobHandler> = Arc::new(effects::workers(
         db.pool(4),
         Some(mailer),
         None,
@@ -56,7 +56,7 @@ fn email_relay(db: &TestDb, mailer: Mailer) -> RunningRelay {
     spawn_relay(db, relay_settings(), effects)
 }
 
-fn relay_settings() -> outbox_relay::relay::RelaySettings {
+fn relay_settings() -> order_service::worker_pool::PoolSettings {
     test_settings("mail-relay", &["confirmation_email", "receipt_pdf"])
 }
 
@@ -516,7 +516,7 @@ async fn a_failed_receipt_leaves_the_confirmation_without_attachment_but_with_th
     let mut conn = db.conn();
     let sink = SmtpSink::start().await;
     let (order_id, job_id) = place(&mut conn, "Ada Lovelace", 1);
-    let effects: Arc<dyn Executor> = Arc::new(effects::workers(
+    let effects: Arc<dyn JobHandler> = Arc::new(effects::workers(
         db.pool(4),
         Some(mailer_for(sink.url())),
         None,

@@ -3,16 +3,16 @@
 //!
 //! `RECEIPT_SAMPLE_DIR=/some/dir` keeps the PDFs this file renders, for a look.
 
-use outbox_relay::orders::order_enqueuer;
+use order_service::orders::order_enqueuer;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use diesel::prelude::*;
-use outbox_relay::effects::receipt::ReceiptSettings;
-use outbox_relay::effects::{self, EffectError, Executor, JobContext};
-use outbox_relay::orders::{NewOrder, place_order};
-use outbox_relay::schema::{jobs, jobs_all, receipts};
+use order_service::effects::receipt::ReceiptSettings;
+use order_service::effects::{self, EffectError, JobContext, JobHandler};
+use order_service::orders::{NewOrder, place_order};
+use order_service::schema::{jobs, jobs_all, receipts};
 use tokio_util::sync::CancellationToken;
 
 use crate::support::{
@@ -73,7 +73,7 @@ async fn the_stored_receipt_shows_order_items_total_and_an_international_custome
             ]
         }),
     );
-    let effects: Arc<dyn Executor> = Arc::new(effects::workers(
+    let effects: Arc<dyn JobHandler> = Arc::new(effects::workers(
         db.pool(4),
         None,
         None,
@@ -271,7 +271,7 @@ async fn japanese_chinese_and_korean_names_and_items_are_printed_not_boxes() {
             ]),
         ),
     );
-    let effects: Arc<dyn Executor> = Arc::new(effects::workers(
+    let effects: Arc<dyn JobHandler> = Arc::new(effects::workers(
         db.pool(4),
         None,
         None,
@@ -328,7 +328,7 @@ async fn an_order_with_an_unknown_stored_currency_fails_its_receipt_for_good() {
         .bind::<diesel::sql_types::BigInt, _>(order_id)
         .execute(&mut conn)
         .expect("an unknown code");
-    let effects: Arc<dyn Executor> = Arc::new(effects::workers(
+    let effects: Arc<dyn JobHandler> = Arc::new(effects::workers(
         db.pool(4),
         None,
         None,

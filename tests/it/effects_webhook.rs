@@ -1,6 +1,6 @@
 //! order_webhook end to end: a real relay, a real HTTP receiver on port 0.
 
-use outbox_relay::orders::order_enqueuer;
+use order_service::orders::order_enqueuer;
 use std::io::Write as _;
 use std::process::{Command, Stdio};
 use std::sync::Arc;
@@ -11,12 +11,12 @@ use base64::Engine as _;
 use chrono::{DateTime, Utc};
 use diesel::prelude::*;
 use hmac::{Hmac, Mac};
-use outbox_relay::effects::EffectError;
-use outbox_relay::effects::receipt::ReceiptSettings;
-use outbox_relay::effects::webhook::{WebhookConfig, WebhookSender};
-use outbox_relay::effects::{self, Executor};
-use outbox_relay::orders::{NewOrder, OrderId, load_order, place_order};
-use outbox_relay::schema::jobs_all;
+use order_service::effects::EffectError;
+use order_service::effects::receipt::ReceiptSettings;
+use order_service::effects::webhook::{WebhookConfig, WebhookSender};
+use order_service::effects::{self, JobHandler};
+use order_service::orders::{NewOrder, OrderId, load_order, place_order};
+use order_service::schema::jobs_all;
 use sha2::Sha256;
 
 use crate::support::http::{Answer, HttpSink, Recorded};
@@ -52,7 +52,7 @@ fn place(conn: &mut PgConnection, max_attempts: i32) -> (i64, i64) {
 }
 
 fn webhook_relay(db: &TestDb, sender: WebhookSender) -> RunningRelay {
-    let effects: Arc<dyn Executor> = Arc::new(effects::workers(
+    let effects: Arc<dyn JobHandler> = Arc::new(effects::workers(
         db.pool(4),
         None,
         Some(sender),
@@ -626,7 +626,7 @@ async fn counting_proxy() -> (
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn webhook_proxy_carries_the_calls_and_the_guard_still_checks_the_receiver() {
-    use outbox_relay::effects::webhook::{DeliveryOptions, Secrets};
+    use order_service::effects::webhook::{DeliveryOptions, Secrets};
     let (addr, seen, proxy) = counting_proxy().await;
     // The proxy is on loopback, yet private addresses stay refused for
     // receivers: the proxy is the operator's, the receivers are not.

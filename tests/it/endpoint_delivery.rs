@@ -5,19 +5,19 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use diesel::prelude::*;
-use outbox_relay::effects::receipt::ReceiptSettings;
-use outbox_relay::effects::webhook::{WebhookConfig, WebhookSender};
-use outbox_relay::effects::{self, Executor, OrderWebhook};
-use outbox_relay::endpoints::breaker::Breaker;
-use outbox_relay::endpoints::spec::{EndpointName, EndpointUrl, EventTypes, SigningSecret};
-use outbox_relay::endpoints::{NewEndpoint, store, target};
-use outbox_relay::orders::{
+use order_service::effects::receipt::ReceiptSettings;
+use order_service::effects::webhook::{WebhookConfig, WebhookSender};
+use order_service::effects::{self, JobHandler, OrderWebhook};
+use order_service::endpoints::breaker::Breaker;
+use order_service::endpoints::spec::{EndpointName, EndpointUrl, EventTypes, SigningSecret};
+use order_service::endpoints::{NewEndpoint, store, target};
+use order_service::orders::{
     NewOrder, OrderId, Transition, delivery_key, endpoint_key, place_order, transition_order,
     webhook_key,
 };
-use outbox_relay::orders::{new_job, order_enqueuer};
-use outbox_relay::outbox::JobOptions;
-use outbox_relay::schema::{delivery_attempts, jobs_all};
+use order_service::orders::{new_job, order_enqueuer};
+use order_service::outbox::JobOptions;
+use order_service::schema::{delivery_attempts, jobs_all};
 use serde_json::json;
 
 use crate::support::http::{Answer, HttpSink, Recorded};
@@ -47,7 +47,7 @@ pub fn add_endpoint(
             secret: secret.clone(),
             nats: None,
         },
-        &outbox_relay::sealed::Keyring::none(),
+        &order_service::sealed::Keyring::none(),
     )
     .expect("add endpoint");
     (endpoint.id, secret.expose().to_owned())
@@ -75,7 +75,7 @@ pub fn delivery_relay_with(
     })
     .expect("webhook sender")
     .with_breaker(breaker);
-    let effects: Arc<dyn Executor> = Arc::new(effects::workers(
+    let effects: Arc<dyn JobHandler> = Arc::new(effects::workers(
         db.pool(u32::try_from(concurrency).unwrap_or(16) + 4),
         None,
         Some(sender),
@@ -237,7 +237,7 @@ async fn a_rotated_secret_signs_beside_the_new_one_until_it_expires() {
         "erp",
         &new_secret,
         Duration::from_secs(3600),
-        &outbox_relay::sealed::Keyring::none(),
+        &order_service::sealed::Keyring::none(),
     )
     .expect("rotate");
     place(&mut conn);
@@ -291,7 +291,7 @@ async fn jobs_queued_before_endpoints_existed_go_to_default() {
         &mut conn,
         &default_sink.url(),
         default_secret.expose(),
-        &outbox_relay::sealed::Keyring::none(),
+        &order_service::sealed::Keyring::none(),
     )
     .expect("default");
     add_endpoint(&mut conn, "erp", &other, None, 4);
@@ -366,7 +366,7 @@ async fn an_order_placed_before_any_endpoint_gets_its_later_events_at_default_in
         &mut conn,
         &sink.url(),
         secret.expose(),
-        &outbox_relay::sealed::Keyring::none(),
+        &order_service::sealed::Keyring::none(),
     )
     .expect("default");
 
@@ -631,8 +631,8 @@ async fn a_dead_endpoint_is_probed_then_disabled_and_enabling_it_delivers_what_w
     let ops = HttpSink::start([], Answer::status(204)).await;
     let revived = HttpSink::start([], Answer::status(204)).await;
     let (dead_id, _) = add_endpoint(&mut conn, "dead", &revived, None, 4);
-    diesel::update(outbox_relay::schema::endpoints::table.find(dead_id))
-        .set(outbox_relay::schema::endpoints::url.eq(dead_url().await))
+    diesel::update(order_service::schema::endpoints::table.find(dead_id))
+        .set(order_service::schema::endpoints::url.eq(dead_url().await))
         .execute(&mut conn)
         .expect("point it nowhere");
     add_endpoint(&mut conn, "erp", &erp, Some("order.placed,order.paid"), 4);
@@ -659,11 +659,11 @@ async fn a_dead_endpoint_is_probed_then_disabled_and_enabling_it_delivers_what_w
         "the dead endpoint is disabled",
         Duration::from_secs(60),
         || {
-            let row: (bool, Option<String>) = outbox_relay::schema::endpoints::table
+            let row: (bool, Option<String>) = order_service::schema::endpoints::table
                 .find(dead_id)
                 .select((
-                    outbox_relay::schema::endpoints::enabled,
-                    outbox_relay::schema::endpoints::disabled_reason,
+                    order_service::schema::endpoints::enabled,
+                    order_service::schema::endpoints::disabled_reason,
                 ))
                 .first(&mut conn)
                 .expect("row");
@@ -717,8 +717,8 @@ async fn a_dead_endpoint_is_probed_then_disabled_and_enabling_it_delivers_what_w
     );
 
     // The receiver is back (at a new address); the operator enables it.
-    diesel::update(outbox_relay::schema::endpoints::table.find(dead_id))
-        .set(outbox_relay::schema::endpoints::url.eq(revived.url().as_str()))
+    diesel::update(order_service::schema::endpoints::table.find(dead_id))
+        .set(order_service::schema::endpoints::url.eq(revived.url().as_str()))
         .execute(&mut conn)
         .expect("point it at the live receiver");
     store::set_enabled(&mut conn, "dead", true).expect("enable");
@@ -752,11 +752,11 @@ async fn a_rate_limited_endpoint_gets_five_a_second_give_or_take_one_from_two_re
     let sink = HttpSink::start([], Answer::status(204)).await;
     let (id, _) = add_endpoint(&mut conn, "partner", &sink, None, 16);
     // As `endpoints add --rate-limit 5/s` sets it.
-    diesel::update(outbox_relay::schema::endpoints::table.find(id))
-        .set(outbox_relay::schema::endpoints::rate_limit.eq(Some(5.0)))
+    diesel::update(order_service::schema::endpoints::table.find(id))
+        .set(order_service::schema::endpoints::rate_limit.eq(Some(5.0)))
         .execute(&mut conn)
         .expect("rate");
-    outbox_relay::endpoints::throttle::sync(&mut conn, id, None).expect("limit");
+    order_service::endpoints::throttle::sync(&mut conn, id, None).expect("limit");
     // More than the window's worth, queued before the relays start: always a
     // backlog. Ten whole seconds show both the ceiling in every second and
     // the pace on average; a longer window proves nothing more.

@@ -5,7 +5,7 @@ use std::process::{Command, Output};
 
 use base64::Engine as _;
 use diesel::prelude::*;
-use outbox_relay::schema::{endpoints, jobs};
+use order_service::schema::{endpoints, jobs};
 use serde_json::Value;
 
 use crate::support::TestDb;

@@ -4,7 +4,7 @@
 
 use std::time::{Duration, Instant};
 
-use outbox_relay::http_server::ConnectionLimits;
+use order_service::http_server::ConnectionLimits;
 use reqwest::StatusCode;
 use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
 use tokio::net::TcpStream;
@@ -435,7 +435,7 @@ async fn serve_answers_probes_and_orders_within_a_second_while_3000_half_open_co
     let api_key = crate::support::app::create_api_key(
         &db.url,
         "front-door",
-        &[outbox_relay::api_keys::Scope::Place],
+        &[order_service::api_keys::Scope::Place],
     );
     let client = fresh_connection_client(&api_key);
     let mut slowest = Duration::ZERO;

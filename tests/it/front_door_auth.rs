@@ -6,10 +6,10 @@
 use std::time::{Duration, Instant};
 
 use diesel::prelude::*;
-use outbox_relay::api::RateLimit;
-use outbox_relay::api_keys::{NewSecret, Scope};
-use outbox_relay::client_addr::TrustedProxies;
-use outbox_relay::schema::{api_keys, order_events, orders};
+use order_service::api::RateLimit;
+use order_service::api_keys::{NewSecret, Scope};
+use order_service::client_addr::TrustedProxies;
+use order_service::schema::{api_keys, order_events, orders};
 use reqwest::StatusCode;
 use serde_json::{Value, json};
 use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};

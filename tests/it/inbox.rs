@@ -8,10 +8,10 @@ use std::process::{Command, Stdio};
 use std::time::Duration;
 
 use diesel::prelude::*;
-use outbox_relay::api_keys::Scope;
-use outbox_relay::inbox::source::{self, SourceKind};
-use outbox_relay::inbox::verify::stripe_signature;
-use outbox_relay::schema::{inbox_messages, jobs_all, order_events, orders};
+use order_service::api_keys::Scope;
+use order_service::inbox::source::{self, SourceKind};
+use order_service::inbox::verify::stripe_signature;
+use order_service::schema::{inbox_messages, jobs_all, order_events, orders};
 use reqwest::StatusCode;
 use serde_json::{Value, json};
 
@@ -34,7 +34,7 @@ fn add_source(app: &TestApp, name: &str, kind: SourceKind, secret: &str) {
         name,
         kind,
         secret,
-        &outbox_relay::sealed::Keyring::none(),
+        &order_service::sealed::Keyring::none(),
     )
     .expect("add source");
 }
@@ -516,7 +516,7 @@ async fn refused_messages_are_answered_4xx_and_store_nothing() {
         "stripe",
         new_secret,
         Duration::from_secs(3600),
-        &outbox_relay::sealed::Keyring::none(),
+        &order_service::sealed::Keyring::none(),
     )
     .expect("rotate");
     let during = post_stripe(
@@ -537,7 +537,7 @@ async fn refused_messages_are_answered_4xx_and_store_nothing() {
         "stripe",
         "whsec_the_rotated_secret_0002",
         Duration::ZERO,
-        &outbox_relay::sealed::Keyring::none(),
+        &order_service::sealed::Keyring::none(),
     )
     .expect("rotate");
     let after = post_stripe(&app, "stripe", new_secret, now(), &body).await;
@@ -635,9 +635,9 @@ async fn ids_are_kept_for_the_retention_and_forgotten_after_it() {
         .expect("age");
     }
     // What `serve` runs hourly with INBOX_RETENTION's default.
-    let pruned = outbox_relay::outbox_core::inbox::prune_messages(
+    let pruned = order_service::outbox_core::dedupe::prune_messages(
         &mut conn,
-        outbox_relay::inbox::DEFAULT_RETENTION,
+        order_service::inbox::DEFAULT_RETENTION,
         100,
     )
     .expect("prune");

@@ -1,10 +1,10 @@
 //! Prometheus metrics: scraped over HTTP, seen moving when requests and jobs happen.
 
 use crate::support::enqueue;
-use outbox_relay::orders::order_enqueuer;
+use order_service::orders::order_enqueuer;
 use std::time::Duration;
 
-use outbox_relay::outbox::{NewJob, QueueDepth, queue_depth};
+use order_service::outbox::{NewJob, QueueDepth, queue_depth};
 use reqwest::StatusCode;
 
 use crate::support::app::{http_client, spawn_app};
@@ -132,20 +132,20 @@ async fn the_relays_metrics_endpoint_serves_queue_depth_and_health() {
     let _gauge = GAUGE.lock().await;
     let db = TestDb::new();
     let mut conn = db.conn();
-    outbox_relay::orders::place_order(&mut conn, &order_enqueuer(), &sample_order(), None, 8)
+    order_service::orders::place_order(&mut conn, &order_enqueuer(), &sample_order(), None, 8)
         .expect("place");
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
         .await
         .expect("bind");
     let addr = listener.local_addr().expect("addr");
     let shutdown = tokio_util::sync::CancellationToken::new();
-    let server = tokio::spawn(outbox_relay::telemetry::serve_metrics(
+    let server = tokio::spawn(order_service::telemetry::serve_metrics(
         listener,
         db.pool(2),
-        outbox_relay::http_server::ConnectionLimits::default(),
+        order_service::http_server::ConnectionLimits::default(),
         std::sync::Arc::default(),
         None,
-        outbox_relay::telemetry::QUEUE_DEPTH_TTL,
+        order_service::telemetry::QUEUE_DEPTH_TTL,
         shutdown.clone(),
     ));
     let client = http_client();
@@ -194,7 +194,7 @@ fn queue_depth_counts_jobs_by_status() {
     let mut conn = db.conn();
     assert_eq!(queue_depth(&mut conn), Ok(QueueDepth::default()));
     for _ in 0..2 {
-        outbox_relay::orders::place_order(&mut conn, &order_enqueuer(), &sample_order(), None, 8)
+        order_service::orders::place_order(&mut conn, &order_enqueuer(), &sample_order(), None, 8)
             .expect("place");
     }
     use diesel::RunQueryDsl as _;
@@ -235,7 +235,7 @@ fn queue_depth_counts_done_jobs_from_the_archives_statistics_not_its_rows() {
         .execute(&mut conn)
         .expect("partitions");
     for _ in 0..3 {
-        outbox_relay::orders::place_order(&mut conn, &order_enqueuer(), &sample_order(), None, 8)
+        order_service::orders::place_order(&mut conn, &order_enqueuer(), &sample_order(), None, 8)
             .expect("place");
     }
     // Done on three different days and in the default partition (40 days ago
@@ -274,7 +274,7 @@ fn queue_depth_counts_done_jobs_from_the_archives_statistics_not_its_rows() {
     );
 
     // A prune drops the old rows; the counter follows.
-    outbox_relay::outbox::prune_done_jobs(&mut conn, Duration::from_secs(86_400), 100, |_| {})
+    order_service::outbox::prune_done_jobs(&mut conn, Duration::from_secs(86_400), 100, |_| {})
         .expect("prune");
     let depth = queue_depth_once_done_is(&mut conn, 4, Duration::from_secs(10));
     assert_eq!(depth.done, 4, "3 of today and the one in jobs: {depth:?}");

@@ -11,10 +11,10 @@ use std::time::Duration;
 
 use async_nats::jetstream::{self, message::StreamMessage};
 use diesel::prelude::*;
-use outbox_relay::orders::OrderId;
-use outbox_relay::orders::jobs::{OrderPublish, order_enqueuer};
-use outbox_relay::orders::{Transition, transition_order};
-use outbox_relay::schema::{endpoints, jobs_all, order_events};
+use order_service::orders::OrderId;
+use order_service::orders::jobs::{OrderPublish, order_enqueuer};
+use order_service::orders::{Transition, transition_order};
+use order_service::schema::{endpoints, jobs_all, order_events};
 use serde_json::json;
 
 use crate::faults::place_orders;

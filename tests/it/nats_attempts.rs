@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use async_nats::jetstream;
 use diesel::prelude::*;
-use outbox_relay::schema::{delivery_attempts, endpoints};
+use order_service::schema::{delivery_attempts, endpoints};
 use reqwest::StatusCode;
 use serde_json::Value;
 

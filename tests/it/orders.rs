@@ -2,13 +2,13 @@
 
 use crate::support::enqueue;
 use diesel::prelude::*;
-use outbox_relay::orders::order_enqueuer;
-use outbox_relay::orders::{
+use order_service::orders::order_enqueuer;
+use order_service::orders::{
     IdempotencyKey, OrderId, OrderStatus, PlaceOrderError, Placement, load_order, load_order_jobs,
     place_order,
 };
-use outbox_relay::outbox::NewJob;
-use outbox_relay::schema::{jobs_all, order_items, orders};
+use order_service::outbox::NewJob;
+use order_service::schema::{jobs_all, order_items, orders};
 
 use crate::support::{TestDb, order_json, sample_order};
 
@@ -70,12 +70,12 @@ fn a_failure_after_the_order_insert_leaves_nothing_behind() {
     .execute(&mut conn)
     .expect("trigger");
 
-    let result = outbox_relay::orders::place_order(
+    let result = order_service::orders::place_order(
         &mut conn,
         &order_enqueuer(),
         &sample_order(),
         None,
-        outbox_relay::outbox::DEFAULT_MAX_ATTEMPTS,
+        order_service::outbox::DEFAULT_MAX_ATTEMPTS,
     );
 
     let error = result.expect_err("the placement fails");
@@ -147,7 +147,7 @@ fn the_same_idempotency_key_returns_the_same_order_and_a_different_body_conflict
     let again = place_order(&mut conn, &order_enqueuer(), &sample_order(), Some(&key), 8)
         .expect("again")
         .placement;
-    let other = outbox_relay::orders::NewOrder::parse(&order_json("Someone Else")).expect("valid");
+    let other = order_service::orders::NewOrder::parse(&order_json("Someone Else")).expect("valid");
     let conflict = place_order(&mut conn, &order_enqueuer(), &other, Some(&key), 8);
 
     let Placement::Created(id) = first else {
@@ -181,9 +181,9 @@ fn the_same_idempotency_key_returns_the_same_order_and_a_different_body_conflict
 /// detected"); the transition's `FOR NO KEY UPDATE` leaves the key check free.
 #[test]
 fn a_transition_waiting_on_a_delivery_does_not_deadlock_with_the_receipt_of_its_order() {
-    use outbox_relay::endpoints::spec::{EndpointName, EndpointUrl, EventTypes, SigningSecret};
-    use outbox_relay::endpoints::{NewEndpoint, store};
-    use outbox_relay::orders::{Transition, transition_order};
+    use order_service::endpoints::spec::{EndpointName, EndpointUrl, EventTypes, SigningSecret};
+    use order_service::endpoints::{NewEndpoint, store};
+    use order_service::orders::{Transition, transition_order};
 
     let db = TestDb::new();
     let mut conn = db.conn();
@@ -198,7 +198,7 @@ fn a_transition_waiting_on_a_delivery_does_not_deadlock_with_the_receipt_of_its_
             secret: SigningSecret::generate().expect("secret"),
             nats: None,
         },
-        &outbox_relay::sealed::Keyring::none(),
+        &order_service::sealed::Keyring::none(),
     )
     .expect("endpoint");
     let order_id = place_order(&mut conn, &order_enqueuer(), &sample_order(), None, 8)

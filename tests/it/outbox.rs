@@ -6,14 +6,14 @@ use std::time::Duration;
 
 use diesel::prelude::*;
 use diesel::sql_types::Text;
-use outbox_relay::effects::receipt::store_receipt;
-use outbox_relay::orders::OrderId;
-use outbox_relay::outbox::NewJob;
-use outbox_relay::outbox_core::driver::{
+use order_service::effects::receipt::store_receipt;
+use order_service::orders::OrderId;
+use order_service::outbox::NewJob;
+use order_service::outbox_core::driver::{
     ClaimRequest, Finish, JobLease, Outcome, ReapRequest, claim_jobs, extend_leases, finish_jobs,
-    reap_expired_leases, release_jobs,
+    hand_back_jobs, reap_expired_leases,
 };
-use outbox_relay::schema::jobs_all;
+use order_service::schema::jobs_all;
 
 use crate::support::{TestDb, claim_buffers, count};
 
@@ -29,7 +29,7 @@ fn claim(
     worker: &str,
     limit: i64,
     lease: Duration,
-) -> Vec<outbox_relay::outbox_core::driver::ClaimedJob> {
+) -> Vec<order_service::outbox_core::driver::ClaimedJob> {
     let kinds = vec!["noop".to_owned()];
     claim_jobs(
         conn,
@@ -144,7 +144,7 @@ fn a_claim_takes_due_jobs_of_its_kinds_oldest_first_and_counts_the_attempt() {
     enqueue_many(
         &mut conn,
         &[NewJob::new("noop", serde_json::json!({})).with_options(
-            &outbox_relay::outbox::JobOptions::default()
+            &order_service::outbox::JobOptions::default()
                 .run_after(chrono::Utc::now() + chrono::Duration::hours(1)),
         )],
     )
@@ -327,13 +327,13 @@ fn an_expired_lease_is_reaped_to_pending_or_to_failed_when_out_of_attempts() {
     let with_attempts_left = enqueue_many(
         &mut conn,
         &[NewJob::new("noop", serde_json::json!({}))
-            .with_options(&outbox_relay::outbox::JobOptions::default().max_attempts(3))],
+            .with_options(&order_service::outbox::JobOptions::default().max_attempts(3))],
     )
     .expect("enqueue")[0];
     let on_last_attempt = enqueue_many(
         &mut conn,
         &[NewJob::new("noop", serde_json::json!({}))
-            .with_options(&outbox_relay::outbox::JobOptions::default().max_attempts(1))],
+            .with_options(&order_service::outbox::JobOptions::default().max_attempts(1))],
     )
     .expect("enqueue")[0];
     let healthy = noops(&mut conn, 1)[0];
@@ -388,7 +388,7 @@ fn an_expired_lease_is_reaped_to_pending_or_to_failed_when_out_of_attempts() {
 }
 
 #[test]
-fn released_jobs_go_back_to_pending_without_spending_an_attempt() {
+fn handed_back_jobs_go_back_to_pending_without_spending_an_attempt() {
     let db = TestDb::new();
     let mut conn = db.conn();
     noops(&mut conn, 2);
@@ -409,12 +409,15 @@ fn released_jobs_go_back_to_pending_without_spending_an_attempt() {
         .collect();
 
     assert!(
-        release_jobs(&mut conn, &forged)
+        hand_back_jobs(&mut conn, &forged)
             .expect("release")
             .is_empty(),
         "a token no claim holds releases nothing"
     );
-    assert_eq!(release_jobs(&mut conn, &leases).expect("release").len(), 2);
+    assert_eq!(
+        hand_back_jobs(&mut conn, &leases).expect("release").len(),
+        2
+    );
 
     let rows: Vec<(String, i32, Option<String>)> = jobs_all::table
         .select((jobs_all::status, jobs_all::attempts, jobs_all::locked_by))
@@ -560,7 +563,7 @@ fn a_claim_after_a_release_or_an_operator_retry_fences_out_the_earlier_claim_of_
         lease_token: first.lease_token,
     };
     assert_eq!(
-        release_jobs(&mut conn, &[lease]).expect("release"),
+        hand_back_jobs(&mut conn, &[lease]).expect("release"),
         vec![id]
     );
     let second = claim(&mut conn, "w", 1, Duration::from_secs(60)).remove(0);
@@ -584,9 +587,9 @@ fn a_claim_after_a_release_or_an_operator_retry_fences_out_the_earlier_claim_of_
         finish_jobs(&mut conn, &[failed]).expect("finish").applied,
         vec![id]
     );
-    outbox_relay::outbox::retry_failed_jobs(
+    order_service::outbox::retry_failed_jobs(
         &mut conn,
-        &outbox_relay::outbox::RetrySelection::Ids(vec![id]),
+        &order_service::outbox::RetrySelection::Ids(vec![id]),
     )
     .expect("retry");
     let third = claim(&mut conn, "w", 1, Duration::from_secs(60)).remove(0);
@@ -702,7 +705,7 @@ fn an_error_with_nul_bytes_control_characters_and_100_kb_is_stored_cleaned() {
         "{}",
         &stored[..60]
     );
-    assert!(stored.len() <= outbox_relay::outbox_core::driver::MAX_ERROR_BYTES);
+    assert!(stored.len() <= order_service::outbox_core::driver::MAX_ERROR_BYTES);
     assert!(stored.ends_with("more bytes]"));
 }
 
@@ -772,7 +775,7 @@ fn under_a_pinned_horizon_a_claim_from_the_cursor_skips_the_dead_prefix() {
     while finished < 20_000 {
         let jobs = match cursor {
             Some(after) => {
-                outbox_relay::outbox_core::driver::claim_jobs_after(&mut conn, &request, after)
+                order_service::outbox_core::driver::claim_jobs_after(&mut conn, &request, after)
             }
             None => claim_jobs(&mut conn, &request),
         }
@@ -807,7 +810,7 @@ fn under_a_pinned_horizon_a_claim_from_the_cursor_skips_the_dead_prefix() {
         "a claim from the cursor should read about what an unpinned claim reads: {from_cursor} vs {unpinned}"
     );
     // Both still claim the right jobs: the oldest 16 left.
-    let next = outbox_relay::outbox_core::driver::claim_jobs_after(
+    let next = order_service::outbox_core::driver::claim_jobs_after(
         &mut conn,
         &ClaimRequest {
             limit: 16,

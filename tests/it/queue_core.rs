@@ -71,7 +71,7 @@ fn catalog(conn: &mut PgConnection, query: &str) -> BTreeSet<String> {
 fn the_cores_migrations_build_the_queue_schema_the_services_history_arrived_at() {
     let core = TestDb::empty();
     let mut core_conn = core.conn();
-    outbox_relay::outbox_core::db::run_migrations(&mut core_conn).expect("core migrations");
+    order_service::outbox_core::db::run_migrations(&mut core_conn).expect("core migrations");
     let service = TestDb::new();
     let mut service_conn = service.conn();
 

@@ -6,15 +6,15 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use base64::Engine as _;
-use outbox_relay::effects::email::{EmailConfig, Mailer};
-use outbox_relay::effects::receipt::ReceiptSettings;
-use outbox_relay::effects::{self, Executor};
-use outbox_relay::links::{ReceiptLinks, unix_now};
+use order_service::effects::email::{EmailConfig, Mailer};
+use order_service::effects::receipt::ReceiptSettings;
+use order_service::effects::{self, JobHandler};
+use order_service::links::{ReceiptLinks, unix_now};
 use reqwest::StatusCode;
 use serde_json::Value;
 
-use outbox_relay::api::RateLimit;
-use outbox_relay::client_addr::TrustedProxies;
+use order_service::api::RateLimit;
+use order_service::client_addr::TrustedProxies;
 
 use crate::support::app::{
     TestApp, error_of, spawn_app, spawn_app_with, test_api_settings, test_receipt_links,
@@ -38,7 +38,7 @@ async fn order_with_emailed_link(app: &TestApp, sink: &SmtpSink) -> (i64, url::U
         receipt_links: Some(test_receipt_links()),
     })
     .expect("mailer");
-    let executor: Arc<dyn Executor> = Arc::new(effects::workers(
+    let executor: Arc<dyn JobHandler> = Arc::new(effects::workers(
         app.db.pool(4),
         Some(mailer),
         None,
@@ -241,7 +241,7 @@ async fn fetch(app: &TestApp, query: &str) -> (StatusCode, String) {
 async fn links_of_a_previous_key_work_only_while_it_is_listed() {
     let old = ReceiptLinks::new(OLD_LINK_KEY, test_receipt_links().ttl()).expect("key");
     let link = old.sign(1, unix_now());
-    assert_eq!(link.kid, outbox_relay::links::key_id(OLD_LINK_KEY));
+    assert_eq!(link.kid, order_service::links::key_id(OLD_LINK_KEY));
     assert!(link.query().contains(&format!("kid={}", link.kid)));
 
     // Rotated: the current key signs, the old one is still listed.

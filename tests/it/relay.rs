@@ -8,11 +8,11 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use diesel::prelude::*;
-use outbox_relay::effects::{self, EffectError, receipt::ReceiptSettings};
-use outbox_relay::outbox::NewJob;
-use outbox_relay::outbox_core::driver::{ClaimRequest, claim_jobs};
-use outbox_relay::relay::RelayStats;
-use outbox_relay::schema::jobs_all;
+use order_service::effects::{self, EffectError, receipt::ReceiptSettings};
+use order_service::outbox::NewJob;
+use order_service::outbox_core::driver::{ClaimRequest, claim_jobs};
+use order_service::schema::jobs_all;
+use order_service::worker_pool::PoolStats;
 
 use crate::support::{
     TestDb, count, executor, init_tracing, spawn_relay, test_settings, wait_until,
@@ -22,7 +22,7 @@ fn enqueue_noops(conn: &mut PgConnection, n: usize, max_attempts: i32) -> Vec<i6
     let batch: Vec<NewJob> = (0..n)
         .map(|i| {
             NewJob::new("noop", serde_json::json!({ "i": i })).with_options(
-                &outbox_relay::outbox::JobOptions::default().max_attempts(max_attempts),
+                &order_service::outbox::JobOptions::default().max_attempts(max_attempts),
             )
         })
         .collect();
@@ -68,7 +68,7 @@ async fn eight_relays_run_each_of_two_thousand_jobs_exactly_once() {
     for relay in relays {
         relay.stop().await;
     }
-    let per_relay: Vec<u64> = stats.iter().map(|s| RelayStats::get(&s.done)).collect();
+    let per_relay: Vec<u64> = stats.iter().map(|s| PoolStats::get(&s.done)).collect();
 
     let runs = runs.lock().expect("runs");
     assert_eq!(runs.len(), 2000, "every job ran");
@@ -94,7 +94,7 @@ async fn a_retryable_failure_backs_off_with_growing_capped_delays_until_the_last
     let id = enqueue(
         &mut conn,
         &NewJob::new("noop", serde_json::json!({}))
-            .with_options(&outbox_relay::outbox::JobOptions::default().max_attempts(5)),
+            .with_options(&order_service::outbox::JobOptions::default().max_attempts(5)),
     )
     .expect("enqueue");
     // Each attempt notes when it started (this process's clock) and, on the
@@ -293,13 +293,13 @@ async fn a_dead_workers_job_is_reaped_and_finished_by_another_relay() {
     let id = enqueue(
         &mut conn,
         &NewJob::new("noop", serde_json::json!({}))
-            .with_options(&outbox_relay::outbox::JobOptions::default().max_attempts(3)),
+            .with_options(&order_service::outbox::JobOptions::default().max_attempts(3)),
     )
     .expect("enqueue");
     let last = enqueue(
         &mut conn,
         &NewJob::new("noop", serde_json::json!({}))
-            .with_options(&outbox_relay::outbox::JobOptions::default().max_attempts(1)),
+            .with_options(&order_service::outbox::JobOptions::default().max_attempts(1)),
     )
     .expect("enqueue");
     // A worker claims both with a short lease and dies.
@@ -362,13 +362,10 @@ async fn three_reapers_at_once_take_each_of_fifteen_hundred_expired_leases_exact
         count(&mut conn, "done") == 1500
     })
     .await;
-    let reaped: u64 = relays
-        .iter()
-        .map(|r| RelayStats::get(&r.stats.reaped))
-        .sum();
+    let reaped: u64 = relays.iter().map(|r| PoolStats::get(&r.stats.reaped)).sum();
     let by_relay: Vec<u64> = relays
         .iter()
-        .map(|r| RelayStats::get(&r.stats.reaped))
+        .map(|r| PoolStats::get(&r.stats.reaped))
         .collect();
     for relay in relays {
         relay.stop().await;
@@ -391,7 +388,7 @@ async fn three_reapers_at_once_take_each_of_fifteen_hundred_expired_leases_exact
 fn counted_sleeper(
     runs: &Arc<AtomicUsize>,
     effect_time: Duration,
-) -> Arc<dyn outbox_relay::effects::Executor> {
+) -> Arc<dyn order_service::effects::JobHandler> {
     let runs = Arc::clone(runs);
     executor(move |_| {
         runs.fetch_add(1, Ordering::SeqCst);
@@ -474,7 +471,7 @@ async fn a_relays_own_reaper_spares_the_jobs_it_is_still_running() {
         count(&mut conn, "done") == 1
     })
     .await;
-    let reaped = RelayStats::get(&relay.stats.reaped);
+    let reaped = PoolStats::get(&relay.stats.reaped);
     relay.stop().await;
 
     assert_eq!(runs.load(Ordering::SeqCst), 1, "the effect ran once");

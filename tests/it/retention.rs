@@ -1,13 +1,13 @@
 //! Retention of done jobs: the daily partitions of `jobs_done`, what
 //! `jobs_done_ensure_partitions` makes and what `prune_done_jobs` drops.
 
-use outbox_relay::orders::order_enqueuer;
+use order_service::orders::order_enqueuer;
 use std::time::Duration;
 
 use diesel::prelude::*;
 use diesel::sql_types::{BigInt, Text};
-use outbox_relay::orders::place_order;
-use outbox_relay::outbox::{PruneReport, count_prunable, prune_done_jobs};
+use order_service::orders::place_order;
+use order_service::outbox::{PruneReport, count_prunable, prune_done_jobs};
 
 use crate::support::{TestDb, make_done, sample_order};
 
@@ -67,7 +67,7 @@ fn ensure_partitions_since(conn: &mut PgConnection, days_ago: i32) {
 
 /// Places one order and returns its three job ids.
 fn three_jobs(conn: &mut PgConnection) -> [i64; 3] {
-    use outbox_relay::schema::jobs;
+    use order_service::schema::jobs;
     let order_id = place_order(conn, &order_enqueuer(), &sample_order(), None, 8)
         .expect("place order")
         .order_id();

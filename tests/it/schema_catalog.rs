@@ -54,7 +54,7 @@ fn catalog_columns(conn: &mut PgConnection, table: &str) -> BTreeSet<String> {
 fn every_diesel_table_matches_the_database_catalog() {
     let db = TestDb::new();
     let mut conn = db.conn();
-    use outbox_relay::schema;
+    use order_service::schema;
     let tables = [
         ("orders", diesel_columns!(schema::orders)),
         ("order_items", diesel_columns!(schema::order_items)),
@@ -87,7 +87,7 @@ fn every_diesel_table_matches_the_database_catalog() {
 #[test]
 fn the_cores_jobs_columns_are_the_services_less_its_own() {
     let core = diesel_columns!(outbox_core::schema::jobs);
-    let service = diesel_columns!(outbox_relay::schema::jobs);
+    let service = diesel_columns!(order_service::schema::jobs);
     let added: Vec<_> = service.difference(&core).collect();
     assert_eq!(
         added,

@@ -12,16 +12,16 @@ use base64::Engine as _;
 use base64::engine::general_purpose::STANDARD;
 use diesel::prelude::*;
 use diesel::sql_types::Text;
-use outbox_relay::api::ApiSettings;
-use outbox_relay::at_rest;
-use outbox_relay::effects::nats::NatsConnections;
-use outbox_relay::effects::receipt::ReceiptSettings;
-use outbox_relay::effects::webhook::{DeliveryOptions, WebhookSender};
-use outbox_relay::effects::{self, Executor};
-use outbox_relay::endpoints::{EndpointCredentials, nats_credentials, target, upkeep};
-use outbox_relay::inbox::verify::stripe_signature;
-use outbox_relay::schema::{inbox_messages, jobs_all};
-use outbox_relay::sealed::{Keyring, SecretsKey};
+use order_service::api::ApiSettings;
+use order_service::at_rest;
+use order_service::effects::nats::NatsConnections;
+use order_service::effects::receipt::ReceiptSettings;
+use order_service::effects::webhook::{DeliveryOptions, WebhookSender};
+use order_service::effects::{self, JobHandler};
+use order_service::endpoints::{EndpointCredentials, nats_credentials, target, upkeep};
+use order_service::inbox::verify::stripe_signature;
+use order_service::schema::{inbox_messages, jobs_all};
+use order_service::sealed::{Keyring, SecretsKey};
 use reqwest::StatusCode;
 use serde_json::Value;
 use sha2::{Digest as _, Sha256};
@@ -182,7 +182,7 @@ fn delivery_relay(db: &TestDb, keys: Keyring) -> RunningRelay {
         proxy: None,
     })
     .expect("a sender");
-    let effects: Arc<dyn Executor> = Arc::new(effects::workers_with_nats(
+    let effects: Arc<dyn JobHandler> = Arc::new(effects::workers_with_nats(
         db.pool(8),
         None,
         Some(sender),

@@ -5,9 +5,9 @@ use std::time::Duration;
 
 use chrono::Utc;
 use diesel::prelude::*;
-use outbox_relay::endpoints::attempts::Health;
-use outbox_relay::endpoints::breaker::{Breaker, Verdict};
-use outbox_relay::schema::jobs_all;
+use order_service::endpoints::attempts::Health;
+use order_service::endpoints::breaker::{Breaker, Verdict};
+use order_service::schema::jobs_all;
 
 use crate::endpoint_delivery::{add_endpoint, place};
 use crate::support::TestDb;
@@ -30,8 +30,8 @@ async fn endpoint_disabled_is_told_only_to_endpoints_that_subscribed_to_it_by_na
         ..Breaker::default()
     };
     let since = Utc::now() - chrono::Duration::seconds(2);
-    diesel::update(outbox_relay::schema::endpoints::table.find(dead))
-        .set(outbox_relay::schema::endpoints::failing_since.eq(since))
+    diesel::update(order_service::schema::endpoints::table.find(dead))
+        .set(order_service::schema::endpoints::failing_since.eq(since))
         .execute(&mut conn)
         .expect("failing for 2 s");
     let failing = Health {
@@ -100,8 +100,8 @@ async fn a_relay_ignores_proxy_variables_from_its_environment() {
 
 #[tokio::test]
 async fn adding_an_endpoint_past_the_cap_is_refused_saying_so_and_writes_nothing() {
-    use outbox_relay::endpoints::spec::{EndpointName, EndpointUrl, EventTypes, SigningSecret};
-    use outbox_relay::endpoints::{NewEndpoint, StoreError, store};
+    use order_service::endpoints::spec::{EndpointName, EndpointUrl, EventTypes, SigningSecret};
+    use order_service::endpoints::{NewEndpoint, StoreError, store};
     let db = TestDb::new();
     let mut conn = db.conn();
     let new = |name: &str| NewEndpoint {
@@ -113,7 +113,7 @@ async fn adding_an_endpoint_past_the_cap_is_refused_saying_so_and_writes_nothing
         secret: SigningSecret::generate().expect("secret"),
         nats: None,
     };
-    let none = outbox_relay::sealed::Keyring::none();
+    let none = order_service::sealed::Keyring::none();
     store::add_within(&mut conn, &new("one"), 2, &none).expect("first");
     store::add_within(&mut conn, &new("two"), 2, &none).expect("second");
     let refused = store::add_within(&mut conn, &new("three"), 2, &none).expect_err("past the cap");
@@ -122,7 +122,7 @@ async fn adding_an_endpoint_past_the_cap_is_refused_saying_so_and_writes_nothing
         "{refused}"
     );
     assert!(refused.to_string().contains("ENDPOINTS_MAX"), "{refused}");
-    let rows: i64 = outbox_relay::schema::endpoints::table
+    let rows: i64 = order_service::schema::endpoints::table
         .count()
         .get_result(&mut conn)
         .expect("count");

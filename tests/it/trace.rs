@@ -149,13 +149,13 @@ async fn one_trace_runs_from_post_orders_through_the_relay_to_the_receivers() {
             .env("OTEL_EXPORTER_OTLP_ENDPOINT", collector.endpoint())
             .env("OTEL_SERVICE_NAME", "orders-relay")
             // "effect succeeded", inside the job's span, is a debug line.
-            .env("RUST_LOG", "info,outbox_relay=debug,outbox_core=debug"),
+            .env("RUST_LOG", "info,order_service=debug,outbox_core=debug"),
     )
     .await;
     let client = crate::support::app::http_client_with_key(&crate::support::app::create_api_key(
         &db.url,
         "traced",
-        &[outbox_relay::api_keys::Scope::All],
+        &[order_service::api_keys::Scope::All],
     ));
 
     // One order continues the caller's trace, one starts its own.
@@ -272,8 +272,8 @@ async fn one_trace_runs_from_post_orders_through_the_relay_to_the_receivers() {
     assert!(mail_trace_ids.contains(other_trace), "{mail_trace_ids:?}");
 
     // The stored context is what the relay continued.
-    let stored: Vec<Option<serde_json::Value>> = outbox_relay::schema::jobs_all::table
-        .select(outbox_relay::schema::jobs_all::trace_context)
+    let stored: Vec<Option<serde_json::Value>> = order_service::schema::jobs_all::table
+        .select(order_service::schema::jobs_all::trace_context)
         .load(&mut conn)
         .expect("trace contexts");
     assert!(stored.iter().all(Option::is_some), "{stored:?}");

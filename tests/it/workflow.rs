@@ -7,11 +7,11 @@ use crate::support::enqueue_many;
 use std::time::Duration;
 
 use diesel::prelude::*;
-use outbox_relay::outbox::{NewJob, blocked_keys};
-use outbox_relay::outbox_core::driver::{
-    ClaimRequest, ClaimedJob, Finish, Outcome, claim_jobs, finish_jobs, release_stranded_keys,
+use order_service::outbox::{NewJob, blocked_keys};
+use order_service::outbox_core::driver::{
+    ClaimRequest, ClaimedJob, Finish, Outcome, advance_stranded_keys, claim_jobs, finish_jobs,
 };
-use outbox_relay::schema::{jobs_all, order_events};
+use order_service::schema::{jobs_all, order_events};
 use reqwest::StatusCode;
 use serde_json::{Value, json};
 
@@ -297,7 +297,7 @@ fn keyed(key: &str, n: usize) -> Vec<NewJob> {
     (0..n)
         .map(|i| {
             NewJob::new("noop", json!({ "i": i }))
-                .with_options(&outbox_relay::outbox::JobOptions::default().ordering_key(key))
+                .with_options(&order_service::outbox::JobOptions::default().ordering_key(key))
         })
         .collect()
 }
@@ -390,9 +390,9 @@ fn a_keys_jobs_are_claimed_one_at_a_time_in_enqueue_order_and_a_failed_head_bloc
     );
 
     // An operator retries the head; it succeeds; the key resumes in order.
-    outbox_relay::outbox::retry_failed_jobs(
+    order_service::outbox::retry_failed_jobs(
         &mut conn,
-        &outbox_relay::outbox::RetrySelection::Ids(vec![a[0]]),
+        &order_service::outbox::RetrySelection::Ids(vec![a[0]]),
     )
     .expect("retry");
     let retried = claim(&mut conn, 10);
@@ -459,7 +459,7 @@ fn the_claim_reads_as_many_buffers_with_ten_thousand_blocked_jobs_as_with_none()
 }
 
 #[test]
-fn a_key_whose_head_ended_without_releasing_the_next_job_is_released_by_the_sweep_and_only_it() {
+fn a_key_whose_head_ended_without_advancing_is_advanced_by_the_sweep_and_only_it() {
     let db = TestDb::new();
     let mut conn = db.conn();
     let stranded = enqueue_many(&mut conn, &keyed("stranded", 3)).expect("enqueue");
@@ -482,7 +482,7 @@ fn a_key_whose_head_ended_without_releasing_the_next_job_is_released_by_the_swee
         "nothing claimable before the sweep"
     );
 
-    let released = release_stranded_keys(&mut conn, 100).expect("sweep");
+    let released = advance_stranded_keys(&mut conn, 100).expect("sweep");
 
     assert_eq!(released, vec![stranded[1]]);
     let next = claim(&mut conn, 10);
@@ -491,7 +491,7 @@ fn a_key_whose_head_ended_without_releasing_the_next_job_is_released_by_the_swee
         vec![stranded[1]]
     );
     assert!(
-        release_stranded_keys(&mut conn, 100)
+        advance_stranded_keys(&mut conn, 100)
             .expect("sweep")
             .is_empty(),
         "a running head keeps its successor blocked; a failed head keeps its key"

@@ -1,12 +1,12 @@
 //! The relay's own statements, one function each: claim, finish (fenced),
 //! heartbeat, release, reap, and the upkeep of the archive's partitions; and
-//! the untyped [`Executor`] a relay calls with each [`ClaimedJob`], which
+//! the untyped [`JobHandler`] a relay calls with each [`ClaimedJob`], which
 //! [`Workers`](crate::worker::Workers) implements.
 //!
 //! These are the relay's internals, public as River's driver layer is: for
 //! benchmarks that time one statement alone, and tests that drive a job
 //! through its states by hand. An application never needs them (a
-//! [`Relay`](crate::relay::Relay) runs them), and they change with the
+//! [`WorkerPool`](crate::worker_pool::WorkerPool) runs them), and they change with the
 //! relay. Each runs on a connection the caller provides, in whatever
 //! transaction it is in; its SQL is in `src/outbox/sql/`, one statement a
 //! file, with a comment on why it is safe under many concurrent relays.
@@ -16,9 +16,9 @@ pub use crate::outbox::claim::{
     CLAIM_SQL, ClaimPosition, ClaimRequest, ClaimedJob, claim_jobs, claim_jobs_after,
 };
 pub use crate::outbox::finish::{Finish, FinishReport, Outcome, finish_jobs};
-pub use crate::outbox::lease::{HeartbeatReport, JobLease, extend_leases, release_jobs};
-pub use crate::outbox::ordering_keys::release_stranded_keys;
+pub use crate::outbox::lease::{HeartbeatReport, JobLease, extend_leases, hand_back_jobs};
+pub use crate::outbox::ordering_keys::advance_stranded_keys;
 pub use crate::outbox::prepared::CLAIM_PARAMS;
 pub use crate::outbox::reap::{ReapReport, ReapRequest, reap_expired_leases};
 pub use crate::outbox::text::MAX_ERROR_BYTES;
-pub use crate::worker::executor::{BoxFuture, Executor};
+pub use crate::worker::handler::{BoxFuture, JobHandler};

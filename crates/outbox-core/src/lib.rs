@@ -1,7 +1,7 @@
 //! outbox-core: a transactional outbox and job queue on PostgreSQL.
 //!
 //! Enqueue a job inside your own Diesel transaction ([`outbox::Enqueuer`]):
-//! it commits or vanishes with your writes. A [`relay::Relay`] claims due jobs
+//! it commits or vanishes with your writes. A [`worker_pool::WorkerPool`] claims due jobs
 //! with `FOR UPDATE SKIP LOCKED`, hands each to the [`worker::Worker`]
 //! registered for its kind, and records the outcome with a fenced update, so a
 //! worker that lost its lease changes nothing. Failures retry with exponential
@@ -23,13 +23,13 @@
 //!   `src/outbox/sql/`, one statement a file.
 //! - [`driver`]: the relay's own statements (claim, finish, heartbeat, reap),
 //!   public for benchmarks and tests of one statement; not for applications.
-//! - [`relay`]: the worker pool: producer, executor, completer, heartbeat,
+//! - [`worker_pool`]: the worker pool: producer, executor, completer, heartbeat,
 //!   reaper, LISTEN/NOTIFY wake-ups (over TLS too), graceful shutdown, and the
 //!   retry policy.
 //! - [`db`]: the r2d2 pool, this crate's embedded migrations, running Diesel
 //!   off the async threads, and what a database error means for a retry.
 //! - [`schema`]: the Diesel tables of the queue.
-//! - [`inbox`]: the outbox's twin: record a received message's id inside
+//! - [`dedupe`]: the outbox's twin: record a received message's id inside
 //!   the transaction that applies it, and know a repeat.
 //!
 //! Every enqueue stores the W3C trace context of the current span with its
@@ -38,10 +38,10 @@
 #![warn(missing_docs)]
 
 pub mod db;
+pub mod dedupe;
 pub mod driver;
-pub mod inbox;
 pub mod outbox;
-pub mod relay;
+pub mod worker_pool;
 // Diesel's `table!` generates items it cannot document.
 #[allow(missing_docs)]
 pub mod schema;

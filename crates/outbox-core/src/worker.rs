@@ -3,20 +3,20 @@
 //!
 //! A job type implements [`JobArgs`] (its kind and its serde arguments); a
 //! [`Worker`] for it receives the decoded arguments and a [`JobContext`].
-//! [`Workers`] holds one worker per kind and is what a [`Relay`] runs: it
+//! [`Workers`] holds one worker per kind and is what a [`WorkerPool`] runs: it
 //! decodes each claimed job into its type, and turns an unknown kind or
 //! arguments that do not decode into a permanent failure with a clear
 //! `last_error`, never a panic.
 //!
-//! [`driver::Executor`](crate::driver::Executor) is the untyped interface
+//! [`driver::JobHandler`](crate::driver::JobHandler) is the untyped interface
 //! underneath, for callers that need the raw row (a benchmark's recorder, a
 //! test's scripted effect).
 //!
-//! [`Relay`]: crate::relay::Relay
+//! [`WorkerPool`]: crate::worker_pool::WorkerPool
 
 mod context;
 mod error;
-pub(crate) mod executor;
+pub(crate) mod handler;
 
 use std::collections::BTreeMap;
 use std::future::Future;
@@ -28,7 +28,7 @@ use serde::de::DeserializeOwned;
 pub use context::JobContext;
 pub use error::EffectError;
 
-use crate::driver::{BoxFuture, ClaimedJob, Executor};
+use crate::driver::{BoxFuture, ClaimedJob, JobHandler};
 use crate::outbox::LocalWrite;
 
 /// Success, possibly with a write to commit atomically with the job's
@@ -99,7 +99,7 @@ pub trait Worker<A: JobArgs>: Send + Sync + 'static {
     fn work(&self, args: A, ctx: JobContext) -> impl Future<Output = EffectResult> + Send;
 }
 
-/// One worker per kind; the [`Executor`] a relay runs.
+/// One worker per kind; the [`JobHandler`] a relay runs.
 ///
 /// ```
 /// # use outbox_core::worker::{EffectResult, JobArgs, JobContext, Worker, Workers};
@@ -152,7 +152,7 @@ impl Workers {
     }
 }
 
-impl Executor for Workers {
+impl JobHandler for Workers {
     fn execute<'a>(&'a self, job: &'a ClaimedJob, ctx: JobContext) -> BoxFuture<'a, EffectResult> {
         match self.by_kind.get(job.kind.as_str()) {
             Some(worker) => worker.run(job, ctx),

@@ -39,7 +39,7 @@ pub struct PrivatePostgres {
     port: u16,
     run_as: Option<String>,
     persistent: bool,
-    forced_exit: Option<outbox_relay::shutdown::ForcedExitCleanup>,
+    forced_exit: Option<order_service::shutdown::ForcedExitCleanup>,
 }
 
 impl PrivatePostgres {
@@ -93,7 +93,7 @@ impl PrivatePostgres {
         let port = free_port().map_err(|e| step("finding a free port", e))?;
         let forced_exit = (!persistent).then(|| {
             let (root, bindir, run_as) = (root.clone(), bindir.clone(), run_as.clone());
-            outbox_relay::shutdown::on_forced_exit(move || {
+            order_service::shutdown::on_forced_exit(move || {
                 remove_server(&root, &bindir, run_as.as_deref())
             })
         });

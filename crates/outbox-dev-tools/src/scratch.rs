@@ -15,7 +15,7 @@ pub struct ScratchDatabase {
 impl ScratchDatabase {
     pub fn create(admin_url: &str, prefix: &str) -> anyhow::Result<ScratchDatabase> {
         let name = format!("{prefix}_{}_{}", std::process::id(), fastrand::u32(..));
-        let mut admin = outbox_relay::db::establish(admin_url)?;
+        let mut admin = order_service::db::establish(admin_url)?;
         diesel::sql_query(format!("CREATE DATABASE {name}"))
             .execute(&mut admin)
             .with_context(|| format!("creating the scratch database {name}"))?;

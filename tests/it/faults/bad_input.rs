@@ -3,7 +3,7 @@
 
 use std::time::Duration;
 
-use outbox_relay::orders::{MAX_ITEMS, MAX_QUANTITY, MAX_UNIT_PRICE, NewOrder};
+use order_service::orders::{MAX_ITEMS, MAX_QUANTITY, MAX_UNIT_PRICE, NewOrder};
 use proptest::prelude::*;
 use proptest::test_runner::{Config, TestCaseError, TestRunner};
 use reqwest::StatusCode;
@@ -251,7 +251,7 @@ fn check_accepted(order: &NewOrder, body: &Value) -> Result<(), TestCaseError> {
             prop_assert!(
                 !text
                     .chars()
-                    .any(outbox_relay::text::is_invisible_format_control),
+                    .any(order_service::text::is_invisible_format_control),
                 "{text:?}"
             );
         }
@@ -265,7 +265,7 @@ fn check_accepted(order: &NewOrder, body: &Value) -> Result<(), TestCaseError> {
     prop_assert!(
         !name
             .chars()
-            .any(outbox_relay::text::is_invisible_format_control)
+            .any(order_service::text::is_invisible_format_control)
     );
     prop_assert!(!order.customer_email.as_str().contains(['\r', '\n', '\0']));
 

@@ -17,7 +17,7 @@ use crate::support::db::admin_url;
 use crate::support::http::Answer;
 use crate::support::process::{BinProcess, Launch};
 use crate::support::{TestDb, order_json, wait_until};
-use outbox_relay::api_keys::Scope;
+use order_service::api_keys::Scope;
 
 const MINUTE: Duration = Duration::from_secs(60);
 

@@ -22,7 +22,7 @@ use crate::support::app::{create_api_key, http_client, http_client_with_key};
 use crate::support::http::Answer;
 use crate::support::order_json;
 use crate::support::process::{BinProcess, Launch};
-use outbox_relay::api_keys::Scope;
+use order_service::api_keys::Scope;
 
 const MINUTE: Duration = Duration::from_secs(60);
 
@@ -206,9 +206,9 @@ fn missing_orders(conn: &mut PgConnection, answers: &[Placed]) -> Vec<i64> {
         .filter(|a| a.status == StatusCode::CREATED)
         .filter_map(|a| a.order_id)
         .collect();
-    let present: Vec<i64> = outbox_relay::schema::orders::table
-        .select(outbox_relay::schema::orders::id)
-        .filter(outbox_relay::schema::orders::id.eq_any(&created))
+    let present: Vec<i64> = order_service::schema::orders::table
+        .select(order_service::schema::orders::id)
+        .filter(order_service::schema::orders::id.eq_any(&created))
         .load(conn)
         .expect("orders");
     created
@@ -425,7 +425,7 @@ struct Setting {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_pooled_connection_on_a_read_only_server_is_discarded_not_reused() {
-    use outbox_relay::db::{DbError, Failure, run_blocking};
+    use order_service::db::{DbError, Failure, run_blocking};
     let db = crate::support::TestDb::new();
     let pool = db.pool(1);
     // What a connection to a demoted primary sees: every write refused (25006).

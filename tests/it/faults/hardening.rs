@@ -15,14 +15,14 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use diesel::prelude::*;
-use outbox_relay::db::{DbError, Failure};
-use outbox_relay::effects::EffectError;
-use outbox_relay::outbox::NewJob;
-use outbox_relay::outbox_core::driver::{
+use order_service::db::{DbError, Failure};
+use order_service::effects::EffectError;
+use order_service::outbox::NewJob;
+use order_service::outbox_core::driver::{
     ClaimRequest, ClaimedJob, ReapRequest, claim_jobs, reap_expired_leases,
 };
-use outbox_relay::relay::{JobTimeouts, RelayStats};
-use outbox_relay::schema::jobs_all;
+use order_service::schema::jobs_all;
+use order_service::worker_pool::{JobTimeouts, PoolStats};
 
 use super::{Sinks, place_orders, wait_all_terminal};
 use crate::support::app::http_client;
@@ -105,7 +105,7 @@ async fn hostile_bytes_from_a_mail_server_and_a_webhook_receiver_freeze_nothing(
             !error.contains('\0') && !error.contains('\u{1b}'),
             "{error:?}"
         );
-        assert!(error.len() <= outbox_relay::outbox_core::driver::MAX_ERROR_BYTES);
+        assert!(error.len() <= order_service::outbox_core::driver::MAX_ERROR_BYTES);
     }
     let live = http_client()
         .get(format!("{metrics}/livez"))
@@ -130,7 +130,7 @@ async fn a_custom_executors_hostile_errors_are_stored_escaped_and_bounded() {
         &(0..3)
             .map(|i| {
                 NewJob::new("noop", serde_json::json!({ "i": i }))
-                    .with_options(&outbox_relay::outbox::JobOptions::default().max_attempts(2))
+                    .with_options(&order_service::outbox::JobOptions::default().max_attempts(2))
             })
             .collect::<Vec<_>>(),
     )
@@ -235,8 +235,8 @@ async fn an_outcome_the_database_refuses_is_isolated_and_the_rest_of_its_batch_l
         error.contains("could not be recorded") && error.contains("trigger says no"),
         "{error}"
     );
-    assert_eq!(RelayStats::get(&stats.isolated), 1);
-    assert_eq!(RelayStats::get(&stats.done), 63);
+    assert_eq!(PoolStats::get(&stats.isolated), 1);
+    assert_eq!(PoolStats::get(&stats.done), 63);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -277,7 +277,7 @@ async fn an_effect_past_its_deadline_is_cancelled_and_retried() {
         cancelled.load(Ordering::SeqCst),
         "the hung effect was dropped"
     );
-    assert_eq!(RelayStats::get(&stats.timed_out), 1);
+    assert_eq!(PoolStats::get(&stats.timed_out), 1);
     let (_, attempts, error, _) = job_row(&mut conn, id);
     assert_eq!(attempts, 2);
     assert!(
@@ -351,9 +351,9 @@ async fn a_lost_lease_cancels_the_running_effect_and_its_outcome_is_never_writte
     let stats = Arc::clone(&relay.stats);
     relay.stop().await;
 
-    assert_eq!(RelayStats::get(&stats.lease_lost), 1);
+    assert_eq!(PoolStats::get(&stats.lease_lost), 1);
     assert_eq!(
-        RelayStats::get(&stats.done) + RelayStats::get(&stats.retried),
+        PoolStats::get(&stats.done) + PoolStats::get(&stats.retried),
         0
     );
     let (status, attempts, _, token) = job_row(&mut conn, id);
@@ -397,15 +397,15 @@ async fn two_attempts_of_one_job_in_one_relay_after_an_outage_keep_their_own_lea
         Arc::clone(&first_cancelled),
         Arc::clone(&release_second),
     );
-    let pool = outbox_relay::db::build_pool(
+    let pool = order_service::db::build_pool(
         &via_proxy,
-        &outbox_relay::db::PoolOptions {
+        &order_service::db::PoolOptions {
             size: 8,
             checkout_timeout: Duration::from_millis(500),
-            ..outbox_relay::db::PoolOptions::default()
+            ..order_service::db::PoolOptions::default()
         },
     );
-    let relay = outbox_relay::relay::Relay::new(
+    let relay = order_service::worker_pool::WorkerPool::new(
         pool,
         via_proxy.clone(),
         settings,
@@ -469,8 +469,8 @@ async fn two_attempts_of_one_job_in_one_relay_after_an_outage_keep_their_own_lea
     let starts = starts.lock().expect("log").clone();
     assert_eq!(starts.len(), 2, "no third attempt: {starts:?}");
     assert!(starts[0].1 < starts[1].1, "tokens only grow");
-    assert_eq!(RelayStats::get(&stats.lease_lost), 1);
-    assert_eq!(RelayStats::get(&stats.done), 1);
+    assert_eq!(PoolStats::get(&stats.lease_lost), 1);
+    assert_eq!(PoolStats::get(&stats.done), 1);
 }
 
 /// An operator's transaction holding one in-flight row locked used to stall
@@ -682,14 +682,14 @@ fn database_failures_are_classified_as_unavailable_transient_or_rejected() {
 #[test]
 fn pooled_sessions_carry_their_statement_lock_and_idle_timeouts() {
     let db = TestDb::new();
-    let pool = outbox_relay::db::build_pool(
+    let pool = order_service::db::build_pool(
         &db.url,
-        &outbox_relay::db::PoolOptions {
+        &order_service::db::PoolOptions {
             size: 1,
             statement_timeout: Some(Duration::from_secs(2)),
             lock_timeout: Some(Duration::from_millis(250)),
             idle_in_transaction_timeout: Some(Duration::from_secs(3)),
-            ..outbox_relay::db::PoolOptions::default()
+            ..order_service::db::PoolOptions::default()
         },
     );
     #[derive(QueryableByName)]

@@ -8,8 +8,8 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 
 use diesel::prelude::*;
 use diesel::sql_types::BigInt;
-use outbox_relay::inbox::source::{self, SourceKind};
-use outbox_relay::inbox::verify::stripe_signature;
+use order_service::inbox::source::{self, SourceKind};
+use order_service::inbox::verify::stripe_signature;
 use reqwest::StatusCode;
 use serde_json::json;
 use tokio::sync::Mutex;
@@ -77,12 +77,12 @@ async fn two_replicas_and_a_sigkill_pay_every_order_exactly_once() {
         "stripe",
         SourceKind::Stripe,
         STRIPE_SECRET,
-        &outbox_relay::sealed::Keyring::none(),
+        &order_service::sealed::Keyring::none(),
     )
     .expect("source");
-    let ids: Vec<i64> = outbox_relay::schema::orders::table
-        .select(outbox_relay::schema::orders::id)
-        .order(outbox_relay::schema::orders::id)
+    let ids: Vec<i64> = order_service::schema::orders::table
+        .select(order_service::schema::orders::id)
+        .order(order_service::schema::orders::id)
         .load(&mut conn)
         .expect("ids");
     assert_eq!(ids.len(), EVENTS);

@@ -3,13 +3,13 @@
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 
 use diesel::prelude::*;
-use outbox_relay::orders::OrderId;
-use outbox_relay::schema::{jobs_all, orders, receipts};
+use order_service::orders::OrderId;
+use order_service::schema::{jobs_all, orders, receipts};
 
 use crate::support::http::Recorded;
 use crate::support::smtp::Mail;
 
-pub use outbox_relay::job_list::JobRow;
+pub use order_service::job_list::JobRow;
 
 pub fn load_jobs(conn: &mut PgConnection) -> Vec<JobRow> {
     jobs_all::table
@@ -105,7 +105,7 @@ pub fn assert_invariants(
             .get(order_id)
             .map(|k| k.keys().copied().collect())
             .unwrap_or_default();
-        let mut expected = outbox_relay::orders::ORDER_JOB_KINDS.to_vec();
+        let mut expected = order_service::orders::ORDER_JOB_KINDS.to_vec();
         expected.sort_unstable();
         assert_eq!(kinds, expected, "jobs of order {order_id}");
     }

@@ -30,13 +30,13 @@ mod security;
 mod tls;
 mod workers;
 
-use outbox_relay::orders::order_enqueuer;
+use order_service::orders::order_enqueuer;
 use std::net::SocketAddr;
 use std::time::Duration;
 
 use diesel::prelude::*;
-use outbox_relay::orders::place_order;
-use outbox_relay::schema::jobs_all;
+use order_service::orders::place_order;
+use order_service::schema::jobs_all;
 
 use crate::support::http::{Answer, HttpSink};
 use crate::support::process::Launch;

@@ -130,8 +130,8 @@ async fn every_orders_events_arrive_in_seq_order_with_three_relays_and_a_flaky_r
         })
         .count();
     assert_eq!(shipped, orders.len(), "one shipped email per order");
-    let failed: i64 = outbox_relay::schema::jobs_all::table
-        .filter(outbox_relay::schema::jobs_all::status.eq("failed"))
+    let failed: i64 = order_service::schema::jobs_all::table
+        .filter(order_service::schema::jobs_all::status.eq("failed"))
         .count()
         .get_result(&mut conn)
         .expect("count");
@@ -186,9 +186,9 @@ async fn a_failed_head_blocks_only_its_own_order_until_an_operator_retries_it() 
         table.contains(&format!("order-{stuck}-webhooks")) && table.contains("422"),
         "{table}"
     );
-    let head: i64 = outbox_relay::schema::jobs_all::table
-        .filter(outbox_relay::schema::jobs_all::status.eq("failed"))
-        .select(outbox_relay::schema::jobs_all::id)
+    let head: i64 = order_service::schema::jobs_all::table
+        .filter(order_service::schema::jobs_all::status.eq("failed"))
+        .select(order_service::schema::jobs_all::id)
         .first(&mut conn)
         .expect("the failed head");
     let mut retry = Launch::new("retry-cli", &["jobs", "retry", &head.to_string()])

@@ -15,7 +15,7 @@ use crate::support::app::{create_api_key, http_client_with_key};
 use crate::support::http::Answer;
 use crate::support::process::{BinProcess, Launch};
 use crate::support::{TestDb, order_json};
-use outbox_relay::api_keys::Scope;
+use order_service::api_keys::Scope;
 
 const MINUTE: Duration = Duration::from_secs(60);
 

@@ -14,8 +14,8 @@ use std::time::{Duration, Instant};
 
 use diesel::prelude::*;
 use diesel::sql_types::{BigInt, Bool, Double, Text};
-use outbox_relay::outbox::NewJob;
-use outbox_relay::relay::Relay;
+use order_service::outbox::NewJob;
+use order_service::worker_pool::WorkerPool;
 
 use crate::support::app::http_client;
 use crate::support::process::{BinProcess, Launch};
@@ -167,7 +167,10 @@ async fn with_sslmode_require_a_notify_over_tls_wakes_a_relay_that_polls_every_3
     let (mut relay, base) = BinProcess::start_relay(
         Launch::relay("tls-require", &url)
             .args(&["--kinds", "noop"])
-            .env("RUST_LOG", "info,outbox_relay::relay::listener=debug")
+            .env(
+                "RUST_LOG",
+                "info,order_service::worker_pool::listener=debug",
+            )
             .env("RELAY_POLL_INTERVAL", "30s"),
     )
     .await;
@@ -230,7 +233,10 @@ async fn with_verify_ca_and_the_servers_own_certificate_as_root_the_relay_listen
     let (mut relay, base) = BinProcess::start_relay(
         Launch::relay("tls-verify-ca", &url)
             .args(&["--kinds", "noop"])
-            .env("RUST_LOG", "info,outbox_relay::relay::listener=debug")
+            .env(
+                "RUST_LOG",
+                "info,order_service::worker_pool::listener=debug",
+            )
             .env("RELAY_POLL_INTERVAL", "30s"),
     )
     .await;
@@ -285,7 +291,7 @@ impl<'a> tracing_subscriber::fmt::MakeWriter<'a> for Captured {
 async fn verify_full_against_a_certificate_for_another_name_says_why_and_the_relay_polls() {
     let logs = Captured::default();
     let subscriber = tracing_subscriber::fmt()
-        .with_env_filter("outbox_relay=info,outbox_core=info")
+        .with_env_filter("order_service=info,outbox_core=info")
         .with_writer(logs.clone())
         .with_ansi(false)
         .finish();
@@ -302,7 +308,7 @@ async fn verify_full_against_a_certificate_for_another_name_says_why_and_the_rel
     );
     let mut settings = test_settings("tls-verify-fails", &["noop"]);
     settings.poll_interval = Duration::from_millis(200);
-    let relay = Relay::new(
+    let relay = WorkerPool::new(
         db.pool(8),
         listen_url,
         settings,
@@ -375,10 +381,10 @@ fn start_relay_listening_on(
 ) {
     let mut settings = test_settings(worker, &["noop"]);
     settings.poll_interval = Duration::from_millis(200);
-    let relay = Relay::new(
-        outbox_relay::db::build_pool(
+    let relay = WorkerPool::new(
+        order_service::db::build_pool(
             url,
-            &outbox_relay::db::PoolOptions {
+            &order_service::db::PoolOptions {
                 size: 6,
                 ..Default::default()
             },
@@ -399,7 +405,7 @@ fn start_relay_listening_on(
 async fn a_server_without_tls_is_refused_by_require_with_the_reason_and_used_in_plain_by_prefer() {
     let logs = Captured::default();
     let subscriber = tracing_subscriber::fmt()
-        .with_env_filter("outbox_relay=info,outbox_core=info")
+        .with_env_filter("order_service=info,outbox_core=info")
         .with_writer(logs.clone())
         .with_ansi(false)
         .finish();
@@ -407,7 +413,7 @@ async fn a_server_without_tls_is_refused_by_require_with_the_reason_and_used_in_
     let server = outbox_dev_tools::private_pg::PrivatePostgres::start_temporary()
         .expect("a private PostgreSQL for this test");
     let url = server.url();
-    outbox_relay::db::migrate_url(&url).expect("migrate");
+    order_service::db::migrate_url(&url).expect("migrate");
     let mut conn = PgConnection::establish(&url).expect("connect");
     let ssl = diesel::sql_query("SELECT current_setting('ssl') AS ssl")
         .get_result::<Setting>(&mut conn)

@@ -6,7 +6,7 @@ use std::os::unix::process::ExitStatusExt as _;
 use std::time::{Duration, Instant};
 
 use diesel::prelude::*;
-use outbox_relay::schema::jobs_all;
+use order_service::schema::jobs_all;
 
 use super::{Sinks, jobs_of_kind, metric, place_orders, unfinished, wait_all_terminal};
 use crate::support::app::http_client;
@@ -349,11 +349,11 @@ async fn sigterm_during_a_claim_hands_the_claimed_jobs_back_without_spending_an_
     assert_eq!(status.code(), Some(0), "{}", relay.stderr());
     let line = relay
         .wait_for_line(
-            "released unstarted jobs at shutdown",
+            "handed back unstarted jobs at shutdown",
             Duration::from_secs(1),
         )
         .await;
-    let released: usize = crate::support::process::field(&line, "released")
+    let released: usize = crate::support::process::field(&line, "handed_back")
         .and_then(|n| n.parse().ok())
         .unwrap_or_else(|| panic!("{line}"));
     // Every job its claims took (how many depends on the claim's pace: one

@@ -4,12 +4,12 @@ use std::net::SocketAddr;
 use std::time::Duration;
 
 use diesel::prelude::*;
-use outbox_relay::api::{self, ApiSettings};
-use outbox_relay::api_keys::{self, KeyName, Scope};
-use outbox_relay::db::PgPool;
-use outbox_relay::links::{DEFAULT_RECEIPT_LINK_TTL, ReceiptLinks};
-use outbox_relay::schema::{jobs_all, order_items, orders};
-use outbox_relay::server::Application;
+use order_service::api::{self, ApiSettings};
+use order_service::api_keys::{self, KeyName, Scope};
+use order_service::db::PgPool;
+use order_service::links::{DEFAULT_RECEIPT_LINK_TTL, ReceiptLinks};
+use order_service::schema::{jobs_all, order_items, orders};
+use order_service::server::Application;
 use reqwest::StatusCode;
 use reqwest::header::{AUTHORIZATION, HeaderMap, HeaderValue};
 use serde_json::Value;

@@ -9,7 +9,7 @@ use std::sync::atomic::{AtomicU32, Ordering};
 
 use diesel::prelude::*;
 use diesel::sql_types::{BigInt, Text};
-use outbox_relay::db::{self, PgPool};
+use order_service::db::{self, PgPool};
 
 pub const DEFAULT_ADMIN_URL: &str = "postgres://postgres@127.0.0.1:5432/postgres";
 

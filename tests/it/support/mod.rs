@@ -15,11 +15,11 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use diesel::prelude::*;
-use outbox_relay::effects::{BoxFuture, EffectResult, Executor, JobContext};
-use outbox_relay::orders::NewOrder;
-use outbox_relay::outbox::{Enqueuer, NewJob};
-use outbox_relay::outbox_core::driver::ClaimedJob;
-use outbox_relay::relay::{Relay, RelaySettings, RelayStats};
+use order_service::effects::{BoxFuture, EffectResult, JobContext, JobHandler};
+use order_service::orders::NewOrder;
+use order_service::outbox::{Enqueuer, NewJob};
+use order_service::outbox_core::driver::ClaimedJob;
+use order_service::worker_pool::{PoolSettings, PoolStats, WorkerPool};
 use tokio_util::sync::CancellationToken;
 
 pub use self::db::TestDb;
@@ -75,7 +75,7 @@ pub fn transition(
     action: &str,
     body: serde_json::Value,
 ) -> i64 {
-    use outbox_relay::orders::{Transition, TransitionOutcome, order_enqueuer, transition_order};
+    use order_service::orders::{Transition, TransitionOutcome, order_enqueuer, transition_order};
     let transition = Transition::parse(action, &body).expect("a valid transition");
     match transition_order(conn, &order_enqueuer(), order_id, &transition, None, 8).expect(action) {
         TransitionOutcome::Applied { event_id } | TransitionOutcome::Repeated { event_id } => {
@@ -90,7 +90,7 @@ pub fn sample_order() -> NewOrder {
 
 /// Jobs by status, wherever they live (`jobs_all`: `jobs` and the archive).
 pub fn status_counts(conn: &mut PgConnection) -> HashMap<String, i64> {
-    use outbox_relay::schema::jobs_all;
+    use order_service::schema::jobs_all;
     jobs_all::table
         .group_by(jobs_all::status)
         .select((jobs_all::status, diesel::dsl::count_star()))
@@ -145,7 +145,7 @@ pub async fn wait_until(what: &str, timeout: Duration, mut check: impl FnMut() -
 /// An executor made of a closure: tests script what each job does.
 pub struct FnExecutor<F>(pub F);
 
-impl<F, Fut> Executor for FnExecutor<F>
+impl<F, Fut> JobHandler for FnExecutor<F>
 where
     F: Fn(ClaimedJob) -> Fut + Send + Sync + 'static,
     Fut: Future<Output = EffectResult> + Send + 'static,
@@ -155,7 +155,7 @@ where
     }
 }
 
-pub fn executor<F, Fut>(f: F) -> Arc<dyn Executor>
+pub fn executor<F, Fut>(f: F) -> Arc<dyn JobHandler>
 where
     F: Fn(ClaimedJob) -> Fut + Send + Sync + 'static,
     Fut: Future<Output = EffectResult> + Send + 'static,
@@ -164,8 +164,8 @@ where
 }
 
 /// Relay settings for tests: fast polls and short leases.
-pub fn test_settings(worker: &str, kinds: &[&str]) -> RelaySettings {
-    let mut settings = RelaySettings::new(worker, kinds.iter().map(|k| (*k).to_owned()).collect())
+pub fn test_settings(worker: &str, kinds: &[&str]) -> PoolSettings {
+    let mut settings = PoolSettings::new(worker, kinds.iter().map(|k| (*k).to_owned()).collect())
         .with_lease(Duration::from_secs(30));
     settings.poll_interval = Duration::from_millis(100);
     settings.shutdown_grace = Duration::from_secs(10);
@@ -177,7 +177,7 @@ pub fn test_settings(worker: &str, kinds: &[&str]) -> RelaySettings {
 /// A relay running in this process.
 pub struct RunningRelay {
     pub shutdown: CancellationToken,
-    pub stats: Arc<RelayStats>,
+    pub stats: Arc<PoolStats>,
     handle: tokio::task::JoinHandle<()>,
 }
 
@@ -194,11 +194,12 @@ impl RunningRelay {
 
 pub fn spawn_relay(
     db: &TestDb,
-    settings: RelaySettings,
-    executor: Arc<dyn Executor>,
+    settings: PoolSettings,
+    executor: Arc<dyn JobHandler>,
 ) -> RunningRelay {
     let pool = db.pool(u32::try_from(settings.concurrency).unwrap_or(16) + 4);
-    let relay = Relay::new(pool, db.url.clone(), settings, executor).expect("valid relay settings");
+    let relay =
+        WorkerPool::new(pool, db.url.clone(), settings, executor).expect("valid relay settings");
     let stats = relay.stats();
     let shutdown = CancellationToken::new();
     let handle = tokio::spawn(relay.run_until_stopped(shutdown.clone()));
@@ -232,7 +233,7 @@ pub fn metric(text: &str, name: &str, labels: &[(&str, &str)]) -> f64 {
 /// afterwards, so nothing is claimed. Starts at `after`, or at the front.
 pub fn claim_buffers(
     conn: &mut diesel::PgConnection,
-    after: Option<outbox_relay::outbox_core::driver::ClaimPosition>,
+    after: Option<order_service::outbox_core::driver::ClaimPosition>,
 ) -> i64 {
     use diesel::RunQueryDsl as _;
     use diesel::connection::SimpleConnection as _;

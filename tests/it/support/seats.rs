@@ -263,7 +263,7 @@ pub fn scratch(connections: usize) -> Seat {
     let mut conn = PgConnection::establish(&url).unwrap_or_else(|e| {
         panic!(
             "cannot connect to {}: {e}",
-            outbox_relay::db::redact_url(&url)
+            order_service::db::redact_url(&url)
         )
     });
     Seat::for_connections(&mut conn, connections)

@@ -8,7 +8,7 @@ use diesel::prelude::*;
 use crate::endpoint_delivery::{add_endpoint, delivery_relay, place};
 use crate::support::http::{Answer, HttpSink};
 use crate::support::{RunningRelay, TestDb, init_tracing, wait_until};
-use outbox_relay::schema::jobs_all;
+use order_service::schema::jobs_all;
 
 /// Places `n` orders at `per_second`, on a blocking thread.
 async fn place_paced(db: &TestDb, n: usize, per_second: f64) {

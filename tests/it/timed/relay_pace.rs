@@ -5,8 +5,8 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use outbox_relay::effects::EffectError;
-use outbox_relay::outbox::NewJob;
+use order_service::effects::EffectError;
+use order_service::outbox::NewJob;
 
 use crate::support::http::{Answer, HttpSink};
 use crate::support::{
@@ -55,8 +55,8 @@ async fn slow_http_effects_keep_their_pace_and_fast_ones_drain_beside_them_at_th
     assert_eq!(
         (settings.concurrency, settings.batch_size),
         (
-            outbox_relay::relay::DEFAULT_CONCURRENCY,
-            outbox_relay::relay::DEFAULT_BATCH_SIZE
+            order_service::worker_pool::DEFAULT_CONCURRENCY,
+            order_service::worker_pool::DEFAULT_BATCH_SIZE
         ),
         "measured at the defaults"
     );

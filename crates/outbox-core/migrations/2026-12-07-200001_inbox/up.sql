@@ -1,6 +1,6 @@
 -- The inbox: each message received from a sender, once. An application
 -- records (source, message_id) in the transaction that applies the message
--- (outbox_core::inbox::record_message); a repeat finds the row and changes
+-- (outbox_core::dedupe::record_message); a repeat finds the row and changes
 -- nothing. A copy received concurrently waits on the first copy's entry in
 -- the unique index, and sees a repeat once that commits (or records the
 -- message itself if the first rolled back).

@@ -1,6 +1,6 @@
 -- Gives concurrency slots back: one for each entry of `ended_keys` (a key
 -- appears once per claim that ended). The one definition of the release that
--- finish_jobs.sql, release_jobs.sql and update_reaped_jobs.sql each call with
+-- finish_jobs.sql, hand_back_jobs.sql and update_reaped_jobs.sql each call with
 -- the keys of the claims their fenced write ended, so a slot comes back
 -- exactly once: only the write that moved a row out of 'processing' under
 -- its claim's token returns it, and a zombie's late outcome ends nothing.

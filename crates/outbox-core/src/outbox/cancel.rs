@@ -151,7 +151,7 @@ pub fn cancel_job_batch(conn: &mut PgConnection, ids: &[i64]) -> QueryResult<Vec
     }
     keys.sort_unstable();
     keys.dedup();
-    super::ordering_keys::release_ordering_keys(conn, &keys)?;
+    super::ordering_keys::advance_ordering_keys(conn, &keys)?;
     Ok(cancelled)
 }
 

@@ -27,7 +27,7 @@ pub struct ClaimRequest<'a> {
 ///
 /// The row is `processing`, `locked_by` the claiming worker, and stays so
 /// until an outcome is written with [`finish_jobs`](crate::driver::finish_jobs), the
-/// job is handed back with [`release_jobs`](crate::driver::release_jobs), or its
+/// job is handed back with [`hand_back_jobs`](crate::driver::hand_back_jobs), or its
 /// lease expires and the reaper takes it. Each of these writes presents
 /// [`ClaimedJob::lease_token`]; keep extending the lease with
 /// [`extend_leases`](crate::driver::extend_leases) while the effect runs.
@@ -100,7 +100,7 @@ pub struct ClaimPosition {
 ///
 /// A job is due when it is `pending`, its `run_after` has passed, it is
 /// not waiting behind an earlier job of its ordering key nor for a parent, and its
-/// concurrency key (if any) has room under its [`KeyLimit`](crate::outbox::KeyLimit). Each claimed job
+/// concurrency key (if any) has room under its [`ConcurrencyLimit`](crate::outbox::ConcurrencyLimit). Each claimed job
 /// becomes `processing` under a new fencing token and counts an attempt, in
 /// one statement; rows another worker has locked are skipped, not waited
 /// for, so concurrent claimers never take the same job and never block each

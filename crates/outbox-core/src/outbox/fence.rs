@@ -9,7 +9,7 @@
 //!
 //! The guarded statements, each in `sql/`: `finish_jobs.sql` (done, retry,
 //! failed, and what a finish releases), `extend_leases.sql` (the heartbeat),
-//! `release_jobs.sql` (unstarted jobs at shutdown) and `update_reaped_jobs.sql`
+//! `hand_back_jobs.sql` (unstarted jobs at shutdown) and `update_reaped_jobs.sql`
 //! (the reaper, which fences on the token it read under `FOR UPDATE`).
 
 /// A claim a worker holds: the job and the fencing token the claim drew.

@@ -217,7 +217,7 @@ pub struct JobOptions {
     /// [`JobOptions::new_ordering_key`]).
     pub ordering_key_is_new: bool,
     /// The job counts against this key's limits, set with
-    /// [`set_key_limit`](super::set_key_limit): at most `max_in_flight` of
+    /// [`set_concurrency_limit`](super::set_concurrency_limit): at most `max_in_flight` of
     /// the key's jobs processing, claims at most `per_second`, none while the
     /// key is paused. A key without limits is unlimited. Independent of the
     /// ordering key: a job may have both.
@@ -247,7 +247,7 @@ impl JobOptions {
         self
     }
     /// Sets [`JobOptions::concurrency_key`]: the job counts against the
-    /// key's [`KeyLimit`](super::KeyLimit).
+    /// key's [`ConcurrencyLimit`](super::ConcurrencyLimit).
     pub fn concurrency_key(mut self, key: impl Into<String>) -> Self {
         self.concurrency_key = Some(key.into());
         self

@@ -63,8 +63,8 @@ pub fn extend_leases(
 
 /// The heartbeat's statement (`sql/extend_leases.sql`).
 pub(crate) const EXTEND_SQL: &str = include_str!("sql/extend_leases.sql");
-/// The release's statement (`sql/release_jobs.sql`).
-pub(crate) const RELEASE_SQL: &str = include_str!("sql/release_jobs.sql");
+/// The release's statement (`sql/hand_back_jobs.sql`).
+pub(crate) const HAND_BACK_SQL: &str = include_str!("sql/hand_back_jobs.sql");
 
 /// The report from the heartbeat statement's rows `(id, extended)`.
 pub(crate) fn heartbeat_report(
@@ -85,12 +85,12 @@ pub(crate) fn heartbeat_report(
 
 /// Returns claimed-but-unstarted jobs to `pending` without spending an attempt.
 /// Returns the ids released.
-pub fn release_jobs(conn: &mut PgConnection, leases: &[JobLease]) -> QueryResult<Vec<i64>> {
+pub fn hand_back_jobs(conn: &mut PgConnection, leases: &[JobLease]) -> QueryResult<Vec<i64>> {
     if leases.is_empty() {
         return Ok(Vec::new());
     }
     let (ids, tokens) = split(leases);
-    let rows: Vec<IdRow> = diesel::sql_query(RELEASE_SQL)
+    let rows: Vec<IdRow> = diesel::sql_query(HAND_BACK_SQL)
         .bind::<Array<BigInt>, _>(&ids)
         .bind::<Array<BigInt>, _>(&tokens)
         .load(conn)?;

@@ -1,4 +1,4 @@
-//! Limits on a concurrency key ([`KeyLimit`]): how many of the key's jobs
+//! Limits on a concurrency key ([`ConcurrencyLimit`]): how many of the key's jobs
 //! may be processing, how fast they may be claimed, and a pause. Jobs name
 //! their key with [`JobOptions::concurrency_key`](super::JobOptions::concurrency_key).
 
@@ -8,12 +8,12 @@ use diesel::sql_types::{Double, Integer, Nullable, Text, Timestamptz};
 
 /// The limits of one concurrency key, enforced across every relay by the
 /// claim. A key without limits (never set, or removed with
-/// [`remove_key_limit`]) is unlimited; so is each `None` here.
+/// [`remove_concurrency_limit`]) is unlimited; so is each `None` here.
 ///
 /// Jobs of a key at its limit are not claimed: they stay `pending`, for a
 /// later claim by any relay once the key has room again.
 #[derive(Debug, Clone, Copy, Default, PartialEq)]
-pub struct KeyLimit {
+pub struct ConcurrencyLimit {
     /// At most this many of the key's jobs `processing` at once (at least 1).
     pub max_in_flight: Option<i32>,
     /// At most this many claims of the key's jobs a second (above 0), as a
@@ -28,9 +28,9 @@ pub struct KeyLimit {
     pub paused_until: Option<DateTime<Utc>>,
 }
 
-/// A [`KeyLimit`] refused, or the database failing.
+/// A [`ConcurrencyLimit`] refused, or the database failing.
 #[derive(Debug, thiserror::Error)]
-pub enum KeyLimitError {
+pub enum ConcurrencyLimitError {
     /// `max_in_flight` below 1.
     #[error("max_in_flight must be at least 1, got {0}")]
     MaxInFlight(i32),
@@ -42,13 +42,13 @@ pub enum KeyLimitError {
     Database(#[from] diesel::result::Error),
 }
 
-impl KeyLimit {
-    fn check(&self) -> Result<(), KeyLimitError> {
+impl ConcurrencyLimit {
+    fn check(&self) -> Result<(), ConcurrencyLimitError> {
         if let Some(max) = self.max_in_flight.filter(|m| *m < 1) {
-            return Err(KeyLimitError::MaxInFlight(max));
+            return Err(ConcurrencyLimitError::MaxInFlight(max));
         }
         if let Some(rate) = self.per_second.filter(|r| !(r.is_finite() && *r > 0.0)) {
-            return Err(KeyLimitError::PerSecond(rate));
+            return Err(ConcurrencyLimitError::PerSecond(rate));
         }
         Ok(())
     }
@@ -57,17 +57,17 @@ impl KeyLimit {
 /// Sets (replaces) the limits of `key`, whether or not any job has used it
 /// yet; claims from the next statement on obey them. Refuses a limit that
 /// could never be met (`max_in_flight` below 1, a `per_second` not above 0)
-/// and writes nothing then. See `sql/set_key_limit.sql`.
-pub fn set_key_limit(
+/// and writes nothing then. See `sql/set_concurrency_limit.sql`.
+pub fn set_concurrency_limit(
     conn: &mut PgConnection,
     key: &str,
-    limit: &KeyLimit,
-) -> Result<(), KeyLimitError> {
+    limit: &ConcurrencyLimit,
+) -> Result<(), ConcurrencyLimitError> {
     limit.check()?;
     // PostgreSQL's timestamptz ends long before chrono's MAX_UTC: a pause
     // past it is a pause until changed.
     let paused_until = limit.paused_until.map(|at| at.min(far_future()));
-    diesel::sql_query(include_str!("sql/set_key_limit.sql"))
+    diesel::sql_query(include_str!("sql/set_concurrency_limit.sql"))
         .bind::<Text, _>(key)
         .bind::<Nullable<Integer>, _>(limit.max_in_flight)
         .bind::<Nullable<Double>, _>(limit.per_second)
@@ -77,9 +77,9 @@ pub fn set_key_limit(
 }
 
 /// Lifts every limit of `key`: its jobs run as if it had none. See
-/// `sql/remove_key_limit.sql`.
-pub fn remove_key_limit(conn: &mut PgConnection, key: &str) -> QueryResult<()> {
-    diesel::sql_query(include_str!("sql/remove_key_limit.sql"))
+/// `sql/remove_concurrency_limit.sql`.
+pub fn remove_concurrency_limit(conn: &mut PgConnection, key: &str) -> QueryResult<()> {
+    diesel::sql_query(include_str!("sql/remove_concurrency_limit.sql"))
         .bind::<Text, _>(key)
         .execute(conn)
         .map(drop)
@@ -87,16 +87,19 @@ pub fn remove_key_limit(conn: &mut PgConnection, key: &str) -> QueryResult<()> {
 
 /// A key's limits and how many of its jobs are processing now.
 #[derive(Debug, Clone, Copy, PartialEq)]
-pub struct KeyState {
+pub struct ConcurrencyState {
     /// The key's limits (all `None`: unlimited).
-    pub limit: KeyLimit,
+    pub limit: ConcurrencyLimit,
     /// Its jobs in `processing`, as the queue counts them for `max_in_flight`.
     pub in_flight: i32,
 }
 
 /// The limits and in-flight count of `key`; `None` when no job ever used it
 /// and it was never limited.
-pub fn key_state(conn: &mut PgConnection, key: &str) -> QueryResult<Option<KeyState>> {
+pub fn concurrency_state(
+    conn: &mut PgConnection,
+    key: &str,
+) -> QueryResult<Option<ConcurrencyState>> {
     #[derive(QueryableByName)]
     struct Row {
         #[diesel(sql_type = Nullable<Integer>)]
@@ -108,12 +111,12 @@ pub fn key_state(conn: &mut PgConnection, key: &str) -> QueryResult<Option<KeySt
         #[diesel(sql_type = Integer)]
         in_flight: i32,
     }
-    let row: Option<Row> = diesel::sql_query(include_str!("sql/key_limit.sql"))
+    let row: Option<Row> = diesel::sql_query(include_str!("sql/concurrency_state.sql"))
         .bind::<Text, _>(key)
         .get_result(conn)
         .optional()?;
-    Ok(row.map(|r| KeyState {
-        limit: KeyLimit {
+    Ok(row.map(|r| ConcurrencyState {
+        limit: ConcurrencyLimit {
             max_in_flight: r.max_in_flight,
             per_second: r.per_second,
             paused_until: r.paused_until,

@@ -33,7 +33,10 @@ pub use depend::{DependencyError, DependencyPolicy, HeldDependent, Parent, held_
 pub use enqueue::{Enqueuer, InsertJobs};
 pub use finish::{CommitHook, LocalWrite};
 pub use job::{JobOptions, NewJob};
-pub use limits::{KeyLimit, KeyLimitError, KeyState, key_state, remove_key_limit, set_key_limit};
+pub use limits::{
+    ConcurrencyLimit, ConcurrencyLimitError, ConcurrencyState, concurrency_state,
+    remove_concurrency_limit, set_concurrency_limit,
+};
 pub use ordering_keys::{BlockedKey, blocked_keys};
 pub use prune::{PruneReport, count_prunable, prune_done_jobs};
 pub use retry::{RetryRefusal, RetryReport, RetrySelection, retry_failed_jobs};

@@ -49,9 +49,9 @@ pub fn blocked_keys(conn: &mut PgConnection, limit: i64) -> QueryResult<Vec<Bloc
 /// Releases the blocked head of up to `limit` keys whose earlier jobs have all
 /// ended, which a finish can miss in one interleaving with an enqueue (see
 /// `sql/stranded_ordering_keys.sql`): the keys with a blocked job, then
-/// `release_ordering_keys` on them. Returns the ids released; the relay's
+/// `advance_ordering_keys` on them. Returns the ids released; the relay's
 /// reaper calls it every pass.
-pub fn release_stranded_keys(conn: &mut PgConnection, limit: i64) -> QueryResult<Vec<i64>> {
+pub fn advance_stranded_keys(conn: &mut PgConnection, limit: i64) -> QueryResult<Vec<i64>> {
     #[derive(QueryableByName)]
     struct KeyRow {
         #[diesel(sql_type = Text)]
@@ -63,15 +63,15 @@ pub fn release_stranded_keys(conn: &mut PgConnection, limit: i64) -> QueryResult
         .into_iter()
         .map(|r| r.key)
         .collect();
-    release_ordering_keys(conn, &keys)
+    advance_ordering_keys(conn, &keys)
 }
 
 pub(crate) const STRANDED_KEYS_SQL: &str = include_str!("sql/stranded_ordering_keys.sql");
-pub(crate) const RELEASE_KEYS_SQL: &str = include_str!("sql/release_ordering_keys.sql");
+pub(crate) const ADVANCE_KEYS_SQL: &str = include_str!("sql/advance_ordering_keys.sql");
 
 /// Releases the next job of each key in `keys` whose earlier jobs have all
 /// ended (after an operator cancelled one). Returns the ids released.
-pub(crate) fn release_ordering_keys(
+pub(crate) fn advance_ordering_keys(
     conn: &mut PgConnection,
     keys: &[String],
 ) -> QueryResult<Vec<i64>> {
@@ -83,7 +83,7 @@ pub(crate) fn release_ordering_keys(
         #[diesel(sql_type = diesel::sql_types::BigInt)]
         id: i64,
     }
-    Ok(diesel::sql_query(RELEASE_KEYS_SQL)
+    Ok(diesel::sql_query(ADVANCE_KEYS_SQL)
         .bind::<diesel::sql_types::Array<Text>, _>(keys)
         .load::<IdRow>(conn)?
         .into_iter()

@@ -20,8 +20,8 @@ use tokio_postgres::{Client, Row, Statement};
 use super::NOTIFY_CHANNEL;
 use super::claim::{CLAIM_SQL, ClaimPosition, ClaimRequest, ClaimedJob, millis};
 use super::finish::{FINISH_SQL, Finish, FinishParams, FinishReport, has_local_writes};
-use super::lease::{EXTEND_SQL, HeartbeatReport, JobLease, RELEASE_SQL, heartbeat_report, split};
-use super::ordering_keys::{RELEASE_KEYS_SQL, STRANDED_KEYS_SQL};
+use super::lease::{EXTEND_SQL, HAND_BACK_SQL, HeartbeatReport, JobLease, heartbeat_report, split};
+use super::ordering_keys::{ADVANCE_KEYS_SQL, STRANDED_KEYS_SQL};
 use super::reap::{
     ExpiredRow, ReapPlan, ReapReport, ReapRequest, SELECT_EXPIRED_SQL, UPDATE_REAPED_SQL,
 };
@@ -57,11 +57,11 @@ pub(crate) struct HotStatements {
     claim: Statement,
     finish: Statement,
     extend: Statement,
-    release: Statement,
+    hand_back: Statement,
     select_expired: Statement,
     update_reaped: Statement,
     stranded_keys: Statement,
-    release_keys: Statement,
+    advance_keys: Statement,
 }
 
 impl HotStatements {
@@ -73,11 +73,11 @@ impl HotStatements {
             claim,
             finish,
             extend,
-            release,
+            hand_back,
             select_expired,
             update_reaped,
             stranded_keys,
-            release_keys,
+            advance_keys,
         ) = tokio::try_join!(
             client.prepare_typed(CLAIM_SQL, CLAIM_PARAMS),
             client.prepare_typed(FINISH_SQL, OUTCOME_PARAMS),
@@ -85,24 +85,24 @@ impl HotStatements {
                 EXTEND_SQL,
                 &[Type::INT8_ARRAY, Type::INT8_ARRAY, Type::INT8]
             ),
-            client.prepare_typed(RELEASE_SQL, &[Type::INT8_ARRAY, Type::INT8_ARRAY]),
+            client.prepare_typed(HAND_BACK_SQL, &[Type::INT8_ARRAY, Type::INT8_ARRAY]),
             client.prepare_typed(
                 SELECT_EXPIRED_SQL,
                 &[Type::INT8, Type::INT8, Type::INT8_ARRAY]
             ),
             client.prepare_typed(UPDATE_REAPED_SQL, OUTCOME_PARAMS),
             client.prepare_typed(STRANDED_KEYS_SQL, &[Type::INT8]),
-            client.prepare_typed(RELEASE_KEYS_SQL, &[Type::TEXT_ARRAY]),
+            client.prepare_typed(ADVANCE_KEYS_SQL, &[Type::TEXT_ARRAY]),
         )?;
         Ok(HotStatements {
             claim,
             finish,
             extend,
-            release,
+            hand_back,
             select_expired,
             update_reaped,
             stranded_keys,
-            release_keys,
+            advance_keys,
         })
     }
 
@@ -190,8 +190,8 @@ impl HotStatements {
         Ok(heartbeat_report(leases, rows))
     }
 
-    /// [`release_jobs`](crate::driver::release_jobs).
-    pub(crate) async fn release(
+    /// [`hand_back_jobs`](crate::driver::hand_back_jobs).
+    pub(crate) async fn hand_back(
         &self,
         client: &Client,
         leases: &[JobLease],
@@ -200,7 +200,7 @@ impl HotStatements {
             return Ok(Vec::new());
         }
         let (ids, tokens) = split(leases);
-        let rows = client.query(&self.release, &[&ids, &tokens]).await?;
+        let rows = client.query(&self.hand_back, &[&ids, &tokens]).await?;
         rows.iter().map(|row| row.try_get(0)).collect()
     }
 }
@@ -276,9 +276,9 @@ impl HotStatements {
         }
     }
 
-    /// [`release_stranded_keys`](crate::driver::release_stranded_keys): the
+    /// [`advance_stranded_keys`](crate::driver::advance_stranded_keys): the
     /// sweep's two statements, each on its own snapshot as there.
-    pub(crate) async fn release_stranded(
+    pub(crate) async fn advance_stranded(
         &self,
         client: &Client,
         limit: i64,
@@ -293,7 +293,7 @@ impl HotStatements {
             return Ok(Vec::new());
         }
         client
-            .query(&self.release_keys, &[&keys])
+            .query(&self.advance_keys, &[&keys])
             .await?
             .iter()
             .map(|row| row.try_get(0))

@@ -10,11 +10,11 @@ use diesel::prelude::*;
 use diesel::sql_types::{BigInt, Text};
 use outbox_core::driver::{
     ClaimRequest, ClaimedJob, Finish, JobLease, Outcome, ReapRequest, claim_jobs, finish_jobs,
-    reap_expired_leases, release_jobs,
+    hand_back_jobs, reap_expired_leases,
 };
 use outbox_core::outbox::{
-    Enqueuer, JobOptions, KeyLimit, KeyLimitError, NewJob, key_state, remove_key_limit,
-    set_key_limit,
+    ConcurrencyLimit, ConcurrencyLimitError, Enqueuer, JobOptions, NewJob, concurrency_state,
+    remove_concurrency_limit, set_concurrency_limit,
 };
 use outbox_core::worker::{EffectResult, JobArgs, JobContext, Worker, Workers};
 use serde::{Deserialize, Serialize};
@@ -79,7 +79,7 @@ fn of_key(conn: &mut PgConnection, key: &str, status: &str) -> i64 {
 }
 
 fn in_flight(conn: &mut PgConnection, key: &str) -> i32 {
-    key_state(conn, key)
+    concurrency_state(conn, key)
         .expect("key state")
         .expect("the key's row")
         .in_flight
@@ -89,11 +89,11 @@ fn in_flight(conn: &mut PgConnection, key: &str) -> i32 {
 async fn a_key_with_max_in_flight_2_never_has_more_than_2_processing_across_three_relays() {
     let db = TestDb::new();
     let mut conn = db.conn();
-    let limit = KeyLimit {
+    let limit = ConcurrencyLimit {
         max_in_flight: Some(2),
-        ..KeyLimit::default()
+        ..ConcurrencyLimit::default()
     };
-    set_key_limit(&mut conn, "slow", &limit).expect("limit");
+    set_concurrency_limit(&mut conn, "slow", &limit).expect("limit");
     enqueue(&mut conn, (0..30).map(|n| (n, keyed("slow"))));
     enqueue(&mut conn, (100..160).map(|n| (n, JobOptions::default())));
     let receiver = Receiver {
@@ -168,11 +168,11 @@ impl Worker<Call> for Split {
 async fn a_per_second_limit_holds_over_seconds_with_two_relays() {
     let db = TestDb::new();
     let mut conn = db.conn();
-    let limit = KeyLimit {
+    let limit = ConcurrencyLimit {
         per_second: Some(5.0),
-        ..KeyLimit::default()
+        ..ConcurrencyLimit::default()
     };
-    set_key_limit(&mut conn, "api", &limit).expect("limit");
+    set_concurrency_limit(&mut conn, "api", &limit).expect("limit");
     enqueue(&mut conn, (0..100).map(|n| (n, keyed("api"))));
     let receiver = Receiver::default();
     let relays: Vec<_> = (0..2)
@@ -224,11 +224,11 @@ async fn a_per_second_limit_holds_over_seconds_with_two_relays() {
 async fn a_paused_keys_jobs_stay_pending_then_run_in_order_once_the_pause_is_lifted() {
     let db = TestDb::new();
     let mut conn = db.conn();
-    let paused = KeyLimit {
+    let paused = ConcurrencyLimit {
         paused_until: Some(chrono::DateTime::<Utc>::MAX_UTC),
-        ..KeyLimit::default()
+        ..ConcurrencyLimit::default()
     };
-    set_key_limit(&mut conn, "partner", &paused).expect("pause");
+    set_concurrency_limit(&mut conn, "partner", &paused).expect("pause");
     enqueue(
         &mut conn,
         (0..5).map(|n| (n, keyed("partner").ordering_key("partner:order-1"))),
@@ -250,7 +250,7 @@ async fn a_paused_keys_jobs_stay_pending_then_run_in_order_once_the_pause_is_lif
     );
     assert_eq!(in_flight(&mut conn, "partner"), 0);
 
-    set_key_limit(&mut conn, "partner", &KeyLimit::default()).expect("resume");
+    set_concurrency_limit(&mut conn, "partner", &ConcurrencyLimit::default()).expect("resume");
     wait_until("the key's jobs done", MINUTE, || {
         count(&mut conn, "done") == 15
     })
@@ -286,11 +286,11 @@ fn claim(conn: &mut PgConnection, worker_id: &str, lease: Duration) -> Vec<Claim
 fn a_reaped_zombies_slot_comes_back_once_and_its_late_finish_frees_nothing() {
     let db = TestDb::new();
     let mut conn = db.conn();
-    let one = KeyLimit {
+    let one = ConcurrencyLimit {
         max_in_flight: Some(1),
-        ..KeyLimit::default()
+        ..ConcurrencyLimit::default()
     };
-    set_key_limit(&mut conn, "k", &one).expect("limit");
+    set_concurrency_limit(&mut conn, "k", &one).expect("limit");
     enqueue(&mut conn, (0..2).map(|n| (n, keyed("k"))));
 
     let zombie = claim(&mut conn, "zombie", Duration::from_millis(1));
@@ -344,9 +344,12 @@ fn a_reaped_zombies_slot_comes_back_once_and_its_late_finish_frees_nothing() {
         job_id: next[0].id,
         lease_token: next[0].lease_token,
     }];
-    assert_eq!(release_jobs(&mut conn, &leases).expect("release").len(), 1);
+    assert_eq!(
+        hand_back_jobs(&mut conn, &leases).expect("release").len(),
+        1
+    );
     assert!(
-        release_jobs(&mut conn, &leases)
+        hand_back_jobs(&mut conn, &leases)
             .expect("release")
             .is_empty()
     );
@@ -357,36 +360,36 @@ fn a_reaped_zombies_slot_comes_back_once_and_its_late_finish_frees_nothing() {
 fn a_removed_limit_frees_the_key_and_bad_limits_are_refused() {
     let db = TestDb::new();
     let mut conn = db.conn();
-    let bad = KeyLimit {
+    let bad = ConcurrencyLimit {
         max_in_flight: Some(0),
-        ..KeyLimit::default()
+        ..ConcurrencyLimit::default()
     };
     assert!(matches!(
-        set_key_limit(&mut conn, "k", &bad),
-        Err(KeyLimitError::MaxInFlight(0))
+        set_concurrency_limit(&mut conn, "k", &bad),
+        Err(ConcurrencyLimitError::MaxInFlight(0))
     ));
-    let bad = KeyLimit {
+    let bad = ConcurrencyLimit {
         per_second: Some(f64::NAN),
-        ..KeyLimit::default()
+        ..ConcurrencyLimit::default()
     };
     assert!(matches!(
-        set_key_limit(&mut conn, "k", &bad),
-        Err(KeyLimitError::PerSecond(_))
+        set_concurrency_limit(&mut conn, "k", &bad),
+        Err(ConcurrencyLimitError::PerSecond(_))
     ));
     assert_eq!(
-        key_state(&mut conn, "k").expect("state"),
+        concurrency_state(&mut conn, "k").expect("state"),
         None,
         "nothing written"
     );
 
-    let paused = KeyLimit {
+    let paused = ConcurrencyLimit {
         paused_until: Some(Utc::now() + chrono::Duration::hours(1)),
-        ..KeyLimit::default()
+        ..ConcurrencyLimit::default()
     };
-    set_key_limit(&mut conn, "k", &paused).expect("pause");
+    set_concurrency_limit(&mut conn, "k", &paused).expect("pause");
     enqueue(&mut conn, (0..3).map(|n| (n, keyed("k"))));
     assert!(claim(&mut conn, "w", Duration::from_secs(60)).is_empty());
-    remove_key_limit(&mut conn, "k").expect("remove");
+    remove_concurrency_limit(&mut conn, "k").expect("remove");
     assert_eq!(claim(&mut conn, "w", Duration::from_secs(60)).len(), 3);
     assert_eq!(in_flight(&mut conn, "k"), 3);
 }

@@ -1,9 +1,9 @@
 //! The queue core's own tests, on databases that hold only its tables.
 
+mod dedupe;
 mod dependencies;
 mod enqueue;
 mod failures;
-mod inbox;
 mod limits;
 mod relay;
 mod support;

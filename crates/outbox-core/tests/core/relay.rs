@@ -68,7 +68,7 @@ async fn three_relays_perform_every_job_exactly_once() {
     wait_until("every job done", MINUTE, || count(&mut conn, "done") == 300).await;
     let claimed: Vec<u64> = relays
         .iter()
-        .map(|r| outbox_core::relay::RelayStats::get(&r.stats.claimed))
+        .map(|r| outbox_core::worker_pool::PoolStats::get(&r.stats.claimed))
         .collect();
     for relay in relays {
         relay.stop().await;

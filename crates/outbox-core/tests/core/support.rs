@@ -9,8 +9,8 @@ use std::time::{Duration, Instant};
 use diesel::prelude::*;
 use diesel::sql_types::{BigInt, Text};
 use outbox_core::db::{PgPool, PoolOptions, build_pool};
-use outbox_core::relay::{Relay, RelaySettings, RelayStats};
 use outbox_core::worker::Workers;
+use outbox_core::worker_pool::{PoolSettings, PoolStats, WorkerPool};
 use tokio_util::sync::CancellationToken;
 
 const DEFAULT_ADMIN_URL: &str = "postgres://postgres@127.0.0.1:5432/postgres";
@@ -165,9 +165,9 @@ impl Drop for TestDb {
 }
 
 /// Relay settings for tests: fast polls, short backoff.
-pub fn settings(worker_id: &str, workers: &Workers) -> RelaySettings {
+pub fn settings(worker_id: &str, workers: &Workers) -> PoolSettings {
     let kinds = workers.kinds().iter().map(|k| (*k).to_owned()).collect();
-    let mut settings = RelaySettings::new(worker_id, kinds);
+    let mut settings = PoolSettings::new(worker_id, kinds);
     settings.poll_interval = Duration::from_millis(50);
     settings.shutdown_grace = Duration::from_secs(5);
     settings.backoff.base = Duration::from_millis(5);
@@ -179,12 +179,12 @@ pub fn settings(worker_id: &str, workers: &Workers) -> RelaySettings {
 pub struct Running {
     shutdown: CancellationToken,
     handle: tokio::task::JoinHandle<()>,
-    pub stats: Arc<RelayStats>,
+    pub stats: Arc<PoolStats>,
 }
 
-pub fn spawn_relay(db: &TestDb, settings: RelaySettings, workers: Workers) -> Running {
-    let relay =
-        Relay::new(db.pool(), db.url.clone(), settings, Arc::new(workers)).expect("valid settings");
+pub fn spawn_relay(db: &TestDb, settings: PoolSettings, workers: Workers) -> Running {
+    let relay = WorkerPool::new(db.pool(), db.url.clone(), settings, Arc::new(workers))
+        .expect("valid settings");
     let shutdown = CancellationToken::new();
     let stats = relay.stats();
     let handle = tokio::spawn(relay.run_until_stopped(shutdown.clone()));

@@ -4,7 +4,7 @@
 use std::time::Duration;
 
 use super::orders::{ApiUnderTest, LoadRun, load, load_client, truncate};
-use outbox_relay::api::ApiAuth;
+use order_service::api::ApiAuth;
 
 /// Placement with API keys against placement without (`API_AUTH=none`):
 /// two servers on the same database, loaded in turn, `ROUNDS` slices each,

@@ -20,16 +20,16 @@ use super::BenchArgs;
 use super::percentiles::Latency;
 use crate::demo::sinks::webhook::{Answer, WebhookSink};
 use crate::scratch::ScratchDatabase;
-use outbox_relay::db::{self, PoolOptions};
-use outbox_relay::effects::receipt::ReceiptSettings;
-use outbox_relay::effects::webhook::{WebhookConfig, WebhookSender};
-use outbox_relay::endpoints::spec::{EndpointName, EndpointUrl, EventTypes};
-use outbox_relay::endpoints::{NewEndpoint, SigningSecret, store};
-use outbox_relay::orders::order_enqueuer;
-use outbox_relay::orders::{NewOrder, place_order};
-use outbox_relay::relay::{Relay, RelaySettings};
-use outbox_relay::schema::jobs_all;
-use outbox_relay::sealed::Keyring;
+use order_service::db::{self, PoolOptions};
+use order_service::effects::receipt::ReceiptSettings;
+use order_service::effects::webhook::{WebhookConfig, WebhookSender};
+use order_service::endpoints::spec::{EndpointName, EndpointUrl, EventTypes};
+use order_service::endpoints::{NewEndpoint, SigningSecret, store};
+use order_service::orders::order_enqueuer;
+use order_service::orders::{NewOrder, place_order};
+use order_service::schema::jobs_all;
+use order_service::sealed::Keyring;
+use order_service::worker_pool::{PoolSettings, WorkerPool};
 
 /// Orders placed per second: a steady stream, as a shop sends them.
 const PACE: f64 = 50.0;
@@ -131,7 +131,7 @@ async fn run(args: &BenchArgs, with_slow: bool) -> anyhow::Result<FairnessRun> {
     let admin = args.database_url.clone();
     let scratch = tokio::task::spawn_blocking(move || -> anyhow::Result<ScratchDatabase> {
         let scratch = ScratchDatabase::create(&admin, "outbox_bench_endpoints")?;
-        outbox_relay::db::migrate_url(&scratch.url)?;
+        order_service::db::migrate_url(&scratch.url)?;
         Ok(scratch)
     })
     .await??;
@@ -262,13 +262,13 @@ fn start_relay(
             ..PoolOptions::default()
         },
     );
-    let executor = Arc::new(outbox_relay::effects::workers(
+    let executor = Arc::new(order_service::effects::workers(
         pool.clone(),
         None,
         Some(sender),
         ReceiptSettings::default(),
     ));
-    let mut settings = RelaySettings::new(
+    let mut settings = PoolSettings::new(
         format!("bench-endpoints-{}", std::process::id()),
         vec!["order_webhook".to_owned()],
     );
@@ -276,7 +276,7 @@ fn start_relay(
     settings.batch_size = args.batch;
     // The slow calls still open at the end are the bench's, not a job's.
     settings.shutdown_grace = Duration::from_secs(1);
-    let relay = Relay::new(pool, url, settings, executor)?;
+    let relay = WorkerPool::new(pool, url, settings, executor)?;
     Ok(tokio::spawn(relay.run_until_stopped(stop.clone())))
 }
 

@@ -282,7 +282,7 @@ async fn place_with_endpoints(
         clients,
         0,
         Duration::from_secs(30),
-        outbox_relay::api::ApiAuth::Keys,
+        order_service::api::ApiAuth::Keys,
     )
     .await?;
     let client = orders::load_client(clients, api.api_key.as_deref())?;

@@ -23,9 +23,9 @@ use tokio::sync::Mutex;
 use super::BenchArgs;
 use super::orders::{self, ApiUnderTest};
 use super::percentiles::Latency;
-use outbox_relay::inbox::source::{self, SourceKind};
-use outbox_relay::inbox::verify::stripe_signature;
-use outbox_relay::sealed::Keyring;
+use order_service::inbox::source::{self, SourceKind};
+use order_service::inbox::verify::stripe_signature;
+use order_service::sealed::Keyring;
 
 /// The answer's p99 an inbound event should stay under at half the maximum.
 pub const TARGET_P99_MS: f64 = 25.0;
@@ -112,7 +112,7 @@ pub async fn measure(url: &str, args: &BenchArgs) -> anyhow::Result<InboundRun> 
         // Room for the open loop's requests in flight at once.
         256,
         Duration::from_secs(30),
-        outbox_relay::api::ApiAuth::Keys,
+        order_service::api::ApiAuth::Keys,
     )
     .await?;
     let client = orders::load_client(clients, api.api_key.as_deref())?;

@@ -21,11 +21,11 @@ use tokio_util::sync::CancellationToken;
 
 use super::BenchArgs;
 use super::percentiles::Latency;
+use order_service::effects::Noop;
+use order_service::effects::{BoxFuture, EffectResult, JobContext, JobHandler};
+use order_service::outbox::{Enqueuer, JobOptions};
+use order_service::worker_pool::{PoolSettings, WorkerPool};
 use outbox_core::driver::ClaimedJob;
-use outbox_relay::effects::Noop;
-use outbox_relay::effects::{BoxFuture, EffectResult, Executor, JobContext};
-use outbox_relay::outbox::{Enqueuer, JobOptions};
-use outbox_relay::relay::{Relay, RelaySettings};
 
 /// Notes when each job's effect started. Every job succeeds at once, doing
 /// nothing: the relay's machinery is what is measured.
@@ -42,7 +42,7 @@ pub(super) struct Wait {
     pub micros: u64,
 }
 
-impl Executor for StartRecorder {
+impl JobHandler for StartRecorder {
     fn execute<'a>(&'a self, job: &'a ClaimedJob, _ctx: JobContext) -> BoxFuture<'a, EffectResult> {
         if job.kind == "noop" {
             let now = Instant::now();
@@ -92,7 +92,7 @@ pub async fn measure_loaded(url: &str, args: &BenchArgs) -> anyhow::Result<Loade
     super::orders::truncate(url).await?;
     reset(url).await?;
     let kinds = std::iter::once("noop")
-        .chain(outbox_relay::orders::ORDER_JOB_KINDS)
+        .chain(order_service::orders::ORDER_JOB_KINDS)
         .map(str::to_owned)
         .collect();
     let relay = RecordingRelay::start(url, kinds, args).await?;
@@ -102,7 +102,7 @@ pub async fn measure_loaded(url: &str, args: &BenchArgs) -> anyhow::Result<Loade
         clients,
         0,
         Duration::from_secs(30),
-        outbox_relay::api::ApiAuth::Keys,
+        order_service::api::ApiAuth::Keys,
     )
     .await?;
     let stop_load = CancellationToken::new();
@@ -154,7 +154,7 @@ impl RecordingRelay {
         kinds: Vec<String>,
         args: &BenchArgs,
     ) -> anyhow::Result<RecordingRelay> {
-        let mut settings = RelaySettings::new("bench-latency", kinds);
+        let mut settings = PoolSettings::new("bench-latency", kinds);
         // The relay under test: the drain's settings (`--concurrency`, `--batch`).
         settings.concurrency = args.concurrency;
         settings.batch_size = args.batch;
@@ -165,21 +165,21 @@ impl RecordingRelay {
     /// it notes every job's wait from its `created_at` (see [`Self::waits`]).
     pub(super) async fn start_with(
         url: &str,
-        settings: RelaySettings,
+        settings: PoolSettings,
         record_waits: bool,
     ) -> anyhow::Result<RecordingRelay> {
         let starts: Arc<Mutex<HashMap<i64, Instant>>> = Arc::default();
         let waits = record_waits.then(Arc::default);
         // As `outbox-relay relay` sizes it: a connection per effect slot,
         // plus the producer, the completer, the heartbeat and the reaper.
-        let pool = outbox_relay::db::build_pool(
+        let pool = order_service::db::build_pool(
             url,
-            &outbox_relay::db::PoolOptions {
+            &order_service::db::PoolOptions {
                 size: u32::try_from(settings.concurrency.min(64) + 4).unwrap_or(20),
-                ..outbox_relay::db::PoolOptions::default()
+                ..order_service::db::PoolOptions::default()
             },
         );
-        let relay = Relay::new(
+        let relay = WorkerPool::new(
             pool,
             url,
             settings,

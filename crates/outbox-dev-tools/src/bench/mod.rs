@@ -35,7 +35,7 @@ use anyhow::Context as _;
 use clap::Args;
 
 use crate::scratch::ScratchDatabase;
-use outbox_relay::config::{parse_count, parse_database_url};
+use order_service::config::{parse_count, parse_database_url};
 
 pub use arrival::ArrivalRate;
 pub use report::BenchReport;
@@ -50,10 +50,10 @@ pub struct BenchArgs {
     #[arg(long, default_value_t = 200_000, value_parser = parse_jobs)]
     pub jobs: usize,
     /// The relay's effects in flight (RELAY_CONCURRENCY of the relay under test).
-    #[arg(long, default_value_t = outbox_relay::relay::DEFAULT_CONCURRENCY, value_parser = parse_count)]
+    #[arg(long, default_value_t = order_service::worker_pool::DEFAULT_CONCURRENCY, value_parser = parse_count)]
     pub concurrency: usize,
     /// Jobs per claim, for the relay and the ceiling alike.
-    #[arg(long, default_value_t = outbox_relay::relay::DEFAULT_BATCH_SIZE, value_parser = parse_count)]
+    #[arg(long, default_value_t = order_service::worker_pool::DEFAULT_BATCH_SIZE, value_parser = parse_count)]
     pub batch: usize,
     /// Parallel claim loops of the raw-SQL ceiling (default: concurrency / batch,
     /// so that the ceiling holds as many jobs in flight as the relay may).
@@ -63,7 +63,7 @@ pub struct BenchArgs {
     #[arg(long, default_value_t = 1000)]
     pub latency_samples: usize,
     /// Pause between latency samples.
-    #[arg(long, default_value = "3ms", value_parser = outbox_relay::config::parse_duration)]
+    #[arg(long, default_value = "3ms", value_parser = order_service::config::parse_duration)]
     pub latency_interval: Duration,
     /// Concurrent clients posting orders to the API (0 skips the placement run).
     #[arg(long, default_value_t = 16)]
@@ -73,7 +73,7 @@ pub struct BenchArgs {
     #[arg(long, default_value_t = 5000)]
     pub half_open: usize,
     /// How long each placement run lasts.
-    #[arg(long, default_value = "5s", value_parser = outbox_relay::config::parse_positive_duration)]
+    #[arg(long, default_value = "5s", value_parser = order_service::config::parse_positive_duration)]
     pub api_duration: Duration,
     /// Open-loop runs: orders sent through the API at this fixed rate (orders
     /// per second, or `50%` of the saturation run's rate), while a relay at
@@ -83,7 +83,7 @@ pub struct BenchArgs {
           value_parser = arrival::parse_arrival_rate, allow_negative_numbers = true)]
     pub arrival_rate: Vec<ArrivalRate>,
     /// How long each open-loop run sends orders.
-    #[arg(long, default_value = "10s", value_parser = outbox_relay::config::parse_positive_duration)]
+    #[arg(long, default_value = "10s", value_parser = order_service::config::parse_positive_duration)]
     pub open_loop_duration: Duration,
     /// Runs of each throughput measurement; the median is reported.
     #[arg(long, default_value_t = 1, value_parser = parse_count)]
@@ -119,7 +119,7 @@ pub struct BenchArgs {
     /// it for up to this long (or until the drain ends), as a long report
     /// query or a stuck client would. Reported against the unpinned drain of
     /// the same round.
-    #[arg(long, value_parser = outbox_relay::config::parse_positive_duration)]
+    #[arg(long, value_parser = order_service::config::parse_positive_duration)]
     pub pinned_horizon: Option<Duration>,
     /// Also drain the `noop` jobs spread over this many concurrency keys (no
     /// limits: the cost of claiming through the keys), reported against the
@@ -153,7 +153,7 @@ pub struct BenchArgs {
     #[arg(long, default_value_t = 2000, value_parser = parse_count)]
     pub inbound_events: usize,
     /// How long the slow endpoint's receiver takes to answer (`--endpoints`).
-    #[arg(long, default_value = "25s", value_parser = outbox_relay::config::parse_positive_duration)]
+    #[arg(long, default_value = "25s", value_parser = order_service::config::parse_positive_duration)]
     pub slow_answer: Duration,
     /// Orders placed in each `--endpoints` run, 50 a second.
     #[arg(long, default_value_t = 500, value_parser = parse_count)]
@@ -228,7 +228,7 @@ pub async fn run(args: BenchArgs) -> anyhow::Result<()> {
     if args.endpoints {
         // The relay runs in this process; the slow calls it interrupts when
         // each run ends would log a warning apiece over the table.
-        outbox_relay::telemetry::set_default_log_filter("error");
+        order_service::telemetry::set_default_log_filter("error");
         let fairness = endpoints::measure(&args).await?;
         println!("{}", fairness.table());
         println!("{}", serde_json::to_string(&fairness.json())?);
@@ -237,7 +237,7 @@ pub async fn run(args: BenchArgs) -> anyhow::Result<()> {
     let admin = args.database_url.clone();
     let scratch = tokio::task::spawn_blocking(move || -> anyhow::Result<ScratchDatabase> {
         let scratch = ScratchDatabase::create(&admin, "outbox_bench")?;
-        outbox_relay::db::migrate_url(&scratch.url)?;
+        order_service::db::migrate_url(&scratch.url)?;
         Ok(scratch)
     })
     .await??;

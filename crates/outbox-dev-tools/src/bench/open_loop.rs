@@ -28,7 +28,7 @@ use super::latency::RecordingRelay;
 use super::orders::{self, ApiUnderTest};
 use super::percentiles::Latency;
 use super::stats::{self, Background};
-use outbox_relay::relay::RelaySettings;
+use order_service::worker_pool::PoolSettings;
 
 /// A request sent this long after its slot counts as late: the generator
 /// itself fell behind (a starved CPU), and the load was lighter than asked.
@@ -136,7 +136,7 @@ async fn measure(
     // The relay as `outbox-relay relay` runs with no settings given (or at
     // `--concurrency` and `--batch`); its executor does nothing, so the
     // machinery alone is measured.
-    let kinds = outbox_relay::orders::ORDER_JOB_KINDS
+    let kinds = order_service::orders::ORDER_JOB_KINDS
         .map(str::to_owned)
         .to_vec();
     let relay = RecordingRelay::start_with(url, open_loop_settings(kinds, args), true).await?;
@@ -150,7 +150,7 @@ async fn measure(
         },
         MAX_IN_FLIGHT,
         Duration::from_secs(30),
-        outbox_relay::api::ApiAuth::Keys,
+        order_service::api::ApiAuth::Keys,
     )
     .await?;
     let endpoint = api.endpoint();
@@ -463,8 +463,8 @@ async fn jobs_created_since(url: &str, from: chrono::DateTime<chrono::Utc>) -> a
 
 /// The relay under an open-loop load: the defaults, unless `--concurrency` or
 /// `--batch` say otherwise (their defaults are the relay's).
-fn open_loop_settings(kinds: Vec<String>, args: &BenchArgs) -> RelaySettings {
-    let mut settings = RelaySettings::new("bench-open-loop", kinds);
+fn open_loop_settings(kinds: Vec<String>, args: &BenchArgs) -> PoolSettings {
+    let mut settings = PoolSettings::new("bench-open-loop", kinds);
     settings.concurrency = args.concurrency;
     settings.batch_size = args.batch;
     settings

@@ -12,10 +12,10 @@ use diesel::prelude::*;
 use tokio_util::sync::CancellationToken;
 
 use super::percentiles::Latency;
-use outbox_relay::api::{self, ApiAuth, ApiSettings};
-use outbox_relay::api_keys;
-use outbox_relay::http_server::ConnectionLimits;
-use outbox_relay::server::Application;
+use order_service::api::{self, ApiAuth, ApiSettings};
+use order_service::api_keys;
+use order_service::http_server::ConnectionLimits;
+use order_service::server::Application;
 
 pub(super) const ORDER: &str = r#"{"customer_email":"ada@example.com","customer_name":"Ada Lovelace","currency":"EUR","items":[{"sku":"TEA-1","name":"Green tea","quantity":2,"unit_price_cents":450},{"sku":"MUG-2","name":"Mug","quantity":1,"unit_price_cents":1200}]}"#;
 
@@ -98,7 +98,7 @@ pub(super) fn load_client(
     clients: usize,
     api_key: Option<&str>,
 ) -> anyhow::Result<reqwest::Client> {
-    outbox_relay::effects::webhook::ensure_crypto_provider();
+    order_service::effects::webhook::ensure_crypto_provider();
     let mut headers = reqwest::header::HeaderMap::new();
     if let Some(key) = api_key {
         let mut bearer = reqwest::header::HeaderValue::from_str(&format!("Bearer {key}"))

@@ -17,7 +17,7 @@ use diesel::prelude::*;
 use super::BenchArgs;
 use super::orders::{ApiUnderTest, load, load_client, truncate};
 use super::percentiles::Latency;
-use outbox_relay::api::ApiAuth;
+use order_service::api::ApiAuth;
 
 #[derive(Debug, Clone)]
 pub struct Placement {
@@ -89,7 +89,7 @@ pub async fn measure(url: &str, args: &BenchArgs) -> anyhow::Result<Placement> {
     .await?;
     let (app_addr, endpoint) = (api.addr, api.endpoint());
 
-    outbox_relay::effects::webhook::ensure_crypto_provider();
+    order_service::effects::webhook::ensure_crypto_provider();
     let client = load_client(clients, api.api_key.as_deref())?;
     // Warm-up: connections, prepared plans, the pool.
     load(&client, &endpoint, clients, Duration::from_millis(500)).await;

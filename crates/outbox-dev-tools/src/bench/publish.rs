@@ -24,7 +24,7 @@ use futures_util::StreamExt as _;
 use super::BenchArgs;
 use super::drain::{self, Workload};
 use super::report::DrainRun;
-use outbox_relay::effects::nats::{Publication, headers};
+use order_service::effects::nats::{Publication, headers};
 
 /// The bench's endpoint; its row names the stream the drain publishes to.
 const ENDPOINT: &str = "bench-nats";

@@ -11,7 +11,7 @@
 use anyhow::Context as _;
 use diesel::prelude::*;
 use diesel::sql_types::{BigInt, Bytea, Integer, Text};
-use outbox_relay::orders::{Currency, Order, OrderId, OrderItem, OrderStatus};
+use order_service::orders::{Currency, Order, OrderId, OrderItem, OrderStatus};
 
 use super::BenchArgs;
 use super::drain::{self, Workload};
@@ -91,7 +91,7 @@ fn enqueue_orders(
     conn: &mut PgConnection,
     jobs: usize,
 ) -> anyhow::Result<super::stats::EnqueueMarks> {
-    use outbox_relay::effects::receipt::{ReceiptSettings, render_receipt};
+    use order_service::effects::receipt::{ReceiptSettings, render_receipt};
     let orders = i64::try_from(jobs / 2).unwrap_or(i64::MAX);
     let order = sample_order()?;
     let item = order

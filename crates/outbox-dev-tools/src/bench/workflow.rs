@@ -22,7 +22,7 @@ use outbox_core::outbox::{Enqueuer, JobOptions, NewJob, Parent};
 use super::BenchArgs;
 use super::latency::{RecordingRelay, reset};
 use super::percentiles::Latency;
-use outbox_relay::effects::Noop;
+use order_service::effects::Noop;
 
 const PARENT_KIND: &str = "wf_parent";
 /// Children of the fan-out's one parent.

@@ -44,7 +44,7 @@ impl DemoDatabase {
                 }
             }
         };
-        outbox_relay::db::migrate_url(&database.url)?;
+        order_service::db::migrate_url(&database.url)?;
         Ok(database)
     }
 

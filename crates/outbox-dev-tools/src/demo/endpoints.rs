@@ -11,13 +11,15 @@ use anyhow::Context as _;
 use async_nats::jetstream;
 
 use super::sinks::webhook::{Answer, WebhookSink};
-use outbox_relay::db;
-use outbox_relay::effects::nats as nats_effect;
-use outbox_relay::endpoints::spec::{DEFAULT_MAX_IN_FLIGHT, EndpointName, EndpointUrl, EventTypes};
-use outbox_relay::endpoints::{
+use order_service::db;
+use order_service::effects::nats as nats_effect;
+use order_service::endpoints::spec::{
+    DEFAULT_MAX_IN_FLIGHT, EndpointName, EndpointUrl, EventTypes,
+};
+use order_service::endpoints::{
     NatsTarget, NewEndpoint, SigningSecret, StreamName, SubjectPrefix, store,
 };
-use outbox_relay::sealed::Keyring;
+use order_service::sealed::Keyring;
 
 /// The healthy webhook endpoint.
 pub const ERP: &str = "shop-erp";

@@ -7,7 +7,7 @@ use super::endpoints::{ANALYTICS, ANALYTICS_DOWN_FOR, ERP, EVENTS, Nats, Webhook
 use super::progress::JobState;
 use super::sinks::webhook::Recorded;
 use super::{Demo, Placed};
-use outbox_relay::effects::signature::Secrets;
+use order_service::effects::signature::Secrets;
 
 /// An endpoint's delivery jobs: done, and all.
 fn deliveries(jobs: &[JobState], endpoint_id: i64) -> (usize, usize) {

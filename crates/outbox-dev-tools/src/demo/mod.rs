@@ -34,8 +34,10 @@ use tokio_util::sync::CancellationToken;
 
 use database::DemoDatabase;
 use endpoints::Subscribers;
+use order_service::config::{
+    EnqueueArgs, ReceiptArgs, parse_database_url, parse_positive_duration,
+};
 use orders::{Placed, http_client, place_order};
-use outbox_relay::config::{EnqueueArgs, ReceiptArgs, parse_database_url, parse_positive_duration};
 use progress::{LiveView, Narrator};
 use services::{Running, start_services};
 use sinks::smtp::SmtpSink;
@@ -136,8 +138,8 @@ impl OutDir {
 
 pub async fn run(args: DemoArgs) -> anyhow::Result<()> {
     // The API logs every request at info; here the live view is the interface.
-    outbox_relay::telemetry::set_default_log_filter("error");
-    let shutdown = outbox_relay::shutdown::on_signals();
+    order_service::telemetry::set_default_log_filter("error");
+    let shutdown = order_service::shutdown::on_signals();
     let started = Instant::now();
 
     match &args.database_url {
@@ -262,9 +264,9 @@ struct Demo<'a> {
 impl Demo<'_> {
     /// The job kinds of this run: an order's, and a publish when NATS answered.
     fn kinds(&self) -> Vec<&'static str> {
-        let mut kinds = outbox_relay::orders::ORDER_JOB_KINDS.to_vec();
+        let mut kinds = order_service::orders::ORDER_JOB_KINDS.to_vec();
         if self.subscribers.stream().is_some() {
-            kinds.push(outbox_relay::effects::EffectKind::OrderPublish.as_str());
+            kinds.push(order_service::effects::EffectKind::OrderPublish.as_str());
         }
         kinds
     }

@@ -5,7 +5,7 @@ use std::time::Duration;
 use anyhow::Context as _;
 
 use super::samples;
-use outbox_relay::orders::Currency;
+use order_service::orders::Currency;
 
 /// An order the demo placed.
 #[derive(Debug, Clone)]

@@ -7,11 +7,11 @@ use anyhow::Context as _;
 use diesel::prelude::*;
 use serde_json::{Value, json};
 
-use outbox_relay::inbox::list::{Filter, list_messages};
-use outbox_relay::inbox::source::{self, SourceKind};
-use outbox_relay::inbox::verify::stripe_signature;
-use outbox_relay::schema::orders;
-use outbox_relay::sealed::Keyring;
+use order_service::inbox::list::{Filter, list_messages};
+use order_service::inbox::source::{self, SourceKind};
+use order_service::inbox::verify::stripe_signature;
+use order_service::schema::orders;
+use order_service::sealed::Keyring;
 
 /// The demo's Stripe source, and how to post to it.
 pub(super) struct Stripe {
@@ -28,7 +28,7 @@ impl Stripe {
         let url = database_url.to_owned();
         let secret = tokio::task::spawn_blocking(move || {
             let secret = source::new_secret()?;
-            let mut conn = outbox_relay::db::establish(&url)?;
+            let mut conn = order_service::db::establish(&url)?;
             // A kept database (--database-url) may have it from an earlier run.
             match source::find(&mut conn, "stripe")? {
                 Some(_) => source::rotate_secret(
@@ -65,7 +65,7 @@ impl Stripe {
     async fn charge_of(&self, order_id: i64) -> anyhow::Result<(i64, String)> {
         let url = self.database_url.clone();
         tokio::task::spawn_blocking(move || {
-            let mut conn = outbox_relay::db::establish(&url)?;
+            let mut conn = order_service::db::establish(&url)?;
             let (total, currency): (i64, String) = orders::table
                 .find(order_id)
                 .select((orders::total_cents, orders::currency))
@@ -128,7 +128,7 @@ impl Stripe {
     pub(super) async fn inbox_lines(&self) -> anyhow::Result<Vec<String>> {
         let url = self.database_url.clone();
         let mut messages = tokio::task::spawn_blocking(move || {
-            let mut conn = outbox_relay::db::establish(&url)?;
+            let mut conn = order_service::db::establish(&url)?;
             anyhow::Ok(list_messages(
                 &mut conn,
                 &Filter {
@@ -145,7 +145,7 @@ impl Stripe {
                 format!(
                     "  {:<8} {:<22} {:<26} {:<9} {}",
                     m.source,
-                    outbox_relay::text::one_line(&m.message_id, 22),
+                    order_service::text::one_line(&m.message_id, 22),
                     m.message_type.as_deref().unwrap_or("-"),
                     m.order_id
                         .map_or_else(|| "-".to_owned(), |id| format!("#{id}")),

@@ -15,8 +15,8 @@ use chrono::{DateTime, Utc};
 use diesel::prelude::*;
 use indicatif::{MultiProgress, ProgressBar, ProgressDrawTarget, ProgressStyle};
 
-use outbox_relay::schema::jobs_all;
-use outbox_relay::text::one_line;
+use order_service::schema::jobs_all;
+use order_service::text::one_line;
 
 /// A job as the demo watches it.
 #[derive(Debug, Clone, Queryable, Selectable)]

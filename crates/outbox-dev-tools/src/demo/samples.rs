@@ -87,7 +87,7 @@ pub fn order_body(n: usize) -> Value {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use outbox_relay::orders::NewOrder;
+    use order_service::orders::NewOrder;
 
     #[test]
     fn every_sample_is_a_valid_order_and_repeats_get_their_own_address() {

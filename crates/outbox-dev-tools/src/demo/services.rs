@@ -9,14 +9,14 @@ use tokio_util::sync::CancellationToken;
 use super::endpoints::Subscribers;
 use super::sinks::smtp::SmtpSink;
 use super::{DemoArgs, MAIL_FROM, SHUTDOWN_GRACE, WEBHOOK_SECRET};
-use outbox_relay::api::{self, ApiSettings};
-use outbox_relay::api_keys;
-use outbox_relay::db::{self, PgPool, PoolOptions};
-use outbox_relay::effects::email::{EmailConfig, Mailer};
-use outbox_relay::effects::webhook::{WebhookConfig, WebhookSender};
-use outbox_relay::effects::{self, EffectKind};
-use outbox_relay::relay::{BackoffPolicy, Relay, RelaySettings};
-use outbox_relay::server::Application;
+use order_service::api::{self, ApiSettings};
+use order_service::api_keys;
+use order_service::db::{self, PgPool, PoolOptions};
+use order_service::effects::email::{EmailConfig, Mailer};
+use order_service::effects::webhook::{WebhookConfig, WebhookSender};
+use order_service::effects::{self, EffectKind};
+use order_service::server::Application;
+use order_service::worker_pool::{BackoffPolicy, PoolSettings, WorkerPool};
 
 /// The API and the relay, running in this process.
 pub(super) struct Running {
@@ -49,17 +49,19 @@ pub(super) async fn start_services(
     // A run that stays up gets the dashboard, with a fresh token nobody else knows.
     let admin_token = args.keep_running.then(demo_admin_token).transpose()?;
     let admin = admin_token.as_deref().map(|token| {
-        let tokens =
-            outbox_relay::config::dashboard::parse_admin_tokens(Some(&format!("op:{token}")), None)
-                .unwrap_or_default();
-        let mut settings = outbox_relay::config::dashboard::AdminSettings::new(tokens);
-        settings.mail_domain = outbox_relay::config::mail_from_domain(MAIL_FROM);
+        let tokens = order_service::config::dashboard::parse_admin_tokens(
+            Some(&format!("op:{token}")),
+            None,
+        )
+        .unwrap_or_default();
+        let mut settings = order_service::config::dashboard::AdminSettings::new(tokens);
+        settings.mail_domain = order_service::config::mail_from_domain(MAIL_FROM);
         settings
     });
     // The emails' receipt links, signed with a key of this run's own.
-    let receipt_links = outbox_relay::links::ReceiptLinks::new(
+    let receipt_links = order_service::links::ReceiptLinks::new(
         &random_bytes::<32>("the receipt links' key")?,
-        outbox_relay::links::DEFAULT_RECEIPT_LINK_TTL,
+        order_service::links::DEFAULT_RECEIPT_LINK_TTL,
     )
     .map_err(|e| anyhow::anyhow!("the demo's receipt link key {e}"))?;
     let api_settings = ApiSettings {
@@ -106,7 +108,7 @@ pub(super) async fn start_services(
     if subscribers.stream().is_some() {
         kinds.push(EffectKind::OrderPublish);
     }
-    let mut settings = RelaySettings::new(
+    let mut settings = PoolSettings::new(
         format!("demo-{}", std::process::id()),
         kinds.iter().map(|k| k.as_str().to_owned()).collect(),
     )
@@ -142,9 +144,9 @@ pub(super) async fn start_services(
         // The demo's NATS server is on loopback, like its receivers.
         effects::nats::NatsConnections::new(None, true),
         // The demo stores its secrets as a deployment without SECRETS_KEY does.
-        outbox_relay::sealed::Keyring::none(),
+        order_service::sealed::Keyring::none(),
     ));
-    let relay = Relay::new(relay_pool, database_url, settings, executor)?;
+    let relay = WorkerPool::new(relay_pool, database_url, settings, executor)?;
 
     Ok(Running {
         api_url,
@@ -231,11 +233,13 @@ mod tests {
     fn the_demo_admin_token_is_long_enough_for_the_dashboard() {
         let token = super::demo_admin_token().expect("randomness");
         assert!(
-            token.len() >= outbox_relay::config::dashboard::MIN_ADMIN_TOKEN_CHARS,
+            token.len() >= order_service::config::dashboard::MIN_ADMIN_TOKEN_CHARS,
             "{token}"
         );
-        let tokens =
-            outbox_relay::config::dashboard::parse_admin_tokens(Some(&format!("op:{token}")), None);
+        let tokens = order_service::config::dashboard::parse_admin_tokens(
+            Some(&format!("op:{token}")),
+            None,
+        );
         assert_eq!(tokens.map(|t| t.len()), Ok(1));
     }
 }

@@ -7,7 +7,7 @@ use super::progress::KindCounts;
 use super::sinks::webhook::Recorded;
 use super::watch::Watched;
 use super::{Demo, Ending, Placed};
-use outbox_relay::db;
+use order_service::db;
 
 impl Demo<'_> {
     pub(super) fn summarize(

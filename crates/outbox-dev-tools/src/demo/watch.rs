@@ -9,7 +9,7 @@ use tokio_util::sync::CancellationToken;
 use super::progress::{self, JobState, LiveView, Narrator};
 use super::services::Running;
 use super::{Ending, OutDir, POLL_EVERY, SETTLE_DEADLINE, sinks};
-use outbox_relay::db::run_blocking;
+use order_service::db::run_blocking;
 
 /// What the watch saw last.
 #[derive(Debug)]

@@ -1,7 +1,7 @@
 -- Cancels the jobs with ids in $1 that are not finished: 'pending' or 'failed'
 -- become 'cancelled', finished now. Returns the ids it changed and their
 -- ordering keys: the caller then releases the next job of each key
--- (release_ordering_keys.sql, as its own statement, so its snapshot sees the
+-- (advance_ordering_keys.sql, as its own statement, so its snapshot sees the
 -- cancellations and every enqueue committed before).
 --
 -- Index: the primary key (id = ANY($1)); callers pass at most CANCEL_BATCH ids,

@@ -56,7 +56,7 @@
 -- max_in_flight, within its tokens, zero while paused) cannot be spent twice
 -- by two relays; `counted` adds what was taken, in this same statement.
 -- Finishing, releasing and reaping give slots back (finish_jobs.sql,
--- release_jobs.sql, update_reaped_jobs.sql), only ever lowering in_flight,
+-- hand_back_jobs.sql, update_reaped_jobs.sql), only ever lowering in_flight,
 -- and a relative update (in_flight + n) keeps each of them. A key without
 -- room is filtered out on its row: its pending jobs are never read, so a
 -- saturated or paused key's backlog costs the claim one key row, and those

@@ -6,5 +6,5 @@
 -- transactions enqueueing behind the same key at once would each see none of
 -- the other's and both start a head. With this lock the second waits for the
 -- first to commit, then sees its job.
-SELECT pg_advisory_xact_lock(hashtextextended('outbox_relay.ordering_key:' || k.key, 0))
+SELECT pg_advisory_xact_lock(hashtextextended('outbox.ordering_key:' || k.key, 0))
 FROM (SELECT key FROM unnest($1::text[]) WITH ORDINALITY AS u(key, n) ORDER BY n) AS k

@@ -1,6 +1,6 @@
 -- Up to $1 ordering keys that have a blocked job: the candidates of the
 -- reaper's sweep for keys a finish left blocked with nothing ahead of them.
--- release_ordering_keys.sql, run next as a statement of its own (a fresh
+-- advance_ordering_keys.sql, run next as a statement of its own (a fresh
 -- snapshot), releases the head of each whose earlier jobs have all ended;
 -- for the others (a running or failed head) it changes nothing. Read-only.
 --

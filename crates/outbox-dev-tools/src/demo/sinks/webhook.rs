@@ -17,7 +17,7 @@ use axum::http::{HeaderMap, HeaderName, HeaderValue, Method, StatusCode, Uri};
 use axum::response::{IntoResponse, Response};
 use chrono::{DateTime, Utc};
 
-use outbox_relay::effects::signature::Secrets;
+use order_service::effects::signature::Secrets;
 
 /// Path of [`WebhookSink::url`].
 pub const PATH: &str = "/hooks/orders";

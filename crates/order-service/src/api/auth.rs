@@ -1,0 +1,315 @@
+//! The front door of `/orders`: every route names what it needs
+//! (`Required`), and this file checks it. A refusal is an [`ApiError`]
+//! (401, 403 or 429), so it is a JSON error like any other, and nothing has
+//! been written.
+//!
+//! `authorize`, a middleware on every `/orders` route, checks the key's form,
+//! then its row (expiry, revocation), the route's scope and the per-key rate
+//! limit, all before the handler runs: before the body is read and before
+//! the path or the body is parsed. So a made-up key learns nothing of the
+//! schema (it never sees a 400, 413, 415 or 422), cannot hold a slot with a
+//! slow body, and costs one index probe, counted against its address by
+//! `address_limit`. The handler gets a `Verified`.
+//! The key is read on every request, never cached: a `keys revoke` takes
+//! effect on the next request, on every replica. The look-up takes its own
+//! connection, apart from the handler's work: holding one connection across
+//! the upload of a body would let slow bodies take the pool. The per-key
+//! rate limit counts in this process (see [`RateLimit`]).
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use axum::extract::{Path, Request, State};
+use axum::http::{HeaderMap, header};
+use axum::middleware::Next;
+use axum::response::{IntoResponse as _, Response};
+use diesel::PgConnection;
+
+use super::address_limit::Admitted;
+use super::api_key_limit::RateLimiter;
+use super::error::ApiError;
+use super::state::Db;
+use crate::api_keys::{self, ApiKeyState, PresentedKey, Scope};
+use crate::orders::{Cause, Transition};
+
+pub use super::api_key_limit::RateLimit;
+
+/// Whether `/orders` asks for a key (`API_AUTH`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, clap::ValueEnum)]
+pub enum ApiAuth {
+    /// Every `/orders` request needs `Authorization: Bearer <key>` with the
+    /// route's scope.
+    #[default]
+    Keys,
+    /// No checks at all: local development only.
+    None,
+}
+
+/// The longest `Authorization` header read. A key is 53 characters; the
+/// bound keeps a huge header from reaching the parser or a log line.
+const MAX_AUTHORIZATION_BYTES: usize = 256;
+
+/// What a route needs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Required {
+    Scope(Scope),
+    /// `POST /orders/{id}/{action}`: the action's scope (`orders:pay`, …);
+    /// an unknown action needs a valid key, then is a 404.
+    ActionScope,
+    /// `GET /orders/{id}/receipt.pdf`: `orders:read`, or a signed link.
+    Receipt,
+}
+
+/// Who the handler is serving: in the request's extensions of every
+/// `/orders` route once [`authorize`] let it through.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Verified {
+    /// The key's id; `None` without keys (`API_AUTH=none`, a signed link).
+    pub api_key_id: Option<i64>,
+    /// The key reads only the orders placed with it (`orders:read:own`
+    /// without `orders:read`).
+    pub own_orders_only: bool,
+}
+
+impl Verified {
+    /// `API_AUTH=none`, or a signed receipt link that was verified.
+    pub const ANYONE: Verified = Verified {
+        api_key_id: None,
+        own_orders_only: false,
+    };
+
+    /// What the placements and transitions of this caller record.
+    pub fn cause(self) -> Cause {
+        Cause {
+            api_key_id: self.api_key_id,
+            inbox_message_id: None,
+        }
+    }
+
+    /// Whether this caller may read an order placed by `placed_by`. An order
+    /// it may not read is a 404, as one that does not exist: a key with
+    /// `orders:read:own` learns nothing of other keys' orders.
+    pub fn may_read(self, placed_by: Option<i64>) -> bool {
+        !self.own_orders_only || (self.api_key_id.is_some() && placed_by == self.api_key_id)
+    }
+}
+
+/// The key's row, its state and scope, then the rate limit.
+fn verify(
+    conn: &mut PgConnection,
+    key: &PresentedKey,
+    scope: Option<Scope>,
+    limiter: Option<&RateLimiter>,
+) -> Result<Verified, ApiError> {
+    let Some(found) = api_keys::authenticate(conn, key)? else {
+        return Err(ApiError::Unauthorized("this API key is not known".into()));
+    };
+    match found.state {
+        ApiKeyState::Active => {}
+        ApiKeyState::Revoked => {
+            return Err(ApiError::Unauthorized("this API key was revoked".into()));
+        }
+        ApiKeyState::Expired => {
+            return Err(ApiError::Unauthorized("this API key has expired".into()));
+        }
+    }
+    let mut own_orders_only = false;
+    match scope {
+        None => {}
+        Some(scope) if scope.granted_by(&found.scopes) => {}
+        Some(Scope::Read) if Scope::ReadOwn.granted_by(&found.scopes) => own_orders_only = true,
+        Some(scope) => return Err(ApiError::Forbidden { scope }),
+    }
+    if let Some(limiter) = limiter {
+        limiter.check(found.id)?;
+    }
+    Ok(Verified {
+        api_key_id: Some(found.id),
+        own_orders_only,
+    })
+}
+
+/// How a receipt request got in. In the extensions of the receipt route.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum ReceiptAccess {
+    /// A key with `orders:read` or `orders:read:own` (or `API_AUTH=none`).
+    Caller(Verified),
+    /// No `Authorization` header, and `expires` or `signature` in the query:
+    /// a link from an email, which the handler verifies (`receipt_link`).
+    SignedLink,
+}
+
+/// What the middleware of one route holds.
+#[derive(Debug, Clone)]
+pub(crate) struct Gate {
+    pub auth: ApiAuth,
+    pub required: Required,
+    pub db: Db,
+    pub limiter: Option<Arc<RateLimiter>>,
+}
+
+/// Checks the request's key against its route's [`Required`], then runs it.
+/// Every answer of an `/orders` route carries `Cache-Control: no-store`:
+/// they carry customers' names, addresses and payment references. Each
+/// answer says how the request got in ([`Admitted`]), for the per-address
+/// limit.
+pub(crate) async fn authorize(
+    State(gate): State<Gate>,
+    mut request: Request,
+    next: Next,
+) -> Response {
+    let mut response = match admit(&gate, &mut request).await {
+        Ok(admitted) => {
+            let mut response = next.run(request).await;
+            response.extensions_mut().insert(admitted);
+            response
+        }
+        Err(error) => {
+            // Refused after the key was found: the key's own traffic.
+            let found = matches!(
+                error,
+                ApiError::Forbidden { .. } | ApiError::RateLimited { .. }
+            );
+            let mut response = error.into_response();
+            if found {
+                response.extensions_mut().insert(Admitted::Key);
+            }
+            response
+        }
+    };
+    response.headers_mut().insert(
+        header::CACHE_CONTROL,
+        header::HeaderValue::from_static("no-store"),
+    );
+    response
+}
+
+async fn admit(gate: &Gate, request: &mut Request) -> Result<Admitted, ApiError> {
+    if gate.required == Required::Receipt
+        && !request.headers().contains_key(header::AUTHORIZATION)
+        && has_link_parameters(request.uri().query())
+    {
+        request.extensions_mut().insert(ReceiptAccess::SignedLink);
+        return Ok(Admitted::Anonymous);
+    }
+    let (verified, admitted) = match gate.auth {
+        ApiAuth::None => (Verified::ANYONE, Admitted::Open),
+        ApiAuth::Keys => {
+            let key = presented_key(request.headers())?;
+            let scope = match gate.required {
+                Required::Scope(scope) => Some(scope),
+                Required::Receipt => Some(Scope::Read),
+                Required::ActionScope => action_of(request).await.and_then(Scope::of_action),
+            };
+            let limiter = gate.limiter.clone();
+            let verified = gate
+                .db
+                .run(move |conn| verify(conn, &key, scope, limiter.as_deref()))
+                .await?;
+            (verified, Admitted::Key)
+        }
+    };
+    request.extensions_mut().insert(verified);
+    if gate.required == Required::Receipt {
+        request
+            .extensions_mut()
+            .insert(ReceiptAccess::Caller(verified));
+    }
+    Ok(admitted)
+}
+
+/// The `{action}` of `/orders/{id}/{action}`, percent-decoded by the same
+/// extractor as the handler's, so `/orders/1/p%61y` needs `orders:pay` too.
+async fn action_of(request: &mut Request) -> Option<&'static str> {
+    use axum::extract::FromRequestParts as _;
+    let (mut parts, body) = std::mem::take(request).into_parts();
+    let params = Path::<HashMap<String, String>>::from_request_parts(&mut parts, &()).await;
+    *request = Request::from_parts(parts, body);
+    let action = params.ok()?.0.remove("action")?;
+    Transition::ACTIONS.iter().copied().find(|a| *a == action)
+}
+
+/// The key of `Authorization: Bearer <key>`, checked for form and checksum
+/// before the database is asked.
+fn presented_key(headers: &HeaderMap) -> Result<PresentedKey, ApiError> {
+    let unauthorized = |why: &str| ApiError::Unauthorized(why.to_owned());
+    let mut values = headers.get_all(header::AUTHORIZATION).iter();
+    let Some(value) = values.next() else {
+        return Err(unauthorized(
+            "this route needs an API key: Authorization: Bearer ork_…",
+        ));
+    };
+    if values.next().is_some() {
+        return Err(unauthorized("send one Authorization header, not several"));
+    }
+    if value.len() > MAX_AUTHORIZATION_BYTES {
+        return Err(unauthorized("the Authorization header is too long"));
+    }
+    let value = value
+        .to_str()
+        .map_err(|_| unauthorized("the Authorization header is not ASCII"))?;
+    let (scheme, token) = value.trim().split_once(' ').unwrap_or((value, ""));
+    if !scheme.eq_ignore_ascii_case("bearer") {
+        return Err(unauthorized(
+            "use the Bearer scheme: Authorization: Bearer ork_…",
+        ));
+    }
+    PresentedKey::parse(token.trim()).map_err(|e| ApiError::Unauthorized(e.to_string()))
+}
+
+/// Whether a query string carries `expires` or `signature`: a signed link.
+fn has_link_parameters(query: Option<&str>) -> bool {
+    query.is_some_and(|query| {
+        url::form_urlencoded::parse(query.as_bytes())
+            .any(|(name, _)| name == "expires" || name == "signature")
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use axum::http::HeaderValue;
+
+    fn headers(value: &[u8]) -> HeaderMap {
+        let mut headers = HeaderMap::new();
+        headers.insert(
+            header::AUTHORIZATION,
+            HeaderValue::from_bytes(value).expect("valid"),
+        );
+        headers
+    }
+
+    #[test]
+    fn headers_that_hold_no_key_are_refused_before_the_database() {
+        for value in [
+            b"Bearer".as_slice(),
+            b"Basic dXNlcjpwYXNz",
+            b"Bearer ork_short",
+            b"Bearer \xff\xfe",
+            &[b'a'; 4096],
+        ] {
+            let error = presented_key(&headers(value)).expect_err("refused");
+            assert!(matches!(error, ApiError::Unauthorized(_)), "{error:?}");
+        }
+        assert!(matches!(
+            presented_key(&HeaderMap::new()),
+            Err(ApiError::Unauthorized(_))
+        ));
+    }
+
+    #[test]
+    fn a_well_formed_key_is_read_whatever_the_scheme_case() {
+        let key = crate::api_keys::NewSecret::generate().expect("valid");
+        let value = format!("bearer  {}", key.expose());
+        let presented = presented_key(&headers(value.as_bytes())).expect("valid");
+        assert_eq!(presented.sha256(), key.sha256());
+    }
+
+    #[test]
+    fn a_link_is_recognised_by_either_parameter() {
+        assert!(has_link_parameters(Some("expires=1&signature=abc")));
+        assert!(has_link_parameters(Some("signature=abc")));
+        assert!(!has_link_parameters(Some("download=1")));
+        assert!(!has_link_parameters(None));
+    }
+}

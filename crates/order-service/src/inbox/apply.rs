@@ -1,0 +1,376 @@
+//! Receiving one verified message: record it with the core's inbox, decide
+//! what it does to its order, and do it, all in one transaction. An
+//! operator's decision on a held message is in [`super::held`].
+//!
+//! The order row is locked (`FOR NO KEY UPDATE`, as every transition locks
+//! it) before the decision reads it, so a payment racing a cancel is decided
+//! against whichever committed first: paid then cancelled, or cancelled and
+//! then held as "refund needed", never both applied.
+
+use diesel::prelude::*;
+use outbox_core::dedupe::{Received, record_message};
+use serde_json::Value;
+
+use super::MessageStatus;
+use super::event::{Intent, Meaning, OrderRef, Payment, interpret};
+use super::source::SourceKind;
+use crate::orders::{
+    DisplayText, OrderStatus, Transition, TransitionError, transition_order_for_message,
+};
+use crate::outbox::Enqueuer;
+use crate::schema::{inbox_messages, order_events, orders};
+
+/// A verified message, ready to record.
+#[derive(Debug, Clone, Copy)]
+pub struct Inbound<'a> {
+    /// The source's name.
+    pub source: &'a str,
+    pub kind: SourceKind,
+    pub message_id: &'a str,
+    pub payload: &'a Value,
+}
+
+/// What receiving a message did.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Answer {
+    /// Recorded now, with what it did.
+    Recorded {
+        id: i64,
+        status: MessageStatus,
+        order_id: Option<i64>,
+        reason: Option<String>,
+    },
+    /// Recorded before: nothing changed. The first copy's status.
+    Repeat {
+        id: i64,
+        status: Option<MessageStatus>,
+    },
+}
+
+impl Answer {
+    /// The `status` of the `200` answer: the message's, `"repeat"` for a copy.
+    pub fn status_word(&self) -> &'static str {
+        match self {
+            Answer::Recorded { status, .. } => status.as_str(),
+            Answer::Repeat { .. } => "repeat",
+        }
+    }
+}
+
+/// What a message does to its order, decided against the locked row.
+#[derive(Debug)]
+enum Decision {
+    Apply {
+        order_id: i64,
+        transition: Transition,
+    },
+    Keep {
+        order_id: Option<i64>,
+        status: MessageStatus,
+        reason: String,
+    },
+}
+
+/// Records `inbound` and applies it, in one transaction (the caller's, if one
+/// is open). A message id seen before answers [`Answer::Repeat`] and changes
+/// nothing; a copy being applied concurrently by another receiver makes this
+/// call wait for it, then answer `Repeat`.
+pub fn receive(
+    conn: &mut PgConnection,
+    enqueuer: &Enqueuer,
+    inbound: Inbound<'_>,
+    max_attempts: i32,
+) -> QueryResult<Answer> {
+    let answer = enqueuer.transaction(conn, |conn| {
+        let id = match record_message(conn, inbound.source, inbound.message_id)? {
+            Received::First { id } => id,
+            Received::Repeat => return repeat_of(conn, inbound.source, inbound.message_id),
+        };
+        let meaning = interpret(inbound.kind, inbound.payload);
+        let decision = decide(conn, &meaning, inbound.message_id)?;
+        let (status, order_id, reason) = carry_out(conn, enqueuer, decision, id, max_attempts)?;
+        let event_type =
+            super::event::event_type(inbound.payload).map(|t| crate::text::one_line(t, 200));
+        diesel::update(inbox_messages::table.find(id))
+            .set((
+                inbox_messages::message_type.eq(event_type),
+                inbox_messages::order_id.eq(order_id),
+                inbox_messages::status.eq(status.as_str()),
+                inbox_messages::reason.eq(&reason),
+                inbox_messages::payload.eq(inbound.payload),
+                inbox_messages::decided_at
+                    .eq((status != MessageStatus::Held).then(chrono::Utc::now)),
+            ))
+            .execute(conn)?;
+        Ok(Answer::Recorded {
+            id,
+            status,
+            order_id,
+            reason,
+        })
+    })?;
+    observe(inbound, &answer);
+    Ok(answer)
+}
+
+/// The metric by source and status, and a WARN line for each held message:
+/// an operator has something to decide.
+fn observe(inbound: Inbound<'_>, answer: &Answer) {
+    metrics::counter!(
+        "outbox_inbox_messages_total",
+        "source" => inbound.source.to_owned(),
+        "status" => answer.status_word(),
+    )
+    .increment(1);
+    if let Answer::Recorded {
+        id,
+        status: MessageStatus::Held,
+        order_id,
+        reason,
+    } = answer
+    {
+        tracing::warn!(
+            inbox_message_id = id,
+            source = inbound.source,
+            message_id = inbound.message_id,
+            order_id,
+            reason = reason.as_deref().unwrap_or(""),
+            "inbox message held: an operator decides (outbox-relay inbox apply|dismiss {id})"
+        );
+    }
+}
+
+fn repeat_of(conn: &mut PgConnection, source: &str, message_id: &str) -> QueryResult<Answer> {
+    let (id, status): (i64, Option<String>) = inbox_messages::table
+        .filter(inbox_messages::source.eq(source))
+        .filter(inbox_messages::message_id.eq(message_id))
+        .select((inbox_messages::id, inbox_messages::status))
+        .first(conn)?;
+    Ok(Answer::Repeat {
+        id,
+        status: status.and_then(|s| s.parse().ok()),
+    })
+}
+
+/// The order's row, locked as a transition locks it.
+struct LockedOrder {
+    status: OrderStatus,
+    total_cents: i64,
+    currency: String,
+}
+
+fn lock_order(conn: &mut PgConnection, order_id: i64) -> QueryResult<Option<LockedOrder>> {
+    let row: Option<(String, i64, String)> = orders::table
+        .find(order_id)
+        .select((orders::status, orders::total_cents, orders::currency))
+        .for_no_key_update()
+        .first(conn)
+        .optional()?;
+    Ok(row.and_then(|(status, total_cents, currency)| {
+        Some(LockedOrder {
+            status: status.parse().ok()?,
+            total_cents,
+            currency: currency.trim().to_owned(),
+        })
+    }))
+}
+
+/// The `payment_reference` of the order's latest event of `event_type`:
+/// what paid it, or what refunded it.
+fn reference_of(
+    conn: &mut PgConnection,
+    order_id: i64,
+    event_type: &str,
+) -> QueryResult<Option<Option<String>>> {
+    let data: Option<Value> = order_events::table
+        .filter(order_events::order_id.eq(order_id))
+        .filter(order_events::event_type.eq(event_type))
+        .order(order_events::seq.desc())
+        .select(order_events::data)
+        .first(conn)
+        .optional()?;
+    Ok(data.map(|d| {
+        d.get("payment_reference")
+            .and_then(Value::as_str)
+            .map(str::to_owned)
+    }))
+}
+
+fn keep(order_id: Option<i64>, status: MessageStatus, reason: String) -> Decision {
+    Decision::Keep {
+        order_id,
+        status,
+        reason,
+    }
+}
+
+fn decide(conn: &mut PgConnection, meaning: &Meaning, message_id: &str) -> QueryResult<Decision> {
+    let payment = match meaning {
+        Meaning::Ignored(reason) => return Ok(keep(None, MessageStatus::Ignored, reason.clone())),
+        Meaning::Payment(payment) => payment,
+    };
+    let order_id = match &payment.order {
+        OrderRef::Id(id) => *id,
+        OrderRef::NotANumber(raw) => {
+            return Ok(keep(
+                None,
+                MessageStatus::Unmatched,
+                format!(
+                    "order id {:?} is not a number",
+                    crate::text::one_line(raw, 60)
+                ),
+            ));
+        }
+    };
+    let Some(order) = lock_order(conn, order_id)? else {
+        return Ok(keep(
+            None,
+            MessageStatus::Unmatched,
+            format!("there is no order {order_id}"),
+        ));
+    };
+    let reference = payment_reference(payment, message_id);
+    let held = |reason: String| Ok(keep(Some(order_id), MessageStatus::Held, reason));
+    let ignored = |reason: String| Ok(keep(Some(order_id), MessageStatus::Ignored, reason));
+    match payment.intent {
+        Intent::Pay => {
+            let paid_by = reference_of(conn, order_id, OrderStatus::Paid.event_type())?;
+            if let Some(paid_by) = &paid_by
+                && paid_by.as_deref() == Some(reference.as_str())
+            {
+                // Checkout's two events of one payment, or a resend under a new event id.
+                return ignored(format!("order {order_id} is already paid by {reference}"));
+            }
+            if order.status == OrderStatus::Cancelled {
+                return held(format!(
+                    "refund needed: order {order_id} was cancelled before this payment ({reference}) arrived"
+                ));
+            }
+            if let Some(reason) = money_differs(payment, &order) {
+                return held(reason);
+            }
+            if let Some(paid_by) = paid_by {
+                return held(format!(
+                    "paid again under another reference: order {order_id} was paid by {}, this is {reference}",
+                    paid_by.as_deref().unwrap_or("an unknown reference")
+                ));
+            }
+            if order.status != OrderStatus::Placed {
+                return held(format!(
+                    "order {order_id} is {} and cannot become paid",
+                    order.status
+                ));
+            }
+            Ok(Decision::Apply {
+                order_id,
+                transition: Transition::Pay {
+                    payment_reference: display(&reference),
+                },
+            })
+        }
+        Intent::Refund => {
+            if let Some(refunded_by) =
+                reference_of(conn, order_id, OrderStatus::Refunded.event_type())?
+            {
+                return ignored(format!(
+                    "order {order_id} is already refunded{}",
+                    refunded_by.map(|r| format!(" ({r})")).unwrap_or_default()
+                ));
+            }
+            let was_paid = reference_of(conn, order_id, OrderStatus::Paid.event_type())?.is_some();
+            if !was_paid || !order.status.can_become(OrderStatus::Refunded) {
+                if order.status == OrderStatus::Cancelled && was_paid {
+                    return ignored(format!(
+                        "order {order_id} was cancelled after payment; this refund returns that payment"
+                    ));
+                }
+                return held(format!(
+                    "refund of an order not paid: order {order_id} is {}",
+                    order.status
+                ));
+            }
+            if let Some(reason) = money_differs(payment, &order) {
+                return held(reason);
+            }
+            Ok(Decision::Apply {
+                order_id,
+                transition: Transition::Refund {
+                    reason: None,
+                    payment_reference: Some(display(&reference)),
+                },
+            })
+        }
+    }
+}
+
+/// The provider's reference of the payment, or the message's own id when it
+/// names none.
+pub(super) fn payment_reference(payment: &Payment, message_id: &str) -> String {
+    crate::text::one_line(payment.reference.as_deref().unwrap_or(message_id), 200)
+}
+
+pub(super) fn display(reference: &str) -> DisplayText {
+    DisplayText::parse(reference, 200)
+        .or_else(|_| DisplayText::parse("(no reference)", 200))
+        .unwrap_or_else(|_| unreachable!("a fixed, valid text"))
+}
+
+/// Why the message's money is not the order's, if it is not.
+fn money_differs(payment: &Payment, order: &LockedOrder) -> Option<String> {
+    let amount = payment.amount_cents;
+    let currency = payment.currency.as_deref();
+    if amount == Some(order.total_cents) && currency == Some(order.currency.as_str()) {
+        return None;
+    }
+    // As people read money (`19.00 EUR`), where the currency is one we know;
+    // otherwise the minor units the provider sent, named as such.
+    let shown = |amount: Option<i64>, currency: Option<&str>| match (amount, currency) {
+        (Some(minor), Some(code)) => match crate::orders::Currency::parse(code) {
+            Some(known) => known.format(minor),
+            None => format!("{minor} (minor units) {code}"),
+        },
+        (amount, currency) => format!(
+            "{} {}",
+            amount.map_or_else(|| "no amount".to_owned(), |a| format!("{a} (minor units)")),
+            currency.unwrap_or("(no currency)")
+        ),
+    };
+    Some(format!(
+        "amount or currency differs: the message says {}, the order is {}",
+        shown(amount, currency),
+        shown(Some(order.total_cents), Some(&order.currency))
+    ))
+}
+
+/// Applies a decision; returns what to store on the message.
+fn carry_out(
+    conn: &mut PgConnection,
+    enqueuer: &Enqueuer,
+    decision: Decision,
+    message_id: i64,
+    max_attempts: i32,
+) -> QueryResult<(MessageStatus, Option<i64>, Option<String>)> {
+    match decision {
+        Decision::Keep {
+            order_id,
+            status,
+            reason,
+        } => Ok((status, order_id, Some(reason))),
+        Decision::Apply {
+            order_id,
+            transition,
+        } => match transition_order_for_message(
+            conn,
+            enqueuer,
+            order_id,
+            &transition,
+            message_id,
+            max_attempts,
+        ) {
+            Ok(_) => Ok((MessageStatus::Applied, Some(order_id), None)),
+            // The row is locked and was checked: only a database error is left.
+            Err(TransitionError::Database(e)) => Err(e),
+            Err(other) => Ok((MessageStatus::Held, Some(order_id), Some(other.to_string()))),
+        },
+    }
+}

@@ -1,0 +1,20 @@
+//! The untyped interface a relay calls: one claimed job in, a result out.
+
+use std::future::Future;
+use std::pin::Pin;
+
+use super::{EffectResult, JobContext};
+use crate::driver::ClaimedJob;
+
+/// A boxed, sendable future: what an [`JobHandler`] returns.
+pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
+
+/// Runs one claimed job, untyped: the interface the relay calls.
+/// [`Workers`](super::Workers) implements it; implement it directly only
+/// when a job's raw row is needed. Implementations must not panic on bad
+/// input: a payload that does not decode is
+/// [`EffectError::Permanent`](super::EffectError::Permanent).
+pub trait JobHandler: Send + Sync + 'static {
+    /// Performs one attempt of `job`.
+    fn execute<'a>(&'a self, job: &'a ClaimedJob, ctx: JobContext) -> BoxFuture<'a, EffectResult>;
+}

@@ -1,0 +1,391 @@
+//! The relay's own connections, on which its hot statements run prepared.
+//!
+//! Claims, outcomes, heartbeats, releases and the reaper's statements run on
+//! tokio-postgres connections that this relay opens from `DATABASE_URL` (TLS
+//! as libpq reads it, like the LISTEN connection), each with the statements
+//! prepared once (`outbox/prepared.rs`). Errors there carry their SQLSTATE,
+//! so a timeout or a deadlock is told apart whatever the server's language.
+//!
+//! Each role has its own connections: claims on theirs, each completer writer
+//! on its own, the heartbeat and releases on the last writer's, the reaper on
+//! one of its own (its transaction must carry nothing else). A statement
+//! runs on one server process at a time, so a long write of 512 outcomes
+//! never holds a claim up behind it.
+//!
+//! Where no connection of its own can be opened (a URL or TLS setting only
+//! libpq understands, say), the same statements run on the pool through
+//! Diesel, unprepared, as they did before; a warning says so once, and the
+//! relay tries its own connections again every [`REOPEN_AFTER`]. Outcomes
+//! with a local write always go through Diesel (their hook writes with it).
+
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use diesel::sql_types::Text;
+use diesel::{QueryableByName, RunQueryDsl as _};
+use tokio_postgres::Client;
+
+use super::{BackoffPolicy, PoolSettings};
+use crate::db::{DbError, PgPool, connection_unusable, run_blocking};
+use crate::driver::{
+    ClaimPosition, ClaimRequest, ClaimedJob, Finish, FinishReport, HeartbeatReport, JobLease,
+    ReapReport, ReapRequest, advance_stranded_keys, claim_jobs, claim_jobs_after, extend_leases,
+    finish_jobs, hand_back_jobs, reap_expired_leases,
+};
+use crate::outbox::finish::has_local_writes;
+use crate::outbox::prepared::HotStatements;
+
+/// How long after a failed attempt to open a connection the statements stay
+/// on the pool before the relay tries again.
+const REOPEN_AFTER: Duration = Duration::from_secs(5);
+/// The longest one attempt to open a connection (TLS and prepares included)
+/// may take.
+const OPEN_TIMEOUT: Duration = Duration::from_secs(5);
+/// The least time a statement on the relay's own connection gets before the
+/// connection is taken for dead (a peer that went silent, a network that drops
+/// packets without a reset): the lease, or this if longer. Past the lease
+/// whatever the statement would renew has lapsed anyway; the floor keeps a slow
+/// but live server under a short test lease from losing its connections.
+const MIN_DEADLINE: Duration = Duration::from_secs(30);
+/// Most connections claims run on: claims of one relay compete for the same
+/// index pages, and two cover what a 2-core server can run side by side.
+const MAX_CLAIM_CONNECTIONS: usize = 2;
+
+/// Which of the relay's connections a statement runs on.
+#[derive(Debug, Clone, Copy)]
+pub(super) enum Role {
+    Claim,
+    /// The completer writer of this index.
+    Write(usize),
+    /// Heartbeats and releases: the last writer's connection.
+    Upkeep,
+    /// The reaper's transactions: a connection only the reaper's one task
+    /// uses, so nothing else can land inside its `BEGIN` … `COMMIT`.
+    Reap,
+}
+
+/// One open connection and its prepared statements.
+struct Open {
+    client: Client,
+    statements: HotStatements,
+}
+
+/// The relay's connections, opened on first use and again after one breaks.
+pub(super) struct HotPath {
+    database_url: String,
+    pool: PgPool,
+    worker_id: String,
+    kinds: Vec<String>,
+    lease: Duration,
+    slots: Vec<tokio::sync::Mutex<Option<Arc<Open>>>>,
+    claim_slots: usize,
+    next_claim: AtomicUsize,
+    /// The pool's session timeouts, as `SET` statements, read once.
+    session: tokio::sync::OnceCell<String>,
+    /// Until then, statements go to the pool without trying to open a connection.
+    closed_until: Mutex<Option<Instant>>,
+    /// The last attempt to open a connection failed (logged once per outage).
+    on_pool: AtomicBool,
+}
+
+impl HotPath {
+    pub(super) fn new(
+        pool: PgPool,
+        database_url: String,
+        settings: &PoolSettings,
+        writers: usize,
+    ) -> Self {
+        let claim_slots = super::claim_pace::most_claims(settings.batch_size, settings.concurrency)
+            .min(MAX_CLAIM_CONNECTIONS);
+        HotPath {
+            database_url,
+            pool,
+            worker_id: settings.worker_id.clone(),
+            kinds: settings.kinds.clone(),
+            lease: settings.lease,
+            slots: (0..claim_slots + writers.max(1) + 1)
+                .map(|_| tokio::sync::Mutex::new(None))
+                .collect(),
+            claim_slots,
+            next_claim: AtomicUsize::new(0),
+            session: tokio::sync::OnceCell::new(),
+            closed_until: Mutex::new(None),
+            on_pool: AtomicBool::new(false),
+        }
+    }
+
+    /// Claims up to `limit` jobs (from `after` in the claim order, or the front).
+    pub(super) async fn claim(
+        &self,
+        limit: usize,
+        after: Option<ClaimPosition>,
+    ) -> Result<Vec<ClaimedJob>, DbError> {
+        let limit = i64::try_from(limit).unwrap_or(i64::MAX);
+        let request = ClaimRequest {
+            worker_id: &self.worker_id,
+            kinds: &self.kinds,
+            limit,
+            lease: self.lease,
+        };
+        if let Some(result) = self
+            .on_own(Role::Claim, async |open| {
+                open.statements.claim(&open.client, &request, after).await
+            })
+            .await
+        {
+            return result;
+        }
+        let (worker_id, kinds, lease) = (self.worker_id.clone(), self.kinds.clone(), self.lease);
+        run_blocking(&self.pool, move |conn| {
+            let request = ClaimRequest {
+                worker_id: &worker_id,
+                kinds: &kinds,
+                limit,
+                lease,
+            };
+            Ok(match after {
+                Some(after) => claim_jobs_after(conn, &request, after)?,
+                None => claim_jobs(conn, &request)?,
+            })
+        })
+        .await
+    }
+
+    /// Writes `finishes` (see [`finish_jobs`]) on writer `writer`'s connection.
+    pub(super) async fn finish(
+        &self,
+        writer: usize,
+        finishes: Vec<Finish>,
+    ) -> Result<FinishReport, DbError> {
+        if !has_local_writes(&finishes)
+            && let Some(result) = self
+                .on_own(Role::Write(writer), async |open| {
+                    open.statements.finish(&open.client, &finishes).await
+                })
+                .await
+        {
+            return result;
+        }
+        run_blocking(&self.pool, move |conn| Ok(finish_jobs(conn, &finishes)?)).await
+    }
+
+    /// Extends `leases` (see [`extend_leases`]).
+    pub(super) async fn extend(&self, leases: Vec<JobLease>) -> Result<HeartbeatReport, DbError> {
+        let lease = self.lease;
+        if let Some(result) = self
+            .on_own(Role::Upkeep, async |open| {
+                open.statements.extend(&open.client, &leases, lease).await
+            })
+            .await
+        {
+            return result;
+        }
+        run_blocking(&self.pool, move |conn| {
+            Ok(extend_leases(conn, &leases, lease)?)
+        })
+        .await
+    }
+
+    /// Hands `leases` back unstarted (see [`hand_back_jobs`]).
+    pub(super) async fn hand_back(&self, leases: Vec<JobLease>) -> Result<Vec<i64>, DbError> {
+        if let Some(result) = self
+            .on_own(Role::Upkeep, async |open| {
+                open.statements.hand_back(&open.client, &leases).await
+            })
+            .await
+        {
+            return result;
+        }
+        run_blocking(&self.pool, move |conn| Ok(hand_back_jobs(conn, &leases)?)).await
+    }
+
+    /// Reaps the expired leases `request` selects (see
+    /// [`reap_expired_leases`]), in one transaction on the reaper's connection.
+    pub(super) async fn reap(
+        &self,
+        request: ReapRequest<'_>,
+        policy: BackoffPolicy,
+    ) -> Result<ReapReport, DbError> {
+        let retry_delay = move |attempt| policy.jittered_delay(attempt);
+        if let Some(result) = self
+            .on_own(Role::Reap, async |open| {
+                open.statements
+                    .reap(&open.client, &request, retry_delay)
+                    .await
+            })
+            .await
+        {
+            return result;
+        }
+        let (limit, margin, spare) = (request.limit, request.margin, request.spare.to_vec());
+        run_blocking(&self.pool, move |conn| {
+            let request = ReapRequest {
+                limit,
+                margin,
+                spare: &spare,
+            };
+            Ok(reap_expired_leases(conn, &request, retry_delay)?)
+        })
+        .await
+    }
+
+    /// Releases the heads of up to `limit` stranded ordering keys (see
+    /// [`advance_stranded_keys`]), on the reaper's connection.
+    pub(super) async fn advance_stranded(&self, limit: i64) -> Result<Vec<i64>, DbError> {
+        if let Some(result) = self
+            .on_own(Role::Reap, async |open| {
+                open.statements.advance_stranded(&open.client, limit).await
+            })
+            .await
+        {
+            return result;
+        }
+        run_blocking(&self.pool, move |conn| {
+            Ok(advance_stranded_keys(conn, limit)?)
+        })
+        .await
+    }
+
+    /// Runs `statement` on a connection of `role`; `None` when none could be
+    /// had (the caller runs it on the pool). A connection that failed in a way
+    /// that leaves it unusable is dropped, and the next statement opens another.
+    async fn on_own<T>(
+        &self,
+        role: Role,
+        statement: impl AsyncFnOnce(&Open) -> Result<T, tokio_postgres::Error>,
+    ) -> Option<Result<T, DbError>> {
+        let slot = self.slot(role);
+        let open = self.connection(slot).await?;
+        let deadline = self.lease.max(MIN_DEADLINE);
+        let result = match tokio::time::timeout(deadline, statement(&open)).await {
+            Ok(Ok(value)) => return Some(Ok(value)),
+            Ok(Err(error)) if !connection_unusable(&error) => {
+                return Some(Err(DbError::Server(error)));
+            }
+            Ok(Err(error)) => DbError::Server(error),
+            Err(_) => DbError::Unavailable(format!(
+                "no answer from the database within {}; reconnecting",
+                humantime::format_duration(deadline)
+            )),
+        };
+        let mut held = self.slots[slot].lock().await;
+        if held.as_ref().is_some_and(|h| Arc::ptr_eq(h, &open)) {
+            *held = None;
+        }
+        Some(Err(result))
+    }
+
+    fn slot(&self, role: Role) -> usize {
+        let reap = self.slots.len() - 1;
+        let writers = reap - self.claim_slots;
+        match role {
+            Role::Claim => self.next_claim.fetch_add(1, Ordering::Relaxed) % self.claim_slots,
+            Role::Write(writer) => self.claim_slots + writer % writers,
+            Role::Upkeep => reap - 1,
+            Role::Reap => reap,
+        }
+    }
+
+    /// The slot's connection, opened if it has none (or a closed one).
+    async fn connection(&self, slot: usize) -> Option<Arc<Open>> {
+        let mut held = self.slots[slot].lock().await;
+        if let Some(open) = held.as_ref()
+            && !open.client.is_closed()
+        {
+            return Some(Arc::clone(open));
+        }
+        *held = None;
+        let now = Instant::now();
+        if lock(&self.closed_until).is_some_and(|until| now < until) {
+            return None;
+        }
+        let opened = match tokio::time::timeout(OPEN_TIMEOUT, self.open()).await {
+            Ok(opened) => opened,
+            Err(_) => Err(DbError::Unavailable(format!(
+                "opening a connection took over {}",
+                humantime::format_duration(OPEN_TIMEOUT)
+            ))),
+        };
+        match opened {
+            Ok(open) => {
+                *lock(&self.closed_until) = None;
+                if self.on_pool.swap(false, Ordering::AcqRel) {
+                    tracing::info!("the relay's statements run on its own connections again");
+                }
+                let open = Arc::new(open);
+                *held = Some(Arc::clone(&open));
+                Some(open)
+            }
+            Err(error) => {
+                *lock(&self.closed_until) = Some(now + REOPEN_AFTER);
+                if !self.on_pool.swap(true, Ordering::AcqRel) {
+                    tracing::warn!(
+                        error = %error,
+                        "cannot open the relay's own database connection; its statements run unprepared on the pool until it can"
+                    );
+                }
+                None
+            }
+        }
+    }
+
+    async fn open(&self) -> Result<Open, DbError> {
+        let session = self
+            .session
+            .get_or_try_init(|| session_settings(&self.pool))
+            .await?;
+        let (client, connection) = super::listener::open(&self.database_url)
+            .await
+            .map_err(|error| DbError::Unavailable(format!("{error:#}")))?;
+        tokio::spawn(async move {
+            if let Err(error) = connection.await {
+                tracing::debug!(error = %DbError::Server(error), "relay connection closed");
+            }
+        });
+        if !session.is_empty() {
+            client.batch_execute(session).await?;
+        }
+        let statements = HotStatements::prepare(&client).await?;
+        Ok(Open { client, statements })
+    }
+}
+
+fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    mutex
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
+#[derive(QueryableByName)]
+struct Setting {
+    #[diesel(sql_type = Text)]
+    name: String,
+    #[diesel(sql_type = Text)]
+    setting: String,
+}
+
+/// The pool's session timeouts (`PoolOptions`), as `SET` statements for the
+/// relay's own connections: a claim stuck behind a lock must give up there as
+/// it does on the pool. Read from a pooled connection, so whatever set them
+/// (the pool's options, the role's or the database's defaults) holds alike.
+async fn session_settings(pool: &PgPool) -> Result<String, DbError> {
+    let settings: Vec<Setting> = run_blocking(pool, |conn| {
+        Ok(diesel::sql_query(
+            "SELECT name, setting FROM pg_settings \
+             WHERE name IN ('statement_timeout', 'lock_timeout', \
+                            'idle_in_transaction_session_timeout') \
+             ORDER BY name",
+        )
+        .load(conn)?)
+    })
+    .await?;
+    // pg_settings gives them in milliseconds, the unit these settings take
+    // when none is written.
+    Ok(settings
+        .iter()
+        .filter(|s| s.setting.bytes().all(|b| b.is_ascii_digit()))
+        .map(|s| format!("SET {} = {};", s.name, s.setting))
+        .collect::<Vec<_>>()
+        .join(" "))
+}
