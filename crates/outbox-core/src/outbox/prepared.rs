@@ -100,11 +100,11 @@ impl HotStatements {
             claim_sql,
             finish_sql,
             extend_sql,
-            release_sql,
+            hand_back_sql,
             select_expired_sql,
             update_reaped_sql,
             stranded_keys_sql,
-            release_keys_sql,
+            advance_keys_sql,
         ] = HOT_STATEMENT_FILES.map(|(file, text)| rewrite(file, text));
         let (
             claim,
@@ -122,14 +122,14 @@ impl HotStatements {
                 &extend_sql,
                 &[Type::INT8_ARRAY, Type::INT8_ARRAY, Type::INT8]
             ),
-            client.prepare_typed(&release_sql, &[Type::INT8_ARRAY, Type::INT8_ARRAY]),
+            client.prepare_typed(&hand_back_sql, &[Type::INT8_ARRAY, Type::INT8_ARRAY]),
             client.prepare_typed(
                 &select_expired_sql,
                 &[Type::INT8, Type::INT8, Type::INT8_ARRAY]
             ),
             client.prepare_typed(&update_reaped_sql, OUTCOME_PARAMS),
             client.prepare_typed(&stranded_keys_sql, &[Type::INT8]),
-            client.prepare_typed(&release_keys_sql, &[Type::TEXT_ARRAY]),
+            client.prepare_typed(&advance_keys_sql, &[Type::TEXT_ARRAY]),
         )?;
         Ok(HotStatements {
             claim,
