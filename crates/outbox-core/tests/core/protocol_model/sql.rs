@@ -311,7 +311,7 @@ impl Sql {
     pub fn hand_back(&mut self, relay: usize, lease: JobLease) -> Result<Vec<i64>, String> {
         let r = &self.relays[relay];
         self.rt
-            .block_on(r.statements.release(&r.client, &[lease]))
+            .block_on(r.statements.hand_back(&r.client, &[lease]))
             .map_err(|e| pg("hand back", &e))
     }
 
