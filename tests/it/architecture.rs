@@ -95,3 +95,77 @@ fn every_module_of_the_crates_is_on_the_architecture_map() {
         "modules ARCHITECTURE.md does not name (add each to its crate's table): {unnamed:?}"
     );
 }
+
+/// The map stays a ten-minute read.
+const MAX_BYTES: usize = 20_000;
+
+#[test]
+fn the_architecture_opens_with_the_names_table_and_stays_short() {
+    let text = architecture();
+    assert!(
+        text.len() <= MAX_BYTES,
+        "ARCHITECTURE.md is {} bytes, over its {MAX_BYTES}",
+        text.len()
+    );
+    let first_section = text.lines().find(|l| l.starts_with("## "));
+    assert_eq!(
+        first_section,
+        Some("## Names"),
+        "ARCHITECTURE.md must open with its names table"
+    );
+}
+
+/// Every `code span` of the map that reads as a path of this repository
+/// (`outbox/claim.rs`, `claim_jobs.sql`, `worker_pool/`), each found below
+/// one of the source roots, the crates, or the root itself.
+fn named_paths(text: &str) -> Vec<String> {
+    text.split('`')
+        .skip(1)
+        .step_by(2)
+        .filter(|span| {
+            !span.is_empty()
+                && span
+                    .chars()
+                    .all(|c| c.is_ascii_alphanumeric() || "_-./".contains(c))
+                && (span.ends_with(".rs") || span.ends_with(".sql") || span.ends_with('/'))
+        })
+        .map(str::to_owned)
+        .collect()
+}
+
+/// Whether `path` names a file or folder below one of `roots`, at any depth
+/// (`outbox/sql/` is below a crate's src, `claim_jobs.sql` below that).
+fn path_exists(roots: &[PathBuf], path: &str) -> bool {
+    let relative = path.trim_end_matches('/');
+    roots.iter().any(|root| found_below(root, relative))
+}
+
+fn found_below(dir: &Path, relative: &str) -> bool {
+    if dir.join(relative).exists() {
+        return true;
+    }
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return false;
+    };
+    entries
+        .flatten()
+        .filter(|e| e.path().is_dir() && e.file_name() != "target" && e.file_name() != ".git")
+        .any(|e| found_below(&e.path(), relative))
+}
+
+#[test]
+fn every_path_the_architecture_names_exists() {
+    let root = Path::new(ROOT);
+    let mut roots: Vec<PathBuf> = SOURCE_ROOTS.iter().map(|r| root.join(r)).collect();
+    roots.push(root.join("crates"));
+    roots.push(root.join("tests"));
+    roots.push(root.to_path_buf());
+    let missing: Vec<String> = named_paths(&architecture())
+        .into_iter()
+        .filter(|path| !path_exists(&roots, path))
+        .collect();
+    assert!(
+        missing.is_empty(),
+        "ARCHITECTURE.md names paths that do not exist: {missing:?}"
+    );
+}

@@ -70,7 +70,7 @@ pub fn record_message(
     source: &str,
     message_id: &str,
 ) -> QueryResult<Received> {
-    let rows: Vec<Inserted> = diesel::sql_query(include_str!("dedupe/sql/record_message.sql"))
+    let rows: Vec<Inserted> = diesel::sql_query(RECORD_MESSAGE_SQL)
         .bind::<Text, _>(source)
         .bind::<Text, _>(message_id)
         .load(conn)?;
@@ -79,6 +79,11 @@ pub fn record_message(
         None => Received::Repeat,
     })
 }
+
+/// The dedupe's statement (`inbox/sql/record_message.sql`): `$1` source, `$2`
+/// message id; returns the new row's `id`, or no row for a repeat. For a test
+/// that runs it on a connection of its own, as [`record_message`] does.
+pub const RECORD_MESSAGE_SQL: &str = include_str!("dedupe/sql/record_message.sql");
 
 /// Deletes the messages received more than `older_than` ago, `batch` rows a
 /// statement; returns how many went. A message id pruned is forgotten: a

@@ -8,8 +8,10 @@
 //! through its states by hand. An application never needs them (a
 //! [`WorkerPool`](crate::worker_pool::WorkerPool) runs them), and they change with the
 //! relay. Each runs on a connection the caller provides, in whatever
-//! transaction it is in; its SQL is in `src/outbox/sql/`, one statement a
-//! file, with a comment on why it is safe under many concurrent relays.
+//! transaction it is in ([`HotStatements`] prepares the same statements on a
+//! tokio-postgres connection, as the relay runs them); its SQL is in
+//! `src/outbox/sql/`, one statement a file, with a comment on why it is safe
+//! under many concurrent relays.
 
 pub use crate::outbox::archive::ensure_done_partitions;
 pub use crate::outbox::claim::{
@@ -18,7 +20,7 @@ pub use crate::outbox::claim::{
 pub use crate::outbox::finish::{Finish, FinishReport, Outcome, finish_jobs};
 pub use crate::outbox::lease::{HeartbeatReport, JobLease, extend_leases, hand_back_jobs};
 pub use crate::outbox::ordering_keys::advance_stranded_keys;
-pub use crate::outbox::prepared::CLAIM_PARAMS;
+pub use crate::outbox::prepared::{CLAIM_PARAMS, HOT_STATEMENT_FILES, HotStatements};
 pub use crate::outbox::reap::{ReapReport, ReapRequest, reap_expired_leases};
 pub use crate::outbox::text::MAX_ERROR_BYTES;
 pub use crate::worker::handler::{BoxFuture, JobHandler};

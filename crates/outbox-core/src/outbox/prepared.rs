@@ -51,9 +51,25 @@ const OUTCOME_PARAMS: &[Type] = &[
     Type::TEXT,
 ];
 
-/// The statements, prepared on one connection (and usable only there).
+/// The files of the statements [`HotStatements`] prepares (in `src/outbox/sql/`),
+/// each with its text: what [`HotStatements::prepare_rewritten`] hands its
+/// rewrite.
+pub const HOT_STATEMENT_FILES: [(&str, &str); 8] = [
+    ("claim_jobs.sql", CLAIM_SQL),
+    ("finish_jobs.sql", FINISH_SQL),
+    ("extend_leases.sql", EXTEND_SQL),
+    ("hand_back_jobs.sql", HAND_BACK_SQL),
+    ("select_expired_leases.sql", SELECT_EXPIRED_SQL),
+    ("update_reaped_jobs.sql", UPDATE_REAPED_SQL),
+    ("stranded_ordering_keys.sql", STRANDED_KEYS_SQL),
+    ("advance_ordering_keys.sql", ADVANCE_KEYS_SQL),
+];
+
+/// The relay's statements, prepared on one connection (and usable only
+/// there): what a relay runs, for a test that drives jobs through the very
+/// calls the relay makes.
 #[derive(Debug, Clone)]
-pub(crate) struct HotStatements {
+pub struct HotStatements {
     claim: Statement,
     finish: Statement,
     extend: Statement,
@@ -68,7 +84,28 @@ impl HotStatements {
     /// Prepares them all, pipelined: one round trip's wait in all. The
     /// parameter types are Diesel's binds, so the server infers nothing (it
     /// would take the lease's `$4 * interval` for a float).
-    pub(crate) async fn prepare(client: &Client) -> Result<Self, tokio_postgres::Error> {
+    pub async fn prepare(client: &Client) -> Result<Self, tokio_postgres::Error> {
+        Self::prepare_rewritten(client, |_, text| text.to_owned()).await
+    }
+
+    /// [`HotStatements::prepare`], each statement's text first passed through
+    /// `rewrite(file, text)` ([`HOT_STATEMENT_FILES`]): how a test breaks one
+    /// rule of the protocol on purpose and checks that its model notices,
+    /// while the files stay the one source of the SQL.
+    pub async fn prepare_rewritten(
+        client: &Client,
+        rewrite: impl Fn(&'static str, &'static str) -> String,
+    ) -> Result<Self, tokio_postgres::Error> {
+        let [
+            claim_sql,
+            finish_sql,
+            extend_sql,
+            hand_back_sql,
+            select_expired_sql,
+            update_reaped_sql,
+            stranded_keys_sql,
+            advance_keys_sql,
+        ] = HOT_STATEMENT_FILES.map(|(file, text)| rewrite(file, text));
         let (
             claim,
             finish,
@@ -79,20 +116,20 @@ impl HotStatements {
             stranded_keys,
             advance_keys,
         ) = tokio::try_join!(
-            client.prepare_typed(CLAIM_SQL, CLAIM_PARAMS),
-            client.prepare_typed(FINISH_SQL, OUTCOME_PARAMS),
+            client.prepare_typed(&claim_sql, CLAIM_PARAMS),
+            client.prepare_typed(&finish_sql, OUTCOME_PARAMS),
             client.prepare_typed(
-                EXTEND_SQL,
+                &extend_sql,
                 &[Type::INT8_ARRAY, Type::INT8_ARRAY, Type::INT8]
             ),
-            client.prepare_typed(HAND_BACK_SQL, &[Type::INT8_ARRAY, Type::INT8_ARRAY]),
+            client.prepare_typed(&hand_back_sql, &[Type::INT8_ARRAY, Type::INT8_ARRAY]),
             client.prepare_typed(
-                SELECT_EXPIRED_SQL,
+                &select_expired_sql,
                 &[Type::INT8, Type::INT8, Type::INT8_ARRAY]
             ),
-            client.prepare_typed(UPDATE_REAPED_SQL, OUTCOME_PARAMS),
-            client.prepare_typed(STRANDED_KEYS_SQL, &[Type::INT8]),
-            client.prepare_typed(ADVANCE_KEYS_SQL, &[Type::TEXT_ARRAY]),
+            client.prepare_typed(&update_reaped_sql, OUTCOME_PARAMS),
+            client.prepare_typed(&stranded_keys_sql, &[Type::INT8]),
+            client.prepare_typed(&advance_keys_sql, &[Type::TEXT_ARRAY]),
         )?;
         Ok(HotStatements {
             claim,
@@ -108,7 +145,7 @@ impl HotStatements {
 
     /// [`claim_jobs`](crate::driver::claim_jobs), or
     /// [`claim_jobs_after`](crate::driver::claim_jobs_after) with `after`.
-    pub(crate) async fn claim(
+    pub async fn claim(
         &self,
         client: &Client,
         request: &ClaimRequest<'_>,
@@ -136,7 +173,7 @@ impl HotStatements {
 
     /// [`finish_jobs`](crate::driver::finish_jobs) for outcomes without a
     /// local write (those need Diesel's transaction: see the module docs).
-    pub(crate) async fn finish(
+    pub async fn finish(
         &self,
         client: &Client,
         finishes: &[Finish],
@@ -170,7 +207,7 @@ impl HotStatements {
     }
 
     /// [`extend_leases`](crate::driver::extend_leases).
-    pub(crate) async fn extend(
+    pub async fn extend(
         &self,
         client: &Client,
         leases: &[JobLease],
@@ -191,7 +228,7 @@ impl HotStatements {
     }
 
     /// [`hand_back_jobs`](crate::driver::hand_back_jobs).
-    pub(crate) async fn hand_back(
+    pub async fn hand_back(
         &self,
         client: &Client,
         leases: &[JobLease],
@@ -214,7 +251,7 @@ impl HotStatements {
     /// whatever else it carried would run inside this transaction. The row
     /// locks of the select hold until the update has moved the rows: that is
     /// what keeps two reapers off one job.
-    pub(crate) async fn reap(
+    pub async fn reap(
         &self,
         client: &Client,
         request: &ReapRequest<'_>,
@@ -278,7 +315,7 @@ impl HotStatements {
 
     /// [`advance_stranded_keys`](crate::driver::advance_stranded_keys): the
     /// sweep's two statements, each on its own snapshot as there.
-    pub(crate) async fn advance_stranded(
+    pub async fn advance_stranded(
         &self,
         client: &Client,
         limit: i64,

@@ -5,5 +5,6 @@ mod dependencies;
 mod enqueue;
 mod failures;
 mod limits;
+mod protocol_model;
 mod relay;
 mod support;
