@@ -126,6 +126,8 @@ pub struct FinishReport {
 struct HeldRow {
     #[diesel(sql_type = BigInt)]
     id: i64,
+    #[diesel(sql_type = BigInt)]
+    lease_token: i64,
     #[diesel(sql_type = Bool)]
     applied: bool,
     #[diesel(sql_type = BigInt)]
@@ -155,8 +157,15 @@ pub fn finish_jobs(conn: &mut PgConnection, finishes: &[Finish]) -> QueryResult<
     let rows: Vec<HeldRow> = if has_local_writes(finishes) {
         conn.transaction(|conn| {
             let rows: Vec<HeldRow> = update.load(conn)?;
-            let applied: HashSet<i64> = rows.iter().filter(|r| r.applied).map(|r| r.id).collect();
-            for finish in finishes.iter().filter(|f| applied.contains(&f.job_id)) {
+            let applied: HashSet<(i64, i64)> = rows
+                .iter()
+                .filter(|r| r.applied)
+                .map(|r| (r.id, r.lease_token))
+                .collect();
+            for finish in finishes
+                .iter()
+                .filter(|f| applied.contains(&(f.job_id, f.lease_token)))
+            {
                 if let Outcome::Done {
                     local: Some(LocalWrite(hook)),
                 } = &finish.outcome
@@ -169,7 +178,10 @@ pub fn finish_jobs(conn: &mut PgConnection, finishes: &[Finish]) -> QueryResult<
     } else {
         update.load(conn)?
     };
-    Ok(params.report(rows.into_iter().map(|r| (r.id, r.applied, r.released))))
+    Ok(params.report(
+        rows.into_iter()
+            .map(|r| ((r.id, r.lease_token), r.applied, r.released)),
+    ))
 }
 
 /// The finishing statement (`sql/finish_jobs.sql`), for Diesel and for the
@@ -222,9 +234,14 @@ impl FinishParams {
     }
 
     /// The report from the statement's rows `(id, applied, released)`.
-    pub(crate) fn report(self, rows: impl IntoIterator<Item = (i64, bool, i64)>) -> FinishReport {
+    /// Keyed by `(id, token)`: two claims of one job in one call (a stale one
+    /// beside the current one) get their own answers.
+    pub(crate) fn report(
+        self,
+        rows: impl IntoIterator<Item = ((i64, i64), bool, i64)>,
+    ) -> FinishReport {
         let mut released = 0;
-        let held: HashMap<i64, bool> = rows
+        let held: HashMap<(i64, i64), bool> = rows
             .into_iter()
             .map(|(id, applied, count)| {
                 // Every row carries the same count of released jobs.
@@ -236,8 +253,8 @@ impl FinishParams {
             released: usize::try_from(released).unwrap_or(0),
             ..FinishReport::default()
         };
-        for id in self.ids {
-            match held.get(&id) {
+        for (id, token) in self.ids.into_iter().zip(self.tokens) {
+            match held.get(&(id, token)) {
                 Some(true) => report.applied.push(id),
                 Some(false) => report.busy.push(id),
                 None => report.lost.push(id),

@@ -26,6 +26,8 @@ pub struct HeartbeatReport {
 struct HeldRow {
     #[diesel(sql_type = BigInt)]
     id: i64,
+    #[diesel(sql_type = BigInt)]
+    lease_token: i64,
     #[diesel(sql_type = Bool)]
     extended: bool,
 }
@@ -57,7 +59,8 @@ pub fn extend_leases(
         .load(conn)?;
     Ok(heartbeat_report(
         leases,
-        rows.into_iter().map(|r| (r.id, r.extended)),
+        rows.into_iter()
+            .map(|r| ((r.id, r.lease_token), r.extended)),
     ))
 }
 
@@ -66,15 +69,18 @@ pub(crate) const EXTEND_SQL: &str = include_str!("sql/extend_leases.sql");
 /// The release's statement (`sql/hand_back_jobs.sql`).
 pub(crate) const HAND_BACK_SQL: &str = include_str!("sql/hand_back_jobs.sql");
 
-/// The report from the heartbeat statement's rows `(id, extended)`.
+/// The report from the heartbeat statement's rows `((id, token), extended)`.
+/// Keyed by the token too: a relay may hold a stale claim of a job beside its
+/// current one (its own claim reaped, then claimed again), and only the
+/// current one is extended.
 pub(crate) fn heartbeat_report(
     leases: &[JobLease],
-    rows: impl IntoIterator<Item = (i64, bool)>,
+    rows: impl IntoIterator<Item = ((i64, i64), bool)>,
 ) -> HeartbeatReport {
-    let held: HashMap<i64, bool> = rows.into_iter().collect();
+    let held: HashMap<(i64, i64), bool> = rows.into_iter().collect();
     let mut report = HeartbeatReport::default();
     for lease in leases {
-        match held.get(&lease.job_id) {
+        match held.get(&(lease.job_id, lease.lease_token)) {
             Some(true) => report.extended.push(*lease),
             Some(false) => report.busy.push(*lease),
             None => report.lost.push(*lease),

@@ -201,7 +201,13 @@ impl HotStatements {
             .await?;
         let rows = rows
             .iter()
-            .map(|row| Ok((row.try_get(0)?, row.try_get(1)?, row.try_get(2)?)))
+            .map(|row| {
+                Ok((
+                    (row.try_get(0)?, row.try_get(1)?),
+                    row.try_get(2)?,
+                    row.try_get(3)?,
+                ))
+            })
             .collect::<Result<Vec<_>, tokio_postgres::Error>>()?;
         Ok(params.report(rows))
     }
@@ -222,7 +228,7 @@ impl HotStatements {
             .await?;
         let rows = rows
             .iter()
-            .map(|row| Ok((row.try_get(0)?, row.try_get(1)?)))
+            .map(|row| Ok(((row.try_get(0)?, row.try_get(1)?), row.try_get(2)?)))
             .collect::<Result<Vec<_>, tokio_postgres::Error>>()?;
         Ok(heartbeat_report(leases, rows))
     }

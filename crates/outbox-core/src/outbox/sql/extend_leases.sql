@@ -1,6 +1,8 @@
 -- Heartbeat: extends the leases of in-flight claims ($1 ids, $2 lease tokens) to
 -- now() + $3 ms, in one statement for all of them. Returns one row per claim
--- that is still held (status 'processing' with the same token): `extended` is
+-- that is still held (status 'processing' with the same token), with that
+-- token: a relay holding a stale and a current claim of one job (its own
+-- claim reaped and claimed again) learns which of the two it still holds. `extended` is
 -- false when another transaction had the row locked at that moment. A claim
 -- with no row at all is lost: reaped, re-claimed, cancelled or finished.
 --
@@ -16,7 +18,7 @@ WITH lease AS MATERIALIZED (
     SELECT * FROM unnest($1::bigint[], $2::bigint[]) AS l(id, lease_token)
 ),
 held AS (
-    SELECT l.id
+    SELECT l.id, l.lease_token
     FROM jobs AS j
     JOIN lease AS l ON l.id = j.id AND l.lease_token = j.lease_token
     WHERE j.id = ANY($1)
@@ -45,5 +47,5 @@ extended AS (
       AND j.status = 'processing'
     RETURNING j.id
 )
-SELECT held.id, (held.id IN (SELECT id FROM extended)) AS extended
+SELECT held.id, held.lease_token, (held.id IN (SELECT id FROM extended)) AS extended
 FROM held

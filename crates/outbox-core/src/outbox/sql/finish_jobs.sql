@@ -3,7 +3,8 @@
 -- retry, 'failed'), $4 retry delays in ms (used for 'pending'), $5 errors
 -- (NULL keeps last_error as it was), $6 the channel to NOTIFY when a
 -- dependent becomes claimable. Returns one row per claim still held
--- (status 'processing' with the same token): `applied` says whether its
+-- (status 'processing' with the same token), with that token, so two claims
+-- of one job in one call are told apart: `applied` says whether its
 -- outcome was written; false means the row was locked by another transaction
 -- at that moment, and the caller writes it again shortly. A claim with no row
 -- is lost: reaped and re-claimed, cancelled, or finished by someone else.
@@ -198,7 +199,7 @@ freed AS (
 -- Claims this statement could not lock: still held (busy: locked by another
 -- transaction at this moment) or lost. Usually none, so the probe is skipped.
 busy AS (
-    SELECT j.id
+    SELECT j.id, j.lease_token
     FROM outcome AS o
     JOIN jobs AS j ON j.id = o.id AND j.lease_token = o.lease_token
     WHERE o.id NOT IN (SELECT id FROM lockable)
@@ -220,9 +221,10 @@ released_after_freeing AS (
     WHERE (SELECT count(*) FROM freed) >= 0
 )
 SELECT l.id,
+       l.lease_token,
        (l.id IN (SELECT id FROM written) OR l.id IN (SELECT id FROM archived)) AS applied,
        (SELECT n FROM released_after_freeing) AS released
 FROM lockable AS l
 UNION ALL
-SELECT b.id, false, (SELECT n FROM released_after_freeing)
+SELECT b.id, b.lease_token, false, (SELECT n FROM released_after_freeing)
 FROM busy AS b
