@@ -23,4 +23,3 @@ pub use crate::outbox::ordering_keys::advance_stranded_keys;
 pub use crate::outbox::prepared::{CLAIM_PARAMS, HOT_STATEMENT_FILES, HotStatements};
 pub use crate::outbox::reap::{ReapReport, ReapRequest, reap_expired_leases};
 pub use crate::outbox::text::MAX_ERROR_BYTES;
-pub use crate::worker::handler::{BoxFuture, JobHandler};

@@ -7,7 +7,7 @@
 //! the queue's columns for it, so they are listed once.
 
 /// A Diesel `table!` of the queue's jobs columns plus the caller's own, after
-/// them: `outbox_core::jobs_table! { jobs { order_id -> Nullable<Int8>, } }`.
+/// them: `outbox_core::jobs_table! { jobs { tenant_id -> Nullable<Int8>, } }`.
 /// The caller needs `diesel` in scope, as `table!` does. Doc comments and
 /// attributes before the name go on the table.
 #[macro_export]

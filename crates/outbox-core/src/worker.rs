@@ -8,7 +8,7 @@
 //! arguments that do not decode into a permanent failure with a clear
 //! `last_error`, never a panic.
 //!
-//! [`driver::JobHandler`](crate::driver::JobHandler) is the untyped interface
+//! [`JobHandler`] is the untyped interface
 //! underneath, for callers that need the raw row (a benchmark's recorder, a
 //! test's scripted effect).
 //!
@@ -22,50 +22,19 @@ use std::collections::BTreeMap;
 use std::future::Future;
 use std::marker::PhantomData;
 
-use serde::Serialize;
-use serde::de::DeserializeOwned;
-
 pub use context::JobContext;
 pub use error::EffectError;
+pub use handler::{BoxFuture, JobHandler};
 
-use crate::driver::{BoxFuture, ClaimedJob, JobHandler};
+/// Where jobs live (`outbox`); here too, since a worker is written for it.
+pub use crate::outbox::JobArgs;
+
+use crate::driver::ClaimedJob;
 use crate::outbox::LocalWrite;
 
 /// Success, possibly with a write to commit atomically with the job's
 /// completion (see [`LocalWrite`]).
 pub type EffectResult = Result<Option<LocalWrite>, EffectError>;
-
-/// The arguments of one kind of job. The kind lives on the type, so a job is
-/// enqueued and performed by the same definition and the name is written once.
-///
-/// ```
-/// use outbox_core::worker::JobArgs;
-///
-/// #[derive(serde::Serialize, serde::Deserialize)]
-/// struct ResizeImage {
-///     image_id: i64,
-///     width: u32,
-/// }
-///
-/// impl JobArgs for ResizeImage {
-///     const KIND: &'static str = "resize_image";
-/// }
-/// ```
-pub trait JobArgs: Serialize + DeserializeOwned + Send + Sync + 'static {
-    /// The job's `jobs.kind`: what relays claim by (`--kinds`) and what
-    /// [`Workers`] routes on. One worker per kind in a registry.
-    const KIND: &'static str;
-
-    /// Attaches to each job built from these arguments
-    /// ([`NewJob::for_args`](crate::outbox::NewJob::for_args), so every
-    /// enqueue) what the application's
-    /// [`InsertJobs`](crate::outbox::InsertJobs) writes into its own columns
-    /// of `jobs`, typed, with [`NewJob::with_extension`](crate::outbox::NewJob::with_extension).
-    /// The queue stores none of it. Default: nothing.
-    fn extend_job(&self, job: crate::outbox::NewJob) -> crate::outbox::NewJob {
-        job
-    }
-}
 
 /// Performs jobs of one type. Write it as an `async fn`:
 ///

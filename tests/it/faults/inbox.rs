@@ -49,8 +49,19 @@ async fn send(client: &reqwest::Client, base: &str, body: &[u8]) -> Result<Statu
         .send()
         .await
         .map(|r| r.status())
-        .map_err(|e| e.to_string())
+        // A refused connection (the replica already dead) is told apart from a
+        // request cut off while the replica was working on it.
+        .map_err(|e| {
+            if e.is_connect() {
+                format!("{REFUSED}{e}")
+            } else {
+                e.to_string()
+            }
+        })
 }
+
+/// The prefix of a send's error when no connection was made at all.
+const REFUSED: &str = "connect: ";
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn two_replicas_and_a_sigkill_pay_every_order_exactly_once() {
@@ -94,6 +105,12 @@ async fn two_replicas_and_a_sigkill_pay_every_order_exactly_once() {
     let client = http_client();
     let answered = Arc::new(AtomicUsize::new(0));
     let survivor_failures = Arc::new(std::sync::Mutex::new(Vec::<String>::new()));
+    // Requests sent to the doomed replica and not yet answered, read at the
+    // kill: the crash must come while the replica holds requests, not between
+    // them, or the test shows nothing about a crash mid-transaction.
+    let doomed_in_flight = Arc::new(AtomicUsize::new(0));
+    let in_flight_at_kill = Arc::new(AtomicUsize::new(usize::MAX));
+    let doomed_cut = Arc::new(std::sync::Mutex::new(Vec::<String>::new()));
 
     // 20% are sent twice: half of those to both replicas at once, half again
     // after everything else, as a provider's retry.
@@ -118,9 +135,25 @@ async fn two_replicas_and_a_sigkill_pay_every_order_exactly_once() {
         let (doomed_url, survivor_url) = (doomed_url.clone(), survivor_url.clone());
         let (answered, failures) = (Arc::clone(&answered), Arc::clone(&survivor_failures));
         let doomed = Arc::clone(&doomed);
+        let (in_flight, at_kill, cut) = (
+            Arc::clone(&doomed_in_flight),
+            Arc::clone(&in_flight_at_kill),
+            Arc::clone(&doomed_cut),
+        );
         tasks.push(tokio::spawn(async move {
             let _permit = gate.acquire().await.expect("gate");
             let body = &bodies[i];
+            let to_doomed = || async {
+                in_flight.fetch_add(1, Ordering::SeqCst);
+                let status = send(&client, &doomed_url, body).await;
+                in_flight.fetch_sub(1, Ordering::SeqCst);
+                if let Err(e) = &status
+                    && !e.starts_with(REFUSED)
+                {
+                    cut.lock().expect("lock").push(format!("evt_{i}: {e}"));
+                }
+                status
+            };
             // The provider's retry after a failed delivery: to the survivor,
             // which must answer 200.
             let to_survivor = || async {
@@ -133,10 +166,7 @@ async fn two_replicas_and_a_sigkill_pay_every_order_exactly_once() {
                 }
             };
             let first = if i % 10 == 0 {
-                let (a, b) = tokio::join!(
-                    send(&client, &doomed_url, body),
-                    send(&client, &survivor_url, body)
-                );
+                let (a, b) = tokio::join!(to_doomed(), send(&client, &survivor_url, body));
                 if b != Ok(StatusCode::OK) {
                     failures
                         .lock()
@@ -145,7 +175,7 @@ async fn two_replicas_and_a_sigkill_pay_every_order_exactly_once() {
                 }
                 a
             } else if i % 2 == 0 {
-                send(&client, &doomed_url, body).await
+                to_doomed().await
             } else {
                 send(&client, &survivor_url, body).await
             };
@@ -155,6 +185,7 @@ async fn two_replicas_and_a_sigkill_pay_every_order_exactly_once() {
             if answered.fetch_add(1, Ordering::SeqCst) + 1 == KILL_AFTER
                 && let Some(process) = doomed.lock().await.as_ref()
             {
+                at_kill.store(in_flight.load(Ordering::SeqCst), Ordering::SeqCst);
                 process.sigkill();
             }
         }));
@@ -179,6 +210,23 @@ async fn two_replicas_and_a_sigkill_pay_every_order_exactly_once() {
             .as_mut()
             .is_some_and(|p| !p.is_running()),
         "the first replica was killed partway"
+    );
+
+    let at_kill = in_flight_at_kill.load(Ordering::SeqCst);
+    let cut = doomed_cut.lock().expect("lock").clone();
+    eprintln!(
+        "inbox SIGKILL: {at_kill} requests in flight at the doomed replica when it was killed, \
+         {} cut off: {:?}",
+        cut.len(),
+        cut.iter().take(3).collect::<Vec<_>>()
+    );
+    assert!(
+        at_kill > 0 && at_kill != usize::MAX,
+        "the kill came while the doomed replica held requests (in flight: {at_kill})"
+    );
+    assert!(
+        !cut.is_empty(),
+        "at least one request was cut off by the kill, not refused after it"
     );
 
     let mut conn = db.conn();

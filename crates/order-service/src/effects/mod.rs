@@ -26,7 +26,7 @@ pub mod workers;
 pub use crate::orders::jobs::{ConfirmationEmail, OrderPublish, OrderWebhook, ReceiptPdf};
 pub use delivery::{EndpointNoticeWorker, WebhookWorker};
 pub use jobs::{EffectKind, EndpointNotice, Noop};
-pub use outbox_core::driver::{BoxFuture, JobHandler};
+pub use outbox_core::worker::{BoxFuture, JobHandler};
 pub use outbox_core::worker::{EffectError, EffectResult, JobArgs, JobContext, Worker, Workers};
 pub use workers::{EmailWorker, NoopWorker, ReceiptWorker, workers, workers_with_nats};
 

@@ -9,9 +9,9 @@ use diesel::connection::{AnsiTransactionManager, TransactionManager as _};
 use diesel::prelude::*;
 use diesel::sql_types::{Array, Text};
 
+use super::args::JobArgs;
 use super::{NOTIFY_CHANNEL, NewJob, Waker, depend};
 use crate::schema::jobs;
-use crate::worker::JobArgs;
 
 /// How the rows of an enqueue are written, once the queue has decided which
 /// of them wait behind their ordering key ([`NewJob::is_blocked`]): one

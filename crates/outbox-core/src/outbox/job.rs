@@ -7,8 +7,8 @@ use std::sync::Arc;
 use chrono::{DateTime, Utc};
 
 use super::DEFAULT_MAX_ATTEMPTS;
+use super::args::JobArgs;
 use super::depend::{DependencyPolicy, Parent};
-use crate::worker::JobArgs;
 
 /// A job to enqueue with [`Enqueuer::enqueue_many`](super::Enqueuer::enqueue_many):
 /// typed with [`NewJob::for_args`], untyped with [`NewJob::new`]; its

@@ -8,6 +8,7 @@
 //! each opening with a comment on the index it relies on and why it is safe.
 
 pub(crate) mod archive;
+mod args;
 mod cancel;
 pub(crate) mod claim;
 pub(crate) mod depend;
@@ -28,6 +29,7 @@ mod wake;
 
 use serde::Serialize;
 
+pub use args::JobArgs;
 pub use cancel::{CancelRefusal, CancelReport, cancel_job_batch, cancel_jobs};
 pub use depend::{DependencyError, DependencyPolicy, HeldDependent, Parent, held_dependents};
 pub use enqueue::{Enqueuer, INSERT_CHUNK, InsertJobs};

@@ -232,8 +232,8 @@ async fn write(
     let mut parts = vec![batch];
     while let Some(mut part) = parts.pop() {
         let finishes: Vec<Finish> = part.iter().map(Completion::due_now).collect();
-        // The retry delays as written (not the whole outcomes: a receipt's PDF
-        // is tens of KB).
+        // The retry delays as written, not the whole outcomes: an outcome's
+        // local write can be large.
         let written: Vec<Option<Duration>> = finishes
             .iter()
             .map(|f| match &f.outcome {

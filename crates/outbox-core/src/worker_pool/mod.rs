@@ -48,7 +48,7 @@ use crate::db::PgPool;
 /// What [`WorkerPool::new`] runs jobs with: reachable here, beside the relay,
 /// for applications that write their own instead of using
 /// [`Workers`](crate::worker::Workers).
-pub use crate::worker::handler::{BoxFuture, JobHandler};
+pub use crate::worker::{BoxFuture, JobHandler};
 
 /// Most outcomes written by one completer statement.
 const MAX_COMPLETION_BATCH: usize = 512;

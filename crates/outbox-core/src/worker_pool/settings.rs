@@ -10,11 +10,9 @@ use super::{Liveness, WorkerPool};
 
 /// Default [`PoolSettings::concurrency`]: effects in flight at once per relay.
 ///
-/// 64, not 16: at 16 only one claim of 16 can be in flight, and beside an API
-/// placing orders at half its measured maximum on the 2-core machine the
-/// relay fell behind (a growing queue, p99 435 ms on a quiet machine); at 64,
-/// in the same window, the queue stayed bounded with p99 43 ms (`bench
-/// --api-only`, docs/performance.md). More slots cost no more connections:
+/// 64, not 16: at 16 only one claim of 16 can be in flight, and a relay beside
+/// a busy producer falls behind (docs/performance.md has the figures). More
+/// slots cost no more connections:
 /// claims and outcomes run on the relay's own, and the pool the effects use
 /// stops growing at 16 + 4. A shallow queue still gets one claim at a time.
 pub const DEFAULT_CONCURRENCY: usize = 64;

@@ -6,7 +6,8 @@ use std::time::{Duration, Instant};
 
 use diesel::prelude::*;
 use outbox_core::driver::{
-    ClaimRequest, Finish, Outcome, ReapRequest, claim_jobs, finish_jobs, reap_expired_leases,
+    ClaimRequest, ClaimedJob, Finish, JobLease, Outcome, ReapRequest, claim_jobs, extend_leases,
+    finish_jobs, reap_expired_leases,
 };
 use outbox_core::outbox::{Enqueuer, JobOptions, NewJob, Waker};
 use outbox_core::schema::{jobs, jobs_all};
@@ -130,38 +131,48 @@ async fn a_retryable_error_is_retried_then_fails_after_max_attempts() {
     );
 }
 
+/// One job of kind `Tally`, claimed by `worker_id` for `lease`.
+fn claim(conn: &mut PgConnection, worker_id: &str, lease: Duration) -> ClaimedJob {
+    claim_jobs(
+        conn,
+        &ClaimRequest {
+            worker_id,
+            kinds: &[Tally::KIND.to_owned()],
+            limit: 1,
+            lease,
+        },
+    )
+    .expect("claim")
+    .pop()
+    .expect("a job")
+}
+
+/// One job enqueued and claimed by `first`, whose lease runs out; the reaper
+/// hands it on and `then` claims it. Returns the job's id and both claims.
+fn claimed_reaped_and_claimed_again(
+    conn: &mut PgConnection,
+    first: &str,
+    then: &str,
+) -> (i64, ClaimedJob, ClaimedJob) {
+    let id = Enqueuer::new()
+        .enqueue(conn, &Tally { n: 1 }, &JobOptions::default())
+        .expect("enqueue");
+    let stale = claim(conn, first, Duration::from_millis(1));
+    std::thread::sleep(Duration::from_millis(20));
+    let reaped =
+        reap_expired_leases(conn, &ReapRequest::new(10), |_| Duration::ZERO).expect("reap");
+    assert_eq!(reaped.requeued, 1);
+    let current = claim(conn, then, Duration::from_secs(60));
+    assert_eq!(current.id, id);
+    assert_ne!(current.lease_token, stale.lease_token);
+    (id, stale, current)
+}
+
 #[test]
 fn a_zombie_whose_lease_was_reaped_finishes_nothing() {
     let db = TestDb::new();
     let mut conn = db.conn();
-    let id = Enqueuer::new()
-        .enqueue(&mut conn, &Tally { n: 1 }, &JobOptions::default())
-        .expect("enqueue");
-    let kinds = vec![Tally::KIND.to_owned()];
-    let claim = |conn: &mut PgConnection, worker_id: &str, lease: Duration| {
-        claim_jobs(
-            conn,
-            &ClaimRequest {
-                worker_id,
-                kinds: &kinds,
-                limit: 1,
-                lease,
-            },
-        )
-        .expect("claim")
-        .pop()
-        .expect("a job")
-    };
-
-    // The zombie's lease runs out; the reaper hands the job on.
-    let zombie = claim(&mut conn, "zombie", Duration::from_millis(1));
-    std::thread::sleep(Duration::from_millis(20));
-    let reaped =
-        reap_expired_leases(&mut conn, &ReapRequest::new(10), |_| Duration::ZERO).expect("reap");
-    assert_eq!(reaped.requeued, 1);
-    let heir = claim(&mut conn, "heir", Duration::from_secs(60));
-    assert_eq!(heir.id, id);
-    assert_ne!(heir.lease_token, zombie.lease_token);
+    let (id, zombie, heir) = claimed_reaped_and_claimed_again(&mut conn, "zombie", "heir");
 
     let report = finish_jobs(
         &mut conn,
@@ -185,6 +196,43 @@ fn a_zombie_whose_lease_was_reaped_finishes_nothing() {
         ("processing", Some("heir"), Some(heir.lease_token)),
         "the heir's claim is untouched"
     );
+}
+
+/// The protocol model's walk found this: one relay's claim is reaped and the
+/// same relay claims the job again, so it holds a stale and a current claim of
+/// one job. A heartbeat or a finish naming both must answer each by its token.
+#[test]
+fn a_relay_holding_a_stale_and_a_current_claim_of_one_job_is_told_which_it_holds() {
+    let db = TestDb::new();
+    let mut conn = db.conn();
+    let (id, stale, current) = claimed_reaped_and_claimed_again(&mut conn, "relay-0", "relay-0");
+    let leases = [
+        JobLease {
+            job_id: id,
+            lease_token: current.lease_token,
+        },
+        JobLease {
+            job_id: id,
+            lease_token: stale.lease_token,
+        },
+    ];
+
+    let beat = extend_leases(&mut conn, &leases, Duration::from_secs(60)).expect("heartbeat");
+    assert_eq!(beat.extended, vec![leases[0]], "{beat:?}");
+    assert_eq!(beat.lost, vec![leases[1]], "{beat:?}");
+
+    let finish = |token| Finish {
+        job_id: id,
+        lease_token: token,
+        outcome: Outcome::Done { local: None },
+    };
+    let report = finish_jobs(
+        &mut conn,
+        &[finish(stale.lease_token), finish(current.lease_token)],
+    )
+    .expect("finish");
+    assert_eq!(report.applied, vec![id], "{report:?}");
+    assert_eq!(report.lost, vec![id], "{report:?}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
