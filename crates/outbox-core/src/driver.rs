@@ -1,7 +1,7 @@
 //! The relay's own statements, one function each: claim, finish (fenced),
-//! heartbeat, release, reap, and the upkeep of the archive's partitions; and
-//! the untyped [`JobHandler`] a relay calls with each [`ClaimedJob`], which
-//! [`Workers`](crate::worker::Workers) implements.
+//! heartbeat, hand back, reap, and the upkeep of the archive's partitions. The
+//! untyped handler a relay calls with each [`ClaimedJob`] is
+//! `worker::JobHandler`.
 //!
 //! These are the relay's internals, public as River's driver layer is: for
 //! benchmarks that time one statement alone, and tests that drive a job
