@@ -40,7 +40,8 @@ pub enum EndpointsCommand {
         --events order.paid,order.cancelled --rate-limit 5/s --max-in-flight 4\n  \
         outbox-relay endpoints add --name events --url nats://127.0.0.1:4222 \\\n      \
         --stream ORDERS --subject-prefix orders --create-stream")]
-    Add(AddArgs),
+    // Boxed: its many flags would make every command as large as it.
+    Add(Box<AddArgs>),
     /// Change a NATS endpoint's own credentials (checked against its server
     /// first) or clear them. Relays use the new ones within seconds.
     #[command(after_help = "Examples:\n  \
@@ -207,7 +208,7 @@ pub struct RotateArgs {
 
 pub async fn run(command: EndpointsCommand) -> anyhow::Result<()> {
     match command {
-        EndpointsCommand::Add(args) => add::add(args).await,
+        EndpointsCommand::Add(args) => add::add(*args).await,
         EndpointsCommand::Update(args) => update(args).await,
         EndpointsCommand::List(args) => list(args).await,
         EndpointsCommand::Disable(args) => set_enabled(args, false).await,

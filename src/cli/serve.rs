@@ -60,7 +60,8 @@ pub struct ServeArgs {
     pub secrets: SecretsKeyArgs,
     /// How long the ids of messages received on /inbound are kept: a copy
     /// that arrives later is applied again. Longer than the providers retry
-    /// (Stripe: 3 days, and 30 for a resend by hand).
+    /// (Stripe: 3 days, and 30 for a resend by hand). A held message is kept
+    /// until an operator decides it, whatever its age.
     #[arg(long, env = "INBOX_RETENTION", default_value = "35d", value_parser = parse_positive_duration)]
     pub inbox_retention: Duration,
 }
@@ -141,8 +142,8 @@ pub async fn run(db_args: DatabaseArgs, args: ServeArgs) -> anyhow::Result<()> {
 /// past `INBOX_RETENTION`.
 const INBOX_PRUNE_EVERY: Duration = Duration::from_secs(3600);
 
-/// Deletes inbox messages older than `retention`, soon after the start and
-/// then hourly, until `shutdown`. Every replica does it; the deletes are
+/// Deletes inbox messages older than `retention` (never a held one), soon
+/// after the start and then hourly, until `shutdown`. Every replica does it; the deletes are
 /// small batches, so two at once only find less to do.
 async fn prune_inbox(
     database_url: String,
@@ -157,14 +158,21 @@ async fn prune_inbox(
         let url = database_url.clone();
         let pruned = tokio::task::spawn_blocking(move || {
             let mut conn = db::establish(&url)?;
-            anyhow::Ok(outbox_core::dedupe::prune_messages(
-                &mut conn, retention, 1_000,
+            anyhow::Ok(crate::inbox::retention::prune_messages(
+                &mut conn,
+                retention,
+                crate::inbox::retention::PRUNE_BATCH,
             )?)
         })
         .await;
         match pruned {
-            Ok(Ok(0)) => {}
-            Ok(Ok(n)) => tracing::info!(pruned = n, ?retention, "pruned old inbox messages"),
+            Ok(Ok(pruned)) if pruned.messages == 0 => {}
+            Ok(Ok(pruned)) => tracing::info!(
+                pruned = pruned.messages,
+                unmatched_payments = pruned.unmatched_payments,
+                ?retention,
+                "pruned old inbox messages (held ones are kept until decided)"
+            ),
             Ok(Err(error)) => {
                 tracing::warn!(
                     error = format!("{error:#}"),

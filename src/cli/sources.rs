@@ -1,6 +1,7 @@
 //! `outbox-relay sources ...`: the senders of inbound events
 //! (`POST /inbound/{name}`), each with its kind and secrets.
 
+use std::path::PathBuf;
 use std::time::Duration;
 
 use anyhow::Context as _;
@@ -10,8 +11,8 @@ use crate::at_rest;
 use crate::cli::secrets::refused_without_key;
 use crate::cli::table::{Align, print_list};
 use crate::cli::with_conn;
-use crate::config::{ConfigError, DatabaseArgs, SecretsKeyArgs, parse_duration};
-use crate::inbox::source::{self, Source, SourceError, SourceKind};
+use crate::config::{ConfigError, DatabaseArgs, SecretsKeyArgs, parse_duration, read_secret_file};
+use crate::inbox::source::{self, Source, SourceError, SourceKind, SourceMode};
 
 #[derive(Debug, Subcommand)]
 pub enum SourcesCommand {
@@ -19,10 +20,11 @@ pub enum SourcesCommand {
     /// to POST /inbound/<name>.
     ///
     /// For Stripe, give the endpoint's signing secret (whsec_…) with
-    /// --secret. Without --secret a new whsec_ secret is made and printed
-    /// once: give it to the sender.
+    /// --secret-file (or --secret). Without either a new whsec_ secret is
+    /// made and printed once: give it to the sender.
     #[command(after_help = "Examples:\n  \
-        outbox-relay sources add --name stripe --kind stripe --secret whsec_…\n  \
+        outbox-relay sources add --name stripe --kind stripe --mode live --secret-file stripe.secret\n  \
+        pass show shop/stripe-webhook | outbox-relay sources add --name stripe --kind stripe --secret-file -\n  \
         outbox-relay sources add --name billing --kind standard")]
     Add(AddArgs),
     /// Every source, with its kind and secret rotation.
@@ -43,15 +45,45 @@ pub struct AddArgs {
     /// How its messages are signed.
     #[arg(long, value_enum)]
     kind: SourceKind,
-    /// The signing secret: Stripe's whsec_… as shown by Stripe; for standard,
-    /// whsec_ and base64. Made for you when left out.
-    #[arg(long)]
-    secret: Option<String>,
+    /// Stripe sources: the events it applies, by their livemode (live, test
+    /// or any). An event of the other mode is stored ignored, with the reason.
+    #[arg(long, value_enum, default_value_t = SourceMode::Any)]
+    mode: SourceMode,
+    #[command(flatten)]
+    secret: SecretArgs,
     /// Print {"id","name","secret"} as JSON instead of text.
     #[arg(long)]
     json: bool,
     #[command(flatten)]
     secrets: SecretsKeyArgs,
+}
+
+/// The secret given, on the command line or (never seen by `ps` or a
+/// shell's history) in a file; made for you when neither is.
+#[derive(Debug, Args)]
+pub struct SecretArgs {
+    /// The signing secret: Stripe's whsec_… as shown by Stripe; for standard,
+    /// whsec_ and base64. Shows in `ps` and shell history: prefer --secret-file.
+    #[arg(long, conflicts_with = "secret_file")]
+    secret: Option<String>,
+    /// A file holding the signing secret (one trailing newline is ignored),
+    /// or - for standard input.
+    #[arg(long, value_name = "PATH")]
+    secret_file: Option<PathBuf>,
+}
+
+impl SecretArgs {
+    /// The secret as given, and the flag that gave it; `None` for neither.
+    fn given(&self) -> anyhow::Result<Option<(String, &'static str)>> {
+        match (&self.secret, &self.secret_file) {
+            (Some(raw), _) => Ok(Some((raw.clone(), "--secret"))),
+            (None, Some(path)) => Ok(Some((
+                read_secret_file("--secret-file", path)?,
+                "--secret-file",
+            ))),
+            (None, None) => Ok(None),
+        }
+    }
 }
 
 #[derive(Debug, Args)]
@@ -78,8 +110,8 @@ pub struct RotateArgs {
     /// The source's name.
     name: String,
     /// The new secret (Stripe's, after "Roll secret"); made for you when left out.
-    #[arg(long)]
-    secret: Option<String>,
+    #[command(flatten)]
+    secret: SecretArgs,
     /// How long the old secret still verifies beside the new one (0s: not at all).
     #[arg(long, default_value = "24h", value_parser = parse_duration)]
     keep_old: Duration,
@@ -102,18 +134,21 @@ pub async fn run(command: SourcesCommand) -> anyhow::Result<()> {
 /// A bad flag is a usage error (exit 2); the rest fail the command (exit 1).
 fn refusal(error: SourceError) -> anyhow::Error {
     match error {
-        SourceError::BadName(_) | SourceError::BadSecret { .. } => {
-            ConfigError(error.to_string()).into()
-        }
+        SourceError::BadName(_)
+        | SourceError::BadSecret { .. }
+        | SourceError::ModeOfStandard(_) => ConfigError(error.to_string()).into(),
         other => other.into(),
     }
 }
 
 /// The secret given, checked for the source's kind, or a new one.
-fn secret_for(kind: SourceKind, given: Option<&str>) -> anyhow::Result<(String, bool)> {
+fn secret_for(
+    kind: SourceKind,
+    given: Option<(String, &'static str)>,
+) -> anyhow::Result<(String, bool)> {
     match given {
-        Some(raw) => Ok((
-            source::check_secret(kind, raw, "--secret").map_err(refusal)?,
+        Some((raw, flag)) => Ok((
+            source::check_secret(kind, &raw, flag).map_err(refusal)?,
             false,
         )),
         None => Ok((source::new_secret().map_err(refusal)?, true)),
@@ -122,19 +157,21 @@ fn secret_for(kind: SourceKind, given: Option<&str>) -> anyhow::Result<(String, 
 
 async fn add(args: AddArgs) -> anyhow::Result<()> {
     source::check_name(&args.name).map_err(refusal)?;
-    let (secret, made) = secret_for(args.kind, args.secret.as_deref())?;
+    source::check_mode(args.kind, args.mode).map_err(refusal)?;
+    let (secret, made) = secret_for(args.kind, args.secret.given()?)?;
     let keys = args.secrets.keyring()?;
-    let (name, kind, stored) = (args.name.clone(), args.kind, secret.clone());
+    let (name, kind, mode, stored) = (args.name.clone(), args.kind, args.mode, secret.clone());
     let added = with_conn(&args.db, move |conn| {
         at_rest::require_key_where_sealed(conn, &keys).map_err(refused_without_key)?;
-        source::add(conn, &name, kind, &stored, &keys).map_err(refusal)
+        source::add(conn, &name, kind, mode, &stored, &keys).map_err(refusal)
     })
     .await?;
     if !args.json {
         println!(
-            "added source {} ({}); its events go to POST /inbound/{}",
+            "added source {} ({}, {} events); its events go to POST /inbound/{}",
             added.name,
             added.kind(),
+            added.mode(),
             added.name
         );
     }
@@ -153,6 +190,7 @@ async fn list(args: ListArgs) -> anyhow::Result<()> {
         &[
             ("NAME", Align::Left),
             ("KIND", Align::Left),
+            ("MODE", Align::Left),
             ("URL", Align::Left),
             ("OLD SECRET UNTIL", Align::Left),
             ("CREATED", Align::Left),
@@ -161,6 +199,7 @@ async fn list(args: ListArgs) -> anyhow::Result<()> {
             vec![
                 s.name.clone(),
                 s.kind().to_string(),
+                s.mode().to_string(),
                 format!("/inbound/{}", s.name),
                 s.previous_secret_expires_at.map_or_else(
                     || "-".to_owned(),
@@ -175,7 +214,8 @@ async fn list(args: ListArgs) -> anyhow::Result<()> {
 async fn rotate(args: RotateArgs) -> anyhow::Result<()> {
     let keys = args.secrets.keyring()?;
     let (name, keep_old) = (args.name.clone(), args.keep_old);
-    let given = args.secret.clone();
+    // Read before the database is asked anything: a bad file is a usage error.
+    let given = args.secret.given()?;
     // The kind decides what a given secret must look like.
     let kind = {
         let name = name.clone();
@@ -186,7 +226,7 @@ async fn rotate(args: RotateArgs) -> anyhow::Result<()> {
         })
         .await?
     };
-    let (secret, made) = secret_for(kind, given.as_deref())?;
+    let (secret, made) = secret_for(kind, given)?;
     let stored = secret.clone();
     let rotated = with_conn(&args.db, move |conn| {
         at_rest::require_key_where_sealed(conn, &keys).map_err(refused_without_key)?;

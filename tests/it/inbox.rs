@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use diesel::prelude::*;
 use order_service::api_keys::Scope;
-use order_service::inbox::source::{self, SourceKind};
+use order_service::inbox::source::{self, SourceKind, SourceMode};
 use order_service::inbox::verify::stripe_signature;
 use order_service::schema::{inbox_messages, jobs_all, order_events, orders};
 use reqwest::StatusCode;
@@ -22,24 +22,25 @@ use crate::support::order_json;
 pub const STRIPE_SECRET: &str = "whsec_5d3e0f7a1b2c4d6e8f9a0b1c2d3e4f5a";
 pub const STANDARD_SECRET: &str = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw";
 /// The order of `order_json`: 2 × 4.50 + 12.00 EUR.
-const TOTAL: i64 = 2_100;
+pub(crate) const TOTAL: i64 = 2_100;
 
-fn now() -> i64 {
+pub(crate) fn now() -> i64 {
     chrono::Utc::now().timestamp()
 }
 
-fn add_source(app: &TestApp, name: &str, kind: SourceKind, secret: &str) {
+pub(crate) fn add_source(app: &TestApp, name: &str, kind: SourceKind, secret: &str) {
     source::add(
         &mut app.db.conn(),
         name,
         kind,
+        SourceMode::Any,
         secret,
         &order_service::sealed::Keyring::none(),
     )
     .expect("add source");
 }
 
-async fn place(app: &TestApp) -> i64 {
+pub(crate) async fn place(app: &TestApp) -> i64 {
     let response = app.post_order(&order_json("Ada"), None).await;
     assert_eq!(response.status(), StatusCode::CREATED);
     response.json::<Value>().await.expect("order")["id"]
@@ -49,7 +50,7 @@ async fn place(app: &TestApp) -> i64 {
 
 /// An order placed and then cancelled by the customer: a payment for it
 /// needs a refund, not a `paid` order.
-async fn place_cancelled(app: &TestApp) -> i64 {
+pub(crate) async fn place_cancelled(app: &TestApp) -> i64 {
     let order = place(app).await;
     crate::support::transition(
         &mut app.db.conn(),
@@ -86,7 +87,7 @@ pub fn intent_succeeded(id: &str, order: Value, amount: i64, currency: &str, pi:
     )
 }
 
-fn charge_refunded(id: &str, order_id: i64, amount: i64, pi: &str) -> Vec<u8> {
+pub(crate) fn charge_refunded(id: &str, order_id: i64, amount: i64, pi: &str) -> Vec<u8> {
     stripe_event(
         id,
         "charge.refunded",
@@ -96,7 +97,7 @@ fn charge_refunded(id: &str, order_id: i64, amount: i64, pi: &str) -> Vec<u8> {
     )
 }
 
-async fn post_stripe(
+pub(crate) async fn post_stripe(
     app: &TestApp,
     source: &str,
     secret: &str,
@@ -114,7 +115,7 @@ async fn post_stripe(
 }
 
 /// Posts a Stripe-signed event and returns the answer's `status`.
-async fn stripe(app: &TestApp, body: &[u8]) -> String {
+pub(crate) async fn stripe(app: &TestApp, body: &[u8]) -> String {
     let response = post_stripe(app, "stripe", STRIPE_SECRET, now(), body).await;
     assert_eq!(response.status(), StatusCode::OK);
     response.json::<Value>().await.expect("JSON")["status"]
@@ -123,7 +124,7 @@ async fn stripe(app: &TestApp, body: &[u8]) -> String {
         .to_owned()
 }
 
-fn order_status(app: &TestApp, id: i64) -> String {
+pub(crate) fn order_status(app: &TestApp, id: i64) -> String {
     orders::table
         .find(id)
         .select(orders::status)
@@ -131,7 +132,7 @@ fn order_status(app: &TestApp, id: i64) -> String {
         .expect("order")
 }
 
-fn event_types(app: &TestApp, id: i64) -> Vec<String> {
+pub(crate) fn event_types(app: &TestApp, id: i64) -> Vec<String> {
     order_events::table
         .filter(order_events::order_id.eq(id))
         .order(order_events::seq)
@@ -141,7 +142,7 @@ fn event_types(app: &TestApp, id: i64) -> Vec<String> {
 }
 
 /// (status, reason) of the stored message with this provider id.
-fn stored(app: &TestApp, message_id: &str) -> (String, Option<String>) {
+pub(crate) fn stored(app: &TestApp, message_id: &str) -> (String, Option<String>) {
     let (status, reason): (Option<String>, Option<String>) = inbox_messages::table
         .filter(inbox_messages::message_id.eq(message_id))
         .select((inbox_messages::status, inbox_messages::reason))
@@ -655,7 +656,7 @@ async fn ids_are_kept_for_the_retention_and_forgotten_after_it() {
     app.stop().await;
 }
 
-fn cli(url: &str, args: &[&str]) -> std::process::Output {
+pub(crate) fn cli(url: &str, args: &[&str]) -> std::process::Output {
     Command::new(env!("CARGO_BIN_EXE_outbox-relay"))
         .args(args)
         .env("DATABASE_URL", url)
@@ -664,7 +665,7 @@ fn cli(url: &str, args: &[&str]) -> std::process::Output {
         .expect("run outbox-relay")
 }
 
-fn stdout_of(output: &std::process::Output) -> String {
+pub(crate) fn stdout_of(output: &std::process::Output) -> String {
     assert!(
         output.status.success(),
         "failed: {}",

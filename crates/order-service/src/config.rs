@@ -21,6 +21,7 @@ mod effects;
 mod links;
 mod parse;
 mod relay;
+mod secret_file;
 mod secrets_key;
 
 use std::time::Duration;
@@ -38,6 +39,7 @@ pub use parse::{
 };
 use parse::{parse_max_attempts, parse_requests};
 pub use relay::{RelayArgs, SessionTimeouts, default_worker_id};
+pub use secret_file::read_secret_file;
 pub use secrets_key::{PlaintextSecrets, SecretsKeyArgs};
 
 pub const DEFAULT_API_ADDR: &str = "127.0.0.1:8080";

@@ -146,6 +146,7 @@ diesel::table! {
         previous_secret -> Nullable<Text>,
         previous_secret_expires_at -> Nullable<Timestamptz>,
         created_at -> Timestamptz,
+        mode -> Text,
     }
 }
 

@@ -8,7 +8,7 @@ use super::{CredentialArgs, events_of, new_secret, print_secret, usage};
 use crate::at_rest;
 use crate::cli::secrets::refused_without_key;
 use crate::cli::with_conn;
-use crate::config::{ConfigError, DatabaseArgs, SecretsKeyArgs};
+use crate::config::{ConfigError, DatabaseArgs, SecretsKeyArgs, read_secret_file};
 use crate::effects::nats::connection::Auth;
 use crate::effects::nats::{self, NatsCredentials};
 use crate::endpoints::store::{self, NewEndpoint};
@@ -38,9 +38,14 @@ pub struct AddArgs {
     /// Deliveries in flight to this endpoint at once, across every relay.
     #[arg(long, value_name = "N")]
     max_in_flight: Option<String>,
-    /// The signing secret: whsec_ and the base64 of 24 to 64 bytes. Made for you when left out.
-    #[arg(long)]
+    /// The signing secret: whsec_ and the base64 of 24 to 64 bytes. Made for
+    /// you when left out. Shows in `ps` and shell history: prefer --secret-file.
+    #[arg(long, conflicts_with = "secret_file")]
     secret: Option<String>,
+    /// A file holding the signing secret (one trailing newline is ignored),
+    /// or - for standard input.
+    #[arg(long, value_name = "PATH")]
+    secret_file: Option<std::path::PathBuf>,
     /// Allow a plain http:// URL, or a nats:// server without TLS (events,
     /// signatures and NATS credentials travel in the clear).
     #[arg(long)]
@@ -76,8 +81,12 @@ pub struct AddArgs {
     secrets: SecretsKeyArgs,
 }
 
-/// Every flag of `add`, checked; the first bad one is the error.
-fn parse_new(args: &AddArgs) -> Result<NewEndpoint, SpecError> {
+/// Every flag of `add`, checked; the first bad one is the error. `secret`
+/// is the one given (`--secret`, or read from `--secret-file`) and its flag.
+fn parse_new(
+    args: &AddArgs,
+    secret: Option<(&str, &'static str)>,
+) -> Result<NewEndpoint, SpecError> {
     let url = EndpointUrl::parse(&args.url, args.allow_http)?;
     Ok(NewEndpoint {
         name: EndpointName::parse(&args.name)?,
@@ -96,8 +105,8 @@ fn parse_new(args: &AddArgs) -> Result<NewEndpoint, SpecError> {
             Some(raw) => spec::parse_max_in_flight(raw)?,
             None => DEFAULT_MAX_IN_FLIGHT,
         },
-        secret: match &args.secret {
-            Some(raw) => SigningSecret::parse(raw, "--secret")?,
+        secret: match secret {
+            Some((raw, flag)) => SigningSecret::parse(raw, flag)?,
             None => new_secret()?,
         },
     })
@@ -196,7 +205,16 @@ async fn relay_auth(
 }
 
 pub(super) async fn add(args: AddArgs) -> anyhow::Result<()> {
-    let new = parse_new(&args).map_err(usage)?;
+    let given = match (&args.secret, &args.secret_file) {
+        (Some(raw), _) => Some((raw.clone(), "--secret")),
+        (None, Some(path)) => Some((read_secret_file("--secret-file", path)?, "--secret-file")),
+        (None, None) => None,
+    };
+    let new = parse_new(
+        &args,
+        given.as_ref().map(|(raw, flag)| (raw.as_str(), *flag)),
+    )
+    .map_err(usage)?;
     let keys = args.secrets.keyring()?;
     let own = args.credentials.read().map_err(usage)?;
     match (&new.nats, args.credentials.given()) {
@@ -236,7 +254,7 @@ pub(super) async fn add(args: AddArgs) -> anyhow::Result<()> {
         );
     }
     // A secret the operator chose is theirs already: printed only when made here.
-    if args.secret.is_none() || args.json {
+    if given.is_none() || args.json {
         print_secret(&endpoint, &secret, args.json)?;
     }
     Ok(())

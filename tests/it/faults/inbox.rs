@@ -8,7 +8,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 
 use diesel::prelude::*;
 use diesel::sql_types::BigInt;
-use order_service::inbox::source::{self, SourceKind};
+use order_service::inbox::source::{self, SourceKind, SourceMode};
 use order_service::inbox::verify::stripe_signature;
 use reqwest::StatusCode;
 use serde_json::json;
@@ -87,6 +87,7 @@ async fn two_replicas_and_a_sigkill_pay_every_order_exactly_once() {
         &mut conn,
         "stripe",
         SourceKind::Stripe,
+        SourceMode::Any,
         STRIPE_SECRET,
         &order_service::sealed::Keyring::none(),
     )

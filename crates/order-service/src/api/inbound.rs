@@ -96,6 +96,7 @@ pub(crate) async fn inbound(
                 Inbound {
                     source: &source.name,
                     kind: source.kind(),
+                    mode: source.mode(),
                     message_id: &message_id,
                     payload: &payload,
                 },

@@ -12,8 +12,8 @@ use outbox_core::dedupe::{Received, record_message};
 use serde_json::Value;
 
 use super::MessageStatus;
-use super::event::{Intent, Meaning, OrderRef, Payment, interpret};
-use super::source::SourceKind;
+use super::event::{Intent, Meaning, OrderRef, Payment, interpret, other_mode};
+use super::source::{SourceKind, SourceMode};
 use crate::orders::{
     DisplayText, OrderStatus, Transition, TransitionError, transition_order_for_message,
 };
@@ -26,6 +26,8 @@ pub struct Inbound<'a> {
     /// The source's name.
     pub source: &'a str,
     pub kind: SourceKind,
+    /// The livemode it takes (`sources add --mode`).
+    pub mode: SourceMode,
     pub message_id: &'a str,
     pub payload: &'a Value,
 }
@@ -86,7 +88,10 @@ pub fn receive(
             Received::First { id } => id,
             Received::Repeat => return repeat_of(conn, inbound.source, inbound.message_id),
         };
-        let meaning = interpret(inbound.kind, inbound.payload);
+        let meaning = match other_mode(inbound.kind, inbound.mode, inbound.payload) {
+            Some(reason) => Meaning::Ignored(reason),
+            None => interpret(inbound.kind, inbound.payload),
+        };
         let decision = decide(conn, &meaning, inbound.message_id)?;
         let (status, order_id, reason) = carry_out(conn, enqueuer, decision, id, max_attempts)?;
         let event_type =
@@ -269,6 +274,22 @@ fn decide(conn: &mut PgConnection, meaning: &Meaning, message_id: &str) -> Query
             })
         }
         Intent::Refund => {
+            let Some(paid_by) = reference_of(conn, order_id, OrderStatus::Paid.event_type())?
+            else {
+                return held(format!(
+                    "refund of an order not paid: order {order_id} is {}",
+                    order.status
+                ));
+            };
+            // A refund returns one payment. A second payment held as "paid
+            // again" is refunded at the provider too, and that refund names
+            // the same order and amount: only its reference tells it apart.
+            if paid_by.as_deref() != Some(reference.as_str()) {
+                return held(format!(
+                    "refund of another payment: order {order_id} was paid by {}, this refunds {reference}",
+                    paid_by.as_deref().unwrap_or("an unknown reference")
+                ));
+            }
             if let Some(refunded_by) =
                 reference_of(conn, order_id, OrderStatus::Refunded.event_type())?
             {
@@ -277,15 +298,14 @@ fn decide(conn: &mut PgConnection, meaning: &Meaning, message_id: &str) -> Query
                     refunded_by.map(|r| format!(" ({r})")).unwrap_or_default()
                 ));
             }
-            let was_paid = reference_of(conn, order_id, OrderStatus::Paid.event_type())?.is_some();
-            if !was_paid || !order.status.can_become(OrderStatus::Refunded) {
-                if order.status == OrderStatus::Cancelled && was_paid {
-                    return ignored(format!(
-                        "order {order_id} was cancelled after payment; this refund returns that payment"
-                    ));
-                }
+            if order.status == OrderStatus::Cancelled {
+                return ignored(format!(
+                    "order {order_id} was cancelled after payment; this refund returns that payment"
+                ));
+            }
+            if !order.status.can_become(OrderStatus::Refunded) {
                 return held(format!(
-                    "refund of an order not paid: order {order_id} is {}",
+                    "order {order_id} is {} and cannot become refunded",
                     order.status
                 ));
             }

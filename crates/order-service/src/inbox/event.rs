@@ -14,7 +14,7 @@
 
 use serde_json::Value;
 
-use super::source::SourceKind;
+use super::source::{SourceKind, SourceMode};
 
 /// What the message asks of its order.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -56,6 +56,24 @@ pub enum Meaning {
 /// The event's type, as the provider names it (`type` at the top).
 pub fn event_type(payload: &Value) -> Option<&str> {
     payload.get("type").and_then(Value::as_str)
+}
+
+/// Why a Stripe event is not for a source of `mode`, if it is not: its
+/// `livemode` names the other mode. An event without `livemode` (or a
+/// `standard` source's) is for every mode.
+pub fn other_mode(kind: SourceKind, mode: SourceMode, payload: &Value) -> Option<String> {
+    if kind != SourceKind::Stripe {
+        return None;
+    }
+    let livemode = payload.get("livemode").and_then(Value::as_bool)?;
+    if mode.takes(livemode) {
+        return None;
+    }
+    Some(format!(
+        "a {} event (livemode {livemode}) at a source that takes {} events only",
+        if livemode { "live-mode" } else { "test-mode" },
+        mode
+    ))
 }
 
 /// Reads `payload` (already verified) as a `kind` source's event.
@@ -214,5 +232,23 @@ mod tests {
             interpret(SourceKind::Stripe, &json!({"type": "customer.created"})),
             Meaning::Ignored(_)
         ));
+    }
+
+    #[test]
+    fn only_a_stripe_event_marked_with_the_other_mode_is_for_another_source() {
+        let test = json!({"type": "payment_intent.succeeded", "livemode": false});
+        let live = json!({"type": "payment_intent.succeeded", "livemode": true});
+        let unmarked = json!({"type": "payment_intent.succeeded"});
+        let stripe = SourceKind::Stripe;
+        let reason = other_mode(stripe, SourceMode::Live, &test).expect("refused");
+        assert!(reason.contains("livemode false"), "{reason}");
+        assert!(other_mode(stripe, SourceMode::Test, &live).is_some());
+        assert_eq!(other_mode(stripe, SourceMode::Live, &live), None);
+        assert_eq!(other_mode(stripe, SourceMode::Any, &test), None);
+        assert_eq!(other_mode(stripe, SourceMode::Live, &unmarked), None);
+        assert_eq!(
+            other_mode(SourceKind::Standard, SourceMode::Live, &test),
+            None
+        );
     }
 }

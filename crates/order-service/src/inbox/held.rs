@@ -50,7 +50,8 @@ pub fn apply_held(
     max_attempts: i32,
 ) -> Result<i64, DecideError> {
     enqueuer.transaction(conn, |conn| {
-        let (payload, order_id) = lock_held(conn, id)?;
+        let held = lock_held(conn, id)?;
+        let (payload, order_id) = (held.payload, held.order_id);
         let payment = match interpret_stored(&payload) {
             Meaning::Payment(payment) => payment,
             Meaning::Ignored(reason) => return Err(DecideError::NothingToApply(id, reason)),
@@ -64,10 +65,10 @@ pub fn apply_held(
                 ));
             }
         };
-        let reference = payment_reference(
-            &payment,
-            payload.get("id").and_then(Value::as_str).unwrap_or(""),
-        );
+        // A payment naming no reference is known by its message id, as
+        // [`super::apply`] knew it: the stored one (a Standard Webhooks
+        // message's `webhook-id`), which the payload need not carry.
+        let reference = payment_reference(&payment, &held.message_id);
         let transition = match payment.intent {
             Intent::Pay => Transition::Pay {
                 payment_reference: display(&reference),
@@ -98,37 +99,51 @@ pub fn apply_held(
 /// refunded at the provider, or found it needs nothing); audited.
 pub fn dismiss_held(conn: &mut PgConnection, id: i64, actor: &str) -> Result<(), DecideError> {
     conn.transaction(|conn| {
-        let (_, order_id) = lock_held(conn, id)?;
+        let held = lock_held(conn, id)?;
         decide_held(
             conn,
             id,
             MessageStatus::Dismissed,
             actor,
             AUDIT_DISMISS,
-            order_id.unwrap_or(0),
+            held.order_id.unwrap_or(0),
         )
     })
 }
 
-fn lock_held(conn: &mut PgConnection, id: i64) -> Result<(Value, Option<i64>), DecideError> {
-    let row: Option<(Option<String>, Option<Value>, Option<i64>)> = inbox_messages::table
+/// A held message's row, locked for the operator's decision.
+struct HeldMessage {
+    /// The id it was received under: Stripe's event id, or `webhook-id`.
+    message_id: String,
+    payload: Value,
+    order_id: Option<i64>,
+}
+
+fn lock_held(conn: &mut PgConnection, id: i64) -> Result<HeldMessage, DecideError> {
+    type Row = (Option<String>, String, Option<Value>, Option<i64>);
+    let row: Option<Row> = inbox_messages::table
         .find(id)
         .select((
             inbox_messages::status,
+            inbox_messages::message_id,
             inbox_messages::payload,
             inbox_messages::order_id,
         ))
         .for_update()
         .first(conn)
         .optional()?;
-    let (status, payload, order_id) = row.ok_or(DecideError::NotFound(id))?;
+    let (status, message_id, payload, order_id) = row.ok_or(DecideError::NotFound(id))?;
     if status.as_deref() != Some(MessageStatus::Held.as_str()) {
         return Err(DecideError::NotHeld {
             id,
             status: status.unwrap_or_else(|| "not decided".into()),
         });
     }
-    Ok((payload.unwrap_or(Value::Null), order_id))
+    Ok(HeldMessage {
+        message_id,
+        payload: payload.unwrap_or(Value::Null),
+        order_id,
+    })
 }
 
 fn decide_held(
@@ -159,7 +174,7 @@ fn decide_held(
 /// A stored payload read again: its event type says whose it is (Stripe's
 /// types and Standard Webhooks' `payment.*` do not overlap), so a message
 /// outlives its source's row.
-fn interpret_stored(payload: &Value) -> Meaning {
+pub(super) fn interpret_stored(payload: &Value) -> Meaning {
     match interpret(SourceKind::Stripe, payload) {
         Meaning::Ignored(_) => interpret(SourceKind::Standard, payload),
         meaning => meaning,

@@ -17,11 +17,14 @@
 //!   `ignored`) and its one transaction.
 //! - [`held`]: an operator's apply or dismiss of a held message, audited.
 //! - [`list`]: the messages, for `inbox list` and the dashboard.
+//! - [`retention`]: `INBOX_RETENTION`'s prune, which keeps every held
+//!   message and names each unmatched payment it removes.
 
 pub mod apply;
 pub mod event;
 pub mod held;
 pub mod list;
+pub mod retention;
 pub mod source;
 pub mod verify;
 
@@ -31,7 +34,7 @@ use std::time::Duration;
 
 /// How long message ids are kept (`INBOX_RETENTION`): longer than Stripe's
 /// retries (3 days) and its manual resends (30 days), so a late copy is still
-/// known as a repeat.
+/// known as a repeat. Held messages are kept until decided ([`retention`]).
 pub const DEFAULT_RETENTION: Duration = Duration::from_secs(35 * 86_400);
 
 /// The largest body `/inbound/{source}` reads: far above any provider's event.

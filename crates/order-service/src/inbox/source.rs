@@ -57,6 +57,61 @@ impl fmt::Display for SourceKind {
     }
 }
 
+/// Which of a Stripe account's two modes a source takes events from
+/// (`sources add --mode`). Stripe marks each event with `livemode`; a test
+/// event reaching a live shop (one webhook secret reused across modes, or a
+/// test endpoint pointed at production) must not pay a real order.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, clap::ValueEnum)]
+#[serde(rename_all = "snake_case")]
+pub enum SourceMode {
+    /// Only events with `"livemode": true`.
+    Live,
+    /// Only events with `"livemode": false`.
+    Test,
+    /// Either; the default, and the only mode of a `standard` source.
+    Any,
+}
+
+impl SourceMode {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            SourceMode::Live => "live",
+            SourceMode::Test => "test",
+            SourceMode::Any => "any",
+        }
+    }
+
+    /// Whether an event marked `livemode` belongs to this mode.
+    pub fn takes(self, livemode: bool) -> bool {
+        match self {
+            SourceMode::Live => livemode,
+            SourceMode::Test => !livemode,
+            SourceMode::Any => true,
+        }
+    }
+}
+
+impl FromStr for SourceMode {
+    type Err = String;
+    fn from_str(raw: &str) -> Result<Self, String> {
+        match raw {
+            "live" => Ok(SourceMode::Live),
+            "test" => Ok(SourceMode::Test),
+            "any" => Ok(SourceMode::Any),
+            other => Err(format!(
+                "unknown source mode {:?} (live, test or any)",
+                crate::text::one_line(other, 40)
+            )),
+        }
+    }
+}
+
+impl fmt::Display for SourceMode {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
 /// A row of `sources`. The secrets are never serialized or printed.
 #[derive(Clone, Queryable, Selectable, Serialize)]
 #[diesel(table_name = sources)]
@@ -66,6 +121,9 @@ pub struct Source {
     #[diesel(deserialize_as = String)]
     #[serde(serialize_with = "serialize_kind")]
     pub kind: KindColumn,
+    #[diesel(deserialize_as = String)]
+    #[serde(serialize_with = "serialize_mode")]
+    pub mode: ModeColumn,
     /// As stored: sealed, or plaintext.
     #[serde(skip)]
     secret: String,
@@ -87,6 +145,21 @@ impl TryFrom<String> for KindColumn {
     }
 }
 
+/// The `mode` column, read as text and checked by the table's CHECK.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ModeColumn(pub SourceMode);
+
+impl TryFrom<String> for ModeColumn {
+    type Error = String;
+    fn try_from(raw: String) -> Result<Self, String> {
+        raw.parse().map(ModeColumn)
+    }
+}
+
+fn serialize_mode<S: serde::Serializer>(mode: &ModeColumn, s: S) -> Result<S::Ok, S::Error> {
+    s.serialize_str(mode.0.as_str())
+}
+
 fn serialize_kind<S: serde::Serializer>(kind: &KindColumn, s: S) -> Result<S::Ok, S::Error> {
     s.serialize_str(kind.0.as_str())
 }
@@ -97,6 +170,7 @@ impl fmt::Debug for Source {
             .field("id", &self.id)
             .field("name", &self.name)
             .field("kind", &self.kind.0)
+            .field("mode", &self.mode.0)
             .finish_non_exhaustive()
     }
 }
@@ -104,6 +178,10 @@ impl fmt::Debug for Source {
 impl Source {
     pub fn kind(&self) -> SourceKind {
         self.kind.0
+    }
+
+    pub fn mode(&self) -> SourceMode {
+        self.mode.0
     }
 
     /// The secrets that verify a message received at `now`: the current one,
@@ -142,6 +220,10 @@ pub enum SourceError {
         "--name {0:?}: use 1 to 64 letters, digits, '_', '.' or '-', starting with a letter or digit"
     )]
     BadName(String),
+    #[error(
+        "--mode {0}: only a stripe source has modes (Standard Webhooks marks no event live or test)"
+    )]
+    ModeOfStandard(SourceMode),
     #[error("{flag}: {message}")]
     BadSecret { flag: &'static str, message: String },
     #[error("a source named {0:?} already exists")]
@@ -211,21 +293,34 @@ pub fn new_secret() -> Result<String, SourceError> {
         })
 }
 
-/// Adds a source, its secret sealed when `keys` has a key.
+/// A source's mode, checked against its kind: `live` and `test` are Stripe's.
+pub fn check_mode(kind: SourceKind, mode: SourceMode) -> Result<(), SourceError> {
+    match (kind, mode) {
+        (SourceKind::Standard, SourceMode::Live | SourceMode::Test) => {
+            Err(SourceError::ModeOfStandard(mode))
+        }
+        _ => Ok(()),
+    }
+}
+
+/// Adds a source taking events of `mode`, its secret sealed when `keys` has a key.
 pub fn add(
     conn: &mut PgConnection,
     name: &str,
     kind: SourceKind,
+    mode: SourceMode,
     secret: &str,
     keys: &Keyring,
 ) -> Result<Source, SourceError> {
     check_name(name)?;
+    check_mode(kind, mode)?;
     conn.transaction(|conn| {
         // The sealed secret names the row's id: written once the row has one.
         let added: Source = diesel::insert_into(sources::table)
             .values((
                 sources::name.eq(name),
                 sources::kind.eq(kind.as_str()),
+                sources::mode.eq(mode.as_str()),
                 sources::secret.eq(NOT_YET_SEALED),
             ))
             .returning(Source::as_returning())

@@ -23,7 +23,7 @@ use tokio::sync::Mutex;
 use super::BenchArgs;
 use super::orders::{self, ApiUnderTest};
 use super::percentiles::Latency;
-use order_service::inbox::source::{self, SourceKind};
+use order_service::inbox::source::{self, SourceKind, SourceMode};
 use order_service::inbox::verify::stripe_signature;
 use order_service::sealed::Keyring;
 
@@ -171,6 +171,7 @@ async fn add_source(url: &str) -> anyhow::Result<()> {
                 &mut conn,
                 SOURCE,
                 SourceKind::Stripe,
+                SourceMode::Any,
                 SECRET,
                 &Keyring::none(),
             )

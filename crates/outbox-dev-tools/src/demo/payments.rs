@@ -8,7 +8,7 @@ use diesel::prelude::*;
 use serde_json::{Value, json};
 
 use order_service::inbox::list::{Filter, list_messages};
-use order_service::inbox::source::{self, SourceKind};
+use order_service::inbox::source::{self, SourceKind, SourceMode};
 use order_service::inbox::verify::stripe_signature;
 use order_service::schema::orders;
 use order_service::sealed::Keyring;
@@ -42,6 +42,7 @@ impl Stripe {
                     &mut conn,
                     "stripe",
                     SourceKind::Stripe,
+                    SourceMode::Any,
                     &secret,
                     &Keyring::none(),
                 )?,
