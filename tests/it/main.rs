@@ -25,6 +25,7 @@ mod faults;
 mod front_door;
 mod front_door_auth;
 mod inbox;
+mod inbox_refusals;
 mod metrics;
 mod nats;
 mod nats_attempts;
