@@ -128,8 +128,11 @@ pub(crate) async fn inbound(
         .map_err(|e| ApiError::Internal(e.into()))?;
     // The MACs, the secrets' opening and the JSON parse, off the async
     // threads; a refusal leaves here without touching the database.
+    // The refusal's WARN inside the request's span, with its trace id.
+    let span = tracing::Span::current();
     let checked = tokio::task::spawn_blocking(move || {
         let _turn = turn;
+        let _span = span.enter();
         let now = chrono::Utc::now();
         let secrets = source
             .secrets_at(&keys, now)
