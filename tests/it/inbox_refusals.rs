@@ -19,6 +19,10 @@ use serde_json::{Value, json};
 use crate::inbox::{STANDARD_SECRET, STRIPE_SECRET, intent_succeeded, stripe_event};
 use crate::support::app::{TestApp, spawn_app, spawn_app_with, test_api_settings};
 
+/// How late past the cache's TTL a change may be seen: the request that
+/// refreshes it, on a busy machine.
+const SLACK: Duration = Duration::from_millis(1500);
+
 /// Every 401 of `/inbound`, byte for byte (DESIGN.md, "Inbox").
 const REFUSED: &str = r#"{"error":{"code":"unauthorized"}}"#;
 
@@ -214,8 +218,10 @@ async fn every_inbound_refusal_is_the_same_401_and_takes_no_database_connection(
         );
         let text = response.text().await.expect("body");
         assert_eq!(text, REFUSED, "{what}");
+        // One that needed the connection would wait db_wait (2 s) for it,
+        // then be answered 503.
         assert!(
-            took < Duration::from_secs(1),
+            took < Duration::from_secs(2),
             "{what}: {took:?}, so it waited for the connection"
         );
     }
@@ -392,9 +398,9 @@ async fn a_rotation_takes_effect_within_the_cache_ttl_and_the_previous_secret_en
         StatusCode::OK
     );
 
-    // A new secret; the old one kept for 6 s.
+    // A new secret; the old one kept for 8 s.
     let new_secret = "whsec_the_rotated_secret_0001";
-    let keep_old = Duration::from_secs(6);
+    let keep_old = Duration::from_secs(8);
     let rotated_at = Instant::now();
     let rotated = source::rotate_secret(
         &mut app.db.conn(),
@@ -410,7 +416,7 @@ async fn a_rotation_takes_effect_within_the_cache_ttl_and_the_previous_secret_en
     let mut tries = 0;
     while stripe_signed(&app, new_secret, &format!("evt_new_{tries}")).await != StatusCode::OK {
         assert!(
-            rotated_at.elapsed() <= SOURCE_CACHE_TTL + Duration::from_millis(500),
+            rotated_at.elapsed() <= SOURCE_CACHE_TTL + SLACK,
             "the new secret still refused {:?} after the rotation",
             rotated_at.elapsed()
         );
@@ -477,7 +483,7 @@ async fn a_rotation_takes_effect_within_the_cache_ttl_and_the_previous_secret_en
             break;
         }
         assert!(
-            added_at.elapsed() <= SOURCE_CACHE_TTL + Duration::from_millis(500),
+            added_at.elapsed() <= SOURCE_CACHE_TTL + SLACK,
             "the new source still unknown {:?} after it was added",
             added_at.elapsed()
         );
