@@ -128,6 +128,7 @@ async fn sources_and_endpoints_read_their_secret_from_a_file_or_standard_input()
         !added.contains(STRIPE_SECRET),
         "a secret given is not printed: {added}"
     );
+    crate::inbox::after_source_change().await;
     assert_eq!(
         answer(&app, STRIPE_SECRET, "evt_file_1").await,
         StatusCode::OK
@@ -147,6 +148,7 @@ async fn sources_and_endpoints_read_their_secret_from_a_file_or_standard_input()
         ],
         &format!("{ROTATED_SECRET}\n"),
     ));
+    crate::inbox::after_source_change().await;
     assert_eq!(
         answer(&app, STRIPE_SECRET, "evt_file_2").await,
         StatusCode::UNAUTHORIZED

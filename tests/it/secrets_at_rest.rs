@@ -275,6 +275,7 @@ async fn with_a_key_nothing_readable_is_stored_and_every_signature_still_verifie
             "1h",
         ],
     ));
+    crate::inbox::after_source_change().await;
     assert_all_sealed(
         &mut conn,
         &key_id(&key),

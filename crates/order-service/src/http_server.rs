@@ -20,7 +20,11 @@
 //!   accept backlog. A cap per client address (on by default) makes one
 //!   address give up its own idle connections first, and refuses it when
 //!   all of them are busy; loopback and the trusted proxies, whose address
-//!   every client behind them shares, are not capped.
+//!   every client behind them shares, are not capped;
+//! - a request head (request line and headers) over [`MAX_HEAD_BYTES`] is
+//!   answered 431 before any handler runs, and hyper's read buffer holds
+//!   little more than that, where its default held about 400 KiB per
+//!   connection.
 
 mod deadline;
 mod registry;
@@ -34,7 +38,7 @@ use std::time::Duration;
 use axum::Router;
 use axum::extract::Request;
 use axum::http::{HeaderValue, header};
-use axum::response::Response;
+use axum::response::{IntoResponse as _, Response};
 use hyper_util::rt::{TokioIo, TokioTimer};
 use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
@@ -46,6 +50,16 @@ use crate::config::{
     DEFAULT_HEADER_TIMEOUT, DEFAULT_MAX_CONNECTIONS, DEFAULT_MAX_CONNECTIONS_PER_ADDRESS,
     DEFAULT_MAX_REQUESTS_PER_CONNECTION, DEFAULT_WRITE_TIMEOUT, HttpLimitsArgs,
 };
+
+/// The largest request head (request line and headers) served. A provider's
+/// webhook or a browser sends a few KiB; 32 KiB is what common proxies accept.
+pub const MAX_HEAD_BYTES: usize = 32 * 1024;
+
+/// hyper's read buffer: a head of up to [`MAX_HEAD_BYTES`] and the start of
+/// its body. A head that does not fit is answered by hyper itself (431, with
+/// no body) and the connection closed; one that fits but is over
+/// [`MAX_HEAD_BYTES`] gets the API's JSON 431.
+const READ_BUFFER_BYTES: usize = MAX_HEAD_BYTES + 8 * 1024;
 
 /// Descriptors kept free for everything a process needs besides its clients:
 /// database connections, outgoing webhook and SMTP connections, files, logs.
@@ -167,6 +181,7 @@ pub async fn serve(
     let mut http = hyper::server::conn::http1::Builder::new();
     http.timer(TokioTimer::new())
         .header_read_timeout(limits.header_timeout)
+        .max_buf_size(READ_BUFFER_BYTES)
         .keep_alive(true);
     let http = Arc::new(http);
 
@@ -266,6 +281,22 @@ pub async fn serve(
     Ok(())
 }
 
+/// The size of `request`'s head as sent: `METHOD target HTTP/1.1`, each
+/// `name: value`, each line with its CRLF, and the empty line.
+fn head_len<B>(request: &hyper::Request<B>) -> usize {
+    let target = request
+        .uri()
+        .path_and_query()
+        .map_or(1, |target| target.as_str().len());
+    let line = request.method().as_str().len() + 1 + target + " HTTP/1.1\r\n".len();
+    let fields: usize = request
+        .headers()
+        .iter()
+        .map(|(name, value)| name.as_str().len() + 2 + value.len() + 2)
+        .sum();
+    line + fields + 2
+}
+
 /// The router behind one connection, counting its requests.
 #[derive(Clone)]
 struct ConnectionService {
@@ -307,6 +338,20 @@ impl hyper::service::Service<hyper::Request<hyper::body::Incoming>> for Connecti
         use tower_service::Service as _;
         let busy = self.connection.busy();
         let last = self.served.fetch_add(1, Ordering::Relaxed) + 1 >= self.max_requests;
+        if head_len(&request) > MAX_HEAD_BYTES {
+            // Before the router: no handler, layer or extractor sees it.
+            tracing::debug!(peer = %self.peer, "refused: a request head over {MAX_HEAD_BYTES} bytes");
+            let mut response = crate::api::ApiError::HeadTooLarge {
+                limit: MAX_HEAD_BYTES,
+            }
+            .into_response();
+            response
+                .headers_mut()
+                .insert(header::CONNECTION, HeaderValue::from_static("close"));
+            return Box::pin(async move {
+                Ok(response.map(|body| axum::body::Body::new(GuardedBody::new(body, busy))))
+            });
+        }
         // A Router is always ready, so it is called without `poll_ready`.
         let mut router = self.router.clone();
         let mut request: Request = request.map(axum::body::Body::new);

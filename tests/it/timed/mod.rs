@@ -1,6 +1,6 @@
 //! Tests that time our code against a bound with the machine to themselves
 //! ([`seats::quiet`](crate::support::seats::quiet)): slow HTTP effects' pace
-//! at the relay's defaults. (A fast endpoint beside a slow one is asserted
+//! at the relay's defaults; an inbound flood that must stall no route. (A fast endpoint beside a slow one is asserted
 //! as the mechanism, in `endpoint_fairness`, and timed by `bench
 //! --endpoints`.)
 //!
@@ -15,4 +15,5 @@
 //! long bench or browser test was seated then; moved to the end, its load would
 //! lengthen the run.)
 
+mod inbound_flood;
 mod relay_pace;

@@ -14,6 +14,10 @@ use serde::Serialize;
 use crate::db::DbError;
 use crate::orders::ValidationError;
 
+/// The whole body of every `401` of `/inbound` (DESIGN.md, "Inbox"): the
+/// same bytes whatever the reason.
+pub const INBOUND_REFUSED_BODY: &str = r#"{"error":{"code":"unauthorized"}}"#;
+
 /// How long a client should wait before retrying a 503.
 const RETRY_AFTER_SECONDS: &str = "1";
 
@@ -23,6 +27,9 @@ pub enum ApiError {
     UnsupportedMediaType { got: Option<String> },
     #[error("the body is larger than the limit of {limit} bytes")]
     PayloadTooLarge { limit: usize },
+    /// Answered before any handler, by the accept loop.
+    #[error("the request's head (request line and headers) is over the limit of {limit} bytes")]
+    HeadTooLarge { limit: usize },
     #[error("the body could not be read: {0}")]
     UnreadableBody(String),
     #[error("the body is not valid JSON: {0}")]
@@ -45,9 +52,11 @@ pub enum ApiError {
     /// No key, or one that is malformed, unknown, expired or revoked.
     #[error("{0}")]
     Unauthorized(String),
-    /// An inbound message whose source or signature does not check out.
-    #[error("the message is refused: {0}")]
-    SignatureRefused(String),
+    /// An inbound message whose source, headers or signature do not check
+    /// out. One answer for every reason, so a caller cannot tell an unknown
+    /// source from a wrong signature; the reason is logged where it is found.
+    #[error("the message is refused")]
+    InboundRefused,
     #[error("this API key lacks the scope {scope}")]
     Forbidden { scope: crate::api_keys::Scope },
     #[error("too many requests with this API key; retry in {retry_after_seconds}s")]
@@ -135,6 +144,7 @@ impl ApiError {
         match self {
             ApiError::UnsupportedMediaType { .. } => StatusCode::UNSUPPORTED_MEDIA_TYPE,
             ApiError::PayloadTooLarge { .. } => StatusCode::PAYLOAD_TOO_LARGE,
+            ApiError::HeadTooLarge { .. } => StatusCode::REQUEST_HEADER_FIELDS_TOO_LARGE,
             ApiError::UnreadableBody(_)
             | ApiError::MalformedJson(_)
             | ApiError::InvalidIdempotencyKey(_) => StatusCode::BAD_REQUEST,
@@ -142,7 +152,7 @@ impl ApiError {
             ApiError::IdempotencyConflict | ApiError::InvalidTransition { .. } => {
                 StatusCode::CONFLICT
             }
-            ApiError::Unauthorized(_) | ApiError::SignatureRefused(_) => StatusCode::UNAUTHORIZED,
+            ApiError::Unauthorized(_) | ApiError::InboundRefused => StatusCode::UNAUTHORIZED,
             ApiError::Forbidden { .. } => StatusCode::FORBIDDEN,
             ApiError::RateLimited { .. } | ApiError::AddressRateLimited { .. } => {
                 StatusCode::TOO_MANY_REQUESTS
@@ -165,14 +175,14 @@ impl ApiError {
         match self {
             ApiError::UnsupportedMediaType { .. } => "unsupported_media_type",
             ApiError::PayloadTooLarge { .. } => "payload_too_large",
+            ApiError::HeadTooLarge { .. } => "header_fields_too_large",
             ApiError::UnreadableBody(_) => "unreadable_body",
             ApiError::MalformedJson(_) => "malformed_json",
             ApiError::InvalidIdempotencyKey(_) => "invalid_idempotency_key",
             ApiError::Validation(_) => "validation_failed",
             ApiError::IdempotencyConflict => "idempotency_conflict",
             ApiError::InvalidTransition { .. } => "invalid_transition",
-            ApiError::Unauthorized(_) => "unauthorized",
-            ApiError::SignatureRefused(_) => "invalid_signature",
+            ApiError::Unauthorized(_) | ApiError::InboundRefused => "unauthorized",
             ApiError::Forbidden { .. } => "forbidden",
             ApiError::RateLimited { .. } | ApiError::AddressRateLimited { .. } => "rate_limited",
             ApiError::OrderNotFound(_) => "order_not_found",
@@ -236,6 +246,17 @@ impl ApiError {
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
         self.log();
+        if let ApiError::InboundRefused = self {
+            return (
+                StatusCode::UNAUTHORIZED,
+                [(
+                    header::CONTENT_TYPE,
+                    HeaderValue::from_static("application/json"),
+                )],
+                INBOUND_REFUSED_BODY,
+            )
+                .into_response();
+        }
         let status = self.status();
         let mut response = (status, Json(ErrorEnvelope { error: self.body() })).into_response();
         let headers = response.headers_mut();

@@ -1,13 +1,25 @@
 //! `POST /inbound/{source}`: a payment provider's signed webhook.
 //!
 //! No API key: the source's signature is the authentication, checked before
-//! the body is read as anything. Refusals write nothing: an unknown source,
-//! a missing or wrong signature, or a timestamp more than five minutes off is
-//! `401`; a body over [`MAX_INBOUND_BYTES`] is `413`; a verified body that is
-//! not JSON is `400`; a source whose sealed secret this server cannot open
-//! (`SECRETS_KEY` missing or wrong) is `503`, saying nothing of why. Every verified message is recorded once and answered
+//! the body is read as anything and before the request takes a database
+//! connection. The source comes from the [`SourceCache`] (at most
+//! [`SOURCE_CACHE_TTL`](crate::inbox::source_cache::SOURCE_CACHE_TTL) old),
+//! and the check runs on a blocking thread, at most [`MAX_CHECKS`] at once,
+//! so it never stalls the async threads. Only a verified message goes on to
+//! the database, to be recorded and applied.
+//!
+//! Refusals write nothing: an unknown source, a missing header, a wrong
+//! signature, more than ten signatures or a timestamp more than five minutes
+//! off is `401` with one body for all ([`ApiError::InboundRefused`]; the
+//! reason goes to the log), and spends the address's budget of failed
+//! requests like any 401; a body over [`MAX_INBOUND_BYTES`] is `413`; a
+//! verified body that is not JSON is `400`; a source whose sealed secret this
+//! server cannot open (`SECRETS_KEY` missing or wrong) is `503`, saying
+//! nothing of why. Every verified message is recorded once and answered
 //! `200 {"status": …}`, whatever it did: the provider must stop retrying a
 //! message the shop has kept, even one an operator has yet to decide.
+
+use std::sync::Arc;
 
 use axum::Json;
 use axum::body::Bytes;
@@ -16,13 +28,55 @@ use axum::extract::{Path, State};
 use axum::http::HeaderMap;
 use axum::response::{IntoResponse, Response};
 use serde_json::{Value, json};
+use tokio::sync::Semaphore;
 
 use super::error::ApiError;
 use super::state::AppState;
 use crate::inbox::MAX_INBOUND_BYTES;
 use crate::inbox::apply::{Answer, Inbound, receive};
-use crate::inbox::source::{self, SourceKind};
+use crate::inbox::source::{self, Source, SourceKind};
+use crate::inbox::source_cache::SourceCache;
 use crate::inbox::verify::verify;
+
+/// Signature checks running at once at most, each on a blocking thread. A
+/// check costs one MAC of at most 256 KiB per secret (about a millisecond);
+/// past this many, checks wait their turn instead of taking more threads.
+pub const MAX_CHECKS: usize = 4;
+
+/// What `/inbound` holds besides the pool: the sources, and the turns of the
+/// signature checks.
+#[derive(Debug)]
+pub(crate) struct InboundGate {
+    sources: SourceCache,
+    checks: Arc<Semaphore>,
+}
+
+impl InboundGate {
+    /// Sources at most `ttl` old.
+    pub fn new(ttl: std::time::Duration) -> InboundGate {
+        InboundGate {
+            sources: SourceCache::new(ttl),
+            checks: Arc::new(Semaphore::new(MAX_CHECKS)),
+        }
+    }
+}
+
+/// A message that passed its source's signature, ready to be applied.
+struct Checked {
+    source: Source,
+    message_id: String,
+    payload: Value,
+}
+
+/// Logs why a message is refused, and the one answer every refusal gets.
+fn refuse(name: &str, reason: &str) -> ApiError {
+    tracing::warn!(
+        source = %crate::text::one_line(name, 64),
+        reason,
+        "inbound message refused"
+    );
+    ApiError::InboundRefused
+}
 
 #[utoipa::path(
     post,
@@ -38,7 +92,7 @@ use crate::inbox::verify::verify;
     responses(
         (status = 200, description = "Verified and stored once (a repeat changes nothing)", body = super::openapi::InboundAnswer),
         (status = 400, description = "Verified, but not JSON", body = super::error::ErrorEnvelope),
-        (status = 401, description = "No or a wrong signature, an unknown source, or a timestamp over 5 minutes off; nothing stored", body = super::error::ErrorEnvelope),
+        (status = 401, description = "No or a wrong signature, more than 10 signatures, an unknown source, or a timestamp over 5 minutes off: one body for all; nothing stored", body = super::openapi::InboundRefusal),
         (status = 413, description = "A body over 256 KiB", body = super::error::ErrorEnvelope),
         (status = 503, description = "The source's secret cannot be read now (the server's SECRETS_KEY); nothing stored, retry later", body = super::error::ErrorEnvelope),
     ),
@@ -58,47 +112,67 @@ pub(crate) async fn inbound(
         }
         other => ApiError::UnreadableBody(other.body_text()),
     })?;
+    let db = state.db.clone();
+    let source = state
+        .inbound
+        .sources
+        .find(&name, || async move {
+            db.run(|conn| Ok(source::list(conn)?)).await
+        })
+        .await?
+        .ok_or_else(|| refuse(&name, "no such source"))?;
+    let keys = state.settings.secrets.clone();
+    let turn = Arc::clone(&state.inbound.checks)
+        .acquire_owned()
+        .await
+        .map_err(|e| ApiError::Internal(e.into()))?;
+    // The MACs, the secrets' opening and the JSON parse, off the async
+    // threads; a refusal leaves here without touching the database.
+    // The refusal's WARN inside the request's span, with its trace id.
+    let span = tracing::Span::current();
+    let checked = tokio::task::spawn_blocking(move || {
+        let _turn = turn;
+        let _span = span.enter();
+        let now = chrono::Utc::now();
+        let secrets = source
+            .secrets_at(&keys, now)
+            .map_err(ApiError::SecretUnavailable)?;
+        let secrets: Vec<&str> = secrets.iter().map(String::as_str).collect();
+        let verified = verify(source.kind(), &secrets, &headers, &body, now.timestamp())
+            .map_err(|why| refuse(&source.name, &why.to_string()))?;
+        let payload: Value =
+            serde_json::from_slice(&body).map_err(|e| ApiError::MalformedJson(e.to_string()))?;
+        let message_id = match (source.kind(), verified.message_id) {
+            (SourceKind::Standard, Some(id)) => id,
+            _ => payload
+                .get("id")
+                .and_then(Value::as_str)
+                .map(str::to_owned)
+                .ok_or_else(|| ApiError::MalformedJson("the event has no \"id\" string".into()))?,
+        };
+        Ok::<_, ApiError>(Checked {
+            source,
+            message_id,
+            payload,
+        })
+    })
+    .await
+    .map_err(|e| ApiError::Internal(e.into()))??;
+
     let enqueuer = state.enqueuer.clone();
     let max_attempts = state.settings.max_attempts;
-    let keys = state.settings.secrets.clone();
     let answer = state
         .db
         .run(move |conn| {
-            let refused = |why: String| ApiError::SignatureRefused(why);
-            let source = source::find(conn, &name)?.ok_or_else(|| {
-                refused(format!(
-                    "unknown source {:?}",
-                    crate::text::one_line(&name, 64)
-                ))
-            })?;
-            let now = chrono::Utc::now();
-            let secrets = source
-                .secrets_at(&keys, now)
-                .map_err(ApiError::SecretUnavailable)?;
-            let secrets: Vec<&str> = secrets.iter().map(String::as_str).collect();
-            let verified = verify(source.kind(), &secrets, &headers, &body, now.timestamp())
-                .map_err(|e| refused(e.to_string()))?;
-            let payload: Value = serde_json::from_slice(&body)
-                .map_err(|e| ApiError::MalformedJson(e.to_string()))?;
-            let message_id = match (source.kind(), verified.message_id) {
-                (SourceKind::Standard, Some(id)) => id,
-                _ => payload
-                    .get("id")
-                    .and_then(Value::as_str)
-                    .map(str::to_owned)
-                    .ok_or_else(|| {
-                        ApiError::MalformedJson("the event has no \"id\" string".into())
-                    })?,
-            };
             Ok(receive(
                 conn,
                 &enqueuer,
                 Inbound {
-                    source: &source.name,
-                    kind: source.kind(),
-                    mode: source.mode(),
-                    message_id: &message_id,
-                    payload: &payload,
+                    source: &checked.source.name,
+                    kind: checked.source.kind(),
+                    mode: checked.source.mode(),
+                    message_id: &checked.message_id,
+                    payload: &checked.payload,
                 },
                 max_attempts,
             )?)

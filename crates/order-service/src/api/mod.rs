@@ -114,6 +114,9 @@ pub struct ApiSettings {
     /// The proxies whose `X-Forwarded-For` names the client
     /// (`TRUSTED_PROXIES`).
     pub trusted_proxies: TrustedProxies,
+    /// How old `/inbound`'s snapshot of the sources may be: a source added
+    /// or rotated takes effect within it.
+    pub source_cache_ttl: Duration,
 }
 
 impl Default for ApiSettings {
@@ -134,6 +137,7 @@ impl Default for ApiSettings {
             rate_limit: None,
             address_limit: DEFAULT_ADDRESS_LIMIT.parse().ok(),
             trusted_proxies: TrustedProxies::default(),
+            source_cache_ttl: crate::inbox::source_cache::SOURCE_CACHE_TTL,
         }
     }
 }
@@ -173,6 +177,7 @@ fn routes_and_document(
         enqueuer: crate::orders::order_enqueuer().wake_after_commit(waker),
         db,
         settings: Arc::new(settings.clone()),
+        inbound: Arc::new(inbound::InboundGate::new(settings.source_cache_ttl)),
     };
     let limiter = settings
         .rate_limit

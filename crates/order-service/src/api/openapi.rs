@@ -35,6 +35,8 @@ use super::error::ErrorEnvelope;
         crate::orders::CancelBody,
         crate::orders::RefundBody,
         InboundAnswer,
+        InboundRefusal,
+        InboundRefusalCode,
     )),
     modifiers(&BearerKeys),
     tags(
@@ -135,6 +137,23 @@ pub(crate) enum TransitionBody {
 #[allow(dead_code)] // A description; `api::inbound` writes it.
 pub(crate) struct InboundAnswer {
     status: String,
+}
+
+/// Every refusal of an inbound message, whatever the reason (an unknown
+/// source, a missing header, a wrong signature, a stale timestamp): exactly
+/// `{"error":{"code":"unauthorized"}}`. The reason is in the server's log.
+#[derive(ToSchema)]
+#[allow(dead_code)] // A description; `ApiError::InboundRefused` writes it.
+pub(crate) struct InboundRefusal {
+    error: InboundRefusalCode,
+}
+
+/// `{"code":"unauthorized"}`, nothing more.
+#[derive(ToSchema)]
+#[allow(dead_code)] // A description, as above.
+pub(crate) struct InboundRefusalCode {
+    /// Always `unauthorized`.
+    code: String,
 }
 
 /// The answer of `/healthz` (`telemetry::health_answer`).

@@ -19,6 +19,8 @@ pub(crate) struct AppState {
     /// Writes the jobs of placements and transitions, and wakes the relays
     /// once each has committed.
     pub enqueuer: Enqueuer,
+    /// `/inbound`'s sources and signature checks, apart from the pool.
+    pub inbound: Arc<super::inbound::InboundGate>,
 }
 
 /// The pool behind a semaphore with one permit per connection.

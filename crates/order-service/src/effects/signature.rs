@@ -134,8 +134,11 @@ impl Secrets {
 
     /// A receiver's check of the Standard Webhooks headers: the timestamp is
     /// within [`TOLERANCE_SECS`] of `now` (Unix seconds) and some `v1,`
-    /// signature in `signature` is the HMAC with one of these secrets. The
-    /// comparison is constant-time, so timing does not leak how much matched.
+    /// signature in `signature` is the HMAC with one of these secrets. A
+    /// header of more than [`MAX_SIGNATURE_ENTRIES`] entries is refused
+    /// unread, and the body's MAC is computed once per secret, so no header
+    /// makes a check cost more than a valid one. The comparison is
+    /// constant-time, so timing does not leak how much matched.
     pub fn verify(
         &self,
         id: &str,
@@ -150,17 +153,32 @@ impl Secrets {
         if now.abs_diff(timestamp) > TOLERANCE_SECS.unsigned_abs() {
             return false;
         }
-        let candidates: Vec<Vec<u8>> = signature
-            .split_whitespace()
-            .filter_map(|entry| entry.strip_prefix("v1,"))
-            .filter_map(|b64| STANDARD.decode(b64).ok())
-            .collect();
+        match v1_candidates(signature) {
+            Ok(candidates) => self.matches_v1(id, timestamp, body, &candidates),
+            Err(TooManyEntries(_)) => false,
+        }
+    }
+
+    /// Whether some candidate is the `v1` tag of `{id}.{timestamp}.{body}`
+    /// with one of these secrets: one MAC of the body per secret, then a
+    /// constant-time comparison per candidate (a clone of the fed MAC only
+    /// finalizes: two blocks, whatever the body's length).
+    pub fn matches_v1(
+        &self,
+        id: &str,
+        timestamp: i64,
+        body: &[u8],
+        candidates: &[Vec<u8>],
+    ) -> bool {
+        if candidates.is_empty() {
+            return false;
+        }
         self.v1.iter().any(|key| {
-            candidates.iter().any(|candidate| {
-                let mut mac = key.clone();
-                feed(&mut mac, id, timestamp, body);
-                mac.verify_slice(candidate).is_ok()
-            })
+            let mut mac = key.clone();
+            feed(&mut mac, id, timestamp, body);
+            candidates
+                .iter()
+                .any(|candidate| mac.clone().verify_slice(candidate).is_ok())
         })
     }
 
@@ -177,6 +195,32 @@ impl Secrets {
                     .is_ok()
             })
     }
+}
+
+/// The most signature entries a receiver reads from one header: a sender
+/// signs once per active secret, and no provider keeps more than a few during
+/// a rotation.
+pub const MAX_SIGNATURE_ENTRIES: usize = 10;
+
+/// A signature header with more entries than [`MAX_SIGNATURE_ENTRIES`]: how
+/// many it had.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct TooManyEntries(pub usize);
+
+/// The decoded `v1,<base64>` entries of a `webhook-signature` header (other
+/// versions and undecodable ones are skipped, as the spec says), refused when
+/// the header holds more than [`MAX_SIGNATURE_ENTRIES`] entries of any kind:
+/// counting needs no decoding, so a refused header costs one pass over it.
+pub fn v1_candidates(signature: &str) -> Result<Vec<Vec<u8>>, TooManyEntries> {
+    let entries = signature.split_whitespace().count();
+    if entries > MAX_SIGNATURE_ENTRIES {
+        return Err(TooManyEntries(entries));
+    }
+    Ok(signature
+        .split_whitespace()
+        .filter_map(|entry| entry.strip_prefix("v1,"))
+        .filter_map(|b64| STANDARD.decode(b64).ok())
+        .collect())
 }
 
 fn hmac_key(key: &[u8]) -> Hmac<Sha256> {
@@ -297,6 +341,25 @@ mod tests {
         mac.update(VECTOR_BODY);
         let expected = format!("v1,{}", STANDARD.encode(mac.finalize().into_bytes()));
         assert_eq!(entries[1], expected);
+    }
+
+    #[test]
+    fn a_header_of_more_than_ten_entries_is_refused_even_with_the_right_one_among_them() {
+        let s = secrets(VECTOR_SECRET);
+        let ts = "1614265330";
+        let with = |filler: usize| {
+            let mut entries = vec!["v1,"; filler];
+            entries.push(VECTOR_SIGNATURE);
+            entries.join(" ")
+        };
+        assert!(s.verify(VECTOR_ID, ts, VECTOR_BODY, &with(9), VECTOR_TS));
+        assert!(!s.verify(VECTOR_ID, ts, VECTOR_BODY, &with(10), VECTOR_TS));
+        assert_eq!(
+            v1_candidates(&with(40_000)).map(|_| ()),
+            Err(TooManyEntries(40_001))
+        );
+        // An empty `v1,` decodes to an empty tag, which matches nothing.
+        assert!(!s.verify(VECTOR_ID, ts, VECTOR_BODY, "v1,", VECTOR_TS));
     }
 
     #[test]

@@ -9,6 +9,8 @@
 //! and a repeat changes nothing.
 //!
 //! - [`source`]: the senders, as rows: name, kind, secrets (`sources …`).
+//! - [`source_cache`]: every source, at most [`source_cache::SOURCE_CACHE_TTL`]
+//!   old, so a message is verified before it takes a database connection.
 //! - [`verify`]: the `stripe` and `standard` (Standard Webhooks) signatures,
 //!   in constant time, within [`verify::TOLERANCE_SECS`] of the clock.
 //! - [`event`]: what a provider's event means for an order: a payment, a
@@ -26,6 +28,7 @@ pub mod held;
 pub mod list;
 pub mod retention;
 pub mod source;
+pub mod source_cache;
 pub mod verify;
 
 use std::fmt;

@@ -3,13 +3,19 @@
 //! compare in constant time (`Mac::verify_slice`) and refuse a timestamp more
 //! than [`TOLERANCE_SECS`] from the clock either way: a captured message
 //! cannot be replayed later, and the inbox's dedupe covers the window.
+//!
+//! No header makes a check cost more than a valid message's: the cheap
+//! checks (headers present, timestamp, at most [`MAX_SIGNATURE_ENTRIES`]
+//! signatures) come first, and the body's MAC is computed once per secret,
+//! then compared with each candidate.
 
 use axum::http::HeaderMap;
 use hmac::{Hmac, Mac};
 use sha2::Sha256;
 
 use super::source::SourceKind;
-use crate::effects::signature::Secrets;
+pub use crate::effects::signature::MAX_SIGNATURE_ENTRIES;
+use crate::effects::signature::{Secrets, TooManyEntries, v1_candidates};
 
 /// How far a message's timestamp may be from the clock, either way.
 pub const TOLERANCE_SECS: i64 = 5 * 60;
@@ -25,6 +31,8 @@ pub enum VerifyError {
         "the signature's timestamp is {0} seconds from this server's clock (at most 300 allowed)"
     )]
     Stale(i64),
+    #[error("the signature header has {0} entries (at most 10 are read)")]
+    TooManySignatures(usize),
     #[error("no signature matches the source's secrets")]
     Mismatch,
 }
@@ -92,6 +100,7 @@ pub fn verify_stripe(
     const NAME: &str = "Stripe-Signature";
     let mut timestamp = None;
     let mut candidates = Vec::new();
+    let mut entries = 0;
     for part in header.split(',') {
         let Some((key, value)) = part.trim().split_once('=') else {
             continue;
@@ -99,12 +108,19 @@ pub fn verify_stripe(
         match key {
             "t" => timestamp = value.parse::<i64>().ok(),
             "v1" => {
-                if let Ok(bytes) = hex::decode(value) {
+                entries += 1;
+                // Past the limit only counted, never decoded.
+                if entries <= MAX_SIGNATURE_ENTRIES
+                    && let Ok(bytes) = hex::decode(value)
+                {
                     candidates.push(bytes);
                 }
             }
             _ => {}
         }
+    }
+    if entries > MAX_SIGNATURE_ENTRIES {
+        return Err(VerifyError::TooManySignatures(entries));
     }
     let timestamp = timestamp.ok_or(VerifyError::Malformed(NAME))?;
     if candidates.is_empty() {
@@ -112,6 +128,8 @@ pub fn verify_stripe(
     }
     within_tolerance(timestamp, now)?;
     let prefix = format!("{timestamp}.");
+    // One MAC of the body per secret; each candidate then costs a clone and
+    // a finalization, whatever the body's length.
     let matched = secrets.iter().any(|secret| {
         let Ok(mac) = Hmac::<Sha256>::new_from_slice(secret.as_bytes()) else {
             return false;
@@ -143,12 +161,17 @@ pub fn verify_standard(
         .parse::<i64>()
         .map_err(|_| VerifyError::Malformed("webhook-timestamp"))?;
     within_tolerance(parsed, now)?;
+    let candidates =
+        v1_candidates(signature).map_err(|TooManyEntries(n)| VerifyError::TooManySignatures(n))?;
+    if candidates.is_empty() {
+        return Err(VerifyError::Malformed("webhook-signature"));
+    }
     let Ok(keys) = Secrets::parse(&secrets.join(" ")) else {
         // A stored secret that does not decode verifies nothing; `sources
         // add` refuses such secrets, so only a hand-edited row gets here.
         return Err(VerifyError::Mismatch);
     };
-    if keys.verify(id, timestamp, body, signature, now) {
+    if keys.matches_v1(id, parsed, body, &candidates) {
         Ok(())
     } else {
         Err(VerifyError::Mismatch)
@@ -198,6 +221,33 @@ mod tests {
         assert_eq!(
             verify_stripe(&[SECRET], &header, b"{}", 1_700_000_000),
             Err(VerifyError::Mismatch)
+        );
+    }
+
+    #[test]
+    fn a_signature_header_of_more_than_ten_entries_is_refused_before_any_mac() {
+        let body = b"{}";
+        let good = stripe_signature(SECRET, 1_700_000_000, body);
+        let padded = |filler: usize| format!("{good}{}", ",v1=00".repeat(filler));
+        assert_eq!(
+            verify_stripe(&[SECRET], &padded(9), body, 1_700_000_000),
+            Ok(())
+        );
+        assert_eq!(
+            verify_stripe(&[SECRET], &padded(10), body, 1_700_000_000),
+            Err(VerifyError::TooManySignatures(11))
+        );
+        let standard = format!("{} v1,", "v1, ".repeat(40_000));
+        assert_eq!(
+            verify_standard(
+                &[SECRET],
+                "msg_1",
+                "1700000000",
+                &standard,
+                body,
+                1_700_000_000
+            ),
+            Err(VerifyError::TooManySignatures(40_001))
         );
     }
 
