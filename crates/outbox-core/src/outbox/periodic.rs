@@ -55,7 +55,7 @@ impl Schedule {
                 humantime::format_duration(MIN_PERIODIC_INTERVAL)
             ));
         }
-        if interval.subsec_nanos() % 1_000_000 != 0 {
+        if !interval.subsec_nanos().is_multiple_of(1_000_000) {
             return Err(format!(
                 "interval {}: must be whole milliseconds",
                 humantime::format_duration(interval)
@@ -471,7 +471,7 @@ mod tests {
         }
     }
 
-    #[derive(serde::Serialize)]
+    #[derive(serde::Serialize, serde::Deserialize)]
     struct Tick {}
     impl JobArgs for Tick {
         const KIND: &'static str = "tick";

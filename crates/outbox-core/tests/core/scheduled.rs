@@ -23,9 +23,12 @@ impl JobArgs for Remind {
     const KIND: &'static str = "remind";
 }
 
+/// A job's id and when its work started.
+type Start = (i64, DateTime<Utc>);
+
 /// When each job it performed started.
 #[derive(Clone, Default)]
-struct Started(Arc<Mutex<Vec<(i64, DateTime<Utc>)>>>);
+struct Started(Arc<Mutex<Vec<Start>>>);
 
 impl Worker<Remind> for Started {
     async fn work(&self, _args: Remind, ctx: JobContext) -> EffectResult {
