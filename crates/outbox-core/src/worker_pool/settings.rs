@@ -196,3 +196,26 @@ impl PoolSettings {
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("{0}")]
 pub struct InvalidSettings(String);
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[derive(serde::Serialize, serde::Deserialize)]
+    struct Sweep {}
+    impl crate::worker::JobArgs for Sweep {
+        const KIND: &'static str = "sweep";
+    }
+
+    #[test]
+    fn two_periodic_jobs_of_one_name_are_refused_naming_it() {
+        let every = PeriodicJob::every("sweep", Duration::from_secs(60), &Sweep {}).expect("valid");
+        let nightly = PeriodicJob::cron("sweep", "0 3 * * *", &Sweep {}).expect("valid");
+        let mut settings = PoolSettings::new("relay", vec!["sweep".into()]);
+        settings.periodic_jobs = vec![every];
+        assert_eq!(settings.validate(), Ok(()));
+        settings.periodic_jobs.push(nightly);
+        let error = settings.validate().expect_err("a name twice");
+        assert!(error.to_string().contains("\"sweep\""), "{error}");
+    }
+}
