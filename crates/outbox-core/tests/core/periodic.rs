@@ -309,13 +309,17 @@ async fn slots_missed_while_every_pool_was_down_run_once_when_one_comes_back() {
     .await;
     second.stop().await;
 
-    let missed: Vec<DateTime<Utc>> = slots_enqueued(&mut conn)
+    // The relay back enqueues the latest slot at its start (which may come
+    // after `back_at` on a loaded machine), and none of the five before it.
+    let after: Vec<DateTime<Utc>> = slots_enqueued(&mut conn)
         .into_keys()
-        .filter(|slot| *slot > last_before && *slot <= back_at)
+        .filter(|slot| *slot > last_before)
         .collect();
-    assert_eq!(missed.len(), 1, "one run for the outage: {missed:?}");
+    let outage = chrono::Duration::from_std(interval * 6).expect("small");
     assert!(
-        missed[0] >= last_before + chrono::Duration::from_std(interval * 5).expect("small"),
-        "the latest missed slot runs: {missed:?} after {last_before}"
+        after[0] >= last_before + outage,
+        "no slot missed but the latest runs: {after:?} after {last_before}"
     );
+    let during = after.iter().filter(|slot| **slot <= back_at).count();
+    assert!(during <= 1, "one run for the outage: {after:?}");
 }
