@@ -4,12 +4,13 @@
 //! operator command never changes the schema) and runs on a blocking thread.
 //!
 //! This file holds the commands' flags and what they share; the reports
-//! (`stats`, `list`, `blocked`), the repairs (`retry`, `cancel`) and `prune`
-//! have files of their own.
+//! (`stats`, `list`, `blocked`), the repairs (`retry`, `cancel`), `prune`
+//! and `schedules` have files of their own.
 
 mod prune;
 mod repair;
 mod reports;
+mod schedules;
 
 use std::time::Duration;
 
@@ -21,6 +22,7 @@ use crate::outbox::JobStatus;
 use prune::prune;
 use repair::{cancel, retry};
 use reports::{blocked, list, stats};
+use schedules::schedules;
 
 #[derive(Debug, Subcommand)]
 pub enum JobsCommand {
@@ -75,6 +77,25 @@ pub enum JobsCommand {
     /// held dependent (policy `hold`) runs once its parent is retried and
     /// succeeds; cancelling the parent cancels it.
     Blocked(BlockedArgs),
+    /// Periodic jobs: name, schedule, kind, last run (the newest slot
+    /// enqueued, and its job), next run.
+    ///
+    /// Relays declare their periodic jobs when they start; each slot is
+    /// enqueued once however many relays run, and slots missed while every
+    /// relay was down run once when one comes back. Times are UTC.
+    #[command(after_help = "Examples:\n  \
+        outbox-relay jobs schedules\n  \
+        outbox-relay jobs schedules --json | jq '.[] | {name, next_run}'")]
+    Schedules(SchedulesArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct SchedulesArgs {
+    #[command(flatten)]
+    db: DatabaseArgs,
+    /// One JSON array: `{"name","schedule","kind","last_run","last_job_id","next_run","declared_at","seen_at"}`.
+    #[arg(long)]
+    json: bool,
 }
 
 #[derive(Debug, Args)]
@@ -190,6 +211,7 @@ pub async fn run(command: JobsCommand) -> anyhow::Result<()> {
         JobsCommand::Cancel(args) => cancel(args).await,
         JobsCommand::Prune(args) => prune(args).await,
         JobsCommand::Blocked(args) => blocked(args).await,
+        JobsCommand::Schedules(args) => schedules(args).await,
     }
 }
 

@@ -699,3 +699,76 @@ fn blocked_lists_dependents_held_by_a_failed_parent_beside_the_held_keys() {
     assert_eq!(dependents[0]["parent_status"], "failed");
     assert_eq!(dependents[0]["dependency_policy"], "hold");
 }
+
+#[test]
+fn jobs_schedules_lists_each_periodic_job_with_its_last_and_next_run() {
+    use order_service::outbox::{PeriodicJob, declare_periodic_jobs, enqueue_due_slot};
+
+    #[derive(serde::Serialize, serde::Deserialize)]
+    struct Sweep {}
+    impl order_service::worker::JobArgs for Sweep {
+        const KIND: &'static str = "sweep";
+    }
+
+    let db = TestDb::new();
+    let out = jobs_cmd(&db, &["schedules"]);
+    assert_ok(&out);
+    assert!(
+        stdout(&out).contains("no periodic jobs"),
+        "{}",
+        stdout(&out)
+    );
+
+    let mut conn = db.conn();
+    let hourly = PeriodicJob::every("sweep", std::time::Duration::from_secs(3600), &Sweep {})
+        .expect("valid");
+    let nightly = PeriodicJob::cron("nightly", "0 3 * * *", &Sweep {}).expect("valid");
+    let now = chrono::Utc::now();
+    let jobs = [hourly.clone(), nightly];
+    declare_periodic_jobs(&mut conn, &jobs, now - chrono::Duration::hours(3)).expect("declare");
+    let enqueued = enqueue_due_slot(&mut conn, &order_enqueuer(), &hourly, now)
+        .expect("enqueue")
+        .expect("a slot due");
+
+    let out = jobs_cmd(&db, &["schedules", "--json"]);
+    assert_ok(&out);
+    let json: Value = serde_json::from_str(&stdout(&out)).expect("JSON");
+    let rows = json.as_array().expect("an array");
+    assert_eq!(rows.len(), 2, "{json}");
+    let (nightly, sweep) = (&rows[0], &rows[1]);
+    assert_eq!(nightly["name"], "nightly");
+    assert_eq!(nightly["schedule"], "cron 0 3 * * *");
+    assert_eq!(nightly["last_run"], Value::Null, "{json}");
+    assert!(
+        nightly["next_run"]
+            .as_str()
+            .is_some_and(|t| t.contains("T03:00:00")),
+        "{json}"
+    );
+    assert_eq!(sweep["name"], "sweep");
+    assert_eq!(sweep["schedule"], "every 1h");
+    assert_eq!(sweep["kind"], "sweep");
+    assert_eq!(sweep["last_job_id"], enqueued.job_id);
+    let last: chrono::DateTime<chrono::Utc> =
+        serde_json::from_value(sweep["last_run"].clone()).expect("a time");
+    let next: chrono::DateTime<chrono::Utc> =
+        serde_json::from_value(sweep["next_run"].clone()).expect("a time");
+    assert_eq!(last, enqueued.slot);
+    assert_eq!(next, enqueued.slot + chrono::Duration::hours(1));
+    let job_order: Option<i64> = jobs::table
+        .find(enqueued.job_id)
+        .select(jobs::order_id)
+        .first(&mut conn)
+        .expect("the job");
+    assert_eq!(job_order, None, "a periodic job has no order");
+
+    let out = jobs_cmd(&db, &["schedules"]);
+    assert_ok(&out);
+    let table = stdout(&out);
+    assert!(table.contains("NEXT RUN"), "{table}");
+    assert!(
+        table.contains("every 1h") && table.contains("nightly"),
+        "{table}"
+    );
+    assert!(table.contains(&enqueued.job_id.to_string()), "{table}");
+}

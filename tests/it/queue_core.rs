@@ -32,6 +32,29 @@ async fn the_typed_job_example_runs_a_kind_of_its_own_on_the_cores_tables_alone(
     );
 }
 
+#[path = "../../examples/periodic_and_scheduled.rs"]
+#[allow(dead_code, unreachable_pub)]
+mod time_example;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_time_example_cancels_a_reminder_and_two_relays_sweep_once_a_slot() {
+    let db = TestDb::empty();
+
+    let report = time_example::run(&db.url).await.expect("the example runs");
+
+    assert_eq!(
+        report.cancel,
+        order_service::outbox::CancelOutcome::Cancelled
+    );
+    assert_eq!(
+        report.reminders,
+        ("done".to_owned(), "cancelled".to_owned())
+    );
+    let (sweeps, slots) = report.sweeps;
+    assert!(sweeps >= 2, "three seconds of a one-second sweep: {sweeps}");
+    assert_eq!(sweeps, slots, "two relays, one job a slot");
+}
+
 /// Column, constraint, index, view and function definitions, one line each,
 /// of the relations the queue owns.
 const TABLES: &str = "SELECT c.relname AS line FROM pg_class AS c

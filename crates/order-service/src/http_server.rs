@@ -341,10 +341,7 @@ impl hyper::service::Service<hyper::Request<hyper::body::Incoming>> for Connecti
         if head_len(&request) > MAX_HEAD_BYTES {
             // Before the router: no handler, layer or extractor sees it.
             tracing::debug!(peer = %self.peer, "refused: a request head over {MAX_HEAD_BYTES} bytes");
-            let mut response = crate::api::ApiError::HeadTooLarge {
-                limit: MAX_HEAD_BYTES,
-            }
-            .into_response();
+            let mut response = head_too_large();
             response
                 .headers_mut()
                 .insert(header::CONNECTION, HeaderValue::from_static("close"));
@@ -369,4 +366,22 @@ impl hyper::service::Service<hyper::Request<hyper::body::Incoming>> for Connecti
             Ok(response.map(|body| axum::body::Body::new(GuardedBody::new(body, busy))))
         })
     }
+}
+
+/// The 431 of a request head over [`MAX_HEAD_BYTES`], in the API's error
+/// shape. Written here, below the API, since no route ever sees the request.
+fn head_too_large() -> Response {
+    let body = serde_json::json!({
+        "error": {
+            "code": "header_fields_too_large",
+            "message": format!(
+                "the request's head (request line and headers) is over the limit of {MAX_HEAD_BYTES} bytes"
+            ),
+        }
+    });
+    (
+        axum::http::StatusCode::REQUEST_HEADER_FIELDS_TOO_LARGE,
+        axum::Json(body),
+    )
+        .into_response()
 }

@@ -18,8 +18,9 @@
 //!
 //! - [`worker`]: typed job arguments, workers, the registry that routes a
 //!   claimed job to its worker, and the error classes.
-//! - [`outbox`]: the jobs table: enqueue, the job's status, operator actions
-//!   (retry, cancel, blocked keys, prune, stats). Its SQL lives in
+//! - [`outbox`]: the jobs table: enqueue (now, at a time, or periodically:
+//!   [`outbox::PeriodicJob`]), cancel in the caller's transaction, the job's
+//!   status, operator actions (retry, cancel, blocked keys, prune, stats). Its SQL lives in
 //!   `src/outbox/sql/`, one statement a file.
 //! - [`driver`]: the relay's own statements (claim, finish, heartbeat, reap),
 //!   public for benchmarks and tests of one statement; not for applications.

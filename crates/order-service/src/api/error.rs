@@ -27,9 +27,6 @@ pub enum ApiError {
     UnsupportedMediaType { got: Option<String> },
     #[error("the body is larger than the limit of {limit} bytes")]
     PayloadTooLarge { limit: usize },
-    /// Answered before any handler, by the accept loop.
-    #[error("the request's head (request line and headers) is over the limit of {limit} bytes")]
-    HeadTooLarge { limit: usize },
     #[error("the body could not be read: {0}")]
     UnreadableBody(String),
     #[error("the body is not valid JSON: {0}")]
@@ -144,7 +141,6 @@ impl ApiError {
         match self {
             ApiError::UnsupportedMediaType { .. } => StatusCode::UNSUPPORTED_MEDIA_TYPE,
             ApiError::PayloadTooLarge { .. } => StatusCode::PAYLOAD_TOO_LARGE,
-            ApiError::HeadTooLarge { .. } => StatusCode::REQUEST_HEADER_FIELDS_TOO_LARGE,
             ApiError::UnreadableBody(_)
             | ApiError::MalformedJson(_)
             | ApiError::InvalidIdempotencyKey(_) => StatusCode::BAD_REQUEST,
@@ -175,7 +171,6 @@ impl ApiError {
         match self {
             ApiError::UnsupportedMediaType { .. } => "unsupported_media_type",
             ApiError::PayloadTooLarge { .. } => "payload_too_large",
-            ApiError::HeadTooLarge { .. } => "header_fields_too_large",
             ApiError::UnreadableBody(_) => "unreadable_body",
             ApiError::MalformedJson(_) => "malformed_json",
             ApiError::InvalidIdempotencyKey(_) => "invalid_idempotency_key",

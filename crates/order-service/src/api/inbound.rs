@@ -4,7 +4,7 @@
 //! the body is read as anything and before the request takes a database
 //! connection. The source comes from the [`SourceCache`] (at most
 //! [`SOURCE_CACHE_TTL`](crate::inbox::source_cache::SOURCE_CACHE_TTL) old),
-//! and the check runs on a blocking thread, at most [`MAX_CHECKS`] at once,
+//! and the check runs on a blocking thread, at most [`MAX_CHECKS`](crate::inbox::source_cache::MAX_CHECKS) at once,
 //! so it never stalls the async threads. Only a verified message goes on to
 //! the database, to be recorded and applied.
 //!
@@ -28,38 +28,13 @@ use axum::extract::{Path, State};
 use axum::http::HeaderMap;
 use axum::response::{IntoResponse, Response};
 use serde_json::{Value, json};
-use tokio::sync::Semaphore;
 
 use super::error::ApiError;
 use super::state::AppState;
 use crate::inbox::MAX_INBOUND_BYTES;
 use crate::inbox::apply::{Answer, Inbound, receive};
 use crate::inbox::source::{self, Source, SourceKind};
-use crate::inbox::source_cache::SourceCache;
 use crate::inbox::verify::verify;
-
-/// Signature checks running at once at most, each on a blocking thread. A
-/// check costs one MAC of at most 256 KiB per secret (about a millisecond);
-/// past this many, checks wait their turn instead of taking more threads.
-pub const MAX_CHECKS: usize = 4;
-
-/// What `/inbound` holds besides the pool: the sources, and the turns of the
-/// signature checks.
-#[derive(Debug)]
-pub(crate) struct InboundGate {
-    sources: SourceCache,
-    checks: Arc<Semaphore>,
-}
-
-impl InboundGate {
-    /// Sources at most `ttl` old.
-    pub fn new(ttl: std::time::Duration) -> InboundGate {
-        InboundGate {
-            sources: SourceCache::new(ttl),
-            checks: Arc::new(Semaphore::new(MAX_CHECKS)),
-        }
-    }
-}
 
 /// A message that passed its source's signature, ready to be applied.
 struct Checked {

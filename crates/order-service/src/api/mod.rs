@@ -177,7 +177,9 @@ fn routes_and_document(
         enqueuer: crate::orders::order_enqueuer().wake_after_commit(waker),
         db,
         settings: Arc::new(settings.clone()),
-        inbound: Arc::new(inbound::InboundGate::new(settings.source_cache_ttl)),
+        inbound: Arc::new(crate::inbox::source_cache::InboundGate::new(
+            settings.source_cache_ttl,
+        )),
     };
     let limiter = settings
         .rate_limit

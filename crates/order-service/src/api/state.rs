@@ -20,7 +20,7 @@ pub(crate) struct AppState {
     /// once each has committed.
     pub enqueuer: Enqueuer,
     /// `/inbound`'s sources and signature checks, apart from the pool.
-    pub inbound: Arc<super::inbound::InboundGate>,
+    pub inbound: Arc<crate::inbox::source_cache::InboundGate>,
 }
 
 /// The pool behind a semaphore with one permit per connection.

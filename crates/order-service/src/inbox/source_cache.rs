@@ -19,11 +19,36 @@ use std::future::Future;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use tokio::sync::Semaphore;
+
 use super::source::Source;
 
 /// How old the snapshot of sources may be when a message is verified with
 /// it: a source added or rotated with `sources …` takes effect within this.
 pub const SOURCE_CACHE_TTL: Duration = Duration::from_secs(2);
+
+/// Signature checks running at once at most, each on a blocking thread. A
+/// check costs one MAC of at most 256 KiB per secret (about a millisecond);
+/// past this many, checks wait their turn instead of taking more threads.
+pub const MAX_CHECKS: usize = 4;
+
+/// What `/inbound` holds besides the pool: the sources, and the turns of the
+/// signature checks.
+#[derive(Debug)]
+pub struct InboundGate {
+    pub(crate) sources: SourceCache,
+    pub(crate) checks: Arc<Semaphore>,
+}
+
+impl InboundGate {
+    /// Sources at most `ttl` old.
+    pub fn new(ttl: std::time::Duration) -> InboundGate {
+        InboundGate {
+            sources: SourceCache::new(ttl),
+            checks: Arc::new(Semaphore::new(MAX_CHECKS)),
+        }
+    }
+}
 
 /// The sources by name, and when the query that read them started.
 #[derive(Clone)]

@@ -1,4 +1,6 @@
-//! Cancelling jobs: an operator gives up on jobs that are not finished.
+//! Cancelling jobs: an operator gives up on jobs that are not finished
+//! ([`cancel_jobs`]), or an application cancels a job it scheduled, inside
+//! the transaction that made it pointless ([`Enqueuer::cancel`]).
 //!
 //! Only `pending` and `failed` jobs can be cancelled. A `processing` job is
 //! refused rather than marked: its effect may already be under way, and a
@@ -9,8 +11,8 @@ use diesel::prelude::*;
 use diesel::sql_types::{Array, BigInt, Nullable, Text};
 use serde::Serialize;
 
-use super::JobStatus;
-use crate::schema::jobs;
+use super::{Enqueuer, JobStatus};
+use crate::schema::{jobs, jobs_all};
 
 /// Ids per `cancel_jobs.sql` statement: each statement locks at most this many
 /// rows, for the few milliseconds it runs.
@@ -163,6 +165,72 @@ struct Dependent {
     status: String,
     #[diesel(sql_type = Nullable<Text>)]
     ordering_key: Option<String>,
+}
+
+/// What [`Enqueuer::cancel`] did to the job it was given.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum CancelOutcome {
+    /// It was `pending` (or `failed`) and is now `cancelled`, with the
+    /// caller's transaction: a rollback leaves it as it was.
+    Cancelled,
+    /// A relay has claimed it (`processing`): its effect may be under way,
+    /// so nothing changed. Its worker must find the work pointless itself.
+    Claimed,
+    /// It had already finished (`done` or `cancelled`): nothing changed.
+    Finished(JobStatus),
+    /// No job has this id, live or archived.
+    NotFound,
+}
+
+impl Enqueuer {
+    /// Cancels the job `job_id` in whatever transaction `conn` is in (outside
+    /// one, in a transaction of its own), as a scheduled job is cancelled
+    /// when what it was for happened first: a payment reminder, say, in the
+    /// transaction that records the payment. It commits or rolls back with
+    /// the caller's writes.
+    ///
+    /// Only a `pending` or `failed` job is cancelled; a claimed or finished
+    /// one is left alone, and the [`CancelOutcome`] says which. As with
+    /// [`cancel_jobs`], a cancelled job frees the next job of its ordering
+    /// key, and its dependents of policy `hold` are cancelled with it.
+    pub fn cancel(&self, conn: &mut PgConnection, job_id: i64) -> QueryResult<CancelOutcome> {
+        let cancel = |conn: &mut PgConnection| {
+            // The status guard of cancel_jobs.sql decides, on the locked
+            // row, so a claim that commits first wins; the read after only
+            // says why nothing changed.
+            if cancel_job_batch(conn, &[job_id])?.contains(&job_id) {
+                return Ok(CancelOutcome::Cancelled);
+            }
+            let status: Option<String> = jobs_all::table
+                .filter(jobs_all::id.eq(job_id))
+                .select(jobs_all::status)
+                .first(conn)
+                .optional()?;
+            Ok(match status.as_deref().map(str::parse::<JobStatus>) {
+                None => CancelOutcome::NotFound,
+                Some(Ok(JobStatus::Processing)) => CancelOutcome::Claimed,
+                // Claimed when the cancel looked, and handed back or reaped
+                // since: cancellable again.
+                Some(Ok(JobStatus::Pending | JobStatus::Failed)) => {
+                    if cancel_job_batch(conn, &[job_id])?.contains(&job_id) {
+                        CancelOutcome::Cancelled
+                    } else {
+                        CancelOutcome::Claimed
+                    }
+                }
+                Some(Ok(status)) => CancelOutcome::Finished(status),
+                Some(Err(e)) => {
+                    return Err(diesel::result::Error::DeserializationError(e.into()));
+                }
+            })
+        };
+        if super::enqueue::in_transaction(conn) {
+            cancel(conn)
+        } else {
+            conn.transaction(cancel)
+        }
+    }
 }
 
 fn cancellable(status: &str) -> bool {

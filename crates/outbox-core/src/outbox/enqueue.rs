@@ -266,7 +266,7 @@ impl Drop for Frame {
     }
 }
 
-fn in_transaction(conn: &mut PgConnection) -> bool {
+pub(super) fn in_transaction(conn: &mut PgConnection) -> bool {
     AnsiTransactionManager::transaction_manager_status_mut(conn)
         .transaction_depth()
         .is_ok_and(|depth| depth.is_some())

@@ -1,4 +1,5 @@
-//! The jobs table as an application sees it: enqueue, the job and its
+//! The jobs table as an application sees it: enqueue (now, at a time, or
+//! periodically), cancel in the caller's transaction, the job and its
 //! status, and the operator's actions (retry, cancel, blocked keys, prune,
 //! stats). The relay's own statements (claim, finish, heartbeat, reap) live
 //! here too, and are public only through [`crate::driver`].
@@ -19,6 +20,7 @@ mod job;
 pub(crate) mod lease;
 mod limits;
 pub(crate) mod ordering_keys;
+mod periodic;
 pub(crate) mod prepared;
 mod prune;
 pub(crate) mod reap;
@@ -30,7 +32,7 @@ mod wake;
 use serde::Serialize;
 
 pub use args::JobArgs;
-pub use cancel::{CancelRefusal, CancelReport, cancel_job_batch, cancel_jobs};
+pub use cancel::{CancelOutcome, CancelRefusal, CancelReport, cancel_job_batch, cancel_jobs};
 pub use depend::{DependencyError, DependencyPolicy, HeldDependent, Parent, held_dependents};
 pub use enqueue::{Enqueuer, INSERT_CHUNK, InsertJobs};
 pub use finish::{CommitHook, LocalWrite};
@@ -40,6 +42,10 @@ pub use limits::{
     remove_concurrency_limit, set_concurrency_limit,
 };
 pub use ordering_keys::{BlockedKey, blocked_keys};
+pub use periodic::{
+    EnqueuedSlot, InvalidPeriodicJob, MIN_PERIODIC_INTERVAL, PeriodicJob, PeriodicSchedule,
+    Schedule, declare_periodic_jobs, enqueue_due_slot, periodic_schedules,
+};
 pub use prune::{PruneReport, count_prunable, prune_done_jobs};
 pub use retry::{RetryRefusal, RetryReport, RetrySelection, retry_failed_jobs};
 pub use stats::{KindStats, QueueDepth, QueueStats, queue_depth, queue_stats};

@@ -8,6 +8,7 @@
 //! - `completer`: writes outcomes in fenced batches;
 //! - `heartbeat`: extends the leases of everything in flight, one UPDATE for all;
 //! - `reaper`: puts jobs whose lease expired (a dead worker's) back in the queue;
+//! - `periodic`: enqueues the declared periodic jobs at their slots;
 //! - `in_flight`: the claims held, each owned by one guard from claim to outcome;
 //! - `health`: whether the loops still make progress (`/livez`), read through
 //!   [`Liveness`];
@@ -24,6 +25,7 @@ mod health;
 mod heartbeat;
 mod in_flight;
 mod listener;
+mod periodic;
 mod producer;
 mod reaper;
 mod settings;
@@ -261,6 +263,11 @@ impl WorkerPool {
         }
         tasks.spawn(heartbeat::run(Arc::clone(&shared), background.clone()));
         tasks.spawn(reaper::run(Arc::clone(&shared), background.clone()));
+        if !settings.periodic_jobs.is_empty() {
+            // Stopped with the producer: a relay shutting down enqueues no
+            // more slots, and the next relay up runs a missed one.
+            tasks.spawn(periodic::run(Arc::clone(&shared), shutdown.clone()));
+        }
 
         // Room for two outcomes of every job the relay may hold (running or
         // claimed ahead): a runner that finds the channel full keeps its slot

@@ -7,6 +7,7 @@ use super::completer;
 use super::{BackoffPolicy, JobTimeouts};
 #[cfg(doc)]
 use super::{Liveness, WorkerPool};
+use crate::outbox::{Enqueuer, PeriodicJob};
 
 /// Default [`PoolSettings::concurrency`]: effects in flight at once per relay.
 ///
@@ -88,6 +89,15 @@ pub struct PoolSettings {
     /// Completer writers: statements writing outcomes side by side, each on
     /// a connection of its own. `None`: two (one at concurrency 1).
     pub completer_writers: Option<usize>,
+    /// Periodic jobs this relay enqueues at their slots: each (name, slot)
+    /// once across every relay that declares it, and a slot missed while
+    /// every relay was down once, not once per missed slot (see
+    /// [`PeriodicJob`]). Names must be distinct. The relay sleeps until the
+    /// next slot: no poll of its own.
+    pub periodic_jobs: Vec<PeriodicJob>,
+    /// How the periodic jobs are enqueued: an application that added columns
+    /// of its own to `jobs` gives its [`Enqueuer`] here.
+    pub periodic_enqueuer: Enqueuer,
 }
 
 impl PoolSettings {
@@ -111,6 +121,8 @@ impl PoolSettings {
             stall_timeout: DEFAULT_STALL_TIMEOUT,
             listen: true,
             completer_writers: None,
+            periodic_jobs: Vec::new(),
+            periodic_enqueuer: Enqueuer::new(),
         }
     }
 
@@ -168,6 +180,11 @@ impl PoolSettings {
         if let Some((name, _)) = periods.iter().find(|(_, d)| d.is_zero()) {
             return refuse(format!("the {name} must be positive"));
         }
+        let mut names: Vec<&str> = self.periodic_jobs.iter().map(PeriodicJob::name).collect();
+        names.sort_unstable();
+        if let Some(twice) = names.windows(2).find(|pair| pair[0] == pair[1]) {
+            return refuse(format!("periodic job {:?} is declared twice", twice[0]));
+        }
         self.job_timeouts.validate().map_err(InvalidSettings)
     }
 }
@@ -177,3 +194,26 @@ impl PoolSettings {
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("{0}")]
 pub struct InvalidSettings(String);
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[derive(serde::Serialize, serde::Deserialize)]
+    struct Sweep {}
+    impl crate::worker::JobArgs for Sweep {
+        const KIND: &'static str = "sweep";
+    }
+
+    #[test]
+    fn two_periodic_jobs_of_one_name_are_refused_naming_it() {
+        let every = PeriodicJob::every("sweep", Duration::from_secs(60), &Sweep {}).expect("valid");
+        let nightly = PeriodicJob::cron("sweep", "0 3 * * *", &Sweep {}).expect("valid");
+        let mut settings = PoolSettings::new("relay", vec!["sweep".into()]);
+        settings.periodic_jobs = vec![every];
+        assert_eq!(settings.validate(), Ok(()));
+        settings.periodic_jobs.push(nightly);
+        let error = settings.validate().expect_err("a name twice");
+        assert!(error.to_string().contains("\"sweep\""), "{error}");
+    }
+}

@@ -5,6 +5,8 @@ mod dependencies;
 mod enqueue;
 mod failures;
 mod limits;
+mod periodic;
 mod protocol_model;
 mod relay;
+mod scheduled;
 mod support;

@@ -1,0 +1,2 @@
+DROP TABLE periodic_slots;
+DROP TABLE periodic_jobs;
