@@ -77,6 +77,7 @@ pub mod schema;
 pub mod sealed;
 pub mod server;
 pub mod shutdown;
+pub mod signature;
 pub mod telemetry;
 pub mod text;
 pub mod trace_context;

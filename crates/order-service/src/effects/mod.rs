@@ -19,7 +19,9 @@ pub mod nats;
 mod order_loader;
 pub mod receipt;
 pub mod settings;
-pub mod signature;
+/// Signing is a leaf of the crate, shared with the inbox; here too, where
+/// deliveries have always found it.
+pub use crate::signature;
 pub mod webhook;
 pub mod workers;
 

@@ -32,11 +32,11 @@ use reqwest::header::{CONTENT_TYPE, LOCATION, RETRY_AFTER};
 pub use self::answer::parse_retry_after;
 use self::answer::{classify, read_error_body};
 use self::body::event_body;
-pub use super::signature::Secrets;
 use super::{EffectError, error_chain};
 use crate::config::redacted_proxy;
 use crate::endpoints::breaker::Breaker;
 use crate::orders::{Order, OrderEvent};
+pub use crate::signature::Secrets;
 use crate::text::one_line;
 
 /// Longest wait for the TCP (and TLS) connection, within the total timeout.

@@ -11,9 +11,7 @@ use base64::engine::general_purpose::STANDARD;
 use crate::config::parse_url_without_credentials;
 use crate::orders::OrderStatus;
 
-/// The prefix of a signing secret given as base64 key bytes (Standard
-/// Webhooks' `whsec_`): the form an endpoint's secret is written and read in.
-pub const WHSEC_PREFIX: &str = "whsec_";
+pub use crate::signature::WHSEC_PREFIX;
 
 /// `url` as shown to operators: without any `user:password@` (rows written
 /// before URLs with credentials were refused may still hold one).

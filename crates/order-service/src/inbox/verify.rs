@@ -14,8 +14,8 @@ use hmac::{Hmac, Mac};
 use sha2::Sha256;
 
 use super::source::SourceKind;
-pub use crate::effects::signature::MAX_SIGNATURE_ENTRIES;
-use crate::effects::signature::{Secrets, TooManyEntries, v1_candidates};
+pub use crate::signature::MAX_SIGNATURE_ENTRIES;
+use crate::signature::{Secrets, TooManyEntries, v1_candidates};
 
 /// How far a message's timestamp may be from the clock, either way.
 pub const TOLERANCE_SECS: i64 = 5 * 60;

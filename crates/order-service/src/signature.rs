@@ -1,5 +1,7 @@
 //! Webhook signatures: Standard Webhooks v1 (`webhook-signature`) and the
-//! older `X-Signature`, both from `WEBHOOK_SECRET`.
+//! older `X-Signature`, both from `WEBHOOK_SECRET`. A leaf: the deliveries
+//! (`effects/webhook/`) sign with it and the inbox (`inbox/verify.rs`) checks
+//! with it, so it imports neither.
 //!
 //! `WEBHOOK_SECRET` may list several secrets, separated by spaces, so a
 //! receiver can move to a new key without a window where deliveries fail: the
@@ -20,7 +22,9 @@ use base64::engine::{DecodePaddingMode, GeneralPurpose, GeneralPurposeConfig};
 use hmac::{Hmac, Mac};
 use sha2::Sha256;
 
-use crate::endpoints::spec::WHSEC_PREFIX;
+/// The prefix of a signing secret given as base64 key bytes (Standard
+/// Webhooks' `whsec_`): the form an endpoint's secret is written and read in.
+pub const WHSEC_PREFIX: &str = "whsec_";
 
 /// How far a `webhook-timestamp` may be from the receiver's clock, either way,
 /// before [`Secrets::verify`] refuses it as a possible replay (the spec's 5 minutes).
