@@ -9,14 +9,16 @@ use std::time::{Duration, Instant};
 use diesel::prelude::*;
 use order_service::api::{ApiSettings, RateLimit};
 use order_service::client_addr::TrustedProxies;
-use order_service::inbox::source::{self, SourceKind, SourceMode};
+use order_service::inbox::source::{self, SourceKind};
 use order_service::inbox::source_cache::SOURCE_CACHE_TTL;
 use order_service::inbox::verify::stripe_signature;
 use order_service::sealed::Keyring;
 use reqwest::StatusCode;
 use serde_json::{Value, json};
 
-use crate::inbox::{STANDARD_SECRET, STRIPE_SECRET, intent_succeeded, stripe_event};
+use crate::inbox::{
+    STANDARD_SECRET, STRIPE_SECRET, add_source, intent_succeeded, now, stripe_event,
+};
 use crate::support::app::{TestApp, spawn_app, spawn_app_with, test_api_settings};
 
 /// How late past the cache's TTL a change may be seen: the request that
@@ -25,22 +27,6 @@ const SLACK: Duration = Duration::from_millis(1500);
 
 /// Every 401 of `/inbound`, byte for byte (DESIGN.md, "Inbox").
 const REFUSED: &str = r#"{"error":{"code":"unauthorized"}}"#;
-
-fn now() -> i64 {
-    chrono::Utc::now().timestamp()
-}
-
-fn add(app: &TestApp, name: &str, kind: SourceKind, secret: &str) {
-    source::add(
-        &mut app.db.conn(),
-        name,
-        kind,
-        SourceMode::Any,
-        secret,
-        &Keyring::none(),
-    )
-    .expect("add source");
-}
 
 fn stored_count(app: &TestApp) -> i64 {
     order_service::schema::inbox_messages::table
@@ -173,8 +159,8 @@ async fn every_inbound_refusal_is_the_same_401_and_takes_no_database_connection(
         ..test_api_settings()
     })
     .await;
-    add(&app, "stripe", SourceKind::Stripe, STRIPE_SECRET);
-    add(&app, "billing", SourceKind::Standard, STANDARD_SECRET);
+    add_source(&app, "stripe", SourceKind::Stripe, STRIPE_SECRET);
+    add_source(&app, "billing", SourceKind::Standard, STANDARD_SECRET);
     let body = intent_succeeded("evt_r", json!("1"), 2_100, "eur", "pi_r");
     // Reads the snapshot of sources.
     assert_eq!(
@@ -247,7 +233,7 @@ async fn inbound_refusals_spend_the_address_s_budget_of_failed_requests() {
     settings.address_limit = Some("3/m".parse::<RateLimit>().expect("valid"));
     settings.trusted_proxies = TrustedProxies::parse("127.0.0.1/32").expect("valid");
     let app = spawn_app_with(settings).await;
-    add(&app, "stripe", SourceKind::Stripe, STRIPE_SECRET);
+    add_source(&app, "stripe", SourceKind::Stripe, STRIPE_SECRET);
     let body = stripe_event("evt_b", "customer.created", json!({}));
     let wrong = stripe_signature("whsec_not_the_secret_at_all", now(), &body);
     let from = |address: &str| ("x-forwarded-for", address.to_owned());
@@ -315,8 +301,8 @@ async fn raw_post_with_head_of(
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_request_head_over_32_kib_is_refused_431_before_any_handler() {
     let app = spawn_app().await;
-    add(&app, "stripe", SourceKind::Stripe, STRIPE_SECRET);
-    add(&app, "billing", SourceKind::Standard, STANDARD_SECRET);
+    add_source(&app, "stripe", SourceKind::Stripe, STRIPE_SECRET);
+    add_source(&app, "billing", SourceKind::Standard, STANDARD_SECRET);
     let stripe_body = stripe_event("evt_h", "customer.created", json!({}));
     let signed = |body: &[u8]| {
         format!(
@@ -400,7 +386,7 @@ async fn a_request_head_over_32_kib_is_refused_431_before_any_handler() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_rotation_takes_effect_within_the_cache_ttl_and_the_previous_secret_ends_at_its_expiry() {
     let app = spawn_app().await;
-    add(&app, "stripe", SourceKind::Stripe, STRIPE_SECRET);
+    add_source(&app, "stripe", SourceKind::Stripe, STRIPE_SECRET);
     assert_eq!(
         stripe_signed(&app, STRIPE_SECRET, "evt_0").await,
         StatusCode::OK
@@ -468,7 +454,7 @@ async fn a_rotation_takes_effect_within_the_cache_ttl_and_the_previous_secret_en
 
     // A source added while serving: known within the TTL.
     let added_at = Instant::now();
-    add(&app, "billing", SourceKind::Standard, STANDARD_SECRET);
+    add_source(&app, "billing", SourceKind::Standard, STANDARD_SECRET);
     let body = br#"{"type":"customer.created","data":{}}"#;
     loop {
         let ts = now();
