@@ -127,10 +127,10 @@ async fn list(args: ListArgs) -> anyhow::Result<()> {
 }
 
 async fn apply(args: DecideArgs) -> anyhow::Result<()> {
-    let (id, max_attempts) = (args.id, args.enqueue.max_attempts);
+    let (id, jobs) = (args.id, args.enqueue.event_jobs());
     let order_id = with_conn(&args.db, move |conn| {
         let enqueuer = crate::orders::order_enqueuer();
-        Ok(apply_held(conn, &enqueuer, id, &actor(), max_attempts)?)
+        Ok(apply_held(conn, &enqueuer, id, &actor(), jobs)?)
     })
     .await?;
     println!("applied inbox message {id} to order {order_id}");

@@ -103,6 +103,7 @@ pub async fn run(db_args: DatabaseArgs, args: ServeArgs) -> anyhow::Result<()> {
     let trusted_proxies = args.admin.trusted_proxies.clone().unwrap_or_default();
     let settings = ApiSettings {
         max_attempts: args.enqueue.max_attempts,
+        fanout_inline: args.enqueue.fanout_inline,
         request_timeout: args.request_timeout,
         connections: ConnectionLimits {
             trusted_proxies: trusted_proxies.clone(),

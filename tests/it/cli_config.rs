@@ -219,3 +219,23 @@ fn serve_refuses_a_missing_or_short_link_signing_key_naming_it() {
         assert!(!err.contains("panicked"), "{err}");
     }
 }
+
+#[test]
+fn serve_refuses_a_fanout_inline_that_is_not_a_count_naming_it() {
+    for bad in ["-1", "many", "100001"] {
+        let out = Command::new(env!("CARGO_BIN_EXE_outbox-relay"))
+            .arg("serve")
+            .env("DATABASE_URL", DB.1)
+            .env("API_ADDR", "127.0.0.1:0")
+            .env("FANOUT_INLINE", bad)
+            .output()
+            .expect("run outbox-relay serve");
+        let err = stderr(&out);
+        assert_eq!(out.status.code(), Some(2), "{bad}: {err}");
+        assert!(
+            err.contains("FANOUT_INLINE") && err.contains(bad),
+            "{bad}: {err}"
+        );
+        assert!(!err.contains("panicked"), "{err}");
+    }
+}

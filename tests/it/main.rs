@@ -21,6 +21,7 @@ mod effects_webhook;
 mod endpoint_delivery;
 mod endpoint_fairness;
 mod endpoints;
+mod fanout;
 mod faults;
 mod front_door;
 mod front_door_auth;

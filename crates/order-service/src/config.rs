@@ -37,7 +37,7 @@ pub use parse::{
     parse_proxy, parse_socket_addr, parse_url_without_credentials, redacted_proxy,
     refuse_placeholder,
 };
-use parse::{parse_max_attempts, parse_requests};
+use parse::{parse_fanout_inline, parse_max_attempts, parse_requests};
 pub use relay::{RelayArgs, SessionTimeouts, default_worker_id};
 pub use secret_file::read_secret_file;
 pub use secrets_key::{PlaintextSecrets, SecretsKeyArgs};
@@ -92,12 +92,26 @@ pub struct HttpLimitsArgs {
     pub http_max_requests_per_connection: u64,
 }
 
-/// `max_attempts` given to jobs enqueued by this process.
+/// How this process queues the jobs of the order events it writes.
 #[derive(Debug, Clone, Args)]
 pub struct EnqueueArgs {
     /// max_attempts for new jobs.
     #[arg(long, env = "JOB_MAX_ATTEMPTS", default_value_t = outbox_core::outbox::DEFAULT_MAX_ATTEMPTS, value_parser = parse_max_attempts)]
     pub max_attempts: i32,
+    /// Subscribed endpoints an event's own transaction writes deliveries
+    /// for, at most; past it, one `order_fanout` job writes them after
+    /// commit. 0: always after commit.
+    #[arg(long, env = "FANOUT_INLINE", default_value_t = crate::orders::DEFAULT_FANOUT_INLINE, value_parser = parse_fanout_inline)]
+    pub fanout_inline: usize,
+}
+
+impl EnqueueArgs {
+    pub fn event_jobs(&self) -> crate::orders::EventJobs {
+        crate::orders::EventJobs {
+            max_attempts: self.max_attempts,
+            fanout_inline: self.fanout_inline,
+        }
+    }
 }
 
 /// A configuration a relay cannot start with.

@@ -20,18 +20,22 @@ pub enum EffectKind {
     EndpointNotice,
     /// `OrderPublish`: an order's event to a NATS endpoint.
     OrderPublish,
+    /// `OrderFanout`: an order's event to more endpoints than its own
+    /// transaction writes deliveries for.
+    OrderFanout,
     /// `Noop`: succeeds at once (benchmarks, smoke tests).
     Noop,
 }
 
 impl EffectKind {
     /// Every kind, in the order the CLI lists them.
-    pub const ALL: [EffectKind; 6] = [
+    pub const ALL: [EffectKind; 7] = [
         EffectKind::ConfirmationEmail,
         EffectKind::ReceiptPdf,
         EffectKind::OrderWebhook,
         EffectKind::EndpointNotice,
         EffectKind::OrderPublish,
+        EffectKind::OrderFanout,
         EffectKind::Noop,
     ];
 
@@ -50,6 +54,7 @@ impl EffectKind {
             EffectKind::OrderWebhook => "order_webhook",
             EffectKind::EndpointNotice => "endpoint_notice",
             EffectKind::OrderPublish => "order_publish",
+            EffectKind::OrderFanout => "order_fanout",
             EffectKind::Noop => "noop",
         }
     }

@@ -30,6 +30,7 @@ diesel::table! {
         created_at -> Timestamptz,
         api_key_id -> Nullable<Int8>,
         inbox_message_id -> Nullable<Int8>,
+        fanned_out -> Int4,
     }
 }
 

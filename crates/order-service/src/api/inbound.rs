@@ -135,7 +135,7 @@ pub(crate) async fn inbound(
     .map_err(|e| ApiError::Internal(e.into()))??;
 
     let enqueuer = state.enqueuer.clone();
-    let max_attempts = state.settings.max_attempts;
+    let jobs = state.settings.event_jobs();
     let answer = state
         .db
         .run(move |conn| {
@@ -149,7 +149,7 @@ pub(crate) async fn inbound(
                     message_id: &checked.message_id,
                     payload: &checked.payload,
                 },
-                max_attempts,
+                jobs,
             )?)
         })
         .await?;

@@ -79,6 +79,9 @@ pub const DEFAULT_SHUTDOWN_GRACE: Duration = Duration::from_secs(15);
 pub struct ApiSettings {
     /// `max_attempts` of the jobs of new orders (`JOB_MAX_ATTEMPTS`).
     pub max_attempts: i32,
+    /// Deliveries an event's transaction writes itself, at most
+    /// (`FANOUT_INLINE`); past it, an `order_fanout` job writes them.
+    pub fanout_inline: usize,
     /// Longest a request may take, body upload included; past it, 503.
     pub request_timeout: Duration,
     /// Connections in the pool built by [`connect`], so database calls in
@@ -119,10 +122,21 @@ pub struct ApiSettings {
     pub source_cache_ttl: Duration,
 }
 
+impl ApiSettings {
+    /// How the jobs of the events this API writes are queued.
+    pub fn event_jobs(&self) -> crate::orders::EventJobs {
+        crate::orders::EventJobs {
+            max_attempts: self.max_attempts,
+            fanout_inline: self.fanout_inline,
+        }
+    }
+}
+
 impl Default for ApiSettings {
     fn default() -> Self {
         ApiSettings {
             max_attempts: crate::outbox::DEFAULT_MAX_ATTEMPTS,
+            fanout_inline: crate::orders::DEFAULT_FANOUT_INLINE,
             request_timeout: DEFAULT_REQUEST_TIMEOUT,
             pool_size: DEFAULT_POOL_SIZE,
             db_wait: DEFAULT_DB_WAIT,

@@ -113,7 +113,7 @@ pub(crate) async fn place(
     let value = body::parse_json(raw_body)?;
     let order = NewOrder::parse(&value)?;
 
-    let max_attempts = state.settings.max_attempts;
+    let jobs = state.settings.event_jobs();
     let keyed = key.is_some();
     let enqueuer = state.enqueuer.clone();
     let (placement, view) = state
@@ -124,7 +124,7 @@ pub(crate) async fn place(
                 &enqueuer,
                 &order,
                 key.as_ref(),
-                max_attempts,
+                jobs,
                 verified.cause(),
             )
             .map_err(|e| match e {
@@ -244,7 +244,7 @@ pub(crate) async fn transition(
     let value = body::parse_json(raw_body)?;
     let transition = Transition::parse(&action, &value)?;
 
-    let max_attempts = state.settings.max_attempts;
+    let jobs = state.settings.event_jobs();
     let enqueuer = state.enqueuer.clone();
     let (outcome, answer) = state
         .db
@@ -255,7 +255,7 @@ pub(crate) async fn transition(
                 id,
                 &transition,
                 key.as_ref(),
-                max_attempts,
+                jobs,
                 verified.cause(),
             )
             .map_err(|e| match e {

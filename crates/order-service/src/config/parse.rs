@@ -133,6 +133,18 @@ pub(super) fn parse_max_attempts(raw: &str) -> Result<i32, String> {
     Ok(n)
 }
 
+/// `FANOUT_INLINE`: 0 (every event fans out after commit) to 100,000.
+pub(super) fn parse_fanout_inline(raw: &str) -> Result<usize, String> {
+    let n: usize = raw
+        .trim()
+        .parse()
+        .map_err(|_| "expected a whole number of endpoints, 0 or more".to_owned())?;
+    if n > 100_000 {
+        return Err("must be at most 100000".into());
+    }
+    Ok(n)
+}
+
 pub(super) fn parse_kind(raw: &str) -> Result<EffectKind, String> {
     raw.trim().parse()
 }

@@ -13,9 +13,9 @@ use super::nats::{NatsConnections, PublishWorker};
 use super::order_loader::{OrderLoader, StoredReceipt, order_span};
 use super::receipt::{self, ReceiptSettings};
 use super::webhook::WebhookSender;
-use crate::db::PgPool;
-use crate::orders::OrderId;
-use crate::orders::jobs::{ConfirmationEmail, OrderPublish, OrderWebhook, ReceiptPdf};
+use crate::db::{PgPool, run_blocking};
+use crate::orders::jobs::{ConfirmationEmail, OrderFanout, OrderPublish, OrderWebhook, ReceiptPdf};
+use crate::orders::{FANOUT_BATCH, OrderId, expand_fanout, order_enqueuer};
 use crate::sealed::Keyring;
 
 /// The registry of the service's workers. `mailer` and `webhook` are `None`
@@ -65,6 +65,9 @@ pub fn workers_with_nats(
             pool: orders.pool.clone(),
             sender: webhook.clone(),
             secrets: secrets.clone(),
+        })
+        .register::<OrderFanout, _>(FanoutWorker {
+            pool: orders.pool.clone(),
         })
         .register::<OrderWebhook, _>(WebhookWorker {
             orders,
@@ -181,6 +184,34 @@ impl ReceiptWorker {
             .await
             .map_err(|e| EffectError::retryable(format!("receipt renderer crashed: {e}")))??;
         Ok(Some(receipt::store_receipt(args.order_id, pdf)))
+    }
+}
+
+/// Writes the deliveries of an event with more subscribers than its own
+/// transaction wrote ([`expand_fanout`]), a batch per transaction; a retry
+/// carries on where the last attempt stopped.
+#[derive(Debug)]
+pub struct FanoutWorker {
+    pool: PgPool,
+}
+
+impl Worker<OrderFanout> for FanoutWorker {
+    async fn work(&self, args: OrderFanout, _ctx: JobContext) -> EffectResult {
+        let span = order_span(args.order_id);
+        let event_id = args.event_id;
+        let progress = run_blocking(&self.pool, move |conn| {
+            Ok(expand_fanout(conn, &order_enqueuer(), &args, FANOUT_BATCH)?)
+        })
+        .instrument(span)
+        .await
+        .map_err(|e| EffectError::retryable(format!("fanning out event {event_id}: {e}")))?;
+        tracing::debug!(
+            event_id,
+            written = progress.written,
+            total = progress.total,
+            "fan-out written"
+        );
+        Ok(None)
     }
 }
 

@@ -15,7 +15,7 @@ use super::MessageStatus;
 use super::event::{Intent, Meaning, OrderRef, Payment, interpret, other_mode};
 use super::source::{SourceKind, SourceMode};
 use crate::orders::{
-    DisplayText, OrderStatus, Transition, TransitionError, transition_order_for_message,
+    DisplayText, EventJobs, OrderStatus, Transition, TransitionError, transition_order_for_message,
 };
 use crate::outbox::Enqueuer;
 use crate::schema::{inbox_messages, order_events, orders};
@@ -81,8 +81,9 @@ pub fn receive(
     conn: &mut PgConnection,
     enqueuer: &Enqueuer,
     inbound: Inbound<'_>,
-    max_attempts: i32,
+    jobs: impl Into<EventJobs>,
 ) -> QueryResult<Answer> {
+    let jobs = jobs.into();
     let answer = enqueuer.transaction(conn, |conn| {
         let id = match record_message(conn, inbound.source, inbound.message_id)? {
             Received::First { id } => id,
@@ -93,7 +94,7 @@ pub fn receive(
             None => interpret(inbound.kind, inbound.payload),
         };
         let decision = decide(conn, &meaning, inbound.message_id)?;
-        let (status, order_id, reason) = carry_out(conn, enqueuer, decision, id, max_attempts)?;
+        let (status, order_id, reason) = carry_out(conn, enqueuer, decision, id, jobs)?;
         let event_type =
             super::event::event_type(inbound.payload).map(|t| crate::text::one_line(t, 200));
         diesel::update(inbox_messages::table.find(id))
@@ -368,7 +369,7 @@ fn carry_out(
     enqueuer: &Enqueuer,
     decision: Decision,
     message_id: i64,
-    max_attempts: i32,
+    jobs: EventJobs,
 ) -> QueryResult<(MessageStatus, Option<i64>, Option<String>)> {
     match decision {
         Decision::Keep {
@@ -385,7 +386,7 @@ fn carry_out(
             order_id,
             &transition,
             message_id,
-            max_attempts,
+            jobs,
         ) {
             Ok(_) => Ok((MessageStatus::Applied, Some(order_id), None)),
             // The row is locked and was checked: only a database error is left.

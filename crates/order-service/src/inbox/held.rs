@@ -10,7 +10,7 @@ use super::MessageStatus;
 use super::apply::{display, payment_reference};
 use super::event::{Intent, Meaning, OrderRef, interpret};
 use super::source::SourceKind;
-use crate::orders::{Transition, TransitionError, transition_order_for_message};
+use crate::orders::{EventJobs, Transition, TransitionError, transition_order_for_message};
 use crate::outbox::Enqueuer;
 use crate::schema::inbox_messages;
 
@@ -47,8 +47,9 @@ pub fn apply_held(
     enqueuer: &Enqueuer,
     id: i64,
     actor: &str,
-    max_attempts: i32,
+    jobs: impl Into<EventJobs>,
 ) -> Result<i64, DecideError> {
+    let jobs = jobs.into();
     enqueuer.transaction(conn, |conn| {
         let held = lock_held(conn, id)?;
         let (payload, order_id) = (held.payload, held.order_id);
@@ -78,11 +79,12 @@ pub fn apply_held(
                 payment_reference: Some(display(&reference)),
             },
         };
-        transition_order_for_message(conn, enqueuer, order_id, &transition, id, max_attempts)
-            .map_err(|source| match source {
+        transition_order_for_message(conn, enqueuer, order_id, &transition, id, jobs).map_err(
+            |source| match source {
                 TransitionError::Database(e) => DecideError::Database(e),
                 source => DecideError::Transition { id, source },
-            })?;
+            },
+        )?;
         decide_held(
             conn,
             id,

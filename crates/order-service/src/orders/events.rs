@@ -7,6 +7,14 @@
 //! endpoint subscribed to the event's type (the fan-out) and, for some
 //! events, an email.
 //!
+//! Past [`EventJobs::fanout_inline`] subscribed endpoints, the event's
+//! transaction queues one `order_fanout` job instead of the deliveries
+//! ([`super::fanout`] writes them after commit), so an order's transaction
+//! costs the same with a thousand subscribers as with one. An order's fan-outs
+//! share one ordering key, and while one is unfinished the order's later
+//! events go through a fan-out too, so no delivery overtakes an earlier
+//! event's.
+//!
 //! Every delivery to one endpoint of one order shares the ordering key
 //! `endpoint:<endpoint id>:order:<order id>` (the endpoint gets the order's
 //! events in order, and one endpoint's failed head holds back only its own
@@ -22,8 +30,8 @@ use diesel::sql_types::{Array, BigInt, Bool, Integer, Jsonb, Nullable, Text};
 use serde_json::Value;
 
 use super::idempotency::{Cause, IdempotencyKey};
-use super::jobs::{ConfirmationEmail, OrderPublish, OrderWebhook, new_job};
-use super::{DEFAULT_ENDPOINT, OrderId, email_key, webhook_key};
+use super::jobs::{ConfirmationEmail, OrderFanout, OrderPublish, OrderWebhook, new_job};
+use super::{DEFAULT_ENDPOINT, OrderId, email_key, fanout_key, webhook_key};
 use crate::outbox::{JobOptions, NewJob};
 use crate::schema::order_events;
 
@@ -36,6 +44,28 @@ pub fn delivery_key(endpoint_id: i64, order_id: i64) -> String {
 /// holds the endpoint's `max_in_flight`, `rate_limit` and breaker pause.
 pub fn endpoint_key(endpoint_id: i64) -> String {
     format!("endpoint:{endpoint_id}")
+}
+
+/// Subscribed endpoints an event's own transaction queues deliveries for, at
+/// most (`FANOUT_INLINE`); past it, one `order_fanout` job writes them.
+pub const DEFAULT_FANOUT_INLINE: usize = 16;
+
+/// How the jobs of an order's events are queued: the `max_attempts` they get
+/// (`JOB_MAX_ATTEMPTS`) and the most deliveries the event's transaction writes
+/// itself (`FANOUT_INLINE`). An `i32` is the first with the default second.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct EventJobs {
+    pub max_attempts: i32,
+    pub fanout_inline: usize,
+}
+
+impl From<i32> for EventJobs {
+    fn from(max_attempts: i32) -> Self {
+        EventJobs {
+            max_attempts,
+            fanout_inline: DEFAULT_FANOUT_INLINE,
+        }
+    }
 }
 
 /// An event just written, and where it goes.
@@ -58,9 +88,20 @@ pub(super) struct RecordedEvent {
     default_behind_legacy: Option<i64>,
 }
 
-/// Inserts event `seq` of the order and reads its subscribers, and whether
-/// its legacy key still has unfinished jobs, in one statement. The caller
-/// holds the order row's lock. `key`: the request's Idempotency-Key and the
+/// An event of a transition: [`RecordedEvent`], and whether an earlier
+/// event's fan-out is unfinished, which this one's deliveries must not
+/// overtake.
+#[derive(Debug, QueryableByName)]
+pub(super) struct TransitionEvent {
+    #[diesel(embed)]
+    pub event: RecordedEvent,
+    #[diesel(sql_type = Bool)]
+    pub behind_fanout: bool,
+}
+
+/// Inserts event `seq` of the order and reads its subscribers, whether its
+/// legacy key still has unfinished jobs, and whether its fan-out key has, in
+/// one statement. The caller holds the order row's lock. `key`: the request's Idempotency-Key and the
 /// hash of the request, stored with the event.
 pub(super) fn record_event(
     conn: &mut PgConnection,
@@ -70,7 +111,7 @@ pub(super) fn record_event(
     data: Value,
     key: Option<(&IdempotencyKey, &str)>,
     cause: Cause,
-) -> QueryResult<RecordedEvent> {
+) -> QueryResult<TransitionEvent> {
     let (key, request_hash) = key.unzip();
     diesel::sql_query(include_str!("sql/record_event.sql"))
         .bind::<BigInt, _>(order_id)
@@ -83,16 +124,20 @@ pub(super) fn record_event(
         .bind::<Text, _>(webhook_key(order_id.get()))
         .bind::<Text, _>(DEFAULT_ENDPOINT)
         .bind::<Nullable<BigInt>, _>(cause.inbox_message_id)
+        .bind::<Text, _>(fanout_key(order_id.get()))
         .get_result(conn)
 }
 
 impl RecordedEvent {
-    /// The event's deliveries, one job per subscribed endpoint.
+    /// The event's deliveries, one job per subscribed endpoint, or the one
+    /// `order_fanout` job that writes them after commit: past
+    /// `jobs.fanout_inline` endpoints, or `behind_fanout`.
     pub(super) fn deliveries(
         &self,
         order_id: OrderId,
-        max_attempts: i32,
+        jobs: EventJobs,
         keys: KeyAge,
+        behind_fanout: bool,
     ) -> QueryResult<Vec<NewJob>> {
         if !self.any_endpoint {
             // No endpoints yet: one delivery to `default`, behind the order's
@@ -103,10 +148,53 @@ impl RecordedEvent {
                     event_id: Some(self.event_id),
                     endpoint_id: None,
                 },
-                &keys.options(max_attempts, webhook_key(order_id.get())),
+                &keys.options(jobs.max_attempts, webhook_key(order_id.get())),
             )?;
             return Ok(vec![job]);
         }
+        let subscribed = self.webhook_endpoints.len() + self.nats_endpoints.len();
+        if behind_fanout || subscribed > jobs.fanout_inline {
+            let fanout = OrderFanout {
+                order_id,
+                event_id: self.event_id,
+                max_attempts: jobs.max_attempts,
+                webhook_endpoints: self.webhook_endpoints.clone(),
+                nats_endpoints: self.nats_endpoints.clone(),
+                default_behind_legacy: self.default_behind_legacy,
+            };
+            let options = keys.options(jobs.max_attempts, fanout_key(order_id.get()));
+            return Ok(vec![new_job(&fanout, &options)?]);
+        }
+        Subscribers {
+            event_id: self.event_id,
+            webhook_endpoints: &self.webhook_endpoints,
+            nats_endpoints: &self.nats_endpoints,
+            default_behind_legacy: self.default_behind_legacy,
+        }
+        .deliveries(order_id, jobs.max_attempts, keys)
+    }
+}
+
+/// The endpoints an event goes to, as its transaction read them: the
+/// deliveries are the same whether that transaction or a fan-out writes them.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct Subscribers<'a> {
+    pub event_id: i64,
+    pub webhook_endpoints: &'a [i64],
+    pub nats_endpoints: &'a [i64],
+    /// See [`RecordedEvent`]'s field of that name.
+    pub default_behind_legacy: Option<i64>,
+}
+
+impl Subscribers<'_> {
+    /// One delivery job per endpoint: webhooks first, then publishes, each
+    /// in the order given.
+    pub(super) fn deliveries(
+        &self,
+        order_id: OrderId,
+        max_attempts: i32,
+        keys: KeyAge,
+    ) -> QueryResult<Vec<NewJob>> {
         let webhooks = self.webhook_endpoints.iter().map(|&endpoint_id| {
             new_job(
                 &OrderWebhook {

@@ -106,6 +106,36 @@ impl OrderPublish {
     }
 }
 
+/// The deliveries of one order event to more endpoints than its transaction
+/// writes itself (`FANOUT_INLINE`): the endpoints subscribed when the event
+/// happened, written as delivery jobs after commit ([`super::expand_fanout`]).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct OrderFanout {
+    /// The order the event belongs to.
+    pub order_id: OrderId,
+    /// The event to deliver.
+    pub event_id: i64,
+    /// `max_attempts` of each delivery.
+    pub max_attempts: i32,
+    /// Enabled http(s) endpoints subscribed to the event, by id, ascending.
+    pub webhook_endpoints: Vec<i64>,
+    /// Enabled NATS endpoints subscribed to the event, by id, ascending.
+    pub nats_endpoints: Vec<i64>,
+    /// `default`, when its delivery queues behind the order's deliveries
+    /// from before endpoints existed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub default_behind_legacy: Option<i64>,
+}
+
+impl JobArgs for OrderFanout {
+    const KIND: &'static str = EffectKind::OrderFanout.as_str();
+
+    fn extend_job(&self, job: NewJob) -> NewJob {
+        job.with_extension(self.order_id)
+    }
+}
+
 /// The service's typed job as the row the outbox inserts. The arguments are
 /// plain structs, which always serialize; a failure would be a Diesel
 /// serialization error, rolling back the caller's transaction.

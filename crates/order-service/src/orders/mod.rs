@@ -12,6 +12,7 @@ use outbox_core::worker::JobArgs as _;
 mod currency;
 mod domain;
 mod events;
+mod fanout;
 mod id;
 mod idempotency;
 pub mod jobs;
@@ -28,7 +29,8 @@ pub use domain::{
     CustomerEmail, DisplayText, MAX_ITEMS, MAX_QUANTITY, MAX_UNIT_PRICE, Money, NewOrder,
     NewOrderItem, Quantity,
 };
-pub use events::{delivery_key, endpoint_key};
+pub use events::{DEFAULT_FANOUT_INLINE, EventJobs, delivery_key, endpoint_key};
+pub use fanout::{FANOUT_BATCH, FanoutProgress, expand_fanout, expand_fanout_step};
 pub use id::OrderId;
 pub use idempotency::{Cause, IdempotencyKey};
 pub use jobs::{new_job, order_enqueuer};
@@ -55,6 +57,12 @@ pub const DEFAULT_ENDPOINT: &str = "default";
 /// is unfinished, so they queue behind them.
 pub fn webhook_key(order_id: i64) -> String {
     format!("order-{order_id}-webhooks")
+}
+
+/// The ordering key of an order's `order_fanout` jobs: one event's fan-out
+/// at a time, in event order.
+pub fn fanout_key(order_id: i64) -> String {
+    format!("order-{order_id}-fanout")
 }
 
 /// The ordering key of an order's emails.

@@ -9,7 +9,7 @@ use chrono::{DateTime, Utc};
 
 use super::domain::NewOrder;
 use super::email_key;
-use super::events::{KeyAge, RecordedEvent, event_email_with};
+use super::events::{EventJobs, KeyAge, RecordedEvent, event_email_with};
 use super::idempotency::{Cause, IdempotencyKey};
 use super::jobs::{ReceiptPdf, new_job};
 use super::read::{Order, OrderEvent, OrderItem, OrderJob};
@@ -133,9 +133,9 @@ pub fn place_order(
     enqueuer: &Enqueuer,
     order: &NewOrder,
     key: Option<&IdempotencyKey>,
-    max_attempts: i32,
+    jobs: impl Into<EventJobs>,
 ) -> Result<Placed, PlaceOrderError> {
-    place_order_by(conn, enqueuer, order, key, max_attempts, Cause::of_key(key))
+    place_order_by(conn, enqueuer, order, key, jobs, Cause::of_key(key))
 }
 
 /// [`place_order`] on behalf of `cause`, recorded on the order and its first
@@ -145,9 +145,11 @@ pub fn place_order_by(
     enqueuer: &Enqueuer,
     order: &NewOrder,
     key: Option<&IdempotencyKey>,
-    max_attempts: i32,
+    jobs: impl Into<EventJobs>,
     cause: Cause,
 ) -> Result<Placed, PlaceOrderError> {
+    let event_jobs = jobs.into();
+    let max_attempts = event_jobs.max_attempts;
     let key = cause.scope(key);
     let key = key.as_ref();
     // The parent of every job this order enqueues (NewJob takes the current
@@ -212,7 +214,7 @@ pub fn place_order_by(
                 &JobOptions::default().max_attempts(max_attempts),
             )?,
         ];
-        jobs.extend(event.deliveries(order_id, max_attempts, KeyAge::New)?);
+        jobs.extend(event.deliveries(order_id, event_jobs, KeyAge::New, false)?);
         let job_ids = enqueuer.enqueue_many(conn, &jobs)?;
         // Every default timestamp of this transaction is its start, now():
         // created_at of the order and the event, run_after of the jobs.

@@ -11,7 +11,7 @@ use sha2::{Digest, Sha256};
 use serde::Deserialize;
 
 use super::domain::DisplayText;
-use super::events::{KeyAge, event_email, next_seq, record_event};
+use super::events::{EventJobs, KeyAge, event_email, next_seq, record_event};
 use super::idempotency::{Cause, IdempotencyKey};
 use super::json::{from_json, required};
 use super::validation::ValidationError;
@@ -285,7 +285,7 @@ pub fn transition_order(
     order_id: i64,
     transition: &Transition,
     key: Option<&IdempotencyKey>,
-    max_attempts: i32,
+    jobs: impl Into<EventJobs>,
 ) -> Result<TransitionOutcome, TransitionError> {
     transition_order_by(
         conn,
@@ -293,7 +293,7 @@ pub fn transition_order(
         order_id,
         transition,
         key,
-        max_attempts,
+        jobs,
         Cause::of_key(key),
     )
 }
@@ -307,7 +307,7 @@ pub fn transition_order_for_message(
     order_id: i64,
     transition: &Transition,
     inbox_message_id: i64,
-    max_attempts: i32,
+    jobs: impl Into<EventJobs>,
 ) -> Result<TransitionOutcome, TransitionError> {
     transition_order_by(
         conn,
@@ -315,7 +315,7 @@ pub fn transition_order_for_message(
         order_id,
         transition,
         None,
-        max_attempts,
+        jobs,
         Cause::inbox_message(inbox_message_id),
     )
 }
@@ -328,9 +328,10 @@ pub fn transition_order_by(
     order_id: i64,
     transition: &Transition,
     key: Option<&IdempotencyKey>,
-    max_attempts: i32,
+    jobs: impl Into<EventJobs>,
     cause: Cause,
 ) -> Result<TransitionOutcome, TransitionError> {
+    let event_jobs = jobs.into();
     let key = cause.scope(key);
     let key = key.as_ref();
     let fingerprint = key.map(|_| fingerprint(order_id, transition));
@@ -395,10 +396,17 @@ pub fn transition_order_by(
             key.zip(fingerprint.as_deref()),
             cause,
         )?;
-        let event_id = event.event_id;
-        let mut jobs = event.deliveries(id, max_attempts, KeyAge::Used)?;
+        let event_id = event.event.event_id;
+        let mut jobs = event
+            .event
+            .deliveries(id, event_jobs, KeyAge::Used, event.behind_fanout)?;
         if transition.emails() {
-            jobs.push(event_email(id, event_id, max_attempts, KeyAge::Used)?);
+            jobs.push(event_email(
+                id,
+                event_id,
+                event_jobs.max_attempts,
+                KeyAge::Used,
+            )?);
         }
         enqueuer.enqueue_many(conn, &jobs)?;
         Ok(TransitionOutcome::Applied { event_id })

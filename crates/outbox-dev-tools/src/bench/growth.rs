@@ -5,9 +5,10 @@
 //!   backlog of each `--growth-backlogs` size: a claim takes the front of
 //!   the claim index, so its cost must not grow with what waits behind.
 //! - Placement through the API with each `--growth-endpoints` count of
-//!   webhook endpoints subscribed to `order.placed` (one delivery job each,
-//!   in the order's transaction), with the cost per endpoint from a linear
-//!   fit of the time per order.
+//!   webhook endpoints subscribed to `order.placed` (one delivery job each in
+//!   the order's transaction up to `FANOUT_INLINE`, one `order_fanout` job
+//!   past it), set against the first count, with the cost per endpoint from
+//!   a linear fit of the time per order.
 //! - Idle enqueue-to-start latency with `--growth-archive` done jobs in
 //!   `jobs_done` against an empty archive: the claim never reads the
 //!   archive, so the latency must not move.
@@ -297,8 +298,14 @@ async fn place_with_endpoints(
             #[diesel(sql_type = BigInt)]
             n: i64,
         }
-        let n: N = diesel::sql_query("SELECT count(*) AS n FROM jobs WHERE kind = 'order_webhook'")
-            .get_result(conn)?;
+        // The deliveries written, and those an `order_fanout` job holds to
+        // write after commit (no relay runs here).
+        let n: N = diesel::sql_query(
+            "SELECT (SELECT count(*) FROM jobs WHERE kind = 'order_webhook') \
+                  + (SELECT coalesce(sum(jsonb_array_length(payload->'webhook_endpoints')), 0) \
+                     FROM jobs WHERE kind = 'order_fanout')::bigint AS n",
+        )
+        .get_result(conn)?;
         Ok(n.n)
     })
     .await?;
@@ -367,16 +374,18 @@ impl Growth {
                 out.push_str(&format!("    {}\n", d.buffers.line()));
             }
         }
+        let first = self.placements.first().map(|p| p.orders_per_second);
         for p in &self.placements {
             out.push_str(&format!(
                 "  placement with {:>5} endpoints subscribed: {:>6.0} orders/s ({} errors), {:>8.0} µs per order, \
-                 POST p50 {:.2} ms p99 {:.2} ms\n",
+                 POST p50 {:.2} ms p99 {:.2} ms, {:.2}x the first count's\n",
                 p.endpoints,
                 p.orders_per_second,
                 p.errors,
                 p.micros_per_order(),
                 p.latency.p50_ms,
-                p.latency.p99_ms
+                p.latency.p99_ms,
+                p.orders_per_second / first.unwrap_or(1.0).max(f64::MIN_POSITIVE)
             ));
         }
         if let Some(fit) = self.fan_out_fit {

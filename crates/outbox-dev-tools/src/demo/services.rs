@@ -66,6 +66,7 @@ pub(super) async fn start_services(
     .map_err(|e| anyhow::anyhow!("the demo's receipt link key {e}"))?;
     let api_settings = ApiSettings {
         max_attempts: args.enqueue.max_attempts,
+        fanout_inline: args.enqueue.fanout_inline,
         shutdown_grace: SHUTDOWN_GRACE,
         admin,
         receipt_links: Some(receipt_links.clone()),

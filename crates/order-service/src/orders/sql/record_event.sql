@@ -17,6 +17,14 @@
 -- name; jobs_ordering_key_idx for the key, one probe (done jobs have left
 -- `jobs`; the status is a filter).
 --
+-- `behind_fanout` is whether the order still has an unfinished job under its
+-- fan-out key $11 (`order-<id>-fanout`): an earlier event whose deliveries an
+-- `order_fanout` job has not written yet. This event then goes through a
+-- fan-out too, queued behind it, so its deliveries cannot overtake that
+-- event's (orders/events.rs). One probe of jobs_ordering_key_idx, as above,
+-- and the same reasoning about the order row's lock holds: only this order's
+-- transitions add jobs under the key.
+--
 -- Concurrency: the caller holds the order row's lock (FOR NO KEY UPDATE),
 -- which serialises the order's transitions, the only writers of its legacy
 -- key after the placement, which committed before anyone could see the
@@ -54,5 +62,8 @@ SELECT
        AND EXISTS (SELECT 1 FROM jobs j
                    WHERE j.ordering_key = $8
                      AND j.status IN ('pending', 'processing', 'failed'))
-    ) AS default_behind_legacy
+    ) AS default_behind_legacy,
+    EXISTS (SELECT 1 FROM jobs j
+            WHERE j.ordering_key = $11
+              AND j.status IN ('pending', 'processing', 'failed')) AS behind_fanout
 FROM event
