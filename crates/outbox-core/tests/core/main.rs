@@ -9,4 +9,5 @@ mod periodic;
 mod protocol_model;
 mod relay;
 mod scheduled;
+mod statement_parity;
 mod support;
