@@ -16,6 +16,7 @@ mod id;
 mod idempotency;
 pub mod jobs;
 mod json;
+mod ledger;
 mod place;
 mod read;
 mod status;
@@ -32,6 +33,7 @@ pub use events::{delivery_key, endpoint_key};
 pub use id::OrderId;
 pub use idempotency::{Cause, IdempotencyKey};
 pub use jobs::{new_job, order_enqueuer};
+pub use ledger::{EffectEntry, EffectLedger, load_effect_ledger, load_ledger};
 pub use place::{PlaceOrderError, Placed, PlacedOrder, Placement, place_order, place_order_by};
 pub use read::{
     Order, OrderEvent, OrderItem, OrderJob, load_event, load_events, load_order, load_order_events,
