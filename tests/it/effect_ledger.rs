@@ -205,6 +205,13 @@ async fn the_ledger_shows_what_the_mail_server_the_receiver_and_the_stream_answe
 
     let response = get_ledger(&app, &shop, order_id).await;
     assert_eq!(response.status(), StatusCode::OK);
+    assert_eq!(
+        response
+            .headers()
+            .get("cache-control")
+            .map(|v| v.as_bytes()),
+        Some(&b"no-store"[..])
+    );
     let api_json: Value = response.json().await.expect("JSON");
     let ledger: EffectLedger = serde_json::from_value(api_json.clone()).expect("a ledger");
     assert_eq!(ledger.order_id, order_id);
