@@ -347,6 +347,21 @@ async fn the_ledger_shows_what_the_mail_server_the_receiver_and_the_stream_answe
     let cli_json: Value =
         serde_json::from_str(&cli_effects(&app.db.url, &[&id, "--json"])).expect("JSON");
     assert_eq!(cli_json, api_json);
+    for (args, code, says) in [
+        (["999999"], 1, "order 999999 does not exist"),
+        (["abc"], 2, "'abc'"),
+        (["0"], 2, "0 is not in 1.."),
+    ] {
+        let out = std::process::Command::new(env!("CARGO_BIN_EXE_outbox-relay"))
+            .args(["orders", "effects"])
+            .args(args)
+            .env("DATABASE_URL", &app.db.url)
+            .output()
+            .expect("run outbox-relay orders effects");
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(code), "{args:?}: {stderr}");
+        assert!(stderr.contains(says), "{args:?}: {stderr}");
+    }
     let table = cli_effects(&app.db.url, &[&id]);
     assert!(
         table.contains("smtp 250 2.0.0 Ok: queued as LEDGER-"),
