@@ -5,6 +5,7 @@ mod endpoints;
 mod inbox;
 mod jobs;
 mod keys;
+mod orders;
 mod relay;
 mod secrets;
 mod serve;
@@ -21,6 +22,7 @@ pub use endpoints::EndpointsCommand;
 pub use inbox::InboxCommand;
 pub use jobs::JobsCommand;
 pub use keys::KeysCommand;
+pub use orders::OrdersCommand;
 pub use secrets::SecretsCommand;
 pub use serve::ServeArgs;
 pub use sources::SourcesCommand;
@@ -85,6 +87,11 @@ pub enum Command {
     Endpoints {
         #[command(subcommand)]
         command: EndpointsCommand,
+    },
+    /// Look into an order: its effect ledger (`orders effects ID`).
+    Orders {
+        #[command(subcommand)]
+        command: OrdersCommand,
     },
     /// Create, list and revoke the API keys of the order API.
     Keys {
@@ -193,6 +200,7 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Serve { db, args } => serve::run(db, *args).await,
         Command::Jobs { command } => jobs::run(command).await,
         Command::Endpoints { command } => endpoints::run(command).await,
+        Command::Orders { command } => orders::run(command).await,
         Command::Keys { command } => keys::run(command).await,
         Command::Sources { command } => sources::run(command).await,
         Command::Inbox { command } => inbox::run(command).await,

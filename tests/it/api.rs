@@ -844,6 +844,7 @@ async fn openapi_json_is_an_openapi_3_1_document_of_the_public_routes_without_a_
         ("/orders", "post"),
         ("/orders/{id}", "get"),
         ("/orders/{id}/receipt.pdf", "get"),
+        ("/orders/{id}/effects", "get"),
         ("/orders/{id}/{action}", "post"),
         ("/healthz", "get"),
         ("/openapi.json", "get"),
@@ -857,5 +858,15 @@ async fn openapi_json_is_an_openapi_3_1_document_of_the_public_routes_without_a_
         document["components"]["securitySchemes"]["api_key"]["scheme"],
         "bearer"
     );
+    // The ledger's answers are null until the job is done: the schema says so.
+    let entry = &document["components"]["schemas"]["EffectEntry"]["properties"];
+    for field in ["smtp_reply", "stream_seq", "pdf_sha256", "lease_token"] {
+        let types = entry[field]["type"].as_array();
+        assert!(
+            types.is_some_and(|t| t.iter().any(|t| t == "null")),
+            "{field}: {}",
+            entry[field]
+        );
+    }
     app.stop().await;
 }

@@ -125,6 +125,22 @@ fn the_demo_delivers_to_both_endpoints_and_the_stream_leaves_its_files_and_drops
         stdout.contains(&format!("{jobs} jobs: {jobs} done, 0 failed")),
         "{stdout}"
     );
+    // Order #1's ledger, read back through GET /orders/1/effects: its
+    // emails' SMTP replies, its receipt's digest, its deliveries' answers.
+    assert!(
+        stdout.contains("Effect ledger of order #1 (GET /orders/1/effects"),
+        "{stdout}"
+    );
+    let ledger: Vec<&str> = stdout
+        .lines()
+        .skip_while(|l| !l.starts_with("Effect ledger of order #1"))
+        .collect();
+    for answer in ["smtp 250 ", "pdf sha256 ", "http 200"] {
+        assert!(
+            ledger.iter().any(|l| l.contains(answer)),
+            "{answer:?} in the ledger: {stdout}"
+        );
+    }
     if nats {
         let line = stdout
             .lines()

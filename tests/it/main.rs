@@ -15,6 +15,7 @@ mod breaker;
 mod cli_config;
 mod cli_jobs;
 mod demo;
+mod effect_ledger;
 mod effects_email;
 mod effects_receipt;
 mod effects_webhook;

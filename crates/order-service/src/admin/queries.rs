@@ -265,6 +265,8 @@ pub(super) struct Timeline {
     pub receipt: Option<ReceiptInfo>,
     /// The order's jobs that wait for parents, and the parents they wait for.
     pub waiting: Vec<WaitingJob>,
+    /// The order's effect ledger: what each job's peer answered.
+    pub effects: Vec<crate::orders::EffectEntry>,
 }
 
 /// A job that waits for parents (`waiting_on`).
@@ -299,12 +301,14 @@ pub(super) fn timeline(
         let waiting = diesel::sql_query(include_str!("sql/order_waiting.sql"))
             .bind::<BigInt, _>(order_id)
             .load(conn)?;
+        let effects = crate::orders::load_effect_ledger(conn, id)?;
         Ok(Some(Timeline {
             order,
             events,
             jobs,
             receipt,
             waiting,
+            effects,
         }))
     })
 }

@@ -6,6 +6,7 @@
 //! - `address_limit`: the per-address limit before authentication;
 //! - `openapi`: `GET /openapi.json`, generated from the handlers;
 //! - `orders`: `POST /orders`, `GET /orders/{id}`, `GET /orders/{id}/receipt.pdf`;
+//! - `effects`: `GET /orders/{id}/effects`, the order's effect ledger;
 //! - `receipt_link`: the signed customer link to a receipt, and its refusal page;
 //! - `body`: reading a JSON body by hand, so every rejection is a JSON error;
 //! - [`error`]: [`ApiError`], the one error of every handler, and the one place
@@ -24,6 +25,7 @@ mod address_limit;
 pub mod api_key_limit;
 pub mod auth;
 mod body;
+mod effects;
 pub mod error;
 mod health;
 mod health_check;
@@ -223,6 +225,11 @@ fn routes_and_document(
         .merge(
             OpenApiRouter::new()
                 .routes(routes!(orders::show))
+                .route_layer(needs(Required::Scope(Scope::Read))),
+        )
+        .merge(
+            OpenApiRouter::new()
+                .routes(routes!(effects::effects))
                 .route_layer(needs(Required::Scope(Scope::Read))),
         )
         .merge(

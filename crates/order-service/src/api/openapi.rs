@@ -223,6 +223,7 @@ pub(crate) fn add_links(document: &mut Document) {
         for (name, operation) in [
             ("GetOrder", "getOrder"),
             ("GetReceipt", "getReceipt"),
+            ("GetOrderEffects", "getOrderEffects"),
             ("TransitionOrder", "transitionOrder"),
         ] {
             response.links.insert(

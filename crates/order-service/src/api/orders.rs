@@ -35,7 +35,11 @@ pub struct OrderView {
 
 /// Whether order `order_id` exists and `reader` may read it (see
 /// [`Verified::may_read`]).
-fn readable(conn: &mut PgConnection, reader: Verified, order_id: i64) -> Result<bool, ApiError> {
+pub(super) fn readable(
+    conn: &mut PgConnection,
+    reader: Verified,
+    order_id: i64,
+) -> Result<bool, ApiError> {
     match reader.reads {
         Reads::All => return Ok(true),
         Reads::Nothing => return Ok(false),
@@ -430,7 +434,9 @@ pub(crate) async fn receipt(
 
 /// An order id from the path. Anything that is not a positive integer names
 /// no order, so it is a 404 like any unknown id.
-fn order_id(path: Result<Path<String>, PathRejection>) -> Result<(String, i64), ApiError> {
+pub(super) fn order_id(
+    path: Result<Path<String>, PathRejection>,
+) -> Result<(String, i64), ApiError> {
     let Path(raw) = path.map_err(|_| ApiError::OrderNotFound("<unreadable id>".into()))?;
     match raw.parse::<i64>() {
         Ok(id) if id > 0 => Ok((raw, id)),

@@ -10,8 +10,9 @@ use outbox_core::worker::{EffectError, EffectResult, JobContext, Worker};
 use tracing::Instrument as _;
 
 use super::jobs::EndpointNotice;
+use super::ledger::{EffectAnswer, record_effect};
 use super::order_loader::{OrderLoader, order_span};
-use super::webhook::{AttemptOutcome, Secrets, WebhookSender};
+use super::webhook::{AttemptOutcome, Secrets, WebhookSender, idempotency_key};
 use crate::db::{PgPool, run_blocking};
 use crate::endpoints::attempts::{self, NewAttempt};
 use crate::endpoints::breaker::Verdict;
@@ -180,7 +181,7 @@ fn usable(target: &Target, keys: &Keyring) -> Result<(url::Url, Secrets), Effect
 }
 
 /// Logs the attempt, moves the endpoint's breaker, and returns the attempt's
-/// result. Neither the log nor the breaker can undo a call that happened:
+/// result: on success, the receiver's answer for the effect ledger. Neither the log nor the breaker can undo a call that happened:
 /// their failures are logged, never the job's.
 async fn after_attempt(
     pool: &PgPool,
@@ -221,6 +222,15 @@ async fn after_attempt(
     .await
     .map_err(|e| e.to_string())
     .and_then(|breaker| breaker.map_err(|e| e.to_string()));
+    let answer = match (&outcome.result, outcome.status, outcome.answer_sha256) {
+        (Ok(()), Some(status_code), Some(answer_sha256)) => Some(EffectAnswer::Webhook {
+            endpoint: target.name.clone(),
+            webhook_id: idempotency_key(ctx.id()),
+            status_code,
+            answer_sha256,
+        }),
+        _ => None,
+    };
     let mut result = outcome.result;
     match verdict {
         Ok(Some(Verdict::Probing(probe_at))) => {
@@ -248,7 +258,7 @@ async fn after_attempt(
         }
     }
     result?;
-    Ok(None)
+    Ok(answer.map(|answer| record_effect(ctx.id(), answer)))
 }
 
 /// Makes a retryable failure wait for the tripped endpoint's next probe at

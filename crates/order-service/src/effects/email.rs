@@ -179,8 +179,13 @@ impl Mailer {
         })
     }
 
-    /// Sends the confirmation of `order` as job `job_id`.
-    pub async fn send_confirmation(&self, job_id: i64, order: &Order) -> Result<(), EffectError> {
+    /// Sends the confirmation of `order` as job `job_id`; returns the
+    /// server's reply to the message ([`smtp_reply`]).
+    pub async fn send_confirmation(
+        &self,
+        job_id: i64,
+        order: &Order,
+    ) -> Result<String, EffectError> {
         self.send(
             job_id,
             order,
@@ -191,14 +196,15 @@ impl Mailer {
     }
 
     /// Sends the `kind` email of `order` as job `job_id`; `details` is the
-    /// event's data (carrier and tracking number, reason).
+    /// event's data (carrier and tracking number, reason). Returns the
+    /// server's reply to the message ([`smtp_reply`]).
     pub async fn send(
         &self,
         job_id: i64,
         order: &Order,
         kind: EmailKind,
         details: &serde_json::Value,
-    ) -> Result<(), EffectError> {
+    ) -> Result<String, EffectError> {
         self.send_with_receipt(job_id, order, kind, details, None)
             .await
     }
@@ -214,10 +220,10 @@ impl Mailer {
         kind: EmailKind,
         details: &serde_json::Value,
         receipt: Option<Vec<u8>>,
-    ) -> Result<(), EffectError> {
+    ) -> Result<String, EffectError> {
         let message = self.compose(job_id, order, kind, details, receipt)?;
         match tokio::time::timeout(SMTP_SEND_DEADLINE, self.transport.send(message)).await {
-            Ok(Ok(_)) => Ok(()),
+            Ok(Ok(response)) => Ok(self.scrub(&smtp_reply(&response))),
             Ok(Err(e)) => Err(self.classify(&e)),
             Err(_) => Err(EffectError::retryable(format!(
                 "SMTP send did not finish within {}",
@@ -256,6 +262,19 @@ impl Mailer {
         }
     }
 }
+
+/// The server's reply to a message (its answer after DATA) on one line: the
+/// code, then the text of every line of the reply, space-separated; what a
+/// single-line reply said on the wire. Cleaned of control characters and
+/// bounded, as it is stored in the effect ledger.
+pub fn smtp_reply(response: &lettre::transport::smtp::response::Response) -> String {
+    let text: Vec<&str> = response.message().collect();
+    let line = format!("{} {}", response.code(), text.join(" "));
+    crate::text::one_line(line.trim_end(), MAX_SMTP_REPLY_CHARS)
+}
+
+/// Characters of an SMTP reply kept in the effect ledger.
+pub const MAX_SMTP_REPLY_CHARS: usize = 512;
 
 /// The `Message-ID` of job `job_id`'s confirmation email when the sender's
 /// domain is `domain`: the one definition the mailer and the dashboard share.

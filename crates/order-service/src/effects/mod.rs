@@ -8,13 +8,15 @@
 //! - [`mod@workers`]: the workers that perform them, and [`workers()`], the
 //!   registry a relay runs;
 //! - [`email`], [`receipt`], [`webhook`], [`nats`]: what each effect does; [`signature`]:
-//!   the webhook signatures; [`settings`]: what they make of the configuration.
+//!   the webhook signatures; [`settings`]: what they make of the configuration;
+//! - [`ledger`]: what each effect's peer answered, recorded with the job's completion.
 //!
 //! [`Worker`]: outbox_core::worker::Worker
 
 pub mod delivery;
 pub mod email;
 pub mod jobs;
+pub mod ledger;
 pub mod nats;
 mod order_loader;
 pub mod receipt;

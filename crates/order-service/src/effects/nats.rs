@@ -95,12 +95,13 @@ pub fn headers(publication: &Publication<'_>) -> HeaderMap {
     headers
 }
 
-/// A publish that is done, and the stream sequence its PubAck gave (none when
-/// the stream refused it as already on its subject).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+/// A publish that is done, and the stream and sequence its PubAck gave (none
+/// when the stream refused it as already on its subject).
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Acked {
     pub published: Published,
     pub sequence: Option<u64>,
+    pub stream: Option<String>,
 }
 
 /// Publishes `publication` over `connection` and reads the answer: done
@@ -130,12 +131,14 @@ pub async fn classify_publish(
                 Published::New
             },
             sequence: Some(ack.sequence),
+            stream: Some(ack.stream),
         }),
         Err(error) => outcome::classify(error, connection, endpoint, publication)
             .await
             .map(|published| Acked {
                 published,
                 sequence: None,
+                stream: None,
             }),
     }
 }

@@ -29,8 +29,8 @@ use std::time::{Duration, SystemTime};
 use anyhow::Context as _;
 use reqwest::header::{CONTENT_TYPE, LOCATION, RETRY_AFTER};
 
-pub use self::answer::parse_retry_after;
-use self::answer::{classify, read_error_body};
+pub use self::answer::{MAX_ANSWER_BYTES, parse_retry_after};
+use self::answer::{classify, read_body};
 use self::body::event_body;
 use super::{EffectError, error_chain};
 use crate::config::redacted_proxy;
@@ -239,6 +239,7 @@ impl WebhookSender {
             Err(e) => AttemptOutcome {
                 status: None,
                 excerpt: None,
+                answer_sha256: None,
                 duration: Duration::ZERO,
                 result: Err(EffectError::permanent(format!(
                     "order {} does not serialize: {e}",
@@ -261,19 +262,11 @@ impl WebhookSender {
         let mut outcome = AttemptOutcome {
             status: None,
             excerpt: None,
+            answer_sha256: None,
             duration: Duration::ZERO,
             result: Ok(()),
         };
-        outcome.result = self
-            .send(
-                url,
-                secrets,
-                job_id,
-                body,
-                &mut outcome.status,
-                &mut outcome.excerpt,
-            )
-            .await;
+        outcome.result = self.send(url, secrets, job_id, body, &mut outcome).await;
         outcome.duration = started.elapsed();
         outcome
     }
@@ -284,8 +277,7 @@ impl WebhookSender {
         secrets: &Secrets,
         job_id: i64,
         body: Vec<u8>,
-        status_seen: &mut Option<u16>,
-        excerpt: &mut Option<String>,
+        seen: &mut AttemptOutcome,
     ) -> Result<(), EffectError> {
         if !self.allow_private {
             // reqwest resolves no literal address, so the resolver never sees it.
@@ -322,9 +314,11 @@ impl WebhookSender {
             .map_err(|e| self.transport_error(url, e))?;
 
         let status = response.status();
-        *status_seen = Some(status.as_u16());
+        seen.status = Some(status.as_u16());
         if status.is_success() {
-            *excerpt = Some(read_error_body(response).await);
+            let answer = read_body(response).await;
+            seen.excerpt = Some(answer.excerpt);
+            seen.answer_sha256 = Some(answer.sha256);
             return Ok(());
         }
         let retry_after = response
@@ -337,9 +331,15 @@ impl WebhookSender {
             .get(LOCATION)
             .and_then(|v| v.to_str().ok())
             .map(|v| one_line(v, EXCERPT_CHARS));
-        let body = read_error_body(response).await;
-        *excerpt = Some(body.clone());
-        Err(classify(status, retry_after, location.as_deref(), &body))
+        let answer = read_body(response).await;
+        seen.excerpt = Some(answer.excerpt.clone());
+        seen.answer_sha256 = Some(answer.sha256);
+        Err(classify(
+            status,
+            retry_after,
+            location.as_deref(),
+            &answer.excerpt,
+        ))
     }
 
     /// `sha256=<hex HMAC-SHA256(body)>` with the configured secret; none for
@@ -379,6 +379,9 @@ pub struct AttemptOutcome {
     pub status: Option<u16>,
     /// The start of the answer's body, bounded ([`EXCERPT_CHARS`]).
     pub excerpt: Option<String>,
+    /// SHA-256 (hex) of the answer's body as read: its first
+    /// [`MAX_ANSWER_BYTES`] bytes.
+    pub answer_sha256: Option<String>,
     /// From the start of the call to the end of reading the answer.
     pub duration: Duration,
     pub result: Result<(), EffectError>,

@@ -9,6 +9,7 @@ use tracing::Instrument as _;
 use super::delivery::{EndpointNoticeWorker, WebhookWorker};
 use super::email::{EmailKind, MAX_RECEIPT_ATTACHMENT_BYTES, Mailer};
 use super::jobs::{EndpointNotice, Noop};
+use super::ledger::{EffectAnswer, record_effect};
 use super::nats::{NatsConnections, PublishWorker};
 use super::order_loader::{OrderLoader, StoredReceipt, order_span};
 use super::receipt::{self, ReceiptSettings};
@@ -115,10 +116,16 @@ impl EmailWorker {
             EmailKind::Confirmation => self.receipt(args.order_id, &ctx).await?,
             _ => None,
         };
-        mailer
+        let smtp_reply = mailer
             .send_with_receipt(ctx.id(), &order, kind, &details, receipt)
             .await?;
-        Ok(None)
+        Ok(Some(record_effect(
+            ctx.id(),
+            EffectAnswer::Email {
+                message_id: mailer.message_id(ctx.id()),
+                smtp_reply,
+            },
+        )))
     }
 
     /// The receipt the confirmation carries, if it has one to carry. The

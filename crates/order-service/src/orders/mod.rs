@@ -17,6 +17,7 @@ mod id;
 mod idempotency;
 pub mod jobs;
 mod json;
+mod ledger;
 mod place;
 mod read;
 mod status;
@@ -34,6 +35,7 @@ pub use fanout::{FANOUT_BATCH, FanoutProgress, expand_fanout, expand_fanout_step
 pub use id::OrderId;
 pub use idempotency::{Cause, IdempotencyKey};
 pub use jobs::{new_job, order_enqueuer};
+pub use ledger::{EffectEntry, EffectLedger, load_effect_ledger, load_ledger};
 pub use place::{PlaceOrderError, Placed, PlacedOrder, Placement, place_order, place_order_by};
 pub use read::{
     Order, OrderEvent, OrderItem, OrderJob, load_event, load_events, load_order, load_order_events,

@@ -16,6 +16,7 @@
 mod database;
 mod endpoints;
 mod endpoints_summary;
+mod ledger;
 mod orders;
 mod payments;
 mod progress;
@@ -331,6 +332,11 @@ impl Demo<'_> {
                 None => None,
             };
             self.summarize(&placed, &watched, nats_messages);
+            if let Some(first) = placed.first()
+                && let Err(error) = ledger::print_ledger(&client, api_url, first.id).await
+            {
+                println!("  the effect ledger could not be read: {error:#}");
+            }
             if let Some(stripe) = &stripe {
                 println!();
                 println!("Inbox (POST /inbound/stripe), oldest first:");

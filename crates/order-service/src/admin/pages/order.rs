@@ -1,5 +1,6 @@
 //! An order's page: its items and a timeline of its events and jobs, with
-//! what was sent for it and its receipt.
+//! what was sent for it, what each effect's peer answered (the effect
+//! ledger) and its receipt.
 
 use axum::extract::{Extension, Path, Query, State};
 use axum::response::{Html, Redirect};
@@ -202,6 +203,7 @@ pub(in crate::admin) async fn order(
         }
     }
     events.sort_by_key(|e| e.sort);
+    let effects: Vec<Value> = timeline.effects.iter().map(effect_view).collect();
     let jobs: Vec<Value> = timeline.jobs.iter().map(|j| job_view(j, hide)).collect();
     let receipt = timeline.receipt.as_ref().map(|r| {
         context! {
@@ -225,8 +227,39 @@ pub(in crate::admin) async fn order(
                    events => Value::from(minijinja::value::Serde(&events)),
                    jobs => jobs,
                    sent => sent,
+                   effects => effects,
                    receipt => receipt,
         ..base(Some(&session), &nonce, "jobs", &format!("Order {id}")),
                },
     )
+}
+
+/// One entry of the effect ledger as the page shows it: the job, and the
+/// answer's fields that are recorded, each with its ledger name.
+fn effect_view(entry: &crate::orders::EffectEntry) -> Value {
+    let mut answer: Vec<(&str, String)> = Vec::new();
+    let mut field = |name, value: Option<String>| {
+        if let Some(value) = value {
+            answer.push((name, value));
+        }
+    };
+    field("message_id", entry.message_id.clone());
+    field("smtp_reply", entry.smtp_reply.clone());
+    field("endpoint", entry.endpoint.clone());
+    field("webhook_id", entry.webhook_id.clone());
+    field("status_code", entry.status_code.map(|c| c.to_string()));
+    field("answer_sha256", entry.answer_sha256.clone());
+    field("stream", entry.stream.clone());
+    field("stream_seq", entry.stream_seq.map(|s| s.to_string()));
+    field("duplicate", entry.duplicate.map(|d| d.to_string()));
+    field("pdf_sha256", entry.pdf_sha256.clone());
+    context! {
+        job => entry.job_id,
+        kind => entry.kind.clone(),
+        status => entry.status.clone(),
+        attempts => entry.attempts,
+        lease_token => entry.lease_token,
+        answer => answer.into_iter().map(|(name, value)| context! { name => name, value => value }).collect::<Vec<_>>(),
+        at => opt_time(entry.recorded_at),
+    }
 }

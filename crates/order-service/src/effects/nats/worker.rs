@@ -15,6 +15,7 @@ use super::loader::{BatchLoader, Rendered};
 use super::outcome::{ErrorClass, Published, failure};
 use super::{Acked, PUBLISH_TIMEOUT, Publication, classify_publish, count, subject};
 use crate::db::{PgPool, run_blocking};
+use crate::effects::ledger::{EffectAnswer, record_effect};
 use crate::effects::webhook::idempotency_key;
 use crate::endpoints::EndpointCredentials;
 use crate::endpoints::attempts::NewAttempt;
@@ -112,7 +113,11 @@ impl PublishWorker {
         count(&target.name, &result);
         self.log_attempt(&target, &ctx, started_at, started.elapsed(), &result)
             .await;
-        let Acked { published, .. } = result?;
+        let Acked {
+            published,
+            sequence,
+            stream: acked_by,
+        } = result?;
         if published != Published::New {
             tracing::info!(
                 endpoint = %target.name,
@@ -121,7 +126,16 @@ impl PublishWorker {
                 "the stream already had this event; done"
             );
         }
-        Ok(None)
+        Ok(Some(record_effect(
+            ctx.id(),
+            EffectAnswer::Publish {
+                endpoint: target.name.clone(),
+                webhook_id: message_id,
+                stream: acked_by.unwrap_or_else(|| stream.clone()),
+                stream_seq: sequence,
+                duplicate: published != Published::New,
+            },
+        )))
     }
 
     /// The publish over the connection of the endpoint's server and

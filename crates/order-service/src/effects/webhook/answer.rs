@@ -9,9 +9,9 @@ use super::super::EffectError;
 use super::EXCERPT_CHARS;
 use crate::text::one_line;
 
-/// Bytes of an error body read at all: a receiver's huge error page is not
+/// Bytes of an answer's body read at all: a receiver's huge error page is not
 /// worth the memory or the wait.
-const MAX_ERROR_BODY: usize = 8 * 1024;
+pub const MAX_ANSWER_BYTES: usize = 8 * 1024;
 
 /// The error class of a non-2xx answer.
 pub(super) fn classify(
@@ -52,18 +52,30 @@ pub(super) fn classify(
     }
 }
 
-/// Reads at most [`MAX_ERROR_BODY`] bytes of the answer and returns a short,
-/// single-line excerpt of it. A body that fails half-way yields what arrived.
-pub(super) async fn read_error_body(mut response: reqwest::Response) -> String {
+/// What was read of an answer's body.
+pub(super) struct AnswerBody {
+    /// A short, single-line excerpt.
+    pub(super) excerpt: String,
+    /// SHA-256 (hex) of the bytes read.
+    pub(super) sha256: String,
+}
+
+/// Reads at most [`MAX_ANSWER_BYTES`] bytes of the answer: an excerpt of them,
+/// and their digest for the effect ledger. A body that fails half-way yields
+/// what arrived.
+pub(super) async fn read_body(mut response: reqwest::Response) -> AnswerBody {
     let mut bytes = Vec::new();
-    while bytes.len() < MAX_ERROR_BODY {
+    while bytes.len() < MAX_ANSWER_BYTES {
         match response.chunk().await {
             Ok(Some(chunk)) => bytes.extend_from_slice(&chunk),
             Ok(None) | Err(_) => break,
         }
     }
-    bytes.truncate(MAX_ERROR_BODY);
-    one_line(&String::from_utf8_lossy(&bytes), EXCERPT_CHARS)
+    bytes.truncate(MAX_ANSWER_BYTES);
+    AnswerBody {
+        excerpt: one_line(&String::from_utf8_lossy(&bytes), EXCERPT_CHARS),
+        sha256: crate::effects::ledger::sha256_hex(&bytes),
+    }
 }
 
 /// A `Retry-After` value as a wait from `now`: delta-seconds or an HTTP date
