@@ -28,3 +28,6 @@ CREATE TABLE effect_results (
 
 COMMENT ON TABLE effect_results IS
     'The effect ledger: one row per done job, written in the transaction that finished it (GET /orders/{id}/effects).';
+
+-- `jobs prune` deletes the answers with the done jobs they describe, by age.
+CREATE INDEX effect_results_recorded_at_idx ON effect_results (recorded_at);

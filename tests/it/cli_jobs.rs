@@ -446,13 +446,29 @@ fn prune_dry_run_counts_and_deletes_nothing_then_prune_deletes_only_old_done_job
     );
     assert_eq!(jobs_all::table.count().get_result::<i64>(&mut conn), Ok(6));
 
+    // The effect ledger's answers age with the jobs they describe.
+    diesel::sql_query(format!(
+        "INSERT INTO effect_results (job_id, message_id, recorded_at) VALUES \
+         ({}, '<old@example.com>', now() - interval '10 days'), \
+         ({recent}, '<recent@example.com>', now() - interval '1 day')",
+        orders[0].1[0]
+    ))
+    .execute(&mut conn)
+    .expect("ledger answers");
+
     let out = jobs_cmd(&db, &["prune", "--older-than", "7d", "--batch-size", "1"]);
     assert_ok(&out);
     assert!(
-        stdout(&out).contains("deleted 3 done jobs that finished more than 7d ago, in 3 batches"),
+        stdout(&out).contains("deleted 3 done jobs that finished more than 7d ago, in 3 batches")
+            && stdout(&out).contains("deleted 1 effect ledger answer recorded more than 7d ago"),
         "{}",
         stdout(&out)
     );
+    let answers: Vec<i64> =
+        diesel::dsl::sql::<diesel::sql_types::BigInt>("SELECT job_id FROM effect_results")
+            .load(&mut conn)
+            .expect("ledger answers");
+    assert_eq!(answers, [recent], "the recent job's answer stays");
     assert!(stderr(&out).contains("of ~3"), "progress: {}", stderr(&out));
     let left: Vec<i64> = jobs_all::table
         .select(jobs_all::id)

@@ -86,3 +86,48 @@ pub async fn migrate_when_writable(
         delay = (delay * 2).min(MAX_DELAY);
     }
 }
+
+/// A log table that `jobs prune` ages with the done jobs: its name, the key
+/// its batches are chosen by, and the time each row is aged by. Fixed names,
+/// never input: they are written into the statement.
+#[derive(Debug, Clone, Copy)]
+pub struct AgedTable {
+    pub table: &'static str,
+    pub key: &'static str,
+    pub time: &'static str,
+}
+
+impl AgedTable {
+    /// Deletes the rows whose time is more than `older_than` ago, in batches
+    /// of `batch` rows (short transactions); returns how many went.
+    pub fn prune(
+        &self,
+        conn: &mut PgConnection,
+        older_than: std::time::Duration,
+        batch: i64,
+    ) -> diesel::QueryResult<u64> {
+        use diesel::RunQueryDsl as _;
+        use diesel::sql_types::{BigInt, Timestamptz};
+        let cutoff = chrono::Duration::from_std(older_than)
+            .ok()
+            .and_then(|age| chrono::Utc::now().checked_sub_signed(age))
+            .unwrap_or(chrono::DateTime::<chrono::Utc>::MIN_UTC);
+        let AgedTable { table, key, time } = *self;
+        let statement = format!(
+            "DELETE FROM {table} WHERE {key} IN ( \
+                 SELECT {key} FROM {table} WHERE {time} < $1 LIMIT $2)"
+        );
+        let batch = batch.max(1);
+        let mut total = 0u64;
+        loop {
+            let deleted = diesel::sql_query(&statement)
+                .bind::<Timestamptz, _>(cutoff)
+                .bind::<BigInt, _>(batch)
+                .execute(conn)?;
+            total += deleted as u64;
+            if (deleted as i64) < batch {
+                return Ok(total);
+            }
+        }
+    }
+}

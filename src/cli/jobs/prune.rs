@@ -85,6 +85,16 @@ pub(super) async fn prune(args: PruneArgs) -> anyhow::Result<()> {
             count_of(attempts, "delivery attempt", "delivery attempts")
         );
     }
+    let answers = with_conn(&args.db, move |conn| {
+        crate::orders::prune_ledger(conn, older_than, batch).context("pruning effect_results")
+    })
+    .await?;
+    if answers > 0 {
+        println!(
+            "deleted {} recorded more than {age} ago",
+            count_of(answers, "effect ledger answer", "effect ledger answers")
+        );
+    }
     if report.partitions_busy > 0 {
         anyhow::bail!(
             "{} stayed locked by other sessions (readers of jobs_all) and {} kept; \

@@ -193,22 +193,10 @@ pub fn stats(conn: &mut PgConnection) -> QueryResult<HashMap<i64, AttemptStats>>
 /// Deletes the attempts that started more than `older_than` ago, in batches
 /// of `batch` rows (short transactions); returns how many went.
 pub fn prune(conn: &mut PgConnection, older_than: Duration, batch: i64) -> QueryResult<u64> {
-    let cutoff = chrono::Duration::from_std(older_than)
-        .ok()
-        .and_then(|age| Utc::now().checked_sub_signed(age))
-        .unwrap_or(DateTime::<Utc>::MIN_UTC);
-    let mut total = 0u64;
-    loop {
-        let deleted = diesel::sql_query(
-            "DELETE FROM delivery_attempts WHERE id IN ( \
-                 SELECT id FROM delivery_attempts WHERE started_at < $1 LIMIT $2)",
-        )
-        .bind::<Timestamptz, _>(cutoff)
-        .bind::<BigInt, _>(batch.max(1))
-        .execute(conn)?;
-        total += deleted as u64;
-        if (deleted as i64) < batch.max(1) {
-            return Ok(total);
-        }
+    crate::db::AgedTable {
+        table: "delivery_attempts",
+        key: "id",
+        time: "started_at",
     }
+    .prune(conn, older_than, batch)
 }

@@ -145,3 +145,19 @@ impl EffectEntry {
         }
     }
 }
+
+/// Deletes the ledger's answers recorded more than `older_than` ago (with
+/// the done jobs `jobs prune` deletes), in batches of `batch`; returns how
+/// many went.
+pub fn prune(
+    conn: &mut PgConnection,
+    older_than: std::time::Duration,
+    batch: i64,
+) -> QueryResult<u64> {
+    crate::db::AgedTable {
+        table: "effect_results",
+        key: "job_id",
+        time: "recorded_at",
+    }
+    .prune(conn, older_than, batch)
+}

@@ -35,7 +35,9 @@ pub use fanout::{FANOUT_BATCH, FanoutProgress, expand_fanout, expand_fanout_step
 pub use id::OrderId;
 pub use idempotency::{Cause, IdempotencyKey};
 pub use jobs::{new_job, order_enqueuer};
-pub use ledger::{EffectEntry, EffectLedger, load_effect_ledger, load_ledger};
+pub use ledger::{
+    EffectEntry, EffectLedger, load_effect_ledger, load_ledger, prune as prune_ledger,
+};
 pub use place::{PlaceOrderError, Placed, PlacedOrder, Placement, place_order, place_order_by};
 pub use read::{
     Order, OrderEvent, OrderItem, OrderJob, load_event, load_events, load_order, load_order_events,
