@@ -10,7 +10,8 @@
 //!
 //! `relay`'s settings are in `relay.rs`, the effects' (which `demo` shares)
 //! in `effects.rs`, the dashboard's that `serve` mounts in `admin.rs` and
-//! `dashboard.rs`, the value parsers every flag uses in `parse.rs`. What
+//! `dashboard.rs`, the value parsers every flag uses in `parse.rs`,
+//! `ORDER_PAYMENT_WINDOW` (`serve` and `relay`) in `payment_window.rs`. What
 //! several commands share stays here.
 
 mod admin;
@@ -20,6 +21,7 @@ pub mod default_endpoint;
 mod effects;
 mod links;
 mod parse;
+mod payment_window;
 mod relay;
 mod secret_file;
 mod secrets_key;
@@ -32,6 +34,10 @@ pub use admin::{AdminArgs, mail_from_domain};
 pub use default_endpoint::DefaultEndpointArgs;
 pub use effects::{EffectArgs, ReceiptArgs};
 pub use links::LinkArgs;
+pub use payment_window::{
+    MAX_PAYMENT_WINDOW, MIN_PAYMENT_WINDOW, PaymentWindow, PaymentWindowArgs,
+    parse_payment_window,
+};
 pub use parse::{
     parse_count, parse_database_url, parse_duration, parse_http_url, parse_positive_duration,
     parse_proxy, parse_socket_addr, parse_url_without_credentials, redacted_proxy,

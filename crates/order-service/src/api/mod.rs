@@ -79,6 +79,10 @@ pub const DEFAULT_SHUTDOWN_GRACE: Duration = Duration::from_secs(15);
 pub struct ApiSettings {
     /// `max_attempts` of the jobs of new orders (`JOB_MAX_ATTEMPTS`).
     pub max_attempts: i32,
+    /// How long a new order may stay unpaid before it expires
+    /// (`ORDER_PAYMENT_WINDOW`); `None`: it never does. The window in force
+    /// at placing is the one stored with the order.
+    pub payment_window: Option<Duration>,
     /// Longest a request may take, body upload included; past it, 503.
     pub request_timeout: Duration,
     /// Connections in the pool built by [`connect`], so database calls in
@@ -123,6 +127,7 @@ impl Default for ApiSettings {
     fn default() -> Self {
         ApiSettings {
             max_attempts: crate::outbox::DEFAULT_MAX_ATTEMPTS,
+            payment_window: None,
             request_timeout: DEFAULT_REQUEST_TIMEOUT,
             pool_size: DEFAULT_POOL_SIZE,
             db_wait: DEFAULT_DB_WAIT,

@@ -114,6 +114,7 @@ pub(crate) async fn place(
     let order = NewOrder::parse(&value)?;
 
     let max_attempts = state.settings.max_attempts;
+    let payment_window = state.settings.payment_window;
     let keyed = key.is_some();
     let enqueuer = state.enqueuer.clone();
     let (placement, view) = state
@@ -126,6 +127,7 @@ pub(crate) async fn place(
                 key.as_ref(),
                 max_attempts,
                 verified.cause(),
+                payment_window,
             )
             .map_err(|e| match e {
                 PlaceOrderError::IdempotencyConflict { .. } => ApiError::IdempotencyConflict,

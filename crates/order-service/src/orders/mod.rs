@@ -12,6 +12,7 @@ use outbox_core::worker::JobArgs as _;
 mod currency;
 mod domain;
 mod events;
+mod expiry;
 mod id;
 mod idempotency;
 pub mod jobs;
@@ -29,6 +30,10 @@ pub use domain::{
     NewOrderItem, Quantity,
 };
 pub use events::{delivery_key, endpoint_key};
+pub use expiry::{
+    EXPIRY_BATCH, EXPIRY_SWEEP_EVERY, EXPIRY_SWEEP_NAME, ExpireOrders, Sweep, expire_due_orders,
+    orders_awaiting_expiry,
+};
 pub use id::OrderId;
 pub use idempotency::{Cause, IdempotencyKey};
 pub use jobs::{new_job, order_enqueuer};

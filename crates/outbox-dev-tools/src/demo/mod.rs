@@ -10,12 +10,14 @@
 //! everything is. Ctrl-C at any point stops it cleanly, removing the database.
 //!
 //! The endpoints are added in `endpoints.rs`, the API and the relay started in
-//! `services.rs`, the orders placed in `orders.rs`, the jobs followed in
-//! `watch.rs` and the outcome printed in `summary.rs`.
+//! `services.rs`, the orders placed in `orders.rs` (and one left to expire
+//! unpaid in `expiry.rs`), the jobs followed in `watch.rs` and the outcome
+//! printed in `summary.rs`.
 
 mod database;
 mod endpoints;
 mod endpoints_summary;
+mod expiry;
 mod orders;
 mod payments;
 mod progress;
@@ -304,6 +306,25 @@ impl Demo<'_> {
             }
         }
 
+        let mut expiring = match expiry::Expiring::place(
+            &self.running.database_url,
+            orders,
+            self.args.enqueue.max_attempts,
+        )
+        .await
+        {
+            Ok(expiring) => expiring,
+            Err(error) => {
+                view.clear();
+                return Err(error);
+            }
+        };
+        view.line(format!(
+            "  + order #{:<3} placed with a {}s payment window, which nobody pays",
+            expiring.id,
+            expiry::WINDOW.as_secs()
+        ));
+
         let stripe = match self.walk(&client, &view, &placed).await {
             Ok(stripe) => stripe,
             Err(error) => {
@@ -311,6 +332,17 @@ impl Demo<'_> {
                 return Err(error);
             }
         };
+        view.status(format!(
+            "waiting for order #{}'s payment window to close",
+            expiring.id
+        ));
+        match expiring.wait(&self.running.database_url, self.shutdown).await {
+            Ok(said) => view.line(said),
+            Err(error) => {
+                view.clear();
+                return Err(error);
+            }
+        }
         view.status("the relay is working: emails, receipts, and every event to every endpoint");
         let narrator = Narrator::with_endpoints(self.subscribers.names());
         // At least a job of each kind per order (webhooks: one per endpoint).
@@ -331,6 +363,8 @@ impl Demo<'_> {
                 None => None,
             };
             self.summarize(&placed, &watched, nats_messages);
+            println!();
+            println!("{}", expiring.summary());
             if let Some(stripe) = &stripe {
                 println!();
                 println!("Inbox (POST /inbound/stripe), oldest first:");
