@@ -11,8 +11,8 @@ use chrono::{DateTime, Utc};
 use diesel::prelude::*;
 use tokio_util::sync::CancellationToken;
 
-use super::POLL_EVERY;
-use super::samples;
+use super::progress::LiveView;
+use super::{Demo, POLL_EVERY, samples};
 use order_service::orders::{
     Cause, NewOrder, OrderStatus, order_enqueuer, place_order_by,
 };
@@ -20,13 +20,52 @@ use order_service::schema::{order_events, orders};
 
 /// The window of the demo's unpaid order: short, so it expires while the
 /// relay still works on the other orders.
-pub(super) const WINDOW: Duration = Duration::from_secs(3);
+const WINDOW: Duration = Duration::from_secs(3);
 /// How long after its window the demo waits for the expiry before it moves on.
 const GRACE: Duration = Duration::from_secs(15);
 
+impl Demo<'_> {
+    /// Places sample order `n` under [`WINDOW`], and says so.
+    pub(super) async fn place_expiring(
+        &self,
+        view: &LiveView,
+        n: usize,
+    ) -> anyhow::Result<Expiring> {
+        let expiring = Expiring::place(
+            &self.running.database_url,
+            n,
+            self.args.enqueue.max_attempts,
+        )
+        .await?;
+        view.line(format!(
+            "  + order #{:<3} placed with a {}s payment window, which nobody pays",
+            expiring.id,
+            WINDOW.as_secs()
+        ));
+        Ok(expiring)
+    }
+
+    /// Waits for the relay to expire it, and says so.
+    pub(super) async fn await_expiry(
+        &self,
+        view: &LiveView,
+        expiring: &mut Expiring,
+    ) -> anyhow::Result<()> {
+        view.status(format!(
+            "waiting for order #{}'s payment window to close",
+            expiring.id
+        ));
+        let said = expiring
+            .wait(&self.running.database_url, self.shutdown)
+            .await?;
+        view.line(said);
+        Ok(())
+    }
+}
+
 /// The order placed under [`WINDOW`], and what became of it.
 pub(super) struct Expiring {
-    pub(super) id: i64,
+    id: i64,
     expires_at: DateTime<Utc>,
     /// When its `order.expired` was recorded; `None` until then.
     expired_at: Option<DateTime<Utc>>,
@@ -36,7 +75,7 @@ impl Expiring {
     /// Places sample order `n` with a payment window of [`WINDOW`]. Through
     /// the library, not `POST /orders`: the demo's API places the other
     /// orders without a window, and a window is the API's setting.
-    pub(super) async fn place(
+    async fn place(
         database_url: &str,
         n: usize,
         max_attempts: i32,
@@ -75,7 +114,7 @@ impl Expiring {
     /// Waits until the relay's sweep has expired the order (its event and
     /// jobs committed with it), or [`GRACE`] past its window, or Ctrl-C.
     /// The line that tells it.
-    pub(super) async fn wait(
+    async fn wait(
         &mut self,
         database_url: &str,
         shutdown: &CancellationToken,

@@ -306,24 +306,13 @@ impl Demo<'_> {
             }
         }
 
-        let mut expiring = match expiry::Expiring::place(
-            &self.running.database_url,
-            orders,
-            self.args.enqueue.max_attempts,
-        )
-        .await
-        {
+        let mut expiring = match self.place_expiring(&view, orders).await {
             Ok(expiring) => expiring,
             Err(error) => {
                 view.clear();
                 return Err(error);
             }
         };
-        view.line(format!(
-            "  + order #{:<3} placed with a {}s payment window, which nobody pays",
-            expiring.id,
-            expiry::WINDOW.as_secs()
-        ));
 
         let stripe = match self.walk(&client, &view, &placed).await {
             Ok(stripe) => stripe,
@@ -332,16 +321,9 @@ impl Demo<'_> {
                 return Err(error);
             }
         };
-        view.status(format!(
-            "waiting for order #{}'s payment window to close",
-            expiring.id
-        ));
-        match expiring.wait(&self.running.database_url, self.shutdown).await {
-            Ok(said) => view.line(said),
-            Err(error) => {
-                view.clear();
-                return Err(error);
-            }
+        if let Err(error) = self.await_expiry(&view, &mut expiring).await {
+            view.clear();
+            return Err(error);
         }
         view.status("the relay is working: emails, receipts, and every event to every endpoint");
         let narrator = Narrator::with_endpoints(self.subscribers.names());
@@ -363,8 +345,6 @@ impl Demo<'_> {
                 None => None,
             };
             self.summarize(&placed, &watched, nats_messages);
-            println!();
-            println!("{}", expiring.summary());
             if let Some(stripe) = &stripe {
                 println!();
                 println!("Inbox (POST /inbound/stripe), oldest first:");
@@ -376,6 +356,8 @@ impl Demo<'_> {
                     println!("{line}");
                 }
             }
+            println!();
+            println!("{}", expiring.summary());
         }
         Ok(())
     }
