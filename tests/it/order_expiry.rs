@@ -132,7 +132,11 @@ async fn an_unpaid_order_expires_once_with_two_relays_and_its_event_and_email_go
         "pay",
         json!({"payment_reference": "pi_1"}),
     );
-    assert_eq!(expires_at(&mut conn, paid_id), None, "pay clears expires_at");
+    assert_eq!(
+        expires_at(&mut conn, paid_id),
+        None,
+        "pay clears expires_at"
+    );
     // As `serve` places with ORDER_PAYMENT_WINDOW=off: no expires_at.
     let order = NewOrder::parse(&order_json("Ada Windowless")).expect("valid");
     let windowless = place_order(&mut conn, &order_enqueuer(), &order, None, 8)
@@ -429,7 +433,9 @@ async fn without_a_window_an_order_never_expires_and_leaving_placed_clears_expir
         .execute(&mut conn);
     let error = kept.expect_err("refused by the CHECK");
     assert!(
-        error.to_string().contains("orders_expires_only_while_placed"),
+        error
+            .to_string()
+            .contains("orders_expires_only_while_placed"),
         "{error}"
     );
 }

@@ -34,16 +34,15 @@ pub use admin::{AdminArgs, mail_from_domain};
 pub use default_endpoint::DefaultEndpointArgs;
 pub use effects::{EffectArgs, ReceiptArgs};
 pub use links::LinkArgs;
-pub use payment_window::{
-    MAX_PAYMENT_WINDOW, MIN_PAYMENT_WINDOW, PaymentWindow, PaymentWindowArgs,
-    parse_payment_window,
-};
 pub use parse::{
     parse_count, parse_database_url, parse_duration, parse_http_url, parse_positive_duration,
     parse_proxy, parse_socket_addr, parse_url_without_credentials, redacted_proxy,
     refuse_placeholder,
 };
 use parse::{parse_max_attempts, parse_requests};
+pub use payment_window::{
+    MAX_PAYMENT_WINDOW, MIN_PAYMENT_WINDOW, PaymentWindow, PaymentWindowArgs, parse_payment_window,
+};
 pub use relay::{RelayArgs, SessionTimeouts, default_worker_id};
 pub use secret_file::read_secret_file;
 pub use secrets_key::{PlaintextSecrets, SecretsKeyArgs};

@@ -17,11 +17,11 @@ use super::receipt::{self, ReceiptSettings};
 use super::webhook::WebhookSender;
 use crate::db::{PgPool, run_blocking};
 use crate::kinds::EffectKind;
-use crate::orders::{
-    EXPIRY_BATCH, EXPIRY_SWEEP_EVERY, EXPIRY_SWEEP_NAME, ExpireOrders, OrderId,
-    expire_due_orders, order_enqueuer,
-};
 use crate::orders::jobs::{ConfirmationEmail, OrderPublish, OrderWebhook, ReceiptPdf};
+use crate::orders::{
+    EXPIRY_BATCH, EXPIRY_SWEEP_EVERY, EXPIRY_SWEEP_NAME, ExpireOrders, OrderId, expire_due_orders,
+    order_enqueuer,
+};
 use crate::sealed::Keyring;
 
 /// The registry of the service's workers. `mailer` and `webhook` are `None`

@@ -104,8 +104,7 @@ fn insert_placed(
     payment_window: Option<Duration>,
 ) -> QueryResult<Option<PlacedRow>> {
     // Whole milliseconds: the window was parsed from text such as `30m`.
-    let window_ms =
-        payment_window.map(|w| i64::try_from(w.as_millis()).unwrap_or(i64::MAX));
+    let window_ms = payment_window.map(|w| i64::try_from(w.as_millis()).unwrap_or(i64::MAX));
     let items = order.items();
     let skus: Vec<&str> = items.iter().map(|i| i.sku.as_str()).collect();
     let names: Vec<&str> = items.iter().map(|i| i.name.as_str()).collect();

@@ -44,7 +44,9 @@ pub enum Transition {
     },
     /// Not paid by `expires_at`: made by the expiry sweep, never parsed
     /// from a request (it is not in [`Transition::ACTIONS`]).
-    Expire { expires_at: DateTime<Utc> },
+    Expire {
+        expires_at: DateTime<Utc>,
+    },
 }
 
 const MAX_REFERENCE_CHARS: usize = 200;

@@ -49,7 +49,15 @@ impl ApiUnderTest {
         payment_window: Duration,
     ) -> anyhow::Result<ApiUnderTest> {
         let timeout = Duration::from_secs(30);
-        Self::serve(url, clients, 0, timeout, ApiAuth::Keys, Some(payment_window)).await
+        Self::serve(
+            url,
+            clients,
+            0,
+            timeout,
+            ApiAuth::Keys,
+            Some(payment_window),
+        )
+        .await
     }
 
     async fn serve(

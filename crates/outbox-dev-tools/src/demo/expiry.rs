@@ -13,9 +13,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::progress::LiveView;
 use super::{Demo, POLL_EVERY, samples};
-use order_service::orders::{
-    Cause, NewOrder, OrderStatus, order_enqueuer, place_order_by,
-};
+use order_service::orders::{Cause, NewOrder, OrderStatus, order_enqueuer, place_order_by};
 use order_service::schema::{order_events, orders};
 
 /// The window of the demo's unpaid order: short, so it expires while the
@@ -75,11 +73,7 @@ impl Expiring {
     /// Places sample order `n` with a payment window of [`WINDOW`]. Through
     /// the library, not `POST /orders`: the demo's API places the other
     /// orders without a window, and a window is the API's setting.
-    async fn place(
-        database_url: &str,
-        n: usize,
-        max_attempts: i32,
-    ) -> anyhow::Result<Expiring> {
+    async fn place(database_url: &str, n: usize, max_attempts: i32) -> anyhow::Result<Expiring> {
         let order = NewOrder::parse(&samples::order_body(n))
             .map_err(|e| anyhow::anyhow!("the sample order: {e}"))?;
         let url = database_url.to_owned();
