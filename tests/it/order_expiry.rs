@@ -439,3 +439,44 @@ async fn without_a_window_an_order_never_expires_and_leaving_placed_clears_expir
         "{error}"
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_relay_without_the_window_still_expires_the_orders_placed_under_one() {
+    let db = TestDb::new();
+    let mut conn = db.conn();
+    let order = NewOrder::parse(&order_json("Ada")).expect("valid");
+    // Placed while the window was set; it has been turned off since.
+    let id = place_order_by(
+        &mut conn,
+        &order_enqueuer(),
+        &order,
+        None,
+        8,
+        Cause::default(),
+        Some(Duration::from_secs(1)),
+    )
+    .expect("placed")
+    .order_id();
+    let launch = Launch::relay("expiry-off", &db.url)
+        .env("RELAY_KINDS", "order_expiry")
+        .without_env("ORDER_PAYMENT_WINDOW");
+    let (mut relay, _) = BinProcess::start_relay(launch).await;
+    wait_until("the order expires", Duration::from_secs(15), || {
+        count_events(&mut conn, id, "order.expired") == 1
+    })
+    .await;
+    relay.terminate().await;
+    assert!(
+        relay
+            .stderr()
+            .contains("orders placed under a window await expiry"),
+        "{}",
+        relay.stderr()
+    );
+    let status: String = orders::table
+        .find(id)
+        .select(orders::status)
+        .first(&mut conn)
+        .expect("order");
+    assert_eq!(status, "expired");
+}
