@@ -86,6 +86,7 @@ pub struct Order {
     pub created_at: DateTime<Utc>,
     /// When the order expires unless paid: set while it is `placed` under a
     /// payment window (`ORDER_PAYMENT_WINDOW`), null otherwise.
+    #[schema(required = true)]
     pub expires_at: Option<DateTime<Utc>>,
     pub items: Vec<OrderItem>,
 }
