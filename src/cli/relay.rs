@@ -19,7 +19,7 @@ pub async fn run(
 ) -> anyhow::Result<()> {
     // Validate everything before touching the network: a misconfigured sidecar
     // should fail at deploy time, naming what is wrong.
-    let settings = args.settings()?;
+    let mut settings = args.settings()?;
     let keys = secrets.keyring()?;
     crate::at_rest::warn_without_key(&keys);
     let kinds = args.kinds();
@@ -143,6 +143,8 @@ pub async fn run(
             crate::endpoints::upkeep::UPKEEP_EVERY,
             shutdown.clone(),
         ));
+        settings.periodic_jobs = periodic_jobs(&pool, &args, &kinds).await?;
+        settings.periodic_enqueuer = crate::orders::order_enqueuer();
         let relay = WorkerPool::new(pool, db_args.database_url, settings, executor)?;
         let _ = liveness.set(relay.liveness());
         relay.run_until_stopped(shutdown.clone()).await;
@@ -152,4 +154,40 @@ pub async fn run(
     shutdown.cancel();
     let _ = metrics_server.await;
     Ok(())
+}
+
+/// The relay's periodic jobs ([`effects::periodic_jobs`]). The expiry sweep runs
+/// while `ORDER_PAYMENT_WINDOW` is set, and also without it while orders
+/// placed under a window await expiry (the window was turned off since, or
+/// `serve` has it and this relay not): an order placed under a window is
+/// never left placed past it.
+async fn periodic_jobs(
+    pool: &db::PgPool,
+    args: &RelayArgs,
+    kinds: &[EffectKind],
+) -> anyhow::Result<Vec<crate::outbox::PeriodicJob>> {
+    let window = args.payment_window.payment_window.get();
+    let expire_orders = if window.is_some() || !kinds.contains(&EffectKind::OrderExpiry) {
+        window.is_some()
+    } else {
+        let awaiting = db::run_blocking(pool, |conn| {
+            Ok(crate::orders::orders_awaiting_expiry(conn)?)
+        })
+        .await
+        .context("looking for orders that await expiry")?;
+        if awaiting {
+            tracing::warn!(
+                "ORDER_PAYMENT_WINDOW is off, but orders placed under a window await expiry: \
+                 this relay sweeps for them"
+            );
+        }
+        awaiting
+    };
+    let plan = effects::PeriodicPlan {
+        kinds: kinds.to_vec(),
+        expire_orders,
+        max_attempts: args.enqueue.max_attempts,
+        fanout_inline: args.enqueue.fanout_inline,
+    };
+    Ok(effects::periodic_jobs(&plan)?)
 }

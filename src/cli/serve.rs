@@ -10,7 +10,7 @@ use crate::api::api_key_limit::{DEFAULT_RATE_LIMIT, RateLimitSetting, parse_rate
 use crate::api::{self, ApiAuth, ApiSettings, DEFAULT_ADDRESS_LIMIT};
 use crate::config::{
     AdminArgs, ConfigError, DEFAULT_API_ADDR, DEFAULT_API_METRICS_ADDR, DatabaseArgs,
-    DefaultEndpointArgs, EnqueueArgs, HttpLimitsArgs, LinkArgs, SecretsKeyArgs,
+    DefaultEndpointArgs, EnqueueArgs, HttpLimitsArgs, LinkArgs, PaymentWindowArgs, SecretsKeyArgs,
     parse_positive_duration, parse_socket_addr,
 };
 use crate::db;
@@ -34,6 +34,8 @@ pub struct ServeArgs {
     pub http: HttpLimitsArgs,
     #[command(flatten)]
     pub enqueue: EnqueueArgs,
+    #[command(flatten)]
+    pub payment_window: PaymentWindowArgs,
     #[command(flatten)]
     pub admin: AdminArgs,
     #[command(flatten)]
@@ -104,6 +106,7 @@ pub async fn run(db_args: DatabaseArgs, args: ServeArgs) -> anyhow::Result<()> {
     let settings = ApiSettings {
         max_attempts: args.enqueue.max_attempts,
         fanout_inline: args.enqueue.fanout_inline,
+        payment_window: args.payment_window.payment_window.get(),
         request_timeout: args.request_timeout,
         connections: ConnectionLimits {
             trusted_proxies: trusted_proxies.clone(),

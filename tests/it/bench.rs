@@ -183,6 +183,21 @@ fn bench_runs_a_small_workload_and_reports_every_figure() {
             .is_some_and(|r| r > 0.0),
         "{auth}"
     );
+    // What a payment window costs placement: both sides ran, without errors.
+    let window = &placement["window_cost"];
+    assert_eq!(window["payment_window"], "30m", "{window}");
+    assert_eq!(window["with_window_errors"], 0, "{window}");
+    assert_eq!(window["without_errors"], 0, "{window}");
+    assert!(
+        window["with_window_over_without"]
+            .as_f64()
+            .is_some_and(|r| r > 0.0),
+        "{window}"
+    );
+    assert!(
+        stdout.contains("placement with a payment window (ORDER_PAYMENT_WINDOW=30m"),
+        "{stdout}"
+    );
     assert_eq!(placement["half_open"]["connections"], 200, "{placement}");
     assert_eq!(placement["half_open"]["errors"], 0, "{placement}");
     assert!(

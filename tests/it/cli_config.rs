@@ -239,3 +239,27 @@ fn serve_refuses_a_fanout_inline_that_is_not_a_count_naming_it() {
         assert!(!err.contains("panicked"), "{err}");
     }
 }
+
+#[test]
+fn a_bad_order_payment_window_stops_serve_and_relay_naming_the_variable_and_the_value() {
+    for value in ["0", "-5m", "soon", "500ms"] {
+        let relay = relay_with(&[DB, ("ORDER_PAYMENT_WINDOW", value)], &["--kinds", "noop"]);
+        let mut serve = Command::new(env!("CARGO_BIN_EXE_outbox-relay"));
+        serve
+            .arg("serve")
+            .env("DATABASE_URL", DB.1)
+            .env("API_ADDR", "127.0.0.1:0")
+            .env("ORDER_PAYMENT_WINDOW", value)
+            .env_remove("ADMIN_TOKEN");
+        let serve = serve.output().expect("run outbox-relay serve");
+        for (command, out) in [("relay", relay), ("serve", serve)] {
+            let err = stderr(&out);
+            assert_eq!(out.status.code(), Some(2), "{command} {value:?}: {err}");
+            assert!(
+                err.contains("ORDER_PAYMENT_WINDOW") && err.contains(value),
+                "{command} {value:?}: {err}"
+            );
+            assert!(!err.contains("panicked"), "{err}");
+        }
+    }
+}

@@ -116,11 +116,13 @@ fn the_demo_delivers_to_both_endpoints_and_the_stream_leaves_its_files_and_drops
     );
     // 3 orders: 3 placements, order #1 paid (by a Stripe event), shipped and
     // delivered, order #2 cancelled, order #3 paid and refunded by Stripe
-    // events: 9 events, each to both webhook endpoints and, when a NATS
-    // server answers on 4222, to the stream; 3 receipts; 6 emails (3
-    // confirmations, the shipping, the cancellation and the refund).
+    // events; and order #4, placed with a 3s payment window and left unpaid,
+    // expired by the relay's sweep: 11 events, each to both webhook
+    // endpoints and, when a NATS server answers on 4222, to the stream; 4
+    // receipts; 8 emails (4 confirmations, the shipping, the cancellation,
+    // the refund and the expiry).
     let nats = !stdout.contains("NATS: skipped");
-    let jobs = 3 + 6 + 2 * 9 + if nats { 9 } else { 0 };
+    let jobs = 4 + 8 + 2 * 11 + if nats { 11 } else { 0 };
     assert!(
         stdout.contains(&format!("{jobs} jobs: {jobs} done, 0 failed")),
         "{stdout}"
@@ -141,15 +143,20 @@ fn the_demo_delivers_to_both_endpoints_and_the_stream_leaves_its_files_and_drops
             "{answer:?} in the ledger: {stdout}"
         );
     }
+    assert!(
+        stdout.contains("order #4   expired unpaid")
+            && stdout.contains("Payment window: order #4 was placed with a 3s window"),
+        "{stdout}"
+    );
     if nats {
         let line = stdout
             .lines()
             .find(|l| l.trim_start().starts_with("events ") && l.contains(" holds "))
             .unwrap_or_else(|| panic!("a row for the NATS endpoint: {stdout}"));
-        assert!(line.contains("9 of 9"), "{line}");
+        assert!(line.contains("11 of 11"), "{line}");
         assert!(
             line.contains("stream DEMO_ORDERS_")
-                && line.contains("holds 9 messages: one per event"),
+                && line.contains("holds 11 messages: one per event"),
             "the stream's count beside the webhooks: {line}"
         );
     } else {
@@ -175,11 +182,11 @@ fn the_demo_delivers_to_both_endpoints_and_the_stream_leaves_its_files_and_drops
     };
     assert_eq!(
         row("shop-erp"),
-        "shop-erp 9 of 9 9 0 9 of 9 verify with shop-erp's secret, 0 with analytics'"
+        "shop-erp 11 of 11 11 0 11 of 11 verify with shop-erp's secret, 0 with analytics'"
     );
     assert_eq!(
         row("analytics"),
-        "analytics 9 of 9 12 3 12 of 12 verify with analytics' secret, 0 with shop-erp's"
+        "analytics 11 of 11 14 3 14 of 14 verify with analytics' secret, 0 with shop-erp's"
     );
     assert!(
         stdout.contains("it answered 503 to its first 3 calls, then recovered"),
@@ -198,10 +205,10 @@ fn the_demo_delivers_to_both_endpoints_and_the_stream_leaves_its_files_and_drops
     );
     assert!(!stderr.contains("panicked"), "{stderr}");
 
-    // One confirmation per order, the shipping, the cancellation and the
-    // refund emails, each a whole message a mail client opens.
+    // One confirmation per order, the shipping, the cancellation, the
+    // refund and the expiry emails, each a whole message a mail client opens.
     let emails = files(&out.join("emails"), "eml");
-    assert_eq!(emails.len(), 6, "{emails:?}\n{stdout}");
+    assert_eq!(emails.len(), 8, "{emails:?}\n{stdout}");
     let mut subjects = Vec::new();
     for path in &emails {
         let text = std::fs::read_to_string(path).expect("an .eml is UTF-8");
@@ -275,13 +282,15 @@ fn the_demo_delivers_to_both_endpoints_and_the_stream_leaves_its_files_and_drops
             "Your order #2 is confirmed",
             "Your order #3 has been refunded",
             "Your order #3 is confirmed",
+            "Your order #4 has expired unpaid",
+            "Your order #4 is confirmed",
         ]
     );
 
     // Every webhook request, the refused ones included, in its endpoint's
     // directory, with its headers and signatures the receiver checked with
     // that endpoint's secret.
-    for (endpoint, calls, refused) in [("shop-erp", 9, 0), ("analytics", 12, 3)] {
+    for (endpoint, calls, refused) in [("shop-erp", 11, 0), ("analytics", 14, 3)] {
         let webhooks: Vec<serde_json::Value> = files(&out.join("webhooks").join(endpoint), "json")
             .iter()
             .map(|path| {
@@ -314,7 +323,7 @@ fn the_demo_delivers_to_both_endpoints_and_the_stream_leaves_its_files_and_drops
                 .or_default()
                 .push(hook["answered"].as_i64().expect("the answer's status"));
         }
-        assert_eq!(answers_by_key.len(), 9, "{endpoint}: {answers_by_key:?}");
+        assert_eq!(answers_by_key.len(), 11, "{endpoint}: {answers_by_key:?}");
         let refusals: usize = answers_by_key
             .values()
             .map(|answers| answers.iter().filter(|&&a| a == 503).count())
@@ -330,7 +339,7 @@ fn the_demo_delivers_to_both_endpoints_and_the_stream_leaves_its_files_and_drops
 
     // The receipts, fetched from the API, are PDFs a PDF library reads.
     let receipts = files(&out.join("receipts"), "pdf");
-    assert_eq!(receipts.len(), 3, "{receipts:?}");
+    assert_eq!(receipts.len(), 4, "{receipts:?}");
     for path in &receipts {
         let pdf = std::fs::read(path).expect("readable receipt");
         assert!(pdf.starts_with(b"%PDF-"), "{}", path.display());

@@ -33,6 +33,7 @@ mod inbox_retention;
 mod metrics;
 mod nats;
 mod nats_attempts;
+mod order_expiry;
 mod orders;
 mod outbox;
 mod queue_core;

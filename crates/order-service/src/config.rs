@@ -10,7 +10,8 @@
 //!
 //! `relay`'s settings are in `relay.rs`, the effects' (which `demo` shares)
 //! in `effects.rs`, the dashboard's that `serve` mounts in `admin.rs` and
-//! `dashboard.rs`, the value parsers every flag uses in `parse.rs`. What
+//! `dashboard.rs`, the value parsers every flag uses in `parse.rs`,
+//! `ORDER_PAYMENT_WINDOW` (`serve` and `relay`) in `payment_window.rs`. What
 //! several commands share stays here.
 
 mod admin;
@@ -20,6 +21,7 @@ pub mod default_endpoint;
 mod effects;
 mod links;
 mod parse;
+mod payment_window;
 mod relay;
 mod secret_file;
 mod secrets_key;
@@ -38,6 +40,9 @@ pub use parse::{
     refuse_placeholder,
 };
 use parse::{parse_fanout_inline, parse_max_attempts, parse_requests};
+pub use payment_window::{
+    MAX_PAYMENT_WINDOW, MIN_PAYMENT_WINDOW, PaymentWindow, PaymentWindowArgs, parse_payment_window,
+};
 pub use relay::{RelayArgs, SessionTimeouts, default_worker_id};
 pub use secret_file::read_secret_file;
 pub use secrets_key::{PlaintextSecrets, SecretsKeyArgs};

@@ -7,7 +7,7 @@ use std::fmt;
 use std::str::FromStr;
 
 /// The kinds this service performs, each with its job type (in `orders::jobs`,
-/// `effects::jobs` and `endpoints::notice`).
+/// `orders::expiry`, `effects::jobs` and `endpoints::notice`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum EffectKind {
     /// `ConfirmationEmail`: an order's emails.
@@ -25,6 +25,8 @@ pub enum EffectKind {
     OrderFanout,
     /// `Noop`: succeeds at once (benchmarks, smoke tests).
     Noop,
+    /// `ExpireOrders`: the periodic sweep that expires unpaid orders.
+    OrderExpiry,
 }
 
 impl EffectKind {
@@ -37,6 +39,7 @@ impl EffectKind {
         EffectKind::OrderPublish,
         EffectKind::OrderFanout,
         EffectKind::Noop,
+        EffectKind::OrderExpiry,
     ];
 
     /// The kinds an order placement enqueues, one job each, in this order.
@@ -56,6 +59,7 @@ impl EffectKind {
             EffectKind::OrderPublish => "order_publish",
             EffectKind::OrderFanout => "order_fanout",
             EffectKind::Noop => "noop",
+            EffectKind::OrderExpiry => "order_expiry",
         }
     }
 }

@@ -14,6 +14,7 @@ diesel::table! {
         created_at -> Timestamptz,
         status -> Text,
         api_key_id -> Nullable<Int8>,
+        expires_at -> Nullable<Timestamptz>,
     }
 }
 

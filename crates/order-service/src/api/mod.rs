@@ -84,6 +84,10 @@ pub struct ApiSettings {
     /// Deliveries an event's transaction writes itself, at most
     /// (`FANOUT_INLINE`); past it, an `order_fanout` job writes them.
     pub fanout_inline: usize,
+    /// How long a new order may stay unpaid before it expires
+    /// (`ORDER_PAYMENT_WINDOW`); `None`: it never does. The window in force
+    /// at placing is the one stored with the order.
+    pub payment_window: Option<Duration>,
     /// Longest a request may take, body upload included; past it, 503.
     pub request_timeout: Duration,
     /// Connections in the pool built by [`connect`], so database calls in
@@ -139,6 +143,7 @@ impl Default for ApiSettings {
         ApiSettings {
             max_attempts: crate::outbox::DEFAULT_MAX_ATTEMPTS,
             fanout_inline: crate::orders::DEFAULT_FANOUT_INLINE,
+            payment_window: None,
             request_timeout: DEFAULT_REQUEST_TIMEOUT,
             pool_size: DEFAULT_POOL_SIZE,
             db_wait: DEFAULT_DB_WAIT,

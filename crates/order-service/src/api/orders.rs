@@ -118,6 +118,7 @@ pub(crate) async fn place(
     let order = NewOrder::parse(&value)?;
 
     let jobs = state.settings.event_jobs();
+    let payment_window = state.settings.payment_window;
     let keyed = key.is_some();
     let enqueuer = state.enqueuer.clone();
     let (placement, view) = state
@@ -130,6 +131,7 @@ pub(crate) async fn place(
                 key.as_ref(),
                 jobs,
                 verified.cause(),
+                payment_window,
             )
             .map_err(|e| match e {
                 PlaceOrderError::IdempotencyConflict { .. } => ApiError::IdempotencyConflict,

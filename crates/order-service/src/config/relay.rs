@@ -10,7 +10,10 @@ use super::parse::{
     parse_count, parse_duration, parse_job_timeouts, parse_kind, parse_positive_duration,
     parse_socket_addr,
 };
-use super::{ConfigError, DEFAULT_METRICS_ADDR, EffectArgs, HttpLimitsArgs, LinkArgs, ReceiptArgs};
+use super::{
+    ConfigError, DEFAULT_METRICS_ADDR, EffectArgs, EnqueueArgs, HttpLimitsArgs, LinkArgs,
+    PaymentWindowArgs, ReceiptArgs,
+};
 use crate::kinds::EffectKind;
 
 /// Everything `relay` reads.
@@ -84,6 +87,12 @@ pub struct RelayArgs {
     pub receipt: ReceiptArgs,
     #[command(flatten)]
     pub links: LinkArgs,
+    #[command(flatten)]
+    pub payment_window: PaymentWindowArgs,
+    /// `max_attempts` of the jobs a relay enqueues itself (an expired
+    /// order's email and deliveries).
+    #[command(flatten)]
+    pub enqueue: EnqueueArgs,
 }
 
 impl RelayArgs {

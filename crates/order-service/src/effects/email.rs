@@ -58,6 +58,7 @@ pub enum EmailKind {
     Shipped,
     Cancelled,
     Refunded,
+    Expired,
 }
 
 impl EmailKind {
@@ -68,6 +69,7 @@ impl EmailKind {
             "order.shipped" => Some(EmailKind::Shipped),
             "order.cancelled" => Some(EmailKind::Cancelled),
             "order.refunded" => Some(EmailKind::Refunded),
+            "order.expired" => Some(EmailKind::Expired),
             _ => None,
         }
     }
@@ -78,6 +80,7 @@ impl EmailKind {
             EmailKind::Shipped => "shipped",
             EmailKind::Cancelled => "cancelled",
             EmailKind::Refunded => "refunded",
+            EmailKind::Expired => "expired",
         }
     }
 
@@ -87,6 +90,7 @@ impl EmailKind {
             EmailKind::Shipped => format!("Your order #{order_id} is on its way"),
             EmailKind::Cancelled => format!("Your order #{order_id} has been cancelled"),
             EmailKind::Refunded => format!("Your order #{order_id} has been refunded"),
+            EmailKind::Expired => format!("Your order #{order_id} has expired unpaid"),
         }
     }
 }

@@ -32,7 +32,10 @@ pub use delivery::{EndpointNoticeWorker, WebhookWorker};
 pub use jobs::{EffectKind, EndpointNotice, Noop};
 pub use outbox_core::worker::{BoxFuture, JobHandler};
 pub use outbox_core::worker::{EffectError, EffectResult, JobArgs, JobContext, Worker, Workers};
-pub use workers::{EmailWorker, NoopWorker, ReceiptWorker, workers, workers_with_nats};
+pub use workers::{
+    EmailWorker, ExpiryWorker, NoopWorker, PeriodicPlan, ReceiptWorker, periodic_jobs, workers,
+    workers_with_nats,
+};
 
 /// An error and its sources on one line, each cause once (transport errors
 /// often repeat their source's text in their own).

@@ -1,8 +1,10 @@
-//! The workers of the service's job types, and the registry a relay runs.
+//! The workers of the service's job types, the registry a relay runs, and
+//! the periodic jobs it declares ([`periodic_jobs`]).
 //! Each loads what its job names (the order, its event) and performs the
 //! effect; they are written with the core's [`Worker`] API, as a library
 //! user's would be, and nothing in the relay knows them.
 
+use outbox_core::outbox::{InvalidPeriodicJob, JobOptions, PeriodicJob};
 use outbox_core::worker::{EffectError, EffectResult, JobContext, Worker, Workers};
 use tracing::Instrument as _;
 
@@ -15,8 +17,12 @@ use super::order_loader::{OrderLoader, StoredReceipt, order_span};
 use super::receipt::{self, ReceiptSettings};
 use super::webhook::WebhookSender;
 use crate::db::{PgPool, run_blocking};
+use crate::kinds::EffectKind;
 use crate::orders::jobs::{ConfirmationEmail, OrderFanout, OrderPublish, OrderWebhook, ReceiptPdf};
-use crate::orders::{FANOUT_BATCH, OrderId, expand_fanout, order_enqueuer};
+use crate::orders::{
+    EXPIRY_BATCH, EXPIRY_SWEEP_EVERY, EXPIRY_SWEEP_NAME, ExpireOrders, FANOUT_BATCH, OrderId,
+    expand_fanout, expire_due_orders, order_enqueuer,
+};
 use crate::sealed::Keyring;
 
 /// The registry of the service's workers. `mailer` and `webhook` are `None`
@@ -52,6 +58,7 @@ pub fn workers_with_nats(
     secrets: Keyring,
 ) -> Workers {
     let publisher = PublishWorker::new(pool.clone(), nats, secrets.clone());
+    let expiry = ExpiryWorker { pool: pool.clone() };
     let orders = OrderLoader { pool };
     Workers::new()
         .register::<ConfirmationEmail, _>(EmailWorker {
@@ -77,6 +84,7 @@ pub fn workers_with_nats(
         })
         .register::<OrderPublish, _>(publisher)
         .register::<Noop, _>(NoopWorker)
+        .register::<ExpireOrders, _>(expiry)
 }
 
 /// Sends the email of an order event over SMTP.
@@ -222,6 +230,90 @@ impl Worker<OrderFanout> for FanoutWorker {
     }
 }
 
+/// order_expiry: the relays' periodic sweep that expires unpaid orders
+/// ([`expire_due_orders`]), each in its own transaction. A run with nothing
+/// due costs one index probe.
+#[derive(Debug, Clone)]
+pub struct ExpiryWorker {
+    pub pool: PgPool,
+}
+
+impl Worker<ExpireOrders> for ExpiryWorker {
+    async fn work(&self, args: ExpireOrders, _ctx: JobContext) -> EffectResult {
+        let sweep = run_blocking(&self.pool, move |conn| {
+            Ok(expire_due_orders(
+                conn,
+                &order_enqueuer(),
+                crate::orders::EventJobs {
+                    max_attempts: args.max_attempts,
+                    fanout_inline: args.fanout_inline,
+                },
+                EXPIRY_BATCH,
+            ))
+        })
+        .await
+        .map_err(|e| EffectError::retryable(format!("expiring orders: {e}")))?
+        .map_err(|e| EffectError::retryable(format!("expiring orders: {e}")))?;
+        if !sweep.expired.is_empty() {
+            tracing::info!(
+                expired = sweep.expired.len(),
+                orders = ?sweep.expired,
+                "expired unpaid orders"
+            );
+        }
+        if sweep.failed.is_empty() {
+            return Ok(None);
+        }
+        let failed: Vec<String> = sweep
+            .failed
+            .iter()
+            .map(|(order_id, error)| format!("order {order_id}: {error}"))
+            .collect();
+        // The next sweeps try them again; the error keeps them visible.
+        Err(EffectError::retryable(format!(
+            "{} of the due orders could not be expired ({} were): {}",
+            failed.len(),
+            sweep.expired.len(),
+            failed.join("; ")
+        )))
+    }
+}
+
+/// What decides a relay's periodic jobs.
+#[derive(Debug, Clone)]
+pub struct PeriodicPlan {
+    /// The kinds the relay claims.
+    pub kinds: Vec<EffectKind>,
+    /// Sweep for unpaid orders past their window: `ORDER_PAYMENT_WINDOW`
+    /// is set, or orders placed under one still await expiry.
+    pub expire_orders: bool,
+    /// `max_attempts` of the jobs the periodic jobs enqueue themselves.
+    pub max_attempts: i32,
+    /// `FANOUT_INLINE` of the events the periodic jobs write.
+    pub fanout_inline: usize,
+}
+
+/// A failed sweep is not retried for long: the next slot, a second later,
+/// sweeps again.
+const SWEEP_MAX_ATTEMPTS: i32 = 3;
+
+/// The relay's periodic jobs under `plan`.
+pub fn periodic_jobs(plan: &PeriodicPlan) -> Result<Vec<PeriodicJob>, InvalidPeriodicJob> {
+    let claims = |kind: EffectKind| plan.kinds.contains(&kind);
+    let mut jobs = Vec::new();
+    if plan.expire_orders && claims(EffectKind::OrderExpiry) {
+        let sweep = ExpireOrders {
+            max_attempts: plan.max_attempts,
+            fanout_inline: plan.fanout_inline,
+        };
+        jobs.push(
+            PeriodicJob::every(EXPIRY_SWEEP_NAME, EXPIRY_SWEEP_EVERY, &sweep)?
+                .options(&JobOptions::default().max_attempts(SWEEP_MAX_ATTEMPTS)),
+        );
+    }
+    Ok(jobs)
+}
+
 /// Succeeds at once.
 #[derive(Debug)]
 pub struct NoopWorker;
@@ -229,5 +321,30 @@ pub struct NoopWorker;
 impl Worker<Noop> for NoopWorker {
     async fn work(&self, _args: Noop, _ctx: JobContext) -> EffectResult {
         Ok(None)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_expiry_sweep_is_declared_only_when_wanted_and_claimed() {
+        let plan = |expire_orders, kinds: &[EffectKind]| PeriodicPlan {
+            kinds: kinds.to_vec(),
+            expire_orders,
+            max_attempts: 8,
+        };
+        let all = &EffectKind::ALL;
+        let jobs = periodic_jobs(&plan(true, all)).expect("valid");
+        assert_eq!(
+            jobs.iter().map(PeriodicJob::name).collect::<Vec<_>>(),
+            [EXPIRY_SWEEP_NAME]
+        );
+        assert_eq!(jobs[0].kind(), "order_expiry");
+        assert_eq!(jobs[0].schedule().to_string(), "every 1s");
+        assert!(periodic_jobs(&plan(false, all)).expect("valid").is_empty());
+        let mailer_only = plan(true, &[EffectKind::ConfirmationEmail]);
+        assert!(periodic_jobs(&mailer_only).expect("valid").is_empty());
     }
 }

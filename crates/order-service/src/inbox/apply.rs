@@ -5,7 +5,9 @@
 //! The order row is locked (`FOR NO KEY UPDATE`, as every transition locks
 //! it) before the decision reads it, so a payment racing a cancel is decided
 //! against whichever committed first: paid then cancelled, or cancelled and
-//! then held as "refund needed", never both applied.
+//! then held as "refund needed", never both applied. A payment racing the
+//! expiry sweep is decided the same way: paid, or held as "paid after the
+//! order expired".
 
 use diesel::prelude::*;
 use outbox_core::dedupe::{Received, record_message};
@@ -250,6 +252,11 @@ fn decide(conn: &mut PgConnection, meaning: &Meaning, message_id: &str) -> Query
             if order.status == OrderStatus::Cancelled {
                 return held(format!(
                     "refund needed: order {order_id} was cancelled before this payment ({reference}) arrived"
+                ));
+            }
+            if order.status == OrderStatus::Expired {
+                return held(format!(
+                    "paid after the order expired: refund needed: order {order_id} expired before this payment ({reference}) arrived"
                 ));
             }
             if let Some(reason) = money_differs(payment, &order) {

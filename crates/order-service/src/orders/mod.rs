@@ -12,6 +12,7 @@ use outbox_core::worker::JobArgs as _;
 mod currency;
 mod domain;
 mod events;
+mod expiry;
 mod fanout;
 mod id;
 mod idempotency;
@@ -31,6 +32,10 @@ pub use domain::{
     NewOrderItem, Quantity,
 };
 pub use events::{DEFAULT_FANOUT_INLINE, EventJobs, delivery_key, endpoint_key};
+pub use expiry::{
+    EXPIRY_BATCH, EXPIRY_SWEEP_EVERY, EXPIRY_SWEEP_NAME, ExpireOrders, Sweep, expire_due_orders,
+    orders_awaiting_expiry,
+};
 pub use fanout::{FANOUT_BATCH, FanoutProgress, expand_fanout, expand_fanout_step};
 pub use id::OrderId;
 pub use idempotency::{Cause, IdempotencyKey};

@@ -3,6 +3,8 @@
 use diesel::prelude::*;
 use diesel::result::Error as DieselError;
 use diesel::sql_types::{Array, BigInt, Integer, Nullable, Text, Timestamptz};
+use std::time::Duration;
+
 use sha2::{Digest, Sha256};
 
 use chrono::{DateTime, Utc};
@@ -77,6 +79,9 @@ struct PlacedRow {
     order_id: OrderId,
     #[diesel(sql_type = Timestamptz)]
     created_at: DateTime<Utc>,
+    /// `created_at` plus the payment window; none without one.
+    #[diesel(sql_type = Nullable<Timestamptz>)]
+    expires_at: Option<DateTime<Utc>>,
     /// In the request's order.
     #[diesel(sql_type = Array<BigInt>)]
     item_ids: Vec<i64>,
@@ -96,7 +101,10 @@ fn insert_placed(
     key: Option<&IdempotencyKey>,
     request_hash: Option<&str>,
     cause: Cause,
+    payment_window: Option<Duration>,
 ) -> QueryResult<Option<PlacedRow>> {
+    // Whole milliseconds: the window was parsed from text such as `30m`.
+    let window_ms = payment_window.map(|w| i64::try_from(w.as_millis()).unwrap_or(i64::MAX));
     let items = order.items();
     let skus: Vec<&str> = items.iter().map(|i| i.sku.as_str()).collect();
     let names: Vec<&str> = items.iter().map(|i| i.name.as_str()).collect();
@@ -115,6 +123,7 @@ fn insert_placed(
         .bind::<Array<Integer>, _>(&quantities)
         .bind::<Array<BigInt>, _>(&prices)
         .bind::<Text, _>(OrderStatus::Placed.event_type())
+        .bind::<Nullable<BigInt>, _>(window_ms)
         .get_result(conn)
         .optional()
 }
@@ -135,11 +144,14 @@ pub fn place_order(
     key: Option<&IdempotencyKey>,
     jobs: impl Into<EventJobs>,
 ) -> Result<Placed, PlaceOrderError> {
-    place_order_by(conn, enqueuer, order, key, jobs, Cause::of_key(key))
+    place_order_by(conn, enqueuer, order, key, jobs, Cause::of_key(key), None)
 }
 
 /// [`place_order`] on behalf of `cause`, recorded on the order and its first
-/// event; `key` is taken in `cause`'s space.
+/// event; `key` is taken in `cause`'s space. With a `payment_window`
+/// (`ORDER_PAYMENT_WINDOW`) the order's `expires_at` is its `created_at`
+/// plus the window, and the relays' sweep expires it if it is still placed
+/// then ([`super::expire_due_orders`]).
 pub fn place_order_by(
     conn: &mut PgConnection,
     enqueuer: &Enqueuer,
@@ -147,6 +159,7 @@ pub fn place_order_by(
     key: Option<&IdempotencyKey>,
     jobs: impl Into<EventJobs>,
     cause: Cause,
+    payment_window: Option<Duration>,
 ) -> Result<Placed, PlaceOrderError> {
     let event_jobs = jobs.into();
     let max_attempts = event_jobs.max_attempts;
@@ -158,11 +171,19 @@ pub fn place_order_by(
     let _entered = span.enter();
     let fingerprint = key.map(|_| fingerprint(order));
     let placement = enqueuer.transaction(conn, |conn| {
-        let inserted = insert_placed(conn, order, key, fingerprint.as_deref(), cause)?;
+        let inserted = insert_placed(
+            conn,
+            order,
+            key,
+            fingerprint.as_deref(),
+            cause,
+            payment_window,
+        )?;
 
         let Some(PlacedRow {
             order_id,
             created_at,
+            expires_at,
             item_ids,
             event,
         }) = inserted
@@ -227,6 +248,7 @@ pub fn place_order_by(
                 total_cents: order.total().cents(),
                 status: OrderStatus::Placed,
                 created_at,
+                expires_at,
                 items: item_ids
                     .into_iter()
                     .zip(order.items())

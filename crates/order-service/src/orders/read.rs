@@ -21,6 +21,7 @@ struct OrderHeader {
     total_cents: i64,
     status: OrderStatus,
     created_at: DateTime<Utc>,
+    expires_at: Option<DateTime<Utc>>,
 }
 
 impl OrderHeader {
@@ -33,6 +34,7 @@ impl OrderHeader {
             total_cents: self.total_cents,
             status: self.status,
             created_at: self.created_at,
+            expires_at: self.expires_at,
             items,
         }
     }
@@ -82,6 +84,10 @@ pub struct Order {
     pub total_cents: i64,
     pub status: OrderStatus,
     pub created_at: DateTime<Utc>,
+    /// When the order expires unless paid: set while it is `placed` under a
+    /// payment window (`ORDER_PAYMENT_WINDOW`), null otherwise.
+    #[schema(required = true)]
+    pub expires_at: Option<DateTime<Utc>>,
     pub items: Vec<OrderItem>,
 }
 

@@ -18,16 +18,20 @@ pub enum OrderStatus {
     Delivered,
     Cancelled,
     Refunded,
+    /// Not paid within its payment window (`ORDER_PAYMENT_WINDOW`): the
+    /// system's transition, never a key's.
+    Expired,
 }
 
 impl OrderStatus {
-    pub const ALL: [OrderStatus; 6] = [
+    pub const ALL: [OrderStatus; 7] = [
         OrderStatus::Placed,
         OrderStatus::Paid,
         OrderStatus::Shipped,
         OrderStatus::Delivered,
         OrderStatus::Cancelled,
         OrderStatus::Refunded,
+        OrderStatus::Expired,
     ];
 
     pub fn as_str(self) -> &'static str {
@@ -38,6 +42,7 @@ impl OrderStatus {
             OrderStatus::Delivered => "delivered",
             OrderStatus::Cancelled => "cancelled",
             OrderStatus::Refunded => "refunded",
+            OrderStatus::Expired => "expired",
         }
     }
 
@@ -50,6 +55,7 @@ impl OrderStatus {
             OrderStatus::Delivered => "order.delivered",
             OrderStatus::Cancelled => "order.cancelled",
             OrderStatus::Refunded => "order.refunded",
+            OrderStatus::Expired => "order.expired",
         }
     }
 }

@@ -1,9 +1,11 @@
-//! Order transitions: pay, ship, deliver, cancel, refund. Each is one transaction: a
+//! Order transitions: pay, ship, deliver, cancel, refund, and the system's
+//! expire ([`super::expiry`]). Each is one transaction: a
 //! guarded status update that locks the order row, the event with the next
 //! `seq`, and the jobs the event needs (a delivery to every subscribed endpoint, an email for
-//! shipped, cancelled and refunded), queued behind the order's earlier jobs of the same
-//! kind by their ordering key.
+//! shipped, cancelled, refunded and expired), queued behind the order's earlier jobs of
+//! the same kind by their ordering key. Leaving `placed` clears `expires_at`.
 
+use chrono::{DateTime, Utc};
 use diesel::prelude::*;
 use serde_json::{Value, json};
 use sha2::{Digest, Sha256};
@@ -39,6 +41,11 @@ pub enum Transition {
     Refund {
         reason: Option<DisplayText>,
         payment_reference: Option<DisplayText>,
+    },
+    /// Not paid by `expires_at`: made by the expiry sweep, never parsed
+    /// from a request (it is not in [`Transition::ACTIONS`]).
+    Expire {
+        expires_at: DateTime<Utc>,
     },
 }
 
@@ -193,6 +200,7 @@ impl Transition {
             Transition::Deliver => OrderStatus::Delivered,
             Transition::Cancel { .. } => OrderStatus::Cancelled,
             Transition::Refund { .. } => OrderStatus::Refunded,
+            Transition::Expire { .. } => OrderStatus::Expired,
         }
     }
 
@@ -223,6 +231,9 @@ impl Transition {
                 }
                 Value::Object(data)
             }
+            Transition::Expire { expires_at } => json!({
+                "expires_at": expires_at.to_rfc3339_opts(chrono::SecondsFormat::Micros, true)
+            }),
         }
     }
 
@@ -230,16 +241,19 @@ impl Transition {
     fn emails(&self) -> bool {
         matches!(
             self,
-            Transition::Ship { .. } | Transition::Cancel { .. } | Transition::Refund { .. }
+            Transition::Ship { .. }
+                | Transition::Cancel { .. }
+                | Transition::Refund { .. }
+                | Transition::Expire { .. }
         )
     }
 }
 
 impl OrderStatus {
     /// placed → paid → shipped → delivered; placed or paid → cancelled;
-    /// paid, shipped or delivered → refunded.
+    /// paid, shipped or delivered → refunded; placed → expired.
     pub fn can_become(self, next: OrderStatus) -> bool {
-        use OrderStatus::{Cancelled, Delivered, Paid, Placed, Refunded, Shipped};
+        use OrderStatus::{Cancelled, Delivered, Expired, Paid, Placed, Refunded, Shipped};
         matches!(
             (self, next),
             (Placed, Paid)
@@ -247,6 +261,7 @@ impl OrderStatus {
                 | (Shipped, Delivered)
                 | (Placed | Paid, Cancelled)
                 | (Paid | Shipped | Delivered, Refunded)
+                | (Placed, Expired)
         )
     }
 }
@@ -383,8 +398,13 @@ pub fn transition_order_by(
                 requested,
             });
         }
+        // `expires_at` lives only while the order is placed, and no
+        // transition leads to `placed`.
         diesel::update(orders::table.find(order_id))
-            .set(orders::status.eq(requested.as_str()))
+            .set((
+                orders::status.eq(requested.as_str()),
+                orders::expires_at.eq(None::<DateTime<Utc>>),
+            ))
             .execute(conn)?;
         let seq = next_seq(conn, id)?;
         let event = record_event(
@@ -440,6 +460,7 @@ mod tests {
             vec![
                 (Placed, Paid),
                 (Placed, Cancelled),
+                (Placed, Expired),
                 (Paid, Shipped),
                 (Paid, Cancelled),
                 (Paid, Refunded),

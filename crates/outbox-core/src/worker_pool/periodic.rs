@@ -105,7 +105,9 @@ async fn enqueue(shared: &Arc<Shared>, job: &PeriodicJob, now: DateTime<Utc>) ->
         Ok(Some(enqueued)) => {
             metrics::counter!("outbox_periodic_enqueued_total", "name" => job.name().to_owned())
                 .increment(1);
-            tracing::info!(
+            // DEBUG: a job every second would be a line a second at INFO;
+            // the counter and `jobs schedules` tell the same.
+            tracing::debug!(
                 name = job.name(),
                 slot = %enqueued.slot,
                 job_id = enqueued.job_id,

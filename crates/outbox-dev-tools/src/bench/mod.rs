@@ -27,6 +27,7 @@ mod queue;
 mod real;
 mod report;
 mod stats;
+mod window_cost;
 mod workflow;
 
 use std::time::Duration;

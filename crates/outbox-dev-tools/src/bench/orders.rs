@@ -38,7 +38,38 @@ impl ApiUnderTest {
         header_timeout: Duration,
         auth: ApiAuth,
     ) -> anyhow::Result<ApiUnderTest> {
+        Self::serve(url, clients, idle, header_timeout, auth, None).await
+    }
+
+    /// The API with keys, placing every order under `payment_window`
+    /// (`ORDER_PAYMENT_WINDOW`).
+    pub async fn with_payment_window(
+        url: &str,
+        clients: usize,
+        payment_window: Duration,
+    ) -> anyhow::Result<ApiUnderTest> {
+        let timeout = Duration::from_secs(30);
+        Self::serve(
+            url,
+            clients,
+            0,
+            timeout,
+            ApiAuth::Keys,
+            Some(payment_window),
+        )
+        .await
+    }
+
+    async fn serve(
+        url: &str,
+        clients: usize,
+        idle: usize,
+        header_timeout: Duration,
+        auth: ApiAuth,
+        payment_window: Option<Duration>,
+    ) -> anyhow::Result<ApiUnderTest> {
         let settings = ApiSettings {
+            payment_window,
             pool_size: u32::try_from(clients).unwrap_or(16).clamp(1, 64),
             connections: ConnectionLimits {
                 header_timeout,

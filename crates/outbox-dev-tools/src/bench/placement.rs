@@ -31,6 +31,10 @@ pub struct Placement {
     /// What API keys cost placement: the same load against a server with
     /// keys and one with `API_AUTH=none`, in alternating slices.
     pub auth_cost: super::auth_cost::AuthCost,
+    /// What a payment window costs placement: the same load against a
+    /// server with `ORDER_PAYMENT_WINDOW` and the one without, in
+    /// alternating slices.
+    pub window_cost: super::window_cost::WindowCost,
     /// The median of [`Self::pgbench_runs`]; `None` when pgbench is not
     /// installed.
     pub pgbench_orders_per_second: Option<f64>,
@@ -115,6 +119,7 @@ pub async fn measure(url: &str, args: &BenchArgs) -> anyhow::Result<Placement> {
         None
     };
     let auth_cost = super::auth_cost::measure(url, &api, &client, clients, duration).await?;
+    let window_cost = super::window_cost::measure(url, &api, &client, clients, duration).await?;
     api.stop().await?;
     pgbench.run(url, clients, duration, "after").await?;
     Ok(Placement {
@@ -124,6 +129,7 @@ pub async fn measure(url: &str, args: &BenchArgs) -> anyhow::Result<Placement> {
         api_latency: unloaded.latency(),
         half_open,
         auth_cost,
+        window_cost,
         pgbench_orders_per_second: pgbench.median(),
         pgbench_runs: pgbench.rates,
         api_wal_bytes_per_order: api_wal,

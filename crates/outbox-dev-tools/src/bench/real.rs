@@ -147,6 +147,7 @@ fn sample_order() -> anyhow::Result<Order> {
         total_cents: 900,
         status: OrderStatus::Placed,
         created_at: chrono::Utc::now(),
+        expires_at: None,
         items: vec![OrderItem {
             id: 1,
             sku: "TEA-1".to_owned(),

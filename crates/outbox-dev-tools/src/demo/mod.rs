@@ -10,12 +10,14 @@
 //! everything is. Ctrl-C at any point stops it cleanly, removing the database.
 //!
 //! The endpoints are added in `endpoints.rs`, the API and the relay started in
-//! `services.rs`, the orders placed in `orders.rs`, the jobs followed in
-//! `watch.rs` and the outcome printed in `summary.rs`.
+//! `services.rs`, the orders placed in `orders.rs` (and one left to expire
+//! unpaid in `expiry.rs`), the jobs followed in `watch.rs` and the outcome
+//! printed in `summary.rs`.
 
 mod database;
 mod endpoints;
 mod endpoints_summary;
+mod expiry;
 mod ledger;
 mod orders;
 mod payments;
@@ -305,6 +307,14 @@ impl Demo<'_> {
             }
         }
 
+        let mut expiring = match self.place_expiring(&view, orders).await {
+            Ok(expiring) => expiring,
+            Err(error) => {
+                view.clear();
+                return Err(error);
+            }
+        };
+
         let stripe = match self.walk(&client, &view, &placed).await {
             Ok(stripe) => stripe,
             Err(error) => {
@@ -312,6 +322,10 @@ impl Demo<'_> {
                 return Err(error);
             }
         };
+        if let Err(error) = self.await_expiry(&view, &mut expiring).await {
+            view.clear();
+            return Err(error);
+        }
         view.status("the relay is working: emails, receipts, and every event to every endpoint");
         let narrator = Narrator::with_endpoints(self.subscribers.names());
         // At least a job of each kind per order (webhooks: one per endpoint).
@@ -348,6 +362,8 @@ impl Demo<'_> {
                     println!("{line}");
                 }
             }
+            println!();
+            println!("{}", expiring.summary());
         }
         Ok(())
     }

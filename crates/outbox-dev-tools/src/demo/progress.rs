@@ -51,10 +51,12 @@ impl JobState {
     }
 }
 
-/// Every job, done ones included (`jobs_all`): the demo's database holds only
-/// its own few dozen jobs, so reading them all is cheap.
+/// Every order's job, done ones included (`jobs_all`): the demo's database
+/// holds only its own few dozen, so reading them all is cheap. The relay's
+/// expiry sweeps, a job a second with no order, are not the orders' work.
 pub fn load_jobs(conn: &mut PgConnection) -> QueryResult<Vec<JobState>> {
     jobs_all::table
+        .filter(jobs_all::order_id.is_not_null())
         .order(jobs_all::id)
         .select(JobState::as_select())
         .load(conn)

@@ -109,6 +109,7 @@ pub(super) async fn start_services(
     if subscribers.stream().is_some() {
         kinds.push(EffectKind::OrderPublish);
     }
+    kinds.push(EffectKind::OrderExpiry);
     let mut settings = PoolSettings::new(
         format!("demo-{}", std::process::id()),
         kinds.iter().map(|k| k.as_str().to_owned()).collect(),
@@ -124,6 +125,15 @@ pub(super) async fn start_services(
         base: args.backoff_base,
         max: args.backoff_base.max(Duration::from_secs(5)),
     };
+    // The sweep that expires the demo's unpaid order, as a relay declares it
+    // under ORDER_PAYMENT_WINDOW.
+    settings.periodic_jobs = effects::periodic_jobs(&effects::PeriodicPlan {
+        kinds: kinds.clone(),
+        expire_orders: true,
+        max_attempts: args.enqueue.max_attempts,
+        fanout_inline: args.enqueue.fanout_inline,
+    })?;
+    settings.periodic_enqueuer = order_service::orders::order_enqueuer();
     // Reading and parsing a 20 MB font must not hold up a runtime thread: the
     // signal watcher runs on them and a second Ctrl-C must get through.
     let receipt_args = args.receipt.clone();

@@ -77,7 +77,7 @@ impl Demo<'_> {
         println!();
         println!("What the relay produced is in {}/:", out.root.display());
         println!(
-            "  emails/    {} emails (confirmations with the receipt attached, shipping, cancellation) as .eml files; open one in a mail client{}",
+            "  emails/    {} emails (confirmations with the receipt attached, shipping, cancellation, refund, expiry) as .eml files; open one in a mail client{}",
             mails.len(),
             first_file(mails.iter().filter_map(|m| m.saved_as.as_deref()))
         );

@@ -87,10 +87,9 @@ pub(in crate::admin) async fn order(
                 sort: event.created_at,
                 what: format!("{} (event {})", event.event_type, event.seq),
                 job: None,
-                tone: if event.event_type == "order.cancelled" {
-                    "muted"
-                } else {
-                    "info"
+                tone: match event.event_type.as_str() {
+                    "order.cancelled" | "order.expired" => "muted",
+                    _ => "info",
                 },
             });
         }
@@ -222,6 +221,8 @@ pub(in crate::admin) async fn order(
                        total => money(order.total_cents),
                 status => order.status.as_str(),
                        created_at => time(order.created_at),
+                       // Only while placed: the column is cleared as the order leaves it.
+                       expires_at => order.expires_at.map(time),
                    },
                    items => items,
                    events => Value::from(minijinja::value::Serde(&events)),

@@ -13,7 +13,7 @@ use crate::orders::{Order, OrderId};
 
 /// Embedded, so the binary needs no `templates/` directory at run time. The
 /// `.html` extension turns on minijinja's HTML auto-escaping for that template.
-const TEMPLATES: [(&str, &str); 8] = [
+const TEMPLATES: [(&str, &str); 10] = [
     (
         "confirmation.txt",
         include_str!("../../../../../templates/email/confirmation.txt"),
@@ -45,6 +45,14 @@ const TEMPLATES: [(&str, &str); 8] = [
     (
         "refunded.html",
         include_str!("../../../../../templates/email/refunded.html"),
+    ),
+    (
+        "expired.txt",
+        include_str!("../../../../../templates/email/expired.txt"),
+    ),
+    (
+        "expired.html",
+        include_str!("../../../../../templates/email/expired.html"),
     ),
 ];
 
@@ -78,6 +86,7 @@ impl Mailer {
         view.carrier = detail("carrier");
         view.tracking_number = detail("tracking_number");
         view.reason = detail("reason");
+        view.expires_at = detail("expires_at").map(|at| readable_time(&at));
         view.receipt_attached = receipt.is_some();
         let render = |name: &str| {
             self.templates
@@ -169,6 +178,8 @@ struct ConfirmationView {
     tracking_number: Option<String>,
     /// For the cancelled and refunded emails.
     reason: Option<String>,
+    /// For the expired email: when the payment window closed.
+    expires_at: Option<String>,
     /// Whether the message carries the receipt as `receipt-<order id>.pdf`.
     receipt_attached: bool,
 }
@@ -205,9 +216,23 @@ impl ConfirmationView {
             carrier: None,
             tracking_number: None,
             reason: None,
+            expires_at: None,
             receipt_attached: false,
         })
     }
+}
+
+/// An event's RFC 3339 time as a customer reads it (`2026-12-12 10:30 UTC`);
+/// the text as it came when it does not parse.
+fn readable_time(rfc3339: &str) -> String {
+    chrono::DateTime::parse_from_rfc3339(rfc3339).map_or_else(
+        |_| rfc3339.to_owned(),
+        |at| {
+            at.with_timezone(&chrono::Utc)
+                .format("%Y-%m-%d %H:%M UTC")
+                .to_string()
+        },
+    )
 }
 
 /// A customer's name fit for a `To` header. lettre encodes names (RFC 2047),

@@ -30,6 +30,7 @@ pub(super) fn sample(id: i64, name: &str, code: &str, items: Vec<OrderItem>) -> 
         total_cents: items.iter().map(OrderItem::line_total_cents).sum(),
         status: OrderStatus::Placed,
         created_at: DateTime::from_timestamp(1_796_036_700, 0).unwrap_or_default(),
+        expires_at: None,
         items,
     }
 }

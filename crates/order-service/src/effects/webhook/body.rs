@@ -172,6 +172,7 @@ mod tests {
             total_cents: 1650,
             status: OrderStatus::Paid,
             created_at: chrono::DateTime::from_timestamp(1_790_000_000, 123_456_000).expect("time"),
+            expires_at: None,
             items: vec![
                 item(1, "TEA-1", "Green tea", 2, 450),
                 item(2, "CUP", "Cup", 1, 750),

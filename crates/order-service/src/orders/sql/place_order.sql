@@ -5,7 +5,9 @@
 --
 -- $1 … $7: the order's row ($7, the API key that placed it, is its first
 -- event's too). $8 … $11: its items, one array per column, in
--- the request's order. $12: the event type.
+-- the request's order. $12: the event type. $13: the payment window in
+-- milliseconds (ORDER_PAYMENT_WINDOW), NULL without one: `expires_at` is
+-- `created_at` plus it, both this transaction's now().
 --
 -- Only the idempotency indexes can conflict (the id is a sequence's):
 -- orders_idempotency_key_per_api_key and orders_idempotency_key_without_api_key,
@@ -23,10 +25,10 @@
 -- (`default_behind_legacy` is NULL).
 WITH new_order AS (
     INSERT INTO orders (customer_email, customer_name, currency, total_cents,
-                        idempotency_key, request_hash, api_key_id)
-    VALUES ($1, $2, $3, $4, $5, $6, $7)
+                        idempotency_key, request_hash, api_key_id, expires_at)
+    VALUES ($1, $2, $3, $4, $5, $6, $7, now() + $13::bigint * interval '1 millisecond')
     ON CONFLICT DO NOTHING
-    RETURNING id, created_at
+    RETURNING id, created_at, expires_at
 ), items AS (
     INSERT INTO order_items (order_id, sku, name, quantity, unit_price_cents)
     SELECT new_order.id, item.sku, item.name, item.quantity, item.unit_price_cents
@@ -44,6 +46,7 @@ WITH new_order AS (
 SELECT
     new_order.id AS order_id,
     new_order.created_at,
+    new_order.expires_at,
     coalesce((SELECT array_agg(items.id ORDER BY items.id) FROM items), '{}') AS item_ids,
     event.id AS event_id,
     coalesce(

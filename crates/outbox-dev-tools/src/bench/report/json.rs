@@ -86,6 +86,14 @@ impl BenchReport {
                     "without_errors": p.auth_cost.without_errors,
                     "with_keys_over_without": finite(p.auth_cost.ratio()),
                 },
+                "window_cost": {
+                    "payment_window": "30m",
+                    "with_window_orders_per_second": p.window_cost.with_window_orders_per_second,
+                    "without_orders_per_second": p.window_cost.without_orders_per_second,
+                    "with_window_errors": p.window_cost.with_window_errors,
+                    "without_errors": p.window_cost.without_errors,
+                    "with_window_over_without": finite(p.window_cost.ratio()),
+                },
                 "pgbench_wal_bytes_per_order": p.pgbench_wal_bytes_per_order,
                 "latency_ms": { "p50": p.api_latency.p50_ms, "p99": p.api_latency.p99_ms, "samples": p.api_latency.samples },
                 "half_open": p.half_open.as_ref().map(|h| json!({

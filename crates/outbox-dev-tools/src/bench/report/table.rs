@@ -280,6 +280,16 @@ impl BenchReport {
                 a.without_errors,
                 a.ratio(),
             ));
+            let w = &p.window_cost;
+            out.push_str(&format!(
+                "  placement with a payment window (ORDER_PAYMENT_WINDOW=30m, same database, alternating \
+                 runs): {:.0} orders/s ({} errors), without {:.0} orders/s ({} errors), ratio {:.2}x\n",
+                w.with_window_orders_per_second,
+                w.with_window_errors,
+                w.without_orders_per_second,
+                w.without_errors,
+                w.ratio(),
+            ));
             let l = &p.api_latency;
             out.push_str(&format!(
                 "  POST /orders latency: p50 {:.2} ms   p99 {:.2} ms   ({} orders)\n",
