@@ -25,6 +25,7 @@ mod faults;
 mod front_door;
 mod front_door_auth;
 mod inbox;
+mod inbox_reconcile;
 mod inbox_refunds;
 mod inbox_refusals;
 mod inbox_retention;

@@ -20,6 +20,7 @@ pub mod default_endpoint;
 mod effects;
 mod links;
 mod parse;
+mod reconcile;
 mod relay;
 mod secret_file;
 mod secrets_key;
@@ -38,8 +39,12 @@ pub use parse::{
     refuse_placeholder,
 };
 use parse::{parse_max_attempts, parse_requests};
+pub use reconcile::{
+    DEFAULT_STRIPE_API_BASE, ReconcileArgs, ReconcileEvery, StripeApiArgs, is_loopback,
+    parse_api_base, parse_reconcile_every,
+};
 pub use relay::{RelayArgs, SessionTimeouts, default_worker_id};
-pub use secret_file::read_secret_file;
+pub use secret_file::{STDIN, read_secret_file};
 pub use secrets_key::{PlaintextSecrets, SecretsKeyArgs};
 
 pub const DEFAULT_API_ADDR: &str = "127.0.0.1:8080";

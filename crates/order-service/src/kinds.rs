@@ -7,7 +7,7 @@ use std::fmt;
 use std::str::FromStr;
 
 /// The kinds this service performs, each with its job type (in `orders::jobs`,
-/// `effects::jobs` and `endpoints::notice`).
+/// `effects::jobs`, `endpoints::notice` and `inbox::reconcile_job`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum EffectKind {
     /// `ConfirmationEmail`: an order's emails.
@@ -22,17 +22,20 @@ pub enum EffectKind {
     OrderPublish,
     /// `Noop`: succeeds at once (benchmarks, smoke tests).
     Noop,
+    /// `InboxReconcile`: the provider's event log against the inbox.
+    InboxReconcile,
 }
 
 impl EffectKind {
     /// Every kind, in the order the CLI lists them.
-    pub const ALL: [EffectKind; 6] = [
+    pub const ALL: [EffectKind; 7] = [
         EffectKind::ConfirmationEmail,
         EffectKind::ReceiptPdf,
         EffectKind::OrderWebhook,
         EffectKind::EndpointNotice,
         EffectKind::OrderPublish,
         EffectKind::Noop,
+        EffectKind::InboxReconcile,
     ];
 
     /// The kinds an order placement enqueues, one job each, in this order.
@@ -51,6 +54,7 @@ impl EffectKind {
             EffectKind::EndpointNotice => "endpoint_notice",
             EffectKind::OrderPublish => "order_publish",
             EffectKind::Noop => "noop",
+            EffectKind::InboxReconcile => "inbox_reconcile",
         }
     }
 }

@@ -31,7 +31,7 @@ use serde_json::{Value, json};
 
 use super::error::ApiError;
 use super::state::AppState;
-use crate::inbox::MAX_INBOUND_BYTES;
+use crate::inbox::{MAX_INBOUND_BYTES, Via};
 use crate::inbox::apply::{Answer, Inbound, receive};
 use crate::inbox::source::{self, Source, SourceKind};
 use crate::inbox::verify::verify;
@@ -148,6 +148,7 @@ pub(crate) async fn inbound(
                     mode: checked.source.mode(),
                     message_id: &checked.message_id,
                     payload: &checked.payload,
+                    via: Via::Webhook,
                 },
                 max_attempts,
             )?)

@@ -10,7 +10,10 @@ use super::parse::{
     parse_count, parse_duration, parse_job_timeouts, parse_kind, parse_positive_duration,
     parse_socket_addr,
 };
-use super::{ConfigError, DEFAULT_METRICS_ADDR, EffectArgs, HttpLimitsArgs, LinkArgs, ReceiptArgs};
+use super::{
+    ConfigError, DEFAULT_METRICS_ADDR, EffectArgs, EnqueueArgs, HttpLimitsArgs, LinkArgs,
+    ReceiptArgs, ReconcileArgs,
+};
 use crate::kinds::EffectKind;
 
 /// Everything `relay` reads.
@@ -84,6 +87,12 @@ pub struct RelayArgs {
     pub receipt: ReceiptArgs,
     #[command(flatten)]
     pub links: LinkArgs,
+    #[command(flatten)]
+    pub reconcile: ReconcileArgs,
+    /// `max_attempts` of the jobs this relay enqueues itself (an order's,
+    /// when reconciling pays it).
+    #[command(flatten)]
+    pub enqueue: EnqueueArgs,
 }
 
 impl RelayArgs {

@@ -13,8 +13,8 @@ use serde::Serialize;
 use crate::endpoints::SigningSecret;
 use crate::schema::sources;
 use crate::sealed::{
-    Keyring, NOT_YET_SEALED, OpenError, SOURCE_PREVIOUS_SECRET, SOURCE_SECRET, SealError,
-    Unreadable,
+    Keyring, NOT_YET_SEALED, OpenError, SOURCE_API_KEY, SOURCE_PREVIOUS_SECRET, SOURCE_SECRET,
+    SealError, Unreadable,
 };
 
 /// How a source signs its messages.
@@ -132,6 +132,14 @@ pub struct Source {
     /// Until when the secret before the last rotation still verifies.
     pub previous_secret_expires_at: Option<DateTime<Utc>>,
     pub created_at: DateTime<Utc>,
+    /// The provider's API key that reads its event log, as stored; shown
+    /// only as whether there is one.
+    #[serde(rename = "reconciled", serialize_with = "serialize_is_some")]
+    api_key: Option<String>,
+}
+
+fn serialize_is_some<S: serde::Serializer>(value: &Option<String>, s: S) -> Result<S::Ok, S::Error> {
+    s.serialize_bool(value.is_some())
 }
 
 /// The `kind` column, read as text and checked by the table's CHECK.
@@ -184,6 +192,20 @@ impl Source {
         self.mode.0
     }
 
+    /// Whether it has an API key: whether it is reconciled.
+    pub fn has_api_key(&self) -> bool {
+        self.api_key.is_some()
+    }
+
+    /// The API key that reads its event log, opened with `keys`; `None`
+    /// when it has none.
+    pub fn api_key(&self, keys: &Keyring) -> Result<Option<String>, Unreadable> {
+        self.api_key
+            .as_deref()
+            .map(|stored| self.open(keys, SOURCE_API_KEY, stored))
+            .transpose()
+    }
+
     /// The secrets that verify a message received at `now`: the current one,
     /// and the previous one until its keep-old window ends; sealed ones are
     /// opened with `keys`.
@@ -226,6 +248,11 @@ pub enum SourceError {
     ModeOfStandard(SourceMode),
     #[error("{flag}: {message}")]
     BadSecret { flag: &'static str, message: String },
+    #[error(
+        "source {0:?} is a standard source: only a stripe source has an API key (its event log is \
+         Stripe's)"
+    )]
+    ApiKeyOfStandard(String),
     #[error("a source named {0:?} already exists")]
     NameTaken(String),
     #[error("there is no source named {0:?} (see `outbox-relay sources list`)")]
@@ -283,6 +310,43 @@ pub fn check_secret(
     }
 }
 
+/// A Stripe API key given with `flag`: a secret key (`sk_live_…`,
+/// `sk_test_…`) or a restricted one (`rk_…`, read access to events is
+/// enough). A publishable key (`pk_…`) cannot read events; a key of the other
+/// mode than the source's would read the other mode's log. Never echoed.
+pub fn check_api_key(
+    raw: &str,
+    mode: SourceMode,
+    flag: &'static str,
+) -> Result<String, SourceError> {
+    let raw = raw.trim();
+    let refused = |message: String| SourceError::BadSecret { flag, message };
+    let live = ["sk_live_", "rk_live_"].iter().any(|p| raw.starts_with(p));
+    let test = ["sk_test_", "rk_test_"].iter().any(|p| raw.starts_with(p));
+    if !(live || test) {
+        return Err(refused(
+            "a Stripe API key starts with sk_live_, sk_test_, rk_live_ or rk_test_ (a \
+             restricted key with read access to events is enough; a publishable pk_ key cannot \
+             read events)"
+                .into(),
+        ));
+    }
+    if raw.len() < 20 || raw.len() > 512 || raw.chars().any(|c| c.is_whitespace() || c.is_control())
+    {
+        return Err(refused(
+            "a Stripe API key is 20 to 512 characters without spaces".into(),
+        ));
+    }
+    if !mode.takes(live) {
+        return Err(refused(format!(
+            "a {} key for a source that takes {mode} events only: it would read the other \
+             mode's event log",
+            if live { "live-mode" } else { "test-mode" }
+        )));
+    }
+    Ok(raw.to_owned())
+}
+
 /// A new random `whsec_` secret.
 pub fn new_secret() -> Result<String, SourceError> {
     SigningSecret::generate()
@@ -312,8 +376,25 @@ pub fn add(
     secret: &str,
     keys: &Keyring,
 ) -> Result<Source, SourceError> {
+    add_with_api_key(conn, name, kind, mode, secret, None, keys)
+}
+
+/// [`add`], with the API key that reconciles it (a `stripe` source's only),
+/// sealed like its secret, in the same transaction.
+pub fn add_with_api_key(
+    conn: &mut PgConnection,
+    name: &str,
+    kind: SourceKind,
+    mode: SourceMode,
+    secret: &str,
+    api_key: Option<&str>,
+    keys: &Keyring,
+) -> Result<Source, SourceError> {
     check_name(name)?;
     check_mode(kind, mode)?;
+    if api_key.is_some() && kind != SourceKind::Stripe {
+        return Err(SourceError::ApiKeyOfStandard(name.to_owned()));
+    }
     conn.transaction(|conn| {
         // The sealed secret names the row's id: written once the row has one.
         let added: Source = diesel::insert_into(sources::table)
@@ -333,8 +414,39 @@ pub fn add(
                 other => SourceError::Database(other),
             })?;
         let stored = keys.seal(SOURCE_SECRET.at(added.id), secret)?;
+        let api_key = api_key
+            .map(|key| keys.seal(SOURCE_API_KEY.at(added.id), key))
+            .transpose()?;
         Ok(diesel::update(sources::table.find(added.id))
-            .set(sources::secret.eq(stored))
+            .set((sources::secret.eq(stored), sources::api_key.eq(api_key)))
+            .returning(Source::as_returning())
+            .get_result(conn)?)
+    })
+}
+
+/// Gives `stripe` source `name` the API key that reads its event log
+/// (checked by [`check_api_key`] first), sealed when `keys` has a key; it
+/// replaces the one it had.
+pub fn set_api_key(
+    conn: &mut PgConnection,
+    name: &str,
+    api_key: &str,
+    keys: &Keyring,
+) -> Result<Source, SourceError> {
+    conn.transaction(|conn| {
+        let current: Source = sources::table
+            .filter(sources::name.eq(name))
+            .select(Source::as_select())
+            .for_update()
+            .first(conn)
+            .optional()?
+            .ok_or_else(|| SourceError::NotFound(name.to_owned()))?;
+        if current.kind() != SourceKind::Stripe {
+            return Err(SourceError::ApiKeyOfStandard(name.to_owned()));
+        }
+        let stored = keys.seal(SOURCE_API_KEY.at(current.id), api_key)?;
+        Ok(diesel::update(sources::table.find(current.id))
+            .set(sources::api_key.eq(stored))
             .returning(Source::as_returning())
             .get_result(conn)?)
     })
@@ -421,5 +533,20 @@ mod tests {
         assert!(!short.to_string().contains("whsec_x"));
         assert!(check_secret(SourceKind::Stripe, "whsec_abcdefghijklmnop1234", "--secret").is_ok());
         assert!(check_secret(SourceKind::Standard, "not base64!", "--secret").is_err());
+    }
+
+    #[test]
+    fn api_keys_are_stripe_secret_or_restricted_keys_of_the_sources_mode() {
+        let test_key = "rk_test_51Hx0aBcDeFgHiJkLmNoPq";
+        assert!(check_api_key(test_key, SourceMode::Any, "--api-key-file").is_ok());
+        assert!(check_api_key(test_key, SourceMode::Test, "--api-key-file").is_ok());
+        let other_mode =
+            check_api_key(test_key, SourceMode::Live, "--api-key-file").expect_err("test key");
+        assert!(other_mode.to_string().contains("test-mode key"), "{other_mode}");
+        assert!(!other_mode.to_string().contains(test_key), "{other_mode}");
+        let publishable = check_api_key("pk_test_51Hx0aBcDeFgHiJkLmNoPq", SourceMode::Any, "--api-key-file")
+            .expect_err("a publishable key");
+        assert!(publishable.to_string().starts_with("--api-key-file: "), "{publishable}");
+        assert!(check_api_key("sk_test_short", SourceMode::Any, "--api-key-file").is_err());
     }
 }

@@ -9,6 +9,10 @@
 //!   slot whatever the answers before it did, on fresh orders again; the
 //!   answers' p50 and p99 against [`TARGET_P99_MS`].
 //!
+//! - Reconcile: `--reconcile-events` payments that never arrived as
+//!   webhooks, recovered from Stripe's event log ([`super::reconcile`]),
+//!   against the saturation's rate.
+//!
 //! Every answer must be `200` (`applied` for an event) and every order must
 //! end `paid`, or the run fails: a rate of refusals measures nothing.
 
@@ -45,11 +49,17 @@ pub struct InboundRun {
     pub open_loop_target_per_second: f64,
     pub open_loop_achieved_per_second: f64,
     pub open_loop_latency: Latency,
+    pub reconcile_events: usize,
+    pub reconcile_per_second: f64,
 }
 
 impl InboundRun {
     pub fn inbound_over_pay(&self) -> f64 {
         self.inbound_per_second / self.pay_per_second
+    }
+
+    pub fn reconcile_over_inbound(&self) -> f64 {
+        self.reconcile_per_second / self.inbound_per_second
     }
 
     pub fn table(&self) -> String {
@@ -59,7 +69,8 @@ impl InboundRun {
              \x20 pay through the API (saturation)   {:>9.0} orders/s\n\
              \x20 inbound Stripe events (saturation) {:>9.0} events/s   inbound/pay {:.2}\n\
              \x20 inbound open loop at 50%          {:>9.0} events/s asked, {:.0} achieved\n\
-             \x20   answer p50 {:.2} ms, p99 {:.2} ms, max {:.2} ms   (target p99 < {TARGET_P99_MS} ms: {})",
+             \x20   answer p50 {:.2} ms, p99 {:.2} ms, max {:.2} ms   (target p99 < {TARGET_P99_MS} ms: {})\n\
+             \x20 reconciled from the event log      {:>9.0} events/s   reconcile/inbound {:.2} ({} events)",
             self.events,
             self.clients,
             self.pay_per_second,
@@ -71,6 +82,9 @@ impl InboundRun {
             l.p99_ms,
             l.max_ms,
             if self.meets_target() { "met" } else { "missed" },
+            self.reconcile_per_second,
+            self.reconcile_over_inbound(),
+            self.reconcile_events,
         )
     }
 
@@ -96,6 +110,9 @@ impl InboundRun {
                 "target_p99_ms": TARGET_P99_MS,
                 "p99_over_target": l.p99_ms / TARGET_P99_MS,
                 "meets_target": self.meets_target(),
+                "reconcile_events": self.reconcile_events,
+                "reconcile_per_second": self.reconcile_per_second,
+                "reconcile_over_inbound": self.reconcile_over_inbound(),
             }
         })
     }
@@ -119,10 +136,11 @@ pub async fn measure(url: &str, args: &BenchArgs) -> anyhow::Result<InboundRun> 
     let base = format!("http://{}", api.addr);
 
     let result = async {
-        let (paid, inbound, open) = (
+        let (paid, inbound, open, missed) = (
             place(&client, &base, events, clients).await?,
             place(&client, &base, events, clients).await?,
             place(&client, &base, events, clients).await?,
+            place(&client, &base, args.reconcile_events, clients).await?,
         );
         let pay_elapsed = flat_out(clients, paid, |id| {
             let (client, base) = (client.clone(), base.clone());
@@ -144,6 +162,9 @@ pub async fn measure(url: &str, args: &BenchArgs) -> anyhow::Result<InboundRun> 
             "  inbound open loop at {target:.0}/s: p50 {:.2} ms p99 {:.2} ms",
             latency.p50_ms, latency.p99_ms
         );
+        let reconcile_per_second =
+            super::reconcile::reconcile(url, SOURCE, &missed, TOTAL_CENTS).await?;
+        eprintln!("  reconciled from the event log: {reconcile_per_second:.0}/s");
         anyhow::Ok(InboundRun {
             events,
             clients,
@@ -152,12 +173,15 @@ pub async fn measure(url: &str, args: &BenchArgs) -> anyhow::Result<InboundRun> 
             open_loop_target_per_second: target,
             open_loop_achieved_per_second: achieved,
             open_loop_latency: latency,
+            reconcile_events: args.reconcile_events,
+            reconcile_per_second,
         })
     }
     .await;
     api.stop().await?;
     let run = result?;
-    check_all_paid(url, events * 3).await?;
+    check_all_paid(url, events * 3 + args.reconcile_events, events * 2 + args.reconcile_events)
+        .await?;
     Ok(run)
 }
 
@@ -342,9 +366,9 @@ async fn open_loop(
     Ok((achieved, Latency::from_sorted_micros(&micros)))
 }
 
-/// Every one of the `expected` orders is `paid`, and every event was stored
-/// once as applied.
-async fn check_all_paid(url: &str, expected: usize) -> anyhow::Result<()> {
+/// Every one of the `expected` orders is `paid`, and each of the `events`
+/// was stored once as applied.
+async fn check_all_paid(url: &str, expected: usize, events: usize) -> anyhow::Result<()> {
     #[derive(QueryableByName)]
     struct Counts {
         #[diesel(sql_type = diesel::sql_types::BigInt)]
@@ -372,11 +396,11 @@ async fn check_all_paid(url: &str, expected: usize) -> anyhow::Result<()> {
         counts.paid,
         counts.orders
     );
+    let events = i64::try_from(events).unwrap_or(i64::MAX);
     anyhow::ensure!(
-        counts.applied == expected / 3 * 2,
-        "{} inbound events stored as applied, {} sent",
+        counts.applied == events,
+        "{} inbound events stored as applied, {events} sent",
         counts.applied,
-        expected / 3 * 2
     );
     Ok(())
 }

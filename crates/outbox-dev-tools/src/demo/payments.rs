@@ -1,7 +1,8 @@
 //! Payments in, as a provider sends them: the demo registers a `stripe`
 //! source, then signs Stripe events as Stripe does and posts them to
 //! `/inbound/stripe`: order #1's payment (twice, the second a repeat) and a
-//! refund of another order.
+//! refund of another order. A third payment never arrives as a webhook:
+//! `reconcile.rs` recovers it from Stripe's event log.
 
 use anyhow::Context as _;
 use diesel::prelude::*;
@@ -63,7 +64,7 @@ impl Stripe {
     }
 
     /// The order's total and currency, as the provider would charge them.
-    async fn charge_of(&self, order_id: i64) -> anyhow::Result<(i64, String)> {
+    pub(super) async fn charge_of(&self, order_id: i64) -> anyhow::Result<(i64, String)> {
         let url = self.database_url.clone();
         tokio::task::spawn_blocking(move || {
             let mut conn = order_service::db::establish(&url)?;
@@ -144,12 +145,13 @@ impl Stripe {
             .iter()
             .map(|m| {
                 format!(
-                    "  {:<8} {:<22} {:<26} {:<9} {}",
+                    "  {:<8} {:<22} {:<26} {:<9} {:<9} {}",
                     m.source,
                     order_service::text::one_line(&m.message_id, 22),
                     m.message_type.as_deref().unwrap_or("-"),
                     m.order_id
                         .map_or_else(|| "-".to_owned(), |id| format!("#{id}")),
+                    m.via,
                     m.status.as_deref().unwrap_or("-")
                 )
             })
