@@ -17,7 +17,7 @@ use crate::inbox::MessageStatus;
 use crate::inbox::held::{apply_held, dismiss_held};
 use crate::inbox::list::{Filter, InboxMessage, list_messages};
 use crate::inbox::reconcile::{Reconciler, Report};
-use crate::inbox::stripe_events::{RetryPolicy, StripeEvents};
+use crate::inbox::reconcile::stripe_events::{RetryPolicy, StripeEvents};
 
 #[derive(Debug, Subcommand)]
 pub enum InboxCommand {

@@ -12,6 +12,7 @@ use crate::cli::secrets::refused_without_key;
 use crate::cli::table::{Align, print_list};
 use crate::cli::with_conn;
 use crate::config::{ConfigError, DatabaseArgs, SecretsKeyArgs, parse_duration, read_secret_file};
+use crate::inbox::reconcile::api_key;
 use crate::inbox::source::{self, Source, SourceError, SourceKind, SourceMode};
 
 #[derive(Debug, Subcommand)]
@@ -316,7 +317,7 @@ async fn remove(args: NameArgs) -> anyhow::Result<()> {
 /// The API key in `path`, checked for a source of `mode`.
 fn api_key_from(path: &std::path::Path, mode: SourceMode) -> anyhow::Result<String> {
     let raw = read_secret_file("--api-key-file", path)?;
-    Ok(source::check_api_key(&raw, mode, "--api-key-file").map_err(refusal)?)
+    Ok(api_key::check_api_key(&raw, mode, "--api-key-file").map_err(refusal)?)
 }
 
 async fn set_api_key(args: SetApiKeyArgs) -> anyhow::Result<()> {
@@ -335,10 +336,10 @@ async fn set_api_key(args: SetApiKeyArgs) -> anyhow::Result<()> {
         return Err(refusal(SourceError::ApiKeyOfStandard(source.name)));
     }
     let api_key =
-        source::check_api_key(&raw, source.mode(), "--api-key-file").map_err(refusal)?;
+        api_key::check_api_key(&raw, source.mode(), "--api-key-file").map_err(refusal)?;
     with_conn(&args.db, move |conn| {
         at_rest::require_key_where_sealed(conn, &keys).map_err(refused_without_key)?;
-        source::set_api_key(conn, &name, &api_key, &keys).map_err(refusal)
+        api_key::set_api_key(conn, &name, &api_key, &keys).map_err(refusal)
     })
     .await?;
     println!(

@@ -8,12 +8,12 @@ use std::time::{Duration, Instant};
 
 use diesel::prelude::*;
 use order_service::inbox::reconcile::{ReconcileError, Reconciler, Report};
-use order_service::inbox::reconcile_state;
+use order_service::inbox::reconcile::state as reconcile_state;
 use order_service::inbox::source::{self, SourceKind, SourceMode};
-use order_service::inbox::stripe_events::{HANDLED_TYPES, RetryPolicy, StripeError, StripeEvents};
+use order_service::inbox::reconcile::stripe_events::{HANDLED_TYPES, RetryPolicy, StripeError, StripeEvents};
 use order_service::schema::{inbox_messages, jobs_all, source_reconciliations, sources};
 use order_service::sealed::Keyring;
-use outbox_dev_tools::stripe_events::{StripeEventLog, payment_succeeded, stripe_event};
+use outbox_dev_tools::demo::sinks::stripe_events::{StripeEventLog, payment_succeeded, stripe_event};
 use serde_json::{Value, json};
 
 use crate::inbox::{

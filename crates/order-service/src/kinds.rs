@@ -7,7 +7,7 @@ use std::fmt;
 use std::str::FromStr;
 
 /// The kinds this service performs, each with its job type (in `orders::jobs`,
-/// `effects::jobs`, `endpoints::notice` and `inbox::reconcile_job`).
+/// `effects::jobs`, `endpoints::notice` and `inbox::reconcile::job`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum EffectKind {
     /// `ConfirmationEmail`: an order's emails.

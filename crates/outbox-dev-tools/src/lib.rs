@@ -11,11 +11,8 @@
 //! - [`private_pg`]: a throwaway PostgreSQL server from the machine's own
 //!   server programs.
 //! - [`scratch`]: a throwaway database on a running server.
-//! - [`stripe_events`]: a local stand-in for Stripe's event log, which the
-//!   demo and the bench reconcile against and the tests script.
 
 pub mod bench;
 pub mod demo;
 pub mod private_pg;
 pub mod scratch;
-pub mod stripe_events;

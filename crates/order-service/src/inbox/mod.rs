@@ -22,21 +22,16 @@
 //! - [`retention`]: `INBOX_RETENTION`'s prune, which keeps every held
 //!   message and names each unmatched payment it removes.
 //! - [`reconcile`]: the events a provider's log lists that never arrived,
-//!   through [`apply`] all the same (`via = reconcile`); [`stripe_events`]
-//!   reads Stripe's log, [`reconcile_state`] keeps each source's watermark
-//!   and last run, [`reconcile_job`] is the relays' periodic run.
+//!   through [`apply`] all the same (`via = reconcile`).
 
 pub mod apply;
 pub mod event;
 pub mod held;
 pub mod list;
 pub mod reconcile;
-pub mod reconcile_job;
-pub mod reconcile_state;
 pub mod retention;
 pub mod source;
 pub mod source_cache;
-pub mod stripe_events;
 pub mod verify;
 
 use std::fmt;

@@ -1,6 +1,7 @@
 //! Reconciliation: the events a provider's log lists that never arrived as
 //! webhooks, applied as if they had (`inbox reconcile`, and the relays'
-//! periodic job, [`super::reconcile_job`]).
+//! periodic job, [`job`]). [`stripe_events`] reads Stripe's log;
+//! [`state`] keeps each source's watermark and last run.
 //!
 //! Not a second implementation of the inbox: each listed event goes through
 //! [`receive`], the webhook's own apply path, in its own transaction, stored
@@ -9,6 +10,11 @@
 //! fails half-way has applied what it applied, each event whole, and moves
 //! no watermark: the next run asks for the same events again.
 
+pub mod api_key;
+pub mod job;
+pub mod state;
+pub mod stripe_events;
+
 use std::time::Duration;
 
 use chrono::{DateTime, Utc};
@@ -16,9 +22,9 @@ use serde::Serialize;
 
 use super::Via;
 use super::apply::{Answer, Inbound, receive};
-use super::reconcile_state::{self, RunCounts};
+use self::state::RunCounts;
 use super::source::{self, Source, SourceKind};
-use super::stripe_events::{ListedEvent, StripeError, StripeEvents};
+use self::stripe_events::{ListedEvent, StripeError, StripeEvents};
 use crate::db::{DbError, PgPool, run_blocking};
 use crate::outbox::Enqueuer;
 use crate::sealed::{Keyring, Unreadable};
@@ -98,7 +104,7 @@ impl Reconciler {
             run_blocking(&self.pool, move |conn| {
                 let source = source::find(conn, &owned)?;
                 let watermark = match &source {
-                    Some(s) => reconcile_state::watermark(conn, s.id)?,
+                    Some(s) => state::watermark(conn, s.id)?,
                     None => None,
                 };
                 Ok((source, watermark))
@@ -125,7 +131,7 @@ impl Reconciler {
             (None, None) => ago_from(now, DEFAULT_SINCE),
         };
         let id = source.id;
-        self.record(&source, move |conn| reconcile_state::started(conn, id))
+        self.record(&source, move |conn| state::started(conn, id))
             .await?;
         let mut run = Run {
             report: Report {
@@ -136,14 +142,14 @@ impl Reconciler {
             newest: None,
         };
         let outcome = self.pages(&source, &key, since, &mut run).await;
-        let counts = RunCounts::of(&run.report);
+        let counts = run.counts();
         let result = match outcome {
             Ok(()) => {
                 let watermark = run
                     .newest
                     .map(|created| ago_from(created, WATERMARK_OVERLAP));
                 self.record(&source, move |conn| {
-                    reconcile_state::succeeded(conn, id, &counts, watermark)
+                    state::succeeded(conn, id, &counts, watermark)
                 })
                 .await?;
                 Ok(run.report)
@@ -151,7 +157,7 @@ impl Reconciler {
             Err(error) => {
                 let message = error.to_string();
                 self.record(&source, move |conn| {
-                    reconcile_state::failed(conn, id, &counts, &message)
+                    state::failed(conn, id, &counts, &message)
                 })
                 .await?;
                 Err(error)
@@ -285,6 +291,19 @@ struct Run {
     report: Report,
     /// The `created` of the newest event seen.
     newest: Option<DateTime<Utc>>,
+}
+
+impl Run {
+    /// The counts as `source_reconciliations` stores them.
+    fn counts(&self) -> RunCounts {
+        let n = |v: u64| i32::try_from(v).unwrap_or(i32::MAX);
+        RunCounts {
+            fetched: n(self.report.fetched),
+            recovered: n(self.report.recovered),
+            already: n(self.report.already),
+            pages: n(self.report.pages),
+        }
+    }
 }
 
 /// `at` less `ago`; the earliest time there is when that is before it.

@@ -10,8 +10,10 @@
 //!   answers' p50 and p99 against [`TARGET_P99_MS`].
 //!
 //! - Reconcile: `--reconcile-events` payments that never arrived as
-//!   webhooks, recovered from Stripe's event log ([`super::reconcile`]),
-//!   against the saturation's rate.
+//!   webhooks, found in Stripe's event log (the demo's local stand-in) and
+//!   applied by `Reconciler::source`, the code `inbox reconcile` runs: a
+//!   page of 100 at a time, each event in its own transaction. Against the
+//!   saturation's rate.
 //!
 //! Every answer must be `200` (`applied` for an event) and every order must
 //! end `paid`, or the run fails: a rate of refusals measures nothing.
@@ -25,8 +27,13 @@ use serde_json::json;
 use tokio::sync::Mutex;
 
 use super::BenchArgs;
+use crate::demo::sinks::stripe_events::{StripeEventLog, payment_succeeded};
 use super::orders::{self, ApiUnderTest};
 use super::percentiles::Latency;
+use order_service::db::{PoolOptions, build_pool};
+use order_service::inbox::reconcile::api_key;
+use order_service::inbox::reconcile::stripe_events::{RetryPolicy, StripeEvents};
+use order_service::inbox::reconcile::Reconciler;
 use order_service::inbox::source::{self, SourceKind, SourceMode};
 use order_service::inbox::verify::stripe_signature;
 use order_service::sealed::Keyring;
@@ -163,7 +170,7 @@ pub async fn measure(url: &str, args: &BenchArgs) -> anyhow::Result<InboundRun> 
             latency.p50_ms, latency.p99_ms
         );
         let reconcile_per_second =
-            super::reconcile::reconcile(url, SOURCE, &missed, TOTAL_CENTS).await?;
+            reconcile(url, SOURCE, &missed, TOTAL_CENTS).await?;
         eprintln!("  reconciled from the event log: {reconcile_per_second:.0}/s");
         anyhow::Ok(InboundRun {
             events,
@@ -204,6 +211,65 @@ async fn add_source(url: &str) -> anyhow::Result<()> {
         Ok(())
     })
     .await?
+}
+
+/// The bench source's API key, which the local event log takes.
+const API_KEY: &str = "rk_test_bench0a1b2c3d4e5f60718293a4b5";
+
+/// Reconciles source `source` against a log that pays every order of
+/// `ids` (`total_cents` EUR each); the events applied a second. Every
+/// event must be recovered, none found already stored.
+pub async fn reconcile(
+    url: &str,
+    source_name: &str,
+    ids: &[i64],
+    total_cents: i64,
+) -> anyhow::Result<f64> {
+    let log = StripeEventLog::start(API_KEY).await?;
+    let created = chrono::Utc::now().timestamp();
+    for id in ids {
+        log.add(payment_succeeded(
+            &format!("evt_bench_reconcile_{id}"),
+            created,
+            *id,
+            total_cents,
+            "eur",
+            &format!("pi_bench_reconcile_{id}"),
+        ));
+    }
+    let (db, name) = (url.to_owned(), source_name.to_owned());
+    tokio::task::spawn_blocking(move || {
+        let mut conn = order_service::db::establish(&db)?;
+        api_key::set_api_key(&mut conn, &name, API_KEY, &Keyring::none())
+            .map_err(|e| anyhow::anyhow!("giving the bench's source an API key: {e}"))
+    })
+    .await??;
+    let reconciler = Reconciler {
+        pool: build_pool(
+            url,
+            &PoolOptions {
+                size: 2,
+                ..PoolOptions::default()
+            },
+        ),
+        events: StripeEvents::new(&log.base_url(), RetryPolicy::default())?,
+        keys: Keyring::none(),
+        enqueuer: order_service::orders::order_enqueuer(),
+        max_attempts: outbox_core::outbox::DEFAULT_MAX_ATTEMPTS,
+    };
+    let started = Instant::now();
+    let report = reconciler
+        .source(source_name, Some(Duration::from_secs(3600)))
+        .await?;
+    let elapsed = started.elapsed();
+    anyhow::ensure!(
+        report.recovered == ids.len() as u64 && report.already == 0,
+        "reconcile recovered {} of {} events ({} already stored)",
+        report.recovered,
+        ids.len(),
+        report.already
+    );
+    Ok(ids.len() as f64 / elapsed.as_secs_f64())
 }
 
 /// Places `n` orders through the API with `clients` loops; their ids.

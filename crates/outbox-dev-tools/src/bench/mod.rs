@@ -14,7 +14,6 @@ mod drain;
 mod endpoints;
 mod growth;
 mod inbound;
-mod reconcile;
 mod index_entries;
 mod latency;
 mod listening;

@@ -19,7 +19,6 @@ mod endpoints_summary;
 mod orders;
 mod payments;
 mod progress;
-mod reconcile;
 mod samples;
 mod services;
 pub mod sinks;
@@ -367,7 +366,7 @@ impl Demo<'_> {
         view.line(format!(
             "Stripe pays order #{order_id} but cannot deliver the webhook; reconciling against Stripe's event log (outbox-relay inbox reconcile):"
         ));
-        let recovered = reconcile::recover_undelivered(
+        let recovered = payments::recover_undelivered(
             stripe,
             &self.running.database_url,
             order_id,

@@ -17,7 +17,7 @@ use crate::admin::view::render;
 use crate::admin::{AdminState, Nonce};
 use crate::inbox::MessageStatus;
 use crate::inbox::list::{Filter, InboxMessage, list_messages};
-use crate::inbox::reconcile_state::{self, SourceReconciliation};
+use crate::inbox::reconcile::state::{self as reconcile_state, SourceReconciliation};
 use crate::schema::orders;
 
 /// Messages per page.

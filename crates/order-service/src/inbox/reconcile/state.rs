@@ -7,7 +7,6 @@ use diesel::prelude::*;
 use diesel::upsert::excluded;
 use serde::Serialize;
 
-use super::reconcile::Report;
 use crate::schema::{source_reconciliations, sources};
 
 /// The counts of a run, as stored.
@@ -17,18 +16,6 @@ pub struct RunCounts {
     pub recovered: i32,
     pub already: i32,
     pub pages: i32,
-}
-
-impl RunCounts {
-    pub fn of(report: &Report) -> RunCounts {
-        let n = |v: u64| i32::try_from(v).unwrap_or(i32::MAX);
-        RunCounts {
-            fetched: n(report.fetched),
-            recovered: n(report.recovered),
-            already: n(report.already),
-            pages: n(report.pages),
-        }
-    }
 }
 
 /// The source's watermark: a run asks for events created from it on.

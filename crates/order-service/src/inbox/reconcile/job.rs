@@ -14,7 +14,7 @@ use outbox_core::outbox::{InvalidPeriodicJob, JobOptions, PeriodicJob};
 use outbox_core::worker::{EffectError, EffectResult, JobArgs, JobContext, Worker};
 use serde::{Deserialize, Serialize};
 
-use super::reconcile::{ReconcileError, Reconciler};
+use super::{ReconcileError, Reconciler};
 use crate::kinds::EffectKind;
 
 /// The periodic job's name in `periodic_jobs` (`jobs schedules`).

@@ -19,7 +19,7 @@ use crate::effects::webhook::guard::check_literal_host;
 use crate::effects::webhook::{DeliveryOptions, guarded_client, parse_retry_after};
 use crate::text::one_line;
 
-/// The event types [`super::event::interpret`] acts on for a `stripe`
+/// The event types [`crate::inbox::event::interpret`] acts on for a `stripe`
 /// source: the only ones asked for (`types[]`).
 pub const HANDLED_TYPES: [&str; 3] = [
     "payment_intent.succeeded",
