@@ -335,7 +335,7 @@ impl Demo<'_> {
                 println!();
                 println!("Inbox (POST /inbound/stripe), oldest first:");
                 println!(
-                    "  {:<8} {:<22} {:<26} {:<9} {:<9} STATUS",
+                    "  {:<8} {:<22} {:<26} {:<9} {:<10} STATUS",
                     "SOURCE", "MESSAGE", "TYPE", "ORDER", "VIA"
                 );
                 for line in stripe.inbox_lines().await? {

@@ -155,7 +155,7 @@ impl Stripe {
             .iter()
             .map(|m| {
                 format!(
-                    "  {:<8} {:<22} {:<26} {:<9} {:<9} {}",
+                    "  {:<8} {:<22} {:<26} {:<9} {:<10} {}",
                     m.source,
                     order_service::text::one_line(&m.message_id, 22),
                     m.message_type.as_deref().unwrap_or("-"),
