@@ -12,7 +12,8 @@ use order_service::inbox::reconcile::state as reconcile_state;
 use order_service::inbox::source::{self, SourceKind, SourceMode};
 use order_service::inbox::reconcile::stripe_events::{HANDLED_TYPES, RetryPolicy, StripeError, StripeEvents};
 use order_service::schema::{inbox_messages, jobs_all, source_reconciliations, sources};
-use order_service::sealed::Keyring;
+use order_service::at_rest;
+use order_service::sealed::{Keyring, SecretsKey};
 use outbox_dev_tools::demo::sinks::stripe_events::{StripeEventLog, payment_succeeded, stripe_event};
 use serde_json::{Value, json};
 
@@ -380,4 +381,74 @@ async fn the_relays_periodic_job_recovers_a_missed_payment() {
     .await;
     assert_eq!(via_of(&app, "evt_missed").0, "reconcile");
     relay.terminate().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_api_key_is_given_in_a_file_sealed_like_every_secret_and_opened_to_reconcile() {
+    let app = spawn_app().await;
+    let log = StripeEventLog::start(API_KEY).await.expect("the event log");
+    for (name, kind, secret) in [
+        ("stripe", SourceKind::Stripe, STRIPE_SECRET),
+        ("billing", SourceKind::Standard, crate::inbox::STANDARD_SECRET),
+    ] {
+        source::add(&mut app.db.conn(), name, kind, SourceMode::Any, secret, &Keyring::none())
+            .expect("add source");
+    }
+    let dir = std::env::temp_dir().join(format!("reconcile-key-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("dir");
+    let key_file = dir.join("stripe-events.key");
+    std::fs::write(&key_file, format!("{API_KEY}\n")).expect("write the key");
+    let key_path = key_file.to_string_lossy().into_owned();
+
+    let standard = cli(
+        &app,
+        &log.base_url(),
+        &["sources", "set-api-key", "billing", "--api-key-file", &key_path],
+    );
+    assert_eq!(standard.status.code(), Some(2), "{standard:?}");
+    assert!(
+        String::from_utf8_lossy(&standard.stderr).contains("only a stripe source has an API key"),
+        "{standard:?}"
+    );
+    let given = cli(
+        &app,
+        &log.base_url(),
+        &["sources", "set-api-key", "stripe", "--api-key-file", &key_path],
+    );
+    assert!(given.status.success(), "{given:?}");
+    assert!(!String::from_utf8_lossy(&given.stdout).contains(API_KEY));
+
+    // Three secrets in plaintext: two signing secrets and the API key.
+    let keys = Keyring::with_key(SecretsKey::generate().expect("a key"));
+    let mut conn = app.db.conn();
+    assert_eq!(at_rest::census(&mut conn).expect("census").plaintext, 3);
+    let sealed = at_rest::seal_all(&mut conn, &keys).expect("seal");
+    assert_eq!(sealed.sealed, 3, "{sealed:?}");
+    let stored: Option<String> = sources::table
+        .filter(sources::name.eq("stripe"))
+        .select(sources::api_key)
+        .first(&mut conn)
+        .expect("the source");
+    let stored = stored.expect("an API key");
+    assert!(stored.starts_with("enc:v1:") && !stored.contains(API_KEY), "{stored}");
+
+    let order = place(&app).await;
+    log.add(payment_succeeded("evt_1", now(), order, TOTAL, "eur", "pi_1"));
+    let error = reconciler(&app, &log, quick())
+        .source("stripe", None)
+        .await
+        .expect_err("sealed, and no key to open it");
+    assert!(
+        error.to_string().starts_with("the provider API key of source \"stripe\" cannot be read"),
+        "{error}"
+    );
+    assert!(log.requests().is_empty(), "nothing was asked without the key");
+    let with_key = Reconciler {
+        keys,
+        ..reconciler(&app, &log, quick())
+    };
+    let report = with_key.source("stripe", None).await.expect("reconciled");
+    assert_eq!(report.recovered, 1);
+    assert_eq!(order_status(&app, order), "paid");
+    let _ = std::fs::remove_dir_all(&dir);
 }
