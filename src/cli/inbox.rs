@@ -10,14 +10,13 @@ use serde_json::json;
 use crate::cli::table::{Align, print_list};
 use crate::cli::with_conn;
 use crate::config::{
-    ConfigError, DatabaseArgs, EnqueueArgs, SecretsKeyArgs, StripeApiArgs,
-    parse_positive_duration,
+    ConfigError, DatabaseArgs, EnqueueArgs, SecretsKeyArgs, StripeApiArgs, parse_positive_duration,
 };
 use crate::inbox::MessageStatus;
 use crate::inbox::held::{apply_held, dismiss_held};
 use crate::inbox::list::{Filter, InboxMessage, list_messages};
-use crate::inbox::reconcile::{Reconciler, Report};
 use crate::inbox::reconcile::stripe_events::{RetryPolicy, StripeEvents};
+use crate::inbox::reconcile::{Reconciler, Report};
 
 #[derive(Debug, Subcommand)]
 pub enum InboxCommand {

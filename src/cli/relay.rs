@@ -184,8 +184,11 @@ fn reconcile_worker(
     pool: db::PgPool,
     keys: &crate::sealed::Keyring,
 ) -> Result<ReconcileWorker, ConfigError> {
-    let events = StripeEvents::new(&args.reconcile.stripe.stripe_api_base, RetryPolicy::default())
-        .map_err(|e| ConfigError(format!("STRIPE_API_BASE: {e:#}")))?;
+    let events = StripeEvents::new(
+        &args.reconcile.stripe.stripe_api_base,
+        RetryPolicy::default(),
+    )
+    .map_err(|e| ConfigError(format!("STRIPE_API_BASE: {e:#}")))?;
     Ok(ReconcileWorker {
         reconciler: Reconciler {
             pool,

@@ -317,7 +317,7 @@ async fn remove(args: NameArgs) -> anyhow::Result<()> {
 /// The API key in `path`, checked for a source of `mode`.
 fn api_key_from(path: &std::path::Path, mode: SourceMode) -> anyhow::Result<String> {
     let raw = read_secret_file("--api-key-file", path)?;
-    Ok(api_key::check_api_key(&raw, mode, "--api-key-file").map_err(refusal)?)
+    api_key::check_api_key(&raw, mode, "--api-key-file").map_err(refusal)
 }
 
 async fn set_api_key(args: SetApiKeyArgs) -> anyhow::Result<()> {
@@ -335,8 +335,7 @@ async fn set_api_key(args: SetApiKeyArgs) -> anyhow::Result<()> {
     if source.kind() != SourceKind::Stripe {
         return Err(refusal(SourceError::ApiKeyOfStandard(source.name)));
     }
-    let api_key =
-        api_key::check_api_key(&raw, source.mode(), "--api-key-file").map_err(refusal)?;
+    let api_key = api_key::check_api_key(&raw, source.mode(), "--api-key-file").map_err(refusal)?;
     with_conn(&args.db, move |conn| {
         at_rest::require_key_where_sealed(conn, &keys).map_err(refused_without_key)?;
         api_key::set_api_key(conn, &name, &api_key, &keys).map_err(refusal)

@@ -457,5 +457,8 @@ fn the_demo_recovers_a_payment_stripe_could_not_deliver() {
         ["payment_intent.succeeded", "#4", "reconcile", "applied"],
         "{row}"
     );
-    assert!(stdout.contains("Order #4 was paid via reconcile"), "{stdout}");
+    assert!(
+        stdout.contains("Order #4 was paid via reconcile"),
+        "{stdout}"
+    );
 }

@@ -7,14 +7,18 @@ use std::process::{Command, Output};
 use std::time::{Duration, Instant};
 
 use diesel::prelude::*;
-use order_service::inbox::reconcile::{ReconcileError, Reconciler, Report};
-use order_service::inbox::reconcile::state as reconcile_state;
-use order_service::inbox::source::{self, SourceKind, SourceMode};
-use order_service::inbox::reconcile::stripe_events::{HANDLED_TYPES, RetryPolicy, StripeError, StripeEvents};
-use order_service::schema::{inbox_messages, jobs_all, source_reconciliations, sources};
 use order_service::at_rest;
+use order_service::inbox::reconcile::state as reconcile_state;
+use order_service::inbox::reconcile::stripe_events::{
+    HANDLED_TYPES, RetryPolicy, StripeError, StripeEvents,
+};
+use order_service::inbox::reconcile::{ReconcileError, Reconciler, Report};
+use order_service::inbox::source::{self, SourceKind, SourceMode};
+use order_service::schema::{inbox_messages, jobs_all, source_reconciliations, sources};
 use order_service::sealed::{Keyring, SecretsKey};
-use outbox_dev_tools::demo::sinks::stripe_events::{StripeEventLog, payment_succeeded, stripe_event};
+use outbox_dev_tools::demo::sinks::stripe_events::{
+    StripeEventLog, payment_succeeded, stripe_event,
+};
 use serde_json::{Value, json};
 
 use crate::inbox::{
@@ -79,7 +83,12 @@ fn stored_via(app: &TestApp, via: &str) -> i64 {
 }
 
 fn counts(report: &Report) -> (u64, u64, u64, u64) {
-    (report.fetched, report.recovered, report.already, report.pages)
+    (
+        report.fetched,
+        report.recovered,
+        report.already,
+        report.pages,
+    )
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -126,10 +135,18 @@ async fn every_event_the_webhooks_missed_is_recovered_across_pages_and_a_second_
     // Two arrived as webhooks before the run.
     for (i, order) in by_webhook.iter().enumerate() {
         let id = format!("evt_pay_{}", i + 3);
-        let body = intent_succeeded(&id, json!(order.to_string()), TOTAL, "eur", &format!("pi_{}", i + 3));
+        let body = intent_succeeded(
+            &id,
+            json!(order.to_string()),
+            TOTAL,
+            "eur",
+            &format!("pi_{}", i + 3),
+        );
         assert_eq!(stripe(&app, &body).await, "applied");
     }
-    let before: Vec<_> = (3..5).map(|i| via_of(&app, &format!("evt_pay_{i}"))).collect();
+    let before: Vec<_> = (3..5)
+        .map(|i| via_of(&app, &format!("evt_pay_{i}")))
+        .collect();
     let reconciler = reconciler(&app, &log, quick());
 
     let first = reconciler.source("stripe", None).await.expect("reconciled");
@@ -141,7 +158,9 @@ async fn every_event_the_webhooks_missed_is_recovered_across_pages_and_a_second_
     for i in 0..3 {
         assert_eq!(via_of(&app, &format!("evt_pay_{i}")).0, "reconcile");
     }
-    let after: Vec<_> = (3..5).map(|i| via_of(&app, &format!("evt_pay_{i}"))).collect();
+    let after: Vec<_> = (3..5)
+        .map(|i| via_of(&app, &format!("evt_pay_{i}")))
+        .collect();
     assert_eq!(after, before, "what arrived by webhook is untouched");
     assert_eq!(stored(&app, "evt_other_100").0, "unmatched");
     assert_eq!(stored_via(&app, "reconcile"), 228);
@@ -157,23 +176,39 @@ async fn every_event_the_webhooks_missed_is_recovered_across_pages_and_a_second_
         .count()
         .get_result(&mut app.db.conn())
         .expect("count");
-    assert!(paid_jobs > 3, "the payment's jobs were enqueued ({paid_jobs})");
+    assert!(
+        paid_jobs > 3,
+        "the payment's jobs were enqueued ({paid_jobs})"
+    );
     let requests = log.requests();
     assert_eq!(requests.len(), 3, "{requests:?}");
     let handled: Vec<String> = HANDLED_TYPES.iter().map(|t| (*t).to_owned()).collect();
-    assert!(requests.iter().all(|r| r.limit == 100 && r.types == handled));
+    assert!(
+        requests
+            .iter()
+            .all(|r| r.limit == 100 && r.types == handled)
+    );
     assert_eq!(requests[0].starting_after, None);
     assert_eq!(requests[1].starting_after.as_deref(), Some("evt_other_130"));
     assert_eq!(requests[2].starting_after.as_deref(), Some("evt_other_30"));
     let default_since = requests[0].created_gte.expect("created[gte]");
-    assert!((default_since - (now() - 72 * 3600)).abs() < 60, "{default_since}");
+    assert!(
+        (default_since - (now() - 72 * 3600)).abs() < 60,
+        "{default_since}"
+    );
 
     let second = reconciler.source("stripe", None).await.expect("reconciled");
 
     assert_eq!(second.recovered, 0, "{second:?}");
     assert_eq!(second.already, second.fetched);
-    assert_eq!(second.pages, 1, "the watermark spares the pages already read");
-    assert!(second.fetched <= 2, "only the overlap is listed again: {second:?}");
+    assert_eq!(
+        second.pages, 1,
+        "the watermark spares the pages already read"
+    );
+    assert!(
+        second.fetched <= 2,
+        "only the overlap is listed again: {second:?}"
+    );
     let source_id: i64 = sources::table
         .filter(sources::name.eq("stripe"))
         .select(sources::id)
@@ -204,7 +239,14 @@ async fn a_refused_key_is_an_error_naming_the_source_and_applies_nothing() {
     )
     .expect("add source");
     let order = place(&app).await;
-    log.add(payment_succeeded("evt_1", now(), order, TOTAL, "eur", "pi_1"));
+    log.add(payment_succeeded(
+        "evt_1",
+        now(),
+        order,
+        TOTAL,
+        "eur",
+        "pi_1",
+    ));
 
     let error = reconciler(&app, &log, quick())
         .source("stripe", None)
@@ -212,7 +254,10 @@ async fn a_refused_key_is_an_error_naming_the_source_and_applies_nothing() {
         .expect_err("refused");
 
     assert!(
-        matches!(error, ReconcileError::Stripe(StripeError::KeyRefused { .. })),
+        matches!(
+            error,
+            ReconcileError::Stripe(StripeError::KeyRefused { .. })
+        ),
         "{error:?}"
     );
     let message = error.to_string();
@@ -220,7 +265,10 @@ async fn a_refused_key_is_an_error_naming_the_source_and_applies_nothing() {
         message.starts_with("stripe refused the API key of source \"stripe\""),
         "{message}"
     );
-    assert!(!message.contains(API_KEY), "the key is never shown: {message}");
+    assert!(
+        !message.contains(API_KEY),
+        "the key is never shown: {message}"
+    );
     assert_eq!(log.requests().len(), 1, "a refused key is not tried again");
     assert_eq!(order_status(&app, order), "placed");
     assert_eq!(stored_via(&app, "reconcile"), 0);
@@ -234,7 +282,11 @@ async fn a_refused_key_is_an_error_naming_the_source_and_applies_nothing() {
     );
 
     // The command says the same, and fails.
-    let output = cli(&app, &log.base_url(), &["inbox", "reconcile", "--source", "stripe"]);
+    let output = cli(
+        &app,
+        &log.base_url(),
+        &["inbox", "reconcile", "--source", "stripe"],
+    );
     assert_eq!(output.status.code(), Some(1), "{output:?}");
     let stderr = String::from_utf8_lossy(&output.stderr);
     assert!(
@@ -248,7 +300,14 @@ async fn a_throttled_or_failing_log_is_asked_again_and_the_run_completes() {
     let app = spawn_app().await;
     let log = log_and_source(&app).await;
     let order = place(&app).await;
-    log.add(payment_succeeded("evt_1", now(), order, TOTAL, "eur", "pi_1"));
+    log.add(payment_succeeded(
+        "evt_1",
+        now(),
+        order,
+        TOTAL,
+        "eur",
+        "pi_1",
+    ));
     log.answer_next(429, Some(1));
     log.answer_next(500, None);
     let started = Instant::now();
@@ -269,7 +328,14 @@ async fn a_throttled_or_failing_log_is_asked_again_and_the_run_completes() {
 
     // Down for longer than the policy tries: an error, nothing half-applied.
     let later = place(&app).await;
-    log.add(payment_succeeded("evt_2", now(), later, TOTAL, "eur", "pi_2"));
+    log.add(payment_succeeded(
+        "evt_2",
+        now(),
+        later,
+        TOTAL,
+        "eur",
+        "pi_2",
+    ));
     for _ in 0..2 {
         log.answer_next(503, None);
     }
@@ -282,7 +348,9 @@ async fn a_throttled_or_failing_log_is_asked_again_and_the_run_completes() {
         .await
         .expect_err("unavailable");
     assert!(
-        error.to_string().contains("unavailable to source \"stripe\" after 2 tries"),
+        error
+            .to_string()
+            .contains("unavailable to source \"stripe\" after 2 tries"),
         "{error}"
     );
     assert_eq!(order_status(&app, later), "placed");
@@ -313,12 +381,27 @@ async fn the_command_prints_its_counts_and_names_what_it_cannot_reconcile() {
     )
     .expect("add source");
     let order = place(&app).await;
-    log.add(payment_succeeded("evt_1", now() - 3 * 86_400, order, TOTAL, "eur", "pi_1"));
+    log.add(payment_succeeded(
+        "evt_1",
+        now() - 3 * 86_400,
+        order,
+        TOTAL,
+        "eur",
+        "pi_1",
+    ));
 
     let output = cli(
         &app,
         &log.base_url(),
-        &["inbox", "reconcile", "--source", "stripe", "--since", "4d", "--json"],
+        &[
+            "inbox",
+            "reconcile",
+            "--source",
+            "stripe",
+            "--since",
+            "4d",
+            "--json",
+        ],
     );
     assert!(output.status.success(), "{output:?}");
     let printed: Value = serde_json::from_slice(&output.stdout).expect("JSON");
@@ -337,7 +420,11 @@ async fn the_command_prints_its_counts_and_names_what_it_cannot_reconcile() {
         ("keyless", "source \"keyless\" has no API key"),
         ("nope", "there is no source named \"nope\""),
     ] {
-        let output = cli(&app, &log.base_url(), &["inbox", "reconcile", "--source", source]);
+        let output = cli(
+            &app,
+            &log.base_url(),
+            &["inbox", "reconcile", "--source", source],
+        );
         assert_eq!(output.status.code(), Some(1), "{output:?}");
         let stderr = String::from_utf8_lossy(&output.stderr);
         assert!(stderr.contains(expected), "{stderr}");
@@ -359,13 +446,24 @@ async fn the_relays_periodic_job_recovers_a_missed_payment() {
     let app = spawn_app().await;
     let log = log_and_source(&app).await;
     let order = place(&app).await;
-    log.add(payment_succeeded("evt_missed", now(), order, TOTAL, "eur", "pi_1"));
+    log.add(payment_succeeded(
+        "evt_missed",
+        now(),
+        order,
+        TOTAL,
+        "eur",
+        "pi_1",
+    ));
     let mut zero = Launch::relay("reconcile-zero", &app.db.url)
         .env("INBOX_RECONCILE_EVERY", "0s")
         .spawn();
     let status = zero.wait_exit(Duration::from_secs(30)).await;
     assert_eq!(status.code(), Some(2), "a zero interval is refused");
-    assert!(zero.stderr().contains("INBOX_RECONCILE_EVERY"), "{}", zero.stderr());
+    assert!(
+        zero.stderr().contains("INBOX_RECONCILE_EVERY"),
+        "{}",
+        zero.stderr()
+    );
 
     let (mut relay, _) = BinProcess::start_relay(
         Launch::relay("reconciler", &app.db.url)
@@ -375,9 +473,11 @@ async fn the_relays_periodic_job_recovers_a_missed_payment() {
     )
     .await;
 
-    wait_until("the periodic job paid the order", Duration::from_secs(30), || {
-        order_status(&app, order) == "paid"
-    })
+    wait_until(
+        "the periodic job paid the order",
+        Duration::from_secs(30),
+        || order_status(&app, order) == "paid",
+    )
     .await;
     assert_eq!(via_of(&app, "evt_missed").0, "reconcile");
     relay.terminate().await;
@@ -389,10 +489,21 @@ async fn the_api_key_is_given_in_a_file_sealed_like_every_secret_and_opened_to_r
     let log = StripeEventLog::start(API_KEY).await.expect("the event log");
     for (name, kind, secret) in [
         ("stripe", SourceKind::Stripe, STRIPE_SECRET),
-        ("billing", SourceKind::Standard, crate::inbox::STANDARD_SECRET),
+        (
+            "billing",
+            SourceKind::Standard,
+            crate::inbox::STANDARD_SECRET,
+        ),
     ] {
-        source::add(&mut app.db.conn(), name, kind, SourceMode::Any, secret, &Keyring::none())
-            .expect("add source");
+        source::add(
+            &mut app.db.conn(),
+            name,
+            kind,
+            SourceMode::Any,
+            secret,
+            &Keyring::none(),
+        )
+        .expect("add source");
     }
     let dir = std::env::temp_dir().join(format!("reconcile-key-{}", std::process::id()));
     std::fs::create_dir_all(&dir).expect("dir");
@@ -403,7 +514,13 @@ async fn the_api_key_is_given_in_a_file_sealed_like_every_secret_and_opened_to_r
     let standard = cli(
         &app,
         &log.base_url(),
-        &["sources", "set-api-key", "billing", "--api-key-file", &key_path],
+        &[
+            "sources",
+            "set-api-key",
+            "billing",
+            "--api-key-file",
+            &key_path,
+        ],
     );
     assert_eq!(standard.status.code(), Some(2), "{standard:?}");
     assert!(
@@ -413,7 +530,13 @@ async fn the_api_key_is_given_in_a_file_sealed_like_every_secret_and_opened_to_r
     let given = cli(
         &app,
         &log.base_url(),
-        &["sources", "set-api-key", "stripe", "--api-key-file", &key_path],
+        &[
+            "sources",
+            "set-api-key",
+            "stripe",
+            "--api-key-file",
+            &key_path,
+        ],
     );
     assert!(given.status.success(), "{given:?}");
     assert!(!String::from_utf8_lossy(&given.stdout).contains(API_KEY));
@@ -430,19 +553,34 @@ async fn the_api_key_is_given_in_a_file_sealed_like_every_secret_and_opened_to_r
         .first(&mut conn)
         .expect("the source");
     let stored = stored.expect("an API key");
-    assert!(stored.starts_with("enc:v1:") && !stored.contains(API_KEY), "{stored}");
+    assert!(
+        stored.starts_with("enc:v1:") && !stored.contains(API_KEY),
+        "{stored}"
+    );
 
     let order = place(&app).await;
-    log.add(payment_succeeded("evt_1", now(), order, TOTAL, "eur", "pi_1"));
+    log.add(payment_succeeded(
+        "evt_1",
+        now(),
+        order,
+        TOTAL,
+        "eur",
+        "pi_1",
+    ));
     let error = reconciler(&app, &log, quick())
         .source("stripe", None)
         .await
         .expect_err("sealed, and no key to open it");
     assert!(
-        error.to_string().starts_with("the provider API key of source \"stripe\" cannot be read"),
+        error
+            .to_string()
+            .starts_with("the provider API key of source \"stripe\" cannot be read"),
         "{error}"
     );
-    assert!(log.requests().is_empty(), "nothing was asked without the key");
+    assert!(
+        log.requests().is_empty(),
+        "nothing was asked without the key"
+    );
     let with_key = Reconciler {
         keys,
         ..reconciler(&app, &log, quick())

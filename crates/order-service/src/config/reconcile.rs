@@ -65,7 +65,9 @@ pub fn parse_api_base(raw: &str) -> Result<url::Url, String> {
         ));
     }
     if url.query().is_some() || url.fragment().is_some() {
-        return Err(format!("{raw:?} has a query or fragment; give the base only"));
+        return Err(format!(
+            "{raw:?} has a query or fragment; give the base only"
+        ));
     }
     match (url.scheme(), is_loopback(&url)) {
         ("https", _) if url.host().is_some() => Ok(url),

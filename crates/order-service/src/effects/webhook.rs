@@ -346,7 +346,7 @@ impl WebhookSender {
 /// `config.proxy`, and, unless `config.allow_private`, no connection to a
 /// loopback, private or link-local address.
 pub fn guarded_client(config: &DeliveryOptions) -> anyhow::Result<reqwest::Client> {
-        ensure_crypto_provider();
+    ensure_crypto_provider();
     let mut builder = reqwest::Client::builder()
         .connect_timeout(CONNECT_TIMEOUT.min(config.timeout))
         .timeout(config.timeout)

@@ -11,9 +11,9 @@ use diesel::prelude::*;
 use outbox_core::dedupe::{Received, record_message};
 use serde_json::Value;
 
-use super::{MessageStatus, Via};
 use super::event::{Intent, Meaning, OrderRef, Payment, interpret, other_mode};
 use super::source::{SourceKind, SourceMode};
+use super::{MessageStatus, Via};
 use crate::orders::{
     DisplayText, OrderStatus, Transition, TransitionError, transition_order_for_message,
 };

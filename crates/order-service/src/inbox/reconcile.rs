@@ -20,11 +20,11 @@ use std::time::Duration;
 use chrono::{DateTime, Utc};
 use serde::Serialize;
 
+use self::state::RunCounts;
+use self::stripe_events::{ListedEvent, StripeError, StripeEvents};
 use super::Via;
 use super::apply::{Answer, Inbound, receive};
-use self::state::RunCounts;
 use super::source::{self, Source, SourceKind};
-use self::stripe_events::{ListedEvent, StripeError, StripeEvents};
 use crate::db::{DbError, PgPool, run_blocking};
 use crate::outbox::Enqueuer;
 use crate::sealed::{Keyring, Unreadable};

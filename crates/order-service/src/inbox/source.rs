@@ -138,7 +138,10 @@ pub struct Source {
     api_key: Option<String>,
 }
 
-fn serialize_is_some<S: serde::Serializer>(value: &Option<String>, s: S) -> Result<S::Ok, S::Error> {
+fn serialize_is_some<S: serde::Serializer>(
+    value: &Option<String>,
+    s: S,
+) -> Result<S::Ok, S::Error> {
     s.serialize_bool(value.is_some())
 }
 

@@ -27,13 +27,13 @@ use serde_json::json;
 use tokio::sync::Mutex;
 
 use super::BenchArgs;
-use crate::demo::sinks::stripe_events::{StripeEventLog, payment_succeeded};
 use super::orders::{self, ApiUnderTest};
 use super::percentiles::Latency;
+use crate::demo::sinks::stripe_events::{StripeEventLog, payment_succeeded};
 use order_service::db::{PoolOptions, build_pool};
+use order_service::inbox::reconcile::Reconciler;
 use order_service::inbox::reconcile::api_key;
 use order_service::inbox::reconcile::stripe_events::{RetryPolicy, StripeEvents};
-use order_service::inbox::reconcile::Reconciler;
 use order_service::inbox::source::{self, SourceKind, SourceMode};
 use order_service::inbox::verify::stripe_signature;
 use order_service::sealed::Keyring;
@@ -169,8 +169,7 @@ pub async fn measure(url: &str, args: &BenchArgs) -> anyhow::Result<InboundRun> 
             "  inbound open loop at {target:.0}/s: p50 {:.2} ms p99 {:.2} ms",
             latency.p50_ms, latency.p99_ms
         );
-        let reconcile_per_second =
-            reconcile(url, SOURCE, &missed, TOTAL_CENTS).await?;
+        let reconcile_per_second = reconcile(url, SOURCE, &missed, TOTAL_CENTS).await?;
         eprintln!("  reconciled from the event log: {reconcile_per_second:.0}/s");
         anyhow::Ok(InboundRun {
             events,
@@ -187,8 +186,12 @@ pub async fn measure(url: &str, args: &BenchArgs) -> anyhow::Result<InboundRun> 
     .await;
     api.stop().await?;
     let run = result?;
-    check_all_paid(url, events * 3 + args.reconcile_events, events * 2 + args.reconcile_events)
-        .await?;
+    check_all_paid(
+        url,
+        events * 3 + args.reconcile_events,
+        events * 2 + args.reconcile_events,
+    )
+    .await?;
     Ok(run)
 }
 

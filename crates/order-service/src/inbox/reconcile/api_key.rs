@@ -84,11 +84,21 @@ mod tests {
         assert!(check_api_key(test_key, SourceMode::Test, "--api-key-file").is_ok());
         let other_mode =
             check_api_key(test_key, SourceMode::Live, "--api-key-file").expect_err("test key");
-        assert!(other_mode.to_string().contains("test-mode key"), "{other_mode}");
+        assert!(
+            other_mode.to_string().contains("test-mode key"),
+            "{other_mode}"
+        );
         assert!(!other_mode.to_string().contains(test_key), "{other_mode}");
-        let publishable = check_api_key("pk_test_51Hx0aBcDeFgHiJkLmNoPq", SourceMode::Any, "--api-key-file")
-            .expect_err("a publishable key");
-        assert!(publishable.to_string().starts_with("--api-key-file: "), "{publishable}");
+        let publishable = check_api_key(
+            "pk_test_51Hx0aBcDeFgHiJkLmNoPq",
+            SourceMode::Any,
+            "--api-key-file",
+        )
+        .expect_err("a publishable key");
+        assert!(
+            publishable.to_string().starts_with("--api-key-file: "),
+            "{publishable}"
+        );
         assert!(check_api_key("sk_test_short", SourceMode::Any, "--api-key-file").is_err());
     }
 }

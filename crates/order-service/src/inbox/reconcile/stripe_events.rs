@@ -70,9 +70,7 @@ impl RetryPolicy {
             .base
             .saturating_mul(2u32.saturating_pow(attempt.saturating_sub(1)));
         let jitter = backoff.mul_f64(fastrand::f64() * 0.25);
-        asked
-            .unwrap_or(backoff + jitter)
-            .min(self.max_wait)
+        asked.unwrap_or(backoff + jitter).min(self.max_wait)
     }
 }
 
@@ -95,9 +93,7 @@ pub enum StripeError {
         status: u16,
         message: String,
     },
-    #[error(
-        "stripe's event log is unavailable to source {name:?} after {attempts} tries: {last}"
-    )]
+    #[error("stripe's event log is unavailable to source {name:?} after {attempts} tries: {last}")]
     Unavailable {
         name: String,
         attempts: u32,
@@ -216,13 +212,7 @@ impl StripeEvents {
     ) -> Result<Call, StripeError> {
         let mut url = self.events_url.clone();
         url.query_pairs_mut().extend_pairs(query);
-        let response = match self
-            .client
-            .get(url)
-            .bearer_auth(key)
-            .send()
-            .await
-        {
+        let response = match self.client.get(url).bearer_auth(key).send().await {
             Ok(response) => response,
             Err(error) => {
                 return Ok(Call::Again {
@@ -248,12 +238,12 @@ impl StripeEvents {
             Err(why) => why.into_bytes(),
         };
         if status.is_success() {
-            return parse_page(&body).map(Call::Page).map_err(|why| {
-                StripeError::Malformed {
+            return parse_page(&body)
+                .map(Call::Page)
+                .map_err(|why| StripeError::Malformed {
                     name: source.to_owned(),
                     why,
-                }
-            });
+                });
         }
         let message = error_message(&body);
         match status {
@@ -314,10 +304,7 @@ async fn read_capped(mut response: reqwest::Response) -> Result<Vec<u8>, String>
 /// Stripe's `{"error":{"message":…}}`, or the start of whatever came.
 fn error_message(body: &[u8]) -> String {
     let parsed: Option<Value> = serde_json::from_slice(body).ok();
-    match parsed
-        .as_ref()
-        .and_then(|v| v["error"]["message"].as_str())
-    {
+    match parsed.as_ref().and_then(|v| v["error"]["message"].as_str()) {
         Some(message) => one_line(message, MAX_ERROR_CHARS),
         None if body.is_empty() => "(an empty body)".to_owned(),
         None => one_line(&String::from_utf8_lossy(body), MAX_ERROR_CHARS),
@@ -338,7 +325,10 @@ pub fn parse_page(body: &[u8]) -> Result<EventPage, String> {
         return Err("it has no \"data\" array".into());
     };
     if data.len() > PAGE_LIMIT {
-        return Err(format!("{} events on a page of at most {PAGE_LIMIT}", data.len()));
+        return Err(format!(
+            "{} events on a page of at most {PAGE_LIMIT}",
+            data.len()
+        ));
     }
     let events = data
         .iter()
@@ -352,7 +342,9 @@ pub fn parse_page(body: &[u8]) -> Result<EventPage, String> {
                     created,
                     payload: event.clone(),
                 }),
-                _ => Err(format!("event {i} of the page has no \"id\" or \"created\"")),
+                _ => Err(format!(
+                    "event {i} of the page has no \"id\" or \"created\""
+                )),
             }
         })
         .collect::<Result<Vec<_>, String>>()?;
@@ -379,7 +371,9 @@ mod tests {
         assert_eq!(ids, ["evt_2", "evt_1"]);
         assert_eq!(page.events[1].created, 10);
         assert!(parse_page(br#"{"object":"event"}"#).is_err());
-        assert!(parse_page(br#"{"object":"list","data":[{"id":"evt_1"}],"has_more":false}"#).is_err());
+        assert!(
+            parse_page(br#"{"object":"list","data":[{"id":"evt_1"}],"has_more":false}"#).is_err()
+        );
         assert!(parse_page(br#"{"object":"list","data":[],"has_more":true}"#).is_err());
         assert!(parse_page(b"<html>").is_err());
     }
@@ -387,8 +381,14 @@ mod tests {
     #[test]
     fn a_retry_waits_what_was_asked_and_never_longer_than_the_cap() {
         let policy = RetryPolicy::default();
-        assert_eq!(policy.wait(1, Some(Duration::from_secs(2))), Duration::from_secs(2));
-        assert_eq!(policy.wait(1, Some(Duration::from_secs(3600))), policy.max_wait);
+        assert_eq!(
+            policy.wait(1, Some(Duration::from_secs(2))),
+            Duration::from_secs(2)
+        );
+        assert_eq!(
+            policy.wait(1, Some(Duration::from_secs(3600))),
+            policy.max_wait
+        );
         let second = policy.wait(2, None);
         assert!(second >= Duration::from_secs(1) && second <= Duration::from_millis(1250));
     }

@@ -262,7 +262,10 @@ fn answer(
     });
     let start = match &params.starting_after {
         None => 0,
-        Some(after) => match matching.iter().position(|e| e["id"].as_str() == Some(after)) {
+        Some(after) => match matching
+            .iter()
+            .position(|e| e["id"].as_str() == Some(after))
+        {
             Some(at) => at + 1,
             None => {
                 return stripe_error(
