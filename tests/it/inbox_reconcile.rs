@@ -224,7 +224,7 @@ async fn every_event_the_webhooks_missed_is_recovered_across_pages_and_a_second_
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_refused_key_is_an_error_naming_the_source_and_applies_nothing() {
-    let app = spawn_app().await;
+    let app = crate::support::app::spawn_app_with(crate::admin::admin_settings()).await;
     let log = StripeEventLog::start("rk_test_the_key_stripe_knows_0123456")
         .await
         .expect("the event log");
@@ -279,6 +279,18 @@ async fn a_refused_key_is_an_error_naming_the_source_and_applies_nothing() {
     assert!(
         last_error.is_some_and(|e| e.contains("refused the API key")),
         "the dashboard shows why"
+    );
+
+    // The dashboard's Inbox page says it beside the source.
+    let page = inbox_page(&app).await;
+    let row = page
+        .split("<td data-label=\"Source\">stripe</td>")
+        .nth(1)
+        .and_then(|rest| rest.split("</tr>").next())
+        .unwrap_or_else(|| panic!("a reconciliation row for stripe: {page}"));
+    assert!(
+        row.contains("stripe refused the API key of source"),
+        "{row}"
     );
 
     // The command says the same, and fails.
@@ -354,6 +366,21 @@ async fn a_throttled_or_failing_log_is_asked_again_and_the_run_completes() {
         "{error}"
     );
     assert_eq!(order_status(&app, later), "placed");
+}
+
+/// The dashboard's Inbox page, as an operator sees it.
+async fn inbox_page(app: &TestApp) -> String {
+    let client = crate::admin::raw_client();
+    let (cookie, _) = crate::admin::http_login(&client, app, crate::admin::OPERATOR).await;
+    client
+        .get(app.url("/admin/inbox"))
+        .header("cookie", &cookie)
+        .send()
+        .await
+        .expect("GET /admin/inbox")
+        .text()
+        .await
+        .expect("page")
 }
 
 /// `outbox-relay <args>` against the app's database and `base`.
