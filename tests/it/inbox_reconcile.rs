@@ -3,11 +3,9 @@
 //! what arrived is left as it is. Against a local server speaking Stripe's
 //! `GET /v1/events` (outbox-dev-tools' `StripeEventLog`).
 
-use std::process::{Command, Output};
 use std::time::{Duration, Instant};
 
 use diesel::prelude::*;
-use order_service::at_rest;
 use order_service::inbox::reconcile::state as reconcile_state;
 use order_service::inbox::reconcile::stripe_events::{
     HANDLED_TYPES, RetryPolicy, StripeError, StripeEvents,
@@ -15,24 +13,22 @@ use order_service::inbox::reconcile::stripe_events::{
 use order_service::inbox::reconcile::{ReconcileError, Reconciler, Report};
 use order_service::inbox::source::{self, SourceKind, SourceMode};
 use order_service::schema::{inbox_messages, jobs_all, source_reconciliations, sources};
-use order_service::sealed::{Keyring, SecretsKey};
+use order_service::sealed::Keyring;
 use outbox_dev_tools::demo::sinks::stripe_events::{
     StripeEventLog, payment_succeeded, stripe_event,
 };
-use serde_json::{Value, json};
+use serde_json::json;
 
 use crate::inbox::{
     STRIPE_SECRET, TOTAL, intent_succeeded, now, order_status, place, stored, stripe,
 };
 use crate::support::app::{TestApp, spawn_app};
-use crate::support::process::{BinProcess, Launch};
-use crate::support::wait_until;
 
 /// A restricted key of test mode, as Stripe makes them.
-const API_KEY: &str = "rk_test_51ReconcileKey0123456789abcdef";
+pub(crate) const API_KEY: &str = "rk_test_51ReconcileKey0123456789abcdef";
 
 /// Stripe's log with the source `stripe` reading it with [`API_KEY`].
-async fn log_and_source(app: &TestApp) -> StripeEventLog {
+pub(crate) async fn log_and_source(app: &TestApp) -> StripeEventLog {
     let log = StripeEventLog::start(API_KEY).await.expect("the event log");
     source::add_with_api_key(
         &mut app.db.conn(),
@@ -48,7 +44,7 @@ async fn log_and_source(app: &TestApp) -> StripeEventLog {
 }
 
 /// Quick retries: the tests' throttles and outages last one answer.
-fn reconciler(app: &TestApp, log: &StripeEventLog, retry: RetryPolicy) -> Reconciler {
+pub(crate) fn reconciler(app: &TestApp, log: &StripeEventLog, retry: RetryPolicy) -> Reconciler {
     Reconciler {
         pool: app.db.pool(4),
         events: StripeEvents::new(&log.base_url(), retry).expect("a client"),
@@ -58,7 +54,7 @@ fn reconciler(app: &TestApp, log: &StripeEventLog, retry: RetryPolicy) -> Reconc
     }
 }
 
-fn quick() -> RetryPolicy {
+pub(crate) fn quick() -> RetryPolicy {
     RetryPolicy {
         attempts: 4,
         base: Duration::from_millis(50),
@@ -66,7 +62,7 @@ fn quick() -> RetryPolicy {
     }
 }
 
-fn via_of(app: &TestApp, message_id: &str) -> (String, chrono::DateTime<chrono::Utc>) {
+pub(crate) fn via_of(app: &TestApp, message_id: &str) -> (String, chrono::DateTime<chrono::Utc>) {
     inbox_messages::table
         .filter(inbox_messages::message_id.eq(message_id))
         .select((inbox_messages::via, inbox_messages::received_at))
@@ -294,7 +290,7 @@ async fn a_refused_key_is_an_error_naming_the_source_and_applies_nothing() {
     );
 
     // The command says the same, and fails.
-    let output = cli(
+    let output = crate::inbox_reconcile_cli::cli(
         &app,
         &log.base_url(),
         &["inbox", "reconcile", "--source", "stripe"],
@@ -369,7 +365,7 @@ async fn a_throttled_or_failing_log_is_asked_again_and_the_run_completes() {
 }
 
 /// The dashboard's Inbox page, as an operator sees it.
-async fn inbox_page(app: &TestApp) -> String {
+pub(crate) async fn inbox_page(app: &TestApp) -> String {
     let client = crate::admin::raw_client();
     let (cookie, _) = crate::admin::http_login(&client, app, crate::admin::OPERATOR).await;
     client
@@ -381,239 +377,4 @@ async fn inbox_page(app: &TestApp) -> String {
         .text()
         .await
         .expect("page")
-}
-
-/// `outbox-relay <args>` against the app's database and `base`.
-fn cli(app: &TestApp, base: &url::Url, args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_outbox-relay"))
-        .args(args)
-        .env("DATABASE_URL", &app.db.url)
-        .env("STRIPE_API_BASE", base.as_str())
-        .env_remove("SECRETS_KEY")
-        .output()
-        .expect("run outbox-relay")
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn the_command_prints_its_counts_and_names_what_it_cannot_reconcile() {
-    let app = spawn_app().await;
-    let log = log_and_source(&app).await;
-    source::add(
-        &mut app.db.conn(),
-        "keyless",
-        SourceKind::Stripe,
-        SourceMode::Any,
-        STRIPE_SECRET,
-        &Keyring::none(),
-    )
-    .expect("add source");
-    let order = place(&app).await;
-    log.add(payment_succeeded(
-        "evt_1",
-        now() - 3 * 86_400,
-        order,
-        TOTAL,
-        "eur",
-        "pi_1",
-    ));
-
-    let output = cli(
-        &app,
-        &log.base_url(),
-        &[
-            "inbox",
-            "reconcile",
-            "--source",
-            "stripe",
-            "--since",
-            "4d",
-            "--json",
-        ],
-    );
-    assert!(output.status.success(), "{output:?}");
-    let printed: Value = serde_json::from_slice(&output.stdout).expect("JSON");
-    assert_eq!(printed["fetched"], 1);
-    assert_eq!(printed["recovered"], 1);
-    assert_eq!(printed["already"], 0);
-    assert_eq!(printed["pages"], 1);
-    assert_eq!(order_status(&app, order), "paid");
-    let listed = cli(&app, &log.base_url(), &["inbox", "list"]);
-    assert!(
-        String::from_utf8_lossy(&listed.stdout).contains("reconcile"),
-        "inbox list shows how it came"
-    );
-
-    for (source, expected) in [
-        ("keyless", "source \"keyless\" has no API key"),
-        ("nope", "there is no source named \"nope\""),
-    ] {
-        let output = cli(
-            &app,
-            &log.base_url(),
-            &["inbox", "reconcile", "--source", source],
-        );
-        assert_eq!(output.status.code(), Some(1), "{output:?}");
-        let stderr = String::from_utf8_lossy(&output.stderr);
-        assert!(stderr.contains(expected), "{stderr}");
-    }
-
-    let plain_http = url::Url::parse("http://stripe.example.com:8080").expect("URL");
-    assert!(StripeEvents::new(&plain_http, quick()).is_err());
-    let output = cli(&app, &plain_http, &["inbox", "reconcile"]);
-    assert_eq!(output.status.code(), Some(2), "{output:?}");
-    let stderr = String::from_utf8_lossy(&output.stderr);
-    assert!(
-        stderr.contains("STRIPE_API_BASE") && stderr.contains("only on a loopback address"),
-        "{stderr}"
-    );
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn the_relays_periodic_job_recovers_a_missed_payment() {
-    let app = spawn_app().await;
-    let log = log_and_source(&app).await;
-    let order = place(&app).await;
-    log.add(payment_succeeded(
-        "evt_missed",
-        now(),
-        order,
-        TOTAL,
-        "eur",
-        "pi_1",
-    ));
-    let mut zero = Launch::relay("reconcile-zero", &app.db.url)
-        .env("INBOX_RECONCILE_EVERY", "0s")
-        .spawn();
-    let status = zero.wait_exit(Duration::from_secs(30)).await;
-    assert_eq!(status.code(), Some(2), "a zero interval is refused");
-    assert!(
-        zero.stderr().contains("INBOX_RECONCILE_EVERY"),
-        "{}",
-        zero.stderr()
-    );
-
-    let (mut relay, _) = BinProcess::start_relay(
-        Launch::relay("reconciler", &app.db.url)
-            .env("RELAY_KINDS", "inbox_reconcile")
-            .env("INBOX_RECONCILE_EVERY", "1s")
-            .env("STRIPE_API_BASE", log.base_url().as_str()),
-    )
-    .await;
-
-    wait_until(
-        "the periodic job paid the order",
-        Duration::from_secs(30),
-        || order_status(&app, order) == "paid",
-    )
-    .await;
-    assert_eq!(via_of(&app, "evt_missed").0, "reconcile");
-    relay.terminate().await;
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn the_api_key_is_given_in_a_file_sealed_like_every_secret_and_opened_to_reconcile() {
-    let app = spawn_app().await;
-    let log = StripeEventLog::start(API_KEY).await.expect("the event log");
-    for (name, kind, secret) in [
-        ("stripe", SourceKind::Stripe, STRIPE_SECRET),
-        (
-            "billing",
-            SourceKind::Standard,
-            crate::inbox::STANDARD_SECRET,
-        ),
-    ] {
-        source::add(
-            &mut app.db.conn(),
-            name,
-            kind,
-            SourceMode::Any,
-            secret,
-            &Keyring::none(),
-        )
-        .expect("add source");
-    }
-    let dir = std::env::temp_dir().join(format!("reconcile-key-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).expect("dir");
-    let key_file = dir.join("stripe-events.key");
-    std::fs::write(&key_file, format!("{API_KEY}\n")).expect("write the key");
-    let key_path = key_file.to_string_lossy().into_owned();
-
-    let standard = cli(
-        &app,
-        &log.base_url(),
-        &[
-            "sources",
-            "set-api-key",
-            "billing",
-            "--api-key-file",
-            &key_path,
-        ],
-    );
-    assert_eq!(standard.status.code(), Some(2), "{standard:?}");
-    assert!(
-        String::from_utf8_lossy(&standard.stderr).contains("only a stripe source has an API key"),
-        "{standard:?}"
-    );
-    let given = cli(
-        &app,
-        &log.base_url(),
-        &[
-            "sources",
-            "set-api-key",
-            "stripe",
-            "--api-key-file",
-            &key_path,
-        ],
-    );
-    assert!(given.status.success(), "{given:?}");
-    assert!(!String::from_utf8_lossy(&given.stdout).contains(API_KEY));
-
-    // Three secrets in plaintext: two signing secrets and the API key.
-    let keys = Keyring::with_key(SecretsKey::generate().expect("a key"));
-    let mut conn = app.db.conn();
-    assert_eq!(at_rest::census(&mut conn).expect("census").plaintext, 3);
-    let sealed = at_rest::seal_all(&mut conn, &keys).expect("seal");
-    assert_eq!(sealed.sealed, 3, "{sealed:?}");
-    let stored: Option<String> = sources::table
-        .filter(sources::name.eq("stripe"))
-        .select(sources::api_key)
-        .first(&mut conn)
-        .expect("the source");
-    let stored = stored.expect("an API key");
-    assert!(
-        stored.starts_with("enc:v1:") && !stored.contains(API_KEY),
-        "{stored}"
-    );
-
-    let order = place(&app).await;
-    log.add(payment_succeeded(
-        "evt_1",
-        now(),
-        order,
-        TOTAL,
-        "eur",
-        "pi_1",
-    ));
-    let error = reconciler(&app, &log, quick())
-        .source("stripe", None)
-        .await
-        .expect_err("sealed, and no key to open it");
-    assert!(
-        error
-            .to_string()
-            .starts_with("the provider API key of source \"stripe\" cannot be read"),
-        "{error}"
-    );
-    assert!(
-        log.requests().is_empty(),
-        "nothing was asked without the key"
-    );
-    let with_key = Reconciler {
-        keys,
-        ..reconciler(&app, &log, quick())
-    };
-    let report = with_key.source("stripe", None).await.expect("reconciled");
-    assert_eq!(report.recovered, 1);
-    assert_eq!(order_status(&app, order), "paid");
-    let _ = std::fs::remove_dir_all(&dir);
 }
