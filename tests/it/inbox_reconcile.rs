@@ -378,3 +378,37 @@ pub(crate) async fn inbox_page(app: &TestApp) -> String {
         .await
         .expect("page")
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_listed_event_of_the_other_mode_is_stored_ignored_as_a_webhook_would_be() {
+    let app = spawn_app().await;
+    let log = StripeEventLog::start(API_KEY).await.expect("the event log");
+    source::add_with_api_key(
+        &mut app.db.conn(),
+        "stripe",
+        SourceKind::Stripe,
+        SourceMode::Test,
+        STRIPE_SECRET,
+        Some(API_KEY),
+        &Keyring::none(),
+    )
+    .expect("add source");
+    let order = place(&app).await;
+    let mut live = payment_succeeded("evt_live", now(), order, TOTAL, "eur", "pi_live");
+    live["livemode"] = json!(true);
+    log.add(live);
+
+    let report = reconciler(&app, &log, quick())
+        .source("stripe", None)
+        .await
+        .expect("reconciled");
+
+    assert_eq!(counts(&report), (1, 1, 0, 1));
+    let (status, reason) = stored(&app, "evt_live");
+    assert_eq!(status, "ignored");
+    assert!(
+        reason.is_some_and(|r| r.contains("livemode true")),
+        "the reason names the mode"
+    );
+    assert_eq!(order_status(&app, order), "placed");
+}
