@@ -206,12 +206,56 @@ async fn the_api_key_is_given_in_a_file_sealed_like_every_secret_and_opened_to_r
     assert!(given.status.success(), "{given:?}");
     assert!(!String::from_utf8_lossy(&given.stdout).contains(API_KEY));
 
-    // Three secrets in plaintext: two signing secrets and the API key.
+    // A source added with its key at once; a standard one cannot have one.
+    let added = cli(
+        &app,
+        &log.base_url(),
+        &[
+            "sources",
+            "add",
+            "--name",
+            "stripe-eu",
+            "--kind",
+            "stripe",
+            "--api-key-file",
+            &key_path,
+        ],
+    );
+    assert!(added.status.success(), "{added:?}");
+    let refused = cli(
+        &app,
+        &log.base_url(),
+        &[
+            "sources",
+            "add",
+            "--name",
+            "hooks",
+            "--kind",
+            "standard",
+            "--api-key-file",
+            &key_path,
+        ],
+    );
+    assert_eq!(refused.status.code(), Some(2), "{refused:?}");
+    let listed = cli(&app, &log.base_url(), &["sources", "list", "--json"]);
+    let listed: Value = serde_json::from_slice(&listed.stdout).expect("JSON");
+    let reconciled: Vec<(&str, bool)> = listed
+        .as_array()
+        .expect("a list")
+        .iter()
+        .map(|s| (s["name"].as_str().unwrap_or(""), s["reconciled"] == true))
+        .collect();
+    assert_eq!(
+        reconciled,
+        [("billing", false), ("stripe", true), ("stripe-eu", true)]
+    );
+
+    // Five secrets in plaintext: three signing secrets and two API keys.
     let keys = Keyring::with_key(SecretsKey::generate().expect("a key"));
     let mut conn = app.db.conn();
-    assert_eq!(at_rest::census(&mut conn).expect("census").plaintext, 3);
+    assert_eq!(at_rest::census(&mut conn).expect("census").plaintext, 5);
     let sealed = at_rest::seal_all(&mut conn, &keys).expect("seal");
-    assert_eq!(sealed.sealed, 3, "{sealed:?}");
+    assert_eq!(sealed.sealed, 5, "{sealed:?}");
     let stored: Option<String> = sources::table
         .filter(sources::name.eq("stripe"))
         .select(sources::api_key)
