@@ -290,6 +290,14 @@ async fn the_api_key_is_given_in_a_file_sealed_like_every_secret_and_opened_to_r
         log.requests().is_empty(),
         "nothing was asked without the key"
     );
+    let last_error: Option<String> = order_service::schema::source_reconciliations::table
+        .select(order_service::schema::source_reconciliations::last_error)
+        .first(&mut app.db.conn())
+        .expect("the failure is recorded");
+    assert!(
+        last_error.is_some_and(|e| e.contains("cannot be read")),
+        "the dashboard shows why"
+    );
     let with_key = Reconciler {
         keys,
         ..reconciler(&app, &log, quick())

@@ -121,16 +121,28 @@ impl Reconciler {
         if source.kind() != SourceKind::Stripe {
             return Err(ReconcileError::NotStripe(source.name));
         }
-        let key = source
-            .api_key(&self.keys)?
-            .ok_or_else(|| ReconcileError::NoApiKey(source.name.clone()))?;
+        let id = source.id;
+        let key = match source.api_key(&self.keys) {
+            Ok(Some(key)) => key,
+            Ok(None) => return Err(ReconcileError::NoApiKey(source.name)),
+            // A key sealed under a key this process lacks: the dashboard
+            // shows it as the source's last error, as a refused key.
+            Err(unreadable) => {
+                let error = ReconcileError::from(unreadable);
+                let message = error.to_string();
+                self.record(&source, move |conn| {
+                    state::failed(conn, id, &RunCounts::default(), &message)
+                })
+                .await?;
+                return Err(error);
+            }
+        };
         let now = Utc::now();
         let since = match (since, watermark) {
             (Some(ago), _) => ago_from(now, ago),
             (None, Some(watermark)) => watermark,
             (None, None) => ago_from(now, DEFAULT_SINCE),
         };
-        let id = source.id;
         self.record(&source, move |conn| state::started(conn, id))
             .await?;
         let mut run = Run {
