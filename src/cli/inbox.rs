@@ -1,15 +1,22 @@
 //! `outbox-relay inbox ...`: the messages received on `/inbound/{source}`,
 //! and an operator's decision on a held one (audited).
 
+use std::time::Duration;
+
 use anyhow::Context as _;
 use clap::{Args, Subcommand};
+use serde_json::json;
 
 use crate::cli::table::{Align, print_list};
 use crate::cli::with_conn;
-use crate::config::{ConfigError, DatabaseArgs, EnqueueArgs};
+use crate::config::{
+    ConfigError, DatabaseArgs, EnqueueArgs, SecretsKeyArgs, StripeApiArgs, parse_positive_duration,
+};
 use crate::inbox::MessageStatus;
 use crate::inbox::held::{apply_held, dismiss_held};
 use crate::inbox::list::{Filter, InboxMessage, list_messages};
+use crate::inbox::reconcile::stripe_events::{RetryPolicy, StripeEvents};
+use crate::inbox::reconcile::{Reconciler, Report};
 
 #[derive(Debug, Subcommand)]
 pub enum InboxCommand {
@@ -22,6 +29,34 @@ pub enum InboxCommand {
     Apply(DecideArgs),
     /// Dismiss a held message: its order stays as it is.
     Dismiss(DismissArgs),
+    /// Fetch Stripe's events (sources with an API key) and apply those the
+    /// inbox never received, as their webhooks would have.
+    #[command(after_help = "Examples:\n  \
+        outbox-relay inbox reconcile\n  \
+        outbox-relay inbox reconcile --source stripe --since 7d --json")]
+    Reconcile(ReconcileArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct ReconcileArgs {
+    #[command(flatten)]
+    db: DatabaseArgs,
+    #[command(flatten)]
+    enqueue: EnqueueArgs,
+    #[command(flatten)]
+    stripe: StripeApiArgs,
+    #[command(flatten)]
+    secrets: SecretsKeyArgs,
+    /// Only this source (default: every stripe source with an API key).
+    #[arg(long)]
+    source: Option<String>,
+    /// Events created this long ago or later (Stripe keeps 30 days);
+    /// default: from each source's watermark, or 72h for a first run.
+    #[arg(long, value_parser = parse_positive_duration)]
+    since: Option<Duration>,
+    /// Print {"fetched","recovered","already","pages","sources":[…]} as JSON.
+    #[arg(long)]
+    json: bool,
 }
 
 #[derive(Debug, Args)]
@@ -65,6 +100,7 @@ pub async fn run(command: InboxCommand) -> anyhow::Result<()> {
         InboxCommand::List(args) => list(args).await,
         InboxCommand::Apply(args) => apply(args).await,
         InboxCommand::Dismiss(args) => dismiss(args).await,
+        InboxCommand::Reconcile(args) => reconcile(args).await,
     }
 }
 
@@ -106,6 +142,7 @@ async fn list(args: ListArgs) -> anyhow::Result<()> {
             ("TYPE", Align::Left),
             ("ORDER", Align::Right),
             ("STATUS", Align::Left),
+            ("VIA", Align::Left),
             ("REASON", Align::Left),
             ("RECEIVED", Align::Left),
         ],
@@ -117,6 +154,7 @@ async fn list(args: ListArgs) -> anyhow::Result<()> {
                 m.message_type.clone().unwrap_or_else(|| "-".into()),
                 m.order_id.map_or_else(|| "-".into(), |id| id.to_string()),
                 m.status.clone().unwrap_or_else(|| "-".into()),
+                m.via.clone(),
                 m.reason
                     .as_deref()
                     .map_or_else(|| "-".into(), |r| crate::text::one_line(r, 80)),
@@ -142,4 +180,80 @@ async fn dismiss(args: DismissArgs) -> anyhow::Result<()> {
     with_conn(&args.db, move |conn| Ok(dismiss_held(conn, id, &actor())?)).await?;
     println!("dismissed inbox message {id}; its order is unchanged");
     Ok(())
+}
+
+async fn reconcile(args: ReconcileArgs) -> anyhow::Result<()> {
+    let keys = args.secrets.keyring()?;
+    let events = StripeEvents::new(&args.stripe.stripe_api_base, RetryPolicy::default())
+        .map_err(|e| ConfigError(format!("STRIPE_API_BASE: {e:#}")))?;
+    let pool = crate::db::build_pool(
+        &args.db.database_url,
+        &crate::db::PoolOptions {
+            size: 2,
+            ..crate::db::PoolOptions::default()
+        },
+    );
+    let reconciler = Reconciler {
+        pool,
+        events,
+        keys,
+        enqueuer: crate::orders::order_enqueuer(),
+        max_attempts: args.enqueue.max_attempts,
+    };
+    let outcomes = match &args.source {
+        Some(name) => vec![(name.clone(), reconciler.source(name, args.since).await)],
+        None => {
+            let outcomes = reconciler
+                .every_source(args.since)
+                .await
+                .context("reading the sources")?;
+            if outcomes.is_empty() {
+                anyhow::bail!(
+                    "no stripe source has an API key: give one with `outbox-relay sources \
+                     set-api-key NAME --api-key-file PATH`"
+                );
+            }
+            outcomes
+        }
+    };
+    let mut reports = Vec::new();
+    let mut failures = Vec::new();
+    for (source, outcome) in outcomes {
+        match outcome {
+            Ok(report) => reports.push(report),
+            Err(error) => failures.push(format!("{source}: {error}")),
+        }
+    }
+    if args.json {
+        let total = |f: fn(&Report) -> u64| reports.iter().map(f).sum::<u64>();
+        println!(
+            "{}",
+            json!({
+                "fetched": total(|r| r.fetched),
+                "recovered": total(|r| r.recovered),
+                "already": total(|r| r.already),
+                "pages": total(|r| r.pages),
+                "sources": reports,
+            })
+        );
+    } else {
+        for r in &reports {
+            println!(
+                "{}: fetched {} events in {} pages since {}: recovered {}, already in the inbox {}",
+                r.source,
+                r.fetched,
+                r.pages,
+                r.since.map_or_else(
+                    || "-".to_owned(),
+                    |t| t.format("%Y-%m-%d %H:%M:%S UTC").to_string()
+                ),
+                r.recovered,
+                r.already
+            );
+        }
+    }
+    match failures.len() {
+        0 => Ok(()),
+        _ => Err(anyhow::anyhow!(failures.join("\n"))),
+    }
 }

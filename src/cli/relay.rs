@@ -9,6 +9,10 @@ use crate::db;
 use crate::effects::{self, EffectKind, email, webhook};
 use crate::endpoints::breaker::Breaker;
 use crate::endpoints::upkeep::Retention;
+use crate::inbox::reconcile::Reconciler;
+use crate::inbox::reconcile::job::{self as reconcile_job, InboxReconcile, ReconcileWorker};
+use crate::inbox::reconcile::stripe_events::{RetryPolicy, StripeEvents};
+use crate::outbox::PeriodicJob;
 use crate::worker_pool::WorkerPool;
 use order_service::http_server::ConnectionLimits;
 
@@ -20,6 +24,7 @@ pub async fn run(
     // Validate everything before touching the network: a misconfigured sidecar
     // should fail at deploy time, naming what is wrong.
     let mut settings = args.settings()?;
+    settings.periodic_jobs.extend(reconcile_job(&args)?);
     let keys = secrets.keyring()?;
     crate::at_rest::warn_without_key(&keys);
     let kinds = args.kinds();
@@ -92,14 +97,18 @@ pub async fn run(
             ..db::PoolOptions::default()
         },
     );
-    let executor = Arc::new(effects::workers_with_nats(
-        pool.clone(),
-        mailer,
-        sender,
-        receipt,
-        nats.clone(),
-        keys.clone(),
-    ));
+    let reconcile_worker = reconcile_worker(&args, pool.clone(), &keys)?;
+    let executor = Arc::new(
+        effects::workers_with_nats(
+            pool.clone(),
+            mailer,
+            sender,
+            receipt,
+            nats.clone(),
+            keys.clone(),
+        )
+        .register::<InboxReconcile, _>(reconcile_worker),
+    );
 
     // The relay's gauges bind to the recorder installed when they are made,
     // and its listener makes one as soon as it starts: install ours first.
@@ -143,7 +152,8 @@ pub async fn run(
             crate::endpoints::upkeep::UPKEEP_EVERY,
             shutdown.clone(),
         ));
-        settings.periodic_jobs = periodic_jobs(&pool, &args, &kinds).await?;
+        let declared = periodic_jobs(&pool, &args, &kinds).await?;
+        settings.periodic_jobs.extend(declared);
         settings.periodic_enqueuer = crate::orders::order_enqueuer();
         let relay = WorkerPool::new(pool, db_args.database_url, settings, executor)?;
         let _ = liveness.set(relay.liveness());
@@ -190,4 +200,41 @@ async fn periodic_jobs(
         fanout_inline: args.enqueue.fanout_inline,
     };
     Ok(effects::periodic_jobs(&plan)?)
+}
+
+/// The periodic reconciliation (`INBOX_RECONCILE_EVERY`), when this relay
+/// claims its kind and it is not `off`.
+fn reconcile_job(args: &RelayArgs) -> Result<Option<PeriodicJob>, ConfigError> {
+    let Some(every) = args.reconcile.inbox_reconcile_every.0 else {
+        return Ok(None);
+    };
+    if !args.kinds().contains(&EffectKind::InboxReconcile) {
+        return Ok(None);
+    }
+    reconcile_job::periodic_job(every)
+        .map(Some)
+        .map_err(|e| ConfigError(format!("INBOX_RECONCILE_EVERY: {e}")))
+}
+
+/// The worker of that job: Stripe's log at `STRIPE_API_BASE`, the sources'
+/// keys opened with `SECRETS_KEY`.
+fn reconcile_worker(
+    args: &RelayArgs,
+    pool: db::PgPool,
+    keys: &crate::sealed::Keyring,
+) -> Result<ReconcileWorker, ConfigError> {
+    let events = StripeEvents::new(
+        &args.reconcile.stripe.stripe_api_base,
+        RetryPolicy::default(),
+    )
+    .map_err(|e| ConfigError(format!("STRIPE_API_BASE: {e:#}")))?;
+    Ok(ReconcileWorker {
+        reconciler: Reconciler {
+            pool,
+            events,
+            keys: keys.clone(),
+            enqueuer: crate::orders::order_enqueuer(),
+            max_attempts: args.enqueue.max_attempts,
+        },
+    })
 }

@@ -12,6 +12,7 @@ use crate::cli::secrets::refused_without_key;
 use crate::cli::table::{Align, print_list};
 use crate::cli::with_conn;
 use crate::config::{ConfigError, DatabaseArgs, SecretsKeyArgs, parse_duration, read_secret_file};
+use crate::inbox::reconcile::api_key;
 use crate::inbox::source::{self, Source, SourceError, SourceKind, SourceMode};
 
 #[derive(Debug, Subcommand)]
@@ -33,6 +34,12 @@ pub enum SourcesCommand {
     RotateSecret(RotateArgs),
     /// Remove a source: its URL answers 401 from now on.
     Remove(NameArgs),
+    /// Give a stripe source the API key that reads its event log, so that
+    /// `inbox reconcile` and the relays recover events its webhooks missed.
+    #[command(after_help = "Examples:\n  \
+        outbox-relay sources set-api-key stripe --api-key-file stripe-events.key\n  \
+        pass show shop/stripe-restricted-key | outbox-relay sources set-api-key stripe --api-key-file -")]
+    SetApiKey(SetApiKeyArgs),
 }
 
 #[derive(Debug, Args)]
@@ -51,9 +58,28 @@ pub struct AddArgs {
     mode: SourceMode,
     #[command(flatten)]
     secret: SecretArgs,
+    /// Stripe sources: a file holding the API key that reads its event log
+    /// (a restricted key with read access to events is enough), or - for
+    /// standard input. The source is then reconciled.
+    #[arg(long, value_name = "PATH")]
+    api_key_file: Option<PathBuf>,
     /// Print {"id","name","secret"} as JSON instead of text.
     #[arg(long)]
     json: bool,
+    #[command(flatten)]
+    secrets: SecretsKeyArgs,
+}
+
+#[derive(Debug, Args)]
+pub struct SetApiKeyArgs {
+    #[command(flatten)]
+    db: DatabaseArgs,
+    /// The source's name.
+    name: String,
+    /// A file holding the API key (one trailing newline is ignored), or -
+    /// for standard input.
+    #[arg(long, value_name = "PATH")]
+    api_key_file: PathBuf,
     #[command(flatten)]
     secrets: SecretsKeyArgs,
 }
@@ -128,6 +154,7 @@ pub async fn run(command: SourcesCommand) -> anyhow::Result<()> {
         SourcesCommand::List(args) => list(args).await,
         SourcesCommand::RotateSecret(args) => rotate(args).await,
         SourcesCommand::Remove(args) => remove(args).await,
+        SourcesCommand::SetApiKey(args) => set_api_key(args).await,
     }
 }
 
@@ -136,7 +163,8 @@ fn refusal(error: SourceError) -> anyhow::Error {
     match error {
         SourceError::BadName(_)
         | SourceError::BadSecret { .. }
-        | SourceError::ModeOfStandard(_) => ConfigError(error.to_string()).into(),
+        | SourceError::ModeOfStandard(_)
+        | SourceError::ApiKeyOfStandard(_) => ConfigError(error.to_string()).into(),
         other => other.into(),
     }
 }
@@ -158,21 +186,43 @@ fn secret_for(
 async fn add(args: AddArgs) -> anyhow::Result<()> {
     source::check_name(&args.name).map_err(refusal)?;
     source::check_mode(args.kind, args.mode).map_err(refusal)?;
+    let stdin = Some(std::path::Path::new(crate::config::STDIN));
+    if args.secret.secret_file.as_deref() == stdin && args.api_key_file.as_deref() == stdin {
+        return Err(ConfigError(
+            "--secret-file - and --api-key-file -: standard input holds one of them; give the \
+             other in a file"
+                .into(),
+        )
+        .into());
+    }
     let (secret, made) = secret_for(args.kind, args.secret.given()?)?;
+    let api_key = match &args.api_key_file {
+        Some(_) if args.kind != SourceKind::Stripe => {
+            return Err(refusal(SourceError::ApiKeyOfStandard(args.name.clone())));
+        }
+        Some(path) => Some(api_key_from(path, args.mode)?),
+        None => None,
+    };
     let keys = args.secrets.keyring()?;
     let (name, kind, mode, stored) = (args.name.clone(), args.kind, args.mode, secret.clone());
     let added = with_conn(&args.db, move |conn| {
         at_rest::require_key_where_sealed(conn, &keys).map_err(refused_without_key)?;
-        source::add(conn, &name, kind, mode, &stored, &keys).map_err(refusal)
+        source::add_with_api_key(conn, &name, kind, mode, &stored, api_key.as_deref(), &keys)
+            .map_err(refusal)
     })
     .await?;
     if !args.json {
         println!(
-            "added source {} ({}, {} events); its events go to POST /inbound/{}",
+            "added source {} ({}, {} events); its events go to POST /inbound/{}{}",
             added.name,
             added.kind(),
             added.mode(),
-            added.name
+            added.name,
+            if added.has_api_key() {
+                "; reconciled against Stripe's event log with its API key"
+            } else {
+                ""
+            }
         );
     }
     print_secret(&added, &secret, made, args.json)
@@ -192,6 +242,7 @@ async fn list(args: ListArgs) -> anyhow::Result<()> {
             ("KIND", Align::Left),
             ("MODE", Align::Left),
             ("URL", Align::Left),
+            ("RECONCILED", Align::Left),
             ("OLD SECRET UNTIL", Align::Left),
             ("CREATED", Align::Left),
         ],
@@ -201,6 +252,7 @@ async fn list(args: ListArgs) -> anyhow::Result<()> {
                 s.kind().to_string(),
                 s.mode().to_string(),
                 format!("/inbound/{}", s.name),
+                if s.has_api_key() { "yes" } else { "no" }.to_owned(),
                 s.previous_secret_expires_at.map_or_else(
                     || "-".to_owned(),
                     |t| t.format("%Y-%m-%d %H:%M UTC").to_string(),
@@ -257,6 +309,41 @@ async fn remove(args: NameArgs) -> anyhow::Result<()> {
     .await?;
     println!(
         "removed source {}; POST /inbound/{} now answers 401",
+        args.name, args.name
+    );
+    Ok(())
+}
+
+/// The API key in `path`, checked for a source of `mode`.
+fn api_key_from(path: &std::path::Path, mode: SourceMode) -> anyhow::Result<String> {
+    let raw = read_secret_file("--api-key-file", path)?;
+    api_key::check_api_key(&raw, mode, "--api-key-file").map_err(refusal)
+}
+
+async fn set_api_key(args: SetApiKeyArgs) -> anyhow::Result<()> {
+    let keys = args.secrets.keyring()?;
+    // Read before the database is asked anything: a bad file is a usage error.
+    let raw = read_secret_file("--api-key-file", &args.api_key_file)?;
+    let name = args.name.clone();
+    let source = {
+        let name = name.clone();
+        with_conn(&args.db, move |conn| {
+            source::find(conn, &name)?.ok_or_else(|| SourceError::NotFound(name).into())
+        })
+        .await?
+    };
+    if source.kind() != SourceKind::Stripe {
+        return Err(refusal(SourceError::ApiKeyOfStandard(source.name)));
+    }
+    let api_key = api_key::check_api_key(&raw, source.mode(), "--api-key-file").map_err(refusal)?;
+    with_conn(&args.db, move |conn| {
+        at_rest::require_key_where_sealed(conn, &keys).map_err(refused_without_key)?;
+        api_key::set_api_key(conn, &name, &api_key, &keys).map_err(refusal)
+    })
+    .await?;
+    println!(
+        "source {} now reads Stripe's event log with the given key; `outbox-relay inbox \
+         reconcile --source {}` recovers what its webhooks missed",
         args.name, args.name
     );
     Ok(())

@@ -424,6 +424,8 @@ fn bench_inbound_pays_every_order_by_signed_events_and_reports_the_ratio_and_p99
             "--inbound",
             "--inbound-events",
             "40",
+            "--reconcile-events",
+            "150",
             "--api-clients",
             "4",
         ])
@@ -450,6 +452,8 @@ fn bench_inbound_pays_every_order_by_signed_events_and_reports_the_ratio_and_p99
         "open_loop_p50_ms",
         "open_loop_p99_ms",
         "p99_over_target",
+        "reconcile_per_second",
+        "reconcile_over_inbound",
     ] {
         assert!(run[rate].as_f64().is_some_and(|r| r > 0.0), "{rate}: {run}");
     }
@@ -459,6 +463,9 @@ fn bench_inbound_pays_every_order_by_signed_events_and_reports_the_ratio_and_p99
     assert!(run["meets_target"].is_boolean(), "{run}");
     assert!(stdout.contains("inbound/pay"), "{stdout}");
     assert!(stdout.contains("every order paid"), "{stdout}");
+    // Two pages of Stripe's log, every event recovered.
+    assert_eq!(run["reconcile_events"], 150, "{run}");
+    assert!(stdout.contains("reconcile/inbound"), "{stdout}");
 }
 
 /// The growth rows, the repeated open loop and the plot, at tiny sizes so

@@ -446,3 +446,44 @@ fn a_second_ctrl_c_still_stops_and_removes_the_private_postgres() {
         .collect();
     assert!(dirs.is_empty(), "left behind: {dirs:?}");
 }
+
+/// With a fourth order, Stripe "cannot deliver" its payment: the demo
+/// reconciles against its local event log and the order ends `paid`, the
+/// message stored `via = reconcile`, and the summary says so.
+#[test]
+fn the_demo_recovers_a_payment_stripe_could_not_deliver() {
+    let _seat = crate::support::seats::scratch(40);
+    let tmp = TempDir::new();
+    let output = Command::new(env!("CARGO_BIN_EXE_outbox-relay"))
+        .args(["demo", "--orders", "4", "--out"])
+        .arg(tmp.0.join("out"))
+        .env("DATABASE_URL", admin_url())
+        .env_remove("JOB_MAX_ATTEMPTS")
+        .stdin(Stdio::null())
+        .output()
+        .expect("run outbox-relay demo");
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert!(
+        output.status.success(),
+        "{stdout}\n{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    assert!(
+        stdout.contains("recovered 1, already in the inbox 0; order #4   now paid (via reconcile)"),
+        "{stdout}"
+    );
+    let row = stdout
+        .lines()
+        .find(|l| l.trim_start().starts_with("stripe ") && l.contains("_4 "))
+        .unwrap_or_else(|| panic!("the recovered message's row: {stdout}"));
+    let words: Vec<&str> = row.split_whitespace().collect();
+    assert_eq!(
+        words[2..],
+        ["payment_intent.succeeded", "#4", "reconcile", "applied"],
+        "{row}"
+    );
+    assert!(
+        stdout.contains("Order #4 was paid via reconcile"),
+        "{stdout}"
+    );
+}

@@ -27,6 +27,8 @@ mod faults;
 mod front_door;
 mod front_door_auth;
 mod inbox;
+mod inbox_reconcile;
+mod inbox_reconcile_cli;
 mod inbox_refunds;
 mod inbox_refusals;
 mod inbox_retention;

@@ -68,6 +68,12 @@ fn every_diesel_table_matches_the_database_catalog() {
             "delivery_attempts",
             diesel_columns!(schema::delivery_attempts),
         ),
+        ("sources", diesel_columns!(schema::sources)),
+        ("inbox_messages", diesel_columns!(schema::inbox_messages)),
+        (
+            "source_reconciliations",
+            diesel_columns!(schema::source_reconciliations),
+        ),
     ];
     let mut drift = Vec::new();
     for (table, diesel) in tables {

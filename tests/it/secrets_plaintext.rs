@@ -17,8 +17,8 @@ use crate::support::process::{BinProcess, Launch};
 
 const SECRET: &str = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw";
 const HOOK_URL: &str = "https://hooks.example.com/orders";
-const NO_KEY_WARNING: &str = "SECRETS_KEY is not set: the signing secrets and NATS credentials \
-                              of endpoints and sources are stored in the clear";
+const NO_KEY_WARNING: &str = "SECRETS_KEY is not set: the signing secrets, NATS credentials and \
+                              API keys of endpoints and sources are stored in the clear";
 
 fn new_key() -> String {
     STANDARD.encode(Sha256::digest(fastrand::u64(..).to_le_bytes()))

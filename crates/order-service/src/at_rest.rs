@@ -109,8 +109,8 @@ impl Census {
 pub fn warn_without_key(keys: &Keyring) {
     if !keys.seals() {
         tracing::warn!(
-            "SECRETS_KEY is not set: the signing secrets and NATS credentials of endpoints and \
-             sources are stored in the clear; to seal them, set SECRETS_KEY (32 random bytes: \
+            "SECRETS_KEY is not set: the signing secrets, NATS credentials and API keys of \
+             endpoints and sources are stored in the clear; to seal them, set SECRETS_KEY (32 random bytes: \
              `openssl rand -base64 32`) on every process and run `outbox-relay secrets seal` \
              (SECRETS_PLAINTEXT=refuse then refuses plaintext secrets altogether)"
         );

@@ -22,6 +22,7 @@ mod effects;
 mod links;
 mod parse;
 mod payment_window;
+mod reconcile;
 mod relay;
 mod secret_file;
 mod secrets_key;
@@ -43,8 +44,12 @@ use parse::{parse_fanout_inline, parse_max_attempts, parse_requests};
 pub use payment_window::{
     MAX_PAYMENT_WINDOW, MIN_PAYMENT_WINDOW, PaymentWindow, PaymentWindowArgs, parse_payment_window,
 };
+pub use reconcile::{
+    DEFAULT_STRIPE_API_BASE, ReconcileArgs, ReconcileEvery, StripeApiArgs, is_loopback,
+    parse_api_base, parse_reconcile_every,
+};
 pub use relay::{RelayArgs, SessionTimeouts, default_worker_id};
-pub use secret_file::read_secret_file;
+pub use secret_file::{STDIN, read_secret_file};
 pub use secrets_key::{PlaintextSecrets, SecretsKeyArgs};
 
 pub const DEFAULT_API_ADDR: &str = "127.0.0.1:8080";

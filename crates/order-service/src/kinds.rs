@@ -7,7 +7,7 @@ use std::fmt;
 use std::str::FromStr;
 
 /// The kinds this service performs, each with its job type (in `orders::jobs`,
-/// `orders::expiry`, `effects::jobs` and `endpoints::notice`).
+/// `orders::expiry`, `effects::jobs`, `endpoints::notice` and `inbox::reconcile::job`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum EffectKind {
     /// `ConfirmationEmail`: an order's emails.
@@ -27,11 +27,13 @@ pub enum EffectKind {
     Noop,
     /// `ExpireOrders`: the periodic sweep that expires unpaid orders.
     OrderExpiry,
+    /// `InboxReconcile`: the provider's event log against the inbox.
+    InboxReconcile,
 }
 
 impl EffectKind {
     /// Every kind, in the order the CLI lists them.
-    pub const ALL: [EffectKind; 7] = [
+    pub const ALL: [EffectKind; 9] = [
         EffectKind::ConfirmationEmail,
         EffectKind::ReceiptPdf,
         EffectKind::OrderWebhook,
@@ -40,6 +42,7 @@ impl EffectKind {
         EffectKind::OrderFanout,
         EffectKind::Noop,
         EffectKind::OrderExpiry,
+        EffectKind::InboxReconcile,
     ];
 
     /// The kinds an order placement enqueues, one job each, in this order.
@@ -60,6 +63,7 @@ impl EffectKind {
             EffectKind::OrderFanout => "order_fanout",
             EffectKind::Noop => "noop",
             EffectKind::OrderExpiry => "order_expiry",
+            EffectKind::InboxReconcile => "inbox_reconcile",
         }
     }
 }

@@ -149,8 +149,28 @@ diesel::table! {
         previous_secret_expires_at -> Nullable<Timestamptz>,
         created_at -> Timestamptz,
         mode -> Text,
+        api_key -> Nullable<Text>,
     }
 }
+
+diesel::table! {
+    /// Where each source's reconciliation got to, and its last run.
+    source_reconciliations (source_id) {
+        source_id -> Int8,
+        started_at -> Nullable<Timestamptz>,
+        finished_at -> Nullable<Timestamptz>,
+        watermark -> Nullable<Timestamptz>,
+        fetched -> Int4,
+        recovered -> Int4,
+        already -> Int4,
+        pages -> Int4,
+        last_error -> Nullable<Text>,
+        last_error_at -> Nullable<Timestamptz>,
+    }
+}
+
+diesel::joinable!(source_reconciliations -> sources (source_id));
+diesel::allow_tables_to_appear_in_same_query!(sources, source_reconciliations);
 
 diesel::table! {
     /// The core's inbox table with the service's columns.
@@ -166,6 +186,7 @@ diesel::table! {
         reason -> Nullable<Text>,
         payload -> Nullable<Jsonb>,
         decided_at -> Nullable<Timestamptz>,
+        via -> Text,
     }
 }
 

@@ -1,5 +1,6 @@
 //! Secrets sealed at rest: what `endpoints` and `sources` store of their
-//! signing secrets and NATS credentials when `SECRETS_KEY` is set.
+//! signing secrets, NATS credentials and provider API keys when
+//! `SECRETS_KEY` is set.
 //!
 //! A sealed value is `enc:v1:<key id>:<base64 of nonce || ciphertext || tag>`:
 //! XChaCha20-Poly1305 under the key, with a random 24-byte nonce (at that
@@ -75,13 +76,20 @@ pub const SOURCE_PREVIOUS_SECRET: Column = Column {
     what: "previous signing secret",
 };
 
+pub const SOURCE_API_KEY: Column = Column {
+    table: "sources",
+    name: "api_key",
+    what: "provider API key",
+};
+
 /// Every column that is sealed when a key is set.
-pub const COLUMNS: [Column; 5] = [
+pub const COLUMNS: [Column; 6] = [
     ENDPOINT_SECRET,
     ENDPOINT_PREVIOUS_SECRET,
     ENDPOINT_NATS_CREDENTIALS,
     SOURCE_SECRET,
     SOURCE_PREVIOUS_SECRET,
+    SOURCE_API_KEY,
 ];
 
 /// One value's place: its column in the row with this id (the primary key,

@@ -40,7 +40,8 @@ impl Launch {
 
     /// `relay` as the fault tests run it: worker id `name`, metrics on port 0,
     /// a 2s lease, quick retries and polls, a 10s shutdown grace, the tests'
-    /// `LINK_SIGNING_KEY`. Mail and webhook settings are the caller's.
+    /// `LINK_SIGNING_KEY`, no periodic reconciliation. Mail and webhook
+    /// settings are the caller's.
     pub fn relay(name: &str, database_url: &str) -> Launch {
         Launch::new(name, &["relay"])
             .env("DATABASE_URL", database_url)
@@ -57,6 +58,9 @@ impl Launch {
             .env("WEBHOOK_ALLOW_HTTP", "true")
             .env("MAIL_FROM", MAIL_FROM)
             .env("LINK_SIGNING_KEY", super::app::LINK_SIGNING_KEY)
+            // Its slot, every quarter hour, would add a job to whichever
+            // test runs across one; the reconciliation tests set their own.
+            .env("INBOX_RECONCILE_EVERY", "off")
     }
 
     /// `serve` on port 0 (its metrics too), with the tests' `LINK_SIGNING_KEY`.

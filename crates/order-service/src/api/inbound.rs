@@ -31,10 +31,10 @@ use serde_json::{Value, json};
 
 use super::error::ApiError;
 use super::state::AppState;
-use crate::inbox::MAX_INBOUND_BYTES;
 use crate::inbox::apply::{Answer, Inbound, receive};
 use crate::inbox::source::{self, Source, SourceKind};
 use crate::inbox::verify::verify;
+use crate::inbox::{MAX_INBOUND_BYTES, Via};
 
 /// A message that passed its source's signature, ready to be applied.
 struct Checked {
@@ -148,6 +148,7 @@ pub(crate) async fn inbound(
                     mode: checked.source.mode(),
                     message_id: &checked.message_id,
                     payload: &checked.payload,
+                    via: Via::Webhook,
                 },
                 jobs,
             )?)

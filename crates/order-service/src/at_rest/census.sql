@@ -9,6 +9,7 @@ FROM (
     UNION ALL SELECT nats_credentials FROM endpoints WHERE nats_credentials IS NOT NULL
     UNION ALL SELECT secret FROM sources
     UNION ALL SELECT previous_secret FROM sources WHERE previous_secret IS NOT NULL
+    UNION ALL SELECT api_key FROM sources WHERE api_key IS NOT NULL
 ) AS stored
 CROSS JOIN LATERAL (
     SELECT CASE WHEN v LIKE 'enc:v1:%' THEN split_part(v, ':', 3) END AS key_id

@@ -12,7 +12,7 @@ use super::parse::{
 };
 use super::{
     ConfigError, DEFAULT_METRICS_ADDR, EffectArgs, EnqueueArgs, HttpLimitsArgs, LinkArgs,
-    PaymentWindowArgs, ReceiptArgs,
+    PaymentWindowArgs, ReceiptArgs, ReconcileArgs,
 };
 use crate::kinds::EffectKind;
 
@@ -89,8 +89,10 @@ pub struct RelayArgs {
     pub links: LinkArgs,
     #[command(flatten)]
     pub payment_window: PaymentWindowArgs,
-    /// `max_attempts` of the jobs a relay enqueues itself (an expired
-    /// order's email and deliveries).
+    #[command(flatten)]
+    pub reconcile: ReconcileArgs,
+    /// `max_attempts` and `FANOUT_INLINE` of the jobs a relay enqueues
+    /// itself: an expired order's, or one a reconciled payment pays.
     #[command(flatten)]
     pub enqueue: EnqueueArgs,
 }

@@ -149,38 +149,7 @@ impl WebhookSender {
     /// A sender for endpoint rows only, each with its own URL and secrets:
     /// what a relay runs, with or without `WEBHOOK_URL`.
     pub fn for_endpoints(config: &DeliveryOptions) -> anyhow::Result<WebhookSender> {
-        ensure_crypto_provider();
-        let mut builder = reqwest::Client::builder()
-            .connect_timeout(CONNECT_TIMEOUT.min(config.timeout))
-            .timeout(config.timeout)
-            .user_agent(USER_AGENT)
-            // Following a redirect would hand the signed order to wherever the
-            // Location points; a moved receiver is a configuration change.
-            .redirect(reqwest::redirect::Policy::none())
-            // HTTP_PROXY / HTTPS_PROXY / ALL_PROXY from the environment would
-            // send every call to the proxy, whose address is all the
-            // connect-time guard then sees: the receiver's private address
-            // would go unchecked. Only WEBHOOK_PROXY, whose calls `send`
-            // checks itself, is used.
-            .no_proxy();
-        if let Some(proxy) = &config.proxy {
-            // The resolver would see the proxy's name only, and an
-            // operator's proxy is often on a private network: the receiver
-            // is checked in `send` instead.
-            let proxy = reqwest::Proxy::all(proxy.as_str()).map_err(|e| {
-                anyhow::anyhow!(
-                    "WEBHOOK_PROXY {}: {}",
-                    redacted_proxy(proxy.as_str()),
-                    e.without_url()
-                )
-            })?;
-            builder = builder.proxy(proxy);
-        } else if !config.allow_private {
-            builder = builder.dns_resolver(guard::PublicOnlyResolver);
-        }
-        let client = builder
-            .build()
-            .context("cannot build the webhook HTTP client")?;
+        let client = guarded_client(config)?;
         Ok(WebhookSender {
             client,
             fallback: None,
@@ -370,6 +339,45 @@ impl WebhookSender {
             ))
         }
     }
+}
+
+/// The HTTP client of every call to the outside the service makes (webhook
+/// deliveries, a provider's event log): no redirect followed, no proxy but
+/// `config.proxy`, and, unless `config.allow_private`, no connection to a
+/// loopback, private or link-local address.
+pub fn guarded_client(config: &DeliveryOptions) -> anyhow::Result<reqwest::Client> {
+    ensure_crypto_provider();
+    let mut builder = reqwest::Client::builder()
+        .connect_timeout(CONNECT_TIMEOUT.min(config.timeout))
+        .timeout(config.timeout)
+        .user_agent(USER_AGENT)
+        // Following a redirect would hand the signed order to wherever the
+        // Location points; a moved receiver is a configuration change.
+        .redirect(reqwest::redirect::Policy::none())
+        // HTTP_PROXY / HTTPS_PROXY / ALL_PROXY from the environment would
+        // send every call to the proxy, whose address is all the
+        // connect-time guard then sees: the receiver's private address
+        // would go unchecked. Only WEBHOOK_PROXY, whose calls `send`
+        // checks itself, is used.
+        .no_proxy();
+    if let Some(proxy) = &config.proxy {
+        // The resolver would see the proxy's name only, and an
+        // operator's proxy is often on a private network: the receiver
+        // is checked in `send` instead.
+        let proxy = reqwest::Proxy::all(proxy.as_str()).map_err(|e| {
+            anyhow::anyhow!(
+                "WEBHOOK_PROXY {}: {}",
+                redacted_proxy(proxy.as_str()),
+                e.without_url()
+            )
+        })?;
+        builder = builder.proxy(proxy);
+    } else if !config.allow_private {
+        builder = builder.dns_resolver(guard::PublicOnlyResolver);
+    }
+    builder
+        .build()
+        .context("cannot build the webhook HTTP client")
 }
 
 /// What one attempt saw, for `delivery_attempts`.

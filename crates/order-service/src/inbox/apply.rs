@@ -13,9 +13,9 @@ use diesel::prelude::*;
 use outbox_core::dedupe::{Received, record_message};
 use serde_json::Value;
 
-use super::MessageStatus;
 use super::event::{Intent, Meaning, OrderRef, Payment, interpret, other_mode};
 use super::source::{SourceKind, SourceMode};
+use super::{MessageStatus, Via};
 use crate::orders::{
     DisplayText, EventJobs, OrderStatus, Transition, TransitionError, transition_order_for_message,
 };
@@ -32,6 +32,8 @@ pub struct Inbound<'a> {
     pub mode: SourceMode,
     pub message_id: &'a str,
     pub payload: &'a Value,
+    /// A webhook, or an event the provider's log listed.
+    pub via: Via,
 }
 
 /// What receiving a message did.
@@ -106,6 +108,7 @@ pub fn receive(
                 inbox_messages::status.eq(status.as_str()),
                 inbox_messages::reason.eq(&reason),
                 inbox_messages::payload.eq(inbound.payload),
+                inbox_messages::via.eq(inbound.via.as_str()),
                 inbox_messages::decided_at
                     .eq((status != MessageStatus::Held).then(chrono::Utc::now)),
             ))

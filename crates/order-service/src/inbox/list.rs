@@ -21,6 +21,8 @@ pub struct InboxMessage {
     pub reason: Option<String>,
     pub received_at: DateTime<Utc>,
     pub decided_at: Option<DateTime<Utc>>,
+    /// `webhook`, or `reconcile` for a message fetched from the provider's log.
+    pub via: String,
 }
 
 /// Which messages to list.

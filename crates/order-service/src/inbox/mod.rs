@@ -21,11 +21,14 @@
 //! - [`list`]: the messages, for `inbox list` and the dashboard.
 //! - [`retention`]: `INBOX_RETENTION`'s prune, which keeps every held
 //!   message and names each unmatched payment it removes.
+//! - [`reconcile`]: the events a provider's log lists that never arrived,
+//!   through [`apply`] all the same (`via = reconcile`).
 
 pub mod apply;
 pub mod event;
 pub mod held;
 pub mod list;
+pub mod reconcile;
 pub mod retention;
 pub mod source;
 pub mod source_cache;
@@ -92,6 +95,33 @@ impl FromStr for MessageStatus {
                     crate::text::one_line(raw, 40)
                 )
             })
+    }
+}
+
+/// How a message reached the inbox (`inbox_messages.via`; the
+/// `inbox_messages_via_valid` CHECK holds the same set).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Via {
+    /// Sent by the provider to `POST /inbound/{source}`, signed.
+    Webhook,
+    /// Listed by the provider's event log, fetched with the source's API
+    /// key: never received as a webhook ([`reconcile`]).
+    Reconcile,
+}
+
+impl Via {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Via::Webhook => "webhook",
+            Via::Reconcile => "reconcile",
+        }
+    }
+}
+
+impl fmt::Display for Via {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
     }
 }
 

@@ -13,8 +13,8 @@ use serde::Serialize;
 use crate::endpoints::SigningSecret;
 use crate::schema::sources;
 use crate::sealed::{
-    Keyring, NOT_YET_SEALED, OpenError, SOURCE_PREVIOUS_SECRET, SOURCE_SECRET, SealError,
-    Unreadable,
+    Keyring, NOT_YET_SEALED, OpenError, SOURCE_API_KEY, SOURCE_PREVIOUS_SECRET, SOURCE_SECRET,
+    SealError, Unreadable,
 };
 
 /// How a source signs its messages.
@@ -132,6 +132,17 @@ pub struct Source {
     /// Until when the secret before the last rotation still verifies.
     pub previous_secret_expires_at: Option<DateTime<Utc>>,
     pub created_at: DateTime<Utc>,
+    /// The provider's API key that reads its event log, as stored; shown
+    /// only as whether there is one.
+    #[serde(rename = "reconciled", serialize_with = "serialize_is_some")]
+    api_key: Option<String>,
+}
+
+fn serialize_is_some<S: serde::Serializer>(
+    value: &Option<String>,
+    s: S,
+) -> Result<S::Ok, S::Error> {
+    s.serialize_bool(value.is_some())
 }
 
 /// The `kind` column, read as text and checked by the table's CHECK.
@@ -184,6 +195,20 @@ impl Source {
         self.mode.0
     }
 
+    /// Whether it has an API key: whether it is reconciled.
+    pub fn has_api_key(&self) -> bool {
+        self.api_key.is_some()
+    }
+
+    /// The API key that reads its event log, opened with `keys`; `None`
+    /// when it has none.
+    pub fn api_key(&self, keys: &Keyring) -> Result<Option<String>, Unreadable> {
+        self.api_key
+            .as_deref()
+            .map(|stored| self.open(keys, SOURCE_API_KEY, stored))
+            .transpose()
+    }
+
     /// The secrets that verify a message received at `now`: the current one,
     /// and the previous one until its keep-old window ends; sealed ones are
     /// opened with `keys`.
@@ -226,6 +251,11 @@ pub enum SourceError {
     ModeOfStandard(SourceMode),
     #[error("{flag}: {message}")]
     BadSecret { flag: &'static str, message: String },
+    #[error(
+        "source {0:?} is a standard source: only a stripe source has an API key (its event log is \
+         Stripe's)"
+    )]
+    ApiKeyOfStandard(String),
     #[error("a source named {0:?} already exists")]
     NameTaken(String),
     #[error("there is no source named {0:?} (see `outbox-relay sources list`)")]
@@ -312,8 +342,25 @@ pub fn add(
     secret: &str,
     keys: &Keyring,
 ) -> Result<Source, SourceError> {
+    add_with_api_key(conn, name, kind, mode, secret, None, keys)
+}
+
+/// [`add`], with the API key that reconciles it (a `stripe` source's only),
+/// sealed like its secret, in the same transaction.
+pub fn add_with_api_key(
+    conn: &mut PgConnection,
+    name: &str,
+    kind: SourceKind,
+    mode: SourceMode,
+    secret: &str,
+    api_key: Option<&str>,
+    keys: &Keyring,
+) -> Result<Source, SourceError> {
     check_name(name)?;
     check_mode(kind, mode)?;
+    if api_key.is_some() && kind != SourceKind::Stripe {
+        return Err(SourceError::ApiKeyOfStandard(name.to_owned()));
+    }
     conn.transaction(|conn| {
         // The sealed secret names the row's id: written once the row has one.
         let added: Source = diesel::insert_into(sources::table)
@@ -333,8 +380,11 @@ pub fn add(
                 other => SourceError::Database(other),
             })?;
         let stored = keys.seal(SOURCE_SECRET.at(added.id), secret)?;
+        let api_key = api_key
+            .map(|key| keys.seal(SOURCE_API_KEY.at(added.id), key))
+            .transpose()?;
         Ok(diesel::update(sources::table.find(added.id))
-            .set(sources::secret.eq(stored))
+            .set((sources::secret.eq(stored), sources::api_key.eq(api_key)))
             .returning(Source::as_returning())
             .get_result(conn)?)
     })

@@ -153,6 +153,10 @@ pub struct BenchArgs {
     /// Orders in each of the `--inbound` runs.
     #[arg(long, default_value_t = 2000, value_parser = parse_count)]
     pub inbound_events: usize,
+    /// Payments `--inbound` recovers by reconciling against a local Stripe
+    /// event log, beside its webhooks' rate.
+    #[arg(long, default_value_t = 10_000, value_parser = parse_count)]
+    pub reconcile_events: usize,
     /// How long the slow endpoint's receiver takes to answer (`--endpoints`).
     #[arg(long, default_value = "25s", value_parser = order_service::config::parse_positive_duration)]
     pub slow_answer: Duration,

@@ -1,17 +1,28 @@
 //! Payments in, as a provider sends them: the demo registers a `stripe`
 //! source, then signs Stripe events as Stripe does and posts them to
 //! `/inbound/stripe`: order #1's payment (twice, the second a repeat) and a
-//! refund of another order.
+//! refund of another order. A third payment never arrives as a webhook:
+//! [`recover_undelivered`] finds it in Stripe's event log (a local stand-in)
+//! and applies it as `outbox-relay inbox reconcile` does, `via = reconcile`.
+
+use std::time::Duration;
 
 use anyhow::Context as _;
 use diesel::prelude::*;
 use serde_json::{Value, json};
+
+use order_service::db::{PoolOptions, build_pool};
+use order_service::inbox::reconcile::api_key;
+use order_service::inbox::reconcile::stripe_events::{RetryPolicy, StripeEvents};
+use order_service::inbox::reconcile::{Reconciler, Report};
 
 use order_service::inbox::list::{Filter, list_messages};
 use order_service::inbox::source::{self, SourceKind, SourceMode};
 use order_service::inbox::verify::stripe_signature;
 use order_service::schema::orders;
 use order_service::sealed::Keyring;
+
+use super::sinks::stripe_events::{StripeEventLog, payment_succeeded};
 
 /// The demo's Stripe source, and how to post to it.
 pub(super) struct Stripe {
@@ -63,7 +74,7 @@ impl Stripe {
     }
 
     /// The order's total and currency, as the provider would charge them.
-    async fn charge_of(&self, order_id: i64) -> anyhow::Result<(i64, String)> {
+    pub(super) async fn charge_of(&self, order_id: i64) -> anyhow::Result<(i64, String)> {
         let url = self.database_url.clone();
         tokio::task::spawn_blocking(move || {
             let mut conn = order_service::db::establish(&url)?;
@@ -144,12 +155,13 @@ impl Stripe {
             .iter()
             .map(|m| {
                 format!(
-                    "  {:<8} {:<22} {:<26} {:<9} {}",
+                    "  {:<8} {:<22} {:<26} {:<9} {:<10} {}",
                     m.source,
                     order_service::text::one_line(&m.message_id, 22),
                     m.message_type.as_deref().unwrap_or("-"),
                     m.order_id
                         .map_or_else(|| "-".to_owned(), |id| format!("#{id}")),
+                    m.via,
                     m.status.as_deref().unwrap_or("-")
                 )
             })
@@ -166,4 +178,69 @@ fn event(id: &str, event_type: &str, object: Value) -> anyhow::Result<Vec<u8>> {
         "livemode": false,
         "data": {"object": object},
     }))?)
+}
+
+/// What the reconciliation did for the order.
+pub(super) struct Recovered {
+    pub report: Report,
+    /// The order's status afterwards.
+    pub status: String,
+}
+
+/// Pays `order_id` in Stripe's log only (event `event_id`, never sent as
+/// a webhook) and reconciles the `stripe` source against that log.
+pub(super) async fn recover_undelivered(
+    stripe: &Stripe,
+    database_url: &str,
+    order_id: i64,
+    event_id: &str,
+) -> anyhow::Result<Recovered> {
+    let api_key = format!("rk_test_demo{:016x}", fastrand::u64(..));
+    let log = StripeEventLog::start(&api_key)
+        .await
+        .context("starting the local Stripe event log")?;
+    let (amount, currency) = stripe.charge_of(order_id).await?;
+    log.add(payment_succeeded(
+        event_id,
+        chrono::Utc::now().timestamp(),
+        order_id,
+        amount,
+        &currency,
+        &format!("pi_demo_{order_id}"),
+    ));
+    let url = database_url.to_owned();
+    tokio::task::spawn_blocking(move || {
+        let mut conn = order_service::db::establish(&url)?;
+        api_key::set_api_key(&mut conn, "stripe", &api_key, &Keyring::none())?;
+        anyhow::Ok(())
+    })
+    .await??;
+    let reconciler = Reconciler {
+        pool: build_pool(
+            database_url,
+            &PoolOptions {
+                size: 2,
+                ..PoolOptions::default()
+            },
+        ),
+        events: StripeEvents::new(&log.base_url(), RetryPolicy::default())?,
+        keys: Keyring::none(),
+        enqueuer: order_service::orders::order_enqueuer(),
+        max_attempts: outbox_core::outbox::DEFAULT_MAX_ATTEMPTS,
+    };
+    let report = reconciler
+        .source("stripe", Some(Duration::from_secs(3600)))
+        .await?;
+    let url = database_url.to_owned();
+    let status = tokio::task::spawn_blocking(move || {
+        let mut conn = order_service::db::establish(&url)?;
+        anyhow::Ok(
+            orders::table
+                .find(order_id)
+                .select(orders::status)
+                .first::<String>(&mut conn)?,
+        )
+    })
+    .await??;
+    Ok(Recovered { report, status })
 }

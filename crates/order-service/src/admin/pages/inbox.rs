@@ -17,6 +17,7 @@ use crate::admin::view::render;
 use crate::admin::{AdminState, Nonce};
 use crate::inbox::MessageStatus;
 use crate::inbox::list::{Filter, InboxMessage, list_messages};
+use crate::inbox::reconcile::state::{self as reconcile_state, SourceReconciliation};
 use crate::schema::orders;
 
 /// Messages per page.
@@ -65,11 +66,12 @@ pub(in crate::admin) async fn inbox(
         limit: PAGE + 1,
     };
     let timeout = state.settings.statement_timeout;
-    let (mut messages, orders) = state
+    let (mut messages, orders, reconciled) = state
         .db
         .run(move |conn| {
             Ok(read(conn, timeout, |conn| {
                 let messages = list_messages(conn, &filter)?;
+                let reconciled = reconcile_state::list(conn)?;
                 let ids: Vec<i64> = messages.iter().filter_map(|m| m.order_id).collect();
                 let orders: Vec<(i64, String, i64, String)> = orders::table
                     .filter(orders::id.eq_any(ids))
@@ -80,7 +82,7 @@ pub(in crate::admin) async fn inbox(
                         orders::currency,
                     ))
                     .load(conn)?;
-                Ok((messages, orders))
+                Ok((messages, orders, reconciled))
             })?)
         })
         .await?;
@@ -107,14 +109,17 @@ pub(in crate::admin) async fn inbox(
                 reason => m.reason.as_deref().map(|r| crate::text::one_line(r, 300)),
                 received_at => time(m.received_at),
                 decided_at => opt_time(m.decided_at),
+                via => m.via.clone(),
             }
         })
         .collect();
+    let reconciled: Vec<Value> = reconciled.iter().map(reconciliation).collect();
     let statuses: Vec<&str> = MessageStatus::ALL.iter().map(|s| s.as_str()).collect();
     render(
         "inbox.html",
         context! {
             messages => rows,
+            reconciled => reconciled,
             statuses => statuses,
             status => status.map(|s| s.as_str()),
             source => source,
@@ -123,4 +128,21 @@ pub(in crate::admin) async fn inbox(
             ..base(Some(&session), &nonce, "inbox", "Inbox")
         },
     )
+}
+
+/// A stripe source's reconciliation: its last run, what it recovered, and
+/// the error it stopped on.
+fn reconciliation(r: &SourceReconciliation) -> Value {
+    context! {
+        source => r.source.clone(),
+        has_api_key => r.has_api_key,
+        started_at => opt_time(r.started_at),
+        finished_at => opt_time(r.finished_at),
+        watermark => opt_time(r.watermark),
+        fetched => r.fetched,
+        recovered => r.recovered,
+        already => r.already,
+        last_error => r.last_error.as_deref().map(|e| crate::text::one_line(e, 300)),
+        last_error_at => opt_time(r.last_error_at),
+    }
 }

@@ -1,11 +1,13 @@
-//! Local stand-ins for a mail server and a webhook receiver: the demo points the
-//! relay at them, and the integration tests script them to fail.
+//! Local stand-ins for a mail server, a webhook receiver and Stripe's event
+//! log: the demo points the relay at them, and the integration tests script
+//! them to fail.
 //!
 //! Both record what they receive in memory and, when given a directory, also
 //! write each delivery there (`.eml` files, webhook JSON with its headers), so a
 //! person can open what the relay sent.
 
 pub mod smtp;
+pub mod stripe_events;
 pub mod webhook;
 
 use std::path::{Path, PathBuf};
