@@ -334,6 +334,7 @@ mod tests {
             kinds: kinds.to_vec(),
             expire_orders,
             max_attempts: 8,
+            fanout_inline: crate::orders::DEFAULT_FANOUT_INLINE,
         };
         let all = &EffectKind::ALL;
         let jobs = periodic_jobs(&plan(true, all)).expect("valid");
