@@ -119,8 +119,10 @@ pub struct OrderFanout {
     /// `max_attempts` of each delivery.
     pub max_attempts: i32,
     /// Enabled http(s) endpoints subscribed to the event, by id, ascending.
+    #[serde(with = "id_runs")]
     pub webhook_endpoints: Vec<i64>,
     /// Enabled NATS endpoints subscribed to the event, by id, ascending.
+    #[serde(with = "id_runs")]
     pub nats_endpoints: Vec<i64>,
     /// `default`, when its delivery queues behind the order's deliveries
     /// from before endpoints existed.
@@ -133,6 +135,39 @@ impl JobArgs for OrderFanout {
 
     fn extend_job(&self, job: NewJob) -> NewJob {
         job.with_extension(self.order_id)
+    }
+}
+
+/// Ascending ids as runs of consecutive ones, `[[first, last], …]`: the
+/// endpoints of a fan-out are mostly one run, so the job the order's
+/// transaction writes stays a few bytes however many endpoints it names.
+mod id_runs {
+    use serde::{Deserialize, Deserializer, Serializer, de::Error as _};
+
+    pub fn serialize<S: Serializer>(ids: &[i64], serializer: S) -> Result<S::Ok, S::Error> {
+        let mut runs: Vec<[i64; 2]> = Vec::new();
+        for &id in ids {
+            match runs.last_mut() {
+                Some(run) if run[1].checked_add(1) == Some(id) => run[1] = id,
+                _ => runs.push([id, id]),
+            }
+        }
+        serializer.collect_seq(runs)
+    }
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(deserializer: D) -> Result<Vec<i64>, D::Error> {
+        let runs = Vec::<[i64; 2]>::deserialize(deserializer)?;
+        let mut ids = Vec::new();
+        for [first, last] in runs {
+            let len = last
+                .checked_sub(first)
+                .and_then(|n| usize::try_from(n).ok());
+            match len {
+                Some(n) if n < 1_000_000 => ids.extend(first..=last),
+                _ => return Err(D::Error::custom(format!("bad id run [{first}, {last}]"))),
+            }
+        }
+        Ok(ids)
     }
 }
 
@@ -257,6 +292,34 @@ mod tests {
                 job.extension::<OrderId>(),
                 Some(&OrderId::new(7)),
                 "{kind} carries its order to insert_order_jobs"
+            );
+        }
+    }
+
+    #[test]
+    fn a_fanout_names_its_endpoints_as_runs_and_reads_them_back() {
+        let fanout = OrderFanout {
+            order_id: OrderId::new(7),
+            event_id: 3,
+            max_attempts: 8,
+            webhook_endpoints: (1..=1000).chain([1002, 1003, 1010]).collect(),
+            nats_endpoints: vec![],
+            default_behind_legacy: None,
+        };
+        let payload = serde_json::to_value(&fanout).expect("serializes");
+        assert_eq!(
+            payload["webhook_endpoints"],
+            json!([[1, 1000], [1002, 1003], [1010, 1010]])
+        );
+        assert_eq!(payload["nats_endpoints"], json!([]));
+        let back: OrderFanout = serde_json::from_value(payload).expect("decodes");
+        assert_eq!(back, fanout);
+        for bad in [json!([[5, 4]]), json!([[0, 2_000_000]]), json!([[1]])] {
+            let mut payload = serde_json::to_value(&fanout).expect("serializes");
+            payload["webhook_endpoints"] = bad.clone();
+            assert!(
+                serde_json::from_value::<OrderFanout>(payload).is_err(),
+                "{bad}"
             );
         }
     }

@@ -302,8 +302,9 @@ async fn place_with_endpoints(
         // write after commit (no relay runs here).
         let n: N = diesel::sql_query(
             "SELECT (SELECT count(*) FROM jobs WHERE kind = 'order_webhook') \
-                  + (SELECT coalesce(sum(jsonb_array_length(payload->'webhook_endpoints')), 0) \
-                     FROM jobs WHERE kind = 'order_fanout')::bigint AS n",
+                  + (SELECT coalesce(sum((run->>1)::bigint - (run->>0)::bigint + 1), 0) \
+                     FROM jobs, jsonb_array_elements(payload->'webhook_endpoints') AS run \
+                     WHERE kind = 'order_fanout')::bigint AS n",
         )
         .get_result(conn)?;
         Ok(n.n)
