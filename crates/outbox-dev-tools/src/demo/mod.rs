@@ -352,54 +352,11 @@ impl Demo<'_> {
                 println!("  the effect ledger could not be read: {error:#}");
             }
             if let Some(stripe) = &stripe {
-                println!();
-                println!("Inbox (POST /inbound/stripe), oldest first:");
-                println!(
-                    "  {:<8} {:<22} {:<26} {:<9} {:<10} STATUS",
-                    "SOURCE", "MESSAGE", "TYPE", "ORDER", "VIA"
-                );
-                for line in stripe.inbox_lines().await? {
-                    println!("{line}");
-                }
-                if let Some(fourth) = placed.get(3) {
-                    println!(
-                        "  Order #{} was paid via reconcile: Stripe never delivered its webhook, \
-                         and `outbox-relay inbox reconcile` found the payment in Stripe's event \
-                         log and applied it as the webhook would have.",
-                        fourth.id
-                    );
-                }
+                stripe.print_inbox(placed.get(3).map(|p| p.id)).await?;
             }
             println!();
             println!("{}", expiring.summary());
         }
-        Ok(())
-    }
-
-    /// A payment whose webhook Stripe could not deliver, recovered from
-    /// Stripe's event log by reconciliation.
-    async fn recover(
-        &self,
-        view: &LiveView,
-        stripe: &payments::Stripe,
-        order_id: i64,
-        run: u32,
-    ) -> anyhow::Result<()> {
-        view.line(format!(
-            "Stripe pays order #{order_id} but cannot deliver the webhook; reconciling against Stripe's event log (outbox-relay inbox reconcile):"
-        ));
-        let recovered = payments::recover_undelivered(
-            stripe,
-            &self.running.database_url,
-            order_id,
-            &format!("evt_demo_{run:08x}_4"),
-        )
-        .await?;
-        let report = &recovered.report;
-        view.line(format!(
-            "  → fetched {} event in {} page: recovered {}, already in the inbox {}; order #{order_id:<3} now {} (via reconcile)",
-            report.fetched, report.pages, report.recovered, report.already, recovered.status
-        ));
         Ok(())
     }
 

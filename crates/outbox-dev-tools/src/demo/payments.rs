@@ -244,3 +244,56 @@ pub(super) async fn recover_undelivered(
     .await??;
     Ok(Recovered { report, status })
 }
+
+impl Stripe {
+    /// The inbox as the demo left it, oldest first; `reconciled`: the order
+    /// whose payment came by reconciliation.
+    pub(super) async fn print_inbox(&self, reconciled: Option<i64>) -> anyhow::Result<()> {
+        println!();
+        println!("Inbox (POST /inbound/stripe), oldest first:");
+        println!(
+            "  {:<8} {:<22} {:<26} {:<9} {:<10} STATUS",
+            "SOURCE", "MESSAGE", "TYPE", "ORDER", "VIA"
+        );
+        for line in self.inbox_lines().await? {
+            println!("{line}");
+        }
+        if let Some(order_id) = reconciled {
+            println!(
+                "  Order #{order_id} was paid via reconcile: Stripe never delivered its webhook, \
+                 and `outbox-relay inbox reconcile` found the payment in Stripe's event \
+                 log and applied it as the webhook would have."
+            );
+        }
+        Ok(())
+    }
+}
+
+impl super::Demo<'_> {
+    /// A payment whose webhook Stripe could not deliver, recovered from
+    /// Stripe's event log by reconciliation.
+    pub(super) async fn recover(
+        &self,
+        view: &super::progress::LiveView,
+        stripe: &Stripe,
+        order_id: i64,
+        run: u32,
+    ) -> anyhow::Result<()> {
+        view.line(format!(
+            "Stripe pays order #{order_id} but cannot deliver the webhook; reconciling against Stripe's event log (outbox-relay inbox reconcile):"
+        ));
+        let recovered = recover_undelivered(
+            stripe,
+            &self.running.database_url,
+            order_id,
+            &format!("evt_demo_{run:08x}_4"),
+        )
+        .await?;
+        let report = &recovered.report;
+        view.line(format!(
+            "  → fetched {} event in {} page: recovered {}, already in the inbox {}; order #{order_id:<3} now {} (via reconcile)",
+            report.fetched, report.pages, report.recovered, report.already, recovered.status
+        ));
+        Ok(())
+    }
+}
