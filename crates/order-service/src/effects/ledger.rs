@@ -8,10 +8,10 @@
 //! itself written by the receipt job's finishing transaction.
 
 use diesel::prelude::*;
-use diesel::sql_types::{BigInt, Bool, Integer, Nullable, Text};
+use diesel::sql_types::Jsonb;
 use sha2::{Digest as _, Sha256};
 
-use crate::outbox::{CommitHook, LocalWrite};
+use crate::outbox::{CommitHook, HookRow, LocalWrite};
 
 /// What one effect's peer answered, by kind.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -61,6 +61,29 @@ pub fn sha256_hex(bytes: &[u8]) -> String {
 struct RecordEffect {
     job_id: i64,
     answer: EffectAnswer,
+}
+
+impl RecordEffect {
+    /// The row, for `ledger/record_effects.sql`: the core writes a batch's
+    /// rows in one statement.
+    fn ledger_row(&self) -> HookRow {
+        let c = Columns::of(&self.answer);
+        HookRow {
+            statement: include_str!("ledger/record_effects.sql"),
+            row: serde_json::json!({
+                "job_id": self.job_id,
+                "message_id": c.message_id,
+                "smtp_reply": c.smtp_reply,
+                "endpoint": c.endpoint,
+                "webhook_id": c.webhook_id,
+                "status_code": c.status_code,
+                "answer_sha256": c.answer_sha256,
+                "stream": c.stream,
+                "stream_seq": c.stream_seq,
+                "duplicate": c.duplicate,
+            }),
+        }
+    }
 }
 
 /// One row's columns, the kind's own set and nulls for the rest.
@@ -121,20 +144,15 @@ impl<'a> Columns<'a> {
 
 impl CommitHook for RecordEffect {
     fn apply(&self, conn: &mut PgConnection) -> QueryResult<()> {
-        let c = Columns::of(&self.answer);
-        diesel::sql_query(include_str!("ledger/record_effect.sql"))
-            .bind::<BigInt, _>(self.job_id)
-            .bind::<Nullable<Text>, _>(c.message_id)
-            .bind::<Nullable<Text>, _>(c.smtp_reply)
-            .bind::<Nullable<Text>, _>(c.endpoint)
-            .bind::<Nullable<Text>, _>(c.webhook_id)
-            .bind::<Nullable<Integer>, _>(c.status_code)
-            .bind::<Nullable<Text>, _>(c.answer_sha256)
-            .bind::<Nullable<Text>, _>(c.stream)
-            .bind::<Nullable<BigInt>, _>(c.stream_seq)
-            .bind::<Nullable<Bool>, _>(c.duplicate)
+        let HookRow { statement, row } = self.ledger_row();
+        diesel::sql_query(statement)
+            .bind::<Jsonb, _>(serde_json::Value::Array(vec![row]))
             .execute(conn)
             .map(drop)
+    }
+
+    fn row(&self) -> Option<HookRow> {
+        Some(self.ledger_row())
     }
 
     fn describe(&self) -> String {

@@ -22,6 +22,25 @@ pub trait CommitHook: Send + Sync + 'static {
     fn apply(&self, conn: &mut PgConnection) -> QueryResult<()>;
     /// One line for logs: what the hook writes.
     fn describe(&self) -> String;
+    /// A hook that writes one row may hand it over instead, as JSON with the
+    /// statement that writes such rows (`$1`: a JSON array of them, read with
+    /// `jsonb_to_recordset`): the finish then writes every such row of the
+    /// batch that names one statement in one round trip, where `apply` would
+    /// take one per job. `apply` is not called for a hook that returns one.
+    fn row(&self) -> Option<HookRow> {
+        None
+    }
+}
+
+/// One row of a [`CommitHook::row`]: the statement that inserts a batch of
+/// such rows, and this hook's.
+#[derive(Debug, Clone)]
+pub struct HookRow {
+    /// Inserts the rows of `$1`, a JSON array; the same text for every hook
+    /// whose rows it writes.
+    pub statement: &'static str,
+    /// This hook's row, a JSON object.
+    pub row: serde_json::Value,
 }
 
 /// A [`CommitHook`] as an effect hands it over: cheap to clone, compared by identity.
@@ -162,6 +181,8 @@ pub fn finish_jobs(conn: &mut PgConnection, finishes: &[Finish]) -> QueryResult<
                 .filter(|r| r.applied)
                 .map(|r| (r.id, r.lease_token))
                 .collect();
+            // Rows by statement, in the order the hooks came.
+            let mut batched: Vec<(&'static str, Vec<serde_json::Value>)> = Vec::new();
             for finish in finishes
                 .iter()
                 .filter(|f| applied.contains(&(f.job_id, f.lease_token)))
@@ -170,8 +191,21 @@ pub fn finish_jobs(conn: &mut PgConnection, finishes: &[Finish]) -> QueryResult<
                     local: Some(LocalWrite(hook)),
                 } = &finish.outcome
                 {
-                    hook.apply(conn)?;
+                    match hook.row() {
+                        Some(HookRow { statement, row }) => {
+                            match batched.iter_mut().find(|(s, _)| *s == statement) {
+                                Some((_, rows)) => rows.push(row),
+                                None => batched.push((statement, vec![row])),
+                            }
+                        }
+                        None => hook.apply(conn)?,
+                    }
                 }
+            }
+            for (statement, rows) in batched {
+                diesel::sql_query(statement)
+                    .bind::<diesel::sql_types::Jsonb, _>(serde_json::Value::Array(rows))
+                    .execute(conn)?;
             }
             QueryResult::Ok(rows)
         })?

@@ -35,7 +35,7 @@ pub use args::JobArgs;
 pub use cancel::{CancelOutcome, CancelRefusal, CancelReport, cancel_job_batch, cancel_jobs};
 pub use depend::{DependencyError, DependencyPolicy, HeldDependent, Parent, held_dependents};
 pub use enqueue::{Enqueuer, INSERT_CHUNK, InsertJobs};
-pub use finish::{CommitHook, LocalWrite};
+pub use finish::{CommitHook, HookRow, LocalWrite};
 pub use job::{JobOptions, NewJob};
 pub use limits::{
     ConcurrencyLimit, ConcurrencyLimitError, ConcurrencyState, concurrency_state,
