@@ -101,8 +101,9 @@ pub(super) struct TransitionEvent {
 
 /// Inserts event `seq` of the order and reads its subscribers, whether its
 /// legacy key still has unfinished jobs, and whether its fan-out key has, in
-/// one statement. The caller holds the order row's lock. `key`: the request's Idempotency-Key and the
-/// hash of the request, stored with the event.
+/// one statement. The caller holds the order row's lock. `key`: the
+/// request's Idempotency-Key and the hash of the request, stored with the
+/// event.
 pub(super) fn record_event(
     conn: &mut PgConnection,
     order_id: OrderId,
