@@ -152,7 +152,7 @@ pub async fn run(
             crate::endpoints::upkeep::UPKEEP_EVERY,
             shutdown.clone(),
         ));
-        let declared = periodic_jobs(&pool, &args, &kinds).await?;
+        let declared = periodic_jobs(&args, &kinds)?;
         settings.periodic_jobs.extend(declared);
         settings.periodic_enqueuer = crate::orders::order_enqueuer();
         let relay = WorkerPool::new(pool, db_args.database_url, settings, executor)?;
@@ -166,36 +166,18 @@ pub async fn run(
     Ok(())
 }
 
-/// The relay's periodic jobs ([`effects::periodic_jobs`]). The expiry sweep runs
-/// while `ORDER_PAYMENT_WINDOW` is set, and also without it while orders
-/// placed under a window await expiry (the window was turned off since, or
-/// `serve` has it and this relay not): an order placed under a window is
-/// never left placed past it.
-async fn periodic_jobs(
-    pool: &db::PgPool,
+/// The relay's periodic jobs ([`effects::periodic_jobs`]). The expiry sweep
+/// runs every second while `ORDER_PAYMENT_WINDOW` is set, and every minute
+/// without it: an order placed by an API with a window is never left placed
+/// long past it, whichever relays are running.
+fn periodic_jobs(
     args: &RelayArgs,
     kinds: &[EffectKind],
 ) -> anyhow::Result<Vec<crate::outbox::PeriodicJob>> {
-    let window = args.payment_window.payment_window.get();
-    let expire_orders = if window.is_some() || !kinds.contains(&EffectKind::OrderExpiry) {
-        window.is_some()
-    } else {
-        let awaiting = db::run_blocking(pool, |conn| {
-            Ok(crate::orders::orders_awaiting_expiry(conn)?)
-        })
-        .await
-        .context("looking for orders that await expiry")?;
-        if awaiting {
-            tracing::warn!(
-                "ORDER_PAYMENT_WINDOW is off, but orders placed under a window await expiry: \
-                 this relay sweeps for them"
-            );
-        }
-        awaiting
-    };
     let plan = effects::PeriodicPlan {
         kinds: kinds.to_vec(),
-        expire_orders,
+        payment_window: args.payment_window.payment_window.get().is_some(),
+        expiry_fallback_every: effects::EXPIRY_FALLBACK_EVERY,
         max_attempts: args.enqueue.max_attempts,
         fanout_inline: args.enqueue.fanout_inline,
     };

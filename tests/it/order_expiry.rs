@@ -83,12 +83,20 @@ async fn sleep_until(at: DateTime<Utc>) {
 /// A relay in this process that claims only the expiry sweep and declares
 /// it as `relay` does under `ORDER_PAYMENT_WINDOW`.
 fn sweeping_relay(db: &TestDb, name: &str) -> RunningRelay {
-    let plan = PeriodicPlan {
-        kinds: vec![EffectKind::OrderExpiry],
-        expire_orders: true,
-        max_attempts: 8,
-        fanout_inline: order_service::orders::DEFAULT_FANOUT_INLINE,
-    };
+    relay_with_plan(
+        db,
+        name,
+        PeriodicPlan {
+            kinds: vec![EffectKind::OrderExpiry],
+            payment_window: true,
+            expiry_fallback_every: effects::EXPIRY_FALLBACK_EVERY,
+            max_attempts: 8,
+            fanout_inline: order_service::orders::DEFAULT_FANOUT_INLINE,
+        },
+    )
+}
+
+fn relay_with_plan(db: &TestDb, name: &str, plan: PeriodicPlan) -> RunningRelay {
     let mut settings = test_settings(name, &[EffectKind::OrderExpiry.as_str()]);
     settings.periodic_jobs = periodic_jobs(&plan).expect("valid periodic jobs");
     settings.periodic_enqueuer = order_enqueuer();
@@ -442,11 +450,23 @@ async fn without_a_window_an_order_never_expires_and_leaving_placed_clears_expir
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_relay_without_the_window_still_expires_the_orders_placed_under_one() {
+async fn a_relay_started_without_the_window_expires_orders_placed_under_one_later() {
     let db = TestDb::new();
     let mut conn = db.conn();
+    // The relay comes first, with nothing awaiting expiry; the API that
+    // places under a window comes later.
+    let relay = relay_with_plan(
+        &db,
+        "expiry-off",
+        PeriodicPlan {
+            kinds: vec![EffectKind::OrderExpiry],
+            payment_window: false,
+            expiry_fallback_every: Duration::from_secs(1),
+            max_attempts: 8,
+            fanout_inline: order_service::orders::DEFAULT_FANOUT_INLINE,
+        },
+    );
     let order = NewOrder::parse(&order_json("Ada")).expect("valid");
-    // Placed while the window was set; it has been turned off since.
     let id = place_order_by(
         &mut conn,
         &order_enqueuer(),
@@ -458,26 +478,65 @@ async fn a_relay_without_the_window_still_expires_the_orders_placed_under_one() 
     )
     .expect("placed")
     .order_id();
-    let launch = Launch::relay("expiry-off", &db.url)
-        .env("RELAY_KINDS", "order_expiry")
-        .without_env("ORDER_PAYMENT_WINDOW");
-    let (mut relay, _) = BinProcess::start_relay(launch).await;
     wait_until("the order expires", Duration::from_secs(15), || {
         count_events(&mut conn, id, "order.expired") == 1
     })
     .await;
-    relay.terminate().await;
-    assert!(
-        relay
-            .stderr()
-            .contains("orders placed under a window await expiry"),
-        "{}",
-        relay.stderr()
-    );
+    relay.stop().await;
     let status: String = orders::table
         .find(id)
         .select(orders::status)
         .first(&mut conn)
         .expect("order");
     assert_eq!(status, "expired");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_relay_command_sweeps_every_second_under_a_window_and_every_minute_without() {
+    let db = TestDb::new();
+    let mut conn = db.conn();
+    for (name, window, expected) in [
+        (
+            "expiry-off",
+            None,
+            (effects::EXPIRY_FALLBACK_NAME, "every 1m"),
+        ),
+        ("expiry-on", Some("15m"), ("order_expiry", "every 1s")),
+    ] {
+        let mut launch = Launch::relay(name, &db.url).env("RELAY_KINDS", "order_expiry");
+        launch = match window {
+            Some(window) => launch.env("ORDER_PAYMENT_WINDOW", window),
+            None => launch.without_env("ORDER_PAYMENT_WINDOW"),
+        };
+        let (mut relay, _) = BinProcess::start_relay(launch).await;
+        relay.terminate().await;
+        let declared: Vec<(String, String, String)> =
+            diesel::sql_query("SELECT name, schedule, kind FROM periodic_jobs WHERE name = $1")
+                .bind::<diesel::sql_types::Text, _>(expected.0)
+                .load::<Declared>(&mut conn)
+                .expect("periodic_jobs")
+                .into_iter()
+                .map(|d| (d.name, d.schedule, d.kind))
+                .collect();
+        assert_eq!(
+            declared,
+            [(
+                expected.0.to_owned(),
+                expected.1.to_owned(),
+                "order_expiry".to_owned()
+            )],
+            "{}",
+            relay.stderr()
+        );
+    }
+}
+
+#[derive(QueryableByName)]
+struct Declared {
+    #[diesel(sql_type = diesel::sql_types::Text)]
+    name: String,
+    #[diesel(sql_type = diesel::sql_types::Text)]
+    schedule: String,
+    #[diesel(sql_type = diesel::sql_types::Text)]
+    kind: String,
 }

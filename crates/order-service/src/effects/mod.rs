@@ -33,8 +33,8 @@ pub use jobs::{EffectKind, EndpointNotice, Noop};
 pub use outbox_core::worker::{BoxFuture, JobHandler};
 pub use outbox_core::worker::{EffectError, EffectResult, JobArgs, JobContext, Worker, Workers};
 pub use workers::{
-    EmailWorker, ExpiryWorker, NoopWorker, PeriodicPlan, ReceiptWorker, periodic_jobs, workers,
-    workers_with_nats,
+    EXPIRY_FALLBACK_EVERY, EXPIRY_FALLBACK_NAME, EmailWorker, ExpiryWorker, NoopWorker,
+    PeriodicPlan, ReceiptWorker, periodic_jobs, workers, workers_with_nats,
 };
 
 /// An error and its sources on one line, each cause once (transport errors

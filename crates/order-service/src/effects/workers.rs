@@ -4,6 +4,8 @@
 //! effect; they are written with the core's [`Worker`] API, as a library
 //! user's would be, and nothing in the relay knows them.
 
+use std::time::Duration;
+
 use outbox_core::outbox::{InvalidPeriodicJob, JobOptions, PeriodicJob};
 use outbox_core::worker::{EffectError, EffectResult, JobContext, Worker, Workers};
 use tracing::Instrument as _;
@@ -240,42 +242,64 @@ pub struct ExpiryWorker {
 
 impl Worker<ExpireOrders> for ExpiryWorker {
     async fn work(&self, args: ExpireOrders, _ctx: JobContext) -> EffectResult {
-        let sweep = run_blocking(&self.pool, move |conn| {
+        let fallback = args.fallback;
+        let jobs = crate::orders::EventJobs {
+            max_attempts: args.max_attempts,
+            fanout_inline: args.fanout_inline,
+        };
+        let swept = run_blocking(&self.pool, move |conn| {
             Ok(expire_due_orders(
                 conn,
                 &order_enqueuer(),
-                crate::orders::EventJobs {
-                    max_attempts: args.max_attempts,
-                    fanout_inline: args.fanout_inline,
-                },
+                jobs,
                 EXPIRY_BATCH,
             ))
         })
         .await
-        .map_err(|e| EffectError::retryable(format!("expiring orders: {e}")))?
-        .map_err(|e| EffectError::retryable(format!("expiring orders: {e}")))?;
-        if !sweep.expired.is_empty() {
+        .map_err(|e| e.to_string())
+        .and_then(|swept| swept.map_err(|e| e.to_string()));
+        // The sweep ends done even when it failed: its schedule is its retry
+        // (the next slot sweeps again), so a lasting failure (the database
+        // away, an order that cannot be expired) is a WARN a slot and a
+        // metric, not a failed job a slot.
+        let sweep = match swept {
+            Ok(sweep) => sweep,
+            Err(error) => {
+                metrics::counter!("outbox_order_expiry_failures_total").increment(1);
+                tracing::warn!(error = %error, "the expiry sweep failed; the next slot sweeps again");
+                return Ok(None);
+            }
+        };
+        if !sweep.expired.is_empty() && fallback {
+            tracing::warn!(
+                expired = sweep.expired.len(),
+                orders = ?sweep.expired,
+                "expired unpaid orders in the minutely sweep of a relay without \
+                 ORDER_PAYMENT_WINDOW: set it on the relays too, so they expire on time"
+            );
+        } else if !sweep.expired.is_empty() {
             tracing::info!(
                 expired = sweep.expired.len(),
                 orders = ?sweep.expired,
                 "expired unpaid orders"
             );
         }
-        if sweep.failed.is_empty() {
-            return Ok(None);
+        if !sweep.failed.is_empty() {
+            let failed: Vec<String> = sweep
+                .failed
+                .iter()
+                .map(|(order_id, error)| format!("order {order_id}: {error}"))
+                .collect();
+            metrics::counter!("outbox_order_expiry_failures_total")
+                .increment(u64::try_from(failed.len()).unwrap_or(u64::MAX));
+            tracing::warn!(
+                failed = failed.len(),
+                expired = sweep.expired.len(),
+                orders = %failed.join("; "),
+                "some due orders could not be expired; the next slot tries them again"
+            );
         }
-        let failed: Vec<String> = sweep
-            .failed
-            .iter()
-            .map(|(order_id, error)| format!("order {order_id}: {error}"))
-            .collect();
-        // The next sweeps try them again; the error keeps them visible.
-        Err(EffectError::retryable(format!(
-            "{} of the due orders could not be expired ({} were): {}",
-            failed.len(),
-            sweep.expired.len(),
-            failed.join("; ")
-        )))
+        Ok(None)
     }
 }
 
@@ -284,30 +308,48 @@ impl Worker<ExpireOrders> for ExpiryWorker {
 pub struct PeriodicPlan {
     /// The kinds the relay claims.
     pub kinds: Vec<EffectKind>,
-    /// Sweep for unpaid orders past their window: `ORDER_PAYMENT_WINDOW`
-    /// is set, or orders placed under one still await expiry.
-    pub expire_orders: bool,
+    /// `ORDER_PAYMENT_WINDOW` is set here: the expiry sweep runs every
+    /// [`EXPIRY_SWEEP_EVERY`]. Without it, a relay that claims the sweep's
+    /// kind still sweeps every [`EXPIRY_FALLBACK_EVERY`], for the orders an
+    /// API with a window placed.
+    pub payment_window: bool,
+    /// How often a relay without a payment window sweeps
+    /// ([`EXPIRY_FALLBACK_EVERY`] in a relay).
+    pub expiry_fallback_every: Duration,
     /// `max_attempts` of the jobs the periodic jobs enqueue themselves.
     pub max_attempts: i32,
     /// `FANOUT_INLINE` of the events the periodic jobs write.
     pub fanout_inline: usize,
 }
 
-/// A failed sweep is not retried for long: the next slot, a second later,
-/// sweeps again.
-const SWEEP_MAX_ATTEMPTS: i32 = 3;
+/// A sweep is never retried: the next slot sweeps again.
+const SWEEP_MAX_ATTEMPTS: i32 = 1;
+
+/// The sweep's name on relays without a payment window. A name of its own,
+/// because one name has one schedule across the relays that declare it.
+pub const EXPIRY_FALLBACK_NAME: &str = "order_expiry_fallback";
+
+/// How often a relay without a payment window sweeps: an order placed by an
+/// API with a window still expires, at most this late.
+pub const EXPIRY_FALLBACK_EVERY: Duration = Duration::from_secs(60);
 
 /// The relay's periodic jobs under `plan`.
 pub fn periodic_jobs(plan: &PeriodicPlan) -> Result<Vec<PeriodicJob>, InvalidPeriodicJob> {
     let claims = |kind: EffectKind| plan.kinds.contains(&kind);
     let mut jobs = Vec::new();
-    if plan.expire_orders && claims(EffectKind::OrderExpiry) {
+    if claims(EffectKind::OrderExpiry) {
         let sweep = ExpireOrders {
             max_attempts: plan.max_attempts,
             fanout_inline: plan.fanout_inline,
+            fallback: !plan.payment_window,
+        };
+        let (name, every) = if plan.payment_window {
+            (EXPIRY_SWEEP_NAME, EXPIRY_SWEEP_EVERY)
+        } else {
+            (EXPIRY_FALLBACK_NAME, plan.expiry_fallback_every)
         };
         jobs.push(
-            PeriodicJob::every(EXPIRY_SWEEP_NAME, EXPIRY_SWEEP_EVERY, &sweep)?
+            PeriodicJob::every(name, every, &sweep)?
                 .options(&JobOptions::default().max_attempts(SWEEP_MAX_ATTEMPTS)),
         );
     }
@@ -329,10 +371,11 @@ mod tests {
     use super::*;
 
     #[test]
-    fn the_expiry_sweep_is_declared_only_when_wanted_and_claimed() {
-        let plan = |expire_orders, kinds: &[EffectKind]| PeriodicPlan {
+    fn the_expiry_sweep_is_declared_when_claimed_every_second_under_a_window() {
+        let plan = |payment_window, kinds: &[EffectKind]| PeriodicPlan {
             kinds: kinds.to_vec(),
-            expire_orders,
+            payment_window,
+            expiry_fallback_every: EXPIRY_FALLBACK_EVERY,
             max_attempts: 8,
             fanout_inline: crate::orders::DEFAULT_FANOUT_INLINE,
         };
@@ -344,7 +387,13 @@ mod tests {
         );
         assert_eq!(jobs[0].kind(), "order_expiry");
         assert_eq!(jobs[0].schedule().to_string(), "every 1s");
-        assert!(periodic_jobs(&plan(false, all)).expect("valid").is_empty());
+        let fallback = periodic_jobs(&plan(false, all)).expect("valid");
+        assert_eq!(
+            fallback.iter().map(PeriodicJob::name).collect::<Vec<_>>(),
+            [EXPIRY_FALLBACK_NAME]
+        );
+        assert_eq!(fallback[0].kind(), "order_expiry");
+        assert_eq!(fallback[0].schedule().to_string(), "every 1m");
         let mailer_only = plan(true, &[EffectKind::ConfirmationEmail]);
         assert!(periodic_jobs(&mailer_only).expect("valid").is_empty());
     }

@@ -46,6 +46,10 @@ pub struct ExpireOrders {
     /// The declaring relay's `FANOUT_INLINE`, for the expiries' deliveries.
     #[serde(default = "default_fanout_inline")]
     pub fanout_inline: usize,
+    /// Declared by a relay without `ORDER_PAYMENT_WINDOW`: what it expires
+    /// is expired late, worth a WARN.
+    #[serde(default)]
+    pub fallback: bool,
 }
 
 fn default_fanout_inline() -> usize {
@@ -132,16 +136,4 @@ pub fn expire_due_orders(
         }
     }
     Ok(sweep)
-}
-
-/// Whether any order awaits expiry: a relay started without a window still
-/// sweeps for the orders placed under one.
-pub fn orders_awaiting_expiry(conn: &mut PgConnection) -> QueryResult<bool> {
-    use crate::schema::orders;
-    diesel::select(diesel::dsl::exists(
-        orders::table
-            .filter(orders::status.eq(super::OrderStatus::Placed.as_str()))
-            .filter(orders::expires_at.is_not_null()),
-    ))
-    .get_result(conn)
 }

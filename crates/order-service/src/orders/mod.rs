@@ -34,7 +34,6 @@ pub use domain::{
 pub use events::{DEFAULT_FANOUT_INLINE, EventJobs, delivery_key, endpoint_key};
 pub use expiry::{
     EXPIRY_BATCH, EXPIRY_SWEEP_EVERY, EXPIRY_SWEEP_NAME, ExpireOrders, Sweep, expire_due_orders,
-    orders_awaiting_expiry,
 };
 pub use fanout::{FANOUT_BATCH, FanoutProgress, expand_fanout, expand_fanout_step};
 pub use id::OrderId;

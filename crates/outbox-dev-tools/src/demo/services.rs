@@ -129,7 +129,8 @@ pub(super) async fn start_services(
     // under ORDER_PAYMENT_WINDOW.
     settings.periodic_jobs = effects::periodic_jobs(&effects::PeriodicPlan {
         kinds: kinds.clone(),
-        expire_orders: true,
+        payment_window: true,
+        expiry_fallback_every: effects::EXPIRY_FALLBACK_EVERY,
         max_attempts: args.enqueue.max_attempts,
         fanout_inline: args.enqueue.fanout_inline,
     })?;
