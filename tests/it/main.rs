@@ -29,6 +29,7 @@ mod front_door_auth;
 mod inbox;
 mod inbox_reconcile;
 mod inbox_reconcile_cli;
+mod inbox_reconcile_order;
 mod inbox_refunds;
 mod inbox_refusals;
 mod inbox_retention;

@@ -65,3 +65,19 @@ pub fn payload_of(conn: &mut PgConnection, id: i64) -> QueryResult<Option<serde_
         .optional()?
         .flatten())
 }
+
+/// Which of `message_ids` source `source` has stored (the unique index on
+/// `(source, message_id)`).
+pub fn stored_message_ids(
+    conn: &mut PgConnection,
+    source: &str,
+    message_ids: &[String],
+) -> QueryResult<std::collections::HashSet<String>> {
+    Ok(inbox_messages::table
+        .filter(inbox_messages::source.eq(source))
+        .filter(inbox_messages::message_id.eq_any(message_ids))
+        .select(inbox_messages::message_id)
+        .load::<String>(conn)?
+        .into_iter()
+        .collect())
+}

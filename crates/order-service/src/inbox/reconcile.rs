@@ -6,9 +6,15 @@
 //! Not a second implementation of the inbox: each listed event goes through
 //! [`receive`], the webhook's own apply path, in its own transaction, stored
 //! with `via = reconcile`. One already stored (sent by webhook, or recovered
-//! by an earlier run) is a repeat there and changes nothing. A run that
-//! fails half-way has applied what it applied, each event whole, and moves
-//! no watermark: the next run asks for the same events again.
+//! by an earlier run) is a repeat there and changes nothing.
+//!
+//! The log lists newest first; a run reads all of it before applying, keeps
+//! only the events the inbox lacks, and applies those oldest first, as the
+//! provider created them: a refund never lands before the payment it
+//! refunds. A run that fails half-way has applied what it applied, each
+//! event whole, and moves no watermark; nor does one that was cut off, or
+//! one whose `--since` began after the watermark: the next run asks for the
+//! same events again.
 
 pub mod api_key;
 pub mod job;
@@ -41,6 +47,14 @@ pub const WATERMARK_OVERLAP: Duration = Duration::from_secs(10 * 60);
 /// a log that pages without end is cut off, not followed forever.
 const MAX_PAGES: u64 = 10_000;
 
+/// Events missing from the inbox that one run holds at most before it
+/// applies them (their payloads are kept in memory until then); past it the
+/// run is cut off, applies what it holds and keeps the watermark.
+const MAX_MISSING: usize = 10_000;
+
+/// Events applied per blocking call (each still in its own transaction).
+const APPLY_CHUNK: usize = 100;
+
 /// What one source's run did (`inbox reconcile --json` prints these counts).
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
 pub struct Report {
@@ -54,6 +68,9 @@ pub struct Report {
     pub pages: u64,
     /// Events created from this time on were asked for.
     pub since: Option<DateTime<Utc>>,
+    /// The run stopped before the end of the log (too many pages or
+    /// missing events): the watermark stays, the next run reads again.
+    pub cut_off: bool,
 }
 
 /// Why a source was not reconciled.
@@ -138,11 +155,12 @@ impl Reconciler {
             }
         };
         let now = Utc::now();
-        let since = match (since, watermark) {
-            (Some(ago), _) => ago_from(now, ago),
-            (None, Some(watermark)) => watermark,
-            (None, None) => ago_from(now, DEFAULT_SINCE),
-        };
+        let from = watermark.unwrap_or_else(|| ago_from(now, DEFAULT_SINCE));
+        let since = since.map_or(from, |ago| ago_from(now, ago));
+        // A run that began after the point the next one would begin at has
+        // not read the events in between: it must not move the watermark
+        // past them.
+        let covers = since <= from;
         self.record(&source, move |conn| state::started(conn, id))
             .await?;
         let mut run = Run {
@@ -153,12 +171,16 @@ impl Reconciler {
             },
             newest: None,
         };
-        let outcome = self.pages(&source, &key, since, &mut run).await;
+        let outcome = match self.pages(&source, &key, since, &mut run).await {
+            Ok(missing) => self.apply(&source, missing, &mut run).await,
+            Err(error) => Err(error),
+        };
         let counts = run.counts();
         let result = match outcome {
             Ok(()) => {
                 let watermark = run
                     .newest
+                    .filter(|_| covers && !run.report.cut_off)
                     .map(|created| ago_from(created, WATERMARK_OVERLAP));
                 self.record(&source, move |conn| {
                     state::succeeded(conn, id, &counts, watermark)
@@ -212,75 +234,125 @@ impl Reconciler {
         .await
     }
 
+    /// Reads the log from `since` to its end and returns the events the
+    /// inbox lacks, oldest first. Events already stored are counted, not kept.
     async fn pages(
         &self,
         source: &Source,
         key: &str,
         since: DateTime<Utc>,
         run: &mut Run,
-    ) -> Result<(), ReconcileError> {
+    ) -> Result<Vec<ListedEvent>, ReconcileError> {
+        let mut missing: Vec<ListedEvent> = Vec::new();
         let mut after: Option<String> = None;
-        while run.report.pages < MAX_PAGES {
+        loop {
+            if run.report.pages >= MAX_PAGES || missing.len() >= MAX_MISSING {
+                run.report.cut_off = true;
+                tracing::warn!(
+                    source = %source.name,
+                    pages = run.report.pages,
+                    missing = missing.len(),
+                    "reconcile stopped before the end of stripe's log; it applies what it \
+                     read and keeps the watermark, so the next run reads again"
+                );
+                break;
+            }
             let page = self
                 .events
                 .page(&source.name, key, since.timestamp(), after.as_deref())
                 .await?;
             run.report.pages += 1;
             let last = page.events.last().map(|e| e.id.clone());
-            self.apply_page(source, page.events, run).await?;
+            run.see(&page.events);
+            missing.extend(self.not_stored(source, page.events, run).await?);
             // A log that hands back the cursor it was given would page forever.
             if !page.has_more || last.is_none() || last == after {
-                return Ok(());
+                break;
             }
             after = last;
         }
-        tracing::warn!(
-            source = %source.name,
-            pages = MAX_PAGES,
-            "reconcile stopped after the most pages a run reads; the next run goes on from there"
-        );
-        Ok(())
+        // Listed newest first: reversed, then ordered by creation (stable,
+        // so events of one second keep the log's order).
+        missing.reverse();
+        missing.sort_by_key(|event| event.created);
+        Ok(missing)
     }
 
-    /// Applies a page's events, each in its own transaction.
-    async fn apply_page(
+    /// The page's events that are not in the inbox yet: one read per page.
+    async fn not_stored(
         &self,
         source: &Source,
         events: Vec<ListedEvent>,
         run: &mut Run,
-    ) -> Result<(), ReconcileError> {
-        let (name, kind, mode) = (source.name.clone(), source.kind(), source.mode());
-        let (enqueuer, max_attempts) = (self.enqueuer.clone(), self.max_attempts);
-        let fetched = events.len();
-        let newest = events.iter().map(|e| e.created).max();
-        let (recovered, already) = run_blocking(&self.pool, move |conn| {
-            let (mut recovered, mut already) = (0u64, 0u64);
-            for event in &events {
-                let inbound = Inbound {
-                    source: &name,
-                    kind,
-                    mode,
-                    message_id: &event.id,
-                    payload: &event.payload,
-                    via: Via::Reconcile,
-                };
-                match receive(conn, &enqueuer, inbound, max_attempts)? {
-                    Answer::Recorded { .. } => recovered += 1,
-                    Answer::Repeat { .. } => already += 1,
-                }
-            }
-            Ok((recovered, already))
+    ) -> Result<Vec<ListedEvent>, ReconcileError> {
+        let name = source.name.clone();
+        let ids: Vec<String> = events.iter().map(|e| e.id.clone()).collect();
+        let stored = run_blocking(&self.pool, move |conn| {
+            Ok(super::list::stored_message_ids(conn, &name, &ids)?)
         })
         .await
         .map_err(|error| ReconcileError::Database {
             name: source.name.clone(),
             error,
         })?;
-        run.report.fetched += u64::try_from(fetched).unwrap_or(u64::MAX);
-        run.report.recovered += recovered;
-        run.report.already += already;
-        if let Some(created) = newest.and_then(|s| DateTime::from_timestamp(s, 0)) {
-            run.newest = run.newest.max(Some(created));
+        let listed = events.len();
+        let missing: Vec<ListedEvent> = events
+            .into_iter()
+            .filter(|event| !stored.contains(&event.id))
+            .collect();
+        run.report.already += u64::try_from(listed - missing.len()).unwrap_or(u64::MAX);
+        Ok(missing)
+    }
+
+    /// Applies the missing events in the order given, each in its own
+    /// transaction; one that arrived by webhook meanwhile is a repeat.
+    async fn apply(
+        &self,
+        source: &Source,
+        missing: Vec<ListedEvent>,
+        run: &mut Run,
+    ) -> Result<(), ReconcileError> {
+        let (kind, mode) = (source.kind(), source.mode());
+        for chunk in missing.chunks(APPLY_CHUNK) {
+            let (name, enqueuer, jobs) = (
+                source.name.clone(),
+                self.enqueuer.clone(),
+                self.max_attempts,
+            );
+            let chunk = chunk.to_vec();
+            let outcome = run_blocking(&self.pool, move |conn| {
+                let (mut recovered, mut already) = (0u64, 0u64);
+                for event in &chunk {
+                    let inbound = Inbound {
+                        source: &name,
+                        kind,
+                        mode,
+                        message_id: &event.id,
+                        payload: &event.payload,
+                        via: Via::Reconcile,
+                    };
+                    match receive(conn, &enqueuer, inbound, jobs) {
+                        Ok(Answer::Recorded { .. }) => recovered += 1,
+                        Ok(Answer::Repeat { .. }) => already += 1,
+                        Err(error) => return Ok(((recovered, already), Some(error))),
+                    }
+                }
+                Ok(((recovered, already), None))
+            })
+            .await
+            .map_err(|error| ReconcileError::Database {
+                name: source.name.clone(),
+                error,
+            })?;
+            let ((recovered, already), failed) = outcome;
+            run.report.recovered += recovered;
+            run.report.already += already;
+            if let Some(error) = failed {
+                return Err(ReconcileError::Database {
+                    name: source.name.clone(),
+                    error: error.into(),
+                });
+            }
         }
         Ok(())
     }
@@ -306,6 +378,15 @@ struct Run {
 }
 
 impl Run {
+    /// Counts a page as listed and moves `newest`.
+    fn see(&mut self, events: &[ListedEvent]) {
+        self.report.fetched += u64::try_from(events.len()).unwrap_or(u64::MAX);
+        let newest = events.iter().map(|e| e.created).max();
+        if let Some(created) = newest.and_then(|s| DateTime::from_timestamp(s, 0)) {
+            self.newest = self.newest.max(Some(created));
+        }
+    }
+
     /// The counts as `source_reconciliations` stores them.
     fn counts(&self) -> RunCounts {
         let n = |v: u64| i32::try_from(v).unwrap_or(i32::MAX);

@@ -20,9 +20,6 @@ use crate::kinds::EffectKind;
 /// The periodic job's name in `periodic_jobs` (`jobs schedules`).
 pub const PERIODIC_NAME: &str = "inbox_reconcile";
 
-/// The relays' interval by default (`INBOX_RECONCILE_EVERY`).
-pub const DEFAULT_EVERY: Duration = Duration::from_secs(15 * 60);
-
 /// One reconciliation of every source with an API key.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct InboxReconcile {}

@@ -37,7 +37,10 @@ pub fn started(conn: &mut PgConnection, source_id: i64) -> QueryResult<()> {
         ))
         .on_conflict(source_reconciliations::source_id)
         .do_update()
-        .set(source_reconciliations::started_at.eq(diesel::dsl::now))
+        .set((
+            source_reconciliations::started_at.eq(diesel::dsl::now),
+            source_reconciliations::finished_at.eq(None::<DateTime<Utc>>),
+        ))
         .execute(conn)
         .map(drop)
 }

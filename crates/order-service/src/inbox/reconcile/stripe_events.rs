@@ -229,13 +229,21 @@ impl StripeEvents {
             .and_then(|v| parse_retry_after(v, SystemTime::now()));
         let body = match read_capped(response).await {
             Ok(body) => body,
-            Err(why) if status.is_success() => {
+            // A connection that dropped mid-answer is the network, like a
+            // failed connection: asked again. A page over the cap is not.
+            Err(Unread::BrokeOff(why)) => {
+                return Ok(Call::Again {
+                    why,
+                    retry_after: None,
+                });
+            }
+            Err(Unread::TooLarge(why)) if status.is_success() => {
                 return Err(StripeError::Malformed {
                     name: source.to_owned(),
                     why,
                 });
             }
-            Err(why) => why.into_bytes(),
+            Err(Unread::TooLarge(why)) => why.into_bytes(),
         };
         if status.is_success() {
             return parse_page(&body)
@@ -280,23 +288,34 @@ enum Call {
     },
 }
 
+/// Why an answer's body was not read whole.
+enum Unread {
+    TooLarge(String),
+    BrokeOff(String),
+}
+
 /// The body, at most [`MAX_PAGE_BYTES`]; a longer one is an error, not a
 /// truncated page.
-async fn read_capped(mut response: reqwest::Response) -> Result<Vec<u8>, String> {
+async fn read_capped(mut response: reqwest::Response) -> Result<Vec<u8>, Unread> {
     let mut bytes = Vec::new();
     loop {
         match response.chunk().await {
             Ok(Some(chunk)) => {
                 if bytes.len() + chunk.len() > MAX_PAGE_BYTES {
-                    return Err(format!(
+                    return Err(Unread::TooLarge(format!(
                         "the answer is larger than {} MiB",
                         MAX_PAGE_BYTES / (1024 * 1024)
-                    ));
+                    )));
                 }
                 bytes.extend_from_slice(&chunk);
             }
             Ok(None) => return Ok(bytes),
-            Err(error) => return Err(format!("the answer broke off: {}", error.without_url())),
+            Err(error) => {
+                return Err(Unread::BrokeOff(format!(
+                    "the answer broke off: {}",
+                    error.without_url()
+                )));
+            }
         }
     }
 }

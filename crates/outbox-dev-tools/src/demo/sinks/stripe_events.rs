@@ -94,7 +94,8 @@ impl StripeEventLog {
     }
 
     /// The next request is answered `status` (with `Retry-After` seconds
-    /// when given), in Stripe's error format, instead of a page.
+    /// when given), in Stripe's error format, instead of a page; `200` is a
+    /// page whose body breaks off half-way (the connection drops).
     pub fn answer_next(&self, status: u16, retry_after: Option<u64>) {
         lock(&self.log).script.push_back((status, retry_after));
     }
@@ -139,6 +140,25 @@ pub fn payment_succeeded(
                "amount_received": amount, "currency": currency, "status": "succeeded",
                "metadata": {"order_id": order_id.to_string()}}),
     )
+}
+
+/// A 200 whose body starts as a page and then fails: the server drops the
+/// connection before the end, as a reset mid-answer does.
+fn broken_page() -> Response {
+    let chunks: [Result<&'static [u8], std::io::Error>; 2] = [
+        Ok(b"{\"object\":\"list\",\"data\":[".as_slice()),
+        Err(std::io::Error::new(
+            std::io::ErrorKind::ConnectionReset,
+            "the connection dropped",
+        )),
+    ];
+    let body = axum::body::Body::from_stream(futures_util::stream::iter(chunks));
+    (
+        StatusCode::OK,
+        [(header::CONTENT_TYPE, "application/json")],
+        body,
+    )
+        .into_response()
 }
 
 fn stripe_error(status: StatusCode, kind: &str, message: &str) -> Response {
@@ -212,6 +232,9 @@ fn answer(
         );
     }
     if let Some((status, retry_after)) = log.script.pop_front() {
+        if status == 200 {
+            return broken_page();
+        }
         let status = StatusCode::from_u16(status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
         let mut response = stripe_error(status, "api_error", "scripted answer");
         if let Some(seconds) = retry_after
