@@ -446,11 +446,12 @@ fn prune_dry_run_counts_and_deletes_nothing_then_prune_deletes_only_old_done_job
     );
     assert_eq!(jobs_all::table.count().get_result::<i64>(&mut conn), Ok(6));
 
-    // The effect ledger's answers age with the jobs they describe.
+    // The effect ledger's answers go with the jobs they describe: one whose
+    // job stays, stays, however old it is.
     diesel::sql_query(format!(
         "INSERT INTO effect_results (job_id, message_id, recorded_at) VALUES \
          ({}, '<old@example.com>', now() - interval '10 days'), \
-         ({recent}, '<recent@example.com>', now() - interval '1 day')",
+         ({recent}, '<recent@example.com>', now() - interval '10 days')",
         orders[0].1[0]
     ))
     .execute(&mut conn)
@@ -468,7 +469,11 @@ fn prune_dry_run_counts_and_deletes_nothing_then_prune_deletes_only_old_done_job
         diesel::dsl::sql::<diesel::sql_types::BigInt>("SELECT job_id FROM effect_results")
             .load(&mut conn)
             .expect("ledger answers");
-    assert_eq!(answers, [recent], "the recent job's answer stays");
+    assert_eq!(
+        answers,
+        [recent],
+        "the recent job's answer stays with its job"
+    );
     assert!(stderr(&out).contains("of ~3"), "progress: {}", stderr(&out));
     let left: Vec<i64> = jobs_all::table
         .select(jobs_all::id)

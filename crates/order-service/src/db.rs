@@ -95,6 +95,9 @@ pub struct AgedTable {
     pub table: &'static str,
     pub key: &'static str,
     pub time: &'static str,
+    /// A condition under which an aged row still stays (SQL over the
+    /// table's columns), or `None`.
+    pub keep_while: Option<&'static str>,
 }
 
 impl AgedTable {
@@ -112,10 +115,16 @@ impl AgedTable {
             .ok()
             .and_then(|age| chrono::Utc::now().checked_sub_signed(age))
             .unwrap_or(chrono::DateTime::<chrono::Utc>::MIN_UTC);
-        let AgedTable { table, key, time } = *self;
+        let AgedTable {
+            table,
+            key,
+            time,
+            keep_while,
+        } = *self;
+        let kept = keep_while.map_or(String::new(), |keep| format!(" AND NOT ({keep})"));
         let statement = format!(
             "DELETE FROM {table} WHERE {key} IN ( \
-                 SELECT {key} FROM {table} WHERE {time} < $1 LIMIT $2)"
+                 SELECT {key} FROM {table} WHERE {time} < $1{kept} LIMIT $2)"
         );
         let batch = batch.max(1);
         let mut total = 0u64;

@@ -285,9 +285,9 @@ impl WebhookSender {
         let status = response.status();
         seen.status = Some(status.as_u16());
         if status.is_success() {
-            let answer = read_body(response).await;
+            let answer = read_body(response, true).await;
             seen.excerpt = Some(answer.excerpt);
-            seen.answer_sha256 = Some(answer.sha256);
+            seen.answer_sha256 = answer.sha256;
             return Ok(());
         }
         let retry_after = response
@@ -300,9 +300,8 @@ impl WebhookSender {
             .get(LOCATION)
             .and_then(|v| v.to_str().ok())
             .map(|v| one_line(v, EXCERPT_CHARS));
-        let answer = read_body(response).await;
+        let answer = read_body(response, false).await;
         seen.excerpt = Some(answer.excerpt.clone());
-        seen.answer_sha256 = Some(answer.sha256);
         Err(classify(
             status,
             retry_after,

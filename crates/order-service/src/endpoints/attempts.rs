@@ -197,6 +197,7 @@ pub fn prune(conn: &mut PgConnection, older_than: Duration, batch: i64) -> Query
         table: "delivery_attempts",
         key: "id",
         time: "started_at",
+        keep_while: None,
     }
     .prune(conn, older_than, batch)
 }

@@ -148,7 +148,9 @@ impl EffectEntry {
 
 /// Deletes the ledger's answers recorded more than `older_than` ago (with
 /// the done jobs `jobs prune` deletes), in batches of `batch`; returns how
-/// many went.
+/// many went. An answer whose job is still kept (a day's partition is
+/// dropped whole, so a job may outlive the cutoff) stays with it: a job
+/// that is shown has its answer.
 pub fn prune(
     conn: &mut PgConnection,
     older_than: std::time::Duration,
@@ -158,6 +160,9 @@ pub fn prune(
         table: "effect_results",
         key: "job_id",
         time: "recorded_at",
+        keep_while: Some(
+            "EXISTS (SELECT 1 FROM jobs_all WHERE jobs_all.id = effect_results.job_id)",
+        ),
     }
     .prune(conn, older_than, batch)
 }

@@ -56,14 +56,15 @@ pub(super) fn classify(
 pub(super) struct AnswerBody {
     /// A short, single-line excerpt.
     pub(super) excerpt: String,
-    /// SHA-256 (hex) of the bytes read.
-    pub(super) sha256: String,
+    /// SHA-256 (hex) of the bytes read, when asked for: the effect ledger
+    /// records it for the answer that ended the job done.
+    pub(super) sha256: Option<String>,
 }
 
 /// Reads at most [`MAX_ANSWER_BYTES`] bytes of the answer: an excerpt of them,
-/// and their digest for the effect ledger. A body that fails half-way yields
-/// what arrived.
-pub(super) async fn read_body(mut response: reqwest::Response) -> AnswerBody {
+/// and, with `digest`, their SHA-256. A body that fails half-way yields what
+/// arrived.
+pub(super) async fn read_body(mut response: reqwest::Response, digest: bool) -> AnswerBody {
     let mut bytes = Vec::new();
     while bytes.len() < MAX_ANSWER_BYTES {
         match response.chunk().await {
@@ -74,7 +75,7 @@ pub(super) async fn read_body(mut response: reqwest::Response) -> AnswerBody {
     bytes.truncate(MAX_ANSWER_BYTES);
     AnswerBody {
         excerpt: one_line(&String::from_utf8_lossy(&bytes), EXCERPT_CHARS),
-        sha256: crate::effects::ledger::sha256_hex(&bytes),
+        sha256: digest.then(|| crate::effects::ledger::sha256_hex(&bytes)),
     }
 }
 
