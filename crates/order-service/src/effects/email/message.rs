@@ -13,7 +13,15 @@ use crate::orders::{Order, OrderId};
 
 /// Embedded, so the binary needs no `templates/` directory at run time. The
 /// `.html` extension turns on minijinja's HTML auto-escaping for that template.
-const TEMPLATES: [(&str, &str); 10] = [
+const TEMPLATES: [(&str, &str); 12] = [
+    (
+        "layout.html",
+        include_str!("../../../../../templates/email/layout.html"),
+    ),
+    (
+        "items.html",
+        include_str!("../../../../../templates/email/items.html"),
+    ),
     (
         "confirmation.txt",
         include_str!("../../../../../templates/email/confirmation.txt"),
