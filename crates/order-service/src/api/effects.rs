@@ -2,7 +2,7 @@
 
 use super::auth::Verified;
 use super::error::{ApiError, ErrorEnvelope};
-use super::orders::{order_id, readable};
+use super::orders::read_order;
 use super::state::AppState;
 use crate::orders::{EffectLedger, load_ledger};
 use axum::Json;
@@ -30,16 +30,5 @@ pub(crate) async fn effects(
     Extension(verified): Extension<Verified>,
     id: Result<Path<String>, PathRejection>,
 ) -> Result<Json<EffectLedger>, ApiError> {
-    let (raw, id) = order_id(id)?;
-    state
-        .db
-        .run(move |conn| {
-            if !readable(conn, verified, id)? {
-                return Ok(None);
-            }
-            Ok(load_ledger(conn, id)?)
-        })
-        .await?
-        .map(Json)
-        .ok_or(ApiError::OrderNotFound(raw))
+    read_order(&state, verified, id, |conn, id| Ok(load_ledger(conn, id)?)).await
 }

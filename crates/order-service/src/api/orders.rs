@@ -330,6 +330,21 @@ pub(crate) async fn show(
     Extension(verified): Extension<Verified>,
     id: Result<Path<String>, PathRejection>,
 ) -> Result<Json<OrderView>, ApiError> {
+    read_order(&state, verified, id, load_view).await
+}
+
+/// Order `id` as `load` reads it, for a key that may read that order; a 404
+/// for an id that names none, or one the key may not read.
+pub(super) async fn read_order<T, F>(
+    state: &AppState,
+    verified: Verified,
+    id: Result<Path<String>, PathRejection>,
+    load: F,
+) -> Result<Json<T>, ApiError>
+where
+    F: FnOnce(&mut PgConnection, i64) -> Result<Option<T>, ApiError> + Send + 'static,
+    T: Send + 'static,
+{
     let (raw, id) = order_id(id)?;
     state
         .db
@@ -337,7 +352,7 @@ pub(crate) async fn show(
             if !readable(conn, verified, id)? {
                 return Ok(None);
             }
-            load_view(conn, id)
+            load(conn, id)
         })
         .await?
         .map(Json)
