@@ -23,7 +23,8 @@ use serde::Serialize;
 use self::state::RunCounts;
 use self::stripe_events::{ListedEvent, StripeError, StripeEvents};
 use super::Via;
-use super::apply::{Answer, Inbound, receive};
+use super::apply::{Answer, receive};
+use super::event::Message;
 use super::source::{self, Source, SourceKind};
 use crate::db::{DbError, PgPool, run_blocking};
 use crate::outbox::Enqueuer;
@@ -255,16 +256,10 @@ impl Reconciler {
         let newest = events.iter().map(|e| e.created).max();
         let (recovered, already) = run_blocking(&self.pool, move |conn| {
             let (mut recovered, mut already) = (0u64, 0u64);
-            for event in &events {
-                let inbound = Inbound {
-                    source: &name,
-                    kind,
-                    mode,
-                    message_id: &event.id,
-                    payload: &event.payload,
-                    via: Via::Reconcile,
-                };
-                match receive(conn, &enqueuer, inbound, max_attempts)? {
+            for event in events {
+                let message =
+                    Message::read(&name, kind, mode, event.id, event.payload, Via::Reconcile);
+                match receive(conn, &enqueuer, &message, max_attempts)? {
                     Answer::Recorded { .. } => recovered += 1,
                     Answer::Repeat { .. } => already += 1,
                 }
