@@ -34,8 +34,8 @@
 //!
 //! ```no_run
 //! # fn demo(conn: &mut diesel::PgConnection) -> diesel::QueryResult<()> {
-//! use diesel::Connection as _;
 //! use diesel::sql_types::{BigInt, Text};
+//! use diesel::{Connection as _, RunQueryDsl as _};
 //! use outbox_core::dedupe::{Claim, claim_message};
 //!
 //! conn.transaction(|conn| {
