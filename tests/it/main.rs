@@ -27,6 +27,7 @@ mod faults;
 mod front_door;
 mod front_door_auth;
 mod inbox;
+mod inbox_once;
 mod inbox_reconcile;
 mod inbox_reconcile_cli;
 mod inbox_reconcile_order;

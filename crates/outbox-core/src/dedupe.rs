@@ -26,8 +26,38 @@
 //! ```
 //!
 //! The table (`inbox_messages`, from this crate's migrations) holds only what
-//! the inbox needs; an application may add columns of its own and fill them
-//! in the same transaction, by the returned id. Ids are kept until
+//! the inbox needs; an application may add columns of its own. To write its
+//! row once, with those columns, it claims the message instead
+//! ([`claim_message`]): the claim takes the message's turn and says whether
+//! it was recorded before, and the application applies it and then inserts
+//! the row itself, with the claim's id, in the same transaction:
+//!
+//! ```no_run
+//! # fn demo(conn: &mut diesel::PgConnection) -> diesel::QueryResult<()> {
+//! use diesel::sql_types::{BigInt, Text};
+//! use diesel::{Connection as _, RunQueryDsl as _};
+//! use outbox_core::dedupe::{Claim, claim_message};
+//!
+//! conn.transaction(|conn| {
+//!     match claim_message(conn, "billing", "evt_1NG8Du2eZvKYlo2C")? {
+//!         Claim::New { id } => {
+//!             /* apply it: your writes, your enqueues; then its row, once */
+//!             diesel::sql_query(
+//!                 "INSERT INTO inbox_messages (id, source, message_id) VALUES ($1, $2, $3)",
+//!             )
+//!             .bind::<BigInt, _>(id)
+//!             .bind::<Text, _>("billing")
+//!             .bind::<Text, _>("evt_1NG8Du2eZvKYlo2C")
+//!             .execute(conn)?;
+//!         }
+//!         Claim::Repeat { .. } => { /* applied before: change nothing */ }
+//!     }
+//!     Ok(())
+//! })
+//! # }
+//! ```
+//!
+//! Ids are kept until
 //! [`prune_messages`] removes them: keep them longer than the sender retries
 //! (Stripe retries for 3 days and resends by hand for 30), or a late retry
 //! is applied a second time.
@@ -36,7 +66,7 @@ use std::time::Duration;
 
 use chrono::{DateTime, Utc};
 use diesel::prelude::*;
-use diesel::sql_types::{BigInt, Text, Timestamptz};
+use diesel::sql_types::{BigInt, Bool, Text, Timestamptz};
 
 /// What [`record_message`] found.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -80,7 +110,77 @@ pub fn record_message(
     })
 }
 
-/// The dedupe's statement (`inbox/sql/record_message.sql`): `$1` source, `$2`
+/// What [`claim_message`] found.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Claim {
+    /// Not recorded yet, and this transaction holds the message's turn
+    /// until it ends: apply the message, then insert its row with this
+    /// `id` (`inbox_messages.id`), `source` and `message_id`, before the
+    /// transaction commits.
+    New {
+        /// The id the message's row takes (from the table's sequence).
+        id: i64,
+    },
+    /// Already recorded by a committed transaction, as row `id`: change nothing.
+    Repeat {
+        /// `inbox_messages.id` of the first copy.
+        id: i64,
+    },
+}
+
+#[derive(QueryableByName)]
+struct Claimed {
+    #[diesel(sql_type = BigInt)]
+    id: i64,
+    #[diesel(sql_type = Bool)]
+    recorded: bool,
+}
+
+/// Claims message `message_id` of `source` for the caller's transaction,
+/// which writes the message's row itself: [`record_message`] for an
+/// application whose row has columns of its own, filled only once it has
+/// applied the message, so the row is written once, complete.
+///
+/// The claim is a transaction-scoped advisory lock on `(source,
+/// message_id)`, then a look for the row: a copy claimed while the first is
+/// being applied waits until that transaction ends, then answers
+/// [`Claim::Repeat`] if it committed (its row is there), or [`Claim::New`]
+/// if it rolled back. The record and the effect commit together, as with
+/// [`record_message`]. Call it in a READ COMMITTED transaction (PostgreSQL's
+/// default), before anything else that transaction locks: each statement
+/// then sees what committed before it began, and the look runs after the
+/// wait. The unique index on `(source, message_id)` stays the last word: a
+/// row inserted without the claim (by [`record_message`], say) makes the
+/// claimed insert fail, and its transaction, effect and all, rolls back.
+pub fn claim_message(
+    conn: &mut PgConnection,
+    source: &str,
+    message_id: &str,
+) -> QueryResult<Claim> {
+    diesel::sql_query(CLAIM_TURN_SQL)
+        .bind::<Text, _>(source)
+        .bind::<Text, _>(message_id)
+        .execute(conn)?;
+    let claimed: Claimed = diesel::sql_query(CLAIM_MESSAGE_SQL)
+        .bind::<Text, _>(source)
+        .bind::<Text, _>(message_id)
+        .get_result(conn)?;
+    Ok(if claimed.recorded {
+        Claim::Repeat { id: claimed.id }
+    } else {
+        Claim::New { id: claimed.id }
+    })
+}
+
+/// The claim's first statement (`dedupe/sql/claim_turn.sql`): the
+/// message's advisory lock; `$1` source, `$2` message id.
+const CLAIM_TURN_SQL: &str = include_str!("dedupe/sql/claim_turn.sql");
+
+/// The claim's second statement (`dedupe/sql/claim_message.sql`): the
+/// recorded row's id and `recorded = true`, or a new id and `false`.
+const CLAIM_MESSAGE_SQL: &str = include_str!("dedupe/sql/claim_message.sql");
+
+/// The dedupe's statement (`dedupe/sql/record_message.sql`): `$1` source, `$2`
 /// message id; returns the new row's `id`, or no row for a repeat. For a test
 /// that runs it on a connection of its own, as [`record_message`] does.
 pub const RECORD_MESSAGE_SQL: &str = include_str!("dedupe/sql/record_message.sql");

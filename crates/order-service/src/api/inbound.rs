@@ -31,17 +31,10 @@ use serde_json::{Value, json};
 
 use super::error::ApiError;
 use super::state::AppState;
-use crate::inbox::apply::{Answer, Inbound, receive};
-use crate::inbox::source::{self, Source, SourceKind};
-use crate::inbox::verify::verify;
-use crate::inbox::{MAX_INBOUND_BYTES, Via};
-
-/// A message that passed its source's signature, ready to be applied.
-struct Checked {
-    source: Source,
-    message_id: String,
-    payload: Value,
-}
+use crate::inbox::MAX_INBOUND_BYTES;
+use crate::inbox::apply::{Answer, receive};
+use crate::inbox::source;
+use crate::inbox::verify::{Refusal, check};
 
 /// Logs why a message is refused, and the one answer every refusal gets.
 fn refuse(name: &str, reason: &str) -> ApiError {
@@ -101,35 +94,20 @@ pub(crate) async fn inbound(
         .acquire_owned()
         .await
         .map_err(|e| ApiError::Internal(e.into()))?;
-    // The MACs, the secrets' opening and the JSON parse, off the async
-    // threads; a refusal leaves here without touching the database.
-    // The refusal's WARN inside the request's span, with its trace id.
+    // The secrets' opening, the MACs and the JSON parse, off the async
+    // threads; a refusal leaves here without touching the database, its
+    // WARN inside the request's span, with its trace id.
     let span = tracing::Span::current();
-    let checked = tokio::task::spawn_blocking(move || {
+    let message = tokio::task::spawn_blocking(move || {
         let _turn = turn;
         let _span = span.enter();
-        let now = chrono::Utc::now();
-        let secrets = source
-            .secrets_at(&keys, now)
-            .map_err(ApiError::SecretUnavailable)?;
-        let secrets: Vec<&str> = secrets.iter().map(String::as_str).collect();
-        let verified = verify(source.kind(), &secrets, &headers, &body, now.timestamp())
-            .map_err(|why| refuse(&source.name, &why.to_string()))?;
-        let payload: Value =
-            serde_json::from_slice(&body).map_err(|e| ApiError::MalformedJson(e.to_string()))?;
-        let message_id = match (source.kind(), verified.message_id) {
-            (SourceKind::Standard, Some(id)) => id,
-            _ => payload
-                .get("id")
-                .and_then(Value::as_str)
-                .map(str::to_owned)
-                .ok_or_else(|| ApiError::MalformedJson("the event has no \"id\" string".into()))?,
-        };
-        Ok::<_, ApiError>(Checked {
-            source,
-            message_id,
-            payload,
-        })
+        check(&source, &keys, &headers, &body, chrono::Utc::now()).map_err(
+            |refusal| match refusal {
+                Refusal::Unverified(why) => refuse(&source.name, &why.to_string()),
+                Refusal::SecretUnavailable(cause) => ApiError::SecretUnavailable(cause),
+                Refusal::Malformed(why) => ApiError::MalformedJson(why),
+            },
+        )
     })
     .await
     .map_err(|e| ApiError::Internal(e.into()))??;
@@ -138,21 +116,7 @@ pub(crate) async fn inbound(
     let jobs = state.settings.event_jobs();
     let answer = state
         .db
-        .run(move |conn| {
-            Ok(receive(
-                conn,
-                &enqueuer,
-                Inbound {
-                    source: &checked.source.name,
-                    kind: checked.source.kind(),
-                    mode: checked.source.mode(),
-                    message_id: &checked.message_id,
-                    payload: &checked.payload,
-                    via: Via::Webhook,
-                },
-                jobs,
-            )?)
-        })
+        .run(move |conn| Ok(receive(conn, &enqueuer, &message, jobs)?))
         .await?;
     let mut body = json!({ "status": answer.status_word() });
     if let Answer::Recorded {

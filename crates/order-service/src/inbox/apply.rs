@@ -1,40 +1,31 @@
-//! Receiving one verified message: record it with the core's inbox, decide
-//! what it does to its order, and do it, all in one transaction. An
-//! operator's decision on a held message is in [`super::held`].
+//! Receiving one verified message: claim it with the core's inbox, decide
+//! what it does to its order, do it, and record it, all in one transaction.
+//! An operator's decision on a held message is in [`super::held`].
 //!
-//! The order row is locked (`FOR NO KEY UPDATE`, as every transition locks
-//! it) before the decision reads it, so a payment racing a cancel is decided
-//! against whichever committed first: paid then cancelled, or cancelled and
-//! then held as "refund needed", never both applied. A payment racing the
-//! expiry sweep is decided the same way: paid, or held as "paid after the
-//! order expired".
+//! The claim ([`claim_message`]) holds the message's turn until the
+//! transaction ends, so a copy received meanwhile waits and then answers
+//! [`Answer::Repeat`]; the message's row is inserted once, complete, after
+//! the decision, with the id the claim drew, and commits with the effect.
+//!
+//! The order row is locked once ([`LockedOrder`]) and the decision reads
+//! that row, then hands it to the transition, so a payment racing a cancel
+//! is decided against whichever committed first: paid then cancelled, or
+//! cancelled and then held as "refund needed", never both applied. A payment
+//! racing the expiry sweep is decided the same way: paid, or held as "paid
+//! after the order expired".
 
 use diesel::prelude::*;
-use outbox_core::dedupe::{Received, record_message};
+use outbox_core::dedupe::{Claim, claim_message};
 use serde_json::Value;
 
-use super::event::{Intent, Meaning, OrderRef, Payment, interpret, other_mode};
-use super::source::{SourceKind, SourceMode};
-use super::{MessageStatus, Via};
+use super::MessageStatus;
+use super::event::{Intent, Meaning, Message, OrderRef, Payment, event_type, payment_reference};
 use crate::orders::{
-    DisplayText, EventJobs, OrderStatus, Transition, TransitionError, transition_order_for_message,
+    Cause, DisplayText, EventJobs, LockedOrder, OrderStatus, Transition, TransitionError,
+    transition_locked,
 };
 use crate::outbox::Enqueuer;
-use crate::schema::{inbox_messages, order_events, orders};
-
-/// A verified message, ready to record.
-#[derive(Debug, Clone, Copy)]
-pub struct Inbound<'a> {
-    /// The source's name.
-    pub source: &'a str,
-    pub kind: SourceKind,
-    /// The livemode it takes (`sources add --mode`).
-    pub mode: SourceMode,
-    pub message_id: &'a str,
-    pub payload: &'a Value,
-    /// A webhook, or an event the provider's log listed.
-    pub via: Via,
-}
+use crate::schema::{inbox_messages, order_events};
 
 /// What receiving a message did.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -67,7 +58,7 @@ impl Answer {
 #[derive(Debug)]
 enum Decision {
     Apply {
-        order_id: i64,
+        order: LockedOrder,
         transition: Transition,
     },
     Keep {
@@ -77,38 +68,36 @@ enum Decision {
     },
 }
 
-/// Records `inbound` and applies it, in one transaction (the caller's, if one
-/// is open). A message id seen before answers [`Answer::Repeat`] and changes
-/// nothing; a copy being applied concurrently by another receiver makes this
-/// call wait for it, then answer `Repeat`.
+/// Applies `message` and records it, in one transaction (the caller's, if
+/// one is open). A message id seen before answers [`Answer::Repeat`] and
+/// changes nothing; a copy being applied concurrently by another receiver
+/// makes this call wait for it, then answer `Repeat`.
 pub fn receive(
     conn: &mut PgConnection,
     enqueuer: &Enqueuer,
-    inbound: Inbound<'_>,
+    message: &Message,
     jobs: impl Into<EventJobs>,
 ) -> QueryResult<Answer> {
     let jobs = jobs.into();
     let answer = enqueuer.transaction(conn, |conn| {
-        let id = match record_message(conn, inbound.source, inbound.message_id)? {
-            Received::First { id } => id,
-            Received::Repeat => return repeat_of(conn, inbound.source, inbound.message_id),
+        let id = match claim_message(conn, &message.source, &message.message_id)? {
+            Claim::New { id } => id,
+            Claim::Repeat { id } => return repeat_of(conn, id),
         };
-        let meaning = match other_mode(inbound.kind, inbound.mode, inbound.payload) {
-            Some(reason) => Meaning::Ignored(reason),
-            None => interpret(inbound.kind, inbound.payload),
-        };
-        let decision = decide(conn, &meaning, inbound.message_id)?;
+        let decision = decide(conn, message)?;
         let (status, order_id, reason) = carry_out(conn, enqueuer, decision, id, jobs)?;
-        let event_type =
-            super::event::event_type(inbound.payload).map(|t| crate::text::one_line(t, 200));
-        diesel::update(inbox_messages::table.find(id))
-            .set((
-                inbox_messages::message_type.eq(event_type),
+        diesel::insert_into(inbox_messages::table)
+            .values((
+                inbox_messages::id.eq(id),
+                inbox_messages::source.eq(&message.source),
+                inbox_messages::message_id.eq(&message.message_id),
+                inbox_messages::message_type
+                    .eq(event_type(&message.payload).map(|t| crate::text::one_line(t, 200))),
                 inbox_messages::order_id.eq(order_id),
                 inbox_messages::status.eq(status.as_str()),
                 inbox_messages::reason.eq(&reason),
-                inbox_messages::payload.eq(inbound.payload),
-                inbox_messages::via.eq(inbound.via.as_str()),
+                inbox_messages::payload.eq(&message.payload),
+                inbox_messages::via.eq(message.via.as_str()),
                 inbox_messages::decided_at
                     .eq((status != MessageStatus::Held).then(chrono::Utc::now)),
             ))
@@ -120,16 +109,16 @@ pub fn receive(
             reason,
         })
     })?;
-    observe(inbound, &answer);
+    observe(message, &answer);
     Ok(answer)
 }
 
 /// The metric by source and status, and a WARN line for each held message:
 /// an operator has something to decide.
-fn observe(inbound: Inbound<'_>, answer: &Answer) {
+fn observe(message: &Message, answer: &Answer) {
     metrics::counter!(
         "outbox_inbox_messages_total",
-        "source" => inbound.source.to_owned(),
+        "source" => message.source.clone(),
         "status" => answer.status_word(),
     )
     .increment(1);
@@ -142,8 +131,8 @@ fn observe(inbound: Inbound<'_>, answer: &Answer) {
     {
         tracing::warn!(
             inbox_message_id = id,
-            source = inbound.source,
-            message_id = inbound.message_id,
+            source = message.source,
+            message_id = message.message_id,
             order_id,
             reason = reason.as_deref().unwrap_or(""),
             "inbox message held: an operator decides (outbox-relay inbox apply|dismiss {id})"
@@ -151,39 +140,15 @@ fn observe(inbound: Inbound<'_>, answer: &Answer) {
     }
 }
 
-fn repeat_of(conn: &mut PgConnection, source: &str, message_id: &str) -> QueryResult<Answer> {
-    let (id, status): (i64, Option<String>) = inbox_messages::table
-        .filter(inbox_messages::source.eq(source))
-        .filter(inbox_messages::message_id.eq(message_id))
-        .select((inbox_messages::id, inbox_messages::status))
+fn repeat_of(conn: &mut PgConnection, id: i64) -> QueryResult<Answer> {
+    let status: Option<String> = inbox_messages::table
+        .find(id)
+        .select(inbox_messages::status)
         .first(conn)?;
     Ok(Answer::Repeat {
         id,
         status: status.and_then(|s| s.parse().ok()),
     })
-}
-
-/// The order's row, locked as a transition locks it.
-struct LockedOrder {
-    status: OrderStatus,
-    total_cents: i64,
-    currency: String,
-}
-
-fn lock_order(conn: &mut PgConnection, order_id: i64) -> QueryResult<Option<LockedOrder>> {
-    let row: Option<(String, i64, String)> = orders::table
-        .find(order_id)
-        .select((orders::status, orders::total_cents, orders::currency))
-        .for_no_key_update()
-        .first(conn)
-        .optional()?;
-    Ok(row.and_then(|(status, total_cents, currency)| {
-        Some(LockedOrder {
-            status: status.parse().ok()?,
-            total_cents,
-            currency: currency.trim().to_owned(),
-        })
-    }))
 }
 
 /// The `payment_reference` of the order's latest event of `event_type`:
@@ -215,8 +180,8 @@ fn keep(order_id: Option<i64>, status: MessageStatus, reason: String) -> Decisio
     }
 }
 
-fn decide(conn: &mut PgConnection, meaning: &Meaning, message_id: &str) -> QueryResult<Decision> {
-    let payment = match meaning {
+fn decide(conn: &mut PgConnection, message: &Message) -> QueryResult<Decision> {
+    let payment = match &message.meaning {
         Meaning::Ignored(reason) => return Ok(keep(None, MessageStatus::Ignored, reason.clone())),
         Meaning::Payment(payment) => payment,
     };
@@ -233,14 +198,17 @@ fn decide(conn: &mut PgConnection, meaning: &Meaning, message_id: &str) -> Query
             ));
         }
     };
-    let Some(order) = lock_order(conn, order_id)? else {
+    let Some(order) = LockedOrder::lock(conn, order_id)? else {
         return Ok(keep(
             None,
             MessageStatus::Unmatched,
             format!("there is no order {order_id}"),
         ));
     };
-    let reference = payment_reference(payment, message_id);
+    let reference = match &message.reference {
+        Some(reference) => reference.clone(),
+        None => payment_reference(payment, &message.message_id),
+    };
     let held = |reason: String| Ok(keep(Some(order_id), MessageStatus::Held, reason));
     let ignored = |reason: String| Ok(keep(Some(order_id), MessageStatus::Ignored, reason));
     match payment.intent {
@@ -252,12 +220,12 @@ fn decide(conn: &mut PgConnection, meaning: &Meaning, message_id: &str) -> Query
                 // Checkout's two events of one payment, or a resend under a new event id.
                 return ignored(format!("order {order_id} is already paid by {reference}"));
             }
-            if order.status == OrderStatus::Cancelled {
+            if order.status() == OrderStatus::Cancelled {
                 return held(format!(
                     "refund needed: order {order_id} was cancelled before this payment ({reference}) arrived"
                 ));
             }
-            if order.status == OrderStatus::Expired {
+            if order.status() == OrderStatus::Expired {
                 return held(format!(
                     "paid after the order expired: refund needed: order {order_id} expired before this payment ({reference}) arrived"
                 ));
@@ -271,14 +239,14 @@ fn decide(conn: &mut PgConnection, meaning: &Meaning, message_id: &str) -> Query
                     paid_by.as_deref().unwrap_or("an unknown reference")
                 ));
             }
-            if order.status != OrderStatus::Placed {
+            if order.status() != OrderStatus::Placed {
                 return held(format!(
                     "order {order_id} is {} and cannot become paid",
-                    order.status
+                    order.status()
                 ));
             }
             Ok(Decision::Apply {
-                order_id,
+                order,
                 transition: Transition::Pay {
                     payment_reference: display(&reference),
                 },
@@ -289,7 +257,7 @@ fn decide(conn: &mut PgConnection, meaning: &Meaning, message_id: &str) -> Query
             else {
                 return held(format!(
                     "refund of an order not paid: order {order_id} is {}",
-                    order.status
+                    order.status()
                 ));
             };
             // A refund returns one payment. A second payment held as "paid
@@ -309,22 +277,22 @@ fn decide(conn: &mut PgConnection, meaning: &Meaning, message_id: &str) -> Query
                     refunded_by.map(|r| format!(" ({r})")).unwrap_or_default()
                 ));
             }
-            if order.status == OrderStatus::Cancelled {
+            if order.status() == OrderStatus::Cancelled {
                 return ignored(format!(
                     "order {order_id} was cancelled after payment; this refund returns that payment"
                 ));
             }
-            if !order.status.can_become(OrderStatus::Refunded) {
+            if !order.status().can_become(OrderStatus::Refunded) {
                 return held(format!(
                     "order {order_id} is {} and cannot become refunded",
-                    order.status
+                    order.status()
                 ));
             }
             if let Some(reason) = money_differs(payment, &order) {
                 return held(reason);
             }
             Ok(Decision::Apply {
-                order_id,
+                order,
                 transition: Transition::Refund {
                     reason: None,
                     payment_reference: Some(display(&reference)),
@@ -332,12 +300,6 @@ fn decide(conn: &mut PgConnection, meaning: &Meaning, message_id: &str) -> Query
             })
         }
     }
-}
-
-/// The provider's reference of the payment, or the message's own id when it
-/// names none.
-pub(super) fn payment_reference(payment: &Payment, message_id: &str) -> String {
-    crate::text::one_line(payment.reference.as_deref().unwrap_or(message_id), 200)
 }
 
 pub(super) fn display(reference: &str) -> DisplayText {
@@ -350,7 +312,7 @@ pub(super) fn display(reference: &str) -> DisplayText {
 fn money_differs(payment: &Payment, order: &LockedOrder) -> Option<String> {
     let amount = payment.amount_cents;
     let currency = payment.currency.as_deref();
-    if amount == Some(order.total_cents) && currency == Some(order.currency.as_str()) {
+    if amount == Some(order.total_cents()) && currency == Some(order.currency()) {
         return None;
     }
     // As people read money (`19.00 EUR`), where the currency is one we know;
@@ -369,7 +331,7 @@ fn money_differs(payment: &Payment, order: &LockedOrder) -> Option<String> {
     Some(format!(
         "amount or currency differs: the message says {}, the order is {}",
         shown(amount, currency),
-        shown(Some(order.total_cents), Some(&order.currency))
+        shown(Some(order.total_cents()), Some(order.currency()))
     ))
 }
 
@@ -387,21 +349,15 @@ fn carry_out(
             status,
             reason,
         } => Ok((status, order_id, Some(reason))),
-        Decision::Apply {
-            order_id,
-            transition,
-        } => match transition_order_for_message(
-            conn,
-            enqueuer,
-            order_id,
-            &transition,
-            message_id,
-            jobs,
-        ) {
-            Ok(_) => Ok((MessageStatus::Applied, Some(order_id), None)),
-            // The row is locked and was checked: only a database error is left.
-            Err(TransitionError::Database(e)) => Err(e),
-            Err(other) => Ok((MessageStatus::Held, Some(order_id), Some(other.to_string()))),
-        },
+        Decision::Apply { order, transition } => {
+            let order_id = order.id();
+            let cause = Cause::inbox_message(message_id);
+            match transition_locked(conn, enqueuer, order, &transition, cause, jobs) {
+                Ok(_) => Ok((MessageStatus::Applied, Some(order_id), None)),
+                // The decision read the row it holds: only a database error is left.
+                Err(TransitionError::Database(e)) => Err(e),
+                Err(other) => Ok((MessageStatus::Held, Some(order_id), Some(other.to_string()))),
+            }
+        }
     }
 }

@@ -1,6 +1,7 @@
 //! What a provider's event means for an order, read from its JSON alone:
-//! a payment, a refund, or nothing this shop acts on. The decision against
-//! the order's row is [`super::apply`]'s.
+//! a payment, a refund, or nothing this shop acts on. A verified message is
+//! read once ([`Message::read`]), before it takes a database connection; the
+//! decision against the order's row is [`super::apply`]'s.
 //!
 //! - stripe `payment_intent.succeeded`: the order in
 //!   `data.object.metadata.order_id`, the amount `amount_received`, the
@@ -14,6 +15,7 @@
 
 use serde_json::Value;
 
+use super::Via;
 use super::source::{SourceKind, SourceMode};
 
 /// What the message asks of its order.
@@ -51,6 +53,58 @@ pub enum Meaning {
     Payment(Payment),
     /// Nothing to do; the reason is stored with the message.
     Ignored(String),
+}
+
+/// A verified message, read: what the inbox records of it and what it asks
+/// of an order.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Message {
+    /// The source's name.
+    pub source: String,
+    /// Stripe's event id, or Standard Webhooks' `webhook-id`.
+    pub message_id: String,
+    /// A webhook, or an event the provider's log listed.
+    pub via: Via,
+    pub payload: Value,
+    pub meaning: Meaning,
+    /// A payment's [`payment_reference`]; `None` when it asks nothing.
+    pub reference: Option<String>,
+}
+
+impl Message {
+    /// Reads `payload` (already verified) as an event of a `kind` source
+    /// that takes `mode` events.
+    pub fn read(
+        source: &str,
+        kind: SourceKind,
+        mode: SourceMode,
+        message_id: String,
+        payload: Value,
+        via: Via,
+    ) -> Message {
+        let meaning = match other_mode(kind, mode, &payload) {
+            Some(reason) => Meaning::Ignored(reason),
+            None => interpret(kind, &payload),
+        };
+        let reference = match &meaning {
+            Meaning::Payment(payment) => Some(payment_reference(payment, &message_id)),
+            Meaning::Ignored(_) => None,
+        };
+        Message {
+            source: source.to_owned(),
+            message_id,
+            via,
+            payload,
+            meaning,
+            reference,
+        }
+    }
+}
+
+/// The provider's reference of the payment, or the message's own id when it
+/// names none, on one line: what an order's payment is known by.
+pub fn payment_reference(payment: &Payment, message_id: &str) -> String {
+    crate::text::one_line(payment.reference.as_deref().unwrap_or(message_id), 200)
 }
 
 /// The event's type, as the provider names it (`type` at the top).

@@ -7,10 +7,10 @@ use diesel::sql_types::{Jsonb, Text};
 use serde_json::Value;
 
 use super::MessageStatus;
-use super::apply::{display, payment_reference};
-use super::event::{Intent, Meaning, OrderRef, interpret};
+use super::apply::display;
+use super::event::{Intent, Meaning, OrderRef, interpret, payment_reference};
 use super::source::SourceKind;
-use crate::orders::{EventJobs, Transition, TransitionError, transition_order_for_message};
+use crate::orders::{Cause, EventJobs, Transition, TransitionError, transition_order_by};
 use crate::outbox::Enqueuer;
 use crate::schema::inbox_messages;
 
@@ -79,7 +79,8 @@ pub fn apply_held(
                 payment_reference: Some(display(&reference)),
             },
         };
-        transition_order_for_message(conn, enqueuer, order_id, &transition, id, jobs).map_err(
+        let cause = Cause::inbox_message(id);
+        transition_order_by(conn, enqueuer, order_id, &transition, None, jobs, cause).map_err(
             |source| match source {
                 TransitionError::Database(e) => DecideError::Database(e),
                 source => DecideError::Transition { id, source },

@@ -11,12 +11,14 @@
 //! - [`source`]: the senders, as rows: name, kind, secrets (`sources …`).
 //! - [`source_cache`]: every source, at most [`source_cache::SOURCE_CACHE_TTL`]
 //!   old, so a message is verified before it takes a database connection.
-//! - [`verify`]: the `stripe` and `standard` (Standard Webhooks) signatures,
-//!   in constant time, within [`verify::TOLERANCE_SECS`] of the clock.
+//! - [`verify`]: a message checked before the database ([`verify::check`]):
+//!   the `stripe` and `standard` (Standard Webhooks) signatures, in constant
+//!   time, within [`verify::TOLERANCE_SECS`] of the clock, then its JSON.
 //! - [`event`]: what a provider's event means for an order: a payment, a
-//!   refund, or nothing.
+//!   refund, or nothing ([`event::Message`]).
 //! - [`apply`]: the decision (`applied`, `held` with a reason, `unmatched`,
-//!   `ignored`) and its one transaction.
+//!   `ignored`) on the order's row, locked once, and its one transaction,
+//!   which writes the message's row once, complete.
 //! - [`held`]: an operator's apply or dismiss of a held message, audited.
 //! - [`list`]: the messages, for `inbox list` and the dashboard.
 //! - [`retention`]: `INBOX_RETENTION`'s prune, which keeps every held

@@ -29,7 +29,8 @@ use serde::Serialize;
 use self::state::RunCounts;
 use self::stripe_events::{ListedEvent, StripeError, StripeEvents};
 use super::Via;
-use super::apply::{Answer, Inbound, receive};
+use super::apply::{Answer, receive};
+use super::event::Message;
 use super::source::{self, Source, SourceKind};
 use crate::db::{DbError, PgPool, run_blocking};
 use crate::outbox::Enqueuer;
@@ -322,16 +323,10 @@ impl Reconciler {
             let chunk = chunk.to_vec();
             let outcome = run_blocking(&self.pool, move |conn| {
                 let (mut recovered, mut already) = (0u64, 0u64);
-                for event in &chunk {
-                    let inbound = Inbound {
-                        source: &name,
-                        kind,
-                        mode,
-                        message_id: &event.id,
-                        payload: &event.payload,
-                        via: Via::Reconcile,
-                    };
-                    match receive(conn, &enqueuer, inbound, jobs) {
+                for event in chunk {
+                    let message =
+                        Message::read(&name, kind, mode, event.id, event.payload, Via::Reconcile);
+                    match receive(conn, &enqueuer, &message, jobs) {
                         Ok(Answer::Recorded { .. }) => recovered += 1,
                         Ok(Answer::Repeat { .. }) => already += 1,
                         Err(error) => return Ok(((recovered, already), Some(error))),

@@ -1,8 +1,11 @@
-//! Verifying an inbound message's signature before its body is read as
-//! anything: Stripe's `Stripe-Signature` and Standard Webhooks'. Both
-//! compare in constant time (`Mac::verify_slice`) and refuse a timestamp more
-//! than [`TOLERANCE_SECS`] from the clock either way: a captured message
-//! cannot be replayed later, and the inbox's dedupe covers the window.
+//! Checking an inbound message before it takes a database connection
+//! ([`check`]): the source's secrets opened, the signature verified, the
+//! body read as JSON, its message id picked, and the message read
+//! ([`Message::read`]). The signatures are Stripe's `Stripe-Signature` and
+//! Standard Webhooks'. Both compare in constant time (`Mac::verify_slice`)
+//! and refuse a timestamp more than [`TOLERANCE_SECS`] from the clock either
+//! way: a captured message cannot be replayed later, and the inbox's dedupe
+//! covers the window.
 //!
 //! No header makes a check cost more than a valid message's: the cheap
 //! checks (headers present, timestamp, at most [`MAX_SIGNATURE_ENTRIES`]
@@ -10,10 +13,15 @@
 //! then compared with each candidate.
 
 use axum::http::HeaderMap;
+use chrono::{DateTime, Utc};
 use hmac::{Hmac, Mac};
+use serde_json::Value;
 use sha2::Sha256;
 
-use super::source::SourceKind;
+use super::Via;
+use super::event::Message;
+use super::source::{Source, SourceKind};
+use crate::sealed::{Keyring, Unreadable};
 pub use crate::signature::MAX_SIGNATURE_ENTRIES;
 use crate::signature::{Secrets, TooManyEntries, v1_candidates};
 
@@ -42,6 +50,57 @@ pub enum VerifyError {
 pub struct Verified {
     /// Standard Webhooks' `webhook-id`; Stripe's id is in the body.
     pub message_id: Option<String>,
+}
+
+/// Why [`check`] does not take a message; nothing is stored for any.
+#[derive(Debug, thiserror::Error)]
+pub enum Refusal {
+    /// The signature does not hold (`401`, one body for all).
+    #[error(transparent)]
+    Unverified(#[from] VerifyError),
+    /// The source's sealed secret cannot be opened with this server's keys
+    /// (`503`): the sender retries later.
+    #[error(transparent)]
+    SecretUnavailable(#[from] Unreadable),
+    /// Verified, but not JSON, or no message id in it (`400`).
+    #[error("{0}")]
+    Malformed(String),
+}
+
+/// Checks `body`, received from `source` at `now` with `headers`: the
+/// source's secrets at `now` (sealed ones opened with `keys`), the
+/// signature, the JSON, the message id (Standard Webhooks' `webhook-id`,
+/// Stripe's event `id`), then reads it as a webhook. CPU only: run it off
+/// the async threads.
+pub fn check(
+    source: &Source,
+    keys: &Keyring,
+    headers: &HeaderMap,
+    body: &[u8],
+    now: DateTime<Utc>,
+) -> Result<Message, Refusal> {
+    let secrets = source.secrets_at(keys, now)?;
+    let secrets: Vec<&str> = secrets.iter().map(String::as_str).collect();
+    let verified = verify(source.kind(), &secrets, headers, body, now.timestamp())?;
+    let payload: Value =
+        serde_json::from_slice(body).map_err(|e| Refusal::Malformed(e.to_string()))?;
+    let message_id = match (source.kind(), verified.message_id) {
+        (SourceKind::Standard, Some(id)) => id,
+        _ => payload
+            .get("id")
+            .and_then(Value::as_str)
+            .map(str::to_owned)
+            .ok_or_else(|| Refusal::Malformed("the event has no \"id\" string".into()))?,
+    };
+    let (kind, mode) = (source.kind(), source.mode());
+    Ok(Message::read(
+        &source.name,
+        kind,
+        mode,
+        message_id,
+        payload,
+        Via::Webhook,
+    ))
 }
 
 /// Checks `body` against `headers` with `secrets` (the current secret first,

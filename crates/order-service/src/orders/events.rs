@@ -32,7 +32,7 @@ use serde_json::Value;
 use super::idempotency::{Cause, IdempotencyKey};
 use super::jobs::{ConfirmationEmail, OrderFanout, OrderPublish, OrderWebhook, new_job};
 use super::{DEFAULT_ENDPOINT, OrderId, email_key, fanout_key, webhook_key};
-use crate::outbox::{JobOptions, NewJob};
+use crate::outbox::{Enqueuer, JobOptions, NewJob};
 use crate::schema::order_events;
 
 /// The ordering key of an order's deliveries to one endpoint.
@@ -302,4 +302,54 @@ pub(super) fn event_email_with(
         },
         &options,
     )
+}
+
+/// A transition's event, before it is written.
+#[derive(Debug)]
+pub(super) struct NextEvent<'a> {
+    pub event_type: &'a str,
+    pub data: Value,
+    /// The request's Idempotency-Key and the hash of the request.
+    pub key: Option<(&'a IdempotencyKey, &'a str)>,
+    pub cause: Cause,
+    /// Whether the customer is mailed about it.
+    pub email: bool,
+}
+
+/// Writes `event` as the order's next (the caller holds the order row's
+/// lock) and queues its jobs with `enqueuer`, behind the order's earlier
+/// ones: its deliveries, and its email when it has one. Returns the
+/// event's id.
+pub(super) fn record_and_enqueue(
+    conn: &mut PgConnection,
+    enqueuer: &Enqueuer,
+    order_id: OrderId,
+    event: NextEvent<'_>,
+    jobs: EventJobs,
+) -> QueryResult<i64> {
+    let seq = next_seq(conn, order_id)?;
+    let recorded = record_event(
+        conn,
+        order_id,
+        seq,
+        event.event_type,
+        event.data,
+        event.key,
+        event.cause,
+    )?;
+    let event_id = recorded.event.event_id;
+    let mut queued =
+        recorded
+            .event
+            .deliveries(order_id, jobs, KeyAge::Used, recorded.behind_fanout)?;
+    if event.email {
+        queued.push(event_email(
+            order_id,
+            event_id,
+            jobs.max_attempts,
+            KeyAge::Used,
+        )?);
+    }
+    enqueuer.enqueue_many(conn, &queued)?;
+    Ok(event_id)
 }

@@ -19,10 +19,12 @@ mod idempotency;
 pub mod jobs;
 mod json;
 mod ledger;
+mod lock;
 mod place;
 mod read;
 mod status;
 mod transition;
+mod transition_body;
 mod validation;
 
 pub use currency::Currency;
@@ -42,17 +44,18 @@ pub use jobs::{new_job, order_enqueuer};
 pub use ledger::{
     EffectEntry, EffectLedger, load_effect_ledger, load_ledger, prune as prune_ledger,
 };
+pub use lock::LockedOrder;
 pub use place::{PlaceOrderError, Placed, PlacedOrder, Placement, place_order, place_order_by};
 pub use read::{
     Order, OrderEvent, OrderItem, OrderJob, load_event, load_events, load_order, load_order_events,
     load_order_jobs, load_orders,
 };
 pub use status::OrderStatus;
-pub(crate) use transition::{CancelBody, DeliverBody, PayBody, RefundBody, ShipBody};
 pub use transition::{
-    Transition, TransitionError, TransitionOutcome, transition_order, transition_order_by,
-    transition_order_for_message,
+    Transition, TransitionError, TransitionOutcome, transition_locked, transition_order,
+    transition_order_by,
 };
+pub(crate) use transition_body::{CancelBody, DeliverBody, PayBody, RefundBody, ShipBody};
 pub use validation::ValidationError;
 
 /// The name of the endpoint that `WEBHOOK_URL` / `WEBHOOK_SECRET` keep, and

@@ -4,19 +4,22 @@
 //! `seq`, and the jobs the event needs (a delivery to every subscribed endpoint, an email for
 //! shipped, cancelled, refunded and expired), queued behind the order's earlier jobs of
 //! the same kind by their ordering key. Leaving `placed` clears `expires_at`.
+//!
+//! A caller that decides on the order's row before moving it (the inbox: a
+//! payment against what the order is now) locks it once
+//! ([`super::lock::LockedOrder`]) and hands it to [`transition_locked`] in
+//! the same transaction. The requests' bodies are parsed in
+//! [`super::transition_body`].
 
 use chrono::{DateTime, Utc};
 use diesel::prelude::*;
 use serde_json::{Value, json};
 use sha2::{Digest, Sha256};
 
-use serde::Deserialize;
-
 use super::domain::DisplayText;
-use super::events::{EventJobs, KeyAge, event_email, next_seq, record_event};
+use super::events::{EventJobs, NextEvent, record_and_enqueue};
 use super::idempotency::{Cause, IdempotencyKey};
-use super::json::{from_json, required};
-use super::validation::ValidationError;
+use super::lock::LockedOrder;
 use super::{OrderId, OrderStatus};
 use crate::outbox::Enqueuer;
 use crate::schema::{order_events, orders};
@@ -49,149 +52,7 @@ pub enum Transition {
     },
 }
 
-const MAX_REFERENCE_CHARS: usize = 200;
-const MAX_REASON_CHARS: usize = 500;
-
-/// The bodies of the transitions as they arrive; as strict as an order's.
-/// Their schemas (`/openapi.json`) state the rules `Transition::parse` holds them to.
-#[derive(Debug, Deserialize, utoipa::ToSchema)]
-#[serde(deny_unknown_fields)]
-pub(crate) struct PayBody {
-    #[schema(
-        required = true,
-        nullable = false,
-        min_length = 1,
-        max_length = 200,
-        example = "pi_3Nk"
-    )]
-    payment_reference: Option<String>,
-}
-
-#[derive(Debug, Deserialize, utoipa::ToSchema)]
-#[serde(deny_unknown_fields)]
-pub(crate) struct ShipBody {
-    #[schema(
-        required = true,
-        nullable = false,
-        min_length = 1,
-        max_length = 200,
-        example = "DHL"
-    )]
-    carrier: Option<String>,
-    #[schema(
-        required = true,
-        nullable = false,
-        min_length = 1,
-        max_length = 200,
-        example = "JD014600006281"
-    )]
-    tracking_number: Option<String>,
-}
-
-#[derive(Debug, Deserialize, utoipa::ToSchema)]
-#[serde(deny_unknown_fields)]
-pub(crate) struct DeliverBody {}
-
-#[derive(Debug, Deserialize, utoipa::ToSchema)]
-#[serde(deny_unknown_fields)]
-pub(crate) struct CancelBody {
-    #[schema(
-        required = true,
-        nullable = false,
-        min_length = 1,
-        max_length = 500,
-        example = "out of stock"
-    )]
-    reason: Option<String>,
-}
-
-/// Both optional: a refund needs no words, and a shop may not know the
-/// provider's reference.
-#[derive(Debug, Deserialize, utoipa::ToSchema)]
-#[serde(deny_unknown_fields)]
-pub(crate) struct RefundBody {
-    #[schema(
-        nullable = false,
-        min_length = 1,
-        max_length = 500,
-        example = "returned"
-    )]
-    reason: Option<String>,
-    #[schema(nullable = false, min_length = 1, max_length = 200, example = "pi_3Nk")]
-    payment_reference: Option<String>,
-}
-
 impl Transition {
-    /// The `{action}` of `POST /orders/{id}/{action}`.
-    pub const ACTIONS: [&'static str; 5] = ["pay", "ship", "deliver", "cancel", "refund"];
-
-    /// Parses the JSON body of `POST /orders/{id}/{action}`; as strict as an order:
-    /// unknown fields are refused, every error names its field.
-    pub fn parse(action: &str, body: &Value) -> Result<Transition, ValidationError> {
-        let text = |value: Option<String>,
-                    name: &str,
-                    max: usize|
-         -> Result<DisplayText, ValidationError> {
-            DisplayText::parse(&required(value, name)?, max)
-                .map_err(|m| ValidationError::new(name, m))
-        };
-        match action {
-            "pay" => {
-                let body: PayBody = from_json(body)?;
-                Ok(Transition::Pay {
-                    payment_reference: text(
-                        body.payment_reference,
-                        "payment_reference",
-                        MAX_REFERENCE_CHARS,
-                    )?,
-                })
-            }
-            "ship" => {
-                let body: ShipBody = from_json(body)?;
-                Ok(Transition::Ship {
-                    carrier: text(body.carrier, "carrier", MAX_REFERENCE_CHARS)?,
-                    tracking_number: text(
-                        body.tracking_number,
-                        "tracking_number",
-                        MAX_REFERENCE_CHARS,
-                    )?,
-                })
-            }
-            "deliver" => {
-                let DeliverBody {} = from_json(body)?;
-                Ok(Transition::Deliver)
-            }
-            "cancel" => {
-                let body: CancelBody = from_json(body)?;
-                Ok(Transition::Cancel {
-                    reason: text(body.reason, "reason", MAX_REASON_CHARS)?,
-                })
-            }
-            "refund" => {
-                let body: RefundBody = from_json(body)?;
-                let optional = |value: Option<String>, name: &str, max: usize| {
-                    value
-                        .map(|v| {
-                            DisplayText::parse(&v, max).map_err(|m| ValidationError::new(name, m))
-                        })
-                        .transpose()
-                };
-                Ok(Transition::Refund {
-                    reason: optional(body.reason, "reason", MAX_REASON_CHARS)?,
-                    payment_reference: optional(
-                        body.payment_reference,
-                        "payment_reference",
-                        MAX_REFERENCE_CHARS,
-                    )?,
-                })
-            }
-            other => Err(ValidationError::new(
-                "",
-                format!("{other:?} is not a transition"),
-            )),
-        }
-    }
-
     /// The status this transition leads to.
     pub fn target(&self) -> OrderStatus {
         match self {
@@ -313,28 +174,6 @@ pub fn transition_order(
     )
 }
 
-/// [`transition_order`] caused by inbox message `inbox_message_id` (a
-/// provider's payment or refund), recorded on the event. Called inside the
-/// transaction that recorded the message, so both commit together.
-pub fn transition_order_for_message(
-    conn: &mut PgConnection,
-    enqueuer: &Enqueuer,
-    order_id: i64,
-    transition: &Transition,
-    inbox_message_id: i64,
-    jobs: impl Into<EventJobs>,
-) -> Result<TransitionOutcome, TransitionError> {
-    transition_order_by(
-        conn,
-        enqueuer,
-        order_id,
-        transition,
-        None,
-        jobs,
-        Cause::inbox_message(inbox_message_id),
-    )
-}
-
 /// [`transition_order`] on behalf of `cause`, recorded on the event; `key`
 /// is taken in `cause`'s space.
 pub fn transition_order_by(
@@ -346,24 +185,12 @@ pub fn transition_order_by(
     jobs: impl Into<EventJobs>,
     cause: Cause,
 ) -> Result<TransitionOutcome, TransitionError> {
-    let event_jobs = jobs.into();
+    let jobs = jobs.into();
     let key = cause.scope(key);
     let key = key.as_ref();
     let fingerprint = key.map(|_| fingerprint(order_id, transition));
-    let id = OrderId::new(order_id);
     enqueuer.transaction(conn, |conn| {
-        // The row lock orders this order's transitions: seq follows commit order.
-        // NO KEY UPDATE, not UPDATE: the foreign key checks of rows that point
-        // at the order (a receipt a relay stores while finishing a delivery this
-        // transaction may queue behind) take KEY SHARE, which UPDATE would
-        // block, and the two transactions would deadlock.
-        let current: Option<OrderStatus> = orders::table
-            .find(order_id)
-            .select(orders::status)
-            .for_no_key_update()
-            .first(conn)
-            .optional()?;
-        let Some(current) = current else {
+        let Some(order) = LockedOrder::lock(conn, order_id)? else {
             return Err(TransitionError::NotFound(order_id));
         };
         if let Some(key) = key {
@@ -390,47 +217,60 @@ pub fn transition_order_by(
                 };
             }
         }
-        let requested = transition.target();
-        if !current.can_become(requested) {
-            return Err(TransitionError::Invalid {
-                order_id,
-                current,
-                requested,
-            });
-        }
-        // `expires_at` lives only while the order is placed, and no
-        // transition leads to `placed`.
-        diesel::update(orders::table.find(order_id))
-            .set((
-                orders::status.eq(requested.as_str()),
-                orders::expires_at.eq(None::<DateTime<Utc>>),
-            ))
-            .execute(conn)?;
-        let seq = next_seq(conn, id)?;
-        let event = record_event(
-            conn,
-            id,
-            seq,
-            requested.event_type(),
-            transition.data(),
-            key.zip(fingerprint.as_deref()),
-            cause,
-        )?;
-        let event_id = event.event.event_id;
-        let mut jobs = event
-            .event
-            .deliveries(id, event_jobs, KeyAge::Used, event.behind_fanout)?;
-        if transition.emails() {
-            jobs.push(event_email(
-                id,
-                event_id,
-                event_jobs.max_attempts,
-                KeyAge::Used,
-            )?);
-        }
-        enqueuer.enqueue_many(conn, &jobs)?;
-        Ok(TransitionOutcome::Applied { event_id })
+        let key = key.zip(fingerprint.as_deref());
+        move_locked(conn, enqueuer, order, transition, key, cause, jobs)
     })
+}
+
+/// Moves `order`, locked by the caller in its open transaction, by
+/// `transition` on behalf of `cause`: the transition's guard, the status,
+/// the event and its jobs, committed with whatever the caller wrote.
+pub fn transition_locked(
+    conn: &mut PgConnection,
+    enqueuer: &Enqueuer,
+    order: LockedOrder,
+    transition: &Transition,
+    cause: Cause,
+    jobs: impl Into<EventJobs>,
+) -> Result<TransitionOutcome, TransitionError> {
+    move_locked(conn, enqueuer, order, transition, None, cause, jobs.into())
+}
+
+fn move_locked(
+    conn: &mut PgConnection,
+    enqueuer: &Enqueuer,
+    order: LockedOrder,
+    transition: &Transition,
+    key: Option<(&IdempotencyKey, &str)>,
+    cause: Cause,
+    event_jobs: EventJobs,
+) -> Result<TransitionOutcome, TransitionError> {
+    let requested = transition.target();
+    if !order.status().can_become(requested) {
+        return Err(TransitionError::Invalid {
+            order_id: order.id(),
+            current: order.status(),
+            requested,
+        });
+    }
+    let id = OrderId::new(order.id());
+    // `expires_at` lives only while the order is placed, and no
+    // transition leads to `placed`.
+    diesel::update(orders::table.find(order.id()))
+        .set((
+            orders::status.eq(requested.as_str()),
+            orders::expires_at.eq(None::<DateTime<Utc>>),
+        ))
+        .execute(conn)?;
+    let event = NextEvent {
+        event_type: requested.event_type(),
+        data: transition.data(),
+        key,
+        cause,
+        email: transition.emails(),
+    };
+    let event_id = record_and_enqueue(conn, enqueuer, id, event, event_jobs)?;
+    Ok(TransitionOutcome::Applied { event_id })
 }
 
 fn fingerprint(order_id: i64, transition: &Transition) -> String {
@@ -469,21 +309,5 @@ mod tests {
                 (Delivered, Refunded),
             ]
         );
-    }
-
-    #[test]
-    fn bodies_are_parsed_strictly_with_field_paths() {
-        let ship = Transition::parse(
-            "ship",
-            &json!({"carrier": "DHL", "tracking_number": "JD0001"}),
-        );
-        assert!(matches!(ship, Ok(Transition::Ship { .. })));
-        let missing = Transition::parse("ship", &json!({"carrier": "DHL"})).expect_err("missing");
-        assert_eq!(missing.field, "tracking_number");
-        let unknown = Transition::parse("deliver", &json!({"when": "now"})).expect_err("unknown");
-        assert_eq!(unknown.field, "when");
-        let empty = Transition::parse("cancel", &json!({"reason": "  "})).expect_err("empty");
-        assert_eq!(empty.field, "reason");
-        assert!(Transition::parse("pay", &json!([])).is_err());
     }
 }
