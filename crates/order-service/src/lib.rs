@@ -12,8 +12,8 @@
 //!
 //! - [`orders`]: `NewOrder` and its newtypes, parsed at the edge; `place_order`
 //!   and the order's transitions, each with its jobs (`ConfirmationEmail`,
-//!   `ReceiptPdf`, `OrderWebhook`, `OrderPublish`) in one transaction; reading
-//!   an order back. It does not depend on `effects`.
+//!   `OrderEmail`, `ReceiptPdf`, `OrderWebhook`, `OrderPublish`) in one
+//!   transaction; reading an order back. It does not depend on `effects`.
 //! - [`effects`]: the kinds a relay performs, their workers (which read orders
 //!   through `orders`), and what each effect does (email, receipt PDF, signed
 //!   webhook, NATS publish).
