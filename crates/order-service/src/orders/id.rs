@@ -9,9 +9,8 @@ use diesel::serialize::{self, Output, ToSql};
 use diesel::sql_types::BigInt;
 use serde::{Deserialize, Serialize};
 
-/// `orders.id`. In JSON it is the bare number, as order ids always were in
-/// job payloads and API answers, so jobs queued before this type existed
-/// decode into it unchanged.
+/// `orders.id`. In JSON it is the bare number, the form every job payload
+/// and API answer holds, so any queued job's `order_id` decodes into it.
 #[derive(
     Debug,
     Clone,

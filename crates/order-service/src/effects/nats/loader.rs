@@ -1,9 +1,9 @@
 //! Reads the orders and events of publish jobs together, and renders each
 //! job's body where it was read: the jobs of one
 //! claim start at the same moment, and each would otherwise spend three
-//! database round trips (order, items, event) before its publish, which
-//! took most of a publish job's time (a median of 3 ms of loads against
-//! 0.3 ms for the publish and its PubAck, at concurrency 16 in the bench).
+//! database round trips (order, items, event) before its publish: several
+//! times what the publish and its PubAck take (docs/performance.md, "A
+//! publish job's own CPU").
 //!
 //! Each job sends its `(order, event)` to one loader task and awaits the
 //! answer (a `MicroBatcher`). The loader reads every request waiting at
