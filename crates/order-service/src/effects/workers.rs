@@ -24,8 +24,8 @@ use crate::orders::jobs::{
     ConfirmationEmail, OrderEmail, OrderFanout, OrderPublish, OrderWebhook, ReceiptPdf,
 };
 use crate::orders::{
-    EXPIRY_BATCH, EXPIRY_SWEEP_EVERY, EXPIRY_SWEEP_NAME, ExpireOrders, FANOUT_BATCH, OrderId,
-    expand_fanout, expire_due_orders, order_enqueuer,
+    EXPIRY_BATCH, EXPIRY_SWEEP_EVERY, EXPIRY_SWEEP_NAME, EventId, ExpireOrders, FANOUT_BATCH,
+    OrderId, expand_fanout, expire_due_orders, order_enqueuer,
 };
 use crate::sealed::Keyring;
 
@@ -106,7 +106,7 @@ pub struct EmailWorker {
 impl Worker<ConfirmationEmail> for EmailWorker {
     async fn work(&self, args: ConfirmationEmail, ctx: JobContext) -> EffectResult {
         let span = order_span(args.order_id);
-        self.send(args.order_id, args.event_id, ctx)
+        self.send(args.order_id, args.event_id.map(EventId::new), ctx)
             .instrument(span)
             .await
     }
@@ -115,7 +115,7 @@ impl Worker<ConfirmationEmail> for EmailWorker {
 impl Worker<OrderEmail> for EmailWorker {
     async fn work(&self, args: OrderEmail, ctx: JobContext) -> EffectResult {
         let span = order_span(args.order_id);
-        self.send(args.order_id, Some(args.event_id), ctx)
+        self.send(args.order_id, Some(EventId::new(args.event_id)), ctx)
             .instrument(span)
             .await
     }
@@ -125,7 +125,7 @@ impl EmailWorker {
     async fn send(
         &self,
         order_id: OrderId,
-        event_id: Option<i64>,
+        event_id: Option<EventId>,
         ctx: JobContext,
     ) -> EffectResult {
         let mailer = self.mailer.as_ref().ok_or_else(|| {

@@ -37,7 +37,7 @@ pub use expiry::{
     orders_awaiting_expiry,
 };
 pub use fanout::{FANOUT_BATCH, FanoutProgress, expand_fanout, expand_fanout_step};
-pub use id::OrderId;
+pub use id::{EndpointId, EventId, OrderId};
 pub use idempotency::{Cause, IdempotencyKey};
 pub use jobs::{new_job, order_enqueuer};
 pub use ledger::{

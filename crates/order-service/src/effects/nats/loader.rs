@@ -29,7 +29,9 @@ use diesel::PgConnection;
 use super::micro_batch::{Batch, Lost, MicroBatcher};
 use crate::db::{PgPool, run_blocking};
 use crate::effects::webhook::body::event_body;
-use crate::orders::{Order, OrderEvent, OrderId, load_event, load_events, load_order, load_orders};
+use crate::orders::{
+    EventId, Order, OrderEvent, OrderId, load_event, load_events, load_order, load_orders,
+};
 
 /// What a publish needs of its order and event.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -54,9 +56,9 @@ impl BatchLoader {
     /// The order and the event, read with those of the other jobs asking at
     /// the same time. A database error is retryable; an order or event that
     /// no longer exists is permanent.
-    pub async fn load(&self, order_id: OrderId, event_id: i64) -> Loaded {
+    pub async fn load(&self, order_id: OrderId, event_id: EventId) -> Loaded {
         self.0
-            .ask((order_id, event_id))
+            .ask((order_id, event_id.get()))
             .await
             .map_err(|lost| match lost {
                 Lost::Stopped => EffectError::retryable("the order loader has stopped"),
