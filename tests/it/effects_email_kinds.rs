@@ -16,13 +16,13 @@ use serde_json::json;
 
 use crate::support::smtp::{Mail, SmtpSink};
 use crate::support::{
-    RunningRelay, TestDb, init_tracing, order_json, spawn_relay, test_settings, transition,
-    wait_until,
+    TestDb, init_tracing, order_json, spawn_relay, test_settings, transition, wait_until,
 };
 
-/// A relay that sends email for `kinds` (and renders the receipt the
-/// confirmation waits for).
-fn mail_relay(db: &TestDb, sink: &SmtpSink, kinds: &[&str]) -> RunningRelay {
+/// Runs a relay that sends email for `kinds` (and renders the receipt the
+/// confirmation waits for) until a mail with `subject` is accepted; returns it.
+async fn mailed(db: &TestDb, kinds: &[&str], subject: &str) -> Mail {
+    let sink = SmtpSink::start().await;
     let mailer = Mailer::new(&EmailConfig {
         smtp_url: sink.url(),
         mail_from: "Outbox Shop <orders@shop.example>".to_owned(),
@@ -38,14 +38,28 @@ fn mail_relay(db: &TestDb, sink: &SmtpSink, kinds: &[&str]) -> RunningRelay {
     ));
     let mut all = kinds.to_vec();
     all.push("receipt_pdf");
-    spawn_relay(db, test_settings("mail-kinds", &all), effects)
+    let relay = spawn_relay(db, test_settings("mail-kinds", &all), effects);
+    let find = || {
+        sink.accepted()
+            .into_iter()
+            .find(|m| m.header("Subject").as_deref() == Some(subject))
+    };
+    wait_until(subject, Duration::from_secs(30), || find().is_some()).await;
+    relay.stop().await;
+    find().expect("mailed")
 }
 
-fn placed(conn: &mut PgConnection) -> i64 {
+/// An order placed and moved by `steps` (action, body); its id.
+fn moved(conn: &mut PgConnection, steps: &[(&str, serde_json::Value)]) -> i64 {
+    init_tracing();
     let order = NewOrder::parse(&order_json("Ada Lovelace")).expect("valid order");
-    place_order(conn, &order_enqueuer(), &order, None, 8)
+    let order_id = place_order(conn, &order_enqueuer(), &order, None, 8)
         .expect("placed")
-        .order_id()
+        .order_id();
+    for (action, body) in steps {
+        transition(conn, order_id, action, body.clone());
+    }
+    order_id
 }
 
 /// The order's email jobs, in id order: (id, kind).
@@ -59,43 +73,19 @@ fn email_jobs(conn: &mut PgConnection, order_id: i64) -> Vec<(i64, String)> {
         .expect("email jobs")
 }
 
-fn mail_with_subject(sink: &SmtpSink, subject: &str) -> Option<Mail> {
-    sink.accepted()
-        .into_iter()
-        .find(|m| m.header("Subject").as_deref() == Some(subject))
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_shipped_orders_email_is_an_order_email_named_for_the_shipping() {
-    init_tracing();
     let db = TestDb::new();
     let mut conn = db.conn();
-    let order_id = placed(&mut conn);
-    transition(
-        &mut conn,
-        order_id,
-        "pay",
-        json!({"payment_reference": "pi_1"}),
-    );
-    transition(
-        &mut conn,
-        order_id,
-        "ship",
-        json!({"carrier": "DHL", "tracking_number": "JD0001"}),
-    );
+    let shipping = json!({"carrier": "DHL", "tracking_number": "JD0001"});
+    let paid = json!({"payment_reference": "pi_1"});
+    let order_id = moved(&mut conn, &[("pay", paid), ("ship", shipping)]);
     let jobs = email_jobs(&mut conn, order_id);
     let kinds: Vec<&str> = jobs.iter().map(|(_, kind)| kind.as_str()).collect();
     assert_eq!(kinds, ["confirmation_email", "order_email"]);
 
-    let sink = SmtpSink::start().await;
-    let relay = mail_relay(&db, &sink, &["confirmation_email", "order_email"]);
     let subject = format!("Your order #{order_id} is on its way");
-    wait_until("the shipping email", Duration::from_secs(30), || {
-        mail_with_subject(&sink, &subject).is_some()
-    })
-    .await;
-    relay.stop().await;
-    let mail = mail_with_subject(&sink, &subject).expect("sent");
+    let mail = mailed(&db, &["confirmation_email", "order_email"], &subject).await;
     assert_eq!(
         mail.header("Message-ID").as_deref(),
         Some(format!("<job-{}.shipped@shop.example>", jobs[1].0).as_str())
@@ -106,16 +96,9 @@ async fn a_shipped_orders_email_is_an_order_email_named_for_the_shipping() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_confirmation_email_queued_for_a_cancellation_still_sends_the_cancellation() {
-    init_tracing();
     let db = TestDb::new();
     let mut conn = db.conn();
-    let order_id = placed(&mut conn);
-    transition(
-        &mut conn,
-        order_id,
-        "cancel",
-        json!({"reason": "out of stock"}),
-    );
+    let order_id = moved(&mut conn, &[("cancel", json!({"reason": "out of stock"}))]);
     // As a job queued before order_email existed: the same payload (the
     // order and its event), under the old kind.
     let (job_id, kind) = email_jobs(&mut conn, order_id).pop().expect("an email job");
@@ -127,15 +110,8 @@ async fn a_confirmation_email_queued_for_a_cancellation_still_sends_the_cancella
     assert_eq!(retyped, 1);
 
     // A relay that claims only the old kind sends it.
-    let sink = SmtpSink::start().await;
-    let relay = mail_relay(&db, &sink, &["confirmation_email"]);
     let subject = format!("Your order #{order_id} has been cancelled");
-    wait_until("the cancellation email", Duration::from_secs(30), || {
-        mail_with_subject(&sink, &subject).is_some()
-    })
-    .await;
-    relay.stop().await;
-    let mail = mail_with_subject(&sink, &subject).expect("sent");
+    let mail = mailed(&db, &["confirmation_email"], &subject).await;
     assert_eq!(
         mail.header("Message-ID").as_deref(),
         Some(format!("<job-{job_id}.cancelled@shop.example>").as_str())
