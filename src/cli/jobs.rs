@@ -127,7 +127,7 @@ pub struct ListArgs {
     /// Only jobs in this status: pending, processing, done, failed or cancelled.
     #[arg(long, value_parser = parse_status)]
     status: Option<JobStatus>,
-    /// Only jobs of this kind (confirmation_email, receipt_pdf, order_webhook, noop, ...).
+    /// Only jobs of this kind (confirmation_email, order_email, receipt_pdf, order_webhook, noop, ...).
     #[arg(long, value_parser = parse_kind)]
     kind: Option<String>,
     /// Only the jobs of this order.

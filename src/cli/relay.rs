@@ -28,7 +28,7 @@ pub async fn run(
     let keys = secrets.keyring()?;
     crate::at_rest::warn_without_key(&keys);
     let kinds = args.kinds();
-    let sends_email = kinds.contains(&EffectKind::ConfirmationEmail);
+    let sends_email = kinds.iter().any(|k| k.sends_email());
     let email = effects::settings::email(&args.effects, sends_email)?;
     // Every email links to its receipt. API_AUTH=none (keys off,
     // the receipt route open) is the one case that may pass `false` here.

@@ -223,6 +223,12 @@ fn the_demo_delivers_to_both_endpoints_and_the_stream_leaves_its_files_and_drops
                 .unwrap_or_default()
         };
         let subject = header("Subject");
+        // The file is named for its email (`0006-job-39.cancelled.eml`).
+        let file = path.to_string_lossy();
+        assert_eq!(
+            file.ends_with(".confirmation.eml"),
+            subject.ends_with("is confirmed")
+        );
         assert!(subject.starts_with("Your order #"), "{text}");
         assert!(header("Message-ID").starts_with("<job-"), "{text}");
         if subject.ends_with("is confirmed") {
@@ -269,6 +275,7 @@ fn the_demo_delivers_to_both_endpoints_and_the_stream_leaves_its_files_and_drops
         }
         if subject.ends_with("has been cancelled") {
             assert!(text.contains("out of stock"), "the reason: {text}");
+            assert!(file.ends_with(".cancelled.eml"), "{file}");
         }
         subjects.push(subject);
     }

@@ -259,7 +259,7 @@ async fn jobs_queued_before_endpoints_existed_go_to_default() {
     let mut conn = db.conn();
     let order_id = place(&mut conn);
     // A database of the previous release: one order, its webhook queued
-    // without an endpoint (the payload the old code wrote).
+    // without an endpoint (the payload a release before endpoints wrote).
     let legacy: serde_json::Value = jobs_all::table
         .filter(jobs_all::kind.eq("order_webhook"))
         .select(jobs_all::payload)
@@ -270,7 +270,7 @@ async fn jobs_queued_before_endpoints_existed_go_to_default() {
         None,
         "no endpoints yet: {legacy}"
     );
-    // And one queued by hand, as the old code queued them.
+    // And one queued by hand, as a release before endpoints queued them.
     let old = new_job(
         &OrderWebhook {
             order_id: OrderId::new(order_id),

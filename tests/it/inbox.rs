@@ -316,7 +316,7 @@ async fn standard_webhooks_messages_signed_by_the_reference_crate_pay_and_refund
     // The customer is told: an email for the refund, with the order's others.
     let emails: i64 = jobs_all::table
         .filter(jobs_all::order_id.eq(id))
-        .filter(jobs_all::kind.eq("confirmation_email"))
+        .filter(jobs_all::kind.eq_any(["confirmation_email", "order_email"]))
         .count()
         .get_result(&mut app.db.conn())
         .expect("count");

@@ -18,7 +18,7 @@ use crate::support::app::{TestApp, spawn_app};
 fn emails(app: &TestApp, order: i64) -> i64 {
     jobs_all::table
         .filter(jobs_all::order_id.eq(order))
-        .filter(jobs_all::kind.eq("confirmation_email"))
+        .filter(jobs_all::kind.eq_any(["confirmation_email", "order_email"]))
         .count()
         .get_result(&mut app.db.conn())
         .expect("count")

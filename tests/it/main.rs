@@ -17,6 +17,7 @@ mod cli_jobs;
 mod demo;
 mod effect_ledger;
 mod effects_email;
+mod effects_email_kinds;
 mod effects_receipt;
 mod effects_webhook;
 mod endpoint_delivery;

@@ -413,9 +413,9 @@ async fn exactly_once_while_each_relay_is_killed_mid_publish() {
             std::time::Instant::now() < deadline,
             "not done after 45s of kills ({done} of {jobs})"
         );
-        // Concurrency 16, the relay's default until 2026-12-02: at 64 a relay
-        // on a quiet machine published all 300 within two lives (a CI run),
-        // and this test is about many kills, not a fast drain.
+        // Concurrency 16, below the default: at 64 a relay can publish all 300
+        // within two lives, and this test is about many kills, not a fast
+        // drain.
         let name = format!("nats-crash-{kills}");
         let mut relay = relay(&name, &db)
             .env("RELAY_LEASE", "1s")
@@ -425,8 +425,8 @@ async fn exactly_once_while_each_relay_is_killed_mid_publish() {
             .wait_for_line("relay started", Duration::from_secs(30))
             .await;
         // Killed once it has recorded publishes of its own, so that every
-        // life has done work (a fixed time from its start was, on the loaded
-        // machine, often spent before its first publish), and up to 100 ms
+        // life has done work (on a loaded machine a fixed time from its start
+        // may pass before its first publish), and up to 100 ms
         // later, so that the kill meets its other publishes anywhere between
         // the send, the PubAck and the outcome's commit.
         let before = done;
@@ -539,8 +539,8 @@ async fn a_deleted_stream_holds_its_publishes_until_it_is_created_again() {
             })
     };
     // The error as that read saw it: read again, the job may have been
-    // claimed for its next try meanwhile (processing, not pending), as it
-    // was once in CI, and the asserts below then read an empty error.
+    // claimed for its next try meanwhile (processing, not pending), and the
+    // asserts below would then read an empty error.
     let mut seen = None;
     wait_until("a publish waiting for the deleted stream", MINUTE, || {
         seen = retried(&mut conn);

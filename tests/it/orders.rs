@@ -177,8 +177,8 @@ fn the_same_idempotency_key_returns_the_same_order_and_a_different_body_conflict
 /// transaction, while the order moves on: the transition holds the order's row
 /// and waits for the delivery it must queue behind, and the receipt's foreign
 /// key check waits for the order's row. With `FOR UPDATE` on the order that
-/// was a deadlock (seen in the demo: a cancel failed with "deadlock
-/// detected"); the transition's `FOR NO KEY UPDATE` leaves the key check free.
+/// is a deadlock (a cancel fails with "deadlock detected"); the
+/// transition's `FOR NO KEY UPDATE` leaves the key check free.
 #[test]
 fn a_transition_waiting_on_a_delivery_does_not_deadlock_with_the_receipt_of_its_order() {
     use order_service::endpoints::spec::{EndpointName, EndpointUrl, EventTypes, SigningSecret};

@@ -741,9 +741,8 @@ fn the_reaper_takes_only_leases_expired_by_more_than_its_margin() {
 
 /// While a REPEATABLE READ transaction holds an old snapshot, nothing can
 /// remove the index entries of the jobs finished since: a claim from the front
-/// walks all of them (measured: 20 buffers a claim became 1,030 after
-/// 50,000 jobs). A claim from where the last one ended starts past them and
-/// reads about what it reads with no pin at all.
+/// walks all of them. A claim from where the last one ended starts past them
+/// and reads about what it reads with no pin at all.
 #[test]
 fn under_a_pinned_horizon_a_claim_from_the_cursor_skips_the_dead_prefix() {
     use diesel::connection::SimpleConnection as _;

@@ -18,7 +18,7 @@ use order_service::effects::nats::NatsConnections;
 use order_service::effects::receipt::ReceiptSettings;
 use order_service::effects::webhook::{DeliveryOptions, WebhookSender};
 use order_service::effects::{self, JobHandler};
-use order_service::endpoints::{EndpointCredentials, nats_credentials, target, upkeep};
+use order_service::endpoints::{EndpointCredentials, EndpointId, nats_credentials, target, upkeep};
 use order_service::inbox::verify::stripe_signature;
 use order_service::schema::{inbox_messages, jobs_all};
 use order_service::sealed::{Keyring, SecretsKey};
@@ -409,7 +409,7 @@ fn endpoint_target(conn: &mut PgConnection, name: &str) -> target::Target {
         .get_result::<Id>(conn)
         .unwrap_or_else(|e| panic!("endpoint {name}: {e}"))
         .id;
-    target::load(conn, Some(id))
+    target::load(conn, Some(EndpointId::new(id)))
         .expect("read")
         .unwrap_or_else(|| panic!("endpoint {name}"))
 }
@@ -641,7 +641,7 @@ fn the_default_endpoint_is_sealed_and_rewritten_only_when_its_secret_or_key_chan
     let target = target::load(&mut conn, None)
         .expect("read")
         .expect("default");
-    assert_eq!(target.id, id);
+    assert_eq!(target.id.get(), id);
     assert_eq!(target.signing_secrets(&keys).expect("opens"), secret);
 
     // A new WEBHOOK_SECRET, and a new key, are each written at once.

@@ -5,6 +5,7 @@ use std::time::Duration;
 
 use chrono::Utc;
 use diesel::prelude::*;
+use order_service::endpoints::EndpointId;
 use order_service::endpoints::attempts::Health;
 use order_service::endpoints::breaker::{Breaker, Verdict};
 use order_service::schema::jobs_all;
@@ -39,7 +40,7 @@ async fn endpoint_disabled_is_told_only_to_endpoints_that_subscribed_to_it_by_na
         changed: false,
     };
     let verdict = breaker
-        .after_attempt(&mut conn, dead, &failing, Utc::now())
+        .after_attempt(&mut conn, EndpointId::new(dead), &failing, Utc::now())
         .expect("breaker");
     assert_eq!(
         verdict,

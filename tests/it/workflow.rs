@@ -128,7 +128,7 @@ async fn an_order_is_paid_shipped_and_delivered_with_one_event_and_its_jobs_per_
             ("order_webhook".into(), Some(webhooks.clone()), false),
             ("order_webhook".into(), Some(webhooks.clone()), true),
             ("order_webhook".into(), Some(webhooks.clone()), true),
-            ("confirmation_email".into(), Some(emails), true),
+            ("order_email".into(), Some(emails), true),
             ("order_webhook".into(), Some(webhooks), true),
         ],
         "each later job waits behind the earlier one of its key"

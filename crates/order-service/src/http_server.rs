@@ -23,7 +23,7 @@
 //!   every client behind them shares, are not capped;
 //! - a request head (request line and headers) over [`MAX_HEAD_BYTES`] is
 //!   answered 431 before any handler runs, and hyper's read buffer holds
-//!   little more than that, where its default held about 400 KiB per
+//!   little more than that, where its default would hold about 400 KiB per
 //!   connection.
 
 mod deadline;

@@ -10,8 +10,12 @@ use std::str::FromStr;
 /// `orders::expiry`, `effects::jobs`, `endpoints::notice` and `inbox::reconcile::job`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum EffectKind {
-    /// `ConfirmationEmail`: an order's emails.
+    /// `ConfirmationEmail`: the confirmation of a placed order (and, for a
+    /// job queued before `order_email` existed, the email of any event).
     ConfirmationEmail,
+    /// `OrderEmail`: the email of an order's later event (shipped,
+    /// cancelled, refunded, expired).
+    OrderEmail,
     /// `ReceiptPdf`: an order's receipt.
     ReceiptPdf,
     /// `OrderWebhook`: an order's event to an HTTP endpoint.
@@ -33,8 +37,9 @@ pub enum EffectKind {
 
 impl EffectKind {
     /// Every kind, in the order the CLI lists them.
-    pub const ALL: [EffectKind; 9] = [
+    pub const ALL: [EffectKind; 10] = [
         EffectKind::ConfirmationEmail,
+        EffectKind::OrderEmail,
         EffectKind::ReceiptPdf,
         EffectKind::OrderWebhook,
         EffectKind::EndpointNotice,
@@ -56,6 +61,7 @@ impl EffectKind {
     pub const fn as_str(self) -> &'static str {
         match self {
             EffectKind::ConfirmationEmail => "confirmation_email",
+            EffectKind::OrderEmail => "order_email",
             EffectKind::ReceiptPdf => "receipt_pdf",
             EffectKind::OrderWebhook => "order_webhook",
             EffectKind::EndpointNotice => "endpoint_notice",
@@ -65,6 +71,14 @@ impl EffectKind {
             EffectKind::OrderExpiry => "order_expiry",
             EffectKind::InboxReconcile => "inbox_reconcile",
         }
+    }
+
+    /// The kinds that send email, which need `SMTP_URL` and `MAIL_FROM`.
+    pub const EMAIL: [EffectKind; 2] = [EffectKind::ConfirmationEmail, EffectKind::OrderEmail];
+
+    /// Whether jobs of this kind send email.
+    pub fn sends_email(self) -> bool {
+        EffectKind::EMAIL.contains(&self)
     }
 }
 

@@ -12,8 +12,8 @@
 //!
 //! - [`orders`]: `NewOrder` and its newtypes, parsed at the edge; `place_order`
 //!   and the order's transitions, each with its jobs (`ConfirmationEmail`,
-//!   `ReceiptPdf`, `OrderWebhook`, `OrderPublish`) in one transaction; reading
-//!   an order back. It does not depend on `effects`.
+//!   `OrderEmail`, `ReceiptPdf`, `OrderWebhook`, `OrderPublish`) in one
+//!   transaction; reading an order back. It does not depend on `effects`.
 //! - [`effects`]: the kinds a relay performs, their workers (which read orders
 //!   through `orders`), and what each effect does (email, receipt PDF, signed
 //!   webhook, NATS publish).
@@ -34,7 +34,7 @@
 //!   written and opened where they are used; [`at_rest`] counts them at
 //!   start and seals them all (`secrets seal`).
 //! - [`links`]: the signed, expiring receipt links written into emails.
-//! - [`job_list`]: the operator's list of jobs (`jobs list`), by status, kind or order.
+//! - [`job_list`]: the operator's list of jobs (`jobs list`, the jobs page) and its filter.
 //! - [`config`]: typed settings from flags and the environment, validated at
 //!   start; the dashboard's settings in [`config::dashboard`]. A leaf: it
 //!   imports none of the parts above, which each read their settings from it.

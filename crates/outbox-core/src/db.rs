@@ -364,9 +364,9 @@ mod tests {
     fn redact_url_hides_the_password_of_a_multi_host_url() {
         assert_eq!(
             redact_url(
-                "postgres://app:s3cret@10.0.0.1:5432,10.0.0.2:5433/shop?target_session_attrs=read-write"
+                "postgres://app:s3cret@10.0.0.1:5432,10.0.0.2:5433/queue?target_session_attrs=read-write"
             ),
-            "postgres://app:***@10.0.0.1:5432,10.0.0.2:5433/shop?target_session_attrs=read-write"
+            "postgres://app:***@10.0.0.1:5432,10.0.0.2:5433/queue?target_session_attrs=read-write"
         );
         assert_eq!(
             redact_url("postgresql://h1,h2/db?password=s3cret&sslmode=require"),

@@ -1,6 +1,6 @@
 //! The inbox: receiving a message once.
 //!
-//! The outbox's twin. A sender that retries (a payment provider's webhooks,
+//! The outbox's twin. A sender that retries (a partner's HTTP callbacks,
 //! a broker's redeliveries) hands the same message over more than once, in
 //! any order, sometimes to two receivers at once. [`record_message`] stores
 //! its `(source, message_id)` inside the caller's Diesel transaction and says

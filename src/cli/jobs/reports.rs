@@ -97,10 +97,11 @@ pub(super) async fn list(args: ListArgs) -> anyhow::Result<()> {
         status: args.status,
         kind: args.kind.clone(),
         order_id: args.order_id,
-        limit: i64::try_from(args.limit).unwrap_or(i64::MAX),
+        ..JobFilter::default()
     };
+    let limit = i64::try_from(args.limit).unwrap_or(i64::MAX);
     let rows: Vec<JobRow> = with_conn(&args.db, move |conn| {
-        job_list::list_jobs(conn, &filter).context("listing jobs")
+        job_list::list_jobs(conn, &filter, limit).context("listing jobs")
     })
     .await?;
     if args.json {

@@ -473,8 +473,8 @@ async fn two_attempts_of_one_job_in_one_relay_after_an_outage_keep_their_own_lea
     assert_eq!(PoolStats::get(&stats.done), 1);
 }
 
-/// An operator's transaction holding one in-flight row locked used to stall
-/// the heartbeat's single UPDATE, and with it every lease of the relay.
+/// An operator's transaction holding one in-flight row locked must not stall
+/// the heartbeat's update, and with it every lease of the relay.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_heartbeat_blocked_by_a_lock_on_one_row_still_renews_every_other_lease() {
     init_tracing();

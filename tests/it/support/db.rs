@@ -48,9 +48,9 @@ pub fn admin_url() -> String {
 /// `url` with `sslmode=disable` when neither it nor `PGSSLMODE` names a mode.
 ///
 /// A run opens about 3,400 connections, and on a server with `ssl = on`
-/// libpq's default (`prefer`) makes each a TLS handshake: 6.1 ms of CPU a
-/// connection against 3.4 ms in plain on this machine, about 9 core-seconds
-/// of a run spent on encryption no test looks at. The tests of TLS itself
+/// libpq's default (`prefer`) makes each a TLS handshake, nearly twice the
+/// CPU of a plain connection: seconds of a run spent on encryption no test
+/// looks at. The tests of TLS itself
 /// (`faults/tls.rs`) name their `sslmode`, and the last one named wins.
 fn without_tls_unless_asked(url: String) -> String {
     let Ok(mut parsed) = url::Url::parse(&url) else {
@@ -163,8 +163,8 @@ fn template_name() -> String {
 /// from the template and deleted at the test's end, about 300 times a run. On
 /// ext4 without a journal, as on this project's machines, every new file's
 /// inode is looked for past the inodes deleted in the last minute, so the
-/// suite's own churn made each create and drop cost 0.4 to 0.7 s of CPU,
-/// against 0.15 to 0.19 s in a tablespace on tmpfs (20 pairs each, one run).
+/// suite's own churn makes each create and drop cost several times the CPU
+/// they cost in a tablespace on tmpfs.
 /// `.ci/run` makes it there; see README for a machine of your own.
 const TABLESPACE: &str = "outbox_tests";
 static TABLESPACE_BROKEN: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);

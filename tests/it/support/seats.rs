@@ -15,11 +15,10 @@
 //! also takes a heavy seat. One that bounds a time (a page under a second, a
 //! delivery within a probe's wait) takes them all, so that no other heavy
 //! test shares the machine with it: its bounds are about our code, not
-//! about its neighbours. (Two heavy tests at once, with six test threads,
-//! let a fairness test's p99 double from its neighbours alone.) One that
-//! only loads the machine and checks counts (exactly once, every job done)
-//! is [`loud`], and two of those may run at once: each of them alone left
-//! one core idle for much of its run.
+//! about its neighbours, which alone can double a fairness test's p99. One
+//! that only loads the machine and checks counts (exactly once, every job
+//! done) is [`loud`], and two of those may run at once: one alone leaves a
+//! core idle for much of its run.
 
 use std::collections::HashMap;
 use std::sync::{Condvar, Mutex, OnceLock};
@@ -207,8 +206,8 @@ impl Drop for Heavy {
 /// The machine to one test while it measures: no test takes a seat until
 /// this is dropped, and it is handed out once every other test holding one
 /// has ended. For the few seconds a test times its pages or its calls
-/// against a bound: beside three other tests on two cores a 350 ms page
-/// read 800 ms, and a statement ran into the dashboard's timeout. The
+/// against a bound: beside other tests on two cores a page can take twice
+/// its time, and a statement can run into the dashboard's timeout. The
 /// heavy seats it is given for (all of them, taken before any database)
 /// prove that no other test waits for quiet while holding a seat this one
 /// would wait for.

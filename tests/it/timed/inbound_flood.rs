@@ -1,10 +1,9 @@
-//! One unauthenticated request must not stall the API (issue 47, the high
-//! finding): `POST /inbound/{source}` with a 256 KiB body, a current
-//! timestamp and a `webhook-signature` of thousands of empty `v1,` entries.
-//! Each entry used to be checked with a fresh HMAC over the whole body,
-//! inside the database gate: seconds of SHA-256 holding one of the 16
-//! connections, answered 503 (no failure budget spent) at the timeout. Timed
-//! on a quiet machine.
+//! One unauthenticated request must not stall the API: `POST
+//! /inbound/{source}` with a 256 KiB body, a current timestamp and a
+//! `webhook-signature` of thousands of empty `v1,` entries. Checking each
+//! entry with a fresh HMAC over the whole body, inside the database gate,
+//! would hold one of the 16 connections for seconds of SHA-256, answered
+//! 503 (no failure budget spent) at the timeout. Timed on a quiet machine.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -80,7 +79,7 @@ async fn an_inbound_flood_of_signature_entries_is_refused_at_once_and_stalls_no_
     let url = app.url("/inbound/billing");
     let client = crate::support::app::http_client();
 
-    // The finding's request as written: tens of thousands of entries.
+    // The attack at full size: tens of thousands of entries.
     let exact = empty_signatures(40_000);
     let (answer, took) = attack(&client, &url, &exact).await;
     assert!(took < Duration::from_secs(1), "refused after {took:?}");

@@ -17,11 +17,12 @@ use serde::Deserialize;
 use super::auth::Session;
 use super::bulk::{self, Action, PREVIEW_LIMIT};
 use super::error::AdminError;
-use super::filter::{Filter, FilterForm};
+use super::filter::FilterForm;
 use super::pages::base;
 use super::queries;
 use super::view::{num, render};
 use super::{AdminState, Nonce, csrf};
+use crate::job_list::JobFilter;
 use crate::outbox;
 
 #[derive(Debug, Default, Deserialize)]
@@ -116,7 +117,7 @@ pub(super) async fn act(
         return Ok(Redirect::to(&jobs_url(&back, action, changed)).into_response());
     }
 
-    let filter: Filter = form.filter.parse()?;
+    let filter: JobFilter = form.filter.parse()?;
     if filter.is_empty() && form.all.as_deref() != Some("yes") {
         return Err(AdminError::BadRequest(
             "this would act on every job; tick \"every job\" on the preview to confirm".into(),

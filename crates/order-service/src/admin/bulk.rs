@@ -9,8 +9,8 @@ use diesel::prelude::*;
 use diesel::sql_types::{Array, BigInt, Text};
 use serde::Serialize;
 
-use super::filter::Filter;
 use super::queries::{read, set_local_timeouts};
+use crate::job_list::{self, JobFilter, with_job_filter};
 use crate::outbox::{self, RetrySelection};
 
 /// Rows a bulk action changes per transaction.
@@ -62,24 +62,21 @@ pub(super) fn preview(
     conn: &mut PgConnection,
     timeout: Duration,
     action: Action,
-    filter: &Filter,
+    filter: &JobFilter,
 ) -> QueryResult<(i64, i64)> {
     read(conn, timeout, |conn| {
-        #[derive(QueryableByName)]
-        struct MaxId {
-            #[diesel(sql_type = BigInt)]
-            id: i64,
-        }
-        let max: MaxId = diesel::sql_query(include_str!("sql/max_job_id.sql")).get_result(conn)?;
-        let query = diesel::sql_query(include_str!("sql/count_action_targets.sql"))
-            .into_boxed()
-            .bind::<Array<Text>, _>(action.statuses())
-            .bind::<BigInt, _>(max.id);
+        let max_id = job_list::newest_job_id(conn)?;
+        let query = diesel::sql_query(with_job_filter(include_str!(
+            "sql/count_action_targets.sql"
+        )))
+        .into_boxed()
+        .bind::<Array<Text>, _>(action.statuses())
+        .bind::<BigInt, _>(max_id);
         let count: Count = filter
             .bind(query)
             .bind::<BigInt, _>(PREVIEW_LIMIT + 1)
             .get_result(conn)?;
-        Ok((count.n, max.id))
+        Ok((count.n, max_id))
     })
 }
 
@@ -91,7 +88,7 @@ pub(super) fn run_bulk(
     conn: &mut PgConnection,
     timeout: Duration,
     action: Action,
-    filter: &Filter,
+    filter: &JobFilter,
     max_id: i64,
 ) -> Result<i64, (i64, diesel::result::Error)> {
     #[derive(QueryableByName)]
@@ -104,10 +101,11 @@ pub(super) fn run_bulk(
     loop {
         let batch = conn.transaction(|conn| {
             set_local_timeouts(conn, timeout)?;
-            let query = diesel::sql_query(include_str!("sql/lock_action_batch.sql"))
-                .into_boxed()
-                .bind::<Array<Text>, _>(action.statuses())
-                .bind::<BigInt, _>(max_id);
+            let query =
+                diesel::sql_query(with_job_filter(include_str!("sql/lock_action_batch.sql")))
+                    .into_boxed()
+                    .bind::<Array<Text>, _>(action.statuses())
+                    .bind::<BigInt, _>(max_id);
             let ids: Vec<Id> = filter
                 .bind(query)
                 .bind::<BigInt, _>(after)

@@ -1,14 +1,12 @@
 //! The jobs page's filter: parsed from the query string (or a form's fields)
-//! into values the SQL binds, and printed back into links and hidden fields.
+//! into a [`JobFilter`], and printed back into links and hidden fields.
 
 use chrono::{DateTime, NaiveDateTime, Utc};
-use diesel::pg::Pg;
-use diesel::query_builder::{BoxedSqlQuery, SqlQuery};
-use diesel::sql_types::{BigInt, Nullable, Text, Timestamptz};
 use serde::{Deserialize, Serialize};
 
 use super::error::AdminError;
 use super::view::order_number;
+use crate::job_list::JobFilter;
 use crate::outbox::JobStatus;
 
 /// The fields as a browser sends them: every one optional, empty means unset.
@@ -22,18 +20,6 @@ pub(super) struct FilterForm {
     /// `datetime-local` values (`2026-12-01T03:00`), read as UTC.
     pub from: String,
     pub to: String,
-}
-
-/// A validated filter.
-#[derive(Debug, Clone, Default, PartialEq)]
-pub(super) struct Filter {
-    pub status: Option<JobStatus>,
-    pub kind: Option<String>,
-    pub order_id: Option<i64>,
-    /// What the operator typed; [`Filter::error_pattern`] is what SQL matches.
-    pub error: Option<String>,
-    pub from: Option<DateTime<Utc>>,
-    pub to: Option<DateTime<Utc>>,
 }
 
 fn non_empty(raw: &str) -> Option<&str> {
@@ -54,7 +40,7 @@ fn parse_time(field: &str, raw: &str) -> Result<DateTime<Utc>, AdminError> {
 }
 
 impl FilterForm {
-    pub fn parse(&self) -> Result<Filter, AdminError> {
+    pub fn parse(&self) -> Result<JobFilter, AdminError> {
         let status = non_empty(&self.status)
             .map(|s| s.parse::<JobStatus>().map_err(AdminError::BadRequest))
             .transpose()?;
@@ -73,7 +59,7 @@ impl FilterForm {
         let to = non_empty(&self.to)
             .map(|t| parse_time("to", t))
             .transpose()?;
-        Ok(Filter {
+        Ok(JobFilter {
             status,
             kind,
             order_id,
@@ -84,51 +70,13 @@ impl FilterForm {
     }
 }
 
-impl Filter {
-    pub fn is_empty(&self) -> bool {
-        *self == Filter::default()
-    }
-
-    /// `%text%` for ILIKE, with the operator's `%`, `_` and `\` taken literally.
-    pub fn error_pattern(&self) -> Option<String> {
-        self.error.as_ref().map(|e| {
-            let escaped = e
-                .replace('\\', "\\\\")
-                .replace('%', "\\%")
-                .replace('_', "\\_");
-            format!("%{escaped}%")
-        })
-    }
-
-    /// `query` with this filter's six parameters bound next, in the order
-    /// every dashboard statement takes them: status, kind, order id, error
-    /// pattern, created from, created before (`sql/list_jobs.sql`,
-    /// `count_action_targets.sql`, `lock_action_batch.sql`).
-    pub fn bind<'f>(
-        &'f self,
-        query: BoxedSqlQuery<'f, Pg, SqlQuery>,
-    ) -> BoxedSqlQuery<'f, Pg, SqlQuery> {
-        query
-            .bind::<Nullable<Text>, _>(self.status.map(JobStatus::as_str))
-            .bind::<Nullable<Text>, _>(self.kind.as_deref())
-            .bind::<Nullable<BigInt>, _>(self.order_id)
-            .bind::<Nullable<Text>, _>(self.error_pattern())
-            .bind::<Nullable<Timestamptz>, _>(self.from)
-            .bind::<Nullable<Timestamptz>, _>(self.to)
-    }
-
-    /// Whether an index holds only matching rows, so a keyset walk needs no
-    /// window (see `sql/list_jobs.sql`).
-    pub fn narrowed_by_index(&self) -> bool {
-        self.order_id.is_some()
-            || matches!(
-                self.status,
-                Some(JobStatus::Failed) | Some(JobStatus::Processing)
-            )
+impl JobFilter {
+    pub(super) fn is_empty(&self) -> bool {
+        *self == JobFilter::default()
     }
 
     /// The form fields that reproduce this filter.
-    pub fn form(&self) -> FilterForm {
+    pub(super) fn form(&self) -> FilterForm {
         let time = |t: &Option<DateTime<Utc>>| {
             t.map(|t| t.format("%Y-%m-%dT%H:%M").to_string())
                 .unwrap_or_default()
@@ -147,7 +95,7 @@ impl Filter {
     }
 
     /// The filter as a query string (no leading `?`), for links.
-    pub fn query(&self) -> String {
+    pub(super) fn query(&self) -> String {
         let form = self.form();
         let pairs = [
             ("status", &form.status),
@@ -166,7 +114,7 @@ impl Filter {
     }
 
     /// What the filter says, in words, for previews and the audit log.
-    pub fn describe(&self) -> String {
+    pub(super) fn describe(&self) -> String {
         let mut parts = Vec::new();
         if let Some(s) = self.status {
             parts.push(format!("status {s}"));

@@ -10,7 +10,7 @@ use diesel::prelude::*;
 use diesel::sql_types::{Array, BigInt, Bool, Double, Jsonb, Nullable, Text, Timestamptz};
 use serde::Serialize;
 
-use super::filter::Filter;
+use crate::job_list::{self, JobFilter};
 
 /// Ids the jobs page walks at most per query when no index narrows the filter.
 pub(super) const SEARCH_WINDOW: i64 = 50_000;
@@ -154,39 +154,23 @@ pub(super) struct JobPage {
 pub(super) fn list_jobs(
     conn: &mut PgConnection,
     timeout: Duration,
-    filter: &Filter,
+    filter: &JobFilter,
     before: Option<i64>,
     page_size: i64,
     hide_payload: bool,
 ) -> QueryResult<JobPage> {
     read(conn, timeout, |conn| {
-        #[derive(QueryableByName)]
-        struct MaxId {
-            #[diesel(sql_type = BigInt)]
-            id: i64,
-        }
         let before = match before {
             Some(before) => before,
-            None => {
-                let max: MaxId =
-                    diesel::sql_query(include_str!("sql/max_job_id.sql")).get_result(conn)?;
-                max.id.saturating_add(1)
-            }
+            None => job_list::newest_job_id(conn)?.saturating_add(1),
         };
         let floor = if filter.narrowed_by_index() {
             0
         } else {
             before.saturating_sub(SEARCH_WINDOW).max(0)
         };
-        let query = diesel::sql_query(include_str!("sql/list_jobs.sql"))
-            .into_boxed()
-            .bind::<BigInt, _>(before)
-            .bind::<BigInt, _>(floor);
-        let mut jobs: Vec<AdminJob> = filter
-            .bind(query)
-            .bind::<BigInt, _>(page_size + 1)
-            .bind::<Bool, _>(hide_payload)
-            .load(conn)?;
+        let mut jobs: Vec<AdminJob> =
+            job_list::page(conn, filter, floor..before, page_size + 1, hide_payload)?;
         let full = jobs.len() as i64 > page_size;
         jobs.truncate(usize::try_from(page_size).unwrap_or(0));
         let (next_before, window_exhausted) = if full {

@@ -18,6 +18,7 @@ use crate::endpoints::attempts::{self, NewAttempt};
 use crate::endpoints::breaker::Verdict;
 use crate::endpoints::target::{self, DEFAULT_ENDPOINT, Target};
 use crate::orders::jobs::OrderWebhook;
+use crate::orders::{EndpointId, EventId};
 use crate::sealed::Keyring;
 
 /// How long a delivery claimed for a disabled endpoint waits before it is
@@ -51,8 +52,9 @@ impl WebhookWorker {
     async fn deliver(&self, args: OrderWebhook, ctx: JobContext) -> EffectResult {
         let sender = sender_of(self.sender.as_ref())?;
         let order = self.orders.order(args.order_id).await?;
-        let event = self.orders.event(args.event_id).await?;
-        let Some(target) = load_target(&self.orders.pool, args.endpoint_id).await? else {
+        let event = self.orders.event(args.event_id.map(EventId::new)).await?;
+        let endpoint_id = args.endpoint_id.map(EndpointId::new);
+        let Some(target) = load_target(&self.orders.pool, endpoint_id).await? else {
             return match args.endpoint_id {
                 // A sender built with its own URL (a library user's, the
                 // demo's) is what `default` would be. A relay writes
@@ -140,7 +142,7 @@ fn no_default() -> EffectError {
 
 async fn load_target(
     pool: &PgPool,
-    endpoint_id: Option<i64>,
+    endpoint_id: Option<EndpointId>,
 ) -> Result<Option<Target>, EffectError> {
     run_blocking(pool, move |conn| Ok(target::load(conn, endpoint_id)?))
         .await

@@ -1,6 +1,8 @@
-//! confirmation_email: a multipart text + HTML message over SMTP (lettre).
+//! confirmation_email and order_email: a multipart text + HTML message over
+//! SMTP (lettre).
 //!
-//! The `Message-ID` is derived from the job id, so every attempt of a job sends
+//! The `Message-ID` is derived from the job id and the email it sends
+//! (`<job-42.shipped@shop.example>`), so every attempt of a job sends
 //! the same message as far as mail systems can tell: a send whose 250 was lost
 //! and that is retried shows up downstream as a duplicate of one message, not as
 //! two messages.
@@ -74,7 +76,9 @@ impl EmailKind {
         }
     }
 
-    fn template(self) -> &'static str {
+    /// The email's name: its templates' (`shipped.txt`, `shipped.html`) and
+    /// its `Message-ID`'s.
+    pub fn name(self) -> &'static str {
         match self {
             EmailKind::Confirmation => "confirmation",
             EmailKind::Shipped => "shipped",
@@ -117,7 +121,7 @@ impl fmt::Debug for EmailConfig {
     }
 }
 
-/// Sends confirmation emails through one pooled SMTP transport.
+/// Sends an order's emails through one pooled SMTP transport.
 pub struct Mailer {
     transport: AsyncSmtpTransport<Tokio1Executor>,
     from: Mailbox,
@@ -236,9 +240,9 @@ impl Mailer {
         }
     }
 
-    /// `<job-{id}.confirmation@{sender's domain}>`: the same for every attempt.
-    pub fn message_id(&self, job_id: i64) -> String {
-        message_id_for(job_id, &self.message_id_domain)
+    /// `<job-{id}.{email}@{sender's domain}>`: the same for every attempt.
+    pub fn message_id(&self, job_id: i64, kind: EmailKind) -> String {
+        message_id_for(job_id, kind, &self.message_id_domain)
     }
 
     fn classify(&self, error: &SmtpError) -> EffectError {
@@ -280,10 +284,11 @@ pub fn smtp_reply(response: &lettre::transport::smtp::response::Response) -> Str
 /// Characters of an SMTP reply kept in the effect ledger.
 pub const MAX_SMTP_REPLY_CHARS: usize = 512;
 
-/// The `Message-ID` of job `job_id`'s confirmation email when the sender's
-/// domain is `domain`: the one definition the mailer and the dashboard share.
-pub fn message_id_for(job_id: i64, domain: &str) -> String {
-    format!("<job-{job_id}.confirmation@{domain}>")
+/// The `Message-ID` of job `job_id`'s email `kind` when the sender's domain
+/// is `domain`: the job and what it sends, so a reader (and a demo's spool of
+/// `.eml` files) sees which email it is.
+pub fn message_id_for(job_id: i64, kind: EmailKind, domain: &str) -> String {
+    format!("<job-{job_id}.{}@{domain}>", kind.name())
 }
 
 fn percent_decoded(raw: &str) -> String {
@@ -367,7 +372,14 @@ mod tests {
     #[tokio::test]
     async fn message_ids_come_from_the_job_and_the_senders_domain() {
         let mailer = Mailer::new(&config()).expect("valid config");
-        assert_eq!(mailer.message_id(42), "<job-42.confirmation@shop.example>");
+        assert_eq!(
+            mailer.message_id(42, EmailKind::Confirmation),
+            "<job-42.confirmation@shop.example>"
+        );
+        assert_eq!(
+            mailer.message_id(43, EmailKind::Cancelled),
+            "<job-43.cancelled@shop.example>"
+        );
         assert_eq!(
             mailer.receipt_url(7, 1_800_000_000),
             "https://shop.example/store/orders/7/receipt.pdf"

@@ -3,7 +3,8 @@
 //!
 //! - [`jobs`]: [`EffectKind`], the kinds a relay performs, and the jobs that are not an
 //!   order's ([`EndpointNotice`], [`Noop`]); an order's job types ([`ConfirmationEmail`],
-//!   [`ReceiptPdf`], [`OrderWebhook`], [`OrderPublish`]) are in [`crate::orders::jobs`].
+//!   [`OrderEmail`], [`ReceiptPdf`], [`OrderWebhook`], [`OrderPublish`]) are in
+//!   [`crate::orders::jobs`].
 //!   Their `KIND`s are the names [`crate::kinds`] writes once;
 //! - [`mod@workers`]: the workers that perform them, and [`workers()`], the
 //!   registry a relay runs;
@@ -27,7 +28,9 @@ pub use crate::signature;
 pub mod webhook;
 pub mod workers;
 
-pub use crate::orders::jobs::{ConfirmationEmail, OrderPublish, OrderWebhook, ReceiptPdf};
+pub use crate::orders::jobs::{
+    ConfirmationEmail, OrderEmail, OrderPublish, OrderWebhook, ReceiptPdf,
+};
 pub use delivery::{EndpointNoticeWorker, WebhookWorker};
 pub use jobs::{EffectKind, EndpointNotice, Noop};
 pub use outbox_core::worker::{BoxFuture, JobHandler};

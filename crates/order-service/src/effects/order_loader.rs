@@ -3,7 +3,7 @@
 use outbox_core::worker::EffectError;
 
 use crate::db::{PgPool, run_blocking};
-use crate::orders::{Order, OrderEvent, OrderId, load_event, load_order};
+use crate::orders::{EventId, Order, OrderEvent, OrderId, load_event, load_order};
 
 /// An order's stored receipt as an email may carry it.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -47,16 +47,18 @@ impl OrderLoader {
 
     pub(crate) async fn event(
         &self,
-        event_id: Option<i64>,
+        event_id: Option<EventId>,
     ) -> Result<Option<OrderEvent>, EffectError> {
         let Some(event_id) = event_id else {
             return Ok(None);
         };
-        run_blocking(&self.pool, move |conn| Ok(load_event(conn, event_id)?))
-            .await
-            .map_err(|e| EffectError::retryable(format!("loading event {event_id}: {e}")))?
-            .map(Some)
-            .ok_or_else(|| EffectError::permanent(format!("event {event_id} no longer exists")))
+        run_blocking(&self.pool, move |conn| {
+            Ok(load_event(conn, event_id.get())?)
+        })
+        .await
+        .map_err(|e| EffectError::retryable(format!("loading event {event_id}: {e}")))?
+        .map(Some)
+        .ok_or_else(|| EffectError::permanent(format!("event {event_id} no longer exists")))
     }
 
     /// The order's receipt from `receipts`, its bytes only when they are at

@@ -8,7 +8,8 @@ use crate::effects::nats::{NatsConnections, NatsCredentials};
 use crate::effects::receipt::ReceiptSettings;
 use crate::effects::webhook::DeliveryOptions;
 
-/// The mail settings, required when the relay handles confirmation_email.
+/// The mail settings, required when the relay handles an email kind
+/// (confirmation_email, order_email).
 /// The receipt links are the caller's to add, from `LinkArgs`.
 pub fn email(args: &EffectArgs, needed: bool) -> Result<Option<EmailConfig>, ConfigError> {
     if !needed {
@@ -16,13 +17,16 @@ pub fn email(args: &EffectArgs, needed: bool) -> Result<Option<EmailConfig>, Con
     }
     let smtp_url = args.smtp_url.clone().ok_or_else(|| {
         ConfigError(
-            "SMTP_URL is not set, but this relay handles confirmation_email \
-             (set SMTP_URL and MAIL_FROM, or leave confirmation_email out of --kinds)"
+            "SMTP_URL is not set, but this relay sends email (confirmation_email, order_email) \
+             (set SMTP_URL and MAIL_FROM, or leave both out of --kinds)"
                 .into(),
         )
     })?;
     let mail_from = args.mail_from.clone().ok_or_else(|| {
-        ConfigError("MAIL_FROM is not set, but this relay handles confirmation_email".into())
+        ConfigError(
+            "MAIL_FROM is not set, but this relay sends email (confirmation_email, order_email)"
+                .into(),
+        )
     })?;
     Ok(Some(EmailConfig {
         smtp_url,

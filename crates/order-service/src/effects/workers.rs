@@ -4,6 +4,7 @@
 //! effect; they are written with the core's [`Worker`] API, as a library
 //! user's would be, and nothing in the relay knows them.
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use outbox_core::outbox::{InvalidPeriodicJob, JobOptions, PeriodicJob};
@@ -20,10 +21,12 @@ use super::receipt::{self, ReceiptSettings};
 use super::webhook::WebhookSender;
 use crate::db::{PgPool, run_blocking};
 use crate::kinds::EffectKind;
-use crate::orders::jobs::{ConfirmationEmail, OrderFanout, OrderPublish, OrderWebhook, ReceiptPdf};
+use crate::orders::jobs::{
+    ConfirmationEmail, OrderEmail, OrderFanout, OrderPublish, OrderWebhook, ReceiptPdf,
+};
 use crate::orders::{
-    EXPIRY_BATCH, EXPIRY_SWEEP_EVERY, EXPIRY_SWEEP_NAME, ExpireOrders, FANOUT_BATCH, OrderId,
-    expand_fanout, expire_due_orders, order_enqueuer,
+    EXPIRY_BATCH, EXPIRY_SWEEP_EVERY, EXPIRY_SWEEP_NAME, EventId, ExpireOrders, FANOUT_BATCH,
+    OrderId, expand_fanout, expire_due_orders, order_enqueuer,
 };
 use crate::sealed::Keyring;
 
@@ -62,11 +65,13 @@ pub fn workers_with_nats(
     let publisher = PublishWorker::new(pool.clone(), nats, secrets.clone());
     let expiry = ExpiryWorker { pool: pool.clone() };
     let orders = OrderLoader { pool };
+    let email = EmailWorker {
+        orders: orders.clone(),
+        mailer: mailer.map(Arc::new),
+    };
     Workers::new()
-        .register::<ConfirmationEmail, _>(EmailWorker {
-            orders: orders.clone(),
-            mailer,
-        })
+        .register::<ConfirmationEmail, _>(email.clone())
+        .register::<OrderEmail, _>(email)
         .register::<ReceiptPdf, _>(ReceiptWorker {
             orders: orders.clone(),
             settings: receipt,
@@ -89,27 +94,49 @@ pub fn workers_with_nats(
         .register::<ExpireOrders, _>(expiry)
 }
 
-/// Sends the email of an order event over SMTP.
-#[derive(Debug)]
+/// Sends the email of an order event over SMTP: the confirmation
+/// (`confirmation_email`) and every later event's (`order_email`). Which
+/// email follows the event the job names, not its kind, so a
+/// `confirmation_email` job queued for a later event sends that event's.
+#[derive(Debug, Clone)]
 pub struct EmailWorker {
     orders: OrderLoader,
-    mailer: Option<Mailer>,
+    mailer: Option<Arc<Mailer>>,
 }
 
 impl Worker<ConfirmationEmail> for EmailWorker {
     async fn work(&self, args: ConfirmationEmail, ctx: JobContext) -> EffectResult {
         let span = order_span(args.order_id);
-        self.send(args, ctx).instrument(span).await
+        self.send(args.order_id, args.event_id.map(EventId::new), ctx)
+            .instrument(span)
+            .await
+    }
+}
+
+impl Worker<OrderEmail> for EmailWorker {
+    async fn work(&self, args: OrderEmail, ctx: JobContext) -> EffectResult {
+        let span = order_span(args.order_id);
+        self.send(args.order_id, Some(EventId::new(args.event_id)), ctx)
+            .instrument(span)
+            .await
     }
 }
 
 impl EmailWorker {
-    async fn send(&self, args: ConfirmationEmail, ctx: JobContext) -> EffectResult {
+    async fn send(
+        &self,
+        order_id: OrderId,
+        event_id: Option<EventId>,
+        ctx: JobContext,
+    ) -> EffectResult {
         let mailer = self.mailer.as_ref().ok_or_else(|| {
-            EffectError::retryable("this relay has no SMTP_URL configured for confirmation_email")
+            EffectError::retryable(format!(
+                "this relay has no SMTP_URL configured for {}",
+                ctx.kind()
+            ))
         })?;
-        let order = self.orders.order(args.order_id).await?;
-        let event = self.orders.event(args.event_id).await?;
+        let order = self.orders.order(order_id).await?;
+        let event = self.orders.event(event_id).await?;
         let (kind, details) = match &event {
             None => (EmailKind::Confirmation, serde_json::Value::Null),
             Some(event) => (
@@ -123,7 +150,7 @@ impl EmailWorker {
             ),
         };
         let receipt = match kind {
-            EmailKind::Confirmation => self.receipt(args.order_id, &ctx).await?,
+            EmailKind::Confirmation => self.receipt(order_id, &ctx).await?,
             _ => None,
         };
         let smtp_reply = mailer
@@ -132,7 +159,7 @@ impl EmailWorker {
         Ok(Some(record_effect(
             ctx.id(),
             EffectAnswer::Email {
-                message_id: mailer.message_id(ctx.id()),
+                message_id: mailer.message_id(ctx.id(), kind),
                 smtp_reply,
             },
         )))

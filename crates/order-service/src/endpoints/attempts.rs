@@ -10,6 +10,8 @@ use diesel::sql_types::{
     Array, BigInt, Bool, Double, Integer, Nullable, SmallInt, Text, Timestamptz,
 };
 
+use crate::orders::EndpointId;
+
 /// Characters of an answer (or an error) kept in a row (the CHECK allows 1000).
 pub const EXCERPT_CHARS: usize = 500;
 
@@ -17,7 +19,7 @@ pub const EXCERPT_CHARS: usize = 500;
 #[derive(Debug, Clone)]
 pub struct NewAttempt {
     pub job_id: i64,
-    pub endpoint_id: i64,
+    pub endpoint_id: EndpointId,
     pub attempt: i32,
     pub started_at: DateTime<Utc>,
     pub duration: Duration,

@@ -27,7 +27,7 @@ use super::attempts::Health;
 use super::notice::EndpointNotice;
 use super::spec::EVENT_ENDPOINT_DISABLED;
 use super::throttle;
-use crate::orders::{new_job, order_enqueuer};
+use crate::orders::{EndpointId, new_job, order_enqueuer};
 use crate::outbox::{ConcurrencyLimitError, JobOptions};
 
 /// `ENDPOINT_DISABLE_AFTER` when not set: Svix's five days.
@@ -106,10 +106,11 @@ impl Breaker {
     pub fn after_attempt(
         &self,
         conn: &mut PgConnection,
-        id: i64,
+        id: EndpointId,
         health: &Health,
         now: DateTime<Utc>,
     ) -> Result<Verdict, BreakerError> {
+        let id = id.get();
         let Some(failing_since) = health.failing_since else {
             if health.changed {
                 throttle::sync(conn, id, None)?;
@@ -201,7 +202,7 @@ fn disable(
             .map(|s| {
                 new_job(
                     &EndpointNotice {
-                        endpoint_id: s.id,
+                        endpoint_id: EndpointId::new(s.id),
                         event: event.clone(),
                     },
                     &JobOptions::default()

@@ -19,6 +19,7 @@ pub mod target;
 pub mod throttle;
 pub mod upkeep;
 
+pub use crate::orders::EndpointId;
 pub use nats::{NatsTarget, StreamName, SubjectPrefix};
 pub use nats_credentials::EndpointCredentials;
 pub use spec::{

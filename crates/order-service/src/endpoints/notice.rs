@@ -6,6 +6,7 @@ use outbox_core::worker::JobArgs;
 use serde::{Deserialize, Serialize};
 
 use crate::kinds::EffectKind;
+use crate::orders::EndpointId;
 
 /// A notice about the endpoints themselves (`endpoint.disabled`) to one
 /// endpoint subscribed to it: the body is made when the notice is queued.
@@ -13,7 +14,7 @@ use crate::kinds::EffectKind;
 #[serde(deny_unknown_fields)]
 pub struct EndpointNotice {
     /// The endpoint told.
-    pub endpoint_id: i64,
+    pub endpoint_id: EndpointId,
     /// The event, as it is sent (`{"type","id","timestamp","data"}`).
     pub event: serde_json::Value,
 }

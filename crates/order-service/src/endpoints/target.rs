@@ -6,6 +6,7 @@ use diesel::prelude::*;
 use diesel::sql_types::{BigInt, Bool, Nullable, Text};
 
 pub use crate::orders::DEFAULT_ENDPOINT;
+use crate::orders::EndpointId;
 use crate::sealed::{
     Column, ENDPOINT_PREVIOUS_SECRET, ENDPOINT_SECRET, Keyring, NOT_YET_SEALED, OpenError, Stored,
     Unreadable,
@@ -15,7 +16,7 @@ use crate::sealed::{
 #[derive(Clone, QueryableByName)]
 pub struct Target {
     #[diesel(sql_type = BigInt)]
-    pub id: i64,
+    pub id: EndpointId,
     #[diesel(sql_type = Text)]
     pub name: String,
     #[diesel(sql_type = Text)]
@@ -49,12 +50,12 @@ impl Target {
             e.about(format_args!("endpoint {:?}", self.name), column)
         };
         let current = secrets
-            .open(ENDPOINT_SECRET.at(self.id), &self.secret)
+            .open(ENDPOINT_SECRET.at(self.id.get()), &self.secret)
             .map_err(|e| unreadable(e, ENDPOINT_SECRET))?;
         Ok(match &self.previous_secret {
             Some(previous) => {
                 let previous = secrets
-                    .open(ENDPOINT_PREVIOUS_SECRET.at(self.id), previous)
+                    .open(ENDPOINT_PREVIOUS_SECRET.at(self.id.get()), previous)
                     .map_err(|e| unreadable(e, ENDPOINT_PREVIOUS_SECRET))?;
                 format!("{current} {previous}")
             }
@@ -65,7 +66,10 @@ impl Target {
 
 /// The endpoint `endpoint_id`, or `default` for none; `None` if there is no
 /// such endpoint (removed, or `default` never configured).
-pub fn load(conn: &mut PgConnection, endpoint_id: Option<i64>) -> QueryResult<Option<Target>> {
+pub fn load(
+    conn: &mut PgConnection,
+    endpoint_id: Option<EndpointId>,
+) -> QueryResult<Option<Target>> {
     diesel::sql_query(
         "SELECT id, name, url, enabled, secret, \
                 CASE WHEN previous_secret_expires_at > now() THEN previous_secret END \

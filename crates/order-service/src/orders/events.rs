@@ -30,7 +30,9 @@ use diesel::sql_types::{Array, BigInt, Bool, Integer, Jsonb, Nullable, Text};
 use serde_json::Value;
 
 use super::idempotency::{Cause, IdempotencyKey};
-use super::jobs::{ConfirmationEmail, OrderFanout, OrderPublish, OrderWebhook, new_job};
+use super::jobs::{
+    ConfirmationEmail, OrderEmail, OrderFanout, OrderPublish, OrderWebhook, new_job,
+};
 use super::{DEFAULT_ENDPOINT, OrderId, email_key, fanout_key, webhook_key};
 use crate::outbox::{Enqueuer, JobOptions, NewJob};
 use crate::schema::order_events;
@@ -274,22 +276,22 @@ impl KeyAge {
     }
 }
 
-/// The email about one event, behind the order's earlier emails.
+/// The email about one later event (`order_email`), behind the order's
+/// earlier emails.
 pub(super) fn event_email(
     order_id: OrderId,
     event_id: i64,
     max_attempts: i32,
     keys: KeyAge,
 ) -> QueryResult<NewJob> {
-    event_email_with(
-        order_id,
-        event_id,
-        keys.options(max_attempts, email_key(order_id.get())),
+    new_job(
+        &OrderEmail { order_id, event_id },
+        &keys.options(max_attempts, email_key(order_id.get())),
     )
 }
 
-/// The email about one event with `options` as the caller set them (the
-/// placement's confirmation also waits for the receipt it attaches).
+/// The confirmation of a placed order (its event `event_id`) with `options`
+/// as the caller set them (it also waits for the receipt it attaches).
 pub(super) fn event_email_with(
     order_id: OrderId,
     event_id: i64,

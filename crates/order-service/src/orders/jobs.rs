@@ -12,8 +12,9 @@ use serde::{Deserialize, Serialize};
 use super::OrderId;
 use crate::kinds::EffectKind;
 
-/// The email about an order event (the confirmation for `order.placed`); no
-/// event for jobs enqueued before events existed: the confirmation.
+/// The confirmation of a placed order. A job queued before `order_email`
+/// existed may name a later event, and sends that event's email; one queued
+/// before events existed names none, and sends the confirmation.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct ConfirmationEmail {
@@ -26,6 +27,25 @@ pub struct ConfirmationEmail {
 
 impl JobArgs for ConfirmationEmail {
     const KIND: &'static str = EffectKind::ConfirmationEmail.as_str();
+
+    fn extend_job(&self, job: NewJob) -> NewJob {
+        job.with_extension(self.order_id)
+    }
+}
+
+/// The email of an order's later event: shipped, cancelled, refunded,
+/// expired (the template follows the event's type).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct OrderEmail {
+    /// The order the email is about.
+    pub order_id: OrderId,
+    /// The event the email announces.
+    pub event_id: i64,
+}
+
+impl JobArgs for OrderEmail {
+    const KIND: &'static str = EffectKind::OrderEmail.as_str();
 
     fn extend_job(&self, job: NewJob) -> NewJob {
         job.with_extension(self.order_id)
@@ -251,6 +271,7 @@ mod tests {
                 ConfirmationEmail::KIND,
                 json!({"order_id": 7, "event_id": 3}),
             ),
+            (OrderEmail::KIND, json!({"order_id": 7, "event_id": 4})),
             (ReceiptPdf::KIND, json!({"order_id": 7})),
             (
                 OrderWebhook::KIND,
@@ -266,6 +287,11 @@ mod tests {
             let job = match kind {
                 ConfirmationEmail::KIND => {
                     let args: ConfirmationEmail =
+                        serde_json::from_value(payload.clone()).expect("decodes");
+                    new_job(&args, &JobOptions::default())
+                }
+                OrderEmail::KIND => {
+                    let args: OrderEmail =
                         serde_json::from_value(payload.clone()).expect("decodes");
                     new_job(&args, &JobOptions::default())
                 }

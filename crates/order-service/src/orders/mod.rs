@@ -38,7 +38,7 @@ pub use expiry::{
     EXPIRY_BATCH, EXPIRY_SWEEP_EVERY, EXPIRY_SWEEP_NAME, ExpireOrders, Sweep, expire_due_orders,
 };
 pub use fanout::{FANOUT_BATCH, FanoutProgress, expand_fanout, expand_fanout_step};
-pub use id::OrderId;
+pub use id::{EndpointId, EventId, OrderId};
 pub use idempotency::{Cause, IdempotencyKey};
 pub use jobs::{new_job, order_enqueuer};
 pub use ledger::{

@@ -4,7 +4,7 @@
 //!
 //! Only `pending` and `failed` jobs can be cancelled. A `processing` job is
 //! refused rather than marked: its effect may already be under way, and a
-//! "cancelled" row for an email that went out would be a lie. The operator
+//! "cancelled" row for a message that went out would be a lie. The operator
 //! waits for it to finish (or for its lease to be reaped) and cancels then.
 
 use diesel::prelude::*;
@@ -186,8 +186,8 @@ pub enum CancelOutcome {
 impl Enqueuer {
     /// Cancels the job `job_id` in whatever transaction `conn` is in (outside
     /// one, in a transaction of its own), as a scheduled job is cancelled
-    /// when what it was for happened first: a payment reminder, say, in the
-    /// transaction that records the payment. It commits or rolls back with
+    /// when what it was for happened first: a reminder to renew, say, in the
+    /// transaction that records the renewal. It commits or rolls back with
     /// the caller's writes.
     ///
     /// Only a `pending` or `failed` job is cancelled; a claimed or finished

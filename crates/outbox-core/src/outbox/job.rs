@@ -253,8 +253,8 @@ impl JobOptions {
         self
     }
     /// Sets an ordering key no other job can have: one named after a row the
-    /// enqueuing transaction has just created (say `invoice-<id>-emails` for
-    /// an invoice it just inserted), which no other transaction can see
+    /// enqueuing transaction has just created (say `invoice-<id>-reminders`
+    /// for an invoice it just inserted), which no other transaction can see
     /// before this one commits, so none can have enqueued under it. The
     /// first job of the key is claimable, later ones wait behind it, and the
     /// enqueue skips the key's lock and head lookup (two round trips). A key

@@ -3,7 +3,7 @@
 //! tokio-postgres connection.
 //!
 //! The SQL is the same text Diesel runs (`sql/*.sql`). Diesel sends a
-//! `sql_query` unprepared: each claim and finish was parsed and planned
+//! `sql_query` unprepared: there each claim and finish is parsed and planned
 //! afresh, in two round trips (prepare an unnamed statement, then run it).
 //! Prepared once per connection, each runs in one round trip, with a plan the
 //! server may keep, and many may be in flight on one connection at once

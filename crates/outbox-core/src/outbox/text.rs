@@ -1,7 +1,7 @@
 //! Cleaning text that comes from outside before it is stored.
 //!
 //! An outcome's error quotes whatever the other side sent: a mail server's
-//! reply, a webhook receiver's body, a library user's own error chain. Any of
+//! reply, an HTTP peer's answer, a library user's own error chain. Any of
 //! these can hold a NUL byte (which PostgreSQL's `text` refuses, so a single
 //! such outcome would fail its whole batch forever), terminal escapes, or
 //! megabytes of HTML. [`clean_error`] makes any of it storable and readable.

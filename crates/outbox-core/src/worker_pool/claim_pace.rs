@@ -157,8 +157,8 @@ impl MovingAverage {
 /// drains a backlog, each claim starts where the previous one ended, so it
 /// never walks again the index entries of the jobs it already took: under a
 /// pinned MVCC horizon those are dead entries nothing can remove, and walking
-/// them made every claim cost O(jobs churned since the pin) (measured: 20
-/// buffers a claim became 1,030). A claim from the front picks up what a
+/// them would make every claim cost O(jobs churned since the pin). A claim
+/// from the front picks up what a
 /// slow transaction committed behind the cursor: after any short claim (so an
 /// idle relay always looks at the whole queue), after every NOTIFY, and at
 /// least every second.

@@ -107,18 +107,14 @@ impl Outage {
 /// every sender is gone and every outcome is written, or `stop`.
 ///
 /// One writer's statement, which moves each done job into the archive, runs
-/// nearly all the time at concurrency 1024, and the claims wait on it: a
-/// second writer drained 50,000 jobs 1.4x faster on the quiet 2-core machine
-/// (median of 5, prepared statements). A third and fourth do not pay there:
-/// each free writer takes whatever outcomes are queued when it is ready, so
-/// batches shrink (four writers made 608 to 711 transactions a drain against
-/// 456 to 501 for two) and the extra statements share the same two cores with
-/// the claims. The wide spread once seen with four (1.1 to 3.9 s a drain) was
-/// measured beside other builds; on a quiet machine the rounds of four spread
-/// no wider than the ceiling's own, and the slow rounds did not make more
-/// transactions than the fast ones (docs/performance.md). Writers take
-/// disjoint outcomes (each outcome is in one batch), and lock rows in id
-/// order, so they never wait on each other.
+/// nearly all the time under a deep queue of fast jobs, and the claims wait
+/// on it: a second writer fills its batch while the first one's statement
+/// runs. More writers do not pay: each free writer takes whatever outcomes
+/// are queued when it is ready, so batches shrink into more transactions,
+/// and the extra statements compete with the claims for the server's cores
+/// (docs/performance.md, "The completer's writers"). Writers take disjoint
+/// outcomes (each outcome is in one batch), and lock rows in id order, so
+/// they never wait on each other.
 pub(super) async fn run_all(
     shared: Arc<Shared>,
     completed: mpsc::Receiver<Completion>,
@@ -139,10 +135,9 @@ pub(super) async fn run_all(
 }
 
 /// How many writers a relay runs: two, so that one writes while the other's
-/// batch fills; one when a single job runs at a time. At the defaults (64 /
-/// 16) on a deep queue of fast jobs one writer was the limit: two drained
-/// 1.37x as fast, above every hand-tuned setting (docs/performance.md, "Two
-/// completion writers").
+/// batch fills, since even at the defaults (64 / 16) one writer limits a deep
+/// queue of fast jobs (docs/performance.md, "Two completion writers at every
+/// concurrency"); one when a single job runs at a time.
 pub(super) fn writers_for(concurrency: usize) -> usize {
     if concurrency > 1 { 2 } else { 1 }
 }

@@ -49,7 +49,7 @@ const OPEN_TIMEOUT: Duration = Duration::from_secs(5);
 /// but live server under a short test lease from losing its connections.
 const MIN_DEADLINE: Duration = Duration::from_secs(30);
 /// Most connections claims run on: claims of one relay compete for the same
-/// index pages, and two cover what a 2-core server can run side by side.
+/// index pages, and two cover what a small server runs side by side.
 const MAX_CLAIM_CONNECTIONS: usize = 2;
 
 /// Which of the relay's connections a statement runs on.

@@ -282,8 +282,8 @@ async fn claim_and_start(
     // claim, from the front, decides whether the queue is empty. So may a
     // claim that ran beside others of this relay: SKIP LOCKED stepped over
     // the rows they were taking, and the queue behind them may be long (taking
-    // it for empty stalled a relay at concurrency 1024 for a poll interval in
-    // the middle of a drain, halving its throughput in some runs).
+    // it for empty would stall the relay for a poll interval in the middle of
+    // a drain).
     let now = Instant::now();
     let keyed_at = {
         let mut keyed_at = state.keyed_at.lock().unwrap_or_else(|e| e.into_inner());

@@ -5,8 +5,8 @@ use std::fmt;
 use std::str::FromStr;
 use std::time::Duration;
 
-/// Five minutes: longer than any sane SMTP or webhook exchange or document
-/// render, short enough that a hung effect does not hold its slot for hours.
+/// Five minutes: longer than any sane network exchange or document render,
+/// short enough that a hung effect does not hold its slot for hours.
 pub(crate) const DEFAULT_JOB_TIMEOUT: Duration = Duration::from_secs(300);
 
 /// How long an effect may run before it is cancelled and the attempt recorded

@@ -231,7 +231,7 @@ async fn a_paused_keys_jobs_stay_pending_then_run_in_order_once_the_pause_is_lif
     set_concurrency_limit(&mut conn, "partner", &paused).expect("pause");
     enqueue(
         &mut conn,
-        (0..5).map(|n| (n, keyed("partner").ordering_key("partner:order-1"))),
+        (0..5).map(|n| (n, keyed("partner").ordering_key("partner:batch-1"))),
     );
     enqueue(&mut conn, (100..110).map(|n| (n, JobOptions::default())));
     let receiver = Receiver::default();

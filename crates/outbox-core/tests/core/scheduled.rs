@@ -16,7 +16,7 @@ use crate::support::{TestDb, settings, spawn_relay, wait_until};
 
 #[derive(Debug, Serialize, Deserialize)]
 struct Remind {
-    order: i64,
+    account: i64,
 }
 
 impl JobArgs for Remind {
@@ -56,7 +56,7 @@ async fn a_scheduled_job_does_not_run_before_its_time() {
     let id = Enqueuer::new()
         .enqueue(
             &mut conn,
-            &Remind { order: 1 },
+            &Remind { account: 1 },
             &JobOptions::default().run_after(at),
         )
         .expect("enqueue");
@@ -84,14 +84,14 @@ fn a_cancel_in_a_rolled_back_transaction_cancels_nothing_and_in_a_committed_one_
     let id = enqueuer
         .enqueue(
             &mut conn,
-            &Remind { order: 7 },
+            &Remind { account: 7 },
             &JobOptions::default().run_after(later),
         )
         .expect("enqueue");
 
     let rolled_back = conn.transaction(|conn| -> QueryResult<()> {
         assert_eq!(enqueuer.cancel(conn, id)?, CancelOutcome::Cancelled);
-        // ... the payment's own write fails after it ...
+        // ... the renewal's own write fails after it ...
         Err(diesel::result::Error::RollbackTransaction)
     });
     assert!(rolled_back.is_err());
@@ -118,7 +118,7 @@ fn cancelling_a_claimed_or_done_job_changes_nothing_and_says_so() {
     let mut conn = db.conn();
     let enqueuer = Enqueuer::new();
     let id = enqueuer
-        .enqueue(&mut conn, &Remind { order: 9 }, &JobOptions::default())
+        .enqueue(&mut conn, &Remind { account: 9 }, &JobOptions::default())
         .expect("enqueue");
     let kinds = vec![Remind::KIND.to_owned()];
     let claim = claim_jobs(

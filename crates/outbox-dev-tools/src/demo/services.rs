@@ -103,6 +103,7 @@ pub(super) async fn start_services(
     })?;
     let mut kinds = vec![
         EffectKind::ConfirmationEmail,
+        EffectKind::OrderEmail,
         EffectKind::ReceiptPdf,
         EffectKind::OrderWebhook,
     ];

@@ -152,7 +152,7 @@ fn jobs_context(
     form: &FilterForm,
     error: Option<String>,
     listing: Option<Value>,
-    filter: Option<&crate::admin::filter::Filter>,
+    filter: Option<&crate::job_list::JobFilter>,
     query_string: &str,
 ) -> Value {
     context! {

@@ -15,7 +15,9 @@ use crate::admin::error::AdminError;
 use crate::admin::queries;
 use crate::admin::view::{num, order_number, path_id, render};
 use crate::admin::{AdminState, Nonce};
+use crate::effects::email::{EmailKind, message_id_for};
 use crate::effects::webhook::idempotency_key;
+use crate::orders::EffectEntry;
 
 #[derive(Debug, Deserialize)]
 pub(in crate::admin) struct FindOrder {
@@ -180,14 +182,15 @@ pub(in crate::admin) async fn order(
         }
         if job.status == "done" {
             match job.kind.as_str() {
-                "confirmation_email" => sent.push(context! {
+                "confirmation_email" | "order_email" => sent.push(context! {
                     kind => "Email",
                     job => job.id,
                     header => "Message-ID",
-                    value => match &state.settings.mail_domain {
-                        Some(domain) => crate::effects::email::message_id_for(job.id, domain),
-                        None => format!("<job-{}.confirmation@…> (set MAIL_FROM to show the domain)", job.id),
-                    },
+                    value => sent_message_id(
+                        job.id,
+                        &timeline.effects,
+                        state.settings.mail_domain.as_deref(),
+                    ),
                     at => opt_time(job.finished_at),
                 }),
                 "order_webhook" => sent.push(context! {
@@ -262,5 +265,22 @@ fn effect_view(entry: &crate::orders::EffectEntry) -> Value {
         lease_token => entry.lease_token,
         answer => answer.into_iter().map(|(name, value)| context! { name => name, value => value }).collect::<Vec<_>>(),
         at => opt_time(entry.recorded_at),
+    }
+}
+
+/// The `Message-ID` email job `job_id` sent, as its effect ledger recorded
+/// it. A job done before the ledger existed sent the confirmation's form,
+/// the only one there was then.
+fn sent_message_id(job_id: i64, effects: &[EffectEntry], domain: Option<&str>) -> String {
+    let recorded = effects
+        .iter()
+        .find(|e| e.job_id == job_id)
+        .and_then(|e| e.message_id.clone());
+    match (recorded, domain) {
+        (Some(recorded), _) => recorded,
+        (None, Some(domain)) => message_id_for(job_id, EmailKind::Confirmation, domain),
+        (None, None) => {
+            format!("<job-{job_id}.confirmation@…> (set MAIL_FROM to show the domain)")
+        }
     }
 }

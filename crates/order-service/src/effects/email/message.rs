@@ -104,13 +104,13 @@ impl Mailer {
                     EffectError::permanent(format!("email template {name} does not render: {e}"))
                 })
         };
-        let text = render(&format!("{}.txt", kind.template()))?;
-        let html = render(&format!("{}.html", kind.template()))?;
+        let text = render(&format!("{}.txt", kind.name()))?;
+        let html = render(&format!("{}.html", kind.name()))?;
         let mut message = Message::builder()
             .from(self.from.clone())
             .to(to)
             .subject(kind.subject(order.id))
-            .message_id(Some(self.message_id(job_id)));
+            .message_id(Some(self.message_id(job_id, kind)));
         // The job's trace, for whoever follows the mail back to its order.
         if let Some(traceparent) = crate::trace_context::current_traceparent() {
             message = message.raw_header(HeaderValue::new(

@@ -1,9 +1,9 @@
 //! Reads the orders and events of publish jobs together, and renders each
 //! job's body where it was read: the jobs of one
 //! claim start at the same moment, and each would otherwise spend three
-//! database round trips (order, items, event) before its publish, which
-//! took most of a publish job's time (a median of 3 ms of loads against
-//! 0.3 ms for the publish and its PubAck, at concurrency 16 in the bench).
+//! database round trips (order, items, event) before its publish: several
+//! times what the publish and its PubAck take (docs/performance.md, "A
+//! publish job's own CPU").
 //!
 //! Each job sends its `(order, event)` to one loader task and awaits the
 //! answer (a `MicroBatcher`). The loader reads every request waiting at
@@ -29,7 +29,9 @@ use diesel::PgConnection;
 use super::micro_batch::{Batch, Lost, MicroBatcher};
 use crate::db::{PgPool, run_blocking};
 use crate::effects::webhook::body::event_body;
-use crate::orders::{Order, OrderEvent, OrderId, load_event, load_events, load_order, load_orders};
+use crate::orders::{
+    EventId, Order, OrderEvent, OrderId, load_event, load_events, load_order, load_orders,
+};
 
 /// What a publish needs of its order and event.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -54,9 +56,9 @@ impl BatchLoader {
     /// The order and the event, read with those of the other jobs asking at
     /// the same time. A database error is retryable; an order or event that
     /// no longer exists is permanent.
-    pub async fn load(&self, order_id: OrderId, event_id: i64) -> Loaded {
+    pub async fn load(&self, order_id: OrderId, event_id: EventId) -> Loaded {
         self.0
-            .ask((order_id, event_id))
+            .ask((order_id, event_id.get()))
             .await
             .map_err(|lost| match lost {
                 Lost::Stopped => EffectError::retryable("the order loader has stopped"),

@@ -21,6 +21,7 @@ use crate::endpoints::EndpointCredentials;
 use crate::endpoints::attempts::NewAttempt;
 use crate::endpoints::nats_credentials::{self, Unusable};
 use crate::orders::jobs::OrderPublish;
+use crate::orders::{EndpointId, EventId};
 use crate::schema::endpoints;
 use crate::sealed::Keyring;
 
@@ -48,7 +49,7 @@ pub struct PublishWorker {
     connections: NatsConnections,
     /// Opens the endpoints' sealed credentials.
     secrets: Keyring,
-    targets: Arc<Mutex<HashMap<i64, Cached>>>,
+    targets: Arc<Mutex<HashMap<EndpointId, Cached>>>,
 }
 
 impl PublishWorker {
@@ -70,7 +71,7 @@ type Cached = (Instant, Arc<Target>);
 /// Where an endpoint's events go.
 #[derive(Debug, Clone)]
 struct Target {
-    id: i64,
+    id: EndpointId,
     name: String,
     url: String,
     stream: Option<String>,
@@ -91,14 +92,17 @@ impl Worker<OrderPublish> for PublishWorker {
 
 impl PublishWorker {
     async fn publish(&self, args: OrderPublish, ctx: JobContext) -> EffectResult {
-        let target = self.target(args.endpoint_id).await?;
+        let target = self.target(EndpointId::new(args.endpoint_id)).await?;
         let (Some(stream), Some(prefix)) = (&target.stream, &target.subject_prefix) else {
             return Err(EffectError::permanent(format!(
                 "permanent: endpoint {:?} ({}) is not a NATS endpoint",
                 target.name, target.url
             )));
         };
-        let Rendered { event_type, body } = self.orders.load(args.order_id, args.event_id).await?;
+        let Rendered { event_type, body } = self
+            .orders
+            .load(args.order_id, EventId::new(args.event_id))
+            .await?;
         let message_id = idempotency_key(ctx.id());
         let publication = Publication {
             subject: subject(prefix, &event_type, args.order_id.get()),
@@ -210,7 +214,7 @@ impl PublishWorker {
     }
 
     /// The endpoint's row, at most [`TARGET_TTL`] old.
-    async fn target(&self, endpoint_id: i64) -> Result<Arc<Target>, EffectError> {
+    async fn target(&self, endpoint_id: EndpointId) -> Result<Arc<Target>, EffectError> {
         if let Ok(targets) = self.targets.lock()
             && let Some((at, target)) = targets.get(&endpoint_id)
             && at.elapsed() < TARGET_TTL
@@ -224,11 +228,11 @@ impl PublishWorker {
         Ok(target)
     }
 
-    async fn load_target(&self, endpoint_id: i64) -> Result<Target, EffectError> {
+    async fn load_target(&self, endpoint_id: EndpointId) -> Result<Target, EffectError> {
         let secrets = self.secrets.clone();
         run_blocking(&self.pool, move |conn| {
             let row = endpoints::table
-                .find(endpoint_id)
+                .find(endpoint_id.get())
                 .select((
                     endpoints::name,
                     endpoints::url,
@@ -241,7 +245,7 @@ impl PublishWorker {
             let Some((name, url, stream, subject_prefix, plaintext)) = row else {
                 return Ok(None);
             };
-            let credentials = nats_credentials::load(conn, endpoint_id, &secrets)?;
+            let credentials = nats_credentials::load(conn, endpoint_id.get(), &secrets)?;
             Ok(Some(Target {
                 id: endpoint_id,
                 name,

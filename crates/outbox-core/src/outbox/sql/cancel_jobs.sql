@@ -8,7 +8,7 @@
 -- so one statement locks a bounded number of rows for a short time.
 --
 -- Concurrency: a 'processing' job is left alone. Its worker may be half-way
--- through the effect (an email on the wire); cancelling under it would record
+-- through the effect (a message on the wire); cancelling under it would record
 -- "cancelled" for a job whose effect happened. The status guard is re-checked
 -- on each row after any concurrent update commits, so a job claimed between the
 -- caller's look and this statement is skipped, not cancelled; and a job whose

@@ -41,7 +41,7 @@
 -- Durability: async_commit turns off synchronous_commit for this statement's
 -- own transaction only (set_config's third argument; the session keeps its
 -- setting), so the claim commits without waiting for a WAL flush and in one
--- round trip, where BEGIN / SET LOCAL / claim / COMMIT took four. Losing a claim
+-- round trip rather than four (BEGIN / SET LOCAL / claim / COMMIT). Losing a claim
 -- in a server crash is harmless: the job is pending again with its attempt not
 -- even counted, and a worker that had started it is fenced out when it reports,
 -- since the next claim draws a token past the lost one (nextval is not rolled

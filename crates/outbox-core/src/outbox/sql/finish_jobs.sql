@@ -10,9 +10,9 @@
 -- is lost: reaped and re-claimed, cancelled, or finished by someone else.
 --
 -- Index: the primary key (j.id = o.id): the outcomes, unnested, drive one
--- primary-key probe each. Every join below is on a key or hashed: an earlier
--- form joined CTE scans to CTE scans in nested loops and took 150 ms for 512
--- outcomes (quadratic), which capped a relay at 1,000 jobs a second. Done jobs are deleted from `jobs` and
+-- primary-key probe each. Every join below is on a key or hashed, never CTE
+-- scan to CTE scan in a nested loop, which would make a batch cost the square
+-- of its outcomes and cap the relay's throughput. Done jobs are deleted from `jobs` and
 -- inserted into jobs_done, whose only indexes are BRIN (no entry per row);
 -- retries and failures are updates of the row in place.
 --
