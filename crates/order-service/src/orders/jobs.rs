@@ -3,7 +3,6 @@
 //! ([`order_enqueuer`]). The relay's workers for them are in
 //! [`crate::effects`].
 
-use chrono::{DateTime, Utc};
 use diesel::prelude::*;
 use outbox_core::outbox::{Enqueuer, JobOptions, NewJob};
 use outbox_core::worker::JobArgs;
@@ -179,25 +178,16 @@ pub fn new_job<A: JobArgs>(args: &A, options: &JobOptions) -> diesel::QueryResul
         .map_err(|e| diesel::result::Error::SerializationError(Box::new(e)))
 }
 
+outbox_core::queue_row!(QueueRow for crate::schema::jobs);
+
 /// A job row as this service writes it: the queue's columns and `order_id`,
 /// which the service added to `jobs` and the queue does not know.
 #[derive(Insertable)]
 #[diesel(table_name = crate::schema::jobs)]
 struct OrderJobRow<'a> {
-    id: Option<i64>,
+    #[diesel(embed)]
+    queue: QueueRow<'a>,
     order_id: Option<OrderId>,
-    kind: &'a str,
-    payload: &'a serde_json::Value,
-    run_after: Option<DateTime<Utc>>,
-    max_attempts: i32,
-    ordering_key: Option<&'a str>,
-    blocked: bool,
-    trace_context: Option<&'a serde_json::Value>,
-    concurrency_key: Option<&'a str>,
-    waiting_on: &'a [i64],
-    depends_on: Option<&'a [i64]>,
-    dependency_policy: Option<&'a str>,
-    unfinished_parents: Option<&'a [i64]>,
 }
 
 /// The service's enqueuer: the queue's rows, with `order_id` written
@@ -215,20 +205,8 @@ fn insert_order_jobs(conn: &mut PgConnection, new_jobs: &[NewJob]) -> QueryResul
     let rows: Vec<OrderJobRow<'_>> = new_jobs
         .iter()
         .map(|job| OrderJobRow {
-            id: job.id_value(),
+            queue: QueueRow::from(job),
             order_id: job.extension::<OrderId>().copied(),
-            kind: job.kind(),
-            payload: job.payload(),
-            run_after: job.run_after_value(),
-            max_attempts: job.max_attempts_value(),
-            ordering_key: job.ordering_key_value(),
-            blocked: job.is_blocked(),
-            trace_context: job.trace_context_value(),
-            concurrency_key: job.concurrency_key_value(),
-            waiting_on: job.waiting_on_value(),
-            depends_on: job.depends_on_value(),
-            dependency_policy: job.dependency_policy_value(),
-            unfinished_parents: job.unfinished_parents_value(),
         })
         .collect();
     diesel::insert_into(crate::schema::jobs::table)
