@@ -8,6 +8,7 @@ DROP TABLE delivery_attempts;
 DROP TABLE api_keys;
 DROP TABLE admin_sessions;
 DROP TABLE admin_secrets;
+DROP FUNCTION order_event_subscribers(text);
 DROP TABLE endpoints;
 DROP TABLE admin_audit;
 -- jobs_all back to the core's columns: the view names order_id, so it goes

@@ -285,6 +285,29 @@ COMMENT ON COLUMN endpoints.previous_secret IS
 COMMENT ON COLUMN endpoints.nats_credentials IS
     'The NATS endpoint''s own credentials (JSON); sealed like secret. NULL: NATS_CREDENTIALS.';
 
+-- The endpoints an order event of type `event_type` goes to, as the
+-- statement that records the event reads them (place_order.sql,
+-- record_event.sql): every enabled endpoint subscribed to the type (NULL
+-- event_types: every type), by id, the http(s) ones and the NATS ones
+-- apart; and whether any endpoint exists at all, enabled or not. One row,
+-- from one pass over the table, which is small and read whole. A SQL
+-- function of one SELECT: PostgreSQL inlines it into the calling statement,
+-- so it costs what the subqueries written there would.
+CREATE FUNCTION order_event_subscribers(event_type text)
+RETURNS TABLE (webhook_endpoints bigint[], nats_endpoints bigint[], any_endpoint boolean)
+LANGUAGE sql STABLE AS $$
+    SELECT
+        coalesce(array_agg(e.id ORDER BY e.id) FILTER (WHERE e.subscribed AND NOT e.nats), '{}'),
+        coalesce(array_agg(e.id ORDER BY e.id) FILTER (WHERE e.subscribed AND e.nats), '{}'),
+        count(*) > 0
+    FROM (
+        SELECT id,
+               url ~ '^nats://' AS nats,
+               enabled AND (event_types IS NULL OR event_type = ANY (event_types)) AS subscribed
+        FROM endpoints
+    ) AS e
+$$;
+
 -- The dashboard's own secrets, shared by every `serve` replica through the
 -- database: 'session_key' signs session cookies and form tokens. It is random
 -- (made by the first `serve` that needs it, INSERT … ON CONFLICT DO NOTHING,

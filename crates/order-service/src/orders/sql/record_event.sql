@@ -1,7 +1,8 @@
 -- Records an order event and reads, in the same statement, the endpoints it
 -- goes to: every enabled endpoint subscribed to its type (NULL event_types:
--- every type). One round trip per event however many endpoints there are; the
--- endpoints table is small and read whole.
+-- every type), from order_event_subscribers (in the migration), which
+-- place_order.sql reads too. One round trip per event however many
+-- endpoints there are; the endpoints table is small and read whole.
 --
 -- `any_endpoint` is false only in a database without endpoints, as before
 -- this change or before a relay has created `default` from WEBHOOK_URL: the
@@ -44,19 +45,9 @@ WITH event AS (
 )
 SELECT
     event.id AS event_id,
-    coalesce(
-        (SELECT array_agg(e.id ORDER BY e.id) FROM endpoints e
-         WHERE e.enabled AND e.url !~ '^nats://'
-           AND (e.event_types IS NULL OR $3 = ANY (e.event_types))),
-        '{}'
-    ) AS webhook_endpoints,
-    coalesce(
-        (SELECT array_agg(e.id ORDER BY e.id) FROM endpoints e
-         WHERE e.enabled AND e.url ~ '^nats://'
-           AND (e.event_types IS NULL OR $3 = ANY (e.event_types))),
-        '{}'
-    ) AS nats_endpoints,
-    EXISTS (SELECT 1 FROM endpoints) AS any_endpoint,
+    subscribers.webhook_endpoints,
+    subscribers.nats_endpoints,
+    subscribers.any_endpoint,
     (SELECT d.id FROM endpoints d
      WHERE d.name = $9
        AND EXISTS (SELECT 1 FROM jobs j
@@ -66,4 +57,4 @@ SELECT
     EXISTS (SELECT 1 FROM jobs j
             WHERE j.ordering_key = $11
               AND j.status IN ('pending', 'processing', 'failed')) AS behind_fanout
-FROM event
+FROM event, order_event_subscribers($3) AS subscribers
