@@ -59,7 +59,7 @@ impl WebhookWorker {
                 // `default` from WEBHOOK_URL before it claims, so it never
                 // needs this.
                 None if sender.has_fallback() => {
-                    sender.deliver(ctx.id(), &order, event.as_ref()).await?;
+                    sender.deliver(ctx.id(), &order, &event).await?;
                     Ok(None)
                 }
                 None => Err(no_default()),
@@ -71,7 +71,7 @@ impl WebhookWorker {
         let (url, secrets) = usable(&target, &self.secrets)?;
         let started_at = chrono::Utc::now();
         let outcome = sender
-            .deliver_to(&url, &secrets, ctx.id(), &order, event.as_ref())
+            .deliver_to(&url, &secrets, ctx.id(), &order, &event)
             .await;
         after_attempt(
             &self.orders.pool,

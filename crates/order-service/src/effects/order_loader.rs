@@ -45,17 +45,10 @@ impl OrderLoader {
         .ok_or_else(|| EffectError::permanent(format!("order {order_id} no longer exists")))
     }
 
-    pub(crate) async fn event(
-        &self,
-        event_id: Option<i64>,
-    ) -> Result<Option<OrderEvent>, EffectError> {
-        let Some(event_id) = event_id else {
-            return Ok(None);
-        };
+    pub(crate) async fn event(&self, event_id: i64) -> Result<OrderEvent, EffectError> {
         run_blocking(&self.pool, move |conn| Ok(load_event(conn, event_id)?))
             .await
             .map_err(|e| EffectError::retryable(format!("loading event {event_id}: {e}")))?
-            .map(Some)
             .ok_or_else(|| EffectError::permanent(format!("event {event_id} no longer exists")))
     }
 

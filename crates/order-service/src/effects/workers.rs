@@ -107,7 +107,10 @@ impl EmailWorker {
             EffectError::retryable("this relay has no SMTP_URL configured for confirmation_email")
         })?;
         let order = self.orders.order(args.order_id).await?;
-        let event = self.orders.event(args.event_id).await?;
+        let event = match args.event_id {
+            Some(event_id) => Some(self.orders.event(event_id).await?),
+            None => None,
+        };
         let (kind, details) = match &event {
             None => (EmailKind::Confirmation, serde_json::Value::Null),
             Some(event) => (

@@ -37,9 +37,6 @@ impl JobArgs for ConfirmationEmail {
 pub struct ReceiptPdf {
     /// The order to render.
     pub order_id: OrderId,
-    /// Accepted, and ignored, for jobs enqueued with an event.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub event_id: Option<i64>,
 }
 
 impl JobArgs for ReceiptPdf {
@@ -50,18 +47,16 @@ impl JobArgs for ReceiptPdf {
     }
 }
 
-/// The delivery of an order event to one webhook endpoint; no event: the
-/// original `order.placed` body.
+/// The delivery of an order event to one webhook endpoint.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct OrderWebhook {
     /// The order the event belongs to.
     pub order_id: OrderId,
     /// The event to deliver.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub event_id: Option<i64>,
-    /// The endpoint to deliver to; none for a job queued before endpoints
-    /// existed, which goes to the endpoint named `default`.
+    pub event_id: i64,
+    /// The endpoint to deliver to; none for a delivery queued while no
+    /// endpoint existed, which goes to the endpoint named `default`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub endpoint_id: Option<i64>,
 }
@@ -124,9 +119,9 @@ pub struct OrderFanout {
     #[serde(with = "id_runs")]
     pub nats_endpoints: Vec<i64>,
     /// `default`, when its delivery queues behind the order's deliveries
-    /// from before endpoints existed.
+    /// queued while no endpoint existed.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub default_behind_legacy: Option<i64>,
+    pub default_behind_unaddressed: Option<i64>,
 }
 
 impl JobArgs for OrderFanout {
@@ -234,7 +229,6 @@ mod tests {
                 OrderWebhook::KIND,
                 json!({"order_id": 7, "event_id": 3, "endpoint_id": 2}),
             ),
-            (OrderWebhook::KIND, json!({"order_id": 7})),
             (
                 OrderPublish::KIND,
                 json!({"order_id": 7, "event_id": 3, "endpoint_id": 2}),
@@ -282,7 +276,7 @@ mod tests {
             max_attempts: 8,
             webhook_endpoints: (1..=1000).chain([1002, 1003, 1010]).collect(),
             nats_endpoints: vec![],
-            default_behind_legacy: None,
+            default_behind_unaddressed: None,
         };
         let payload = serde_json::to_value(&fanout).expect("serializes");
         assert_eq!(

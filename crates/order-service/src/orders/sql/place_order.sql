@@ -22,8 +22,8 @@
 --
 -- The endpoint columns are the subscribers of the event's type, as
 -- order_event_subscribers (in the migration) reads them; see
--- record_event.sql. A new order has no jobs under its legacy key, so none of
--- its deliveries waits behind one (`default_behind_legacy` is NULL).
+-- record_event.sql. A new order has no unaddressed deliveries, so none of
+-- its deliveries waits behind one (`default_behind_unaddressed` is NULL).
 WITH new_order AS (
     INSERT INTO orders (customer_email, customer_name, currency, total_cents,
                         idempotency_key, request_hash, api_key_id, expires_at)
@@ -53,5 +53,5 @@ SELECT
     subscribers.webhook_endpoints,
     subscribers.nats_endpoints,
     subscribers.any_endpoint,
-    NULL::bigint AS default_behind_legacy
+    NULL::bigint AS default_behind_unaddressed
 FROM new_order, event, order_event_subscribers($12) AS subscribers
