@@ -107,22 +107,14 @@ impl EmailWorker {
             EffectError::retryable("this relay has no SMTP_URL configured for confirmation_email")
         })?;
         let order = self.orders.order(args.order_id).await?;
-        let event = match args.event_id {
-            Some(event_id) => Some(self.orders.event(event_id).await?),
-            None => None,
-        };
-        let (kind, details) = match &event {
-            None => (EmailKind::Confirmation, serde_json::Value::Null),
-            Some(event) => (
-                EmailKind::for_event(&event.event_type).ok_or_else(|| {
-                    EffectError::permanent(format!(
-                        "{} sends no email (event {})",
-                        event.event_type, event.id
-                    ))
-                })?,
-                event.data.clone(),
-            ),
-        };
+        let event = self.orders.event(args.event_id).await?;
+        let kind = EmailKind::for_event(&event.event_type).ok_or_else(|| {
+            EffectError::permanent(format!(
+                "{} sends no email (event {})",
+                event.event_type, event.id
+            ))
+        })?;
+        let details = event.data;
         let receipt = match kind {
             EmailKind::Confirmation => self.receipt(args.order_id, &ctx).await?,
             _ => None,

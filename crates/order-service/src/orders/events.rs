@@ -296,11 +296,5 @@ pub(super) fn event_email_with(
     event_id: i64,
     options: JobOptions,
 ) -> QueryResult<NewJob> {
-    new_job(
-        &ConfirmationEmail {
-            order_id,
-            event_id: Some(event_id),
-        },
-        &options,
-    )
+    new_job(&ConfirmationEmail { order_id, event_id }, &options)
 }

@@ -11,16 +11,14 @@ use serde::{Deserialize, Serialize};
 use super::OrderId;
 use crate::kinds::EffectKind;
 
-/// The email about an order event (the confirmation for `order.placed`); no
-/// event for jobs enqueued before events existed: the confirmation.
+/// The email about an order event (the confirmation for `order.placed`).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct ConfirmationEmail {
     /// The order the email is about.
     pub order_id: OrderId,
     /// The event the email announces.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub event_id: Option<i64>,
+    pub event_id: i64,
 }
 
 impl JobArgs for ConfirmationEmail {
