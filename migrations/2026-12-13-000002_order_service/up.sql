@@ -19,15 +19,12 @@ CREATE TABLE orders (
     -- placed -> paid -> shipped -> delivered; placed or paid -> cancelled;
     -- paid, shipped or delivered -> refunded; placed -> expired.
     status           text        NOT NULL DEFAULT 'placed',
-    -- The API key that placed the order (see the idempotency indexes below).
-    -- No foreign key: keys are never deleted, and a foreign key would add a
-    -- probe and a row lock on api_keys to every placement.
+    -- The API key that placed it. No foreign key: keys are never deleted, and
+    -- one would add a probe and a row lock on api_keys to every placement.
     api_key_id       bigint      NULL,
-    -- Order expiry (ORDER_PAYMENT_WINDOW): set by the placing transaction
-    -- (created_at + the window in force then) and cleared by every
-    -- transition out of `placed`, so it is non-NULL only on orders that
-    -- still await payment under a window; a relay's sweep moves them
-    -- placed -> expired, with the event `order.expired`.
+    -- ORDER_PAYMENT_WINDOW: created_at + the window in force at placing,
+    -- cleared by every transition out of `placed`; a relay's sweep moves an
+    -- order past it placed -> expired (event `order.expired`).
     expires_at       timestamptz NULL,
     CONSTRAINT orders_currency_is_iso_4217 CHECK (currency ~ '^[A-Z]{3}$'),
     CONSTRAINT orders_total_not_negative CHECK (total_cents >= 0),
@@ -38,24 +35,19 @@ CREATE TABLE orders (
         CHECK (expires_at IS NULL OR status = 'placed')
 );
 
-COMMENT ON COLUMN orders.expires_at IS
-    'When this placed order expires unless paid (ORDER_PAYMENT_WINDOW at placing); NULL otherwise.';
+COMMENT ON COLUMN orders.expires_at IS 'When this placed order expires unless paid (ORDER_PAYMENT_WINDOW at placing); NULL otherwise.';
 
 -- Idempotency keys belong to the API key that sent them: two clients that
--- happen to pick the same Idempotency-Key each get their own order, and one
--- cannot take another's key first. `api_key_id` is NULL for orders placed
--- without a key (`API_AUTH=none`, the library's place_order); those share
--- one space.
+-- pick the same Idempotency-Key each get their own order. Orders placed
+-- without a key (`API_AUTH=none`, the library's place_order) share one space.
 CREATE UNIQUE INDEX orders_idempotency_key_per_api_key
     ON orders (api_key_id, idempotency_key) WHERE api_key_id IS NOT NULL;
 CREATE UNIQUE INDEX orders_idempotency_key_without_api_key
     ON orders (idempotency_key) WHERE api_key_id IS NULL;
 
--- The expiry sweep's index: only orders awaiting payment under a window are
--- in it, and each leaves it when paid, cancelled or expired. So the sweep
--- reads the due ones in expires_at order and touches nothing else, however
--- many orders the table holds; placing an order without a window adds no
--- entry.
+-- The expiry sweep's index: only orders awaiting payment under a window, so
+-- the sweep reads the due ones in expires_at order and nothing else; an
+-- order placed without a window adds no entry.
 CREATE INDEX orders_expiry_due_idx ON orders (expires_at)
     WHERE status = 'placed' AND expires_at IS NOT NULL;
 
@@ -92,11 +84,9 @@ CREATE TABLE order_events (
     -- The inbox message that caused the event (a provider's payment or
     -- refund); NULL for events an API call or the placement caused.
     inbox_message_id bigint      NULL,
-    -- How many of the event's deliveries its `order_fanout` job has written:
-    -- the job's place in its list of endpoints, moved in the transaction that
-    -- writes the next batch, so a fan-out that dies halfway carries on where
-    -- it stopped and writes no delivery twice. 0 for events whose own
-    -- transaction wrote their deliveries.
+    -- How many of the event's deliveries its `order_fanout` job has written,
+    -- moved with each batch, so a fan-out that dies halfway carries on where
+    -- it stopped; 0 for events whose own transaction wrote their deliveries.
     fanned_out       integer     NOT NULL DEFAULT 0 CHECK (fanned_out >= 0),
     CONSTRAINT order_events_seq_unique UNIQUE (order_id, seq),
     CONSTRAINT order_events_seq_positive CHECK (seq > 0),
@@ -135,17 +125,11 @@ CREATE INDEX jobs_order_id_idx ON jobs (order_id) WHERE order_id IS NOT NULL;
 -- by reading a few ranges, and costs nothing per row.
 CREATE INDEX jobs_done_order_id_brin ON jobs_done USING brin (order_id) WITH (pages_per_range = 16, autosummarize = on);
 
--- The service writes `order_id` on enqueue itself (its `InsertJobs`,
--- orders::jobs::insert_order_jobs, from the job's `order_id` argument, which
--- every order job carries). On the move to the archive, which is the core's
--- finishing statement and copies only the core's columns, this trigger sets
--- it the same way.
---
--- It fires only for payloads that have an `order_id` (the WHEN clause is
--- checked without calling the function), so jobs of other kinds, such as the
--- benchmark's noop jobs, cost nothing; and it links a job only to an order
--- that exists, so the archive agrees with `jobs` on which jobs belong to an
--- order.
+-- The service writes `order_id` on enqueue (orders::jobs::insert_order_jobs);
+-- on the move to the archive, the core's statement that copies only its own
+-- columns, this trigger sets it from the payload. It fires only for payloads
+-- with an `order_id` (the WHEN clause costs no call), and links a job only to
+-- an order that exists, as `jobs`' foreign key does.
 CREATE FUNCTION jobs_order_id_from_payload() RETURNS trigger LANGUAGE plpgsql AS $$
 DECLARE
     wanted numeric;
@@ -184,14 +168,13 @@ CREATE TABLE admin_audit (
     at         timestamptz NOT NULL DEFAULT now(),
     -- Which token acted ("operator#1"): tokens are secrets, never stored.
     actor      text        NOT NULL,
-    -- What was done: a retry or cancel of jobs; enabling, disabling or
-    -- recovering an endpoint; applying or dismissing a held inbox message.
+    -- Retry or cancel jobs; enable, disable or recover an endpoint; apply or
+    -- dismiss a held inbox message.
     action     text        NOT NULL,
     -- What was asked for: the job ids, or the filter every matching job was taken from.
     target     jsonb       NOT NULL,
-    -- Jobs the action changed: the deliveries a recovery put back, none for
-    -- enabling or disabling an endpoint (their deliveries go on, or wait, as
-    -- they are).
+    -- Jobs the action changed (a recovery's deliveries; none for enabling or
+    -- disabling an endpoint).
     affected   bigint      NOT NULL,
     CONSTRAINT admin_audit_action_valid CHECK (
         action IN ('retry', 'cancel', 'endpoint.enable', 'endpoint.disable', 'endpoint.recover',
@@ -221,13 +204,9 @@ CREATE TABLE endpoints (
     rate_limit double precision,
     -- Deliveries in flight to this endpoint at once, across every relay.
     max_in_flight integer NOT NULL DEFAULT 16,
-    -- The signing secrets: `secret` signs every delivery (space-separated
-    -- secrets as WEBHOOK_SECRET takes them, for the `default` endpoint); after a
-    -- rotation `previous_secret` still signs until `previous_secret_expires_at`,
-    -- so receivers can move to the new one without a failed delivery. Signing
-    -- needs them, so they are sealed only as SECRETS_KEY seals them (see the
-    -- column comments): protect the database (and its backups) as you protect
-    -- the secrets.
+    -- `secret` signs every delivery (space-separated secrets, as WEBHOOK_SECRET
+    -- takes them, for `default`); after a rotation `previous_secret` still
+    -- signs until `previous_secret_expires_at`. Sealed under SECRETS_KEY.
     secret text NOT NULL,
     previous_secret text,
     previous_secret_expires_at timestamptz,
@@ -241,13 +220,9 @@ CREATE TABLE endpoints (
     subject_prefix text,
     created_at timestamptz NOT NULL DEFAULT now(),
     updated_at timestamptz NOT NULL DEFAULT now(),
-    -- A NATS endpoint's own credentials, presented only to its server: a
-    -- `.creds` file's content (user JWT and nkey seed), a user and password,
-    -- or a token, as JSON text (`{"creds": "..."}`, `{"user": "...",
-    -- "password": "..."}`, `{"token": "..."}`). NULL: the relay's
-    -- NATS_CREDENTIALS, if any. Never read back by the CLI or the dashboard,
-    -- which say only whether it is set. Text, so that encryption at rest
-    -- wraps it as it wraps the secrets.
+    -- A NATS endpoint's own credentials as JSON text (`{"creds": "..."}`,
+    -- `{"user": "...", "password": "..."}`, `{"token": "..."}`), sealed like
+    -- the secrets; NULL: the relay's NATS_CREDENTIALS. Never shown back.
     nats_credentials text,
     CONSTRAINT endpoints_name_key UNIQUE (name),
     -- Names go into ordering keys, metric labels and shell commands.
@@ -271,28 +246,18 @@ CREATE TABLE endpoints (
     )
 );
 
--- What the secret columns hold, for whoever reads the database directly: with
--- SECRETS_KEY set, each value is sealed (`enc:v1:<key id>:<base64>`,
--- XChaCha20-Poly1305, bound to its table, column and row id; see
--- docs/security.md); without it, the plaintext. The application tells the
--- two apart by the prefix.
-COMMENT ON TABLE endpoints IS
-    'Subscribers to order events: webhook URLs and NATS JetStream streams (outbox-relay endpoints ...).';
-COMMENT ON COLUMN endpoints.secret IS
-    'Signing secret(s): enc:v1:<key id>:<base64> when sealed under SECRETS_KEY, else plaintext.';
-COMMENT ON COLUMN endpoints.previous_secret IS
-    'The secret before the last rotation, until previous_secret_expires_at; sealed like secret.';
-COMMENT ON COLUMN endpoints.nats_credentials IS
-    'The NATS endpoint''s own credentials (JSON); sealed like secret. NULL: NATS_CREDENTIALS.';
+-- The secret columns, sealed under SECRETS_KEY (XChaCha20-Poly1305, bound to
+-- table, column and row: docs/security.md) or plaintext, told apart by prefix.
+COMMENT ON TABLE endpoints IS 'Subscribers to order events: webhook URLs and NATS JetStream streams (outbox-relay endpoints ...).';
+COMMENT ON COLUMN endpoints.secret IS 'Signing secret(s): enc:v1:<key id>:<base64> when sealed under SECRETS_KEY, else plaintext.';
+COMMENT ON COLUMN endpoints.previous_secret IS 'The secret before the last rotation, until previous_secret_expires_at; sealed like secret.';
+COMMENT ON COLUMN endpoints.nats_credentials IS 'The NATS endpoint''s own credentials (JSON); sealed like secret. NULL: NATS_CREDENTIALS.';
 
--- The endpoints an order event of type `event_type` goes to, as the
--- statement that records the event reads them (place_order.sql,
--- record_event.sql): every enabled endpoint subscribed to the type (NULL
--- event_types: every type), by id, the http(s) ones and the NATS ones
--- apart; and whether any endpoint exists at all, enabled or not. One row,
--- from one pass over the table, which is small and read whole. A SQL
--- function of one SELECT: PostgreSQL inlines it into the calling statement,
--- so it costs what the subqueries written there would.
+-- The endpoints an order event of type `event_type` goes to (place_order.sql,
+-- record_event.sql): every enabled endpoint subscribed to it (NULL
+-- event_types: every type), by id, http(s) and NATS apart; and whether any
+-- endpoint exists at all. One row, one pass over a small table; one SELECT,
+-- so PostgreSQL inlines it into the calling statement.
 CREATE FUNCTION order_event_subscribers(event_type text)
 RETURNS TABLE (webhook_endpoints bigint[], nats_endpoints bigint[], any_endpoint boolean)
 LANGUAGE sql STABLE AS $$
@@ -308,12 +273,10 @@ LANGUAGE sql STABLE AS $$
     ) AS e
 $$;
 
--- The dashboard's own secrets, shared by every `serve` replica through the
--- database: 'session_key' signs session cookies and form tokens. It is random
--- (made by the first `serve` that needs it, INSERT … ON CONFLICT DO NOTHING,
--- so concurrent first starts agree on one), and it is not an ADMIN_TOKEN, so
--- a leaked cookie says nothing about any token. Restarts keep it, and with it
--- every open session.
+-- The dashboard's own secrets, shared by every `serve` replica: the random
+-- 'session_key' signs session cookies and form tokens (made by the first
+-- `serve` that needs it, ON CONFLICT DO NOTHING), so a leaked cookie says
+-- nothing about any ADMIN_TOKEN, and restarts keep every open session.
 CREATE TABLE admin_secrets (
     name       text        PRIMARY KEY,
     secret     bytea       NOT NULL,
@@ -322,9 +285,8 @@ CREATE TABLE admin_secrets (
 );
 
 -- One row per dashboard login. A cookie is honoured only while its row is
--- here, unexpired and not revoked: logging out sets revoked_at, and every
--- replica sees it on its next request. Rows past their expiry are deleted at
--- later logins.
+-- here, unexpired and not revoked (logging out sets revoked_at, seen by every
+-- replica); expired rows are deleted at later logins.
 CREATE TABLE admin_sessions (
     -- 128 random bits, hex; the cookie carries it with its MAC.
     id         text        PRIMARY KEY,
@@ -333,9 +295,8 @@ CREATE TABLE admin_sessions (
     created_at timestamptz NOT NULL DEFAULT now(),
     expires_at timestamptz NOT NULL,
     revoked_at timestamptz,
-    -- When the session was last used: one unused for longer than
-    -- ADMIN_SESSION_IDLE is refused. Moved forward at most once a minute per
-    -- session.
+    -- A session unused for ADMIN_SESSION_IDLE is refused; moved at most once
+    -- a minute.
     last_used_at timestamptz NOT NULL DEFAULT now(),
     CONSTRAINT admin_sessions_expire_after_creation CHECK (expires_at > created_at)
 );
@@ -375,12 +336,10 @@ CREATE TABLE api_keys (
     )
 );
 
--- The attempt log of deliveries: one row per attempt of an `order_webhook`
--- or `order_publish` job, written by the worker after the call, whatever its
--- outcome. It feeds the endpoints' success rate, latency and breaker, and the
--- dashboard's log. No foreign keys: an attempt outlives its job (archived to
--- jobs_done, then pruned) and its endpoint (removed); `jobs prune` deletes
--- old rows.
+-- The attempt log of deliveries (`order_webhook`, `order_publish`), written
+-- after each call whatever its outcome: the endpoints' success rate, latency
+-- and breaker, and the dashboard's log. No foreign keys: an attempt outlives
+-- its job and its endpoint; `jobs prune` deletes old rows.
 CREATE TABLE delivery_attempts (
     id bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
     job_id bigint NOT NULL,
@@ -396,9 +355,8 @@ CREATE TABLE delivery_attempts (
     outcome text NOT NULL,
     -- The start of the answer's body, or the error when there was no answer.
     excerpt text,
-    -- A publish has no HTTP status: its answer is the stream's PubAck, whose
-    -- sequence is kept here (NULL for a webhook call, or a publish that got
-    -- no PubAck).
+    -- A publish's answer: its PubAck's stream sequence (NULL for a webhook
+    -- call, or a publish that got no PubAck).
     stream_sequence bigint,
     CONSTRAINT delivery_attempts_outcome_valid CHECK (outcome IN ('ok', 'retryable', 'permanent')),
     CONSTRAINT delivery_attempts_excerpt_bounded CHECK (length(excerpt) <= 1000),
@@ -411,16 +369,12 @@ CREATE INDEX delivery_attempts_endpoint_idx ON delivery_attempts (endpoint_id, s
 CREATE INDEX delivery_attempts_started_idx ON delivery_attempts (started_at);
 CREATE INDEX delivery_attempts_job_idx ON delivery_attempts (job_id);
 
-COMMENT ON TABLE delivery_attempts IS
-    'One row per delivery attempt to an endpoint; pruned by outbox-relay jobs prune.';
-COMMENT ON COLUMN delivery_attempts.stream_sequence IS
-    'A NATS publish: the stream sequence of its PubAck (the original one for a duplicate).';
+COMMENT ON TABLE delivery_attempts IS 'One row per delivery attempt to an endpoint; pruned by outbox-relay jobs prune.';
+COMMENT ON COLUMN delivery_attempts.stream_sequence IS 'A NATS publish: the stream sequence of its PubAck (the original one for a duplicate).';
 
--- Payments in: a sender of signed webhooks, a payment provider. `name` is
--- the last part of its URL (POST /inbound/{name}); `kind` says how its
--- messages are signed. After a rotation `previous_secret` still verifies
--- until `previous_secret_expires_at`, so messages signed before the sender
--- switched keys still pass. The secrets are sealed as the endpoints' are.
+-- Payments in: a sender of signed webhooks (a payment provider), at POST
+-- /inbound/{name}; `kind` says how its messages are signed. After a rotation
+-- `previous_secret` still verifies until `previous_secret_expires_at`.
 CREATE TABLE sources (
     id                         bigint      GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
     name                       text        NOT NULL,
@@ -429,14 +383,11 @@ CREATE TABLE sources (
     previous_secret            text        NULL,
     previous_secret_expires_at timestamptz NULL,
     created_at                 timestamptz NOT NULL DEFAULT now(),
-    -- Which of a Stripe account's modes the source takes events from: `live`,
-    -- `test`, or `any` (every `standard` source, whose events carry no mode).
-    -- A Stripe event whose `livemode` says the other mode is stored
-    -- `ignored`, with the reason, and changes no order.
+    -- The Stripe mode it takes events from (`live`, `test`, `any`); an event
+    -- of the other mode is stored `ignored` and changes no order.
     mode                       text        NOT NULL DEFAULT 'any',
-    -- The provider's API key that reads its event log, for reconciliation
-    -- (a Stripe restricted key with read access to events is enough).
-    -- NULL: the source is not reconciled.
+    -- The provider API key that reads its event log for reconciliation (a
+    -- Stripe restricted key that reads events); NULL: not reconciled.
     api_key                    text        NULL,
     CONSTRAINT sources_name_key UNIQUE (name),
     -- Names go into URLs, metric labels and shell commands.
@@ -454,14 +405,10 @@ CREATE TABLE sources (
     CONSTRAINT sources_api_key_of_kind CHECK (kind = 'stripe' OR api_key IS NULL)
 );
 
-COMMENT ON COLUMN sources.secret IS
-    'Signing secret: enc:v1:<key id>:<base64> when sealed under SECRETS_KEY, else plaintext.';
-COMMENT ON COLUMN sources.previous_secret IS
-    'The secret before the last rotation, until previous_secret_expires_at; sealed like secret.';
-COMMENT ON COLUMN sources.mode IS
-    'live, test or any: the livemode of the Stripe events this source applies.';
-COMMENT ON COLUMN sources.api_key IS
-    'The provider API key that reads its event log: enc:v1:<key id>:<base64> when sealed '
+COMMENT ON COLUMN sources.secret IS 'Signing secret: enc:v1:<key id>:<base64> when sealed under SECRETS_KEY, else plaintext.';
+COMMENT ON COLUMN sources.previous_secret IS 'The secret before the last rotation, until previous_secret_expires_at; sealed like secret.';
+COMMENT ON COLUMN sources.mode IS 'live, test or any: the livemode of the Stripe events this source applies.';
+COMMENT ON COLUMN sources.api_key IS 'The provider API key that reads its event log: enc:v1:<key id>:<base64> when sealed '
     'under SECRETS_KEY, else plaintext. NULL: not reconciled.';
 
 -- The messages the sources sent: the core's `inbox_messages`, with what each
@@ -493,13 +440,10 @@ CREATE INDEX inbox_messages_status_idx ON inbox_messages (status, id DESC);
 CREATE INDEX inbox_messages_order_id_idx ON inbox_messages (order_id)
     WHERE order_id IS NOT NULL;
 
--- One row per reconciled source (`inbox reconcile`, and the relays'
--- periodic job): where its log was last read from, and what the last run
--- found. `watermark` is the `created` time of the newest event a successful
--- run saw, less an overlap (events are not listed in strict creation order
--- at the edge): the next run asks for events from there instead of paging
--- through the provider's whole retention again. A failed run moves no
--- watermark, so the events it did not reach are asked for again.
+-- One row per reconciled source (`inbox reconcile`, the relays' periodic
+-- job): `watermark` is the `created` time of the newest event a successful run
+-- saw, less an overlap (the log's edge is not in strict creation order); the
+-- next run asks from there. A failed run moves no watermark.
 CREATE TABLE source_reconciliations (
     source_id      bigint      PRIMARY KEY REFERENCES sources (id) ON DELETE CASCADE,
     started_at     timestamptz NULL,
@@ -522,12 +466,10 @@ CREATE TABLE source_reconciliations (
     )
 );
 
--- The effect ledger: what each job's peer answered when the job ended done.
--- A row is written by the transaction that finishes its job, after the fenced
--- finish matched (the core's local write), so it exists exactly when the job
--- is done under the claim that performed the effect: a zombie's late success
--- writes nothing. One row per job at most, hence the primary key; no foreign
--- key, since a done job lives in jobs_done, whose partitions retention drops.
+-- The effect ledger: what each job's peer answered when the job ended done,
+-- written by the transaction that finishes it once the fenced finish matched,
+-- so a zombie's late success writes nothing. No foreign key: a done job lives
+-- in jobs_done, whose partitions retention drops.
 CREATE TABLE effect_results (
     job_id bigint PRIMARY KEY,
     -- An email: its Message-ID and the SMTP server's reply to the message.
@@ -550,8 +492,7 @@ CREATE TABLE effect_results (
     CONSTRAINT effect_results_stream_seq_positive CHECK (stream_seq > 0)
 );
 
-COMMENT ON TABLE effect_results IS
-    'The effect ledger: one row per done job, written in the transaction that finished it (GET /orders/{id}/effects).';
+COMMENT ON TABLE effect_results IS 'The effect ledger: one row per done job, written in the transaction that finished it (GET /orders/{id}/effects).';
 
 -- `jobs prune` deletes the answers with the done jobs they describe, by age.
 CREATE INDEX effect_results_recorded_at_idx ON effect_results (recorded_at);
