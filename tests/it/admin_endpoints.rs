@@ -583,18 +583,18 @@ async fn a_relay_without_webhook_url_delivers_to_the_endpoint_rows() {
 /// retried with an error that says what is missing, and delivered once
 /// `default` exists.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_legacy_delivery_without_default_waits_naming_the_problem_until_default_exists() {
+async fn an_unaddressed_delivery_without_default_waits_naming_the_problem_until_default_exists() {
     init_tracing();
     let db = TestDb::new();
     let mut conn = db.conn();
     // No endpoints at all: the placement queues one delivery to `default`.
     place(&mut conn);
-    let legacy: (i64, serde_json::Value) = jobs_all::table
+    let unaddressed: (i64, serde_json::Value) = jobs_all::table
         .filter(jobs_all::kind.eq("order_webhook"))
         .select((jobs_all::id, jobs_all::payload))
         .first(&mut conn)
-        .expect("the legacy delivery");
-    assert_eq!(legacy.1.get("endpoint_id"), None, "{}", legacy.1);
+        .expect("the unaddressed delivery");
+    assert_eq!(unaddressed.1.get("endpoint_id"), None, "{}", unaddressed.1);
 
     let launch = Launch::relay("no-default", &db.url)
         .without_env("WEBHOOK_URL")
@@ -617,7 +617,7 @@ async fn a_legacy_delivery_without_default_waits_naming_the_problem_until_defaul
             "SELECT status, attempts, last_error, run_after > now() + interval '30 seconds' AS later \
              FROM jobs_all WHERE id = $1",
         )
-        .bind::<diesel::sql_types::BigInt, _>(legacy.0)
+        .bind::<diesel::sql_types::BigInt, _>(unaddressed.0)
         .get_result(conn)
         .expect("the job");
         (r.status, r.attempts, r.last_error, r.later)
@@ -648,7 +648,7 @@ async fn a_legacy_delivery_without_default_waits_naming_the_problem_until_defaul
     )
     .expect("default");
     diesel::sql_query("UPDATE jobs SET run_after = now() WHERE id = $1")
-        .bind::<diesel::sql_types::BigInt, _>(legacy.0)
+        .bind::<diesel::sql_types::BigInt, _>(unaddressed.0)
         .execute(&mut conn)
         .expect("due now");
     wait_until("delivered to default", Duration::from_secs(30), || {

@@ -15,7 +15,9 @@ use order_service::effects::EffectError;
 use order_service::effects::receipt::ReceiptSettings;
 use order_service::effects::webhook::{WebhookConfig, WebhookSender};
 use order_service::effects::{self, JobHandler};
-use order_service::orders::{NewOrder, OrderId, load_order, place_order};
+use order_service::orders::{
+    NewOrder, OrderEvent, OrderId, load_order, load_order_events, place_order,
+};
 use order_service::schema::jobs_all;
 use sha2::Sha256;
 
@@ -37,6 +39,15 @@ fn sender(sink: &HttpSink, timeout: Duration) -> WebhookSender {
 }
 
 /// Places one order; returns its id and the id of its order_webhook job.
+/// The `order.placed` event of `order_id`, which its delivery sends.
+fn placed_event(conn: &mut PgConnection, order_id: i64) -> OrderEvent {
+    load_order_events(conn, OrderId::new(order_id))
+        .expect("load events")
+        .into_iter()
+        .next()
+        .expect("the placement's event")
+}
+
 fn place(conn: &mut PgConnection, max_attempts: i32) -> (i64, i64) {
     let order = NewOrder::parse(&order_json("Ada Lovelace")).expect("valid order");
     let order_id = place_order(conn, &order_enqueuer(), &order, None, max_attempts)
@@ -289,6 +300,7 @@ async fn a_refused_connection_is_retryable_and_names_only_the_origin() {
     let order = load_order(&mut conn, OrderId::new(order_id))
         .expect("load order")
         .expect("order exists");
+    let placed = placed_event(&mut conn, order_id);
     // A port that was free a moment ago: nothing listens there now.
     let port = {
         let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
@@ -303,7 +315,7 @@ async fn a_refused_connection_is_retryable_and_names_only_the_origin() {
     .expect("sender");
 
     let error = sender
-        .deliver(1, &order, None)
+        .deliver(1, &order, &placed)
         .await
         .expect_err("nothing listens");
     let EffectError::Retryable { message, .. } = &error else {
@@ -322,6 +334,7 @@ async fn without_webhook_allow_private_a_receiver_on_loopback_is_never_called() 
     let order = load_order(&mut conn, OrderId::new(order_id))
         .expect("load order")
         .expect("order exists");
+    let placed = placed_event(&mut conn, order_id);
     let sink = HttpSink::start([], Answer::status(204)).await;
     let guarded = |url: url::Url| {
         WebhookSender::new(&WebhookConfig {
@@ -335,7 +348,7 @@ async fn without_webhook_allow_private_a_receiver_on_loopback_is_never_called() 
 
     // A literal address: refused for good, since it will never be public.
     let error = guarded(sink.url())
-        .deliver(1, &order, None)
+        .deliver(1, &order, &placed)
         .await
         .expect_err("loopback refused");
     let EffectError::Permanent { message } = &error else {
@@ -352,7 +365,7 @@ async fn without_webhook_allow_private_a_receiver_on_loopback_is_never_called() 
     let mut by_name = sink.url();
     by_name.set_host(Some("localhost")).expect("host");
     let error = guarded(by_name)
-        .deliver(2, &order, None)
+        .deliver(2, &order, &placed)
         .await
         .expect_err("a name resolving to loopback refused");
     assert!(
@@ -457,6 +470,7 @@ async fn the_reference_verifier_accepts_a_delivery_with_each_of_two_rotated_secr
     let order = load_order(&mut conn, OrderId::new(order_id))
         .expect("load order")
         .expect("order exists");
+    let placed = placed_event(&mut conn, order_id);
     let sender = WebhookSender::new(&WebhookConfig {
         url: sink.url(),
         secret: both.clone(),
@@ -466,7 +480,7 @@ async fn the_reference_verifier_accepts_a_delivery_with_each_of_two_rotated_secr
     .expect("sender");
 
     sender
-        .deliver(job_id, &order, None)
+        .deliver(job_id, &order, &placed)
         .await
         .expect("delivered");
 

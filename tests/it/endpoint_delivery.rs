@@ -7,16 +7,14 @@ use std::time::Duration;
 use diesel::prelude::*;
 use order_service::effects::receipt::ReceiptSettings;
 use order_service::effects::webhook::{WebhookConfig, WebhookSender};
-use order_service::effects::{self, JobHandler, OrderWebhook};
+use order_service::effects::{self, JobHandler};
 use order_service::endpoints::breaker::Breaker;
 use order_service::endpoints::spec::{EndpointName, EndpointUrl, EventTypes, SigningSecret};
 use order_service::endpoints::{NewEndpoint, store, target};
+use order_service::orders::order_enqueuer;
 use order_service::orders::{
-    NewOrder, OrderId, Transition, delivery_key, endpoint_key, place_order, transition_order,
-    webhook_key,
+    NewOrder, Transition, delivery_key, endpoint_key, place_order, transition_order, webhook_key,
 };
-use order_service::orders::{new_job, order_enqueuer};
-use order_service::outbox::JobOptions;
 use order_service::schema::{delivery_attempts, jobs_all};
 use serde_json::json;
 
@@ -253,37 +251,26 @@ async fn a_rotated_secret_signs_beside_the_new_one_until_it_expires() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn jobs_queued_before_endpoints_existed_go_to_default() {
+async fn deliveries_queued_while_no_endpoint_existed_go_to_default() {
     init_tracing();
     let db = TestDb::new();
     let mut conn = db.conn();
-    let order_id = place(&mut conn);
-    // A database of the previous release: one order, its webhook queued
-    // without an endpoint (the payload a release before endpoints wrote).
-    let legacy: serde_json::Value = jobs_all::table
+    place(&mut conn);
+    // A database without endpoints: the order's webhook is queued without
+    // one, for `default`.
+    let unaddressed: serde_json::Value = jobs_all::table
         .filter(jobs_all::kind.eq("order_webhook"))
         .select(jobs_all::payload)
         .first(&mut conn)
         .expect("the placement's delivery");
     assert_eq!(
-        legacy.get("endpoint_id"),
+        unaddressed.get("endpoint_id"),
         None,
-        "no endpoints yet: {legacy}"
+        "no endpoints yet: {unaddressed}"
     );
-    // And one queued by hand, as a release before endpoints queued them.
-    let old = new_job(
-        &OrderWebhook {
-            order_id: OrderId::new(order_id),
-            event_id: None,
-            endpoint_id: None,
-        },
-        &JobOptions::default().ordering_key(format!("order-{order_id}-webhooks")),
-    )
-    .expect("job");
-    crate::support::enqueue(&mut conn, &old).expect("enqueue");
 
-    // The upgrade: a relay (or migrate) given WEBHOOK_URL writes `default`;
-    // another endpoint exists too.
+    // Then a relay (or migrate) given WEBHOOK_URL writes `default`; another
+    // endpoint exists too.
     let default_sink = HttpSink::start([], Answer::status(204)).await;
     let other = HttpSink::start([], Answer::status(204)).await;
     let default_secret = SigningSecret::generate().expect("a secret");
@@ -299,14 +286,14 @@ async fn jobs_queued_before_endpoints_existed_go_to_default() {
 
     let relay = delivery_relay(&db, &fallback, 2);
     wait_until(
-        "both old deliveries are done",
+        "the unaddressed delivery is done",
         Duration::from_secs(30),
-        || done_webhooks(&mut conn) == 2,
+        || done_webhooks(&mut conn) == 1,
     )
     .await;
     relay.stop().await;
     let requests = default_sink.requests();
-    assert_eq!(requests.len(), 2, "both went to default");
+    assert_eq!(requests.len(), 1, "it went to default");
     for request in &requests {
         reference_verify(request, default_secret.expose()).expect("signed by default's secret");
     }
@@ -345,9 +332,9 @@ async fn an_order_placed_before_any_endpoint_gets_its_later_events_at_default_in
     let db = TestDb::new();
     let mut conn = db.conn();
     // Placed while the database has no endpoint row: its delivery is queued
-    // without an endpoint, under the order's legacy key, for `default`.
+    // without an endpoint, under the order's unaddressed key, for `default`.
     let order_id = place(&mut conn);
-    let legacy = webhook_key(order_id);
+    let unaddressed = webhook_key(order_id);
     // The receiver fails the first delivery of order.placed, and its retry
     // waits a second (Retry-After): time enough for a later event to overtake
     // it, were it not queued behind.
@@ -388,7 +375,7 @@ async fn an_order_placed_before_any_endpoint_gets_its_later_events_at_default_in
         || done_webhooks(&mut conn) == 3,
     )
     .await;
-    // Every legacy delivery has ended: the next event goes under the
+    // Every unaddressed delivery has ended: the next event goes under the
     // endpoint's own key.
     transition(&mut conn, order_id, "deliver", json!({}));
     let after_drain = delivery_keys(&mut conn, order_id);
@@ -420,19 +407,19 @@ async fn an_order_placed_before_any_endpoint_gets_its_later_events_at_default_in
         ],
         "default got the order's events in order"
     );
-    let behind_legacy = (
-        Some(legacy.clone()),
+    let behind_unaddressed = (
+        Some(unaddressed.clone()),
         Some(endpoint_key(default_id)),
         Some(default_id),
     );
     assert_eq!(
         queued,
         [
-            (Some(legacy.clone()), None, None),
-            behind_legacy.clone(),
-            behind_legacy,
+            (Some(unaddressed.clone()), None, None),
+            behind_unaddressed.clone(),
+            behind_unaddressed,
         ],
-        "paid and shipped queued behind the unfinished legacy delivery"
+        "paid and shipped queued behind the unfinished unaddressed delivery"
     );
     assert_eq!(
         after_drain.last(),
@@ -441,7 +428,7 @@ async fn an_order_placed_before_any_endpoint_gets_its_later_events_at_default_in
             Some(endpoint_key(default_id)),
             Some(default_id),
         )),
-        "after the legacy key drained: {after_drain:?}"
+        "after the unaddressed key drained: {after_drain:?}"
     );
     assert!(fallback.requests().is_empty());
 }

@@ -349,7 +349,7 @@ async fn each_event_is_published_once_to_its_subject_with_the_webhook_body_and_h
     assert_eq!(body["type"], "order.placed");
     assert_eq!(
         body["order"]["id"], orders[0],
-        "the webhook's body, legacy fields kept"
+        "the webhook's body, order.placed fields kept"
     );
     assert!(
         messages

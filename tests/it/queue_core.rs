@@ -1,6 +1,7 @@
 //! The queue core standing on its own: its migrations build a database the
-//! relay runs on without any of the order service's tables, and the schema
-//! they build is the one the service's migration history arrives at.
+//! relay runs on without any of the order service's tables, and the service's
+//! migration, run after them, changes the queue's schema only by its
+//! `order_id`.
 
 use std::collections::BTreeSet;
 
@@ -91,7 +92,7 @@ fn catalog(conn: &mut PgConnection, query: &str) -> BTreeSet<String> {
 }
 
 #[test]
-fn the_cores_migrations_build_the_queue_schema_the_services_history_arrived_at() {
+fn the_services_migration_adds_only_its_order_id_to_the_queue_schema() {
     let core = TestDb::empty();
     let mut core_conn = core.conn();
     order_service::outbox_core::db::run_migrations(&mut core_conn).expect("core migrations");

@@ -277,11 +277,11 @@ async fn links_of_a_previous_key_work_only_while_it_is_listed() {
     // Links signed by the current key before links carried a kid still work,
     // and so do new ones.
     let current = test_receipt_links().sign(1, unix_now());
-    let legacy = format!(
+    let without_kid = format!(
         "expires={}&signature={}",
         current.expires, current.signature
     );
-    assert_eq!(fetch(&rotated, &legacy).await.0, StatusCode::NOT_FOUND);
+    assert_eq!(fetch(&rotated, &without_kid).await.0, StatusCode::NOT_FOUND);
     assert_eq!(
         fetch(&rotated, &current.query()).await.0,
         StatusCode::NOT_FOUND
@@ -307,8 +307,8 @@ async fn an_expiry_past_the_links_lifetime_is_refused_though_the_signature_holds
         (status, code.as_str()),
         (StatusCode::FORBIDDEN, "invalid_link")
     );
-    let legacy = format!("expires={}&signature={}", far.expires, far.signature);
-    assert_eq!(fetch(&app, &legacy).await.0, StatusCode::FORBIDDEN);
+    let without_kid = format!("expires={}&signature={}", far.expires, far.signature);
+    assert_eq!(fetch(&app, &without_kid).await.0, StatusCode::FORBIDDEN);
     // A minute of clock skew past the TTL is tolerated.
     let ttl = test_receipt_links().ttl();
     let skewed = ReceiptLinks::new(key, ttl + Duration::from_secs(60)).expect("key");

@@ -1,5 +1,5 @@
 //! The order service's database: the queue core's pool and helpers, and the
-//! service's own migrations, which build the core's tables too.
+//! service's own migration, which runs after the core's.
 
 use diesel::pg::PgConnection;
 use diesel_migrations::{EmbeddedMigrations, embed_migrations};
@@ -8,18 +8,19 @@ pub use outbox_core::db::{
     run_blocking,
 };
 
-/// The service's migrations (`migrations/`): orders, their items, events and
-/// receipts, the admin audit, and the history of the jobs tables, which
-/// predates the core crate. They end by recording the core's baseline as
-/// applied, so [`run_migrations`] applies only what the core adds later.
+/// The service's migrations (`migrations/`): its own tables (orders, their
+/// items and events, receipts, endpoints, keys, sources, the dashboard's),
+/// and its columns of the core's tables (`order_id` of `jobs` and
+/// `jobs_done`, the payment columns of `inbox_messages`), which the core's
+/// migrations create first.
 pub const MIGRATIONS: EmbeddedMigrations = embed_migrations!("../../migrations");
 
-/// Applies the service's pending migrations, then the core's, under one
+/// Applies the core's pending migrations, then the service's, under one
 /// advisory lock. Safe to call from many processes at once.
 pub fn run_migrations(conn: &mut PgConnection) -> anyhow::Result<()> {
     Ok(outbox_core::db::run_migration_sets(
         conn,
-        [MIGRATIONS, outbox_core::db::MIGRATIONS],
+        [outbox_core::db::MIGRATIONS, MIGRATIONS],
     )?)
 }
 

@@ -356,7 +356,7 @@ mod tests {
     }
 
     #[test]
-    fn previous_keys_verify_their_links_and_legacy_links_only_the_current_key() {
+    fn previous_keys_verify_their_links_and_links_without_a_key_id_only_the_current_key() {
         const OLD: &[u8] = b"an older key of thirty-two bytes";
         let old = ReceiptLinks::new(OLD, Duration::from_secs(3600)).expect("key");
         let link = old.sign(42, NOW);

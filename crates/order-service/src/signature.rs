@@ -59,7 +59,7 @@ pub struct Secrets {
     /// Keyed once; cloned per signature.
     v1: Vec<Hmac<Sha256>>,
     /// The first secret's bytes as written, for `X-Signature`.
-    legacy: Hmac<Sha256>,
+    x_signature: Hmac<Sha256>,
 }
 
 impl fmt::Debug for Secrets {
@@ -107,7 +107,7 @@ impl Secrets {
             .collect::<Result<Vec<_>, _>>()?;
         Ok(Secrets {
             v1,
-            legacy: hmac_key(first.as_bytes()),
+            x_signature: hmac_key(first.as_bytes()),
         })
     }
 
@@ -131,7 +131,7 @@ impl Secrets {
 
     /// The `X-Signature` value: `sha256=<hex HMAC-SHA256 of the body>`.
     pub fn x_signature(&self, body: &[u8]) -> String {
-        let mut mac = self.legacy.clone();
+        let mut mac = self.x_signature.clone();
         mac.update(body);
         format!("sha256={}", hex::encode(mac.finalize().into_bytes()))
     }
@@ -192,7 +192,7 @@ impl Secrets {
             .strip_prefix("sha256=")
             .and_then(|h| hex::decode(h).ok())
             .is_some_and(|sig| {
-                self.legacy
+                self.x_signature
                     .clone()
                     .chain_update(body)
                     .verify_slice(&sig)

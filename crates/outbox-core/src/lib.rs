@@ -48,3 +48,11 @@ pub mod worker_pool;
 pub mod schema;
 mod trace_context;
 pub mod worker;
+
+/// What [`queue_row!`] expands to names, whatever the caller's own
+/// dependencies are called. Not an API.
+#[doc(hidden)]
+pub mod __private {
+    pub use chrono;
+    pub use serde_json;
+}

@@ -44,6 +44,70 @@ macro_rules! jobs_table {
     };
 }
 
+/// An `Insertable` of the queue's columns of a [`NewJob`](crate::outbox::NewJob)
+/// into `$table`, a table of [`jobs_table!`](crate::jobs_table), made from
+/// the job with `From<&NewJob>`: the one list of the columns an enqueue
+/// writes. The queue's own insert writes it into `jobs`; an application that
+/// added columns defines it for its own `jobs` table and embeds it in a row
+/// of its own beside its columns, for its
+/// [`InsertJobs`](crate::outbox::InsertJobs):
+///
+/// ```ignore
+/// outbox_core::queue_row!(QueueRow for crate::schema::jobs);
+///
+/// #[derive(diesel::Insertable)]
+/// #[diesel(table_name = crate::schema::jobs)]
+/// struct TenantJobRow<'a> {
+///     #[diesel(embed)]
+///     queue: QueueRow<'a>,
+///     tenant_id: Option<i64>,
+/// }
+/// ```
+///
+/// The caller needs `diesel` in scope, as `table!` does.
+#[macro_export]
+macro_rules! queue_row {
+    ($vis:vis $name:ident for $($table:tt)+) => {
+        #[derive(diesel::Insertable)]
+        #[diesel(table_name = $($table)+)]
+        $vis struct $name<'a> {
+            id: Option<i64>,
+            kind: &'a str,
+            payload: &'a $crate::__private::serde_json::Value,
+            run_after: Option<$crate::__private::chrono::DateTime<$crate::__private::chrono::Utc>>,
+            max_attempts: i32,
+            ordering_key: Option<&'a str>,
+            blocked: bool,
+            trace_context: Option<&'a $crate::__private::serde_json::Value>,
+            concurrency_key: Option<&'a str>,
+            waiting_on: &'a [i64],
+            depends_on: Option<&'a [i64]>,
+            dependency_policy: Option<&'a str>,
+            unfinished_parents: Option<&'a [i64]>,
+        }
+
+        impl<'a> From<&'a $crate::outbox::NewJob> for $name<'a> {
+            fn from(job: &'a $crate::outbox::NewJob) -> Self {
+                $name {
+                    id: job.id_value(),
+                    kind: job.kind(),
+                    payload: job.payload(),
+                    run_after: job.run_after_value(),
+                    max_attempts: job.max_attempts_value(),
+                    ordering_key: job.ordering_key_value(),
+                    blocked: job.is_blocked(),
+                    trace_context: job.trace_context_value(),
+                    concurrency_key: job.concurrency_key_value(),
+                    waiting_on: job.waiting_on_value(),
+                    depends_on: job.depends_on_value(),
+                    dependency_policy: job.dependency_policy_value(),
+                    unfinished_parents: job.unfinished_parents_value(),
+                }
+            }
+        }
+    };
+}
+
 crate::jobs_table! { jobs {} }
 
 crate::jobs_table! {

@@ -93,7 +93,7 @@ async fn every_orders_events_arrive_in_seq_order_with_three_relays_and_a_flaky_r
     // The relays first: the first of them creates the `default` endpoint
     // from WEBHOOK_URL, as a deployment's start does before any order is
     // placed. (Orders placed while no endpoint row exists queue their first
-    // delivery under the order's legacy key, and their later deliveries to
+    // delivery without an endpoint (under the order's own key), and their later deliveries to
     // `default` queue behind it: endpoint_delivery.rs's
     // an_order_placed_before_any_endpoint_gets_its_later_events_at_default_in_order.)
     // This test is about ordering once endpoints exist.

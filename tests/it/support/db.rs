@@ -83,7 +83,7 @@ fn admin_conn() -> PgConnection {
 
 fn migrations_hash() -> String {
     use sha2::Digest as _;
-    // The service's migrations run the core's after them.
+    // The core's migrations, then the service's, which alter the core's tables.
     let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
     let mut files: Vec<_> = walk(&root.join("migrations"));
     files.extend(walk(&root.join("crates/outbox-core/migrations")));

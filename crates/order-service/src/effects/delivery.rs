@@ -52,7 +52,7 @@ impl WebhookWorker {
     async fn deliver(&self, args: OrderWebhook, ctx: JobContext) -> EffectResult {
         let sender = sender_of(self.sender.as_ref())?;
         let order = self.orders.order(args.order_id).await?;
-        let event = self.orders.event(args.event_id.map(EventId::new)).await?;
+        let event = self.orders.event(EventId::new(args.event_id)).await?;
         let endpoint_id = args.endpoint_id.map(EndpointId::new);
         let Some(target) = load_target(&self.orders.pool, endpoint_id).await? else {
             return match args.endpoint_id {
@@ -61,7 +61,7 @@ impl WebhookWorker {
                 // `default` from WEBHOOK_URL before it claims, so it never
                 // needs this.
                 None if sender.has_fallback() => {
-                    sender.deliver(ctx.id(), &order, event.as_ref()).await?;
+                    sender.deliver(ctx.id(), &order, &event).await?;
                     Ok(None)
                 }
                 None => Err(no_default()),
@@ -73,7 +73,7 @@ impl WebhookWorker {
         let (url, secrets) = usable(&target, &self.secrets)?;
         let started_at = chrono::Utc::now();
         let outcome = sender
-            .deliver_to(&url, &secrets, ctx.id(), &order, event.as_ref())
+            .deliver_to(&url, &secrets, ctx.id(), &order, &event)
             .await;
         after_attempt(
             &self.orders.pool,

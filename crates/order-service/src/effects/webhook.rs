@@ -175,15 +175,14 @@ impl WebhookSender {
         self.fallback.is_some()
     }
 
-    /// POSTs `event` of `order` (without one, the legacy `order.placed` body)
-    /// for job `job_id` to the configured URL, signed with the configured
-    /// secrets. A sender built by [`Self::for_endpoints`] has neither: that
+    /// POSTs `event` of `order` for job `job_id` to the configured URL,
+    /// signed with the configured secrets. A sender built by [`Self::for_endpoints`] has neither: that
     /// is a permanent error, since retrying cannot give it a URL.
     pub async fn deliver(
         &self,
         job_id: i64,
         order: &Order,
-        event: Option<&OrderEvent>,
+        event: &OrderEvent,
     ) -> Result<(), EffectError> {
         let fallback = self.fallback.as_ref().ok_or_else(|| {
             EffectError::permanent("this webhook sender has no URL of its own (no WEBHOOK_URL)")
@@ -201,7 +200,7 @@ impl WebhookSender {
         secrets: &Secrets,
         job_id: i64,
         order: &Order,
-        event: Option<&OrderEvent>,
+        event: &OrderEvent,
     ) -> AttemptOutcome {
         match event_body(order, event) {
             Ok(body) => self.post_to(url, secrets, job_id, body).await,

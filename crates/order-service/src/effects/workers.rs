@@ -107,7 +107,7 @@ pub struct EmailWorker {
 impl Worker<ConfirmationEmail> for EmailWorker {
     async fn work(&self, args: ConfirmationEmail, ctx: JobContext) -> EffectResult {
         let span = order_span(args.order_id);
-        self.send(args.order_id, args.event_id.map(EventId::new), ctx)
+        self.send(args.order_id, EventId::new(args.event_id), ctx)
             .instrument(span)
             .await
     }
@@ -116,7 +116,7 @@ impl Worker<ConfirmationEmail> for EmailWorker {
 impl Worker<OrderEmail> for EmailWorker {
     async fn work(&self, args: OrderEmail, ctx: JobContext) -> EffectResult {
         let span = order_span(args.order_id);
-        self.send(args.order_id, Some(EventId::new(args.event_id)), ctx)
+        self.send(args.order_id, EventId::new(args.event_id), ctx)
             .instrument(span)
             .await
     }
@@ -126,7 +126,7 @@ impl EmailWorker {
     async fn send(
         &self,
         order_id: OrderId,
-        event_id: Option<EventId>,
+        event_id: EventId,
         ctx: JobContext,
     ) -> EffectResult {
         let mailer = self.mailer.as_ref().ok_or_else(|| {
@@ -137,18 +137,13 @@ impl EmailWorker {
         })?;
         let order = self.orders.order(order_id).await?;
         let event = self.orders.event(event_id).await?;
-        let (kind, details) = match &event {
-            None => (EmailKind::Confirmation, serde_json::Value::Null),
-            Some(event) => (
-                EmailKind::for_event(&event.event_type).ok_or_else(|| {
-                    EffectError::permanent(format!(
-                        "{} sends no email (event {})",
-                        event.event_type, event.id
-                    ))
-                })?,
-                event.data.clone(),
-            ),
-        };
+        let kind = EmailKind::for_event(&event.event_type).ok_or_else(|| {
+            EffectError::permanent(format!(
+                "{} sends no email (event {})",
+                event.event_type, event.id
+            ))
+        })?;
+        let details = event.data;
         let receipt = match kind {
             EmailKind::Confirmation => self.receipt(order_id, &ctx).await?,
             _ => None,

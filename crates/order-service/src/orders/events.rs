@@ -20,10 +20,10 @@
 //! events in order, and one endpoint's failed head holds back only its own
 //! deliveries) and counts against the concurrency key `endpoint:<endpoint id>`,
 //! whose limits the endpoint's row sets. One exception: an order placed
-//! before any endpoint existed has its first deliveries queued without an
-//! endpoint, for `default`, under its legacy key ([`webhook_key`]); while any
-//! of those is unfinished, the order's later deliveries to `default` take
-//! that key too, and queue behind them.
+//! while no endpoint existed has its first deliveries queued without an
+//! endpoint (unaddressed), for `default`, under the key [`webhook_key`];
+//! while any of those is unfinished, the order's later deliveries to
+//! `default` take that key too, and queue behind them.
 
 use diesel::prelude::*;
 use diesel::sql_types::{Array, BigInt, Bool, Integer, Jsonb, Nullable, Text};
@@ -84,10 +84,10 @@ pub(super) struct RecordedEvent {
     /// Whether the database has any endpoint at all (see the SQL).
     #[diesel(sql_type = Bool)]
     any_endpoint: bool,
-    /// The endpoint named `default`, while the order has an unfinished job
-    /// under its legacy key (see the SQL); none for a placement.
+    /// The endpoint named `default`, while the order has an unfinished
+    /// unaddressed delivery (see the SQL); none for a placement.
     #[diesel(sql_type = Nullable<BigInt>)]
-    default_behind_legacy: Option<i64>,
+    default_behind_unaddressed: Option<i64>,
 }
 
 /// An event of a transition: [`RecordedEvent`], and whether an earlier
@@ -102,7 +102,8 @@ pub(super) struct TransitionEvent {
 }
 
 /// Inserts event `seq` of the order and reads its subscribers, whether its
-/// legacy key still has unfinished jobs, and whether its fan-out key has, in
+/// unaddressed deliveries' key still has unfinished jobs, and whether its
+/// fan-out key has, in
 /// one statement. The caller holds the order row's lock. `key`: the
 /// request's Idempotency-Key and the hash of the request, stored with the
 /// event.
@@ -143,12 +144,12 @@ impl RecordedEvent {
         behind_fanout: bool,
     ) -> QueryResult<Vec<NewJob>> {
         if !self.any_endpoint {
-            // No endpoints yet: one delivery to `default`, behind the order's
-            // earlier such deliveries (the key they were queued under).
+            // No endpoints yet: one unaddressed delivery, for `default`,
+            // behind the order's earlier ones (the key they were queued under).
             let job = new_job(
                 &OrderWebhook {
                     order_id,
-                    event_id: Some(self.event_id),
+                    event_id: self.event_id,
                     endpoint_id: None,
                 },
                 &keys.options(jobs.max_attempts, webhook_key(order_id.get())),
@@ -163,7 +164,7 @@ impl RecordedEvent {
                 max_attempts: jobs.max_attempts,
                 webhook_endpoints: self.webhook_endpoints.clone(),
                 nats_endpoints: self.nats_endpoints.clone(),
-                default_behind_legacy: self.default_behind_legacy,
+                default_behind_unaddressed: self.default_behind_unaddressed,
             };
             let options = keys.options(jobs.max_attempts, fanout_key(order_id.get()));
             return Ok(vec![new_job(&fanout, &options)?]);
@@ -172,7 +173,7 @@ impl RecordedEvent {
             event_id: self.event_id,
             webhook_endpoints: &self.webhook_endpoints,
             nats_endpoints: &self.nats_endpoints,
-            default_behind_legacy: self.default_behind_legacy,
+            default_behind_unaddressed: self.default_behind_unaddressed,
         }
         .deliveries(order_id, jobs.max_attempts, keys)
     }
@@ -186,7 +187,7 @@ pub(super) struct Subscribers<'a> {
     pub webhook_endpoints: &'a [i64],
     pub nats_endpoints: &'a [i64],
     /// See [`RecordedEvent`]'s field of that name.
-    pub default_behind_legacy: Option<i64>,
+    pub default_behind_unaddressed: Option<i64>,
 }
 
 impl Subscribers<'_> {
@@ -202,7 +203,7 @@ impl Subscribers<'_> {
             new_job(
                 &OrderWebhook {
                     order_id,
-                    event_id: Some(self.event_id),
+                    event_id: self.event_id,
                     endpoint_id: Some(endpoint_id),
                 },
                 &keys
@@ -229,16 +230,16 @@ impl Subscribers<'_> {
     }
 
     /// The ordering key of the event's webhook to `endpoint_id`: the
-    /// endpoint's own, except for `default` while the order's legacy key has
-    /// an unfinished job: then the legacy key, so the delivery runs after the
-    /// deliveries queued for `default` before endpoints existed (it keeps
-    /// `default`'s concurrency key). The switch to the endpoint's key comes
-    /// only once the legacy key has drained: deliveries queued under it
-    /// meanwhile are unfinished jobs of that key themselves, so every one of
-    /// them has ended before an event takes the endpoint's key, and nothing
-    /// under that key can overtake them.
+    /// endpoint's own, except for `default` while the order has an
+    /// unfinished unaddressed delivery: then their key ([`webhook_key`]), so
+    /// the delivery runs after the deliveries queued for `default` while no
+    /// endpoint existed (it keeps `default`'s concurrency key). The switch to
+    /// the endpoint's key comes only once that key has drained: deliveries
+    /// queued under it meanwhile are unfinished jobs of that key themselves,
+    /// so every one of them has ended before an event takes the endpoint's
+    /// key, and nothing under that key can overtake them.
     fn webhook_ordering_key(&self, endpoint_id: i64, order_id: OrderId) -> String {
-        if self.default_behind_legacy == Some(endpoint_id) {
+        if self.default_behind_unaddressed == Some(endpoint_id) {
             webhook_key(order_id.get())
         } else {
             delivery_key(endpoint_id, order_id.get())
@@ -297,13 +298,7 @@ pub(super) fn event_email_with(
     event_id: i64,
     options: JobOptions,
 ) -> QueryResult<NewJob> {
-    new_job(
-        &ConfirmationEmail {
-            order_id,
-            event_id: Some(event_id),
-        },
-        &options,
-    )
+    new_job(&ConfirmationEmail { order_id, event_id }, &options)
 }
 
 /// A transition's event, before it is written.

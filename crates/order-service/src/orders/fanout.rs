@@ -85,7 +85,7 @@ pub fn expand_fanout_step(
             webhook_endpoints: &fanout.webhook_endpoints[from.min(webhooks)..to.min(webhooks)],
             nats_endpoints: &fanout.nats_endpoints
                 [from.saturating_sub(webhooks)..to.saturating_sub(webhooks)],
-            default_behind_legacy: fanout.default_behind_legacy,
+            default_behind_unaddressed: fanout.default_behind_unaddressed,
         };
         let jobs = slice.deliveries(fanout.order_id, fanout.max_attempts, KeyAge::Used)?;
         enqueuer.enqueue_many(conn, &jobs)?;

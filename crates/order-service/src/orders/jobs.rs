@@ -3,7 +3,6 @@
 //! ([`order_enqueuer`]). The relay's workers for them are in
 //! [`crate::effects`].
 
-use chrono::{DateTime, Utc};
 use diesel::prelude::*;
 use outbox_core::outbox::{Enqueuer, JobOptions, NewJob};
 use outbox_core::worker::JobArgs;
@@ -13,16 +12,14 @@ use super::OrderId;
 use crate::kinds::EffectKind;
 
 /// The confirmation of a placed order. A job queued before `order_email`
-/// existed may name a later event, and sends that event's email; one queued
-/// before events existed names none, and sends the confirmation.
+/// existed may name a later event, and sends that event's email.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct ConfirmationEmail {
     /// The order the email is about.
     pub order_id: OrderId,
     /// The event the email announces.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub event_id: Option<i64>,
+    pub event_id: i64,
 }
 
 impl JobArgs for ConfirmationEmail {
@@ -58,9 +55,6 @@ impl JobArgs for OrderEmail {
 pub struct ReceiptPdf {
     /// The order to render.
     pub order_id: OrderId,
-    /// Accepted, and ignored, for jobs enqueued with an event.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub event_id: Option<i64>,
 }
 
 impl JobArgs for ReceiptPdf {
@@ -71,18 +65,16 @@ impl JobArgs for ReceiptPdf {
     }
 }
 
-/// The delivery of an order event to one webhook endpoint; no event: the
-/// original `order.placed` body.
+/// The delivery of an order event to one webhook endpoint.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct OrderWebhook {
     /// The order the event belongs to.
     pub order_id: OrderId,
     /// The event to deliver.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub event_id: Option<i64>,
-    /// The endpoint to deliver to; none for a job queued before endpoints
-    /// existed, which goes to the endpoint named `default`.
+    pub event_id: i64,
+    /// The endpoint to deliver to; none for a delivery queued while no
+    /// endpoint existed, which goes to the endpoint named `default`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub endpoint_id: Option<i64>,
 }
@@ -145,9 +137,9 @@ pub struct OrderFanout {
     #[serde(with = "id_runs")]
     pub nats_endpoints: Vec<i64>,
     /// `default`, when its delivery queues behind the order's deliveries
-    /// from before endpoints existed.
+    /// queued while no endpoint existed.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub default_behind_legacy: Option<i64>,
+    pub default_behind_unaddressed: Option<i64>,
 }
 
 impl JobArgs for OrderFanout {
@@ -199,25 +191,16 @@ pub fn new_job<A: JobArgs>(args: &A, options: &JobOptions) -> diesel::QueryResul
         .map_err(|e| diesel::result::Error::SerializationError(Box::new(e)))
 }
 
+outbox_core::queue_row!(QueueRow for crate::schema::jobs);
+
 /// A job row as this service writes it: the queue's columns and `order_id`,
 /// which the service added to `jobs` and the queue does not know.
 #[derive(Insertable)]
 #[diesel(table_name = crate::schema::jobs)]
 struct OrderJobRow<'a> {
-    id: Option<i64>,
+    #[diesel(embed)]
+    queue: QueueRow<'a>,
     order_id: Option<OrderId>,
-    kind: &'a str,
-    payload: &'a serde_json::Value,
-    run_after: Option<DateTime<Utc>>,
-    max_attempts: i32,
-    ordering_key: Option<&'a str>,
-    blocked: bool,
-    trace_context: Option<&'a serde_json::Value>,
-    concurrency_key: Option<&'a str>,
-    waiting_on: &'a [i64],
-    depends_on: Option<&'a [i64]>,
-    dependency_policy: Option<&'a str>,
-    unfinished_parents: Option<&'a [i64]>,
 }
 
 /// The service's enqueuer: the queue's rows, with `order_id` written
@@ -235,20 +218,8 @@ fn insert_order_jobs(conn: &mut PgConnection, new_jobs: &[NewJob]) -> QueryResul
     let rows: Vec<OrderJobRow<'_>> = new_jobs
         .iter()
         .map(|job| OrderJobRow {
-            id: job.id_value(),
+            queue: QueueRow::from(job),
             order_id: job.extension::<OrderId>().copied(),
-            kind: job.kind(),
-            payload: job.payload(),
-            run_after: job.run_after_value(),
-            max_attempts: job.max_attempts_value(),
-            ordering_key: job.ordering_key_value(),
-            blocked: job.is_blocked(),
-            trace_context: job.trace_context_value(),
-            concurrency_key: job.concurrency_key_value(),
-            waiting_on: job.waiting_on_value(),
-            depends_on: job.depends_on_value(),
-            dependency_policy: job.dependency_policy_value(),
-            unfinished_parents: job.unfinished_parents_value(),
         })
         .collect();
     diesel::insert_into(crate::schema::jobs::table)
@@ -277,7 +248,6 @@ mod tests {
                 OrderWebhook::KIND,
                 json!({"order_id": 7, "event_id": 3, "endpoint_id": 2}),
             ),
-            (OrderWebhook::KIND, json!({"order_id": 7})),
             (
                 OrderPublish::KIND,
                 json!({"order_id": 7, "event_id": 3, "endpoint_id": 2}),
@@ -330,7 +300,7 @@ mod tests {
             max_attempts: 8,
             webhook_endpoints: (1..=1000).chain([1002, 1003, 1010]).collect(),
             nats_endpoints: vec![],
-            default_behind_legacy: None,
+            default_behind_unaddressed: None,
         };
         let payload = serde_json::to_value(&fanout).expect("serializes");
         assert_eq!(

@@ -228,10 +228,7 @@ pub fn place_order_by(
         let mut jobs = vec![
             event_email_with(order_id, event_id, confirmation)?,
             new_job(
-                &ReceiptPdf {
-                    order_id,
-                    event_id: None,
-                },
+                &ReceiptPdf { order_id },
                 &JobOptions::default().max_attempts(max_attempts),
             )?,
         ];

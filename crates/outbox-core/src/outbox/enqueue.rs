@@ -408,43 +408,7 @@ fn insert_jobs(conn: &mut PgConnection, new_jobs: &[NewJob]) -> QueryResult<Vec<
         .get_results(conn)
 }
 
-/// The queue's columns of one [`NewJob`], as [`insert_jobs`] writes them:
-/// private, so that `NewJob` itself is no `Insertable` a caller could write
-/// past the enqueue.
-#[derive(Insertable)]
-#[diesel(table_name = jobs)]
-struct QueueRow<'a> {
-    id: Option<i64>,
-    kind: &'a str,
-    payload: &'a serde_json::Value,
-    run_after: Option<chrono::DateTime<chrono::Utc>>,
-    max_attempts: i32,
-    ordering_key: Option<&'a str>,
-    blocked: bool,
-    trace_context: Option<&'a serde_json::Value>,
-    concurrency_key: Option<&'a str>,
-    waiting_on: &'a [i64],
-    depends_on: Option<&'a [i64]>,
-    dependency_policy: Option<&'a str>,
-    unfinished_parents: Option<&'a [i64]>,
-}
-
-impl<'a> From<&'a NewJob> for QueueRow<'a> {
-    fn from(job: &'a NewJob) -> Self {
-        QueueRow {
-            id: job.id,
-            kind: &job.kind,
-            payload: &job.payload,
-            run_after: job.run_after,
-            max_attempts: job.max_attempts,
-            ordering_key: job.ordering_key.as_deref(),
-            blocked: job.blocked,
-            trace_context: job.trace_context.as_ref(),
-            concurrency_key: job.concurrency_key.as_deref(),
-            waiting_on: &job.waiting_on,
-            depends_on: job.depends_on.as_deref(),
-            dependency_policy: job.dependency_policy.as_deref(),
-            unfinished_parents: job.unfinished_parents.as_deref(),
-        }
-    }
-}
+// The queue's columns of one [`NewJob`], as [`insert_jobs`] writes them:
+// private, so that `NewJob` itself is no `Insertable` a caller could write
+// past the enqueue.
+crate::queue_row!(QueueRow for jobs);

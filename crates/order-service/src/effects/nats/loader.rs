@@ -176,7 +176,7 @@ fn pick(
 }
 
 fn render(order: &Order, event: &OrderEvent) -> Loaded {
-    let body = event_body(order, Some(event)).map_err(|e| {
+    let body = event_body(order, event).map_err(|e| {
         EffectError::permanent(format!("order {} does not serialize: {e}", order.id))
     })?;
     Ok(Rendered {

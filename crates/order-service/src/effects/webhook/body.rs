@@ -11,14 +11,10 @@ use crate::orders::{Order, OrderEvent, OrderId};
 /// The body of one event, Standard Webhooks style:
 /// `{"type":"order.paid","id":<event id>,"timestamp":"<RFC 3339>","data":{...}}`,
 /// where `data` holds the event's own fields, its `seq` and the whole `order`.
-/// An `order.placed` body also keeps the original `"event"` and `"order"`
-/// fields, so receivers written for the first version read it unchanged. A
-/// job enqueued before events existed has no event: it gets the original body.
-pub(crate) fn event_body(order: &Order, event: Option<&OrderEvent>) -> serde_json::Result<Vec<u8>> {
-    let legacy = OrderPlaced::new(order);
-    let Some(event) = event else {
-        return serde_json::to_vec(&legacy);
-    };
+/// An `order.placed` body also carries `"event": "order.placed"` and the
+/// whole `"order"` at its top level, as the contract's `order.placed` body.
+pub(crate) fn event_body(order: &Order, event: &OrderEvent) -> serde_json::Result<Vec<u8>> {
+    let placed = OrderPlaced::new(order);
     // Written straight from the rows, in the order a `serde_json::Map`
     // (sorted keys) would write it: the bytes are the same as building the
     // body as a `Value` first, which cost a publish job more CPU than all
@@ -31,14 +27,14 @@ pub(crate) fn event_body(order: &Order, event: Option<&OrderEvent>) -> serde_jso
         _ => BTreeMap::new(),
     };
     data.insert("seq", Field::Int(event.seq.into()));
-    data.insert("order", Field::Order(&legacy.order));
+    data.insert("order", Field::Order(&placed.order));
     let timestamp = event
         .created_at
         .to_rfc3339_opts(chrono::SecondsFormat::Micros, true);
     let mut body: BTreeMap<&str, Field<'_>> = BTreeMap::new();
     if event.event_type == EVENT_ORDER_PLACED {
         body.insert("event", Field::Str(EVENT_ORDER_PLACED));
-        body.insert("order", Field::Order(&legacy.order));
+        body.insert("order", Field::Order(&placed.order));
     }
     body.insert("type", Field::Str(&event.event_type));
     body.insert("id", Field::Int(event.id));
@@ -68,7 +64,8 @@ impl Serialize for Field<'_> {
     }
 }
 
-/// The JSON body: `{"event":"order.placed","order":{...}}`.
+/// The top-level fields of an `order.placed` body:
+/// `{"event":"order.placed","order":{...}}`.
 #[derive(Debug, Serialize)]
 struct OrderPlaced<'a> {
     event: &'static str,
@@ -131,17 +128,17 @@ mod tests {
 
     /// The body as it was built before: a `Value`, then its bytes.
     fn through_value(order: &Order, event: &OrderEvent) -> Vec<u8> {
-        let legacy = serde_json::to_value(OrderPlaced::new(order)).expect("order");
+        let placed = serde_json::to_value(OrderPlaced::new(order)).expect("order");
         let mut data = match &event.data {
             serde_json::Value::Object(fields) => fields.clone(),
             _ => serde_json::Map::new(),
         };
         data.insert("seq".into(), event.seq.into());
-        data.insert("order".into(), legacy["order"].clone());
+        data.insert("order".into(), placed["order"].clone());
         let mut body = serde_json::Map::new();
         if event.event_type == EVENT_ORDER_PLACED {
             body.insert("event".into(), EVENT_ORDER_PLACED.into());
-            body.insert("order".into(), legacy["order"].clone());
+            body.insert("order".into(), placed["order"].clone());
         }
         body.insert("type".into(), event.event_type.clone().into());
         body.insert("id".into(), event.id.into());
@@ -204,7 +201,7 @@ mod tests {
             ),
         ];
         for event in &cases {
-            let straight = event_body(&order, Some(event)).expect("body");
+            let straight = event_body(&order, event).expect("body");
             assert_eq!(
                 String::from_utf8_lossy(&straight),
                 String::from_utf8_lossy(&through_value(&order, event)),
@@ -212,12 +209,5 @@ mod tests {
                 event.event_type
             );
         }
-        let legacy = event_body(&order, None).expect("legacy body");
-        let value: serde_json::Value = serde_json::from_slice(&legacy).expect("JSON");
-        assert_eq!(
-            legacy,
-            serde_json::to_vec(&value).expect("bytes"),
-            "the legacy body in name order too"
-        );
     }
 }

@@ -20,9 +20,10 @@
 -- foreign keys of the items and the event are checked at the end of the
 -- statement, once the order's row is there.
 --
--- The endpoint columns are record_event.sql's: see there. A new order has
--- no jobs under its legacy key, so none of its deliveries waits behind one
--- (`default_behind_legacy` is NULL).
+-- The endpoint columns are the subscribers of the event's type, as
+-- order_event_subscribers (in the migration) reads them; see
+-- record_event.sql. A new order has no unaddressed deliveries, so none of
+-- its deliveries waits behind one (`default_behind_unaddressed` is NULL).
 WITH new_order AS (
     INSERT INTO orders (customer_email, customer_name, currency, total_cents,
                         idempotency_key, request_hash, api_key_id, expires_at)
@@ -49,18 +50,8 @@ SELECT
     new_order.expires_at,
     coalesce((SELECT array_agg(items.id ORDER BY items.id) FROM items), '{}') AS item_ids,
     event.id AS event_id,
-    coalesce(
-        (SELECT array_agg(e.id ORDER BY e.id) FROM endpoints e
-         WHERE e.enabled AND e.url !~ '^nats://'
-           AND (e.event_types IS NULL OR $12 = ANY (e.event_types))),
-        '{}'
-    ) AS webhook_endpoints,
-    coalesce(
-        (SELECT array_agg(e.id ORDER BY e.id) FROM endpoints e
-         WHERE e.enabled AND e.url ~ '^nats://'
-           AND (e.event_types IS NULL OR $12 = ANY (e.event_types))),
-        '{}'
-    ) AS nats_endpoints,
-    EXISTS (SELECT 1 FROM endpoints) AS any_endpoint,
-    NULL::bigint AS default_behind_legacy
-FROM new_order, event
+    subscribers.webhook_endpoints,
+    subscribers.nats_endpoints,
+    subscribers.any_endpoint,
+    NULL::bigint AS default_behind_unaddressed
+FROM new_order, event, order_event_subscribers($12) AS subscribers

@@ -4,7 +4,7 @@
 -- Index: none of its own. An index on the lease (or one whose predicate
 -- mentions status) would make every claim and heartbeat a non-HOT update,
 -- writing an entry per index per job; the layout keeps them HOT instead
--- (migrations/2026-12-02-000001_jobs_layout_v2). The reaper runs every few
+-- (the core's migration, 2026-12-13-000001_outbox_core). The reaper runs every few
 -- seconds, so it reads the unfinished jobs, through jobs_claim_idx (keyless
 -- jobs only, so not usable here once keyed jobs exist) or a sequential scan
 -- as the planner finds cheaper: O(backlog) per pass, never

@@ -300,10 +300,11 @@ async fn handle(
     respond(answer).await
 }
 
-/// Whether a receiver that knows `secrets` accepts the request, old way and new.
+/// Whether a receiver that knows `secrets` accepts the request: its
+/// `X-Signature` and its Standard Webhooks signature both verify.
 fn signatures_valid(secrets: &Secrets, headers: &HeaderMap, body: &[u8], now: i64) -> bool {
     let header = |name: &str| headers.get(name).and_then(|v| v.to_str().ok());
-    let legacy = header("x-signature").is_some_and(|h| secrets.verify_x_signature(body, h));
+    let x_signature = header("x-signature").is_some_and(|h| secrets.verify_x_signature(body, h));
     let standard = match (
         header("webhook-id"),
         header("webhook-timestamp"),
@@ -314,7 +315,7 @@ fn signatures_valid(secrets: &Secrets, headers: &HeaderMap, body: &[u8], now: i6
         }
         _ => false,
     };
-    legacy && standard
+    x_signature && standard
 }
 
 async fn respond(answer: Answer) -> Response {

@@ -1,6 +1,7 @@
 -- The queue's schema, whole: the jobs table, the archive of done jobs and
--- its retention functions, and the jobs_all view. ARCHITECTURE.md ("Job
--- state") says what each statement that moves a job relies on.
+-- its retention functions, the jobs_all view, concurrency keys, job
+-- dependencies, the inbox and periodic jobs. ARCHITECTURE.md ("Job state")
+-- says what each statement that moves a job relies on.
 --
 -- An application may add columns of its own to `jobs` and `jobs_done` (with
 -- the same name in both, and in the view); the queue names only these.
@@ -37,6 +38,24 @@ CREATE TABLE jobs (
     -- nothing however many jobs wait behind it.
     ordering_key     text        NULL,
     blocked          boolean     NOT NULL DEFAULT false,
+    -- The key whose limits the job counts against (job_concurrency_keys,
+    -- below); NULL: none.
+    concurrency_key  text        NULL,
+    -- Dependencies: the ids of the parents this job still waits for (not
+    -- done yet, or, policy `hold`, failed); empty when it waits for none.
+    -- The finish that marks a parent done takes it out of each dependent's
+    -- `waiting_on` in the same statement (finish_jobs.sql); a dependent
+    -- whose `waiting_on` is empty is an ordinary pending job.
+    waiting_on       bigint[]    NOT NULL DEFAULT '{}',
+    -- Every parent the job was enqueued with, for display (NULL: none).
+    depends_on       bigint[]    NULL,
+    -- What a parent that does not end done does to this job: 'hold' (a failed
+    -- parent holds it until retried; a cancelled one cancels it) or 'run' (it
+    -- runs anyway). NULL for a job without parents.
+    dependency_policy text       NULL,
+    -- Policy 'run': the parents that ended failed or cancelled, which the
+    -- worker is told about (JobContext::unfinished_parents).
+    unfinished_parents bigint[]  NULL,
     CONSTRAINT jobs_status_valid
         CHECK (status IN ('pending', 'processing', 'done', 'failed', 'cancelled')),
     CONSTRAINT jobs_attempts_not_negative CHECK (attempts >= 0),
@@ -49,7 +68,11 @@ CREATE TABLE jobs (
         OR (locked_by IS NOT NULL AND lease_expires_at IS NOT NULL AND lease_token IS NOT NULL)
     ),
     CONSTRAINT jobs_blocked_is_a_waiting_keyed_job
-        CHECK (NOT blocked OR (status = 'pending' AND ordering_key IS NOT NULL))
+        CHECK (NOT blocked OR (status = 'pending' AND ordering_key IS NOT NULL)),
+    CONSTRAINT jobs_dependency_policy_valid
+        CHECK (dependency_policy IS NULL OR dependency_policy IN ('hold', 'run')),
+    CONSTRAINT jobs_waiting_has_parents
+        CHECK (waiting_on = '{}' OR (depends_on IS NOT NULL AND dependency_policy IS NOT NULL))
 );
 
 -- A fencing token per claim. A sequence never hands out a value twice,
@@ -63,14 +86,31 @@ CREATE SEQUENCE jobs_lease_token_seq AS bigint;
 -- both are HOT updates: a heap version and no index entry.
 --
 -- The claim's indexes: pending and processing jobs (not finished), not
--- waiting behind their ordering key; their key is the claim's ORDER BY, so
--- the claim is an ordered index scan that stops after its batch.
-CREATE INDEX jobs_claim_idx ON jobs (run_after, id) WHERE finished_at IS NULL AND NOT blocked;
-CREATE INDEX jobs_kind_claim_idx ON jobs (kind, run_after, id) WHERE finished_at IS NULL AND NOT blocked;
+-- waiting behind their ordering key or for parents, without a concurrency
+-- key; their key is the claim's ORDER BY, so the claim is an ordered index
+-- scan that stops after its batch. Keyed jobs are claimed through their key
+-- (claim_jobs.sql): the claim walks the keys that may start a job now, then
+-- each key's own index, so a saturated or paused key's jobs stay `pending`
+-- and cost the claim nothing. Jobs without parents pay nothing for
+-- dependencies beyond an empty array: the predicate `waiting_on = '{}'`,
+-- which the claim repeats.
+CREATE INDEX jobs_claim_idx ON jobs (run_after, id)
+    WHERE finished_at IS NULL AND NOT blocked AND concurrency_key IS NULL AND waiting_on = '{}';
+CREATE INDEX jobs_kind_claim_idx ON jobs (kind, run_after, id)
+    WHERE finished_at IS NULL AND NOT blocked AND concurrency_key IS NULL AND waiting_on = '{}';
+-- A key's claimable jobs in claim order.
+CREATE INDEX jobs_concurrency_claim_idx ON jobs (concurrency_key, run_after, id)
+    WHERE finished_at IS NULL AND NOT blocked AND concurrency_key IS NOT NULL AND waiting_on = '{}';
 -- Failed and cancelled jobs by the time they ended (retry, gauges).
 CREATE INDEX jobs_finished_idx ON jobs (finished_at) WHERE finished_at IS NOT NULL;
 -- An ordering key's jobs still in `jobs`, in order (done jobs have left).
 CREATE INDEX jobs_ordering_key_idx ON jobs (ordering_key, id) WHERE ordering_key IS NOT NULL;
+-- The dependents a finishing parent releases: only waiting rows are in it,
+-- so a finish whose jobs have no dependents probes an index without entries
+-- for them, and an enqueue without parents adds no entry.
+CREATE INDEX jobs_waiting_on_idx ON jobs USING gin (waiting_on) WHERE waiting_on <> '{}';
+-- A job's children, wherever they are (the dashboard's job page).
+CREATE INDEX jobs_depends_on_idx ON jobs USING gin (depends_on) WHERE depends_on IS NOT NULL;
 
 -- A queue table churns: vacuum and analyze after 2% of the rows changed, not
 -- the default 20%, so dead entries do not pile up in the claim's index.
@@ -105,6 +145,11 @@ CREATE TABLE jobs_done (
     trace_context    jsonb       NULL,
     ordering_key     text        NULL,
     blocked          boolean     NOT NULL DEFAULT false,
+    concurrency_key  text        NULL,
+    waiting_on       bigint[]    NOT NULL DEFAULT '{}',
+    depends_on       bigint[]    NULL,
+    dependency_policy text       NULL,
+    unfinished_parents bigint[]  NULL,
     -- Only `done` jobs move here today; failed and cancelled are allowed so that
     -- an archive of every finished job stays possible without a migration.
     CONSTRAINT jobs_done_status_finished CHECK (status IN ('done', 'failed', 'cancelled'))
@@ -115,6 +160,9 @@ CREATE TABLE jobs_done (
 -- finds a job by reading a few ranges, and costs nothing per row.
 CREATE INDEX jobs_done_id_brin ON jobs_done USING brin (id) WITH (pages_per_range = 16, autosummarize = on);
 CREATE INDEX jobs_done_finished_at_brin ON jobs_done USING brin (finished_at) WITH (pages_per_range = 16, autosummarize = on);
+-- A job's children among the done ones (few jobs have parents).
+CREATE INDEX jobs_done_depends_on_idx ON jobs_done USING gin (depends_on)
+    WHERE depends_on IS NOT NULL;
 
 -- Catches rows for a day nobody made a partition for (a relay down for days,
 -- a clock far off). jobs_done_ensure_partitions moves them out when it makes
@@ -163,16 +211,15 @@ SELECT jobs_done_ensure_partitions(now(), 2);
 
 -- Every job wherever it lives, with the columns of `jobs`. A job is in exactly
 -- one of the two: the move is one statement in one transaction.
+--
+-- `jobs` and `jobs_done` have the same columns in the same order, so the
+-- view is each table's every column. An application that adds columns of its
+-- own to both (in the same order) replaces the view with the same statement
+-- (CREATE OR REPLACE VIEW), which keeps these columns first and adds its own.
 CREATE VIEW jobs_all AS
-SELECT id, kind, payload, status, run_after, attempts, max_attempts, locked_by,
-       locked_at, lease_expires_at, created_at, finished_at, last_error, lease_token,
-       trace_context, ordering_key, blocked
-FROM jobs
+SELECT * FROM jobs
 UNION ALL
-SELECT id, kind, payload, status, run_after, attempts, max_attempts, locked_by,
-       locked_at, lease_expires_at, created_at, finished_at, last_error, lease_token,
-       trace_context, ordering_key, blocked
-FROM jobs_done;
+SELECT * FROM jobs_done;
 
 -- Retention of the done-job archive (`jobs prune`): which daily partitions of
 -- jobs_done lie wholly before a cutoff, and dropping one of them without ever
@@ -257,3 +304,158 @@ BEGIN
     END;
     RETURN 'dropped';
 END $$;
+
+-- Concurrency keys: a job may name a key (`concurrency_key`), and a key may
+-- carry limits (a row here): at most `max_in_flight` of its jobs
+-- processing, claims of its jobs at most `per_second`, none while
+-- `paused_until` is ahead. A library user's "per tenant" or "per API" limit;
+-- the order service's "per webhook endpoint".
+--
+-- One row per key ever used by a keyed job (the enqueue inserts it) or
+-- given a limit. The limit columns are what the application sets
+-- (NULL: no such limit); the rest is the queue's own bookkeeping, written
+-- only by the statements that claim a keyed job or end its claim.
+CREATE TABLE job_concurrency_keys (
+    key           text             PRIMARY KEY,
+    max_in_flight int              NULL,
+    per_second    double precision NULL,
+    -- No job of the key is claimed before this time ('infinity': until the
+    -- application changes it).
+    paused_until  timestamptz      NULL,
+    -- The key's jobs in 'processing': +1 for each claim, -1 for each claim
+    -- that ends (finish, release, reap), in the statement that moves the
+    -- job, under its fencing token, so each claim gives its slot back once.
+    in_flight     int              NOT NULL DEFAULT 0,
+    -- The token bucket of `per_second`: `tokens` as of `tokens_at` (NULL:
+    -- full). It refills at per_second up to its capacity (claim_jobs.sql).
+    tokens        double precision NULL,
+    tokens_at     timestamptz      NOT NULL DEFAULT now(),
+    -- When the claim last took a job of this key: keys are served least
+    -- recently served first, so a busy key cannot starve the others.
+    served_at     timestamptz      NOT NULL DEFAULT '-infinity',
+    CONSTRAINT job_concurrency_keys_max_in_flight_positive
+        CHECK (max_in_flight IS NULL OR max_in_flight > 0),
+    CONSTRAINT job_concurrency_keys_per_second_positive
+        CHECK (per_second IS NULL OR (per_second > 0 AND per_second < 'Infinity')),
+    -- A slot given back twice would let a key run past its limit: fail
+    -- loudly instead.
+    CONSTRAINT job_concurrency_keys_in_flight_not_negative CHECK (in_flight >= 0)
+);
+
+-- The claim's walk over the keys: least recently served first.
+CREATE INDEX job_concurrency_keys_served_idx ON job_concurrency_keys (served_at, key);
+
+-- Gives concurrency slots back: one for each entry of `ended_keys` (a key
+-- appears once per claim that ended). The one definition of the release that
+-- finish_jobs.sql, hand_back_jobs.sql and update_reaped_jobs.sql each call with
+-- the keys of the claims their fenced write ended, so a slot comes back
+-- exactly once: only the write that moved a row out of 'processing' under
+-- its claim's token returns it, and a zombie's late outcome ends nothing.
+--
+-- The key rows are locked in key order first (`key_locks`, forced to run
+-- before the UPDATE by the scalar subquery): two completers, or a completer
+-- and a reaper, freeing the same keys wait on each other in one order and
+-- cannot deadlock. A claim holds a key row for one statement and never waits,
+-- so the wait here is short. Callers skip the call when no key ended, so a
+-- batch without keyed jobs probes no key row.
+CREATE FUNCTION jobs_free_concurrency_slots(ended_keys text[]) RETURNS integer
+LANGUAGE sql VOLATILE AS $$
+    WITH ended AS (
+        SELECT key, count(*) AS n
+        FROM unnest(ended_keys) AS key
+        WHERE key IS NOT NULL
+        GROUP BY key
+    ),
+    key_locks AS (
+        SELECT k.key
+        FROM job_concurrency_keys AS k
+        WHERE k.key = ANY (ARRAY(SELECT key FROM ended))
+        ORDER BY k.key
+        FOR NO KEY UPDATE OF k
+    ),
+    freed AS (
+        UPDATE job_concurrency_keys AS k
+        SET in_flight = k.in_flight - e.n
+        FROM ended AS e
+        WHERE k.key = e.key
+          AND (SELECT count(*) FROM key_locks) >= 0
+        RETURNING k.key
+    )
+    SELECT count(*)::integer FROM freed
+$$;
+
+-- When a job whose claim ended runs again: after its backoff when the claim
+-- ended in a retry ('pending'), never again otherwise (its run_after is kept
+-- as a record). The one definition finish_jobs.sql and update_reaped_jobs.sql
+-- both write, so a retry's delay means the same whether the relay or the
+-- reaper ended the claim. A one-expression SQL function: PostgreSQL inlines
+-- it into the statement, so it costs nothing per row.
+CREATE FUNCTION jobs_run_again_at(next_status text, delay_ms bigint, kept timestamptz)
+RETURNS timestamptz
+LANGUAGE sql STABLE AS $$
+    SELECT CASE WHEN next_status = 'pending'
+                THEN now() + delay_ms * interval '1 millisecond'
+                ELSE kept END
+$$;
+
+-- The inbox: each message received from a sender, once. An application
+-- records (source, message_id) in the transaction that applies the message
+-- (outbox_core::dedupe::record_message); a repeat finds the row and changes
+-- nothing. A copy received concurrently waits on the first copy's entry in
+-- the unique index, and sees a repeat once that commits (or records the
+-- message itself if the first rolled back).
+--
+-- An application may add columns of its own (what the message was, what it
+-- did); the order service adds its payment columns. Rows are pruned after
+-- the application's retention (received_at), which must outlast the
+-- sender's retries: a message id forgotten too early is applied twice.
+CREATE TABLE inbox_messages (
+    id          bigserial   PRIMARY KEY,
+    -- Who sent it: the application's name for the sender.
+    source      text        NOT NULL,
+    -- The sender's id of the message, unique per source.
+    message_id  text        NOT NULL,
+    received_at timestamptz NOT NULL DEFAULT now(),
+    CONSTRAINT inbox_messages_unique UNIQUE (source, message_id)
+);
+
+-- The retention's prune walks the oldest rows.
+CREATE INDEX inbox_messages_received_at_idx ON inbox_messages (received_at);
+
+-- Periodic jobs: what relays declared, and each slot they enqueued.
+--
+-- A relay declares its periodic jobs at start (outbox/periodic.rs) and, at
+-- each scheduled time (a slot), enqueues the job inside a transaction that
+-- first inserts (name, slot) here. The primary key is the whole guarantee
+-- that a slot is enqueued once however many relays run or restart: a second
+-- relay's insert of the same slot waits on the first's index entry and then
+-- does nothing (or inserts, if the first rolled back). No leader is elected.
+
+-- One row per periodic job a relay declared; `jobs schedules` lists them.
+CREATE TABLE periodic_jobs (
+    name        text        PRIMARY KEY,
+    -- As declared, in the form Schedule::parse reads back
+    -- ("every 15m", "cron 0 3 * * *").
+    schedule    text        NOT NULL,
+    -- The kind of the job each slot enqueues.
+    kind        text        NOT NULL,
+    -- The first declaration: no slot at or before it runs, so a new job
+    -- waits for its first slot instead of running at once.
+    declared_at timestamptz NOT NULL,
+    -- The latest relay start that declared it: an old row no relay declares
+    -- any more shows its age here.
+    seen_at     timestamptz NOT NULL,
+    CONSTRAINT periodic_jobs_name_not_empty CHECK (name <> '')
+);
+
+-- One row per slot enqueued; the newest few of each job are kept (the
+-- enqueue prunes the rest in its own transaction), and the newest always,
+-- since a slot is enqueued only if it is later than every slot recorded.
+CREATE TABLE periodic_slots (
+    name        text        NOT NULL REFERENCES periodic_jobs (name) ON DELETE CASCADE,
+    slot        timestamptz NOT NULL,
+    -- The job the slot enqueued; set in the same transaction as the row.
+    job_id      bigint,
+    enqueued_at timestamptz NOT NULL DEFAULT now(),
+    PRIMARY KEY (name, slot)
+);

@@ -1,3 +1,9 @@
+DROP TABLE periodic_slots;
+DROP TABLE periodic_jobs;
+DROP TABLE inbox_messages;
+DROP FUNCTION jobs_run_again_at(text, bigint, timestamptz);
+DROP FUNCTION jobs_free_concurrency_slots(text[]);
+DROP TABLE job_concurrency_keys;
 DROP VIEW jobs_all;
 DROP FUNCTION jobs_done_drop_partition(text, timestamptz, int);
 DROP FUNCTION jobs_done_partitions_before(timestamptz);

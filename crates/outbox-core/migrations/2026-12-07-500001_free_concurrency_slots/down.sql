@@ -1,1 +1,0 @@
-DROP FUNCTION jobs_free_concurrency_slots(text[]);

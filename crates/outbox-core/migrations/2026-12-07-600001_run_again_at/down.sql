@@ -1,1 +1,0 @@
-DROP FUNCTION jobs_run_again_at(text, bigint, timestamptz);

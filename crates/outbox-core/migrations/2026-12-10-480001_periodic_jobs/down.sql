@@ -1,2 +1,0 @@
-DROP TABLE periodic_slots;
-DROP TABLE periodic_jobs;

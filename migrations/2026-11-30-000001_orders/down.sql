@@ -1,1 +1,0 @@
-DROP TABLE order_items; DROP TABLE orders;

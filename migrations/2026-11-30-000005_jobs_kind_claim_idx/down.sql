@@ -1,1 +1,0 @@
-DROP INDEX jobs_kind_claim_idx;

@@ -1,1 +1,0 @@
-ALTER TABLE jobs DROP COLUMN trace_context;

@@ -1,2 +1,0 @@
-DROP TABLE IF EXISTS admin_sessions;
-DROP TABLE IF EXISTS admin_secrets;

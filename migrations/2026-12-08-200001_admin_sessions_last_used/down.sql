@@ -1,1 +1,0 @@
-ALTER TABLE admin_sessions DROP COLUMN last_used_at;

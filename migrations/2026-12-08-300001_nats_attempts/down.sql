@@ -1,1 +1,0 @@
-ALTER TABLE delivery_attempts DROP COLUMN stream_sequence;

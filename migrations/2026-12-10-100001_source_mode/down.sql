@@ -1,1 +1,0 @@
-ALTER TABLE sources DROP COLUMN mode;

@@ -1,1 +1,0 @@
-ALTER TABLE order_events DROP COLUMN fanned_out;
