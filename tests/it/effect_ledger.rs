@@ -17,7 +17,7 @@ use order_service::effects::webhook::{DeliveryOptions, WebhookSender};
 use order_service::effects::{self, JobHandler};
 use order_service::orders::{EffectEntry, EffectLedger, load_ledger};
 use order_service::outbox::NewJob;
-use order_service::outbox_core::driver::{
+use order_service::outbox_core::statements::{
     ClaimRequest, ClaimedJob, Finish, Outcome, ReapRequest, claim_jobs, finish_jobs,
     reap_expired_leases,
 };

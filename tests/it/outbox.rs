@@ -9,7 +9,7 @@ use diesel::sql_types::Text;
 use order_service::effects::receipt::store_receipt;
 use order_service::orders::OrderId;
 use order_service::outbox::NewJob;
-use order_service::outbox_core::driver::{
+use order_service::outbox_core::statements::{
     ClaimRequest, Finish, JobLease, Outcome, ReapRequest, claim_jobs, extend_leases, finish_jobs,
     hand_back_jobs, reap_expired_leases,
 };
@@ -29,7 +29,7 @@ fn claim(
     worker: &str,
     limit: i64,
     lease: Duration,
-) -> Vec<order_service::outbox_core::driver::ClaimedJob> {
+) -> Vec<order_service::outbox_core::statements::ClaimedJob> {
     let kinds = vec!["noop".to_owned()];
     claim_jobs(
         conn,
@@ -705,7 +705,7 @@ fn an_error_with_nul_bytes_control_characters_and_100_kb_is_stored_cleaned() {
         "{}",
         &stored[..60]
     );
-    assert!(stored.len() <= order_service::outbox_core::driver::MAX_ERROR_BYTES);
+    assert!(stored.len() <= order_service::outbox_core::statements::MAX_ERROR_BYTES);
     assert!(stored.ends_with("more bytes]"));
 }
 
@@ -774,7 +774,7 @@ fn under_a_pinned_horizon_a_claim_from_the_cursor_skips_the_dead_prefix() {
     while finished < 20_000 {
         let jobs = match cursor {
             Some(after) => {
-                order_service::outbox_core::driver::claim_jobs_after(&mut conn, &request, after)
+                order_service::outbox_core::statements::claim_jobs_after(&mut conn, &request, after)
             }
             None => claim_jobs(&mut conn, &request),
         }
@@ -809,7 +809,7 @@ fn under_a_pinned_horizon_a_claim_from_the_cursor_skips_the_dead_prefix() {
         "a claim from the cursor should read about what an unpinned claim reads: {from_cursor} vs {unpinned}"
     );
     // Both still claim the right jobs: the oldest 16 left.
-    let next = order_service::outbox_core::driver::claim_jobs_after(
+    let next = order_service::outbox_core::statements::claim_jobs_after(
         &mut conn,
         &ClaimRequest {
             limit: 16,

@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 use diesel::prelude::*;
 use order_service::effects::{self, EffectError, receipt::ReceiptSettings};
 use order_service::outbox::NewJob;
-use order_service::outbox_core::driver::{ClaimRequest, claim_jobs};
+use order_service::outbox_core::statements::{ClaimRequest, claim_jobs};
 use order_service::schema::jobs_all;
 use order_service::worker_pool::PoolStats;
 

@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use diesel::prelude::*;
 use order_service::outbox::{NewJob, blocked_keys};
-use order_service::outbox_core::driver::{
+use order_service::outbox_core::statements::{
     ClaimRequest, ClaimedJob, Finish, Outcome, advance_stranded_keys, claim_jobs, finish_jobs,
 };
 use order_service::schema::{jobs_all, order_events};

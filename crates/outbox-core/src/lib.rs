@@ -22,7 +22,7 @@
 //!   [`outbox::PeriodicJob`]), cancel in the caller's transaction, the job's
 //!   status, operator actions (retry, cancel, blocked keys, prune, stats). Its SQL lives in
 //!   `src/outbox/sql/`, one statement a file.
-//! - [`driver`]: the relay's own statements (claim, finish, heartbeat, reap),
+//! - [`statements`]: the worker pool's statements (claim, finish, heartbeat, reap),
 //!   public for benchmarks and tests of one statement; not for applications.
 //! - [`worker_pool`]: the worker pool: producer, executor, completer, heartbeat,
 //!   reaper, LISTEN/NOTIFY wake-ups (over TLS too), graceful shutdown, and the
@@ -40,7 +40,7 @@
 
 pub mod db;
 pub mod dedupe;
-pub mod driver;
+pub mod statements;
 pub mod outbox;
 pub mod worker_pool;
 // Diesel's `table!` generates items it cannot document.

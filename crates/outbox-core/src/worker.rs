@@ -29,7 +29,7 @@ pub use handler::{BoxFuture, JobHandler};
 /// Where jobs live (`outbox`); here too, since a worker is written for it.
 pub use crate::outbox::JobArgs;
 
-use crate::driver::ClaimedJob;
+use crate::statements::ClaimedJob;
 use crate::outbox::LocalWrite;
 
 /// Success, possibly with a write to commit atomically with the job's

@@ -18,7 +18,7 @@ use diesel::prelude::*;
 use order_service::db::{DbError, Failure};
 use order_service::effects::EffectError;
 use order_service::outbox::NewJob;
-use order_service::outbox_core::driver::{
+use order_service::outbox_core::statements::{
     ClaimRequest, ClaimedJob, ReapRequest, claim_jobs, reap_expired_leases,
 };
 use order_service::schema::jobs_all;
@@ -105,7 +105,7 @@ async fn hostile_bytes_from_a_mail_server_and_a_webhook_receiver_freeze_nothing(
             !error.contains('\0') && !error.contains('\u{1b}'),
             "{error:?}"
         );
-        assert!(error.len() <= order_service::outbox_core::driver::MAX_ERROR_BYTES);
+        assert!(error.len() <= order_service::outbox_core::statements::MAX_ERROR_BYTES);
     }
     let live = http_client()
         .get(format!("{metrics}/livez"))

@@ -18,7 +18,7 @@ use diesel::prelude::*;
 use order_service::effects::{BoxFuture, EffectResult, JobContext, JobHandler};
 use order_service::orders::NewOrder;
 use order_service::outbox::{Enqueuer, NewJob};
-use order_service::outbox_core::driver::ClaimedJob;
+use order_service::outbox_core::statements::ClaimedJob;
 use order_service::worker_pool::{PoolSettings, PoolStats, WorkerPool};
 use tokio_util::sync::CancellationToken;
 
@@ -256,7 +256,7 @@ pub fn metric(text: &str, name: &str, labels: &[(&str, &str)]) -> f64 {
 /// afterwards, so nothing is claimed. Starts at `after`, or at the front.
 pub fn claim_buffers(
     conn: &mut diesel::PgConnection,
-    after: Option<order_service::outbox_core::driver::ClaimPosition>,
+    after: Option<order_service::outbox_core::statements::ClaimPosition>,
 ) -> i64 {
     use diesel::RunQueryDsl as _;
     use diesel::connection::SimpleConnection as _;

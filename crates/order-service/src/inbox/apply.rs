@@ -19,9 +19,9 @@ use outbox_core::dedupe::{Claim, claim_message};
 use serde_json::Value;
 
 use super::MessageStatus;
-use super::event::{Intent, Meaning, Message, OrderRef, Payment, event_type, payment_reference};
+use super::event::{Intent, Meaning, Message, OrderRef, Payment, event_type};
 use crate::orders::{
-    Cause, DisplayText, EventJobs, LockedOrder, OrderStatus, Transition, TransitionError,
+    Cause, EventJobs, LockedOrder, OrderStatus, Transition, TransitionError,
     transition_locked,
 };
 use crate::outbox::Enqueuer;
@@ -205,10 +205,16 @@ fn decide(conn: &mut PgConnection, message: &Message) -> QueryResult<Decision> {
             format!("there is no order {order_id}"),
         ));
     };
-    let reference = match &message.reference {
-        Some(reference) => reference.clone(),
-        None => payment_reference(payment, &message.message_id),
+    // Message::read gives every payment its reference; one built otherwise
+    // is for an operator to look at.
+    let Some(reference) = &message.reference else {
+        return Ok(keep(
+            Some(order_id),
+            MessageStatus::Held,
+            "a payment read without its reference".to_owned(),
+        ));
     };
+    let (shown, reference) = (reference.shown.clone(), &reference.key);
     let held = |reason: String| Ok(keep(Some(order_id), MessageStatus::Held, reason));
     let ignored = |reason: String| Ok(keep(Some(order_id), MessageStatus::Ignored, reason));
     match payment.intent {
@@ -248,7 +254,7 @@ fn decide(conn: &mut PgConnection, message: &Message) -> QueryResult<Decision> {
             Ok(Decision::Apply {
                 order,
                 transition: Transition::Pay {
-                    payment_reference: display(&reference),
+                    payment_reference: shown,
                 },
             })
         }
@@ -295,18 +301,13 @@ fn decide(conn: &mut PgConnection, message: &Message) -> QueryResult<Decision> {
                 order,
                 transition: Transition::Refund {
                     reason: None,
-                    payment_reference: Some(display(&reference)),
+                    payment_reference: Some(shown),
                 },
             })
         }
     }
 }
 
-pub(super) fn display(reference: &str) -> DisplayText {
-    DisplayText::parse(reference, 200)
-        .or_else(|_| DisplayText::parse("(no reference)", 200))
-        .unwrap_or_else(|_| unreachable!("a fixed, valid text"))
-}
 
 /// Why the message's money is not the order's, if it is not.
 fn money_differs(payment: &Payment, order: &LockedOrder) -> Option<String> {

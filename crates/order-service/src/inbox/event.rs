@@ -16,6 +16,7 @@
 use serde_json::Value;
 
 use super::Via;
+use crate::orders::DisplayText;
 use super::source::{SourceKind, SourceMode};
 
 /// What the message asks of its order.
@@ -67,8 +68,8 @@ pub struct Message {
     pub via: Via,
     pub payload: Value,
     pub meaning: Meaning,
-    /// A payment's [`payment_reference`]; `None` when it asks nothing.
-    pub reference: Option<String>,
+    /// A payment's [`Reference`]; `None` when it asks nothing.
+    pub reference: Option<Reference>,
 }
 
 impl Message {
@@ -87,7 +88,7 @@ impl Message {
             None => interpret(kind, &payload),
         };
         let reference = match &meaning {
-            Meaning::Payment(payment) => Some(payment_reference(payment, &message_id)),
+            Meaning::Payment(payment) => Some(Reference::of(payment, &message_id)),
             Meaning::Ignored(_) => None,
         };
         Message {
@@ -101,10 +102,25 @@ impl Message {
     }
 }
 
-/// The provider's reference of the payment, or the message's own id when it
-/// names none, on one line: what an order's payment is known by.
-pub fn payment_reference(payment: &Payment, message_id: &str) -> String {
-    crate::text::one_line(payment.reference.as_deref().unwrap_or(message_id), 200)
+/// What an order's payment is known by: the provider's reference of the
+/// payment, or the message's own id when it names none, on one line.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Reference {
+    /// Compared with the references of the order's events.
+    pub key: String,
+    /// Stored in the order's event (`payment_reference`): the key, or
+    /// "(no reference)" for one that is no displayable text.
+    pub shown: DisplayText,
+}
+
+impl Reference {
+    pub fn of(payment: &Payment, message_id: &str) -> Reference {
+        let key = crate::text::one_line(payment.reference.as_deref().unwrap_or(message_id), 200);
+        let shown = DisplayText::parse(&key, 200)
+            .or_else(|_| DisplayText::parse("(no reference)", 200))
+            .unwrap_or_else(|_| unreachable!("a fixed, valid text"));
+        Reference { key, shown }
+    }
 }
 
 /// The event's type, as the provider names it (`type` at the top).

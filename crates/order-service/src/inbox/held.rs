@@ -7,8 +7,7 @@ use diesel::sql_types::{Jsonb, Text};
 use serde_json::Value;
 
 use super::MessageStatus;
-use super::apply::display;
-use super::event::{Intent, Meaning, OrderRef, interpret, payment_reference};
+use super::event::{Intent, Meaning, OrderRef, Reference, interpret};
 use super::source::SourceKind;
 use crate::orders::{Cause, EventJobs, Transition, TransitionError, transition_order_by};
 use crate::outbox::Enqueuer;
@@ -69,14 +68,14 @@ pub fn apply_held(
         // A payment naming no reference is known by its message id, as
         // [`super::apply`] knew it: the stored one (a Standard Webhooks
         // message's `webhook-id`), which the payload need not carry.
-        let reference = payment_reference(&payment, &held.message_id);
+        let reference = Reference::of(&payment, &held.message_id);
         let transition = match payment.intent {
             Intent::Pay => Transition::Pay {
-                payment_reference: display(&reference),
+                payment_reference: reference.shown,
             },
             Intent::Refund => Transition::Refund {
                 reason: None,
-                payment_reference: Some(display(&reference)),
+                payment_reference: Some(reference.shown),
             },
         };
         let cause = Cause::inbox_message(id);

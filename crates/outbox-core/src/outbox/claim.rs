@@ -26,11 +26,11 @@ pub struct ClaimRequest<'a> {
 /// A job this worker now owns until `lease` runs out.
 ///
 /// The row is `processing`, `locked_by` the claiming worker, and stays so
-/// until an outcome is written with [`finish_jobs`](crate::driver::finish_jobs), the
-/// job is handed back with [`hand_back_jobs`](crate::driver::hand_back_jobs), or its
+/// until an outcome is written with [`finish_jobs`](crate::statements::finish_jobs), the
+/// job is handed back with [`hand_back_jobs`](crate::statements::hand_back_jobs), or its
 /// lease expires and the reaper takes it. Each of these writes presents
 /// [`ClaimedJob::lease_token`]; keep extending the lease with
-/// [`extend_leases`](crate::driver::extend_leases) while the effect runs.
+/// [`extend_leases`](crate::statements::extend_leases) while the effect runs.
 #[derive(Debug, Clone, QueryableByName)]
 pub struct ClaimedJob {
     /// The job's id (`jobs.id`): the same for every attempt of the job.

@@ -18,7 +18,7 @@ pub struct JobLease {
     /// The claimed job.
     pub job_id: i64,
     /// The fencing token the claim drew
-    /// ([`ClaimedJob::lease_token`](crate::driver::ClaimedJob::lease_token)): a write
+    /// ([`ClaimedJob::lease_token`](crate::statements::ClaimedJob::lease_token)): a write
     /// with it changes the job only while it is still `processing` under it.
     pub lease_token: i64,
 }

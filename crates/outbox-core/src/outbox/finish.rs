@@ -90,7 +90,7 @@ pub enum Outcome {
         /// millisecond: the new `run_after`.
         delay: Duration,
         /// Stored as `last_error`, cleaned of control characters and cut
-        /// to [`MAX_ERROR_BYTES`](crate::driver::MAX_ERROR_BYTES).
+        /// to [`MAX_ERROR_BYTES`](crate::statements::MAX_ERROR_BYTES).
         error: String,
     },
     /// The job ends `failed`: it stays in `jobs`, holds its ordering key, and
@@ -114,10 +114,10 @@ impl Outcome {
 /// One claim's outcome, with the fencing token the claim drew.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Finish {
-    /// The claimed job ([`ClaimedJob::id`](crate::driver::ClaimedJob::id)).
+    /// The claimed job ([`ClaimedJob::id`](crate::statements::ClaimedJob::id)).
     pub job_id: i64,
     /// The claim's fencing token
-    /// ([`ClaimedJob::lease_token`](crate::driver::ClaimedJob::lease_token)): the
+    /// ([`ClaimedJob::lease_token`](crate::statements::ClaimedJob::lease_token)): the
     /// outcome is written only while the job is still `processing` under it.
     pub lease_token: i64,
     /// What to record.
@@ -156,7 +156,7 @@ struct HeldRow {
 /// Records `finishes` in one transaction: one fenced statement for all of them,
 /// then the [`CommitHook`]s of the jobs whose outcome it wrote. Error texts
 /// are cleaned (control characters out, cut to
-/// [`MAX_ERROR_BYTES`](crate::driver::MAX_ERROR_BYTES)), so whatever an
+/// [`MAX_ERROR_BYTES`](crate::statements::MAX_ERROR_BYTES)), so whatever an
 /// executor returns (a mail server's reply, a receiver's body) can always be
 /// stored.
 pub fn finish_jobs(conn: &mut PgConnection, finishes: &[Finish]) -> QueryResult<FinishReport> {
@@ -232,7 +232,7 @@ pub(crate) fn has_local_writes(finishes: &[Finish]) -> bool {
 
 /// The finishing statement's parameters, one array each, in the finishes'
 /// order. Error texts are cleaned here (control characters out, cut to
-/// [`MAX_ERROR_BYTES`](crate::driver::MAX_ERROR_BYTES)), so whatever an
+/// [`MAX_ERROR_BYTES`](crate::statements::MAX_ERROR_BYTES)), so whatever an
 /// executor returns (a mail server's reply, a receiver's body) can always be
 /// stored.
 pub(crate) struct FinishParams {

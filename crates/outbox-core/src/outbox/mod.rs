@@ -2,7 +2,7 @@
 //! periodically), cancel in the caller's transaction, the job and its
 //! status, and the operator's actions (retry, cancel, blocked keys, prune,
 //! stats). The relay's own statements (claim, finish, heartbeat, reap) live
-//! here too, and are public only through [`crate::driver`].
+//! here too, and are public only through [`crate::statements`].
 //!
 //! Plain CRUD uses Diesel's DSL. The queue statements, whose safety under many
 //! concurrent workers is the point, are raw SQL in `sql/`, one statement a file,

@@ -143,8 +143,8 @@ impl HotStatements {
         })
     }
 
-    /// [`claim_jobs`](crate::driver::claim_jobs), or
-    /// [`claim_jobs_after`](crate::driver::claim_jobs_after) with `after`.
+    /// [`claim_jobs`](crate::statements::claim_jobs), or
+    /// [`claim_jobs_after`](crate::statements::claim_jobs_after) with `after`.
     pub async fn claim(
         &self,
         client: &Client,
@@ -171,7 +171,7 @@ impl HotStatements {
         rows.iter().map(ClaimedJob::from_row).collect()
     }
 
-    /// [`finish_jobs`](crate::driver::finish_jobs) for outcomes without a
+    /// [`finish_jobs`](crate::statements::finish_jobs) for outcomes without a
     /// local write (those need Diesel's transaction: see the module docs).
     pub async fn finish(
         &self,
@@ -212,7 +212,7 @@ impl HotStatements {
         Ok(params.report(rows))
     }
 
-    /// [`extend_leases`](crate::driver::extend_leases).
+    /// [`extend_leases`](crate::statements::extend_leases).
     pub async fn extend(
         &self,
         client: &Client,
@@ -233,7 +233,7 @@ impl HotStatements {
         Ok(heartbeat_report(leases, rows))
     }
 
-    /// [`hand_back_jobs`](crate::driver::hand_back_jobs).
+    /// [`hand_back_jobs`](crate::statements::hand_back_jobs).
     pub async fn hand_back(
         &self,
         client: &Client,
@@ -249,7 +249,7 @@ impl HotStatements {
 }
 
 impl HotStatements {
-    /// [`reap_expired_leases`](crate::driver::reap_expired_leases): its two
+    /// [`reap_expired_leases`](crate::statements::reap_expired_leases): its two
     /// statements in one transaction, opened with `BEGIN` on `client`.
     ///
     /// `client` must be a connection nobody else sends statements on while
@@ -319,7 +319,7 @@ impl HotStatements {
         }
     }
 
-    /// [`advance_stranded_keys`](crate::driver::advance_stranded_keys): the
+    /// [`advance_stranded_keys`](crate::statements::advance_stranded_keys): the
     /// sweep's two statements, each on its own snapshot as there.
     pub async fn advance_stranded(
         &self,

@@ -3,7 +3,7 @@
 use chrono::{DateTime, Utc};
 use tokio_util::sync::{CancellationToken, WaitForCancellationFuture};
 
-use crate::driver::ClaimedJob;
+use crate::statements::ClaimedJob;
 
 /// The attempt a worker performs: which job, which try, the fencing token of
 /// the claim, and a signal that the relay wants the attempt to stop.

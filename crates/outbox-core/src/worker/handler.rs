@@ -4,7 +4,7 @@ use std::future::Future;
 use std::pin::Pin;
 
 use super::{EffectResult, JobContext};
-use crate::driver::ClaimedJob;
+use crate::statements::ClaimedJob;
 
 /// A boxed, sendable future: what an [`JobHandler`] returns.
 pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;

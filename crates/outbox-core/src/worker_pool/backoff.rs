@@ -3,7 +3,7 @@
 
 use std::time::Duration;
 
-use crate::driver::Outcome;
+use crate::statements::Outcome;
 use crate::worker::{EffectError, EffectResult};
 
 /// Default [`BackoffPolicy::base`]: the first retry comes 0.5 to 1 s after

@@ -4,7 +4,7 @@
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
-use crate::driver::ClaimPosition;
+use crate::statements::ClaimPosition;
 
 /// How many claims a relay keeps in flight: one while claims come back short
 /// (the queue is shallow), one more after each full claim, up to what the

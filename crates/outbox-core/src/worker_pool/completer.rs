@@ -21,7 +21,7 @@ use tokio_util::sync::CancellationToken;
 use super::in_flight::Claim;
 use super::{MAX_COMPLETION_BATCH, PoolStats, Shared, backoff};
 use crate::db::{DbError, Failure};
-use crate::driver::{Finish, FinishReport, Outcome};
+use crate::statements::{Finish, FinishReport, Outcome};
 use crate::outbox::text::clean_error;
 use crate::worker::EffectError;
 

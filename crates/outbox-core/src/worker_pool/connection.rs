@@ -28,7 +28,7 @@ use tokio_postgres::Client;
 
 use super::{BackoffPolicy, PoolSettings};
 use crate::db::{DbError, PgPool, connection_unusable, run_blocking};
-use crate::driver::{
+use crate::statements::{
     ClaimPosition, ClaimRequest, ClaimedJob, Finish, FinishReport, HeartbeatReport, JobLease,
     ReapReport, ReapRequest, advance_stranded_keys, claim_jobs, claim_jobs_after, extend_leases,
     finish_jobs, hand_back_jobs, reap_expired_leases,

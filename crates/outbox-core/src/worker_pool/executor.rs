@@ -13,8 +13,8 @@ use tracing::Instrument as _;
 use super::completer::Completion;
 use super::in_flight::Claim;
 use super::{PoolStats, Shared, backoff};
-use crate::driver::ClaimedJob;
-use crate::driver::{Finish, Outcome};
+use crate::statements::ClaimedJob;
+use crate::statements::{Finish, Outcome};
 use crate::worker::{EffectError, JobContext};
 
 pub(super) async fn run(

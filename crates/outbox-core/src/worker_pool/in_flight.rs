@@ -14,8 +14,8 @@ use std::sync::{Arc, Mutex, MutexGuard};
 
 use tokio_util::sync::CancellationToken;
 
-use crate::driver::ClaimedJob;
-use crate::driver::JobLease;
+use crate::statements::ClaimedJob;
+use crate::statements::JobLease;
 
 #[derive(Debug)]
 struct Entry {

@@ -13,7 +13,7 @@ use super::completer::Completion;
 use super::in_flight::Claim;
 use super::{PoolStats, Shared, executor};
 use crate::db::Failure;
-use crate::driver::{ClaimPosition, ClaimedJob, JobLease};
+use crate::statements::{ClaimPosition, ClaimedJob, JobLease};
 
 /// Claims and starts jobs until `shutdown`.
 ///

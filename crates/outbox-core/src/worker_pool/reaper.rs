@@ -8,7 +8,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::{PoolStats, REAP_BATCH, Shared};
 use crate::db::run_blocking;
-use crate::driver::{ReapRequest, ensure_done_partitions};
+use crate::statements::{ReapRequest, ensure_done_partitions};
 use crate::outbox::archive::PARTITION_UPKEEP_EVERY;
 
 /// Reaps at every `reap_interval` (and once at start), until `stop`. Safe on

@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 use chrono::Utc;
 use diesel::prelude::*;
 use diesel::sql_types::{BigInt, Text};
-use outbox_core::driver::{
+use outbox_core::statements::{
     ClaimRequest, ClaimedJob, Finish, JobLease, Outcome, ReapRequest, claim_jobs, finish_jobs,
     hand_back_jobs, reap_expired_leases,
 };

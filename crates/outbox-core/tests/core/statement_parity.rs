@@ -1,4 +1,4 @@
-//! The relay's statements run two ways: through Diesel (`driver`'s
+//! The relay's statements run two ways: through Diesel (`statements`'s
 //! functions, which tests and the outcomes with a local write use) and
 //! prepared on tokio-postgres ([`HotStatements`], the relay's own). Both take
 //! their SQL from the same files, but each binds the parameters and decodes
@@ -11,7 +11,7 @@ use std::time::Duration;
 
 use diesel::prelude::*;
 use diesel::sql_types::{Array, BigInt, Bool, Int4, Nullable, Text};
-use outbox_core::driver::{
+use outbox_core::statements::{
     ClaimPosition, ClaimRequest, ClaimedJob, Finish, HotStatements, JobLease, Outcome, ReapRequest,
     advance_stranded_keys, claim_jobs, claim_jobs_after, extend_leases, finish_jobs,
     hand_back_jobs, reap_expired_leases,

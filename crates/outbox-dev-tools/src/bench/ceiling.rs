@@ -14,7 +14,7 @@ use diesel::prelude::*;
 use super::queue::{drain_seconds, enqueue_noops};
 use super::report::DrainRun;
 use super::{BenchArgs, stats};
-use outbox_core::driver::{CLAIM_PARAMS, CLAIM_SQL, ClaimPosition, ClaimedJob};
+use outbox_core::statements::{CLAIM_PARAMS, CLAIM_SQL, ClaimPosition, ClaimedJob};
 
 pub async fn measure(url: &str, args: &BenchArgs) -> anyhow::Result<DrainRun> {
     measure_at(url, args, args.batch).await

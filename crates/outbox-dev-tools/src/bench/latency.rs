@@ -25,7 +25,7 @@ use order_service::effects::Noop;
 use order_service::effects::{BoxFuture, EffectResult, JobContext, JobHandler};
 use order_service::outbox::{Enqueuer, JobOptions};
 use order_service::worker_pool::{PoolSettings, WorkerPool};
-use outbox_core::driver::ClaimedJob;
+use outbox_core::statements::ClaimedJob;
 
 /// Notes when each job's effect started. Every job succeeds at once, doing
 /// nothing: the relay's machinery is what is measured.
@@ -133,7 +133,7 @@ pub(super) async fn reset(url: &str) -> anyhow::Result<()> {
     tokio::task::spawn_blocking(move || -> anyhow::Result<()> {
         let mut conn = PgConnection::establish(&url)?;
         diesel::sql_query("TRUNCATE jobs, jobs_done").execute(&mut conn)?;
-        outbox_core::driver::ensure_done_partitions(&mut conn)?;
+        outbox_core::statements::ensure_done_partitions(&mut conn)?;
         Ok(())
     })
     .await?

@@ -69,7 +69,7 @@ pub(super) fn enqueue_timed(
     // Today's and tomorrow's partitions exist before the first job finishes,
     // so no done job lands in the default partition (and a drain across
     // midnight finds its next day too).
-    outbox_core::driver::ensure_done_partitions(conn)?;
+    outbox_core::statements::ensure_done_partitions(conn)?;
     // Start from a clean table: no dead tuples left by the previous run.
     diesel::sql_query("VACUUM jobs").execute(conn)?;
     let lsn_before = stats::wal_lsn(conn)?;

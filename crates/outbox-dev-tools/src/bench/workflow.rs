@@ -16,7 +16,7 @@
 use std::time::{Duration, Instant};
 
 use diesel::prelude::*;
-use outbox_core::driver::{ClaimRequest, ClaimedJob, Finish, Outcome, claim_jobs, finish_jobs};
+use outbox_core::statements::{ClaimRequest, ClaimedJob, Finish, Outcome, claim_jobs, finish_jobs};
 use outbox_core::outbox::{Enqueuer, JobOptions, NewJob, Parent};
 
 use super::BenchArgs;

@@ -6,7 +6,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use diesel::prelude::*;
-use outbox_core::driver::{
+use outbox_core::statements::{
     ClaimRequest, ClaimedJob, Finish, Outcome, ReapRequest, claim_jobs, finish_jobs,
     reap_expired_leases,
 };

@@ -181,7 +181,7 @@ pub fn rewrite(mutation: Option<Mutation>, file: &str, text: &str) -> String {
 
 /// The text of every statement a rewrite may name.
 pub fn statement_files() -> Vec<(&'static str, &'static str)> {
-    let mut files = outbox_core::driver::HOT_STATEMENT_FILES.to_vec();
+    let mut files = outbox_core::statements::HOT_STATEMENT_FILES.to_vec();
     files.push((RECORD_MESSAGE_FILE, outbox_core::dedupe::RECORD_MESSAGE_SQL));
     files
 }

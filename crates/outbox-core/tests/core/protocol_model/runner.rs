@@ -2,7 +2,7 @@
 //! the statement's answer held to what the model expects, and the rows
 //! compared with the model's state after every step.
 
-use outbox_core::driver::JobLease;
+use outbox_core::statements::JobLease;
 
 use super::model::{
     Action, HEAD, JOB_NAMES, JOBS, Mode, Protocol, RECEIVERS, RELAYS, Receiver, State, Status,

@@ -10,7 +10,7 @@ use std::time::Duration;
 use diesel::connection::{AnsiTransactionManager, TransactionManager as _};
 use diesel::prelude::*;
 use diesel::sql_types::{Array, BigInt, Bool, Int4, Nullable, Text};
-use outbox_core::driver::{
+use outbox_core::statements::{
     ClaimRequest, Finish, FinishReport, HeartbeatReport, HotStatements, JobLease, Outcome,
     ReapReport, ReapRequest,
 };

@@ -1,17 +1,16 @@
-//! The relay's own statements, one function each: claim, finish (fenced),
-//! heartbeat, hand back, reap, and the upkeep of the archive's partitions. The
-//! untyped handler a relay calls with each [`ClaimedJob`] is
-//! `worker::JobHandler`.
+//! The worker pool's own statements, one function each: claim, finish
+//! (fenced), heartbeat, hand back, reap, and the upkeep of the archive's
+//! partitions. The untyped handler the pool calls with each [`ClaimedJob`]
+//! is `worker::JobHandler`.
 //!
-//! These are the relay's internals, public as River's driver layer is: for
-//! benchmarks that time one statement alone, and tests that drive a job
-//! through its states by hand. An application never needs them (a
-//! [`WorkerPool`](crate::worker_pool::WorkerPool) runs them), and they change with the
-//! relay. Each runs on a connection the caller provides, in whatever
+//! Public for benchmarks that time one statement alone and tests that drive
+//! a job through its states by hand. An application never needs them (a
+//! [`WorkerPool`](crate::worker_pool::WorkerPool) runs them), and they change
+//! with the pool. Each runs on a connection the caller provides, in whatever
 //! transaction it is in ([`HotStatements`] prepares the same statements on a
-//! tokio-postgres connection, as the relay runs them); its SQL is in
+//! tokio-postgres connection, as the pool runs them); its SQL is in
 //! `src/outbox/sql/`, one statement a file, with a comment on why it is safe
-//! under many concurrent relays.
+//! under many concurrent pools.
 
 pub use crate::outbox::archive::ensure_done_partitions;
 pub use crate::outbox::claim::{

@@ -1,11 +1,11 @@
-//! Relays running typed workers: exactly once, retries, fencing, wake-ups.
+//! Worker pools running typed workers: exactly once, retries, fencing, wake-ups.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use diesel::prelude::*;
-use outbox_core::driver::{
+use outbox_core::statements::{
     ClaimRequest, ClaimedJob, Finish, JobLease, Outcome, ReapRequest, claim_jobs, extend_leases,
     finish_jobs, reap_expired_leases,
 };
