@@ -117,10 +117,14 @@ fn enqueue_orders(
                      INSERT INTO order_items (order_id, sku, name, quantity, unit_price_cents) \
                      SELECT id, $5, $6, $7, $8 FROM placed), \
                  receipts AS ( \
-                     INSERT INTO receipts (order_id, pdf) SELECT id, $2 FROM placed) \
+                     INSERT INTO receipts (order_id, pdf) SELECT id, $2 FROM placed), \
+                 events AS ( \
+                     INSERT INTO order_events (order_id, seq, type) \
+                     SELECT id, 1, 'order.placed' FROM placed \
+                     RETURNING id, order_id) \
                  INSERT INTO jobs (order_id, kind, payload) \
-                 SELECT id, kind, jsonb_build_object('order_id', id) \
-                 FROM placed, unnest(ARRAY['confirmation_email', 'order_webhook']) AS kind",
+                 SELECT order_id, kind, jsonb_build_object('order_id', order_id, 'event_id', id) \
+                 FROM events, unnest(ARRAY['confirmation_email', 'order_webhook']) AS kind",
             )
             .bind::<BigInt, _>(orders)
             .bind::<Bytea, _>(&pdf)
