@@ -40,8 +40,8 @@
 
 pub mod db;
 pub mod dedupe;
-pub mod statements;
 pub mod outbox;
+pub mod statements;
 pub mod worker_pool;
 // Diesel's `table!` generates items it cannot document.
 #[allow(missing_docs)]

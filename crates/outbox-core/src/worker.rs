@@ -29,8 +29,8 @@ pub use handler::{BoxFuture, JobHandler};
 /// Where jobs live (`outbox`); here too, since a worker is written for it.
 pub use crate::outbox::JobArgs;
 
-use crate::statements::ClaimedJob;
 use crate::outbox::LocalWrite;
+use crate::statements::ClaimedJob;
 
 /// Success, possibly with a write to commit atomically with the job's
 /// completion (see [`LocalWrite`]).

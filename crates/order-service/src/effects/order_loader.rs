@@ -46,10 +46,12 @@ impl OrderLoader {
     }
 
     pub(crate) async fn event(&self, event_id: EventId) -> Result<OrderEvent, EffectError> {
-        run_blocking(&self.pool, move |conn| Ok(load_event(conn, event_id.get())?))
-            .await
-            .map_err(|e| EffectError::retryable(format!("loading event {event_id}: {e}")))?
-            .ok_or_else(|| EffectError::permanent(format!("event {event_id} no longer exists")))
+        run_blocking(&self.pool, move |conn| {
+            Ok(load_event(conn, event_id.get())?)
+        })
+        .await
+        .map_err(|e| EffectError::retryable(format!("loading event {event_id}: {e}")))?
+        .ok_or_else(|| EffectError::permanent(format!("event {event_id} no longer exists")))
     }
 
     /// The order's receipt from `receipts`, its bytes only when they are at

@@ -123,12 +123,7 @@ impl Worker<OrderEmail> for EmailWorker {
 }
 
 impl EmailWorker {
-    async fn send(
-        &self,
-        order_id: OrderId,
-        event_id: EventId,
-        ctx: JobContext,
-    ) -> EffectResult {
+    async fn send(&self, order_id: OrderId, event_id: EventId, ctx: JobContext) -> EffectResult {
         let mailer = self.mailer.as_ref().ok_or_else(|| {
             EffectError::retryable(format!(
                 "this relay has no SMTP_URL configured for {}",

@@ -21,8 +21,7 @@ use serde_json::Value;
 use super::MessageStatus;
 use super::event::{Intent, Meaning, Message, OrderRef, Payment, event_type};
 use crate::orders::{
-    Cause, EventJobs, LockedOrder, OrderStatus, Transition, TransitionError,
-    transition_locked,
+    Cause, EventJobs, LockedOrder, OrderStatus, Transition, TransitionError, transition_locked,
 };
 use crate::outbox::Enqueuer;
 use crate::schema::{inbox_messages, order_events};
@@ -307,7 +306,6 @@ fn decide(conn: &mut PgConnection, message: &Message) -> QueryResult<Decision> {
         }
     }
 }
-
 
 /// Why the message's money is not the order's, if it is not.
 fn money_differs(payment: &Payment, order: &LockedOrder) -> Option<String> {

@@ -16,8 +16,8 @@
 use serde_json::Value;
 
 use super::Via;
-use crate::orders::DisplayText;
 use super::source::{SourceKind, SourceMode};
+use crate::orders::DisplayText;
 
 /// What the message asks of its order.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

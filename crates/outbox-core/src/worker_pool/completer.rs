@@ -21,8 +21,8 @@ use tokio_util::sync::CancellationToken;
 use super::in_flight::Claim;
 use super::{MAX_COMPLETION_BATCH, PoolStats, Shared, backoff};
 use crate::db::{DbError, Failure};
-use crate::statements::{Finish, FinishReport, Outcome};
 use crate::outbox::text::clean_error;
+use crate::statements::{Finish, FinishReport, Outcome};
 use crate::worker::EffectError;
 
 /// How soon an outcome whose row was locked is tried again.

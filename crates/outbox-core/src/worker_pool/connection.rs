@@ -28,13 +28,13 @@ use tokio_postgres::Client;
 
 use super::{BackoffPolicy, PoolSettings};
 use crate::db::{DbError, PgPool, connection_unusable, run_blocking};
+use crate::outbox::finish::has_local_writes;
+use crate::outbox::prepared::HotStatements;
 use crate::statements::{
     ClaimPosition, ClaimRequest, ClaimedJob, Finish, FinishReport, HeartbeatReport, JobLease,
     ReapReport, ReapRequest, advance_stranded_keys, claim_jobs, claim_jobs_after, extend_leases,
     finish_jobs, hand_back_jobs, reap_expired_leases,
 };
-use crate::outbox::finish::has_local_writes;
-use crate::outbox::prepared::HotStatements;
 
 /// How long after a failed attempt to open a connection the statements stay
 /// on the pool before the relay tries again.

@@ -8,8 +8,8 @@ use tokio_util::sync::CancellationToken;
 
 use super::{PoolStats, REAP_BATCH, Shared};
 use crate::db::run_blocking;
-use crate::statements::{ReapRequest, ensure_done_partitions};
 use crate::outbox::archive::PARTITION_UPKEEP_EVERY;
+use crate::statements::{ReapRequest, ensure_done_partitions};
 
 /// Reaps at every `reap_interval` (and once at start), until `stop`. Safe on
 /// every relay at once: the reap query skips rows another reaper holds.

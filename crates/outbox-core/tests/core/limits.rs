@@ -8,13 +8,13 @@ use std::time::{Duration, Instant};
 use chrono::Utc;
 use diesel::prelude::*;
 use diesel::sql_types::{BigInt, Text};
-use outbox_core::statements::{
-    ClaimRequest, ClaimedJob, Finish, JobLease, Outcome, ReapRequest, claim_jobs, finish_jobs,
-    hand_back_jobs, reap_expired_leases,
-};
 use outbox_core::outbox::{
     ConcurrencyLimit, ConcurrencyLimitError, Enqueuer, JobOptions, NewJob, concurrency_state,
     remove_concurrency_limit, set_concurrency_limit,
+};
+use outbox_core::statements::{
+    ClaimRequest, ClaimedJob, Finish, JobLease, Outcome, ReapRequest, claim_jobs, finish_jobs,
+    hand_back_jobs, reap_expired_leases,
 };
 use outbox_core::worker::{EffectResult, JobArgs, JobContext, Worker, Workers};
 use serde::{Deserialize, Serialize};

@@ -7,7 +7,7 @@ mod failures;
 mod limits;
 mod periodic;
 mod protocol_model;
-mod worker_pool;
 mod scheduled;
 mod statement_parity;
 mod support;
+mod worker_pool;

@@ -6,9 +6,9 @@ use std::time::Duration;
 
 use chrono::{DateTime, Utc};
 use diesel::prelude::*;
-use outbox_core::statements::{ClaimRequest, Finish, Outcome, claim_jobs, finish_jobs};
 use outbox_core::outbox::{CancelOutcome, Enqueuer, JobOptions, JobStatus};
 use outbox_core::schema::jobs_all;
+use outbox_core::statements::{ClaimRequest, Finish, Outcome, claim_jobs, finish_jobs};
 use outbox_core::worker::{EffectResult, JobArgs, JobContext, Worker, Workers};
 use serde::{Deserialize, Serialize};
 

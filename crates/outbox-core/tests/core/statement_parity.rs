@@ -11,12 +11,12 @@ use std::time::Duration;
 
 use diesel::prelude::*;
 use diesel::sql_types::{Array, BigInt, Bool, Int4, Nullable, Text};
+use outbox_core::outbox::{DependencyPolicy, Enqueuer, JobOptions, NewJob, Parent};
 use outbox_core::statements::{
     ClaimPosition, ClaimRequest, ClaimedJob, Finish, HotStatements, JobLease, Outcome, ReapRequest,
     advance_stranded_keys, claim_jobs, claim_jobs_after, extend_leases, finish_jobs,
     hand_back_jobs, reap_expired_leases,
 };
-use outbox_core::outbox::{DependencyPolicy, Enqueuer, JobOptions, NewJob, Parent};
 
 use crate::support::TestDb;
 

@@ -5,12 +5,12 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use diesel::prelude::*;
+use outbox_core::outbox::{Enqueuer, JobOptions, NewJob, Waker};
+use outbox_core::schema::{jobs, jobs_all};
 use outbox_core::statements::{
     ClaimRequest, ClaimedJob, Finish, JobLease, Outcome, ReapRequest, claim_jobs, extend_leases,
     finish_jobs, reap_expired_leases,
 };
-use outbox_core::outbox::{Enqueuer, JobOptions, NewJob, Waker};
-use outbox_core::schema::{jobs, jobs_all};
 use outbox_core::worker::{EffectError, EffectResult, JobArgs, JobContext, Worker, Workers};
 use serde::{Deserialize, Serialize};
 use tokio_util::sync::CancellationToken;

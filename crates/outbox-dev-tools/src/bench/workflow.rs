@@ -16,8 +16,8 @@
 use std::time::{Duration, Instant};
 
 use diesel::prelude::*;
-use outbox_core::statements::{ClaimRequest, ClaimedJob, Finish, Outcome, claim_jobs, finish_jobs};
 use outbox_core::outbox::{Enqueuer, JobOptions, NewJob, Parent};
+use outbox_core::statements::{ClaimRequest, ClaimedJob, Finish, Outcome, claim_jobs, finish_jobs};
 
 use super::BenchArgs;
 use super::latency::{RecordingRelay, reset};

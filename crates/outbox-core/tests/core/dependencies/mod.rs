@@ -6,15 +6,15 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use diesel::prelude::*;
-use outbox_core::statements::{
-    ClaimRequest, ClaimedJob, Finish, Outcome, ReapRequest, claim_jobs, finish_jobs,
-    reap_expired_leases,
-};
 use outbox_core::outbox::{
     DependencyError, DependencyPolicy, Enqueuer, JobOptions, NewJob, Parent, RetrySelection,
     cancel_jobs, retry_failed_jobs,
 };
 use outbox_core::schema::{jobs, jobs_all};
+use outbox_core::statements::{
+    ClaimRequest, ClaimedJob, Finish, Outcome, ReapRequest, claim_jobs, finish_jobs,
+    reap_expired_leases,
+};
 use outbox_core::worker::{EffectResult, JobArgs, JobContext, Worker, Workers};
 use serde::{Deserialize, Serialize};
 use tokio_util::sync::CancellationToken;

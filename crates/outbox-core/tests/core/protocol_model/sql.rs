@@ -10,12 +10,12 @@ use std::time::Duration;
 use diesel::connection::{AnsiTransactionManager, TransactionManager as _};
 use diesel::prelude::*;
 use diesel::sql_types::{Array, BigInt, Bool, Int4, Nullable, Text};
+use outbox_core::outbox::{
+    ConcurrencyLimit, DependencyPolicy, Enqueuer, JobOptions, NewJob, Parent, set_concurrency_limit,
+};
 use outbox_core::statements::{
     ClaimRequest, Finish, FinishReport, HeartbeatReport, HotStatements, JobLease, Outcome,
     ReapReport, ReapRequest,
-};
-use outbox_core::outbox::{
-    ConcurrencyLimit, DependencyPolicy, Enqueuer, JobOptions, NewJob, Parent, set_concurrency_limit,
 };
 
 use super::model::{CHILD, HEAD, JOB_NAMES, JOBS, NEXT, Policy, RECEIVERS, RELAYS};
