@@ -28,7 +28,7 @@ pub type PgPool = Pool<ConnectionManager<PgConnection>>;
 /// The queue's migrations (this crate's `migrations/`), embedded.
 pub const MIGRATIONS: EmbeddedMigrations = embed_migrations!("migrations");
 
-/// Advisory lock key held while migrating, so relays and APIs that start together
+/// Advisory lock key held while migrating, so worker pools and APIs that start together
 /// do not race to create the same tables.
 const MIGRATION_LOCK_KEY: i64 = 0x6f75_7462_6f78; // "outbox"
 
@@ -43,7 +43,7 @@ pub struct PoolOptions {
     /// Opened on demand, none kept idle. Default 10.
     pub size: u32,
     /// Ping each connection before handing it out. An API wants that (a
-    /// request should not fail on a connection that died while idle); a relay
+    /// request should not fail on a connection that died while idle); a worker pool
     /// does not, since a ping would double the round trips of its hot loop
     /// and a failed claim is simply retried (Diesel marks the broken
     /// connection and r2d2 drops it). Default `false`.
@@ -159,7 +159,7 @@ pub fn run_migrations(conn: &mut PgConnection) -> Result<(), SetupError> {
 }
 
 /// Applies the pending migrations of each set, in order, under one advisory
-/// lock, so that relays and services that start together do not race to
+/// lock, so that worker pools and services that start together do not race to
 /// create the same tables.
 pub fn run_migration_sets(
     conn: &mut PgConnection,

@@ -35,7 +35,7 @@
 //!
 //! Every enqueue stores the W3C trace context of the current span with its
 //! job (when the subscriber has `tracing-opentelemetry`'s layer), and the
-//! relay's span for the job continues it (`src/trace_context.rs`).
+//! worker pool's span for the job continues it (`src/trace_context.rs`).
 #![warn(missing_docs)]
 
 pub mod db;

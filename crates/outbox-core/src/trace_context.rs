@@ -1,5 +1,5 @@
 //! W3C trace context across the outbox: captured from the enqueuing span,
-//! stored with each job in `jobs.trace_context`, and adopted by the relay's
+//! stored with each job in `jobs.trace_context`, and adopted by the worker pool's
 //! span for that job, so one trace runs from whoever enqueued to the effect.
 //!
 //! The context lives in OpenTelemetry's span data, which exists only when the

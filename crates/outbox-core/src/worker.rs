@@ -58,17 +58,17 @@ pub type EffectResult = Result<Option<LocalWrite>, EffectError>;
 /// ```
 ///
 /// Return [`EffectError::Retryable`] for failures worth another attempt (the
-/// relay backs off and retries until the job's `max_attempts`), and
+/// worker pool backs off and retries until the job's `max_attempts`), and
 /// [`EffectError::Permanent`] when retrying cannot help. A worker that runs
-/// long should watch [`JobContext::cancelled`]: the relay drops the future
-/// when the job's lease is lost, its deadline passes or the relay stops, and
+/// long should watch [`JobContext::cancelled`]: the worker pool drops the future
+/// when the job's lease is lost, its deadline passes or the worker pool stops, and
 /// the signal lets it stop cleanly first. A panic is caught and retried.
 pub trait Worker<A: JobArgs>: Send + Sync + 'static {
     /// Performs one attempt of one job.
     fn work(&self, args: A, ctx: JobContext) -> impl Future<Output = EffectResult> + Send;
 }
 
-/// One worker per kind; the [`JobHandler`] a relay runs.
+/// One worker per kind; the [`JobHandler`] a worker pool runs.
 ///
 /// ```
 /// # use outbox_core::worker::{EffectResult, JobArgs, JobContext, Worker, Workers};
@@ -114,7 +114,7 @@ impl Workers {
         self
     }
 
-    /// The kinds with a worker, sorted: what a relay running this registry
+    /// The kinds with a worker, sorted: what a worker pool running this registry
     /// should claim.
     pub fn kinds(&self) -> Vec<&'static str> {
         self.by_kind.keys().copied().collect()

@@ -1,14 +1,14 @@
 //! What a failed database call means: whether to wait for the database, try
 //! again later, or give up on the statement.
 //!
-//! The relay's own statements run on tokio-postgres, which hands over the
+//! The worker pool's own statements run on tokio-postgres, which hands over the
 //! server's SQLSTATE: those are classified by code, whatever language the
 //! server writes its messages in. Diesel keeps the SQLSTATE of most errors to
 //! itself (its `DatabaseErrorKind` maps a few codes, and the error information
 //! is private), so an error from a Diesel statement that it did not map is
 //! recognised by the server's primary message, which holds only for the default
 //! English `lc_messages`. Those are the Diesel paths: the API, an outcome that
-//! commits with a local write, the archive's partition upkeep, and the relay's
+//! commits with a local write, the archive's partition upkeep, and the worker pool's
 //! fallback while it cannot open connections of its own.
 
 use tokio_postgres::error::SqlState;
@@ -28,7 +28,7 @@ pub enum DbError {
     /// apart.
     #[error(transparent)]
     Query(#[from] diesel::result::Error),
-    /// A statement on the relay's own connection (tokio-postgres) failed, or
+    /// A statement on the worker pool's own connection (tokio-postgres) failed, or
     /// that connection could not be opened. [`DbError::failure`] reads its
     /// SQLSTATE.
     #[error("{}", describe(.0))]
@@ -55,7 +55,7 @@ pub enum Failure {
 }
 
 impl DbError {
-    /// How to treat this failure: by SQLSTATE for a statement on the relay's
+    /// How to treat this failure: by SQLSTATE for a statement on the worker pool's
     /// own connection; for Diesel's errors, by the kinds Diesel maps and, for
     /// the timeouts and the deadlock, by the server's English message (see
     /// the module's docs).
@@ -136,7 +136,7 @@ fn server_unavailable(error: &diesel::result::Error) -> bool {
     }
 }
 
-/// Whether a statement on the relay's own connection failed because the
+/// Whether a statement on the worker pool's own connection failed because the
 /// server is gone or cannot take it now: the connection is closed or broken
 /// (no SQLSTATE: an I/O error, a TLS or connect failure, a timeout), or the
 /// server said so: a connection exception (class 08), too many connections

@@ -3,7 +3,7 @@
 use diesel::prelude::*;
 use diesel::sql_types::Integer;
 
-/// How often a relay makes sure the coming days have their partitions.
+/// How often a worker pool makes sure the coming days have their partitions.
 pub(crate) const PARTITION_UPKEEP_EVERY: std::time::Duration = std::time::Duration::from_secs(3600);
 
 /// Makes the daily partitions of `jobs_done` from yesterday through two days

@@ -23,7 +23,7 @@ use super::NewJob;
 /// }
 /// ```
 pub trait JobArgs: Serialize + DeserializeOwned + Send + Sync + 'static {
-    /// The job's `jobs.kind`: what relays claim by (`--kinds`) and what
+    /// The job's `jobs.kind`: what worker pools claim by (`--kinds`) and what
     /// a `Workers` registry routes on. One worker per kind in a registry.
     const KIND: &'static str;
 

@@ -174,7 +174,7 @@ pub enum CancelOutcome {
     /// It was `pending` (or `failed`) and is now `cancelled`, with the
     /// caller's transaction: a rollback leaves it as it was.
     Cancelled,
-    /// A relay has claimed it (`processing`): its effect may be under way,
+    /// A worker pool has claimed it (`processing`): its effect may be under way,
     /// so nothing changed. Its worker must find the work pointless itself.
     Claimed,
     /// It had already finished (`done` or `cancelled`): nothing changed.

@@ -6,14 +6,14 @@ use chrono::{DateTime, Utc};
 use diesel::prelude::*;
 use diesel::sql_types::{Array, BigInt, Integer, Nullable, Text, Timestamptz};
 
-/// What a relay asks for.
+/// What a worker pool asks for.
 #[derive(Debug, Clone)]
 pub struct ClaimRequest<'a> {
     /// `locked_by` for the claimed jobs.
     pub worker_id: &'a str,
     /// Only jobs of these kinds are claimed.
     pub kinds: &'a [String],
-    /// Most jobs to claim; a relay passes its free slots, never more. Zero or
+    /// Most jobs to claim; a worker pool passes its free slots, never more. Zero or
     /// less claims nothing (without a round trip), as does an empty `kinds`.
     pub limit: i64,
     /// How long the claimed jobs are this worker's without a heartbeat:
@@ -116,7 +116,7 @@ pub fn claim_jobs(
 
 /// [`claim_jobs`], taking only keyless jobs that come after `after` in the
 /// claim order (keyed jobs are claimed through their key, from its front):
-/// a relay draining a backlog passes where its last claim ended, so it does
+/// a worker pool draining a backlog passes where its last claim ended, so it does
 /// not walk again the index entries of the jobs it already took (which, while
 /// an old snapshot pins the MVCC horizon, nothing can remove). Jobs that a
 /// slow transaction committed behind `after` are not seen: claim from the front
@@ -153,7 +153,7 @@ fn claim(
 /// The claim statement's text (`sql/claim_jobs.sql`): `$1` limit, `$2` kinds,
 /// `$3` worker id, `$4` lease in milliseconds, `$5` / `$6` the cursor's
 /// `run_after` and id (`NULL` and 0 for the front). For a benchmark that
-/// prepares it on a connection of its own, as the relay does; Diesel's path
+/// prepares it on a connection of its own, as the worker pool does; Diesel's path
 /// above runs the same text.
 pub const CLAIM_SQL: &str = include_str!("sql/claim_jobs.sql");
 

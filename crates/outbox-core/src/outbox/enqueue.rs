@@ -1,5 +1,5 @@
 //! The one way a job enters the queue: an [`Enqueuer`], built once with how
-//! it writes rows and how it wakes relays, used inside the caller's own
+//! it writes rows and how it wakes worker pools, used inside the caller's own
 //! transaction.
 
 use std::cell::RefCell;
@@ -30,7 +30,7 @@ pub const INSERT_CHUNK: usize = 2_000;
 /// vanish with the caller's own writes. Build one at start-up and keep it in
 /// the application's state (it is cheap to clone and safe to share).
 ///
-/// By default it writes the queue's columns and wakes the relays with a
+/// By default it writes the queue's columns and wakes the worker pools with a
 /// NOTIFY in the enqueuing transaction, which PostgreSQL delivers on commit.
 /// [`Enqueuer::wake_after_commit`] moves that NOTIFY out of the transaction,
 /// for services whose commit rate matters ([`Waker`] says why).
@@ -74,7 +74,7 @@ impl Default for Enqueuer {
 }
 
 impl Enqueuer {
-    /// Writes the queue's columns and wakes relays with a NOTIFY in the
+    /// Writes the queue's columns and wakes worker pools with a NOTIFY in the
     /// enqueuing transaction.
     pub fn new() -> Enqueuer {
         Enqueuer {
@@ -90,7 +90,7 @@ impl Enqueuer {
         self
     }
 
-    /// Wakes relays through `waker` once the enqueuing transaction has
+    /// Wakes worker pools through `waker` once the enqueuing transaction has
     /// committed, instead of with a NOTIFY inside it, so that commits do not
     /// queue on PostgreSQL's notify lock. This applies to the jobs enqueued
     /// inside [`Enqueuer::transaction`]; anywhere else the NOTIFY stays in the
@@ -121,7 +121,7 @@ impl Enqueuer {
 
     /// Enqueues `new_jobs` with one INSERT (one per [`INSERT_CHUNK`] jobs),
     /// in whatever transaction `conn` is in (outside one, several INSERTs
-    /// run in one of their own), and wakes the relays of their kinds.
+    /// run in one of their own), and wakes the worker pools of their kinds.
     /// Returns their ids, in order.
     ///
     /// A job with an ordering key waits behind its key's unfinished jobs and
@@ -181,7 +181,7 @@ impl Enqueuer {
     }
 
     /// Runs `f` in a transaction on `conn`, as `conn.transaction(f)` does,
-    /// and, with [`Enqueuer::wake_after_commit`], wakes the relays of the
+    /// and, with [`Enqueuer::wake_after_commit`], wakes the worker pools of the
     /// jobs this enqueuer enqueued inside it once it has committed. Inside
     /// another transaction it is a savepoint, and the outer transaction's
     /// commit is what counts.
@@ -272,7 +272,7 @@ pub(super) fn in_transaction(conn: &mut PgConnection) -> bool {
         .is_ok_and(|depth| depth.is_some())
 }
 
-/// Wakes the relays of `kinds` when the current transaction commits (at once
+/// Wakes the worker pools of `kinds` when the current transaction commits (at once
 /// outside one): one NOTIFY per distinct kind, in one round trip.
 fn notify<'a>(
     conn: &mut PgConnection,

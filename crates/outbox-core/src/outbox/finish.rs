@@ -72,7 +72,7 @@ impl PartialEq for LocalWrite {
 impl Eq for LocalWrite {}
 
 /// What happened to one attempt, and so the job's next status.
-/// The relay derives it from a worker's result and the job's attempts left.
+/// The worker pool derives it from a worker's result and the job's attempts left.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Outcome {
     /// The effect succeeded: the job ends `done`, leaves `jobs` for the
@@ -219,7 +219,7 @@ pub fn finish_jobs(conn: &mut PgConnection, finishes: &[Finish]) -> QueryResult<
 }
 
 /// The finishing statement (`sql/finish_jobs.sql`), for Diesel and for the
-/// relay's prepared statement alike.
+/// worker pool's prepared statement alike.
 pub(crate) const FINISH_SQL: &str = include_str!("sql/finish_jobs.sql");
 
 /// Whether any of `finishes` carries a [`CommitHook`]: those need the

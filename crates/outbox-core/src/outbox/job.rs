@@ -59,7 +59,7 @@ impl fmt::Debug for Extensions {
 
 impl NewJob {
     /// A job carrying the trace context of the current span, if it has one
-    /// (with `tracing-opentelemetry`'s layer installed): the relay's span for
+    /// (with `tracing-opentelemetry`'s layer installed): the worker pool's span for
     /// this job becomes its child, so a caller enqueueing in its own
     /// transaction gets one trace across the outbox without doing anything.
     pub fn new(kind: impl Into<String>, payload: serde_json::Value) -> Self {
@@ -208,7 +208,7 @@ pub struct JobOptions {
     /// Not before this time (default: due at once).
     pub run_after: Option<DateTime<Utc>>,
     /// Jobs with the same key run one at a time, in enqueue order, whichever
-    /// relay claims them: a job waits while an earlier job of its key is
+    /// worker pool claims them: a job waits while an earlier job of its key is
     /// pending, processing or failed. A failed job holds its key until it is
     /// retried (and succeeds) or cancelled.
     pub ordering_key: Option<String>,

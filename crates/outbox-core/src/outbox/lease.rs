@@ -1,5 +1,5 @@
 //! Leases of in-flight jobs: the heartbeat that extends them and the release of
-//! jobs a relay claimed but will not run.
+//! jobs a worker pool claimed but will not run.
 
 use std::collections::HashMap;
 use std::time::Duration;
@@ -70,7 +70,7 @@ pub(crate) const EXTEND_SQL: &str = include_str!("sql/extend_leases.sql");
 pub(crate) const HAND_BACK_SQL: &str = include_str!("sql/hand_back_jobs.sql");
 
 /// The report from the heartbeat statement's rows `((id, token), extended)`.
-/// Keyed by the token too: a relay may hold a stale claim of a job beside its
+/// Keyed by the token too: a worker pool may hold a stale claim of a job beside its
 /// current one (its own claim reaped, then claimed again), and only the
 /// current one is extended.
 pub(crate) fn heartbeat_report(

@@ -6,12 +6,12 @@ use chrono::{DateTime, Utc};
 use diesel::prelude::*;
 use diesel::sql_types::{Double, Integer, Nullable, Text, Timestamptz};
 
-/// The limits of one concurrency key, enforced across every relay by the
+/// The limits of one concurrency key, enforced across every worker pool by the
 /// claim. A key without limits (never set, or removed with
 /// [`remove_concurrency_limit`]) is unlimited; so is each `None` here.
 ///
 /// Jobs of a key at its limit are not claimed: they stay `pending`, for a
-/// later claim by any relay once the key has room again.
+/// later claim by any worker pool once the key has room again.
 #[derive(Debug, Clone, Copy, Default, PartialEq)]
 pub struct ConcurrencyLimit {
     /// At most this many of the key's jobs `processing` at once (at least 1).

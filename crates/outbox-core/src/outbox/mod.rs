@@ -1,7 +1,7 @@
 //! The jobs table as an application sees it: enqueue (now, at a time, or
 //! periodically), cancel in the caller's transaction, the job and its
 //! status, and the operator's actions (retry, cancel, blocked keys, prune,
-//! stats). The relay's own statements (claim, finish, heartbeat, reap) live
+//! stats). The worker pool's own statements (claim, finish, heartbeat, reap) live
 //! here too, and are public only through [`crate::statements`].
 //!
 //! Plain CRUD uses Diesel's DSL. The queue statements, whose safety under many
@@ -51,7 +51,7 @@ pub use retry::{RetryRefusal, RetryReport, RetrySelection, retry_failed_jobs};
 pub use stats::{KindStats, QueueDepth, QueueStats, queue_depth, queue_stats};
 pub use wake::Waker;
 
-/// The channel an [`Enqueuer`] notifies and relays LISTEN on. The payload is the job's kind.
+/// The channel an [`Enqueuer`] notifies and worker pools LISTEN on. The payload is the job's kind.
 pub(crate) const NOTIFY_CHANNEL: &str = "outbox_jobs";
 
 /// `max_attempts` for jobs enqueued without one (`JOB_MAX_ATTEMPTS`): the
@@ -74,7 +74,7 @@ pub enum JobStatus {
     /// ordering key, once no earlier job of its key is unfinished (until then
     /// it is `blocked`). New jobs, retries and requeued jobs are pending.
     Pending,
-    /// Claimed by a relay (`locked_by`) under a lease (`lease_expires_at`) and
+    /// Claimed by a worker pool (`locked_by`) under a lease (`lease_expires_at`) and
     /// a fencing token (`lease_token`); its effect may be running. Only the
     /// holder of that token can finish it; if the lease runs out, the reaper
     /// takes it back. Cannot be cancelled.

@@ -49,7 +49,7 @@ pub fn blocked_keys(conn: &mut PgConnection, limit: i64) -> QueryResult<Vec<Bloc
 /// Releases the blocked head of up to `limit` keys whose earlier jobs have all
 /// ended, which a finish can miss in one interleaving with an enqueue (see
 /// `sql/stranded_ordering_keys.sql`): the keys with a blocked job, then
-/// `advance_ordering_keys` on them. Returns the ids released; the relay's
+/// `advance_ordering_keys` on them. Returns the ids released; the worker pool's
 /// reaper calls it every pass.
 pub fn advance_stranded_keys(conn: &mut PgConnection, limit: i64) -> QueryResult<Vec<i64>> {
     #[derive(QueryableByName)]

@@ -1,13 +1,13 @@
 //! Periodic jobs: a named job enqueued at each slot of a schedule (an
-//! interval or a cron expression), by every relay that declares it and yet
+//! interval or a cron expression), by every worker pool that declares it and yet
 //! once per slot, through a unique key in the database rather than a leader.
 //!
 //! A slot is a scheduled time. Interval slots are multiples of the interval
 //! since the Unix epoch, and cron slots are the expression's times in UTC,
-//! so every relay computes the same slots whatever its start time. At a slot
-//! a relay inserts `(name, slot)` into `periodic_slots` and, in the same
+//! so every worker pool computes the same slots whatever its start time. At a slot
+//! a worker pool inserts `(name, slot)` into `periodic_slots` and, in the same
 //! transaction, enqueues the job; the primary key lets one insert through
-//! (`sql/claim_periodic_slot.sql`). A relay only ever tries the latest slot
+//! (`sql/claim_periodic_slot.sql`). A worker pool only ever tries the latest slot
 //! that has come, and only one later than every slot recorded: after an
 //! outage the slots missed collapse into one run.
 
@@ -151,13 +151,13 @@ pub struct InvalidPeriodicJob {
 }
 
 /// A named job enqueued at each slot of its [`Schedule`], declared on the
-/// relays' [`PoolSettings::periodic_jobs`](crate::worker_pool::PoolSettings::periodic_jobs).
+/// worker pools' [`PoolSettings::periodic_jobs`](crate::worker_pool::PoolSettings::periodic_jobs).
 ///
-/// Any number of relays may declare it: each slot is enqueued once, by
-/// whichever relay gets there first, and a slot missed while every relay was
+/// Any number of worker pools may declare it: each slot is enqueued once, by
+/// whichever worker pool gets there first, and a slot missed while every worker pool was
 /// down runs once when one comes back (only the latest of several missed
 /// slots). A new job runs at its first slot after it is first declared, not
-/// at once. Each slot's job is due at the slot (its `run_after`), so a relay
+/// at once. Each slot's job is due at the slot (its `run_after`), so a worker pool
 /// whose clock runs ahead enqueues it early but it does not run early.
 ///
 /// ```
@@ -287,7 +287,7 @@ impl PeriodicJob {
 
 /// Records `jobs` in `periodic_jobs` as declared at `now` (a new name's
 /// first slot is its first after `now`; a known one keeps its first
-/// declaration). A relay does this at start, before its first slot.
+/// declaration). A worker pool does this at start, before its first slot.
 pub fn declare_periodic_jobs(
     conn: &mut PgConnection,
     jobs: &[PeriodicJob],
@@ -304,7 +304,7 @@ pub fn declare_periodic_jobs(
     Ok(())
 }
 
-/// The slot a relay enqueued: when it was due, and the job.
+/// The slot a worker pool enqueued: when it was due, and the job.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct EnqueuedSlot {
     /// The slot's scheduled time; the job's `run_after`.
@@ -320,7 +320,7 @@ struct SlotRow {
 }
 
 /// Enqueues `job`'s latest slot at or before `now`, with `enqueuer`, unless
-/// some relay already did, or a later slot ran, or the job was declared
+/// some worker pool already did, or a later slot ran, or the job was declared
 /// after it ([`declare_periodic_jobs`] comes first): one transaction (a
 /// savepoint inside the caller's), so the slot is recorded if and only if
 /// its job is enqueued. `None`: nothing to do.
@@ -367,7 +367,7 @@ pub fn enqueue_due_slot(
 pub struct PeriodicSchedule {
     /// Its name.
     pub name: String,
-    /// Its schedule, as the latest relay to start declared it.
+    /// Its schedule, as the latest worker pool to start declared it.
     pub schedule: String,
     /// The kind of the job each slot enqueues.
     pub kind: String,
@@ -380,7 +380,7 @@ pub struct PeriodicSchedule {
     pub next_run: Option<DateTime<Utc>>,
     /// When it was first declared.
     pub declared_at: DateTime<Utc>,
-    /// The latest relay start that declared it.
+    /// The latest worker pool start that declared it.
     pub seen_at: DateTime<Utc>,
 }
 

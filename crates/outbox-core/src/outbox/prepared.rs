@@ -1,4 +1,4 @@
-//! The relay's hot statements (claim, finish, heartbeat, release) and its
+//! The worker pool's hot statements (claim, finish, heartbeat, release) and its
 //! reaper's (reap, the stranded-key sweep) as prepared statements on a
 //! tokio-postgres connection.
 //!
@@ -40,7 +40,7 @@ pub const CLAIM_PARAMS: &[Type] = &[
 
 /// The parameters of the statements that write one row per outcome (the
 /// finish, the reaped jobs' update): ids, lease tokens, statuses, delays in
-/// milliseconds, errors, and the channel that wakes relays for a released
+/// milliseconds, errors, and the channel that wakes worker pools for a released
 /// dependent.
 const OUTCOME_PARAMS: &[Type] = &[
     Type::INT8_ARRAY,
@@ -65,9 +65,9 @@ pub const HOT_STATEMENT_FILES: [(&str, &str); 8] = [
     ("advance_ordering_keys.sql", ADVANCE_KEYS_SQL),
 ];
 
-/// The relay's statements, prepared on one connection (and usable only
-/// there): what a relay runs, for a test that drives jobs through the very
-/// calls the relay makes.
+/// The worker pool's statements, prepared on one connection (and usable only
+/// there): what a worker pool runs, for a test that drives jobs through the very
+/// calls the worker pool makes.
 #[derive(Debug, Clone)]
 pub struct HotStatements {
     claim: Statement,
@@ -253,7 +253,7 @@ impl HotStatements {
     /// statements in one transaction, opened with `BEGIN` on `client`.
     ///
     /// `client` must be a connection nobody else sends statements on while
-    /// this runs (the relay gives its reaper a connection of its own), since
+    /// this runs (the worker pool gives its reaper a connection of its own), since
     /// whatever else it carried would run inside this transaction. The row
     /// locks of the select hold until the update has moved the rows: that is
     /// what keeps two reapers off one job.
@@ -347,7 +347,7 @@ impl HotStatements {
 impl ClaimedJob {
     /// A row of [`CLAIM_SQL`] run on tokio-postgres, in the claim's column
     /// order (`claim_jobs.sql`'s SELECT). For a benchmark running the claim
-    /// prepared on a connection of its own, as the relay does.
+    /// prepared on a connection of its own, as the worker pool does.
     pub fn from_row(row: &Row) -> Result<ClaimedJob, tokio_postgres::Error> {
         Ok(ClaimedJob {
             id: row.try_get(0)?,

@@ -24,13 +24,13 @@ pub struct PruneReport {
     pub partitions_busy: u64,
 }
 
-/// How long one drop may wait for its lock on `jobs_done`: every relay's
+/// How long one drop may wait for its lock on `jobs_done`: every worker pool's
 /// insert of a finished job queues behind the waiting drop for that long.
 const DROP_LOCK_TIMEOUT: Duration = Duration::from_secs(2);
 /// Tries per partition before it is left to the next prune.
 const DROP_TRIES: u32 = 5;
 /// Pause before the next try, times the tries so far: the reader holding the
-/// lock gets a moment to finish while the relays' inserts flow.
+/// lock gets a moment to finish while the worker pools' inserts flow.
 const DROP_RETRY_PAUSE: Duration = Duration::from_millis(250);
 
 #[derive(QueryableByName)]

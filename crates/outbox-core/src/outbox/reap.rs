@@ -50,10 +50,10 @@ pub(crate) struct ExpiredRow {
 pub struct ReapRequest<'a> {
     /// Most jobs reaped by one call (one transaction).
     pub limit: i64,
-    /// Only leases expired longer ago than this: a relay back from a short
+    /// Only leases expired longer ago than this: a worker pool back from a short
     /// blip renews its own leases first (see `sql/select_expired_leases.sql`).
     pub margin: Duration,
-    /// Lease tokens of the claims the reaper's own relay is still running.
+    /// Lease tokens of the claims the reaper's own worker pool is still running.
     pub spare: &'a [i64],
 }
 
@@ -69,7 +69,7 @@ impl ReapRequest<'_> {
 }
 
 /// Reaps the expired leases `request` selects, in one transaction.
-/// `retry_delay(attempt)` is the backoff before the next attempt (the relay's
+/// `retry_delay(attempt)` is the backoff before the next attempt (the worker pool's
 /// retry policy).
 pub fn reap_expired_leases(
     conn: &mut PgConnection,

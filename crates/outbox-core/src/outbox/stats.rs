@@ -35,7 +35,7 @@ pub struct KindStats {
     pub expired_leases: i64,
     /// Seconds since the oldest due pending job fell due (`now() -
     /// run_after`), not counting jobs blocked behind their ordering key;
-    /// `None` when no pending job is due. How far the relays lag.
+    /// `None` when no pending job is due. How far the worker pools lag.
     #[diesel(sql_type = Nullable<Double>)]
     pub oldest_due_pending_seconds: Option<f64>,
 }

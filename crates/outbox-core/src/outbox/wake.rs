@@ -1,4 +1,4 @@
-//! Waking relays after commit, without a NOTIFY in the enqueuing transaction.
+//! Waking worker pools after commit, without a NOTIFY in the enqueuing transaction.
 //!
 //! PostgreSQL serialises the commits of every transaction that sent a NOTIFY
 //! behind one cluster-wide lock, held through the commit's WAL flush. With a
@@ -12,7 +12,7 @@
 //! last one, in a transaction of its own that does not wait for a WAL flush (a
 //! lost wake-up costs a poll interval, nothing more), and never more often
 //! than every [`Waker::MIN_GAP`]. Under load many enqueuing transactions share
-//! one NOTIFY; an idle relay still hears of a job within a round trip of its
+//! one NOTIFY; an idle worker pool still hears of a job within a round trip of its
 //! commit.
 
 use std::collections::BTreeSet;
@@ -40,7 +40,7 @@ struct Inner {
 }
 
 impl Waker {
-    /// The shortest time between two NOTIFYs. Short next to the relays' own
+    /// The shortest time between two NOTIFYs. Short next to the worker pools' own
     /// claim round trip, long enough that a busy API sends a few hundred
     /// NOTIFYs a second at most, whatever its enqueue rate.
     pub(crate) const MIN_GAP: Duration = Duration::from_millis(1);
@@ -56,8 +56,8 @@ impl Waker {
         run(self.inner, pool, shutdown).await;
     }
 
-    /// Asks for relays of `kinds` to be woken. Call it after the transaction
-    /// that enqueued the jobs committed: a relay woken earlier would not see
+    /// Asks for worker pools of `kinds` to be woken. Call it after the transaction
+    /// that enqueued the jobs committed: a worker pool woken earlier would not see
     /// them. Never blocks; callable from blocking threads.
     pub(crate) fn wake<'a>(&self, kinds: impl IntoIterator<Item = &'a str>) {
         let mut pending = self
@@ -95,7 +95,7 @@ async fn run(inner: Arc<Inner>, pool: PgPool, shutdown: CancellationToken) {
             })
             .await;
             if let Err(error) = sent {
-                // The relays' poll picks the jobs up; say why they were slower.
+                // The worker pools' poll picks the jobs up; say why they were slower.
                 tracing::warn!(error = %error, "could not notify relays of new jobs; they will find them at their next poll");
             }
         }

@@ -6,7 +6,7 @@ use tokio_util::sync::{CancellationToken, WaitForCancellationFuture};
 use crate::statements::ClaimedJob;
 
 /// The attempt a worker performs: which job, which try, the fencing token of
-/// the claim, and a signal that the relay wants the attempt to stop.
+/// the claim, and a signal that the worker pool wants the attempt to stop.
 #[derive(Debug, Clone)]
 pub struct JobContext {
     id: i64,
@@ -21,8 +21,8 @@ pub struct JobContext {
 
 impl JobContext {
     /// The context of `job`'s current claim; `cancel` fires when the attempt
-    /// should stop. A relay builds this; build one yourself to run a worker
-    /// outside a relay (in a test, say), with a token you control.
+    /// should stop. A worker pool builds this; build one yourself to run a worker
+    /// outside a worker pool (in a test, say), with a token you control.
     pub fn new(job: &ClaimedJob, cancel: CancellationToken) -> Self {
         JobContext {
             id: job.id,
@@ -58,7 +58,7 @@ impl JobContext {
     }
 
     /// The fencing token of this claim, unique across all claims ever made.
-    /// Every write the relay makes for this attempt presents it; an effect
+    /// Every write the worker pool makes for this attempt presents it; an effect
     /// with a store of its own can fence its writes with it the same way.
     pub fn lease_token(&self) -> i64 {
         self.lease_token
@@ -78,10 +78,10 @@ impl JobContext {
         &self.unfinished_parents
     }
 
-    /// Completes when the relay takes the attempt away: its lease was lost
-    /// (another relay owns the job now, or an operator cancelled it), its
-    /// deadline passed, or the relay is shutting down past its grace. The
-    /// relay drops the worker's future right after, so this is for what the
+    /// Completes when the worker pool takes the attempt away: its lease was lost
+    /// (another worker pool owns the job now, or an operator cancelled it), its
+    /// deadline passed, or the worker pool is shutting down past its grace. The
+    /// worker pool drops the worker's future right after, so this is for what the
     /// worker started beside it (a spawned upload, a child process) to stop.
     pub fn cancelled(&self) -> WaitForCancellationFuture<'_> {
         self.cancel.cancelled()

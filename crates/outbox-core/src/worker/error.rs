@@ -7,7 +7,7 @@ use std::time::Duration;
 pub enum EffectError {
     /// Worth another attempt (network trouble, a 5xx, a full mailbox server).
     /// `retry_after` is the receiver's own wish (an HTTP `Retry-After`); the
-    /// relay waits for the later of it and its backoff.
+    /// worker pool waits for the later of it and its backoff.
     #[error("{message}")]
     Retryable {
         /// What happened, for `last_error`.

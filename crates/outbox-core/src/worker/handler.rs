@@ -1,4 +1,4 @@
-//! The untyped interface a relay calls: one claimed job in, a result out.
+//! The untyped interface a worker pool calls: one claimed job in, a result out.
 
 use std::future::Future;
 use std::pin::Pin;
@@ -9,7 +9,7 @@ use crate::statements::ClaimedJob;
 /// A boxed, sendable future: what an [`JobHandler`] returns.
 pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
 
-/// Runs one claimed job, untyped: the interface the relay calls.
+/// Runs one claimed job, untyped: the interface the worker pool calls.
 /// [`Workers`](super::Workers) implements it; implement it directly only
 /// when a job's raw row is needed. Implementations must not panic on bad
 /// input: a payload that does not decode is

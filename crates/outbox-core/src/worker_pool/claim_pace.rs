@@ -1,4 +1,4 @@
-//! Where a relay's next claim starts and how many claims it keeps in flight:
+//! Where a worker pool's next claim starts and how many claims it keeps in flight:
 //! the two decisions the producer asks of the queue's last answers.
 
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -6,7 +6,7 @@ use std::time::{Duration, Instant};
 
 use crate::statements::ClaimPosition;
 
-/// How many claims a relay keeps in flight: one while claims come back short
+/// How many claims a worker pool keeps in flight: one while claims come back short
 /// (the queue is shallow), one more after each full claim, up to what the
 /// slots allow (`concurrency / batch_size`).
 #[derive(Debug, Clone, Copy)]
@@ -43,25 +43,25 @@ impl InFlightTarget {
     }
 }
 
-/// How many claims a relay keeps under way at most: enough that claims of
+/// How many claims a worker pool keeps under way at most: enough that claims of
 /// `batch_size` together ask for every slot.
 pub(super) fn most_claims(batch_size: usize, concurrency: usize) -> usize {
     concurrency.div_ceil(batch_size.max(1)).max(1)
 }
 
-/// Most jobs a claim grows to, however many slots a relay has.
+/// Most jobs a claim grows to, however many slots a worker pool has.
 pub(super) const MAX_CLAIM_SIZE: usize = 256;
 
 /// How many jobs the next claim asks for: `RELAY_BATCH_SIZE` to start with,
 /// doubled after each claim that came back full with all it asked for, up to
 /// [`ClaimSize::most`] (four times the concurrency, at most
 /// [`MAX_CLAIM_SIZE`], never under the batch size). A short claim (the queue
-/// is shallow) puts it back to the batch size at once, so an idle relay
+/// is shallow) puts it back to the batch size at once, so an idle worker pool
 /// claims a job the moment a NOTIFY announces it; a claim that found less
 /// room than its size (effects hold the slots and the jobs claimed ahead
 /// wait for them) halves it, and effects slower on average than a claim's
 /// round trip put it back to the batch size: claiming ahead of slow effects
-/// would only leave jobs waiting in this relay that another could run.
+/// would only leave jobs waiting in this worker pool that another could run.
 ///
 /// Above the batch size a claim takes jobs ahead of the slots: they wait, in
 /// claim order, for a slot to run in, and `RELAY_CONCURRENCY` still bounds
@@ -91,7 +91,7 @@ impl ClaimSize {
         }
     }
 
-    /// The largest claim of a relay at `batch_size` and `concurrency`.
+    /// The largest claim of a worker pool at `batch_size` and `concurrency`.
     pub(super) fn most(batch_size: usize, concurrency: usize) -> usize {
         concurrency
             .saturating_mul(4)
@@ -99,9 +99,9 @@ impl ClaimSize {
             .max(batch_size.max(1))
     }
 
-    /// How many jobs a relay may hold claimed ahead of its slots: room for
+    /// How many jobs a worker pool may hold claimed ahead of its slots: room for
     /// every claim it may have in flight ([`most_claims`]) to be one of the
-    /// largest. With room for only one, a relay at the defaults (64 / 16)
+    /// largest. With room for only one, a worker pool at the defaults (64 / 16)
     /// kept one claim of 256 under way at a time, not four: the figures are
     /// in docs/performance.md ("Room ahead for every claim under way").
     pub(super) fn ahead_room(batch_size: usize, concurrency: usize) -> usize {
@@ -153,14 +153,14 @@ impl MovingAverage {
     }
 }
 
-/// Where this relay's claims start (see `claim_jobs.sql`). While the relay
+/// Where this worker pool's claims start (see `claim_jobs.sql`). While the worker pool
 /// drains a backlog, each claim starts where the previous one ended, so it
 /// never walks again the index entries of the jobs it already took: under a
 /// pinned MVCC horizon those are dead entries nothing can remove, and walking
 /// them would make every claim cost O(jobs churned since the pin). A claim
 /// from the front picks up what a
 /// slow transaction committed behind the cursor: after any short claim (so an
-/// idle relay always looks at the whole queue), after every NOTIFY, and at
+/// idle worker pool always looks at the whole queue), after every NOTIFY, and at
 /// least every second.
 #[derive(Debug, Default)]
 pub(super) struct Cursor {
@@ -168,7 +168,7 @@ pub(super) struct Cursor {
     last_front: Option<Instant>,
 }
 
-/// How often a relay draining a backlog claims from the front anyway.
+/// How often a worker pool draining a backlog claims from the front anyway.
 pub(super) const FRONT_CLAIM_EVERY: Duration = Duration::from_secs(1);
 
 impl Cursor {

@@ -134,7 +134,7 @@ pub(super) async fn run_all(
     while running.join_next().await.is_some() {}
 }
 
-/// How many writers a relay runs: two, so that one writes while the other's
+/// How many writers a worker pool runs: two, so that one writes while the other's
 /// batch fills, since even at the defaults (64 / 16) one writer limits a deep
 /// queue of fast jobs (docs/performance.md, "Two completion writers at every
 /// concurrency"); one when a single job runs at a time.

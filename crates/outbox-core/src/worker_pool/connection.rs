@@ -1,7 +1,7 @@
-//! The relay's own connections, on which its hot statements run prepared.
+//! The worker pool's own connections, on which its hot statements run prepared.
 //!
 //! Claims, outcomes, heartbeats, releases and the reaper's statements run on
-//! tokio-postgres connections that this relay opens from `DATABASE_URL` (TLS
+//! tokio-postgres connections that this worker pool opens from `DATABASE_URL` (TLS
 //! as libpq reads it, like the LISTEN connection), each with the statements
 //! prepared once (`outbox/prepared.rs`). Errors there carry their SQLSTATE,
 //! so a timeout or a deadlock is told apart whatever the server's language.
@@ -15,7 +15,7 @@
 //! Where no connection of its own can be opened (a URL or TLS setting only
 //! libpq understands, say), the same statements run on the pool through
 //! Diesel, unprepared, as they did before; a warning says so once, and the
-//! relay tries its own connections again every [`REOPEN_AFTER`]. Outcomes
+//! worker pool tries its own connections again every [`REOPEN_AFTER`]. Outcomes
 //! with a local write always go through Diesel (their hook writes with it).
 
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
@@ -37,22 +37,22 @@ use crate::statements::{
 };
 
 /// How long after a failed attempt to open a connection the statements stay
-/// on the pool before the relay tries again.
+/// on the pool before the worker pool tries again.
 const REOPEN_AFTER: Duration = Duration::from_secs(5);
 /// The longest one attempt to open a connection (TLS and prepares included)
 /// may take.
 const OPEN_TIMEOUT: Duration = Duration::from_secs(5);
-/// The least time a statement on the relay's own connection gets before the
+/// The least time a statement on the worker pool's own connection gets before the
 /// connection is taken for dead (a peer that went silent, a network that drops
 /// packets without a reset): the lease, or this if longer. Past the lease
 /// whatever the statement would renew has lapsed anyway; the floor keeps a slow
 /// but live server under a short test lease from losing its connections.
 const MIN_DEADLINE: Duration = Duration::from_secs(30);
-/// Most connections claims run on: claims of one relay compete for the same
+/// Most connections claims run on: claims of one worker pool compete for the same
 /// index pages, and two cover what a small server runs side by side.
 const MAX_CLAIM_CONNECTIONS: usize = 2;
 
-/// Which of the relay's connections a statement runs on.
+/// Which of the worker pool's connections a statement runs on.
 #[derive(Debug, Clone, Copy)]
 pub(super) enum Role {
     Claim,
@@ -71,7 +71,7 @@ struct Open {
     statements: HotStatements,
 }
 
-/// The relay's connections, opened on first use and again after one breaks.
+/// The worker pool's connections, opened on first use and again after one breaks.
 pub(super) struct HotPath {
     database_url: String,
     pool: PgPool,
@@ -366,7 +366,7 @@ struct Setting {
 }
 
 /// The pool's session timeouts (`PoolOptions`), as `SET` statements for the
-/// relay's own connections: a claim stuck behind a lock must give up there as
+/// worker pool's own connections: a claim stuck behind a lock must give up there as
 /// it does on the pool. Read from a pooled connection, so whatever set them
 /// (the pool's options, the role's or the database's defaults) holds alike.
 async fn session_settings(pool: &PgPool) -> Result<String, DbError> {

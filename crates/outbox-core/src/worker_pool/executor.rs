@@ -55,7 +55,7 @@ pub(super) async fn run(
                 Err(EffectError::retryable(format!("effect panicked: {reason}")))
             }),
             () = claim.lost().cancelled() => {
-                // Another relay owns the job now (or an operator cancelled it):
+                // Another worker pool owns the job now (or an operator cancelled it):
                 // stop, and write nothing, since nothing we write would land.
                 PoolStats::add(&shared.stats.lease_lost, 1);
                 metrics::counter!("outbox_lease_lost_total", "kind" => job.kind.clone()).increment(1);

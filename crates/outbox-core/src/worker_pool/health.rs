@@ -1,10 +1,10 @@
-//! Liveness: whether the relay is still making progress, for `/livez`.
+//! Liveness: whether the worker pool is still making progress, for `/livez`.
 //!
-//! A relay can be frozen without any task having died: a claim that hangs, a
+//! A worker pool can be frozen without any task having died: a claim that hangs, a
 //! completer that cannot write a batch. Each loop stamps the moment it last
 //! made progress; [`Liveness::check`] fails when one of them has not for
 //! longer than the stall timeout while it had work to do. A database that does
-//! not answer is not a liveness failure (restarting every relay would not bring
+//! not answer is not a liveness failure (restarting every worker pool would not bring
 //! it back; `/readyz` reports it), so losing the database counts as "waiting".
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -16,7 +16,7 @@ use tokio::sync::Semaphore;
 /// One loop's progress stamps.
 #[derive(Debug, Default)]
 struct Stamp {
-    /// Milliseconds since the relay started, of the last progress.
+    /// Milliseconds since the worker pool started, of the last progress.
     at_ms: AtomicU64,
     /// Nothing to do (waiting for work, or for the database to come back).
     waiting: AtomicBool,
@@ -43,7 +43,8 @@ struct State {
     stopped: AtomicBool,
 }
 
-/// A handle on a relay's liveness; cheap to clone. See [`crate::worker_pool::WorkerPool::liveness`].
+/// A handle on a worker pool's liveness; cheap to clone. See
+/// [`crate::worker_pool::WorkerPool::liveness`].
 #[derive(Debug, Clone)]
 pub struct Liveness {
     state: Arc<State>,
@@ -112,7 +113,7 @@ impl Liveness {
         self.state.stopped.store(true, Ordering::Release);
     }
 
-    /// `Ok` while the relay makes progress; otherwise what is stuck and why.
+    /// `Ok` while the worker pool makes progress; otherwise what is stuck and why.
     pub fn check(&self) -> Result<(), String> {
         let state = &self.state;
         if state.stopped.load(Ordering::Acquire) {

@@ -43,7 +43,7 @@ async fn beat(shared: &Arc<Shared>) {
             for lost in &report.lost {
                 // Missing because its outcome was written meanwhile (then the
                 // claim has ended and this does nothing), or because another
-                // relay reaped it or an operator cancelled it: stop the effect.
+                // worker pool reaped it or an operator cancelled it: stop the effect.
                 if shared.in_flight.lose(lost.lease_token) {
                     tracing::debug!(
                         job_id = lost.job_id,

@@ -1,10 +1,10 @@
-//! The claims a relay holds, keyed by their fencing token.
+//! The claims a worker pool holds, keyed by their fencing token.
 //!
 //! Each claim is registered as it is made and owned, from then on, by one
 //! [`Claim`] guard: the producer hands it to the runner, the runner to the
 //! completer, and dropping it, wherever that happens (outcome written, job
 //! released, effect abandoned after a lost lease, a panic), removes exactly
-//! that claim's entry. Keying by token rather than job id matters when a relay
+//! that claim's entry. Keying by token rather than job id matters when a worker pool
 //! holds two attempts of one job (it was cut off longer than the lease, the job
 //! was reaped and it claimed the job again): the old attempt's exit can never
 //! remove the new attempt's entry and so stop its heartbeat.
@@ -24,7 +24,7 @@ struct Entry {
     lost: CancellationToken,
 }
 
-/// Every claim this relay holds, from the claim until its outcome is written.
+/// Every claim this worker pool holds, from the claim until its outcome is written.
 #[derive(Debug, Default)]
 pub(super) struct Registry {
     entries: Mutex<HashMap<i64, Entry>>,

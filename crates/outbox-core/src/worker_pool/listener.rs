@@ -8,7 +8,7 @@
 //!
 //! The connection uses `DATABASE_URL`'s TLS settings as libpq reads them for
 //! the pool (see [`tls`]): a server that demands TLS would otherwise refuse the
-//! listener and leave the relay on its poll interval without anyone noticing.
+//! listener and leave the worker pool on its poll interval without anyone noticing.
 //! `outbox_listener_connected` (1 or 0) shows which of the two it is on.
 
 use std::sync::Arc;
@@ -39,7 +39,7 @@ pub async fn listen_for_jobs(
 ) {
     // The gauge binds to whichever metrics recorder is installed now: an
     // application that exports metrics installs its recorder before it
-    // starts the relay.
+    // starts the worker pool.
     let connected_gauge = metrics::gauge!(CONNECTED_GAUGE);
     connected_gauge.set(0.0);
     let mut reconnect = reconnect_backoff();
@@ -148,7 +148,7 @@ async fn listen_once(
 }
 
 /// A connection to `database_url` with its TLS settings as libpq reads them;
-/// the caller drives the returned connection. The relay's hot path opens its
+/// the caller drives the returned connection. The worker pool's hot path opens its
 /// connections here too.
 pub(super) async fn open(
     database_url: &str,

@@ -1,4 +1,4 @@
-//! The relay: a tokio worker pool that claims jobs and performs their effects.
+//! The worker pool: a tokio worker pool that claims jobs and performs their effects.
 //!
 //! Split by role, as River does, one private module each (`src/worker_pool/`):
 //! - `producer`: claims due jobs, never more than there are free slots, and
@@ -47,7 +47,7 @@ pub use settings::{
 pub use timeouts::JobTimeouts;
 
 use crate::db::PgPool;
-/// What [`WorkerPool::new`] runs jobs with: reachable here, beside the relay,
+/// What [`WorkerPool::new`] runs jobs with: reachable here, beside the worker pool,
 /// for applications that write their own instead of using
 /// [`Workers`](crate::worker::Workers).
 pub use crate::worker::{BoxFuture, JobHandler};
@@ -57,13 +57,13 @@ const MAX_COMPLETION_BATCH: usize = 512;
 /// Most expired leases one reaper transaction handles.
 const REAP_BATCH: i64 = 500;
 
-/// Counters a relay keeps for itself (tests and `bench` read them; Prometheus
+/// Counters a worker pool keeps for itself (tests and `bench` read them; Prometheus
 /// gets the same numbers through the `metrics` facade).
 ///
-/// Each counts from the relay's start and only grows. They are updated with
-/// relaxed atomics by the relay's tasks as they go: read them with
+/// Each counts from the worker pool's start and only grows. They are updated with
+/// relaxed atomics by the worker pool's tasks as they go: read them with
 /// [`PoolStats::get`], and expect a snapshot of several counters to be
-/// consistent only once the relay has stopped.
+/// consistent only once the worker pool has stopped.
 #[derive(Debug, Default)]
 pub struct PoolStats {
     /// Jobs claimed (each claim of a job once, a re-claim again).
@@ -74,7 +74,7 @@ pub struct PoolStats {
     pub retried: AtomicU64,
     /// Outcomes `failed` written (permanent errors, last attempts).
     pub failed: AtomicU64,
-    /// Attempts whose claim this relay lost: the lease expired and a reaper
+    /// Attempts whose claim this worker pool lost: the lease expired and a reaper
     /// took the job back (it may since have been re-claimed or cancelled).
     /// Noticed by the heartbeat while the effect ran (the effect is then
     /// cancelled) or when the outcome's fenced write matched nothing; either
@@ -88,7 +88,7 @@ pub struct PoolStats {
     /// Jobs claimed but never started, handed back to `pending` at shutdown
     /// without spending an attempt.
     pub handed_back: AtomicU64,
-    /// Jobs this relay's reaper took from expired leases (any relay's),
+    /// Jobs this worker pool's reaper took from expired leases (any worker pool's),
     /// requeued or failed.
     pub reaped: AtomicU64,
     /// Claim statements that returned at least one job.
@@ -108,10 +108,10 @@ impl PoolStats {
     }
 }
 
-/// State the relay's tasks share.
+/// State the worker pool's tasks share.
 struct Shared {
     pool: PgPool,
-    /// The relay's own connections for its hot statements.
+    /// The worker pool's own connections for its hot statements.
     hot: connection::HotPath,
     settings: PoolSettings,
     executor: Arc<dyn JobHandler>,
@@ -125,7 +125,7 @@ struct Shared {
     effect_time: claim_pace::MovingAverage,
     /// Woken by the listener; the producer waits on it when the queue is empty.
     wake: Arc<Notify>,
-    /// The earliest moment a job this relay scheduled (a retry, a reaped job)
+    /// The earliest moment a job this worker pool scheduled (a retry, a reaped job)
     /// is due again; the producer wakes then instead of at the next poll.
     wake_at: Mutex<Option<Instant>>,
     /// Told when `wake_at` moves earlier, so a producer already asleep
@@ -134,7 +134,7 @@ struct Shared {
     /// Poked by the reaper to have the heartbeat renew leases at once.
     beat_now: Notify,
     /// False after a heartbeat failed, until one succeeds: the reaper waits for
-    /// this relay's own leases to be renewed before it reaps anyone's.
+    /// this worker pool's own leases to be renewed before it reaps anyone's.
     heartbeat_ok: std::sync::atomic::AtomicBool,
     liveness: Liveness,
     stats: Arc<PoolStats>,
@@ -161,9 +161,9 @@ impl Shared {
     }
 }
 
-/// A relay, ready to run. See the module docs for its parts.
+/// A worker pool, ready to run. See the module docs for its parts.
 ///
-/// Any number of relays, in one process or many, may run against the same
+/// Any number of worker pools, in one process or many, may run against the same
 /// database: claims skip each other's rows and every write is fenced by the
 /// claim's token. Build with [`WorkerPool::new`], then run it once with
 /// [`WorkerPool::run_until_stopped`].
@@ -181,7 +181,7 @@ impl std::fmt::Debug for WorkerPool {
 }
 
 impl WorkerPool {
-    /// A relay that claims with `pool` and performs jobs with `executor`
+    /// A worker pool that claims with `pool` and performs jobs with `executor`
     /// (usually a [`Workers`](crate::worker::Workers) registry). `database_url`
     /// is for the dedicated LISTEN connection, which the pool cannot provide;
     /// its TLS settings are honoured as libpq reads them. Starts nothing and
@@ -224,12 +224,12 @@ impl WorkerPool {
         })
     }
 
-    /// The relay's counters; the handle stays readable after the relay stops.
+    /// The worker pool's counters; the handle stays readable after the worker pool stops.
     pub fn stats(&self) -> Arc<PoolStats> {
         Arc::clone(&self.shared.stats)
     }
 
-    /// Whether this relay still makes progress; serve it as `/livez`.
+    /// Whether this worker pool still makes progress; serve it as `/livez`.
     pub fn liveness(&self) -> Liveness {
         self.shared.liveness.clone()
     }
@@ -264,12 +264,12 @@ impl WorkerPool {
         tasks.spawn(heartbeat::run(Arc::clone(&shared), background.clone()));
         tasks.spawn(reaper::run(Arc::clone(&shared), background.clone()));
         if !settings.periodic_jobs.is_empty() {
-            // Stopped with the producer: a relay shutting down enqueues no
-            // more slots, and the next relay up runs a missed one.
+            // Stopped with the producer: a worker pool shutting down enqueues no
+            // more slots, and the next worker pool up runs a missed one.
             tasks.spawn(periodic::run(Arc::clone(&shared), shutdown.clone()));
         }
 
-        // Room for two outcomes of every job the relay may hold (running or
+        // Room for two outcomes of every job the worker pool may hold (running or
         // claimed ahead): a runner that finds the channel full keeps its slot
         // until the writer catches up (sized for the slots alone, it held the
         // defaults back: docs/performance.md, "Room ahead for every claim

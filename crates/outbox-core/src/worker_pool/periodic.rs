@@ -1,5 +1,5 @@
-//! The periodic role: declares the relay's periodic jobs, then sleeps until
-//! the next slot of any of them and enqueues what came due. Every relay runs
+//! The periodic role: declares the worker pool's periodic jobs, then sleeps until
+//! the next slot of any of them and enqueues what came due. Every worker pool runs
 //! it; the slot's unique key in the database, not this loop, makes each slot
 //! run once (see `outbox/periodic.rs`).
 
@@ -18,7 +18,7 @@ use crate::outbox::{PeriodicJob, declare_periodic_jobs, enqueue_due_slot};
 const FIRST_RETRY: Duration = Duration::from_millis(500);
 const MAX_RETRY: Duration = Duration::from_secs(30);
 
-/// Where one job stands in this relay's loop.
+/// Where one job stands in this worker pool's loop.
 struct Due {
     /// When to look at it next (`None`: at once).
     at: Option<DateTime<Utc>>,
@@ -50,7 +50,7 @@ pub(super) async fn run(shared: Arc<Shared>, stop: CancellationToken) {
         jobs = ?jobs.iter().map(|j| format!("{} ({})", j.name(), j.schedule())).collect::<Vec<_>>(),
         "periodic jobs declared"
     );
-    // At once at start: a slot that came while every relay was down runs now.
+    // At once at start: a slot that came while every worker pool was down runs now.
     let mut due: Vec<Due> = jobs
         .iter()
         .map(|_| Due {
@@ -93,7 +93,7 @@ pub(super) async fn run(shared: Arc<Shared>, stop: CancellationToken) {
     }
 }
 
-/// Enqueues `job`'s slot due at `now`, if no relay has; `Err` after logging.
+/// Enqueues `job`'s slot due at `now`, if no worker pool has; `Err` after logging.
 async fn enqueue(shared: &Arc<Shared>, job: &PeriodicJob, now: DateTime<Utc>) -> Result<(), ()> {
     let enqueuer = shared.settings.periodic_enqueuer.clone();
     let periodic = job.clone();

@@ -20,8 +20,8 @@ use crate::statements::{ClaimPosition, ClaimedJob, JobLease};
 /// Every claim holds one slot permit per job it asks for, so a job is never
 /// claimed without a slot to run it in. Claims run as tasks of their own, at
 /// most `concurrency / batch_size` (rounded up) at a time, each taking every
-/// free slot up to a batch: that lets a relay at batch 1 keep up with the same
-/// number of plain claim loops, and keeps a relay at a large batch from
+/// free slot up to a batch: that lets a worker pool at batch 1 keep up with the same
+/// number of plain claim loops, and keeps a worker pool at a large batch from
 /// splitting its free slots into many small claims as effects finish one by one
 /// (without the bound, 50,000 `noop` jobs at concurrency 16 and batch 16 took
 /// 21,673 claims, 2.3 jobs each; with it, about 3,300).
@@ -153,7 +153,7 @@ struct ClaimState {
     queue_empty: AtomicBool,
     /// Claims are failing (database unreachable): back off before the next.
     failing: AtomicBool,
-    /// Claims of this relay under way.
+    /// Claims of this worker pool under way.
     claiming: AtomicUsize,
     /// How many claims may be under way now.
     target: Mutex<InFlightTarget>,
@@ -168,14 +168,14 @@ struct ClaimState {
     keyed_at: Mutex<Option<Instant>>,
 }
 
-/// How soon a relay that has been taking keyed jobs claims again after a
+/// How soon a worker pool that has been taking keyed jobs claims again after a
 /// short claim. A key held back by its limits gets room with nothing to
-/// wake anyone: a token comes due, or a slot frees on another relay. Until
-/// [`KEYED_LINGER`] after its last keyed job, the relay looks again this
+/// wake anyone: a token comes due, or a slot frees on another worker pool. Until
+/// [`KEYED_LINGER`] after its last keyed job, the worker pool looks again this
 /// often instead of at the poll interval: a key at 5 a second gets a token
 /// every 200 ms and would otherwise run at one job per poll.
 const KEYED_POLL: Duration = Duration::from_millis(100);
-/// How long after its last keyed job a relay keeps claiming every
+/// How long after its last keyed job a worker pool keeps claiming every
 /// [`KEYED_POLL`]: longer than the gap between two tokens of a key at 0.2 a
 /// second; slower keys wait for the poll interval or a NOTIFY.
 const KEYED_LINGER: Duration = Duration::from_secs(5);
@@ -280,9 +280,9 @@ async fn claim_and_start(
     lock(&state.cursor).claimed(from, end, jobs.len(), wanted);
     // A short claim from the cursor may have missed jobs behind it: the next
     // claim, from the front, decides whether the queue is empty. So may a
-    // claim that ran beside others of this relay: SKIP LOCKED stepped over
+    // claim that ran beside others of this worker pool: SKIP LOCKED stepped over
     // the rows they were taking, and the queue behind them may be long (taking
-    // it for empty would stall the relay for a poll interval in the middle of
+    // it for empty would stall the worker pool for a poll interval in the middle of
     // a drain).
     let now = Instant::now();
     let keyed_at = {
@@ -333,7 +333,7 @@ async fn start_in_turn(
     let mut jobs = jobs.into_iter();
     while let Some((job, claim)) = jobs.next() {
         if claim.lost().is_cancelled() {
-            // Reaped while it waited: another relay may own it now.
+            // Reaped while it waited: another worker pool may own it now.
             drop(claim);
             ahead.pop();
             continue;
@@ -424,7 +424,7 @@ async fn hand_back(shared: &Arc<Shared>, jobs: Vec<(ClaimedJob, Claim)>) {
     drop(jobs);
 }
 
-/// Sleeps until woken, the timeout, a retry this relay scheduled falls due, or
+/// Sleeps until woken, the timeout, a retry this worker pool scheduled falls due, or
 /// shutdown; true on shutdown.
 async fn wait(shared: &Shared, shutdown: &CancellationToken, timeout: Duration) -> bool {
     let poll_at = Instant::now() + timeout;

@@ -12,7 +12,7 @@ use crate::outbox::archive::PARTITION_UPKEEP_EVERY;
 use crate::statements::{ReapRequest, ensure_done_partitions};
 
 /// Reaps at every `reap_interval` (and once at start), until `stop`. Safe on
-/// every relay at once: the reap query skips rows another reaper holds.
+/// every worker pool at once: the reap query skips rows another reaper holds.
 pub(super) async fn run(shared: Arc<Shared>, stop: CancellationToken) {
     let mut ticks = tokio::time::interval(shared.settings.reap_interval);
     ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
@@ -25,8 +25,8 @@ pub(super) async fn run(shared: Arc<Shared>, stop: CancellationToken) {
         if upkept.is_none_or(|at| at.elapsed() >= PARTITION_UPKEEP_EVERY) && upkeep(&shared).await {
             upkept = Some(Instant::now());
         }
-        // Back from an outage, this relay's own leases may have lapsed too:
-        // renew them first, and reap at the next tick, so that no relay reaps
+        // Back from an outage, this worker pool's own leases may have lapsed too:
+        // renew them first, and reap at the next tick, so that no worker pool reaps
         // work whose owner is alive and only waited for the database.
         if !shared.heartbeat_ok.load(Ordering::Acquire) {
             tracing::debug!("the heartbeat has not renewed leases since it failed; reaping later");
@@ -81,7 +81,7 @@ async fn reap(shared: &Arc<Shared>) {
     loop {
         let policy = shared.settings.backoff;
         let margin = shared.settings.reap_margin;
-        // This relay's own effects still running: their leases lapse only when
+        // This worker pool's own effects still running: their leases lapse only when
         // the heartbeat lost the database, and the next one renews them.
         let live = shared.in_flight.tokens();
         let request = ReapRequest {

@@ -1,4 +1,4 @@
-//! How a relay behaves ([`PoolSettings`]), the defaults an application
+//! How a worker pool behaves ([`PoolSettings`]), the defaults an application
 //! starts from, and the checks [`WorkerPool::new`] makes.
 
 use std::time::Duration;
@@ -9,44 +9,44 @@ use super::{BackoffPolicy, JobTimeouts};
 use super::{Liveness, WorkerPool};
 use crate::outbox::{Enqueuer, PeriodicJob};
 
-/// Default [`PoolSettings::concurrency`]: effects in flight at once per relay.
+/// Default [`PoolSettings::concurrency`]: effects in flight at once per worker pool.
 ///
-/// 64, not 16: at 16 only one claim of 16 can be in flight, and a relay beside
+/// 64, not 16: at 16 only one claim of 16 can be in flight, and a worker pool beside
 /// a busy producer falls behind (docs/performance.md has the figures). More
 /// slots cost no more connections:
-/// claims and outcomes run on the relay's own, and the pool the effects use
+/// claims and outcomes run on the worker pool's own, and the pool the effects use
 /// stops growing at 16 + 4. A shallow queue still gets one claim at a time.
 pub const DEFAULT_CONCURRENCY: usize = 64;
 /// Default [`PoolSettings::batch_size`]: the jobs a claim statement asks for
-/// while the queue is shallow, and where a relay's claims start.
+/// while the queue is shallow, and where a worker pool's claims start.
 pub const DEFAULT_BATCH_SIZE: usize = 16;
 /// Default [`PoolSettings::lease`]; the heartbeat, reap interval and reap
 /// margin derive from it (see [`PoolSettings::with_lease`]).
 pub const DEFAULT_LEASE: Duration = Duration::from_secs(60);
-/// Default [`PoolSettings::poll_interval`]: the longest an idle relay goes
+/// Default [`PoolSettings::poll_interval`]: the longest an idle worker pool goes
 /// without looking for due jobs when no NOTIFY wakes it.
 pub(crate) const DEFAULT_POLL_INTERVAL: Duration = Duration::from_secs(1);
 /// Default [`PoolSettings::shutdown_grace`].
 pub(crate) const DEFAULT_SHUTDOWN_GRACE: Duration = Duration::from_secs(30);
 /// Default [`PoolSettings::stall_timeout`].
 pub(crate) const DEFAULT_STALL_TIMEOUT: Duration = Duration::from_secs(120);
-/// The shortest lease a relay accepts: below it, the heartbeat (a third of
+/// The shortest lease a worker pool accepts: below it, the heartbeat (a third of
 /// the lease) would renew faster than a database round trip can be relied on.
 pub const MIN_LEASE: Duration = Duration::from_millis(100);
 
-/// How a relay behaves; an application fills it from its own configuration.
+/// How a worker pool behaves; an application fills it from its own configuration.
 #[derive(Debug, Clone)]
 pub struct PoolSettings {
-    /// `locked_by` on the jobs this relay claims; unique per live relay. Shown
-    /// in the reaper's `last_error` when a lease of this relay expires. Must
+    /// `locked_by` on the jobs this worker pool claims; unique per live worker pool. Shown
+    /// in the reaper's `last_error` when a lease of this worker pool expires. Must
     /// not be empty.
     pub worker_id: String,
-    /// Kinds this relay claims (`--kinds`); also the NOTIFY payloads it wakes
+    /// Kinds this worker pool claims (`--kinds`); also the NOTIFY payloads it wakes
     /// on. At least one. With a [`Workers`](crate::worker::Workers)
     /// executor, a kind with no worker registered fails its jobs permanently
     /// as an unknown kind.
     pub kinds: Vec<String>,
-    /// Effects in flight at most (at least 1): the relay's slots. A claim
+    /// Effects in flight at most (at least 1): the worker pool's slots. A claim
     /// never asks for more jobs than there are free slots.
     pub concurrency: usize,
     /// Jobs per claim to start with, and again whenever a claim comes back
@@ -59,7 +59,7 @@ pub struct PoolSettings {
     /// from it in step.
     pub lease: Duration,
     /// Fallback poll when no NOTIFY arrives: the longest a due job waits for
-    /// an idle relay while LISTEN is down or a wake-up was lost. Positive.
+    /// an idle worker pool while LISTEN is down or a wake-up was lost. Positive.
     pub poll_interval: Duration,
     /// How long in-flight effects may run on after shutdown is asked for;
     /// then they are interrupted and recorded as retryable failures (see
@@ -71,28 +71,28 @@ pub struct PoolSettings {
     /// Heartbeat period; a third of the lease, so two can be missed.
     pub heartbeat_interval: Duration,
     /// Reaper period; half the lease, so a dead worker's job waits at most
-    /// a lease and a half before it is reaped. Every relay runs a reaper;
+    /// a lease and a half before it is reaped. Every worker pool runs a reaper;
     /// each expired job goes to exactly one of them.
     pub reap_interval: Duration,
     /// How long past its expiry a lease must be before the reaper takes it, so
-    /// a relay back from a short blip renews its leases before anyone reaps
+    /// a worker pool back from a short blip renews its leases before anyone reaps
     /// them; a quarter of the lease.
     pub reap_margin: Duration,
     /// The deadline of one effect, by kind (`RELAY_JOB_TIMEOUT`).
     pub job_timeouts: JobTimeouts,
     /// `/livez` fails once a loop has made no progress for this long although
     /// it had work (see [`Liveness`]). Taken as at least two poll intervals,
-    /// so an idle relay is never taken for a stuck one.
+    /// so an idle worker pool is never taken for a stuck one.
     pub stall_timeout: Duration,
     /// Wake on LISTEN/NOTIFY (off only in tests and benchmarks of polling).
     pub listen: bool,
     /// Completer writers: statements writing outcomes side by side, each on
     /// a connection of its own. `None`: two (one at concurrency 1).
     pub completer_writers: Option<usize>,
-    /// Periodic jobs this relay enqueues at their slots: each (name, slot)
-    /// once across every relay that declares it, and a slot missed while
-    /// every relay was down once, not once per missed slot (see
-    /// [`PeriodicJob`]). Names must be distinct. The relay sleeps until the
+    /// Periodic jobs this worker pool enqueues at their slots: each (name, slot)
+    /// once across every worker pool that declares it, and a slot missed while
+    /// every worker pool was down once, not once per missed slot (see
+    /// [`PeriodicJob`]). Names must be distinct. The worker pool sleeps until the
     /// next slot: no poll of its own.
     pub periodic_jobs: Vec<PeriodicJob>,
     /// How the periodic jobs are enqueued: an application that added columns
@@ -101,7 +101,7 @@ pub struct PoolSettings {
 }
 
 impl PoolSettings {
-    /// Settings for a relay of `worker_id` claiming `kinds`, with every other
+    /// Settings for a worker pool of `worker_id` claiming `kinds`, with every other
     /// field at its default (`DEFAULT_*`, a lease of [`DEFAULT_LEASE`] and the
     /// periods derived from it, LISTEN on). [`WorkerPool::new`] checks them.
     pub fn new(worker_id: impl Into<String>, kinds: Vec<String>) -> Self {
@@ -143,7 +143,7 @@ impl PoolSettings {
     }
 
     /// The stall timeout in force: never shorter than two polls, so an idle
-    /// relay waiting out its poll interval is never taken for a stuck one.
+    /// worker pool waiting out its poll interval is never taken for a stuck one.
     pub(super) fn effective_stall_timeout(&self) -> Duration {
         self.stall_timeout.max(self.poll_interval * 2)
     }

@@ -2,7 +2,7 @@
 -- are cancelled too, `last_error` naming the parent; those of policy 'run'
 -- no longer wait for it and note it in `unfinished_parents`, and when that
 -- was their last parent a NOTIFY on channel $2 (delivered at the commit)
--- wakes the relays of their kind. Returns each dependent changed, its new
+-- wakes the worker pools of their kind. Returns each dependent changed, its new
 -- status and ordering key: the caller releases the keys of those cancelled
 -- and runs this again for them (a cancelled dependent cancels its own).
 --

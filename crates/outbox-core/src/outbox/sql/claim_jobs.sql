@@ -19,12 +19,12 @@
 -- the entries of jobs that finished but that vacuum has not removed yet: when
 -- a snapshot older than them is still open (a pinned MVCC horizon), those pile
 -- up at the front of the index and no hint can mark them dead. The cursor
--- ($5, $6) is where the relay's previous claim ended, so a relay draining a
+-- ($5, $6) is where the worker pool's previous claim ended, so a worker pool draining a
 -- backlog starts each claim past everything it already took instead of
 -- walking it again; it claims from the front ('-infinity', 0) whenever its
 -- last claim came back short or a second has passed, which picks up jobs a
--- slow transaction committed behind the cursor (relay/producer.rs).
--- A relay limited to a kind that is rare next to another kind's backlog gets
+-- slow transaction committed behind the cursor (worker_pool/producer.rs).
+-- A worker pool limited to a kind that is rare next to another kind's backlog gets
 -- jobs_kind_claim_idx (kind, run_after, id) instead, and sorts its few rows;
 -- the planner picks by the statistics (tests/it/outbox.rs shows both plans).
 --
@@ -54,7 +54,7 @@
 -- bucket are current (the locking read returns the newest version and
 -- rechecks the WHERE on it), so `room` (what the key may start now: below
 -- max_in_flight, within its tokens, zero while paused) cannot be spent twice
--- by two relays; `counted` adds what was taken, in this same statement.
+-- by two worker pools; `counted` adds what was taken, in this same statement.
 -- Finishing, releasing and reaping give slots back (finish_jobs.sql,
 -- hand_back_jobs.sql, update_reaped_jobs.sql), only ever lowering in_flight,
 -- and a relative update (in_flight + n) keeps each of them. A key without

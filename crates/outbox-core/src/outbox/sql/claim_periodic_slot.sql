@@ -2,16 +2,16 @@
 -- enqueues the slot's job: returns the slot when this transaction is the one
 -- to enqueue it, no row otherwise. A slot is claimed only when it is later
 -- than the job's declaration and than every slot already recorded, so a slot
--- older than one that ran (a relay whose clock lags) never runs after it.
+-- older than one that ran (a worker pool whose clock lags) never runs after it.
 --
 -- Index: the primary key (name, slot), for the conflict and for the
 -- newest-slot probe.
 --
 -- Concurrency: the primary key, not the NOT EXISTS, is what makes a slot
--- run once. Two relays claiming the same slot both pass the NOT EXISTS
+-- run once. Two worker pools claiming the same slot both pass the NOT EXISTS
 -- (neither sees the other's uncommitted row); the second insert waits on the
 -- first's index entry, then does nothing if the first committed, or inserts
--- if it rolled back (a relay killed mid-enqueue: its slot is still run once).
+-- if it rolled back (a worker pool killed mid-enqueue: its slot is still run once).
 INSERT INTO periodic_slots (name, slot)
 SELECT p.name, $2
 FROM periodic_jobs AS p

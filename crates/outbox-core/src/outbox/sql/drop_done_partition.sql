@@ -3,9 +3,9 @@
 -- now() - $2 ms, waiting at most $3 ms for its lock; says 'dropped', 'gone',
 -- 'young' or 'busy' (see jobs_done_drop_partition in the migration).
 --
--- Index: none; a catalog change. Safe with relays running: the statement is
+-- Index: none; a catalog change. Safe with worker pools running: the statement is
 -- its own short transaction, and the lock_timeout it sets for itself bounds how
 -- long its ACCESS EXCLUSIVE request on jobs_done can sit in the lock queue
--- ahead of the relay's inserts. Nothing is deleted row by row, so a pinned
+-- ahead of the worker pool's inserts. Nothing is deleted row by row, so a pinned
 -- MVCC horizon leaves nothing behind for the next prune to step over.
 SELECT jobs_done_drop_partition($1, now() - $2 * interval '1 millisecond', $3) AS outcome

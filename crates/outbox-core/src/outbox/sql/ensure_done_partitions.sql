@@ -1,6 +1,6 @@
 -- Makes sure jobs_done has its daily partitions from yesterday (UTC) through
 -- two days ahead, moving any of their rows out of jobs_done_default first, so
--- that finishing jobs never fall into the default partition. Relays run it at
+-- that finishing jobs never fall into the default partition. Worker pools run it at
 -- start and hourly; `jobs prune` before it looks for partitions to drop, so
 -- that rows of a day that had no partition when they finished are found in
 -- theirs. Returns how many partitions it made (almost always 0).

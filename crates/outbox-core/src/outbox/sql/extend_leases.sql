@@ -1,7 +1,7 @@
 -- Heartbeat: extends the leases of in-flight claims ($1 ids, $2 lease tokens) to
 -- now() + $3 ms, in one statement for all of them. Returns one row per claim
 -- that is still held (status 'processing' with the same token), with that
--- token: a relay holding a stale and a current claim of one job (its own
+-- token: a worker pool holding a stale and a current claim of one job (its own
 -- claim reaped and claimed again) learns which of the two it still holds. `extended` is
 -- false when another transaction had the row locked at that moment. A claim
 -- with no row at all is lost: reaped, re-claimed, cancelled or finished.

@@ -12,7 +12,7 @@
 -- Index: the primary key (j.id = o.id): the outcomes, unnested, drive one
 -- primary-key probe each. Every join below is on a key or hashed, never CTE
 -- scan to CTE scan in a nested loop, which would make a batch cost the square
--- of its outcomes and cap the relay's throughput. Done jobs are deleted from `jobs` and
+-- of its outcomes and cap the worker pool's throughput. Done jobs are deleted from `jobs` and
 -- inserted into jobs_done, whose only indexes are BRIN (no entry per row);
 -- retries and failures are updates of the row in place.
 --
@@ -34,7 +34,7 @@
 -- `waiting_on` of their dependents, and those it ends `failed` leave it for
 -- dependents of policy 'run' (which note them in `unfinished_parents`); a
 -- dependent whose `waiting_on` becomes empty is claimable once this commits,
--- and a NOTIFY (delivered at the commit) wakes the relays of its kind, as an
+-- and a NOTIFY (delivered at the commit) wakes the worker pools of its kind, as an
 -- enqueue does. The dependents are found through jobs_waiting_on_idx, which
 -- holds only waiting rows: a batch whose jobs have none probes it with
 -- nothing to find. Fencing holds: only parents this statement moved or
@@ -179,8 +179,8 @@ released AS (
               -- dependents one finish releases.
               n.id IN (SELECT id FROM children) AS dependent
 ),
--- Wakes the relays of the kinds whose dependents became claimable (a key's
--- next job stays as before: the relay that finished its predecessor claims it).
+-- Wakes the worker pools of the kinds whose dependents became claimable (a key's
+-- next job stays as before: the worker pool that finished its predecessor claims it).
 woken AS (
     SELECT pg_notify($6, k.kind)
     FROM (SELECT DISTINCT r.kind

@@ -5,7 +5,7 @@
 -- NOT NULL (done jobs have left `jobs`; the status is a filter): one probe per key.
 --
 -- FOR SHARE on each key's first unfinished job (its head), held until the
--- enqueuing transaction ends: a relay finishing that head at this moment either
+-- enqueuing transaction ends: a worker pool finishing that head at this moment either
 -- finished first (the lock waits for its commit, the re-check sees the head
 -- done and moves on to the next unfinished job, if any) or meets the lock and
 -- tries again after our commit, when it sees and releases the new job. Without

@@ -1,5 +1,5 @@
 -- Jobs by status, for the outbox_jobs{status} gauge, refreshed every few
--- seconds by every API and relay process: its cost must follow the backlog,
+-- seconds by every API and worker pool process: its cost must follow the backlog,
 -- never the history of done jobs.
 --
 -- done: the sum of the live-row counter PostgreSQL's statistics keep for each
@@ -9,7 +9,7 @@
 -- flush their counts when idle), and after a crash it restarts from what the
 -- next VACUUM or ANALYZE finds. Only done jobs move to jobs_done today.
 --
--- failed, cancelled (and done jobs finished before the relay moved them to
+-- failed, cancelled (and done jobs finished before the worker pool moved them to
 -- jobs_done): exact counts of the rows of jobs_finished_idx, which holds
 -- exactly the finished rows still in jobs; reading them costs one index entry
 -- and one heap visit each (or a scan of jobs when the planner finds them a

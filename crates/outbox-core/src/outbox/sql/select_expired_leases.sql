@@ -10,20 +10,20 @@
 -- as the planner finds cheaper: O(backlog) per pass, never
 -- the history, which has left for jobs_done.
 --
--- The margin ($2): a relay whose heartbeat missed a beat or two during a short
+-- The margin ($2): a worker pool whose heartbeat missed a beat or two during a short
 -- blip renews its leases as soon as it is back; reaping only leases expired by
 -- more than the margin lets it keep that work instead of having it run twice.
 --
--- Concurrency: every relay runs the reaper. FOR UPDATE SKIP LOCKED gives each
+-- Concurrency: every worker pool runs the reaper. FOR UPDATE SKIP LOCKED gives each
 -- expired job to exactly one reaper, and the rows stay locked until the same
 -- transaction has moved them out of 'processing' (update_reaped_jobs.sql). A
 -- worker that comes back and tries to finish such a job is fenced out: the next
 -- claim gives the job a new lease_token.
 --
--- Sparing: $3 are the lease tokens of the claims the reaper's own relay is
+-- Sparing: $3 are the lease tokens of the claims the reaper's own worker pool is
 -- still running. Their leases run out only when its heartbeats could not reach
 -- the database (an outage longer than the lease); the effects are alive, so
--- requeueing them here would only run them twice. Another relay's reaper may
+-- requeueing them here would only run them twice. Another worker pool's reaper may
 -- still take them.
 SELECT id, attempts, max_attempts, locked_by, lease_token
 FROM jobs
