@@ -9,6 +9,12 @@ DROP TABLE api_keys;
 DROP TABLE admin_sessions;
 DROP TABLE admin_secrets;
 DROP FUNCTION order_event_subscribers(text);
+DROP TRIGGER endpoints_subscribers_refresh ON endpoints;
+DROP TRIGGER endpoints_subscribers_lock ON endpoints;
+DROP FUNCTION event_type_subscribers_refresh();
+DROP FUNCTION event_type_subscribers_lock();
+DROP TABLE event_type_subscribers;
+DROP FUNCTION order_event_subscribers_now(text);
 DROP TABLE endpoints;
 DROP TABLE admin_audit;
 -- jobs_all back to the core's columns: the view names order_id, so it goes

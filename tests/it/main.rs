@@ -23,6 +23,7 @@ mod effects_webhook;
 mod endpoint_delivery;
 mod endpoint_fairness;
 mod endpoints;
+mod event_subscribers;
 mod fanout;
 mod faults;
 mod front_door;
