@@ -4,8 +4,8 @@
 use diesel::pg::PgConnection;
 use diesel_migrations::{EmbeddedMigrations, embed_migrations};
 pub use outbox_core::db::{
-    DbError, Failure, PgPool, PoolOptions, build_pool, establish, init_openssl, redact_url,
-    run_blocking,
+    DbError, Failure, PgPool, PoolOptions, PrepareOnce, build_pool, establish, init_openssl,
+    redact_url, run_blocking,
 };
 
 /// The service's migrations (`migrations/`): its own tables (orders, their

@@ -14,10 +14,12 @@ use diesel::{RunQueryDsl, sql_query};
 use diesel_migrations::{EmbeddedMigrations, MigrationHarness, embed_migrations};
 
 mod failure;
+mod prepared;
 
 pub(crate) use failure::connection_unusable;
 pub use failure::{DbError, Failure};
 use failure::{discard, must_discard};
+pub use prepared::{PrepareOnce, Prepared};
 
 /// An r2d2 pool of Diesel PostgreSQL connections, as [`build_pool`] builds
 /// it. Cheap to clone (clones share the pool), and

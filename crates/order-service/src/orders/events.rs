@@ -34,6 +34,7 @@ use super::jobs::{
     ConfirmationEmail, OrderEmail, OrderFanout, OrderPublish, OrderWebhook, new_job,
 };
 use super::{DEFAULT_ENDPOINT, OrderId, email_key, fanout_key, webhook_key};
+use crate::db::PrepareOnce;
 use crate::outbox::{Enqueuer, JobOptions, NewJob};
 use crate::schema::order_events;
 
@@ -129,6 +130,7 @@ pub(super) fn record_event(
         .bind::<Text, _>(DEFAULT_ENDPOINT)
         .bind::<Nullable<BigInt>, _>(cause.inbox_message_id)
         .bind::<Text, _>(fanout_key(order_id.get()))
+        .prepared()
         .get_result(conn)
 }
 

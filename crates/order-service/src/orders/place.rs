@@ -16,6 +16,7 @@ use super::idempotency::{Cause, IdempotencyKey};
 use super::jobs::{ReceiptPdf, new_job};
 use super::read::{Order, OrderEvent, OrderItem, OrderJob};
 use super::{OrderId, OrderStatus};
+use crate::db::PrepareOnce;
 use crate::outbox::{DependencyPolicy, Enqueuer, JobOptions, JobStatus, Parent};
 use crate::schema::orders;
 
@@ -124,6 +125,7 @@ fn insert_placed(
         .bind::<Array<BigInt>, _>(&prices)
         .bind::<Text, _>(OrderStatus::Placed.event_type())
         .bind::<Nullable<BigInt>, _>(window_ms)
+        .prepared()
         .get_result(conn)
         .optional()
 }

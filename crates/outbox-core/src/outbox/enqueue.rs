@@ -11,6 +11,7 @@ use diesel::sql_types::{Array, Text};
 
 use super::args::JobArgs;
 use super::{NOTIFY_CHANNEL, NewJob, Waker, depend};
+use crate::db::PrepareOnce;
 use crate::schema::jobs;
 
 /// How the rows of an enqueue are written, once the queue has decided which
@@ -284,6 +285,7 @@ fn notify<'a>(
     diesel::sql_query(include_str!("sql/notify_in_transaction.sql"))
         .bind::<Text, _>(NOTIFY_CHANNEL)
         .bind::<Array<Text>, _>(&kinds)
+        .prepared()
         .execute(conn)
         .map(drop)
 }
@@ -302,6 +304,7 @@ fn ensure_concurrency_keys(conn: &mut PgConnection, new_jobs: &[NewJob]) -> Quer
     keys.dedup();
     diesel::sql_query(include_str!("sql/ensure_concurrency_keys.sql"))
         .bind::<Array<Text>, _>(&keys)
+        .prepared()
         .execute(conn)
         .map(drop)
 }
