@@ -281,7 +281,7 @@ fn a_transition_waiting_on_a_delivery_does_not_deadlock_with_the_receipt_of_its_
 }
 
 #[test]
-fn a_connection_prepares_the_placement_once_and_reuses_it() {
+fn a_connection_prepares_the_placement_and_its_jobs_insert_once_and_reuses_them() {
     #[derive(QueryableByName)]
     struct Prepared {
         #[diesel(sql_type = diesel::sql_types::Text)]
@@ -292,15 +292,15 @@ fn a_connection_prepares_the_placement_once_and_reuses_it() {
     for _ in 0..3 {
         place_order(&mut conn, &order_enqueuer(), &sample_order(), None, 5).expect("placed");
     }
-    let statements: Vec<String> =
-        diesel::sql_query("SELECT statement FROM pg_prepared_statements")
-            .load::<Prepared>(&mut conn)
-            .expect("this session's prepared statements")
-            .into_iter()
-            .map(|p| p.statement)
-            .collect();
+    let statements: Vec<String> = diesel::sql_query("SELECT statement FROM pg_prepared_statements")
+        .load::<Prepared>(&mut conn)
+        .expect("this session's prepared statements")
+        .into_iter()
+        .map(|p| p.statement)
+        .collect();
     let count = |marker: &str| statements.iter().filter(|s| s.contains(marker)).count();
     // Prepared on the first call, kept for the next two (a statement run
     // unprepared is not in the view at all).
     assert_eq!(count("INSERT INTO orders ("), 1, "{statements:#?}");
+    assert_eq!(count("INSERT INTO \"jobs\""), 1, "{statements:#?}");
 }

@@ -5,7 +5,7 @@ use diesel::pg::PgConnection;
 use diesel_migrations::{EmbeddedMigrations, embed_migrations};
 pub use outbox_core::db::{
     DbError, Failure, PgPool, PoolOptions, PrepareOnce, build_pool, establish, init_openssl,
-    redact_url, run_blocking,
+    prepare_insert, redact_url, run_blocking,
 };
 
 /// The service's migrations (`migrations/`): its own tables (orders, their

@@ -19,7 +19,7 @@ mod prepared;
 pub(crate) use failure::connection_unusable;
 pub use failure::{DbError, Failure};
 use failure::{discard, must_discard};
-pub use prepared::{PrepareOnce, Prepared};
+pub use prepared::{PrepareOnce, Prepared, prepare_insert};
 
 /// An r2d2 pool of Diesel PostgreSQL connections, as [`build_pool`] builds
 /// it. Cheap to clone (clones share the pool), and

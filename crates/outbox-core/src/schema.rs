@@ -86,6 +86,26 @@ macro_rules! queue_row {
             unfinished_parents: Option<&'a [i64]>,
         }
 
+        impl $name<'_> {
+            /// Which optional columns this row writes, one bit each: rows
+            /// of the same shapes make the same insert text.
+            #[allow(dead_code)]
+            $vis fn shape(&self) -> u32 {
+                [
+                    self.id.is_some(),
+                    self.run_after.is_some(),
+                    self.ordering_key.is_some(),
+                    self.trace_context.is_some(),
+                    self.concurrency_key.is_some(),
+                    self.depends_on.is_some(),
+                    self.dependency_policy.is_some(),
+                    self.unfinished_parents.is_some(),
+                ]
+                .into_iter()
+                .fold(0, |mask, written| (mask << 1) | u32::from(written))
+            }
+        }
+
         impl<'a> From<&'a $crate::outbox::NewJob> for $name<'a> {
             fn from(job: &'a $crate::outbox::NewJob) -> Self {
                 $name {

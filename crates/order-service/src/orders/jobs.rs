@@ -9,6 +9,7 @@ use outbox_core::worker::JobArgs;
 use serde::{Deserialize, Serialize};
 
 use super::OrderId;
+use crate::db::{PrepareOnce, prepare_insert};
 use crate::kinds::EffectKind;
 
 /// The confirmation of a placed order. A job queued before `order_email`
@@ -222,10 +223,17 @@ fn insert_order_jobs(conn: &mut PgConnection, new_jobs: &[NewJob]) -> QueryResul
             order_id: job.extension::<OrderId>().copied(),
         })
         .collect();
-    diesel::insert_into(crate::schema::jobs::table)
+    let shapes = rows
+        .iter()
+        .map(|row| (row.queue.shape() << 1) | u32::from(row.order_id.is_some()));
+    let insert = diesel::insert_into(crate::schema::jobs::table)
         .values(&rows)
-        .returning(crate::schema::jobs::id)
-        .get_results(conn)
+        .returning(crate::schema::jobs::id);
+    if prepare_insert(shapes) {
+        insert.prepared().get_results(conn)
+    } else {
+        insert.get_results(conn)
+    }
 }
 
 #[cfg(test)]

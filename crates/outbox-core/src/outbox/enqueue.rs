@@ -11,7 +11,7 @@ use diesel::sql_types::{Array, Text};
 
 use super::args::JobArgs;
 use super::{NOTIFY_CHANNEL, NewJob, Waker, depend};
-use crate::db::PrepareOnce;
+use crate::db::{PrepareOnce, prepare_insert};
 use crate::schema::jobs;
 
 /// How the rows of an enqueue are written, once the queue has decided which
@@ -405,10 +405,14 @@ fn insert_in_chunks(
 fn insert_jobs(conn: &mut PgConnection, new_jobs: &[NewJob]) -> QueryResult<Vec<i64>> {
     let rows: Vec<QueueRow<'_>> = new_jobs.iter().map(QueueRow::from).collect();
     // One multi-row INSERT draws the ids in row order: enqueue order.
-    diesel::insert_into(jobs::table)
+    let insert = diesel::insert_into(jobs::table)
         .values(&rows)
-        .returning(jobs::id)
-        .get_results(conn)
+        .returning(jobs::id);
+    if prepare_insert(rows.iter().map(QueueRow::shape)) {
+        insert.prepared().get_results(conn)
+    } else {
+        insert.get_results(conn)
+    }
 }
 
 // The queue's columns of one [`NewJob`], as [`insert_jobs`] writes them:
