@@ -1,5 +1,6 @@
 //! The live claims (`job_claims`): a row per claim statement, renewed or
-//! dropped by the heartbeat.
+//! dropped by the heartbeat, read and dropped by the reaper, which finds
+//! expired leases there instead of in the backlog.
 
 use std::time::Duration;
 
@@ -7,7 +8,8 @@ use chrono::{DateTime, Utc};
 use diesel::prelude::*;
 use diesel::sql_types::{Array, BigInt, Text, Timestamptz};
 use outbox_core::statements::{
-    ClaimRequest, ClaimedJob, Finish, JobLease, Outcome, claim_jobs, extend_leases, finish_jobs,
+    ClaimRequest, ClaimedJob, Finish, JobLease, Outcome, ReapRequest, claim_jobs, extend_leases,
+    finish_jobs, reap_expired_leases,
 };
 
 use crate::support::TestDb;
@@ -90,6 +92,15 @@ fn lease_of(conn: &mut PgConnection, id: i64) -> DateTime<Utc> {
         .lease_expires_at
 }
 
+fn expire(conn: &mut PgConnection, ids: &[i64]) {
+    diesel::sql_query(
+        "UPDATE jobs SET lease_expires_at = now() - interval '1 hour' WHERE id = ANY($1)",
+    )
+    .bind::<Array<BigInt>, _>(ids)
+    .execute(conn)
+    .expect("expire the leases");
+}
+
 #[test]
 fn a_claim_writes_one_row_that_the_heartbeat_renews_and_drops_once_its_jobs_end() {
     let db = TestDb::new();
@@ -154,5 +165,121 @@ fn a_row_is_renewed_only_when_every_job_it_holds_was() {
     assert_eq!(
         claim_rows(&mut conn)[0].expires_at,
         lease_of(&mut conn, claimed[1].id)
+    );
+}
+
+#[test]
+fn the_reaper_finds_expired_leases_through_their_row_and_drops_it_once_emptied() {
+    let db = TestDb::new();
+    let mut conn = db.conn();
+    pending(&mut conn, 2);
+    let crashed = claim(&mut conn, "crashed", 2);
+    let ids: Vec<i64> = crashed.iter().map(|j| j.id).collect();
+    expire(&mut conn, &ids);
+    assert!(
+        claim_rows(&mut conn)[0].expires_at < Utc::now(),
+        "the row follows a lease moved earlier"
+    );
+
+    // One of them is locked elsewhere: it and its row wait for the next pass.
+    let mut operator = db.conn();
+    diesel::connection::SimpleConnection::batch_execute(&mut operator, "BEGIN")
+        .expect("the operator's transaction");
+    diesel::sql_query("SELECT id FROM jobs WHERE id = $1 FOR UPDATE")
+        .bind::<BigInt, _>(ids[0])
+        .execute(&mut operator)
+        .expect("lock the row");
+    let report =
+        reap_expired_leases(&mut conn, &ReapRequest::new(10), |_| Duration::ZERO).expect("reap");
+    assert_eq!(report.requeued, 1);
+    assert_eq!(claim_rows(&mut conn).len(), 1, "it still holds a job");
+
+    diesel::connection::SimpleConnection::batch_execute(&mut operator, "ROLLBACK")
+        .expect("end the operator's transaction");
+    let report =
+        reap_expired_leases(&mut conn, &ReapRequest::new(10), |_| Duration::ZERO).expect("reap");
+    assert_eq!(report.requeued, 1);
+    assert!(
+        claim_rows(&mut conn).is_empty(),
+        "dropped in the pass that emptied it"
+    );
+}
+
+#[derive(QueryableByName)]
+struct PlanJson {
+    #[diesel(sql_type = Text, column_name = "QUERY PLAN")]
+    plan: String,
+}
+
+/// Every node of `plan` that reads `relation`: (node type, rows it looked
+/// at: returned over all loops plus those its filters removed).
+fn reads_of(plan: &serde_json::Value, relation: &str, out: &mut Vec<(String, f64)>) {
+    if plan.get("Relation Name").and_then(|r| r.as_str()) == Some(relation) {
+        let number = |key: &str| plan.get(key).and_then(|v| v.as_f64()).unwrap_or(0.0);
+        let looked_at = number("Actual Rows") * number("Actual Loops")
+            + number("Rows Removed by Filter")
+            + number("Rows Removed by Index Recheck");
+        let node = plan["Node Type"].as_str().unwrap_or_default().to_owned();
+        out.push((node, looked_at));
+    }
+    if let Some(children) = plan.get("Plans").and_then(|p| p.as_array()) {
+        for child in children {
+            reads_of(child, relation, out);
+        }
+    }
+}
+
+/// The reaper's first pass was a sequential scan of the whole backlog. Now
+/// it reads the expired claims' rows and probes their jobs by id: what it
+/// looks at in `jobs` is bounded by the expired leases, however many jobs
+/// wait behind them.
+#[test]
+fn under_a_deep_backlog_the_reaper_reads_only_the_jobs_of_expired_claims() {
+    let db = TestDb::new();
+    let mut conn = db.conn();
+    pending(&mut conn, 100_000);
+    let crashed = claim(&mut conn, "crashed", 8);
+    claim(&mut conn, "alive", 8);
+    let ids: Vec<i64> = crashed.iter().map(|j| j.id).collect();
+    expire(&mut conn, &ids);
+    diesel::sql_query("ANALYZE jobs")
+        .execute(&mut conn)
+        .expect("analyze");
+
+    let explain = format!(
+        "EXPLAIN (ANALYZE, FORMAT JSON) {}",
+        include_str!("../../src/outbox/sql/select_expired_leases.sql")
+            .replace("$1", "500")
+            .replace("$2", "0")
+            .replace("$3", "'{}'")
+    );
+    // EXPLAIN ANALYZE runs the statement: its locks and deletes roll back.
+    let mut plan = String::new();
+    let _rolled_back = conn.transaction::<(), _, _>(|conn| {
+        plan = diesel::sql_query(&explain)
+            .get_result::<PlanJson>(conn)
+            .expect("explain")
+            .plan;
+        Err(diesel::result::Error::RollbackTransaction)
+    });
+    let plan: serde_json::Value = serde_json::from_str(&plan).expect("a JSON plan");
+    let mut reads = Vec::new();
+    reads_of(&plan[0]["Plan"], "jobs", &mut reads);
+
+    assert!(!reads.is_empty(), "it reads jobs: {plan}");
+    assert!(
+        reads.iter().all(|(node, _)| !node.contains("Seq Scan")),
+        "a sequential scan of jobs: {reads:?}"
+    );
+    assert!(
+        reads.iter().all(|(_, rows)| *rows <= ids.len() as f64),
+        "each read of jobs looks at the expired claim's {} jobs at most: {reads:?}",
+        ids.len()
+    );
+    assert_eq!(
+        reap_expired_leases(&mut conn, &ReapRequest::new(500), |_| Duration::ZERO)
+            .expect("reap")
+            .requeued,
+        ids.len()
     );
 }
