@@ -283,3 +283,72 @@ fn under_a_deep_backlog_the_reaper_reads_only_the_jobs_of_expired_claims() {
         ids.len()
     );
 }
+
+/// A worker pool draining the queue leaves at most the rows of its claims
+/// still running behind it (its heartbeat drops the others), and the rows of
+/// its last claims, which no heartbeat sees once their jobs ended, are
+/// dropped by the first reaper pass after they expire: the table never grows
+/// with the jobs drained.
+#[test]
+fn through_a_drain_the_rows_stay_bounded_and_the_last_go_once_expired() {
+    let db = TestDb::new();
+    let mut conn = db.conn();
+    pending(&mut conn, 40);
+
+    let mut running = claim(&mut conn, "w", 4);
+    loop {
+        let next = claim(&mut conn, "w", 4);
+        done(&mut conn, &running);
+        extend_leases(&mut conn, &leases(&next), LEASE).expect("heartbeat");
+        let rows = claim_rows(&mut conn);
+        assert!(rows.len() <= 1, "only the running claim's row: {rows:?}");
+        running = next;
+        if running.is_empty() {
+            break;
+        }
+    }
+    // The last claim's row: nothing renewed or dropped it with its jobs.
+    let rows = claim_rows(&mut conn);
+    assert_eq!(rows.len(), 1, "{rows:?}");
+    assert_eq!(rows[0].job_ids.len(), 4);
+
+    // Its lease runs out (as time would move it, past its jobs' end).
+    diesel::sql_query("UPDATE job_claims SET expires_at = now() - interval '1 hour'")
+        .execute(&mut conn)
+        .expect("expire the row");
+    let report =
+        reap_expired_leases(&mut conn, &ReapRequest::new(10), |_| Duration::ZERO).expect("reap");
+    assert_eq!(report.total(), 0, "its jobs had ended");
+    assert!(claim_rows(&mut conn).is_empty(), "and it is gone");
+}
+
+/// A row's jobs are looked up by (id, token): a job of an expired row that
+/// was reaped and then claimed again belongs to its new claim, so the old row
+/// goes while the job, running under a live lease, stays where it is.
+#[test]
+fn a_row_whose_job_runs_under_a_newer_claim_is_dropped_and_the_job_kept() {
+    let db = TestDb::new();
+    let mut conn = db.conn();
+    pending(&mut conn, 1);
+    let first = claim(&mut conn, "crashed", 1);
+    // An old row that outlived its claim, as if a reaper had been stopped
+    // between the job's reap and the row's delete.
+    diesel::sql_query("UPDATE jobs SET status = 'pending', locked_by = NULL, locked_at = NULL, lease_expires_at = NULL")
+        .execute(&mut conn)
+        .expect("requeue by hand");
+    let second = claim(&mut conn, "alive", 1);
+    assert_eq!(first[0].id, second[0].id);
+    diesel::sql_query(
+        "UPDATE job_claims SET expires_at = now() - interval '1 hour' WHERE locked_by = 'crashed'",
+    )
+    .execute(&mut conn)
+    .expect("expire the old row");
+
+    let report =
+        reap_expired_leases(&mut conn, &ReapRequest::new(10), |_| Duration::ZERO).expect("reap");
+    assert_eq!(report.total(), 0, "the job's live lease is not reaped");
+    let rows = claim_rows(&mut conn);
+    assert_eq!(rows.len(), 1, "{rows:?}");
+    assert_eq!(rows[0].locked_by, "alive");
+    assert_eq!(rows[0].lease_tokens, vec![second[0].lease_token]);
+}
