@@ -50,9 +50,9 @@ WITH expired AS MATERIALIZED (
     LIMIT $1
     FOR UPDATE OF c SKIP LOCKED
 ),
--- The predicate the reaper always had, on the expired claims' jobs only:
--- = ANY keeps it a probe of the primary key per id, whatever the planner
--- guesses of the arrays' lengths. A job is taken under its current token,
+-- Leases expired past the margin and not spared, among the expired claims'
+-- jobs only: = ANY keeps it a probe of the primary key per id, whatever the
+-- planner guesses of the arrays' lengths. A job is taken under its current token,
 -- whichever claim row named it: that token's own row has expired too, its
 -- expires_at being no later than the lease.
 picked AS MATERIALIZED (
