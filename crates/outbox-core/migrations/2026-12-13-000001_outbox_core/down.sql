@@ -10,5 +10,8 @@ DROP FUNCTION jobs_done_partitions_before(timestamptz);
 DROP FUNCTION jobs_done_partition_upper_bound(regclass);
 DROP FUNCTION jobs_done_ensure_partitions(timestamptz, int);
 DROP TABLE jobs_done;
+DROP TRIGGER jobs_claim_follows_lease ON jobs;
+DROP FUNCTION job_claims_follow_lease();
+DROP TABLE job_claims;
 DROP TABLE jobs;
 DROP SEQUENCE jobs_lease_token_seq;

@@ -1,6 +1,6 @@
 -- The queue's schema, whole: the jobs table, the archive of done jobs and
--- its retention functions, the jobs_all view, concurrency keys, job
--- dependencies, the inbox and periodic jobs. ARCHITECTURE.md ("Job state")
+-- its retention functions, the jobs_all view, the live claims, concurrency
+-- keys, job dependencies, the inbox and periodic jobs. ARCHITECTURE.md ("Job state")
 -- says what each statement that moves a job relies on.
 --
 -- An application may add columns of its own to `jobs` and `jobs_done` (with
@@ -122,6 +122,44 @@ ALTER TABLE jobs SET (
     autovacuum_vacuum_insert_scale_factor = 0.02,
     fillfactor = 40
 );
+
+-- Live claims: one row per claim statement that took jobs, inserted by it
+-- (claim_jobs.sql), so that the reaper finds expired leases through
+-- job_claims_expires_idx instead of reading the backlog (`jobs` may have no
+-- index on the lease, above). expires_at is never later than the lease of a
+-- job the row still holds (processing under the row's token): the claim
+-- writes both alike, the heartbeat renews a row only with all such jobs
+-- (extend_leases.sql), and the trigger below carries a lease moved earlier.
+-- A row that holds no job any more never will (tokens are never reused): a
+-- heartbeat or a reaper deletes it. Logged, as the leases it points at are.
+CREATE TABLE job_claims (
+    id           bigserial   PRIMARY KEY,
+    locked_by    text        NOT NULL,
+    expires_at   timestamptz NOT NULL,
+    job_ids      bigint[]    NOT NULL,
+    lease_tokens bigint[]    NOT NULL,
+    CONSTRAINT job_claims_a_token_a_job CHECK (cardinality(job_ids) = cardinality(lease_tokens))
+-- A claim of up to ~500 jobs stays one plain row: no compression, no TOAST.
+) WITH (toast_tuple_target = 8160);
+CREATE INDEX job_claims_expires_idx ON job_claims (expires_at);
+CREATE INDEX job_claims_locked_by_idx ON job_claims (locked_by);
+
+-- A lease moved earlier by someone else's statement (an operator expiring a
+-- stuck claim, a test moving the clock) moves its claim row's expiry too,
+-- or the reaper would not look before the row expired. The queue's own
+-- statements move a lease only later or out of 'processing', so the WHEN is
+-- false for the rows they write and the function never runs for them.
+CREATE FUNCTION job_claims_follow_lease() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+    UPDATE job_claims SET expires_at = NEW.lease_expires_at
+    WHERE locked_by = OLD.locked_by AND OLD.lease_token = ANY (lease_tokens)
+      AND expires_at > NEW.lease_expires_at;
+    RETURN NULL;
+END $$;
+CREATE TRIGGER jobs_claim_follows_lease AFTER UPDATE OF lease_expires_at ON jobs FOR EACH ROW
+    WHEN (OLD.status = 'processing' AND NEW.status = 'processing'
+          AND NEW.lease_token = OLD.lease_token AND NEW.lease_expires_at < OLD.lease_expires_at)
+    EXECUTE FUNCTION job_claims_follow_lease();
 
 -- The archive: a job that ends `done` leaves `jobs` in the statement that
 -- finishes it and is appended here, partitioned by day of finished_at.

@@ -1,5 +1,6 @@
 //! The queue core's own tests, on databases that hold only its tables.
 
+mod claims;
 mod dedupe;
 mod dependencies;
 mod enqueue;

@@ -112,7 +112,7 @@ pub fn run(
     let jobs = workload.jobs;
     let mut conn = PgConnection::establish(url)?;
     let name = stats::conn_database(&mut conn)?;
-    diesel::sql_query("TRUNCATE jobs, jobs_done").execute(&mut conn)?;
+    diesel::sql_query("TRUNCATE jobs, jobs_done, job_claims").execute(&mut conn)?;
     let since = super::listening::server_clock(&mut conn)?;
     let mut relay = RelayProcess::start(url, workload, concurrency, batch)?;
     // Let it connect, migrate-check and go idle, so startup is not timed.

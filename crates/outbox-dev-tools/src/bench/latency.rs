@@ -127,12 +127,12 @@ pub async fn measure_loaded(url: &str, args: &BenchArgs) -> anyhow::Result<Loade
     })
 }
 
-/// An empty jobs table, with today's jobs_done partitions.
+/// An empty jobs table (and no claims), with today's jobs_done partitions.
 pub(super) async fn reset(url: &str) -> anyhow::Result<()> {
     let url = url.to_owned();
     tokio::task::spawn_blocking(move || -> anyhow::Result<()> {
         let mut conn = PgConnection::establish(&url)?;
-        diesel::sql_query("TRUNCATE jobs, jobs_done").execute(&mut conn)?;
+        diesel::sql_query("TRUNCATE jobs, jobs_done, job_claims").execute(&mut conn)?;
         outbox_core::statements::ensure_done_partitions(&mut conn)?;
         Ok(())
     })

@@ -240,8 +240,10 @@ pub(super) async fn truncate(url: &str) -> anyhow::Result<()> {
     let url = url.to_owned();
     tokio::task::spawn_blocking(move || -> anyhow::Result<()> {
         let mut conn = PgConnection::establish(&url)?;
-        diesel::sql_query("TRUNCATE orders, order_items, order_events, jobs, jobs_done, receipts")
-            .execute(&mut conn)?;
+        diesel::sql_query(
+            "TRUNCATE orders, order_items, order_events, jobs, jobs_done, job_claims, receipts",
+        )
+        .execute(&mut conn)?;
         diesel::sql_query("VACUUM ANALYZE orders").execute(&mut conn)?;
         Ok(())
     })

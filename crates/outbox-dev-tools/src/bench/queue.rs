@@ -50,7 +50,7 @@ pub(super) fn enqueue_keyed_noops(
     })
 }
 
-/// Empties `tables` and the done-jobs archive, runs `insert` in one
+/// Empties `tables`, the done-jobs archive and the live claims, runs `insert` in one
 /// transaction with fresh statistics and a NOTIFY for `kind`, and returns the
 /// database's clock once it committed, with the WAL position and the table
 /// counters just before and just after.
@@ -65,7 +65,7 @@ pub(super) fn enqueue_timed(
         #[diesel(sql_type = diesel::sql_types::Timestamptz)]
         now: chrono::DateTime<chrono::Utc>,
     }
-    diesel::sql_query(format!("TRUNCATE {tables}, jobs_done")).execute(conn)?;
+    diesel::sql_query(format!("TRUNCATE {tables}, jobs_done, job_claims")).execute(conn)?;
     // Today's and tomorrow's partitions exist before the first job finishes,
     // so no done job lands in the default partition (and a drain across
     // midnight finds its next day too).

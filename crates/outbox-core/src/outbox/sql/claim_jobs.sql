@@ -173,6 +173,17 @@ counted AS (
         served_at = now()
     FROM taken AS t
     WHERE k.key = t.key
+),
+-- The claim's row in job_claims (the core's migration): where the reaper
+-- finds these leases should they expire, without reading the backlog.
+-- Written by this statement, so no claim commits without it, or it without
+-- the claim; none when nothing was claimed. Its expires_at is the leases'
+-- own expression, so the two are equal.
+recorded AS (
+    INSERT INTO job_claims (locked_by, expires_at, job_ids, lease_tokens)
+    SELECT $3, now() + $4 * interval '1 millisecond', array_agg(id), array_agg(lease_token)
+    FROM claimed
+    HAVING count(*) > 0
 )
 SELECT id, kind, payload, attempts, max_attempts, lease_token, created_at, trace_context,
        run_after, concurrency_key, unfinished_parents

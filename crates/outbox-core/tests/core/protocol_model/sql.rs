@@ -178,6 +178,7 @@ impl Sql {
         for statement in [
             "DELETE FROM jobs",
             "DELETE FROM jobs_done",
+            "DELETE FROM job_claims",
             "DELETE FROM inbox_messages",
             "DELETE FROM job_concurrency_keys",
         ] {
