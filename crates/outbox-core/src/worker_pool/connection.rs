@@ -52,6 +52,18 @@ const MIN_DEADLINE: Duration = Duration::from_secs(30);
 /// index pages, and two cover what a small server runs side by side.
 const MAX_CLAIM_CONNECTIONS: usize = 2;
 
+/// Set on every connection but the claims'. A prepared statement keeps a
+/// generic plan once five custom ones cost no less, and keeps it until an
+/// analyze of its tables: plans made while `jobs` held a few rows read it
+/// by sequential scan, and a finish, heartbeat or reap that reads the whole
+/// table leaves more jobs processing for the next one to read. Planned for
+/// each call, these statements see the table's size now; one planning per
+/// batch of outcomes is small beside its writes. A claim runs far more
+/// often, per few jobs at small batches, where a planning each would cost
+/// more than its plan saves, and its plan did not show among the slow
+/// statements of a growing table: it keeps its generic plan.
+const CUSTOM_PLANS: &str = "SET plan_cache_mode = force_custom_plan;";
+
 /// Which of the worker pool's connections a statement runs on.
 #[derive(Debug, Clone, Copy)]
 pub(super) enum Role {
@@ -300,7 +312,8 @@ impl HotPath {
         if lock(&self.closed_until).is_some_and(|until| now < until) {
             return None;
         }
-        let opened = match tokio::time::timeout(OPEN_TIMEOUT, self.open()).await {
+        let custom_plans = slot >= self.claim_slots;
+        let opened = match tokio::time::timeout(OPEN_TIMEOUT, self.open(custom_plans)).await {
             Ok(opened) => opened,
             Err(_) => Err(DbError::Unavailable(format!(
                 "opening a connection took over {}",
@@ -330,7 +343,9 @@ impl HotPath {
         }
     }
 
-    async fn open(&self) -> Result<Open, DbError> {
+    /// `custom_plans`: plan each statement for the table as it is now (see
+    /// [`CUSTOM_PLANS`]).
+    async fn open(&self, custom_plans: bool) -> Result<Open, DbError> {
         let session = self
             .session
             .get_or_try_init(|| session_settings(&self.pool))
@@ -343,8 +358,13 @@ impl HotPath {
                 tracing::debug!(error = %DbError::Server(error), "relay connection closed");
             }
         });
-        if !session.is_empty() {
-            client.batch_execute(session).await?;
+        let session = if custom_plans {
+            format!("{session} {CUSTOM_PLANS}")
+        } else {
+            session.clone()
+        };
+        if !session.trim().is_empty() {
+            client.batch_execute(&session).await?;
         }
         let statements = HotStatements::prepare(&client).await?;
         Ok(Open { client, statements })
