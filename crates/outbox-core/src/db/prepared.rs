@@ -70,7 +70,8 @@ const PREPARED_INSERT_FORMS: usize = 32;
 /// row: a mask of the optional columns the row writes (Diesel writes
 /// `DEFAULT` for the others, so each sequence of masks is a text of its
 /// own). Yes for a form already kept, and for a new one while fewer than
-/// [`PREPARED_INSERT_FORMS`] are; no for larger inserts.
+/// `PREPARED_INSERT_FORMS` (32) are; no for inserts of more than
+/// `PREPARED_INSERT_ROWS` (8) rows.
 pub fn prepare_insert(shapes: impl ExactSizeIterator<Item = u32>) -> bool {
     static FORMS: OnceLock<Mutex<HashSet<u64>>> = OnceLock::new();
     if shapes.len() > PREPARED_INSERT_ROWS {
