@@ -8,11 +8,11 @@ use chrono::{DateTime, Utc};
 use diesel::prelude::*;
 use diesel::sql_types::{Array, BigInt, Text, Timestamptz};
 use outbox_core::statements::{
-    ClaimRequest, ClaimedJob, Finish, JobLease, Outcome, ReapRequest, claim_jobs, extend_leases,
-    finish_jobs, reap_expired_leases,
+    ClaimRequest, ClaimedJob, Finish, Outcome, ReapRequest, claim_jobs, extend_leases, finish_jobs,
+    reap_expired_leases,
 };
 
-use crate::support::TestDb;
+use crate::support::{TestDb, leases};
 
 const LEASE: Duration = Duration::from_secs(60);
 
@@ -35,15 +35,6 @@ fn claim(conn: &mut PgConnection, worker: &str, limit: i64) -> Vec<ClaimedJob> {
         },
     )
     .expect("claim")
-}
-
-fn leases(jobs: &[ClaimedJob]) -> Vec<JobLease> {
-    jobs.iter()
-        .map(|j| JobLease {
-            job_id: j.id,
-            lease_token: j.lease_token,
-        })
-        .collect()
 }
 
 fn done(conn: &mut PgConnection, jobs: &[ClaimedJob]) {

@@ -18,7 +18,7 @@ use outbox_core::statements::{
     hand_back_jobs, reap_expired_leases,
 };
 
-use crate::support::TestDb;
+use crate::support::{TestDb, leases};
 
 const LEASE: Duration = Duration::from_secs(60);
 const WORKER: &str = "parity";
@@ -225,15 +225,6 @@ fn enqueue(conn: &mut PgConnection) {
         );
     }
     enqueuer.enqueue_many(conn, &jobs).expect("enqueued");
-}
-
-fn leases(jobs: &[ClaimedJob]) -> Vec<JobLease> {
-    jobs.iter()
-        .map(|j| JobLease {
-            job_id: j.id,
-            lease_token: j.lease_token,
-        })
-        .collect()
 }
 
 #[tokio::test]

@@ -9,6 +9,7 @@ use std::time::{Duration, Instant};
 use diesel::prelude::*;
 use diesel::sql_types::{BigInt, Text};
 use outbox_core::db::{PgPool, PoolOptions, build_pool};
+use outbox_core::statements::{ClaimedJob, JobLease};
 use outbox_core::worker::Workers;
 use outbox_core::worker_pool::{PoolSettings, PoolStats, WorkerPool};
 use tokio_util::sync::CancellationToken;
@@ -222,4 +223,14 @@ pub fn count(conn: &mut PgConnection, status: &str) -> i64 {
         .count()
         .get_result(conn)
         .expect("count jobs")
+}
+
+/// The leases of claimed jobs, as the heartbeat and the finish name them.
+pub fn leases(jobs: &[ClaimedJob]) -> Vec<JobLease> {
+    jobs.iter()
+        .map(|j| JobLease {
+            job_id: j.id,
+            lease_token: j.lease_token,
+        })
+        .collect()
 }
