@@ -19,6 +19,7 @@ use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
 use super::in_flight::Claim;
+use super::kind_metrics::KindMetrics;
 use super::{MAX_COMPLETION_BATCH, PoolStats, Shared, backoff};
 use crate::db::{DbError, Failure};
 use crate::outbox::text::clean_error;
@@ -38,7 +39,7 @@ pub(super) struct Completion {
     pub decided: Instant,
     attempt: i32,
     max_attempts: i32,
-    kind: String,
+    kind: Arc<KindMetrics>,
     /// The claim's registration: the heartbeat renews the lease until this
     /// outcome is written and the guard dropped. Held only for its `Drop`.
     #[expect(dead_code, reason = "held for its Drop, which ends the claim")]
@@ -56,7 +57,7 @@ impl Completion {
         finish: Finish,
         attempt: i32,
         max_attempts: i32,
-        kind: String,
+        kind: Arc<KindMetrics>,
         claim: Claim,
         keyed: bool,
     ) -> Self {
@@ -297,7 +298,7 @@ async fn write(
 /// failure that says why, or `None` when it had been rewritten already.
 fn isolate(shared: &Shared, mut completion: Completion, error: &DbError) -> Option<Completion> {
     PoolStats::add(&shared.stats.isolated, 1);
-    metrics::counter!("outbox_outcome_write_errors_total", "kind" => completion.kind.clone())
+    metrics::counter!("outbox_outcome_write_errors_total", "kind" => completion.kind.kind.to_string())
         .increment(1);
     let job_id = completion.finish.job_id;
     if completion.rewritten {
@@ -351,7 +352,7 @@ fn record(
     let mut again = Vec::new();
     for (mut completion, written) in batch.into_iter().zip(written) {
         let finish = &completion.finish;
-        let kind = completion.kind.clone();
+        let kind = Arc::clone(&completion.kind);
         if busy.contains(&finish.job_id) {
             completion.not_before = Some(Instant::now() + BUSY_RETRY);
             again.push(completion);
@@ -359,7 +360,8 @@ fn record(
         }
         if lost.contains(&finish.job_id) {
             PoolStats::add(&shared.stats.lease_lost, 1);
-            metrics::counter!("outbox_lease_lost_total", "kind" => kind).increment(1);
+            metrics::counter!("outbox_lease_lost_total", "kind" => kind.kind.to_string())
+                .increment(1);
             tracing::warn!(
                 job_id = finish.job_id,
                 lease_token = finish.lease_token,
@@ -381,8 +383,7 @@ fn record(
             Outcome::Failed { .. } => (&shared.stats.failed, "failed"),
         };
         PoolStats::add(counter, 1);
-        metrics::counter!("outbox_jobs_finished_total", "kind" => kind, "outcome" => outcome)
-            .increment(1);
+        kind.finished(outcome).increment(1);
     }
     again
 }

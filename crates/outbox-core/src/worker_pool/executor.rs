@@ -12,6 +12,7 @@ use tracing::Instrument as _;
 
 use super::completer::Completion;
 use super::in_flight::Claim;
+use super::kind_metrics::KindMetrics;
 use super::{PoolStats, Shared, backoff};
 use crate::statements::ClaimedJob;
 use crate::statements::{Finish, Outcome};
@@ -20,6 +21,7 @@ use crate::worker::{EffectError, JobContext};
 pub(super) async fn run(
     shared: Arc<Shared>,
     job: ClaimedJob,
+    kind: Arc<KindMetrics>,
     claim: Claim,
     permit: OwnedSemaphorePermit,
     completions: mpsc::Sender<Completion>,
@@ -85,8 +87,7 @@ pub(super) async fn run(
         };
         let took = started.elapsed();
         shared.effect_time.record(took);
-        metrics::histogram!("outbox_effect_duration_seconds", "kind" => job.kind.clone())
-            .record(took.as_secs_f64());
+        kind.effect_duration.record(took.as_secs_f64());
 
         let outcome = backoff::decide(
             result,
@@ -110,7 +111,7 @@ pub(super) async fn run(
             },
             job.attempt,
             job.max_attempts,
-            job.kind.clone(),
+            kind,
             claim,
             job.concurrency_key.is_some(),
         );

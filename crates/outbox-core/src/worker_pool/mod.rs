@@ -24,6 +24,7 @@ mod executor;
 mod health;
 mod heartbeat;
 mod in_flight;
+mod kind_metrics;
 mod listener;
 mod periodic;
 mod producer;
@@ -138,6 +139,8 @@ struct Shared {
     heartbeat_ok: std::sync::atomic::AtomicBool,
     liveness: Liveness,
     stats: Arc<PoolStats>,
+    /// Each kind's metric handles, looked up on its first job.
+    kinds: kind_metrics::KindMetricsCache,
 }
 
 impl Shared {
@@ -219,6 +222,7 @@ impl WorkerPool {
                 beat_now: Notify::new(),
                 heartbeat_ok: std::sync::atomic::AtomicBool::new(true),
                 stats: Arc::new(PoolStats::default()),
+                kinds: kind_metrics::KindMetricsCache::default(),
             }),
             database_url,
         })

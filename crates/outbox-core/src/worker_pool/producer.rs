@@ -386,20 +386,24 @@ fn start(
     interrupt: &CancellationToken,
 ) {
     for (job, claim) in jobs {
-        metrics::counter!("outbox_jobs_claimed_total", "kind" => job.kind.clone()).increment(1);
+        let kind = shared.kinds.of(&job.kind);
+        kind.claimed.increment(1);
         let Some(permit) = permits.pop() else {
             // Cannot happen: the claim asked for permits.len() jobs at most.
             tracing::error!(job_id = job.id, "claimed more jobs than free slots");
             break;
         };
-        tokio::spawn(executor::run(
+        // Boxed: the task then holds a pointer, not the runner's whole state
+        // machine, which tokio would otherwise copy at each stage of the task.
+        tokio::spawn(Box::pin(executor::run(
             Arc::clone(shared),
             job,
+            kind,
             claim,
             permit,
             completions.clone(),
             interrupt.clone(),
-        ));
+        )));
     }
 }
 
