@@ -38,6 +38,7 @@ pub async fn measure_at(url: &str, args: &BenchArgs, batch: usize) -> anyhow::Re
     })
     .await??;
     let cpu_before = super::drain::process_cpu_seconds(None);
+    let server_cpu_before = super::drain::server_cpu_seconds();
     let running: Vec<_> = loops
         .into_iter()
         .enumerate()
@@ -50,6 +51,9 @@ pub async fn measure_at(url: &str, args: &BenchArgs, batch: usize) -> anyhow::Re
     let cpu = super::drain::process_cpu_seconds(None)
         .zip(cpu_before)
         .map(|(a, b)| a - b);
+    let server_cpu = super::drain::server_cpu_seconds()
+        .zip(server_cpu_before)
+        .map(|(a, b)| a - b);
     tokio::task::spawn_blocking(move || {
         let seconds = drain_seconds(&mut conn, marks.committed_at)?;
         // Let the workers' backends publish their statistics before reading them.
@@ -59,7 +63,8 @@ pub async fn measure_at(url: &str, args: &BenchArgs, batch: usize) -> anyhow::Re
         Ok(
             DrainRun::new(jobs, batch, seconds, after - before, None, cpu)
                 .with_workers(workers)
-                .with_cost(cost),
+                .with_cost(cost)
+                .with_server_cpu(server_cpu),
         )
     })
     .await?

@@ -125,6 +125,7 @@ pub fn run(
         .transpose()?;
     let before = stats::read(&mut conn, &name)?;
     let cpu_before = process_cpu_seconds(Some(relay.pid()));
+    let server_cpu_before = server_cpu_seconds();
     let tokens_before = lease_tokens_drawn(&mut conn);
     let marks = match workload.keys {
         Some(keys) => enqueue_keyed_noops(&mut conn, jobs, keys)?,
@@ -164,12 +165,17 @@ pub fn run(
     let cpu = process_cpu_seconds(Some(relay.pid()))
         .zip(cpu_before)
         .map(|(a, b)| a - b);
+    let server_cpu = server_cpu_seconds()
+        .zip(server_cpu_before)
+        .map(|(a, b)| a - b);
     let rss = relay.peak_rss_kib();
     relay.stop()?;
     std::thread::sleep(Duration::from_millis(300));
     let after = stats::read(&mut conn, &name)?;
     let cost = stats::db_cost(&mut conn, jobs, &marks)?;
-    let mut run = DrainRun::new(jobs, batch, seconds, after - before, rss, cpu).with_cost(cost);
+    let mut run = DrainRun::new(jobs, batch, seconds, after - before, rss, cpu)
+        .with_cost(cost)
+        .with_server_cpu(server_cpu);
     if let Some(held) = pinned {
         run = run.with_pin(held);
     }
@@ -348,12 +354,69 @@ pub fn process_cpu_seconds(pid: Option<u32>) -> Option<f64> {
         Some(pid) => format!("/proc/{pid}/stat"),
         None => "/proc/self/stat".to_owned(),
     };
-    let stat = std::fs::read_to_string(path).ok()?;
-    // Fields after the command name, which is in parentheses and may hold spaces.
-    let rest = &stat[stat.rfind(')')? + 2..];
-    let fields: Vec<&str> = rest.split_whitespace().collect();
-    let utime: f64 = fields.get(11)?.parse().ok()?;
-    let stime: f64 = fields.get(12)?.parse().ok()?;
-    // Linux reports these in USER_HZ, which is 100 on every mainstream platform.
-    Some((utime + stime) / 100.0)
+    let stat = ProcStat::read(&path)?;
+    Some(stat.own)
+}
+
+/// User + system CPU seconds of every PostgreSQL process on this machine,
+/// the backends that have exited included (their time is the postmaster's
+/// children's). `None` when no server runs here (a remote `--database-url`).
+/// What the server spent on a drain, to set beside the relay's own CPU: on a
+/// machine the two share, a job's cost is the sum.
+pub fn server_cpu_seconds() -> Option<f64> {
+    let mut total = 0.0;
+    let mut found = false;
+    for entry in std::fs::read_dir("/proc").ok()?.flatten() {
+        let path = entry.path();
+        if !path
+            .file_name()
+            .and_then(|n| n.to_str())
+            .is_some_and(|n| n.bytes().all(|b| b.is_ascii_digit()))
+        {
+            continue;
+        }
+        let Some(stat) = ProcStat::read(&path.join("stat").to_string_lossy()) else {
+            continue;
+        };
+        if stat.comm != "postgres" {
+            continue;
+        }
+        found = true;
+        total += stat.own;
+        // The postmaster reaps every backend: its children's time is theirs.
+        let parent = ProcStat::read(&format!("/proc/{}/stat", stat.ppid));
+        if parent.is_none_or(|p| p.comm != "postgres") {
+            total += stat.children;
+        }
+    }
+    found.then_some(total)
+}
+
+/// The fields of `/proc/PID/stat` the bench reads.
+struct ProcStat {
+    comm: String,
+    ppid: u32,
+    /// utime + stime, in seconds.
+    own: f64,
+    /// cutime + cstime: of the children this process has waited for.
+    children: f64,
+}
+
+impl ProcStat {
+    fn read(path: &str) -> Option<ProcStat> {
+        let stat = std::fs::read_to_string(path).ok()?;
+        // The command name is in parentheses and may hold spaces.
+        let open = stat.find('(')?;
+        let close = stat.rfind(')')?;
+        let comm = stat.get(open + 1..close)?.to_owned();
+        let fields: Vec<&str> = stat.get(close + 2..)?.split_whitespace().collect();
+        let field = |i: usize| fields.get(i).and_then(|f| f.parse::<f64>().ok());
+        // Linux reports times in USER_HZ, which is 100 on every mainstream platform.
+        Some(ProcStat {
+            comm,
+            ppid: fields.get(1)?.parse().ok()?,
+            own: (field(11)? + field(12)?) / 100.0,
+            children: (field(13)? + field(14)?) / 100.0,
+        })
+    }
 }

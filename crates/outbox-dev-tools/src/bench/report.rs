@@ -20,6 +20,8 @@ pub struct DrainRun {
     pub relay_peak_rss_kib: Option<u64>,
     /// CPU seconds of the relay process (the ceiling: of this process).
     pub cpu_seconds: Option<f64>,
+    /// CPU seconds of every PostgreSQL process here over the drain.
+    pub server_cpu_seconds: Option<f64>,
     /// Claim loops (the ceiling only).
     pub workers: Option<usize>,
     /// What the drain cost the database, per job.
@@ -44,6 +46,7 @@ impl DrainRun {
             server,
             relay_peak_rss_kib,
             cpu_seconds,
+            server_cpu_seconds: None,
             workers: None,
             cost: None,
             pinned_for: None,
@@ -57,6 +60,11 @@ impl DrainRun {
 
     pub fn with_pin(mut self, held: std::time::Duration) -> Self {
         self.pinned_for = Some(held);
+        self
+    }
+
+    pub fn with_server_cpu(mut self, seconds: Option<f64>) -> Self {
+        self.server_cpu_seconds = seconds;
         self
     }
 
@@ -77,6 +85,10 @@ impl DrainRun {
     }
     fn cpu_per_10k(&self) -> Option<f64> {
         self.cpu_seconds
+            .map(|c| c * 10_000.0 / self.jobs.max(1) as f64)
+    }
+    fn server_cpu_per_10k(&self) -> Option<f64> {
+        self.server_cpu_seconds
             .map(|c| c * 10_000.0 / self.jobs.max(1) as f64)
     }
 }

@@ -46,6 +46,7 @@ impl BenchReport {
                     "transactions_per_job": r.per_job(r.server.transactions),
                     "wal_bytes_per_job": r.per_job(r.server.wal_bytes),
                     "cpu_seconds_per_10k_jobs": r.cpu_per_10k(),
+                    "server_cpu_seconds_per_10k_jobs": r.server_cpu_per_10k(),
                     "peak_rss_mib": r.relay_peak_rss_kib.map(|k| k as f64 / 1024.0),
                     "claim_loops": r.workers,
                     "cost": r.cost.as_ref().map(cost_json),

@@ -7,7 +7,7 @@ use super::{BenchReport, DrainRun, machinery_share, median, pinned_ratio};
 fn row(name: &str, batch: usize, run: &DrainRun, ratio: Option<f64>) -> String {
     let or_dash = |value: Option<String>| value.unwrap_or_else(|| "-".into());
     format!(
-        "{:<28} {:>6} {:>10.0} {:>8} {:>9.2} {:>10.0} {:>11} {:>9}\n",
+        "{:<28} {:>6} {:>10.0} {:>8} {:>9.2} {:>10.0} {:>11} {:>10} {:>9}\n",
         name,
         batch,
         run.jobs_per_second(),
@@ -15,6 +15,7 @@ fn row(name: &str, batch: usize, run: &DrainRun, ratio: Option<f64>) -> String {
         run.per_job(run.server.transactions),
         run.per_job(run.server.wal_bytes),
         or_dash(run.cpu_per_10k().map(|c| format!("{c:.2}"))),
+        or_dash(run.server_cpu_per_10k().map(|c| format!("{c:.2}"))),
         or_dash(
             run.relay_peak_rss_kib
                 .map(|k| format!("{:.1}", k as f64 / 1024.0))
@@ -186,8 +187,16 @@ impl BenchReport {
             self.jobs, self.concurrency
         ));
         out.push_str(&format!(
-            "{:<28} {:>6} {:>10} {:>8} {:>9} {:>10} {:>11} {:>9}\n",
-            "run", "batch", "jobs/s", "ratio", "xact/job", "WAL B/job", "CPU s/10k", "RSS MiB"
+            "{:<28} {:>6} {:>10} {:>8} {:>9} {:>10} {:>11} {:>10} {:>9}\n",
+            "run",
+            "batch",
+            "jobs/s",
+            "ratio",
+            "xact/job",
+            "WAL B/job",
+            "CPU s/10k",
+            "PG s/10k",
+            "RSS MiB"
         ));
         for (batch, relay, ceiling) in self.pairs() {
             let ceiling_rate = ceiling.map(DrainRun::jobs_per_second).unwrap_or(0.0);
@@ -319,7 +328,8 @@ impl BenchReport {
         out.push_str(&self.keyed_lines());
         out.push_str(&self.baseline_lines());
         out.push_str(
-            "\nCPU s/10k: the relay process's CPU (ceiling: the bench process's own client CPU).\n",
+            "\nCPU s/10k: the relay process's CPU (ceiling: the bench process's own client CPU). \
+             PG s/10k: every PostgreSQL process's CPU on this machine over the same drain.\n",
         );
         out
     }
