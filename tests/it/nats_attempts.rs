@@ -406,3 +406,52 @@ async fn each_endpoint_presents_its_own_credentials_to_its_own_server_only() {
         let _ = std::fs::remove_file(path);
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_event_to_two_endpoints_is_one_body_published_to_each_and_logged_for_each() {
+    if !shared_nats_answers() {
+        return;
+    }
+    let db = TestDb::new();
+    let mut conn = db.conn();
+    let first = TestStream::new(NATS_URL, Duration::from_secs(120)).await;
+    let second = TestStream::new(NATS_URL, Duration::from_secs(120)).await;
+    let endpoints = [
+        add_endpoint(&mut conn, NATS_URL, &first),
+        add_endpoint(&mut conn, NATS_URL, &second),
+    ];
+    let orders = place_orders(&mut conn, 6, 100);
+    assert_eq!(
+        publish_jobs(&mut conn).len(),
+        12,
+        "each event to each endpoint"
+    );
+
+    let (mut relay, _) = BinProcess::start_relay(relay("nats-two-endpoints", &db)).await;
+    wait_until("every publish done", MINUTE, || all_done(&mut conn)).await;
+    relay.terminate().await;
+
+    let bodies = |messages: Vec<async_nats::jetstream::message::StreamMessage>| {
+        messages
+            .into_iter()
+            .map(|m| {
+                let order = m.subject.rsplit('.').next().map(str::to_owned);
+                (
+                    order.expect("the order id ends the subject"),
+                    m.payload.to_vec(),
+                )
+            })
+            .collect::<std::collections::BTreeMap<_, _>>()
+    };
+    let (to_first, to_second) = (
+        bodies(first.messages().await),
+        bodies(second.messages().await),
+    );
+    assert_eq!(to_first.len(), orders.len());
+    assert_eq!(to_first, to_second, "the same bytes to both streams");
+    for endpoint in endpoints {
+        let attempts = attempts_of(&mut conn, endpoint);
+        assert_eq!(attempts.len(), orders.len(), "{attempts:?}");
+        assert!(attempts.iter().all(|a| a.1 == "ok"), "{attempts:?}");
+    }
+}

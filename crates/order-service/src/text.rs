@@ -28,6 +28,11 @@ pub fn is_invisible_format_control(c: char) -> bool {
 /// invisible format controls shown escaped as `\u{202e}`), cut to
 /// `max_chars` characters, with `…` when cut.
 pub fn one_line(text: &str, max_chars: usize) -> String {
+    if is_one_plain_line(text, max_chars) {
+        // What the relay writes itself (`published: sequence 17`, for every
+        // publish) is already such a line: copied, not walked char by char.
+        return text.to_owned();
+    }
     let mut out = String::new();
     let mut chars = 0;
     let words = text
@@ -54,9 +59,51 @@ pub fn one_line(text: &str, max_chars: usize) -> String {
     out
 }
 
+/// Whether `text` is what [`one_line`] would make of it: printable ASCII,
+/// words one space apart, within `max_chars`.
+fn is_one_plain_line(text: &str, max_chars: usize) -> bool {
+    text.len() <= max_chars
+        && !text.starts_with(' ')
+        && !text.ends_with(' ')
+        && !text.contains("  ")
+        && text.bytes().all(|b| (0x20..0x7f).contains(&b))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_plain_line_comes_back_as_the_char_by_char_walk_makes_it() {
+        for text in [
+            "published: sequence 17",
+            "a b",
+            "x",
+            "",
+            " a",
+            "a  b",
+            "a\tb",
+            "abcd",
+        ] {
+            let walked = {
+                let mut out = String::new();
+                for word in text.split(|c: char| c.is_whitespace() || c.is_control()) {
+                    if !word.is_empty() {
+                        if !out.is_empty() {
+                            out.push(' ');
+                        }
+                        out.push_str(word);
+                    }
+                }
+                out
+            };
+            if is_one_plain_line(text, 100) {
+                assert_eq!(text, walked, "{text:?}");
+            }
+            assert_eq!(one_line(text, 100), walked, "{text:?}");
+        }
+        assert!(!is_one_plain_line("abcd", 3), "over the bound: cut");
+    }
 
     #[test]
     fn text_is_one_bounded_line_cut_on_character_boundaries() {

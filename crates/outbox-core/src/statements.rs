@@ -19,6 +19,8 @@ pub use crate::outbox::claim::{
 pub use crate::outbox::finish::{Finish, FinishReport, Outcome, finish_jobs};
 pub use crate::outbox::lease::{HeartbeatReport, JobLease, extend_leases, hand_back_jobs};
 pub use crate::outbox::ordering_keys::advance_stranded_keys;
-pub use crate::outbox::prepared::{CLAIM_PARAMS, HOT_STATEMENT_FILES, HotStatements};
+pub use crate::outbox::prepared::{
+    CLAIM_PARAMS, HOT_STATEMENT_FILES, HookStatements, HotStatements,
+};
 pub use crate::outbox::reap::{ReapReport, ReapRequest, reap_expired_leases};
 pub use crate::outbox::text::MAX_ERROR_BYTES;

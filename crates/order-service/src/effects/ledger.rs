@@ -70,18 +70,21 @@ impl RecordEffect {
         let c = Columns::of(&self.answer);
         HookRow {
             statement: include_str!("ledger/record_effects.sql"),
-            row: serde_json::json!({
-                "job_id": self.job_id,
-                "message_id": c.message_id,
-                "smtp_reply": c.smtp_reply,
-                "endpoint": c.endpoint,
-                "webhook_id": c.webhook_id,
-                "status_code": c.status_code,
-                "answer_sha256": c.answer_sha256,
-                "stream": c.stream,
-                "stream_seq": c.stream_seq,
-                "duplicate": c.duplicate,
-            }),
+            // An array in the statement's column order, not an object: a
+            // row is built, copied and parsed for every job, and its names
+            // would be most of it.
+            row: serde_json::json!([
+                self.job_id,
+                c.message_id,
+                c.smtp_reply,
+                c.endpoint,
+                c.webhook_id,
+                c.status_code,
+                c.answer_sha256,
+                c.stream,
+                c.stream_seq,
+                c.duplicate,
+            ]),
         }
     }
 }

@@ -27,10 +27,9 @@
 //! [`connection`] keeps one connection per NATS server and credentials for
 //! the whole relay; [`loader`] reads the orders and events of jobs running
 //! together at once; [`stream`] checks (or creates) an endpoint's stream;
-//! [`outcome`] reads what the server answered; [`attempt_log`] writes the
-//! attempts of publishes ending together in `delivery_attempts`;
-//! [`worker`] is the job's worker. The loader and the attempt log batch with
-//! `micro_batch`.
+//! [`outcome`] reads what the server answered; [`attempt_log`] logs each
+//! attempt in `delivery_attempts` with the job's outcome; [`worker`] is the
+//! job's worker. The loader batches with `micro_batch`.
 
 pub mod attempt_log;
 pub mod connection;
@@ -40,6 +39,7 @@ pub mod outcome;
 pub mod stream;
 pub mod worker;
 
+use std::sync::OnceLock;
 use std::time::Duration;
 
 use async_nats::HeaderMap;
@@ -143,22 +143,68 @@ pub async fn classify_publish(
     }
 }
 
-/// Counts an outcome in `outbox_nats_publishes_total{endpoint,outcome}` or
-/// `outbox_nats_errors_total{endpoint,class}`.
-pub fn count(endpoint: &str, result: &Result<Acked, EffectError>) {
-    match result {
-        Ok(Acked { published, .. }) => metrics::counter!(
-            "outbox_nats_publishes_total",
-            "endpoint" => endpoint.to_owned(),
-            "outcome" => published.as_str()
-        )
-        .increment(1),
-        Err(error) => metrics::counter!(
-            "outbox_nats_errors_total",
-            "endpoint" => endpoint.to_owned(),
-            "class" => ErrorClass::of(error).as_str()
-        )
-        .increment(1),
+/// One endpoint's counters, `outbox_nats_publishes_total{endpoint,outcome}`
+/// and `outbox_nats_errors_total{endpoint,class}`, each registered the first
+/// time it counts: a publish then counts with one atomic add, not a label
+/// set built, hashed and looked up in the registry for it.
+#[derive(Default)]
+pub struct PublishCounters {
+    endpoint: String,
+    /// By [`Published`]: new, duplicate, already published.
+    published: [OnceLock<metrics::Counter>; 3],
+    /// By [`ErrorClass`]: retryable, permanent.
+    errors: [OnceLock<metrics::Counter>; 2],
+}
+
+impl std::fmt::Debug for PublishCounters {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PublishCounters")
+            .field("endpoint", &self.endpoint)
+            .finish_non_exhaustive()
+    }
+}
+
+impl PublishCounters {
+    pub fn new(endpoint: &str) -> PublishCounters {
+        PublishCounters {
+            endpoint: endpoint.to_owned(),
+            ..PublishCounters::default()
+        }
+    }
+
+    /// Counts `result`.
+    pub fn count(&self, result: &Result<Acked, EffectError>) {
+        let counter = match result {
+            Ok(Acked { published, .. }) => {
+                let slot = match published {
+                    Published::New => 0,
+                    Published::Duplicate => 1,
+                    Published::AlreadyPublished => 2,
+                };
+                self.published[slot].get_or_init(|| {
+                    metrics::counter!(
+                        "outbox_nats_publishes_total",
+                        "endpoint" => self.endpoint.clone(),
+                        "outcome" => published.as_str()
+                    )
+                })
+            }
+            Err(error) => {
+                let class = ErrorClass::of(error);
+                let slot = match class {
+                    ErrorClass::Retryable => 0,
+                    ErrorClass::Permanent => 1,
+                };
+                self.errors[slot].get_or_init(|| {
+                    metrics::counter!(
+                        "outbox_nats_errors_total",
+                        "endpoint" => self.endpoint.clone(),
+                        "class" => class.as_str()
+                    )
+                })
+            }
+        };
+        counter.increment(1);
     }
 }
 

@@ -6,9 +6,7 @@ use std::time::Duration;
 
 use chrono::{DateTime, Utc};
 use diesel::prelude::*;
-use diesel::sql_types::{
-    Array, BigInt, Bool, Double, Integer, Nullable, SmallInt, Text, Timestamptz,
-};
+use diesel::sql_types::{BigInt, Bool, Double, Integer, Nullable, SmallInt, Text, Timestamptz};
 
 use crate::orders::EndpointId;
 
@@ -80,58 +78,6 @@ pub fn record(conn: &mut PgConnection, attempt: &NewAttempt) -> QueryResult<Opti
     .bind::<Nullable<Text>, _>(excerpt)
     .load(conn)?;
     Ok(rows.into_iter().next())
-}
-
-/// Writes `attempts` in one statement, leaving `failing_since` alone: the
-/// log of NATS publishes, which no breaker reads (a NATS server that is down
-/// holds its publishes in the relay's reconnecting connection instead). One
-/// statement for every publish that ended at about the same moment, so that
-/// logging them costs the relay a round trip per batch, not per job.
-pub fn record_many(conn: &mut PgConnection, attempts: &[NewAttempt]) -> QueryResult<usize> {
-    if attempts.is_empty() {
-        return Ok(0);
-    }
-    let n = attempts.len();
-    let (mut jobs, mut endpoints, mut numbers) = (
-        Vec::with_capacity(n),
-        Vec::with_capacity(n),
-        Vec::with_capacity(n),
-    );
-    let (mut starts, mut durations, mut outcomes) = (
-        Vec::with_capacity(n),
-        Vec::with_capacity(n),
-        Vec::with_capacity(n),
-    );
-    let (mut excerpts, mut sequences) = (Vec::with_capacity(n), Vec::with_capacity(n));
-    for attempt in attempts {
-        jobs.push(attempt.job_id);
-        endpoints.push(attempt.endpoint_id);
-        numbers.push(attempt.attempt);
-        starts.push(attempt.started_at);
-        durations.push(i32::try_from(attempt.duration.as_millis()).unwrap_or(i32::MAX));
-        outcomes.push(attempt.outcome);
-        excerpts.push(
-            attempt
-                .excerpt
-                .as_deref()
-                .map(|e| crate::text::one_line(e, EXCERPT_CHARS)),
-        );
-        sequences.push(attempt.stream_sequence);
-    }
-    diesel::sql_query(
-        "INSERT INTO delivery_attempts \
-           (job_id, endpoint_id, attempt, started_at, duration_ms, outcome, excerpt, stream_sequence) \
-         SELECT * FROM unnest($1, $2, $3, $4, $5, $6, $7, $8)",
-    )
-    .bind::<Array<BigInt>, _>(jobs)
-    .bind::<Array<BigInt>, _>(endpoints)
-    .bind::<Array<Integer>, _>(numbers)
-    .bind::<Array<Timestamptz>, _>(starts)
-    .bind::<Array<Integer>, _>(durations)
-    .bind::<Array<Text>, _>(outcomes)
-    .bind::<Array<Nullable<Text>>, _>(excerpts)
-    .bind::<Array<Nullable<BigInt>>, _>(sequences)
-    .execute(conn)
 }
 
 /// An endpoint's recent attempts: its last [`STATS_WINDOW`], as the

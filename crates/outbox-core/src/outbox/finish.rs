@@ -23,10 +23,11 @@ pub trait CommitHook: Send + Sync + 'static {
     /// One line for logs: what the hook writes.
     fn describe(&self) -> String;
     /// A hook that writes one row may hand it over instead, as JSON with the
-    /// statement that writes such rows (`$1`: a JSON array of them, read with
-    /// `jsonb_to_recordset`): the finish then writes every such row of the
-    /// batch that names one statement in one round trip, where `apply` would
-    /// take one per job. `apply` is not called for a hook that returns one.
+    /// statement that writes such rows (`$1`: a JSON array of them): the
+    /// finish then writes every such row of the batch that names one
+    /// statement in one round trip, on the worker pool's own connection,
+    /// where `apply` would take one per job and a Diesel transaction. `apply`
+    /// is not called for a hook that returns one.
     fn row(&self) -> Option<HookRow> {
         None
     }
@@ -160,6 +161,18 @@ struct HeldRow {
 /// executor returns (a mail server's reply, a receiver's body) can always be
 /// stored.
 pub fn finish_jobs(conn: &mut PgConnection, finishes: &[Finish]) -> QueryResult<FinishReport> {
+    finish_jobs_with(conn, finishes, &[])
+}
+
+/// [`finish_jobs`], with `writes[i]` committed beside `finishes[i]`'s
+/// outcome whatever it is (`JobContext::write_with_outcome`), under the same
+/// rule as a done job's [`LocalWrite`]: only if the fenced statement wrote
+/// that outcome. `writes` may be shorter than `finishes` (none for the rest).
+pub(crate) fn finish_jobs_with(
+    conn: &mut PgConnection,
+    finishes: &[Finish],
+    writes: &[Vec<LocalWrite>],
+) -> QueryResult<FinishReport> {
     if finishes.is_empty() {
         return Ok(FinishReport::default());
     }
@@ -173,36 +186,24 @@ pub fn finish_jobs(conn: &mut PgConnection, finishes: &[Finish]) -> QueryResult<
         .bind::<Text, _>(super::NOTIFY_CHANNEL);
     // Without local writes the UPDATE is atomic on its own; a transaction
     // would only add BEGIN and COMMIT round trips to the hot path.
-    let rows: Vec<HeldRow> = if has_local_writes(finishes) {
+    let rows: Vec<HeldRow> = if has_local_writes(finishes, writes) {
         conn.transaction(|conn| {
             let rows: Vec<HeldRow> = update.load(conn)?;
-            let applied: HashSet<(i64, i64)> = rows
-                .iter()
-                .filter(|r| r.applied)
-                .map(|r| (r.id, r.lease_token))
-                .collect();
+            let applied = applied_claims(rows.iter().map(|r| (r.id, r.lease_token, r.applied)));
             // Rows by statement, in the order the hooks came.
-            let mut batched: Vec<(&'static str, Vec<serde_json::Value>)> = Vec::new();
-            for finish in finishes
-                .iter()
-                .filter(|f| applied.contains(&(f.job_id, f.lease_token)))
-            {
-                if let Outcome::Done {
-                    local: Some(LocalWrite(hook)),
-                } = &finish.outcome
-                {
+            let mut batched = HookBatches::default();
+            for (index, finish) in finishes.iter().enumerate() {
+                if !applied.contains(&(finish.job_id, finish.lease_token)) {
+                    continue;
+                }
+                for LocalWrite(hook) in writes_of(finishes, writes, index) {
                     match hook.row() {
-                        Some(HookRow { statement, row }) => {
-                            match batched.iter_mut().find(|(s, _)| *s == statement) {
-                                Some((_, rows)) => rows.push(row),
-                                None => batched.push((statement, vec![row])),
-                            }
-                        }
+                        Some(row) => batched.push(row),
                         None => hook.apply(conn)?,
                     }
                 }
             }
-            for (statement, rows) in batched {
+            for (statement, rows) in batched.0 {
                 diesel::sql_query(statement)
                     .bind::<diesel::sql_types::Jsonb, _>(serde_json::Value::Array(rows))
                     .execute(conn)?;
@@ -218,16 +219,80 @@ pub fn finish_jobs(conn: &mut PgConnection, finishes: &[Finish]) -> QueryResult<
     ))
 }
 
+/// The claims whose outcome the finishing statement wrote, from its rows
+/// `(id, lease_token, applied)`.
+pub(crate) fn applied_claims(
+    rows: impl IntoIterator<Item = (i64, i64, bool)>,
+) -> HashSet<(i64, i64)> {
+    rows.into_iter()
+        .filter(|(_, _, applied)| *applied)
+        .map(|(id, token, _)| (id, token))
+        .collect()
+}
+
+/// The writes that commit with `finishes[index]`'s outcome: a done job's
+/// [`LocalWrite`], then those attached to the attempt whatever its outcome.
+pub(crate) fn writes_of<'a>(
+    finishes: &'a [Finish],
+    writes: &'a [Vec<LocalWrite>],
+    index: usize,
+) -> impl Iterator<Item = &'a LocalWrite> {
+    let done = match &finishes[index].outcome {
+        Outcome::Done { local } => local.as_ref(),
+        _ => None,
+    };
+    done.into_iter()
+        .chain(writes.get(index).into_iter().flatten())
+}
+
+/// Whether two statements are one: by address first, since every row of a
+/// kind names the same `&'static str`, and comparing its text per row would
+/// read the whole statement each time.
+pub(crate) fn same_text(a: &str, b: &str) -> bool {
+    std::ptr::eq(a, b) || a == b
+}
+
+/// Hook rows grouped by the statement that writes them, in the order the
+/// statements first came: one round trip per statement for a whole batch.
+#[derive(Debug, Default)]
+pub(crate) struct HookBatches(pub(crate) Vec<(&'static str, Vec<serde_json::Value>)>);
+
+impl HookBatches {
+    pub(crate) fn push(&mut self, HookRow { statement, row }: HookRow) {
+        match self.0.iter_mut().find(|(s, _)| same_text(s, statement)) {
+            Some((_, rows)) => rows.push(row),
+            None => self.0.push((statement, vec![row])),
+        }
+    }
+}
+
 /// The finishing statement (`sql/finish_jobs.sql`), for Diesel and for the
 /// worker pool's prepared statement alike.
 pub(crate) const FINISH_SQL: &str = include_str!("sql/finish_jobs.sql");
 
-/// Whether any of `finishes` carries a [`CommitHook`]: those need the
-/// transaction (and the Diesel connection) the hook writes in.
-pub(crate) fn has_local_writes(finishes: &[Finish]) -> bool {
-    finishes
-        .iter()
-        .any(|f| matches!(f.outcome, Outcome::Done { local: Some(_) }))
+/// Whether any of `finishes` carries a [`CommitHook`], or `writes` has any:
+/// those need a transaction around the finish.
+pub(crate) fn has_local_writes(finishes: &[Finish], writes: &[Vec<LocalWrite>]) -> bool {
+    writes.iter().any(|w| !w.is_empty())
+        || finishes
+            .iter()
+            .any(|f| matches!(f.outcome, Outcome::Done { local: Some(_) }))
+}
+
+/// The row of every write that commits with `finishes` (see [`writes_of`]),
+/// each with its finish's index; `None` when some write has no row and must
+/// run its [`CommitHook::apply`] on a Diesel connection.
+pub(crate) fn hook_rows(
+    finishes: &[Finish],
+    writes: &[Vec<LocalWrite>],
+) -> Option<Vec<(usize, HookRow)>> {
+    let mut rows = Vec::new();
+    for index in 0..finishes.len() {
+        for LocalWrite(hook) in writes_of(finishes, writes, index) {
+            rows.push((index, hook.row()?));
+        }
+    }
+    Some(rows)
 }
 
 /// The finishing statement's parameters, one array each, in the finishes'

@@ -9,9 +9,14 @@
 //! server may keep, and many may be in flight on one connection at once
 //! (tokio-postgres pipelines them).
 //!
-//! An outcome with a local write ([`CommitHook`](crate::outbox::CommitHook))
-//! stays on Diesel: its hook writes through a Diesel connection, in the
-//! transaction that finishes the job.
+//! Outcomes with local writes ([`CommitHook`](crate::outbox::CommitHook))
+//! that hand over their rows ([`HookRow`]) stay here too: the finish and
+//! each statement of those rows run in one transaction, pipelined
+//! ([`HotStatements::finish_with_rows`]). A hook without a row writes
+//! through a Diesel connection, so its batch goes there.
+
+use std::collections::HashMap;
+use std::sync::Mutex;
 
 use chrono::{DateTime, Utc};
 use tokio_postgres::types::Type;
@@ -19,7 +24,10 @@ use tokio_postgres::{Client, Row, Statement};
 
 use super::NOTIFY_CHANNEL;
 use super::claim::{CLAIM_SQL, ClaimPosition, ClaimRequest, ClaimedJob, millis};
-use super::finish::{FINISH_SQL, Finish, FinishParams, FinishReport, has_local_writes};
+use super::finish::{
+    FINISH_SQL, Finish, FinishParams, FinishReport, HookBatches, HookRow, applied_claims,
+    has_local_writes, same_text,
+};
 use super::lease::{EXTEND_SQL, HAND_BACK_SQL, HeartbeatReport, JobLease, heartbeat_report, split};
 use super::ordering_keys::{ADVANCE_KEYS_SQL, STRANDED_KEYS_SQL};
 use super::reap::{
@@ -179,13 +187,96 @@ impl HotStatements {
         finishes: &[Finish],
     ) -> Result<FinishReport, tokio_postgres::Error> {
         debug_assert!(
-            !has_local_writes(finishes),
-            "local writes go through Diesel"
+            !has_local_writes(finishes, &[]),
+            "local writes go through finish_with_rows"
         );
         if finishes.is_empty() {
             return Ok(FinishReport::default());
         }
         let params = FinishParams::new(finishes);
+        let rows = self.run_finish(client, &params).await?;
+        Ok(params.report(rows))
+    }
+
+    /// [`HotStatements::finish`] with the rows `rows` (each with the index
+    /// of its finish in `finishes`), in one transaction: `BEGIN` and the
+    /// finish in one round trip, then the rows of the finishes it applied,
+    /// one statement per [`HookRow::statement`], and `COMMIT` in another. A
+    /// zombie's rows are never sent.
+    ///
+    /// `client` must carry nothing else meanwhile (whatever it carried would
+    /// land in this transaction): the worker pool gives each completer
+    /// writer a connection of its own.
+    pub async fn finish_with_rows(
+        &self,
+        client: &Client,
+        hooks: &HookStatements,
+        finishes: &[Finish],
+        rows: Vec<(usize, HookRow)>,
+    ) -> Result<FinishReport, tokio_postgres::Error> {
+        if rows.is_empty() {
+            return self.finish(client, finishes).await;
+        }
+        // Prepared before the transaction opens, once per connection.
+        let mut statements: Vec<(&'static str, Statement)> = Vec::new();
+        for (_, row) in &rows {
+            if !statements
+                .iter()
+                .any(|(text, _)| same_text(text, row.statement))
+            {
+                statements.push((row.statement, hooks.get(client, row.statement).await?));
+            }
+        }
+        let params = FinishParams::new(finishes);
+        let finished = {
+            let (params, statements) = (&params, &statements);
+            async move {
+                let (_, held) = tokio::try_join!(
+                    client.batch_execute("BEGIN"),
+                    self.run_finish(client, params)
+                )?;
+                let applied =
+                    applied_claims(held.iter().map(|&((id, token), a, _)| (id, token, a)));
+                let mut batched = HookBatches::default();
+                for (index, row) in rows {
+                    let finish = &finishes[index];
+                    if applied.contains(&(finish.job_id, finish.lease_token)) {
+                        batched.push(row);
+                    }
+                }
+                // Every row's statement was prepared above.
+                let inserts = batched.0.into_iter().filter_map(|(text, rows)| {
+                    let (_, statement) = statements.iter().find(|(t, _)| same_text(t, text))?;
+                    Some(async move {
+                        let rows = serde_json::Value::Array(rows);
+                        client.execute(statement, &[&rows]).await
+                    })
+                });
+                tokio::try_join!(
+                    futures_util::future::try_join_all(inserts),
+                    client.batch_execute("COMMIT")
+                )?;
+                Ok::<_, tokio_postgres::Error>(held)
+            }
+            .await
+        };
+        match finished {
+            Ok(held) => Ok(params.report(held)),
+            Err(error) => {
+                // As the reaper's: end the failed transaction, so that the
+                // connection's next statement runs on its own.
+                client.batch_execute("ROLLBACK").await?;
+                Err(error)
+            }
+        }
+    }
+
+    /// The finishing statement's rows: `((id, lease_token), applied, released)`.
+    async fn run_finish(
+        &self,
+        client: &Client,
+        params: &FinishParams,
+    ) -> Result<Vec<((i64, i64), bool, i64)>, tokio_postgres::Error> {
         let rows = client
             .query(
                 &self.finish,
@@ -199,8 +290,7 @@ impl HotStatements {
                 ],
             )
             .await?;
-        let rows = rows
-            .iter()
+        rows.iter()
             .map(|row| {
                 Ok((
                     (row.try_get(0)?, row.try_get(1)?),
@@ -208,8 +298,7 @@ impl HotStatements {
                     row.try_get(3)?,
                 ))
             })
-            .collect::<Result<Vec<_>, tokio_postgres::Error>>()?;
-        Ok(params.report(rows))
+            .collect()
     }
 
     /// [`extend_leases`](crate::statements::extend_leases).
@@ -341,6 +430,34 @@ impl HotStatements {
             .iter()
             .map(|row| row.try_get(0))
             .collect()
+    }
+}
+
+/// The statements of [`HookRow`]s, prepared on one connection the first time
+/// each comes (their texts are the application's, unknown until then).
+#[derive(Debug, Default)]
+pub struct HookStatements(Mutex<HashMap<&'static str, Statement>>);
+
+impl HookStatements {
+    /// `text` prepared on `client` (whose statements these are), with its
+    /// one parameter, a JSON array of rows.
+    async fn get(
+        &self,
+        client: &Client,
+        text: &'static str,
+    ) -> Result<Statement, tokio_postgres::Error> {
+        if let Some(statement) = self.lock().get(text) {
+            return Ok(statement.clone());
+        }
+        let statement = client.prepare_typed(text, &[Type::JSONB]).await?;
+        self.lock().insert(text, statement.clone());
+        Ok(statement)
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<&'static str, Statement>> {
+        self.0
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 }
 

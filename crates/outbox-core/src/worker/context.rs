@@ -1,8 +1,11 @@
 //! What a worker knows about the attempt it performs.
 
+use std::sync::{Arc, Mutex, PoisonError};
+
 use chrono::{DateTime, Utc};
 use tokio_util::sync::{CancellationToken, WaitForCancellationFuture};
 
+use crate::outbox::LocalWrite;
 use crate::statements::ClaimedJob;
 
 /// The attempt a worker performs: which job, which try, the fencing token of
@@ -17,6 +20,9 @@ pub struct JobContext {
     created_at: DateTime<Utc>,
     unfinished_parents: Vec<i64>,
     cancel: CancellationToken,
+    /// Writes to commit with this attempt's outcome, whatever it is: shared
+    /// with the worker pool, which takes them when the worker returns.
+    with_outcome: Arc<Mutex<Vec<LocalWrite>>>,
 }
 
 impl JobContext {
@@ -33,7 +39,30 @@ impl JobContext {
             created_at: job.created_at,
             unfinished_parents: job.unfinished_parents.clone().unwrap_or_default(),
             cancel,
+            with_outcome: Arc::default(),
         }
+    }
+
+    /// Commits `write` in the transaction that records this attempt's
+    /// outcome, whatever the outcome (done, retry or failed), and only if
+    /// that outcome is recorded: the fenced finish matched this claim. A
+    /// record of the attempt itself (what was sent, what came back) belongs
+    /// here: it costs no transaction of its own, and whoever sees the
+    /// outcome sees it, while a zombie whose lease was lost writes nothing.
+    /// A [`LocalWrite`] returned with a success is for what exists only when
+    /// the job is done; this is for what every attempt leaves. Writes made
+    /// after the worker returned are not written.
+    pub fn write_with_outcome(&self, write: LocalWrite) {
+        self.with_outcome
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .push(write);
+    }
+
+    /// Where [`JobContext::write_with_outcome`] gathers its writes, for the
+    /// worker pool to take once the worker returned.
+    pub(crate) fn outcome_writes(&self) -> OutcomeWrites {
+        OutcomeWrites(Arc::clone(&self.with_outcome))
     }
 
     /// The job's id (`jobs.id`): stable across attempts, so it makes a good
@@ -90,5 +119,15 @@ impl JobContext {
     /// True once [`JobContext::cancelled`] has fired.
     pub fn is_cancelled(&self) -> bool {
         self.cancel.is_cancelled()
+    }
+}
+
+/// The writes of one attempt's [`JobContext::write_with_outcome`].
+pub(crate) struct OutcomeWrites(Arc<Mutex<Vec<LocalWrite>>>);
+
+impl OutcomeWrites {
+    /// The writes gathered so far, taken.
+    pub(crate) fn take(&self) -> Vec<LocalWrite> {
+        std::mem::take(&mut *self.0.lock().unwrap_or_else(PoisonError::into_inner))
     }
 }

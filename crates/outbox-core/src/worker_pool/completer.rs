@@ -22,6 +22,7 @@ use super::in_flight::Claim;
 use super::kind_metrics::KindMetrics;
 use super::{MAX_COMPLETION_BATCH, PoolStats, Shared, backoff};
 use crate::db::{DbError, Failure};
+use crate::outbox::LocalWrite;
 use crate::outbox::text::clean_error;
 use crate::statements::{Finish, FinishReport, Outcome};
 use crate::worker::EffectError;
@@ -50,6 +51,9 @@ pub(super) struct Completion {
     not_before: Option<Instant>,
     /// The job held a slot of a concurrency key, which its outcome gives back.
     keyed: bool,
+    /// Writes committed with the outcome, whatever it is
+    /// ([`JobContext::write_with_outcome`](crate::worker::JobContext::write_with_outcome)).
+    writes: Vec<LocalWrite>,
 }
 
 impl Completion {
@@ -71,7 +75,14 @@ impl Completion {
             rewritten: false,
             not_before: None,
             keyed,
+            writes: Vec::new(),
         }
+    }
+
+    /// The outcome with `writes` to commit beside it.
+    pub(super) fn with_writes(mut self, writes: Vec<LocalWrite>) -> Self {
+        self.writes = writes;
+        self
     }
 
     /// The outcome as it should be written now.
@@ -237,7 +248,8 @@ async fn write(
                 _ => None,
             })
             .collect();
-        let result = shared.hot.finish(writer, finishes).await;
+        let writes: Vec<Vec<LocalWrite>> = part.iter().map(|c| c.writes.clone()).collect();
+        let result = shared.hot.finish(writer, finishes, writes).await;
         match result {
             Ok(report) => {
                 PoolStats::add(&shared.stats.outcome_writes, 1);
@@ -335,6 +347,8 @@ fn isolate(shared: &Shared, mut completion: Completion, error: &DbError) -> Opti
         },
         Outcome::Failed { .. } => Outcome::Failed { error: note },
     };
+    // The writes that rode with it may be what the database refused.
+    completion.writes.clear();
     completion.rewritten = true;
     Some(completion)
 }

@@ -7,16 +7,18 @@
 //! so a timeout or a deadlock is told apart whatever the server's language.
 //!
 //! Each role has its own connections: claims on theirs, each completer writer
-//! on its own, the heartbeat and releases on the last writer's, the reaper on
-//! one of its own (its transaction must carry nothing else). A statement
-//! runs on one server process at a time, so a long write of 512 outcomes
-//! never holds a claim up behind it.
+//! on its own, the heartbeat and releases on one, the reaper on one (a
+//! writer's and the reaper's transactions must carry nothing else). A
+//! statement runs on one server process at a time, so a long write of 512
+//! outcomes never holds a claim up behind it.
 //!
 //! Where no connection of its own can be opened (a URL or TLS setting only
 //! libpq understands, say), the same statements run on the pool through
 //! Diesel, unprepared, as they did before; a warning says so once, and the
 //! worker pool tries its own connections again every [`REOPEN_AFTER`]. Outcomes
-//! with a local write always go through Diesel (their hook writes with it).
+//! with a local write stay here when each hook hands over its row
+//! ([`HookRow`](crate::outbox::HookRow)); a hook that writes through Diesel
+//! takes its batch there.
 
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
@@ -28,12 +30,13 @@ use tokio_postgres::Client;
 
 use super::{BackoffPolicy, PoolSettings};
 use crate::db::{DbError, PgPool, connection_unusable, run_blocking};
-use crate::outbox::finish::has_local_writes;
-use crate::outbox::prepared::HotStatements;
+use crate::outbox::LocalWrite;
+use crate::outbox::finish::{finish_jobs_with, hook_rows};
+use crate::outbox::prepared::{HookStatements, HotStatements};
 use crate::statements::{
     ClaimPosition, ClaimRequest, ClaimedJob, Finish, FinishReport, HeartbeatReport, JobLease,
     ReapReport, ReapRequest, advance_stranded_keys, claim_jobs, claim_jobs_after, extend_leases,
-    finish_jobs, hand_back_jobs, reap_expired_leases,
+    hand_back_jobs, reap_expired_leases,
 };
 
 /// How long after a failed attempt to open a connection the statements stay
@@ -70,7 +73,8 @@ pub(super) enum Role {
     Claim,
     /// The completer writer of this index.
     Write(usize),
-    /// Heartbeats and releases: the last writer's connection.
+    /// Heartbeats and releases: a connection of their own, since a writer's
+    /// may be inside a transaction.
     Upkeep,
     /// The reaper's transactions: a connection only the reaper's one task
     /// uses, so nothing else can land inside its `BEGIN` … `COMMIT`.
@@ -81,6 +85,8 @@ pub(super) enum Role {
 struct Open {
     client: Client,
     statements: HotStatements,
+    /// The statements of local writes' rows, prepared as they come.
+    hooks: HookStatements,
 }
 
 /// The worker pool's connections, opened on first use and again after one breaks.
@@ -116,7 +122,7 @@ impl HotPath {
             worker_id: settings.worker_id.clone(),
             kinds: settings.kinds.clone(),
             lease: settings.lease,
-            slots: (0..claim_slots + writers.max(1) + 1)
+            slots: (0..claim_slots + writers.max(1) + 2)
                 .map(|_| tokio::sync::Mutex::new(None))
                 .collect(),
             claim_slots,
@@ -164,22 +170,30 @@ impl HotPath {
         .await
     }
 
-    /// Writes `finishes` (see [`finish_jobs`]) on writer `writer`'s connection.
+    /// Writes `finishes` (see [`finish_jobs`](crate::statements::finish_jobs)),
+    /// each with its `writes` (committed with its outcome, whatever it is),
+    /// on writer `writer`'s connection.
     pub(super) async fn finish(
         &self,
         writer: usize,
         finishes: Vec<Finish>,
+        writes: Vec<Vec<LocalWrite>>,
     ) -> Result<FinishReport, DbError> {
-        if !has_local_writes(&finishes)
+        if let Some(rows) = hook_rows(&finishes, &writes)
             && let Some(result) = self
                 .on_own(Role::Write(writer), async |open| {
-                    open.statements.finish(&open.client, &finishes).await
+                    open.statements
+                        .finish_with_rows(&open.client, &open.hooks, &finishes, rows)
+                        .await
                 })
                 .await
         {
             return result;
         }
-        run_blocking(&self.pool, move |conn| Ok(finish_jobs(conn, &finishes)?)).await
+        run_blocking(&self.pool, move |conn| {
+            Ok(finish_jobs_with(conn, &finishes, &writes)?)
+        })
+        .await
     }
 
     /// Extends `leases` (see [`extend_leases`]).
@@ -290,11 +304,12 @@ impl HotPath {
 
     fn slot(&self, role: Role) -> usize {
         let reap = self.slots.len() - 1;
-        let writers = reap - self.claim_slots;
+        let upkeep = reap - 1;
+        let writers = upkeep - self.claim_slots;
         match role {
             Role::Claim => self.next_claim.fetch_add(1, Ordering::Relaxed) % self.claim_slots,
             Role::Write(writer) => self.claim_slots + writer % writers,
-            Role::Upkeep => reap - 1,
+            Role::Upkeep => upkeep,
             Role::Reap => reap,
         }
     }
@@ -367,7 +382,11 @@ impl HotPath {
             client.batch_execute(&session).await?;
         }
         let statements = HotStatements::prepare(&client).await?;
-        Ok(Open { client, statements })
+        Ok(Open {
+            client,
+            statements,
+            hooks: HookStatements::default(),
+        })
     }
 }
 

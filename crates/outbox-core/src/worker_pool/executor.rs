@@ -43,6 +43,7 @@ pub(super) async fn run(
         // shutdown takes the attempt away, just before its future is dropped.
         let cancel = claim.lost().child_token();
         let ctx = JobContext::new(&job, cancel.clone());
+        let with_outcome = ctx.outcome_writes();
         let effect = AssertUnwindSafe(shared.executor.execute(&job, ctx)).catch_unwind();
         // Dropping the effect's future is what cancels it: a send in progress is
         // abandoned at its next await point.
@@ -114,7 +115,8 @@ pub(super) async fn run(
             kind,
             claim,
             job.concurrency_key.is_some(),
-        );
+        )
+        .with_writes(with_outcome.take());
         if completions.send(completion).await.is_err() {
             // Only after the completer gave up at shutdown: the lease will expire.
             tracing::warn!("outcome not recorded; the reaper will requeue the job");

@@ -6,6 +6,7 @@ mod dependencies;
 mod enqueue;
 mod failures;
 mod limits;
+mod outcome_writes;
 mod periodic;
 mod protocol_model;
 mod scheduled;

@@ -1,68 +1,74 @@
 //! Logs every publish in `delivery_attempts`, as webhook calls are logged,
-//! without a round trip per publish.
+//! in the transaction that records the publish's outcome.
 //!
-//! Why not with the job's completion: the core's finish statement knows
-//! nothing of the service's tables, and the only way to write beside it, a
-//! `LocalWrite`, exists only for a done job (a failed publish must be logged
-//! too), runs once per job, and moves the whole batch of outcomes off the
-//! relay's prepared statement onto a Diesel transaction. Nor as the webhook
-//! worker does, one statement per call on a pooled connection: publishes are
-//! ten times cheaper than calls, and a round trip each would cost more than
-//! the publish and its PubAck.
-//!
-//! So each publish hands its attempt to one log task and awaits the answer,
-//! as [`loader`](super::loader) does for reads (both are a
-//! `MicroBatcher`): the task writes every attempt waiting at that moment in
-//! one statement; attempts arriving meanwhile form the next batch. The job
-//! finishes after its attempt is written, so an operator who sees it done
-//! sees its attempt. A write that fails is logged, never the job's failure:
-//! the publish happened either way.
+//! Why there: a transaction of its own per publish, or per batch of
+//! publishes ending together, was most of what a publish job cost the
+//! database beside its no-op twin; riding with the outcome it costs none.
+//! The core writes the rows of a whole batch of outcomes in one statement
+//! (`record_attempts.sql`), after the fenced finish, and only for the claims
+//! it matched: an operator who sees a job done (or retried, or failed) sees
+//! its attempt, and a zombie whose lease was lost logs nothing, as it
+//! records nothing else. The worker hands its attempt over with
+//! `JobContext::write_with_outcome`, whatever the outcome, since failed
+//! publishes are logged too.
 
-use super::micro_batch::{Batch, Lost, MicroBatcher};
-use crate::db::{PgPool, run_blocking};
-use crate::endpoints::attempts::{self, NewAttempt};
+use diesel::prelude::*;
+use diesel::sql_types::Jsonb;
 
-/// Writes attempts in batches. Cloning shares the log.
-#[derive(Debug, Clone)]
-pub struct AttemptLog(MicroBatcher<Writer>);
+use crate::endpoints::attempts::{EXCERPT_CHARS, NewAttempt};
+use crate::outbox::{CommitHook, HookRow, LocalWrite};
 
-impl AttemptLog {
-    pub fn new(pool: PgPool) -> AttemptLog {
-        AttemptLog(MicroBatcher::new(Writer { pool }))
-    }
-
-    /// Writes `attempt` with those of the other publishes ending now; an
-    /// error says why it was not written.
-    pub async fn record(&self, attempt: NewAttempt) -> Result<(), String> {
-        self.0.ask(attempt).await.map_err(|lost| match lost {
-            Lost::Stopped => "the attempt log has stopped".to_owned(),
-            Lost::Dropped => "the attempt log dropped the attempt".to_owned(),
-        })?
-    }
+/// The write that logs `attempt` with its job's outcome.
+pub fn log_attempt(attempt: &NewAttempt) -> LocalWrite {
+    LocalWrite::new(AttemptRow {
+        job_id: attempt.job_id,
+        row: row(attempt),
+    })
 }
 
-/// One statement a batch; every attempt of it hears how that went.
-#[derive(Debug)]
-struct Writer {
-    pool: PgPool,
+/// `attempt` as a row of `record_attempts.sql`: an array in its column
+/// order, not an object, since a row is built, copied and parsed for every
+/// publish, and its names would be most of it.
+fn row(attempt: &NewAttempt) -> serde_json::Value {
+    serde_json::json!([
+        attempt.job_id,
+        attempt.endpoint_id.get(),
+        attempt.attempt,
+        attempt.started_at.timestamp_micros(),
+        i32::try_from(attempt.duration.as_millis()).unwrap_or(i32::MAX),
+        attempt.status_code,
+        attempt.outcome,
+        attempt
+            .excerpt
+            .as_deref()
+            .map(|e| crate::text::one_line(e, EXCERPT_CHARS)),
+        attempt.stream_sequence,
+    ])
 }
 
-impl Batch for Writer {
-    type Request = NewAttempt;
-    type Answer = Result<(), String>;
-    /// Most attempts written in one statement.
-    const MAX_BATCH: usize = 512;
-    /// Most statements in flight at once.
-    const MAX_IN_FLIGHT: usize = 2;
+struct AttemptRow {
+    job_id: i64,
+    row: serde_json::Value,
+}
 
-    async fn serve(&self, attempts: Vec<NewAttempt>) -> Vec<Result<(), String>> {
-        let count = attempts.len();
-        let written = run_blocking(&self.pool, move |conn| {
-            Ok(attempts::record_many(conn, &attempts)?)
+const RECORD_ATTEMPTS: &str = include_str!("record_attempts.sql");
+
+impl CommitHook for AttemptRow {
+    fn apply(&self, conn: &mut PgConnection) -> QueryResult<()> {
+        diesel::sql_query(RECORD_ATTEMPTS)
+            .bind::<Jsonb, _>(serde_json::Value::Array(vec![self.row.clone()]))
+            .execute(conn)
+            .map(drop)
+    }
+
+    fn row(&self) -> Option<HookRow> {
+        Some(HookRow {
+            statement: RECORD_ATTEMPTS,
+            row: self.row.clone(),
         })
-        .await
-        .map(drop)
-        .map_err(|e| e.to_string());
-        vec![written; count]
+    }
+
+    fn describe(&self) -> String {
+        format!("the publish attempt of job {}", self.job_id)
     }
 }

@@ -1,20 +1,26 @@
 //! Reads the orders and events of publish jobs together, and renders each
-//! job's body where it was read: the jobs of one
-//! claim start at the same moment, and each would otherwise spend three
-//! database round trips (order, items, event) before its publish: several
-//! times what the publish and its PubAck take (docs/performance.md, "A
-//! publish job's own CPU").
+//! body where it was read: the jobs of one claim start at the same moment,
+//! and each would otherwise spend three database round trips (order, items,
+//! event) before its publish: several times what the publish and its PubAck
+//! take (docs/performance.md, "A publish job's own CPU").
 //!
 //! Each job sends its `(order, event)` to one loader task and awaits the
 //! answer (a `MicroBatcher`). The loader reads every request waiting at
-//! that moment in three statements on one pooled connection; requests
-//! arriving meanwhile form the next batch.
+//! that moment in one statement (`load_batch.sql`) on one pooled
+//! connection: one transaction per batch, where three (orders, items,
+//! events) were most of the transactions a publish job cost the database.
+//! Requests arriving meanwhile form the next batch.
+//!
+//! An event delivered to several endpoints is one pair asked several times:
+//! its body is rendered once per batch, and each delivery gets a copy of
+//! the bytes, not a rendering of its own.
 //!
 //! One row that does not decode (a currency code this build does not know)
 //! fails the statement that read it, and so the whole batch: the batch is
 //! then read again one request at a time, so that only that order's job
 //! fails, permanently and saying why, as the other order jobs'
-//! `OrderLoader` does.
+//! `OrderLoader` does. A pair the statement did not find is read alone too,
+//! to say whether its order or its event is gone.
 //!
 //! A job gets its body, not the order: rendering it from the rows the batch
 //! read saves copying each order, its items and its event for the job, and
@@ -22,15 +28,16 @@
 
 use std::collections::HashMap;
 
+use chrono::{DateTime, Utc};
+use diesel::prelude::*;
+use diesel::sql_types::{Array, BigInt, Integer, Jsonb, Nullable, Text, Timestamptz};
 use outbox_core::worker::EffectError;
-
-use diesel::PgConnection;
 
 use super::micro_batch::{Batch, Lost, MicroBatcher};
 use crate::db::{PgPool, run_blocking};
 use crate::effects::webhook::body::event_body;
 use crate::orders::{
-    EventId, Order, OrderEvent, OrderId, load_event, load_events, load_order, load_orders,
+    Currency, EventId, Order, OrderEvent, OrderId, OrderItem, OrderStatus, load_event, load_order,
 };
 
 /// What a publish needs of its order and event.
@@ -67,7 +74,7 @@ impl BatchLoader {
     }
 }
 
-/// Three statements a batch, on one pooled connection.
+/// One statement a batch, on one pooled connection.
 #[derive(Debug)]
 struct Reader {
     pool: PgPool,
@@ -103,20 +110,128 @@ fn read_batch(
     conn: &mut PgConnection,
     wanted: &[(OrderId, i64)],
 ) -> diesel::QueryResult<Vec<Loaded>> {
-    let order_ids: Vec<OrderId> = wanted.iter().map(|(order, _)| *order).collect();
+    let order_ids: Vec<i64> = wanted.iter().map(|(order, _)| order.get()).collect();
     let event_ids: Vec<i64> = wanted.iter().map(|(_, event)| *event).collect();
-    let together = load_orders(conn, &order_ids)
-        .and_then(|orders| Ok((orders, load_events(conn, &event_ids)?)));
-    match together {
-        Ok((orders, events)) => Ok(wanted
-            .iter()
-            .map(|&(order_id, event_id)| pick(&orders, &events, order_id, event_id))
-            .collect()),
-        Err(diesel::result::Error::DeserializationError(_)) => wanted
-            .iter()
-            .map(|&(order_id, event_id)| read_one(conn, order_id, event_id))
-            .collect(),
-        Err(error) => Err(error),
+    let read: Result<Vec<PairRow>, _> = diesel::sql_query(include_str!("load_batch.sql"))
+        .bind::<Array<BigInt>, _>(&order_ids)
+        .bind::<Array<BigInt>, _>(&event_ids)
+        .load(conn);
+    let rows = match read {
+        Ok(rows) => rows,
+        Err(diesel::result::Error::DeserializationError(_)) => {
+            return wanted
+                .iter()
+                .map(|&(order_id, event_id)| read_one(conn, order_id, event_id))
+                .collect();
+        }
+        Err(error) => return Err(error),
+    };
+    // One body per pair, however many deliveries of it the batch holds.
+    let mut rendered: HashMap<(OrderId, i64), Loaded> = rows
+        .into_iter()
+        .map(|row| {
+            let key = (row.order_id, row.event_id);
+            let (order, event) = row.into_parts();
+            (key, render(&order, &event))
+        })
+        .collect();
+    let mut loaded = Vec::with_capacity(wanted.len());
+    for (i, &(order_id, event_id)) in wanted.iter().enumerate() {
+        let last_of_pair = !wanted[i + 1..].contains(&(order_id, event_id));
+        let answer = if last_of_pair {
+            rendered.remove(&(order_id, event_id))
+        } else {
+            rendered.get(&(order_id, event_id)).cloned()
+        };
+        loaded.push(match answer {
+            Some(answer) => answer,
+            // Gone, or never there: read alone, to say which.
+            None => read_one(conn, order_id, event_id)?,
+        });
+    }
+    Ok(loaded)
+}
+
+/// One `(order, event)` of `load_batch.sql`, the order's items as arrays.
+#[derive(QueryableByName)]
+struct PairRow {
+    #[diesel(sql_type = BigInt)]
+    order_id: OrderId,
+    #[diesel(sql_type = Text)]
+    customer_email: String,
+    #[diesel(sql_type = Text)]
+    customer_name: String,
+    #[diesel(sql_type = Text)]
+    currency: Currency,
+    #[diesel(sql_type = BigInt)]
+    total_cents: i64,
+    #[diesel(sql_type = Text)]
+    status: OrderStatus,
+    #[diesel(sql_type = Timestamptz)]
+    created_at: DateTime<Utc>,
+    #[diesel(sql_type = Nullable<Timestamptz>)]
+    expires_at: Option<DateTime<Utc>>,
+    #[diesel(sql_type = BigInt)]
+    event_id: i64,
+    #[diesel(sql_type = Integer)]
+    seq: i32,
+    #[diesel(sql_type = Text)]
+    event_type: String,
+    #[diesel(sql_type = Jsonb)]
+    data: serde_json::Value,
+    #[diesel(sql_type = Timestamptz)]
+    event_created_at: DateTime<Utc>,
+    #[diesel(sql_type = Array<BigInt>)]
+    item_ids: Vec<i64>,
+    #[diesel(sql_type = Array<Text>)]
+    item_skus: Vec<String>,
+    #[diesel(sql_type = Array<Text>)]
+    item_names: Vec<String>,
+    #[diesel(sql_type = Array<Integer>)]
+    item_quantities: Vec<i32>,
+    #[diesel(sql_type = Array<BigInt>)]
+    item_prices: Vec<i64>,
+}
+
+impl PairRow {
+    fn into_parts(self) -> (Order, OrderEvent) {
+        let items = self
+            .item_ids
+            .into_iter()
+            .zip(self.item_skus)
+            .zip(self.item_names)
+            .zip(self.item_quantities)
+            .zip(self.item_prices)
+            .map(
+                |((((id, sku), name), quantity), unit_price_cents)| OrderItem {
+                    id,
+                    sku,
+                    name,
+                    quantity,
+                    unit_price_cents,
+                },
+            )
+            .collect();
+        let order = Order {
+            id: self.order_id,
+            customer_email: self.customer_email,
+            customer_name: self.customer_name,
+            currency: self.currency,
+            total_cents: self.total_cents,
+            status: self.status,
+            created_at: self.created_at,
+            expires_at: self.expires_at,
+            items,
+        };
+        let event = OrderEvent {
+            id: self.event_id,
+            order_id: self.order_id,
+            seq: self.seq,
+            event_type: self.event_type,
+            data: self.data,
+            created_at: self.event_created_at,
+        };
+        (order, event)
     }
 }
 
@@ -158,21 +273,6 @@ fn unreadable(
 
 fn gone(what: String) -> EffectError {
     EffectError::permanent(format!("{what} no longer exists"))
-}
-
-fn pick(
-    orders: &HashMap<OrderId, Order>,
-    events: &HashMap<i64, OrderEvent>,
-    order_id: OrderId,
-    event_id: i64,
-) -> Loaded {
-    let order = orders
-        .get(&order_id)
-        .ok_or_else(|| gone(format!("order {order_id}")))?;
-    let event = events
-        .get(&event_id)
-        .ok_or_else(|| gone(format!("event {event_id}")))?;
-    render(order, event)
 }
 
 fn render(order: &Order, event: &OrderEvent) -> Loaded {

@@ -1,12 +1,16 @@
 //! A micro-batcher: callers hand one request each to a task of its own and
 //! await their answer; the task serves the requests waiting at that moment
-//! together, in one batch. What the publishes of one claim ask of the
-//! database ([`loader`](super::loader) its reads, [`attempt_log`](super::attempt_log)
-//! its writes) then costs a round trip per batch instead of one per job.
+//! together, in one batch. What the publishes of one claim read
+//! ([`loader`](super::loader)) then costs a round trip, and a transaction,
+//! per batch instead of one per job.
 //!
 //! The task takes every request waiting when it wakes, up to
-//! [`Batch::MAX_BATCH`]; requests arriving meanwhile form the next batch. At
-//! most [`Batch::MAX_IN_FLIGHT`] batches run at once, so a slow database makes
+//! [`Batch::MAX_BATCH`], and keeps taking while each turn it yields to the
+//! runtime brings more (up to [`GATHER_TURNS`]): the jobs of one claim start
+//! together but reach the inbox over a few turns, on both of the runtime's
+//! threads, and a batch closed at the first would split the claim into
+//! several reads. Requests arriving later form the next batch. At most
+//! [`Batch::MAX_IN_FLIGHT`] batches run at once, so a slow database makes
 //! batches larger rather than taking every pooled connection.
 
 use std::fmt;
@@ -38,6 +42,10 @@ pub enum Lost {
     /// The batch dropped the request unanswered.
     Dropped,
 }
+
+/// Most turns a batch waits for more of its claim's requests: each turn
+/// that brings none closes it at once.
+pub const GATHER_TURNS: usize = 8;
 
 type Waiting<B> = (<B as Batch>::Request, oneshot::Sender<<B as Batch>::Answer>);
 
@@ -96,12 +104,18 @@ async fn run<B: Batch>(batch: Arc<B>, mut inbox: mpsc::UnboundedReceiver<Waiting
         };
         // The other jobs of a claim were started with this one: let them
         // reach the inbox before the batch is closed.
-        tokio::task::yield_now().await;
         let mut waiting = vec![first];
-        while waiting.len() < B::MAX_BATCH {
-            match inbox.try_recv() {
-                Ok(next) => waiting.push(next),
-                Err(_) => break,
+        for _ in 0..GATHER_TURNS {
+            tokio::task::yield_now().await;
+            let before = waiting.len();
+            while waiting.len() < B::MAX_BATCH {
+                match inbox.try_recv() {
+                    Ok(next) => waiting.push(next),
+                    Err(_) => break,
+                }
+            }
+            if waiting.len() == before || waiting.len() == B::MAX_BATCH {
+                break;
             }
         }
         let batch = Arc::clone(&batch);

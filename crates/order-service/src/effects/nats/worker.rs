@@ -9,11 +9,11 @@ use diesel::prelude::*;
 use outbox_core::worker::{EffectError, EffectResult, JobContext, Worker};
 use tracing::Instrument as _;
 
-use super::attempt_log::AttemptLog;
+use super::attempt_log;
 use super::connection::NatsConnections;
 use super::loader::{BatchLoader, Rendered};
 use super::outcome::{ErrorClass, Published, failure};
-use super::{Acked, PUBLISH_TIMEOUT, Publication, classify_publish, count, subject};
+use super::{Acked, PUBLISH_TIMEOUT, Publication, PublishCounters, classify_publish, subject};
 use crate::db::{PgPool, run_blocking};
 use crate::effects::ledger::{EffectAnswer, record_effect};
 use crate::effects::webhook::idempotency_key;
@@ -44,7 +44,6 @@ const RECENT_ERROR: Duration = Duration::from_secs(30);
 #[derive(Debug, Clone)]
 pub struct PublishWorker {
     orders: BatchLoader,
-    attempts: AttemptLog,
     pool: PgPool,
     connections: NatsConnections,
     /// Opens the endpoints' sealed credentials.
@@ -56,7 +55,6 @@ impl PublishWorker {
     pub fn new(pool: PgPool, connections: NatsConnections, secrets: Keyring) -> PublishWorker {
         PublishWorker {
             orders: BatchLoader::new(pool.clone()),
-            attempts: AttemptLog::new(pool.clone()),
             pool,
             connections,
             secrets,
@@ -81,6 +79,8 @@ struct Target {
     /// Its own credentials (else the relay's `NATS_CREDENTIALS`), or why
     /// the stored ones cannot be read.
     credentials: Result<Option<EndpointCredentials>, Unusable>,
+    /// Its outcomes' counters.
+    counters: Arc<PublishCounters>,
 }
 
 impl Worker<OrderPublish> for PublishWorker {
@@ -114,9 +114,8 @@ impl PublishWorker {
         let started_at = chrono::Utc::now();
         let started = Instant::now();
         let result = self.send(&target, stream, &publication).await;
-        count(&target.name, &result);
-        self.log_attempt(&target, &ctx, started_at, started.elapsed(), &result)
-            .await;
+        target.counters.count(&result);
+        log_attempt(&target, &ctx, started_at, started.elapsed(), &result);
         let Acked {
             published,
             sequence,
@@ -171,48 +170,47 @@ impl PublishWorker {
             Err(not_connected(&connection, &target.name, stream))
         }
     }
+}
 
-    /// Logs the attempt in `delivery_attempts`. Failing to log cannot undo
-    /// the publish: it is a warning, never the job's failure.
-    async fn log_attempt(
-        &self,
-        target: &Target,
-        ctx: &JobContext,
-        started_at: chrono::DateTime<chrono::Utc>,
-        duration: Duration,
-        result: &Result<Acked, EffectError>,
-    ) {
-        let (outcome, excerpt, stream_sequence) = match result {
-            Ok(acked) => (
-                "ok",
-                Some(match acked.sequence {
-                    Some(sequence) => format!("{}: sequence {sequence}", acked.published.as_str()),
-                    None => acked.published.as_str().to_owned(),
-                }),
-                acked.sequence.and_then(|s| i64::try_from(s).ok()),
-            ),
-            Err(error) => (
-                ErrorClass::of(error).as_str(),
-                Some(error.to_string()),
-                None,
-            ),
-        };
-        let attempt = NewAttempt {
-            job_id: ctx.id(),
-            endpoint_id: target.id,
-            attempt: ctx.attempt(),
-            started_at,
-            duration,
-            status_code: None,
-            outcome,
-            excerpt,
-            stream_sequence,
-        };
-        if let Err(error) = self.attempts.record(attempt).await {
-            tracing::warn!(endpoint = %target.name, %error, "cannot log the publish attempt");
-        }
-    }
+/// Logs the attempt in `delivery_attempts`, with the job's outcome whatever it
+/// is (see [`attempt_log`](super::attempt_log)).
+fn log_attempt(
+    target: &Target,
+    ctx: &JobContext,
+    started_at: chrono::DateTime<chrono::Utc>,
+    duration: Duration,
+    result: &Result<Acked, EffectError>,
+) {
+    let (outcome, excerpt, stream_sequence) = match result {
+        Ok(acked) => (
+            "ok",
+            Some(match acked.sequence {
+                Some(sequence) => format!("{}: sequence {sequence}", acked.published.as_str()),
+                None => acked.published.as_str().to_owned(),
+            }),
+            acked.sequence.and_then(|s| i64::try_from(s).ok()),
+        ),
+        Err(error) => (
+            ErrorClass::of(error).as_str(),
+            Some(error.to_string()),
+            None,
+        ),
+    };
+    let attempt = NewAttempt {
+        job_id: ctx.id(),
+        endpoint_id: target.id,
+        attempt: ctx.attempt(),
+        started_at,
+        duration,
+        status_code: None,
+        outcome,
+        excerpt,
+        stream_sequence,
+    };
+    ctx.write_with_outcome(attempt_log::log_attempt(&attempt));
+}
 
+impl PublishWorker {
     /// The endpoint's row, at most [`TARGET_TTL`] old.
     async fn target(&self, endpoint_id: EndpointId) -> Result<Arc<Target>, EffectError> {
         if let Ok(targets) = self.targets.lock()
@@ -248,6 +246,7 @@ impl PublishWorker {
             let credentials = nats_credentials::load(conn, endpoint_id.get(), &secrets)?;
             Ok(Some(Target {
                 id: endpoint_id,
+                counters: Arc::new(PublishCounters::new(&name)),
                 name,
                 url,
                 stream,
