@@ -42,6 +42,7 @@ mod nats_attempts;
 mod order_expiry;
 mod orders;
 mod outbox;
+mod placement_rows;
 mod queue_core;
 mod receipt_links;
 mod relay;
