@@ -91,6 +91,35 @@ pub(super) struct RecordedEvent {
     default_behind_unaddressed: Option<i64>,
 }
 
+/// The endpoints an event type goes to, as `order_event_subscribers` (in
+/// the migration) reads them.
+#[derive(Debug, Clone, PartialEq, Eq, QueryableByName)]
+pub struct EventSubscribers {
+    /// Enabled http(s) endpoints subscribed to the type, by id, ascending.
+    #[diesel(sql_type = Array<BigInt>)]
+    pub webhook_endpoints: Vec<i64>,
+    /// Enabled NATS endpoints subscribed to the type, by id, ascending.
+    #[diesel(sql_type = Array<BigInt>)]
+    pub nats_endpoints: Vec<i64>,
+    /// Whether the database has any endpoint at all.
+    #[diesel(sql_type = Bool)]
+    pub any_endpoint: bool,
+}
+
+impl RecordedEvent {
+    /// A new order's first event, going to `subscribers`: nothing of the
+    /// order was queued before it, so nothing is unaddressed.
+    pub(super) fn placed(event_id: i64, subscribers: &EventSubscribers) -> RecordedEvent {
+        RecordedEvent {
+            event_id,
+            webhook_endpoints: subscribers.webhook_endpoints.clone(),
+            nats_endpoints: subscribers.nats_endpoints.clone(),
+            any_endpoint: subscribers.any_endpoint,
+            default_behind_unaddressed: None,
+        }
+    }
+}
+
 /// An event of a transition: [`RecordedEvent`], and whether an earlier
 /// event's fan-out is unfinished, which this one's deliveries must not
 /// overtake.

@@ -33,7 +33,7 @@ pub use domain::{
     CustomerEmail, DisplayText, MAX_ITEMS, MAX_QUANTITY, MAX_UNIT_PRICE, Money, NewOrder,
     NewOrderItem, Quantity,
 };
-pub use events::{DEFAULT_FANOUT_INLINE, EventJobs, delivery_key, endpoint_key};
+pub use events::{DEFAULT_FANOUT_INLINE, EventJobs, EventSubscribers, delivery_key, endpoint_key};
 pub use expiry::{
     EXPIRY_BATCH, EXPIRY_SWEEP_EVERY, EXPIRY_SWEEP_NAME, ExpireOrders, Sweep, expire_due_orders,
 };
@@ -45,7 +45,9 @@ pub use ledger::{
     EffectEntry, EffectLedger, load_effect_ledger, load_ledger, prune as prune_ledger,
 };
 pub use lock::LockedOrder;
-pub use place::{PlaceOrderError, Placed, PlacedOrder, Placement, place_order, place_order_by};
+pub use place::{
+    PlaceOrderError, Placed, PlacedOrder, Placement, place_order, place_order_by, placement_jobs,
+};
 pub use read::{
     Order, OrderEvent, OrderItem, OrderJob, load_event, load_events, load_order, load_order_events,
     load_order_jobs, load_orders,

@@ -1,8 +1,8 @@
-//! `place_order`: the order, its items and its jobs in ONE transaction.
+//! `place_order`: the order, its items and its jobs in ONE statement.
 
 use diesel::prelude::*;
 use diesel::result::Error as DieselError;
-use diesel::sql_types::{Array, BigInt, Integer, Nullable, Text, Timestamptz};
+use diesel::sql_types::{Array, BigInt, Integer, Jsonb, Nullable, Text, Timestamptz};
 use std::time::Duration;
 
 use sha2::{Digest, Sha256};
@@ -11,14 +11,17 @@ use chrono::{DateTime, Utc};
 
 use super::domain::NewOrder;
 use super::email_key;
-use super::events::{EventJobs, KeyAge, RecordedEvent, event_email_with};
+use super::events::{EventJobs, EventSubscribers, KeyAge, RecordedEvent, event_email_with};
 use super::idempotency::{Cause, IdempotencyKey};
-use super::jobs::{ReceiptPdf, new_job};
+use super::jobs::{
+    ConfirmationEmail, OrderFanout, OrderPublish, OrderWebhook, ReceiptPdf, new_job,
+};
 use super::read::{Order, OrderEvent, OrderItem, OrderJob};
 use super::{OrderId, OrderStatus};
 use crate::db::PrepareOnce;
-use crate::outbox::{DependencyPolicy, Enqueuer, JobOptions, JobStatus, Parent};
+use crate::outbox::{DependencyPolicy, Enqueuer, JobOptions, JobStatus, NewJob, OwnInsert, Parent};
 use crate::schema::orders;
+use crate::worker::JobArgs as _;
 
 /// Where the receipt job sits among a placement's jobs: the confirmation
 /// email, at index 0, names it as its parent.
@@ -86,26 +89,44 @@ struct PlacedRow {
     /// In the request's order.
     #[diesel(sql_type = Array<BigInt>)]
     item_ids: Vec<i64>,
-    #[diesel(embed)]
-    event: RecordedEvent,
+    #[diesel(sql_type = BigInt)]
+    event_id: i64,
+    /// In enqueue order, with `job_kinds`.
+    #[diesel(sql_type = Array<BigInt>)]
+    job_ids: Vec<i64>,
+    #[diesel(sql_type = Array<Text>)]
+    job_kinds: Vec<String>,
 }
 
-/// The order, its items and its first event in one statement; `None` when
-/// the idempotency key was taken, and nothing was written.
-///
-/// One statement, not one per table: a placement's cost is mostly its round
-/// trips (each is a client and a server wake-up, and a TLS record each way),
-/// so the three inserts a placement makes before its jobs share one.
-fn insert_placed(
-    conn: &mut PgConnection,
-    order: &NewOrder,
-    key: Option<&IdempotencyKey>,
-    request_hash: Option<&str>,
+/// What one placement writes, as the statement binds it.
+struct Placing<'a> {
+    order: &'a NewOrder,
+    key: Option<&'a IdempotencyKey>,
+    request_hash: Option<&'a str>,
     cause: Cause,
     payment_window: Option<Duration>,
+    jobs: EventJobs,
+}
+
+/// The order, its items, its first event and its jobs in one statement;
+/// `None` when the idempotency key was taken, and nothing was written.
+///
+/// One statement, and outside a transaction no BEGIN or COMMIT around it: a
+/// placement's cost is mostly its round trips (each is a client and a
+/// server wake-up, and a TLS record each way), and a connection that waits
+/// between the statements of a transaction holds its locks and its snapshot
+/// meanwhile.
+fn insert_placed(
+    conn: &mut PgConnection,
+    placing: &Placing<'_>,
+    own: &OwnInsert,
 ) -> QueryResult<Option<PlacedRow>> {
+    let order = placing.order;
     // Whole milliseconds: the window was parsed from text such as `30m`.
-    let window_ms = payment_window.map(|w| i64::try_from(w.as_millis()).unwrap_or(i64::MAX));
+    let window_ms = placing
+        .payment_window
+        .map(|w| i64::try_from(w.as_millis()).unwrap_or(i64::MAX));
+    let fanout_inline = i64::try_from(placing.jobs.fanout_inline).unwrap_or(i64::MAX);
     let items = order.items();
     let skus: Vec<&str> = items.iter().map(|i| i.sku.as_str()).collect();
     let names: Vec<&str> = items.iter().map(|i| i.name.as_str()).collect();
@@ -116,25 +137,34 @@ fn insert_placed(
         .bind::<Text, _>(order.customer_name.as_str())
         .bind::<Text, _>(order.currency.code())
         .bind::<BigInt, _>(order.total().cents())
-        .bind::<Nullable<Text>, _>(key.map(IdempotencyKey::as_str))
-        .bind::<Nullable<Text>, _>(request_hash)
-        .bind::<Nullable<BigInt>, _>(cause.api_key_id)
+        .bind::<Nullable<Text>, _>(placing.key.map(IdempotencyKey::as_str))
+        .bind::<Nullable<Text>, _>(placing.request_hash)
+        .bind::<Nullable<BigInt>, _>(placing.cause.api_key_id)
         .bind::<Array<Text>, _>(&skus)
         .bind::<Array<Text>, _>(&names)
         .bind::<Array<Integer>, _>(&quantities)
         .bind::<Array<BigInt>, _>(&prices)
         .bind::<Text, _>(OrderStatus::Placed.event_type())
         .bind::<Nullable<BigInt>, _>(window_ms)
+        .bind::<Integer, _>(placing.jobs.max_attempts)
+        .bind::<BigInt, _>(fanout_inline)
+        .bind::<Nullable<Jsonb>, _>(own.trace_context())
+        .bind::<Nullable<Text>, _>(own.notify_channel())
+        .bind::<Text, _>(ConfirmationEmail::KIND)
+        .bind::<Text, _>(ReceiptPdf::KIND)
+        .bind::<Text, _>(OrderWebhook::KIND)
+        .bind::<Text, _>(OrderPublish::KIND)
+        .bind::<Text, _>(OrderFanout::KIND)
         .prepared()
         .get_result(conn)
         .optional()
 }
 
-/// Writes the order, its items and one job per effect in one transaction;
+/// Writes the order, its items and one job per effect in one statement,
+/// its own transaction (inside the caller's, when there is one);
 /// `enqueuer` (the service's, [`order_enqueuer`](super::order_enqueuer),
-/// with the API's waker in the API) writes the jobs and wakes the relays once
-/// the transaction commits, so a relay never wakes for an order it cannot see
-/// yet.
+/// with the API's waker in the API) wakes the relays once it has committed,
+/// so a relay never wakes for an order it cannot see yet.
 ///
 /// With an idempotency key, a repeat of the same order returns
 /// [`Placement::Existing`]; the unique constraint on the key, not a prior check,
@@ -164,130 +194,154 @@ pub fn place_order_by(
     payment_window: Option<Duration>,
 ) -> Result<Placed, PlaceOrderError> {
     let event_jobs = jobs.into();
-    let max_attempts = event_jobs.max_attempts;
     let key = cause.scope(key);
     let key = key.as_ref();
-    // The parent of every job this order enqueues (NewJob takes the current
-    // span's trace context), so its effects hang under the placement.
+    // The parent of every job this order enqueues (their trace context is
+    // this span's), so its effects hang under the placement.
     let span = tracing::info_span!("place_order", order_id = tracing::field::Empty);
     let _entered = span.enter();
     let fingerprint = key.map(|_| fingerprint(order));
-    let placement = enqueuer.transaction(conn, |conn| {
-        let inserted = insert_placed(
-            conn,
-            order,
-            key,
-            fingerprint.as_deref(),
-            cause,
-            payment_window,
-        )?;
-
-        let Some(PlacedRow {
-            order_id,
+    let placing = Placing {
+        order,
+        key,
+        request_hash: fingerprint.as_deref(),
+        cause,
+        payment_window,
+        jobs: event_jobs,
+    };
+    let own = enqueuer.own_insert(conn);
+    let Some(PlacedRow {
+        order_id,
+        created_at,
+        expires_at,
+        item_ids,
+        event_id,
+        job_ids,
+        job_kinds,
+    }) = insert_placed(conn, &placing, &own)?
+    else {
+        // Nothing written, no one to wake.
+        drop(own);
+        return earlier_placement(conn, key, fingerprint.as_deref());
+    };
+    own.inserted(job_kinds.iter().map(String::as_str));
+    span.record("order_id", order_id.get());
+    // Every default timestamp of the statement is its transaction's start,
+    // now(): created_at of the order and the event, run_after of the jobs.
+    let max_attempts = event_jobs.max_attempts.max(1);
+    let created = PlacedOrder {
+        order: Order {
+            id: order_id,
+            customer_email: order.customer_email.as_str().to_owned(),
+            customer_name: order.customer_name.as_str().to_owned(),
+            currency: order.currency,
+            total_cents: order.total().cents(),
+            status: OrderStatus::Placed,
             created_at,
             expires_at,
-            item_ids,
-            event,
-        }) = inserted
-        else {
-            // The key exists: a concurrent or earlier request won. ON CONFLICT waited
-            // for its transaction, so the row is visible now.
-            // Without a key nothing can conflict: were it to, an error, not a panic.
-            let Some(key) = key else {
-                return Err(PlaceOrderError::Database(DieselError::NotFound));
-            };
-            let same_key = orders::table
-                .filter(orders::idempotency_key.eq(key.as_str()))
-                .into_boxed();
-            let same_key = match key.api_key_id() {
-                Some(id) => same_key.filter(orders::api_key_id.eq(id)),
-                None => same_key.filter(orders::api_key_id.is_null()),
-            };
-            let (existing_id, existing_hash): (i64, Option<String>) = same_key
-                .select((orders::id, orders::request_hash))
-                .first(conn)?;
-            return if existing_hash == fingerprint {
-                Ok(Placed {
-                    placement: Placement::Existing(existing_id),
-                    created: None,
-                })
-            } else {
-                Err(PlaceOrderError::IdempotencyConflict {
-                    existing_order_id: existing_id,
-                })
-            };
-        };
-
-        span.record("order_id", order_id.get());
-        let event_id = event.event_id;
-        // The confirmation carries the receipt, so it waits for the receipt
-        // job (the next of this batch); policy `run`: a receipt that failed
-        // must not hold the confirmation, which then goes with the link only.
-        let confirmation = KeyAge::New
-            .options(max_attempts, email_key(order_id.get()))
-            .depends_on([Parent::InBatch(RECEIPT_INDEX)])
-            .dependency_policy(DependencyPolicy::Run);
-        let mut jobs = vec![
-            event_email_with(order_id, event_id, confirmation)?,
-            new_job(
-                &ReceiptPdf { order_id },
-                &JobOptions::default().max_attempts(max_attempts),
-            )?,
-        ];
-        jobs.extend(event.deliveries(order_id, event_jobs, KeyAge::New, false)?);
-        let job_ids = enqueuer.enqueue_many(conn, &jobs)?;
-        // Every default timestamp of this transaction is its start, now():
-        // created_at of the order and the event, run_after of the jobs.
-        let created = PlacedOrder {
-            order: Order {
-                id: order_id,
-                customer_email: order.customer_email.as_str().to_owned(),
-                customer_name: order.customer_name.as_str().to_owned(),
-                currency: order.currency,
-                total_cents: order.total().cents(),
-                status: OrderStatus::Placed,
-                created_at,
-                expires_at,
-                items: item_ids
-                    .into_iter()
-                    .zip(order.items())
-                    .map(|(id, item)| OrderItem {
-                        id,
-                        sku: item.sku.as_str().to_owned(),
-                        name: item.name.as_str().to_owned(),
-                        quantity: item.quantity.get(),
-                        unit_price_cents: item.unit_price.cents(),
-                    })
-                    .collect(),
-            },
-            jobs: job_ids
+            items: item_ids
                 .into_iter()
-                .zip(&jobs)
-                .map(|(id, job)| OrderJob {
+                .zip(order.items())
+                .map(|(id, item)| OrderItem {
                     id,
-                    kind: job.kind().to_owned(),
-                    status: JobStatus::Pending.as_str().to_owned(),
-                    attempts: 0,
-                    max_attempts: job.max_attempts_value(),
-                    run_after: created_at,
-                    finished_at: None,
+                    sku: item.sku.as_str().to_owned(),
+                    name: item.name.as_str().to_owned(),
+                    quantity: item.quantity.get(),
+                    unit_price_cents: item.unit_price.cents(),
                 })
                 .collect(),
-            events: vec![OrderEvent {
-                id: event_id,
-                order_id,
-                seq: 1,
-                event_type: OrderStatus::Placed.event_type().to_owned(),
-                data: serde_json::json!({}),
-                created_at,
-            }],
-        };
+        },
+        jobs: job_ids
+            .into_iter()
+            .zip(job_kinds)
+            .map(|(id, kind)| OrderJob {
+                id,
+                kind,
+                status: JobStatus::Pending.as_str().to_owned(),
+                attempts: 0,
+                max_attempts,
+                run_after: created_at,
+                finished_at: None,
+            })
+            .collect(),
+        events: vec![OrderEvent {
+            id: event_id,
+            order_id,
+            seq: 1,
+            event_type: OrderStatus::Placed.event_type().to_owned(),
+            data: serde_json::json!({}),
+            created_at,
+        }],
+    };
+    Ok(Placed {
+        placement: Placement::Created(order_id.get()),
+        created: Some(created),
+    })
+}
+
+/// The order an earlier request placed under `key`: a concurrent or earlier
+/// request won. ON CONFLICT waited for its transaction, so this statement's
+/// snapshot, taken after it, sees its row. The same order again is
+/// [`Placement::Existing`]; another is a conflict.
+fn earlier_placement(
+    conn: &mut PgConnection,
+    key: Option<&IdempotencyKey>,
+    fingerprint: Option<&str>,
+) -> Result<Placed, PlaceOrderError> {
+    // Without a key nothing can conflict: were it to, an error, not a panic.
+    let Some(key) = key else {
+        return Err(PlaceOrderError::Database(DieselError::NotFound));
+    };
+    let same_key = orders::table
+        .filter(orders::idempotency_key.eq(key.as_str()))
+        .into_boxed();
+    let same_key = match key.api_key_id() {
+        Some(id) => same_key.filter(orders::api_key_id.eq(id)),
+        None => same_key.filter(orders::api_key_id.is_null()),
+    };
+    let (existing_id, existing_hash): (i64, Option<String>) = same_key
+        .select((orders::id, orders::request_hash))
+        .first(conn)?;
+    if existing_hash.as_deref() == fingerprint {
         Ok(Placed {
-            placement: Placement::Created(order_id.get()),
-            created: Some(created),
+            placement: Placement::Existing(existing_id),
+            created: None,
         })
-    })?;
-    Ok(placement)
+    } else {
+        Err(PlaceOrderError::IdempotencyConflict {
+            existing_order_id: existing_id,
+        })
+    }
+}
+
+/// The jobs of a placement as [`Enqueuer::enqueue_many`] was given them
+/// before the placement wrote its jobs in its own statement: the reference
+/// `sql/place_order.sql` is held to (the integration tests enqueue these
+/// beside a placement's own and compare the rows). `subscribers`: those of
+/// `order.placed` when the order was placed.
+pub fn placement_jobs(
+    order_id: OrderId,
+    event_id: i64,
+    subscribers: &EventSubscribers,
+    jobs: EventJobs,
+) -> QueryResult<Vec<NewJob>> {
+    // The confirmation carries the receipt, so it waits for the receipt
+    // job (the next of this batch); policy `run`: a receipt that failed
+    // must not hold the confirmation, which then goes with the link only.
+    let confirmation = KeyAge::New
+        .options(jobs.max_attempts, email_key(order_id.get()))
+        .depends_on([Parent::InBatch(RECEIPT_INDEX)])
+        .dependency_policy(DependencyPolicy::Run);
+    let mut queued = vec![
+        event_email_with(order_id, event_id, confirmation)?,
+        new_job(
+            &ReceiptPdf { order_id },
+            &JobOptions::default().max_attempts(jobs.max_attempts),
+        )?,
+    ];
+    let event = RecordedEvent::placed(event_id, subscribers);
+    queued.extend(event.deliveries(order_id, jobs, KeyAge::New, false)?);
+    Ok(queued)
 }
 
 /// SHA-256 of the parsed order, so the same order sent with different JSON

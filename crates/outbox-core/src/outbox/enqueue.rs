@@ -65,7 +65,7 @@ pub const INSERT_CHUNK: usize = 2_000;
 pub struct Enqueuer {
     insert: InsertJobs,
     /// `None`: NOTIFY in the enqueuing transaction.
-    waker: Option<Waker>,
+    pub(super) waker: Option<Waker>,
 }
 
 impl Default for Enqueuer {
@@ -211,7 +211,7 @@ impl Enqueuer {
 /// thread, innermost last, each with its waker. Diesel runs a transaction's
 /// closure on the calling thread, so the frame open here is the one the
 /// enqueue belongs to.
-struct AfterCommit;
+pub(super) struct AfterCommit;
 
 thread_local! {
     static FRAMES: RefCell<Vec<(Waker, BTreeSet<String>)>> = const { RefCell::new(Vec::new()) };
@@ -233,9 +233,14 @@ impl AfterCommit {
         })
     }
 
+    /// Whether a frame of `waker` is open on this thread.
+    pub(super) fn is_open(waker: &Waker) -> bool {
+        FRAMES.with_borrow(|frames| frames.iter().any(|(w, _)| w.same_as(waker)))
+    }
+
     /// Notes `kinds` for the innermost open frame of `waker`; false when
     /// there is none, and the caller must NOTIFY in the transaction.
-    fn record<'a>(waker: &Waker, kinds: impl Iterator<Item = &'a str>) -> bool {
+    pub(super) fn record<'a>(waker: &Waker, kinds: impl Iterator<Item = &'a str>) -> bool {
         FRAMES.with_borrow_mut(|frames| {
             match frames.iter_mut().rev().find(|(w, _)| w.same_as(waker)) {
                 Some((_, pending)) => {

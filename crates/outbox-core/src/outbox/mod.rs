@@ -20,6 +20,7 @@ mod job;
 pub(crate) mod lease;
 mod limits;
 pub(crate) mod ordering_keys;
+mod own_insert;
 mod periodic;
 pub(crate) mod prepared;
 mod prune;
@@ -42,6 +43,7 @@ pub use limits::{
     remove_concurrency_limit, set_concurrency_limit,
 };
 pub use ordering_keys::{BlockedKey, blocked_keys};
+pub use own_insert::OwnInsert;
 pub use periodic::{
     EnqueuedSlot, InvalidPeriodicJob, MIN_PERIODIC_INTERVAL, PeriodicJob, PeriodicSchedule,
     Schedule, declare_periodic_jobs, enqueue_due_slot, periodic_schedules,
