@@ -55,17 +55,18 @@ const MIN_DEADLINE: Duration = Duration::from_secs(30);
 /// index pages, and two cover what a small server runs side by side.
 const MAX_CLAIM_CONNECTIONS: usize = 2;
 
-/// Set on every connection but the claims'. A prepared statement keeps a
-/// generic plan once five custom ones cost no less, and keeps it until an
-/// analyze of its tables: plans made while `jobs` held a few rows read it
-/// by sequential scan, and a finish, heartbeat or reap that reads the whole
-/// table leaves more jobs processing for the next one to read. Planned for
-/// each call, these statements see the table's size now; one planning per
-/// batch of outcomes is small beside its writes. A claim runs far more
-/// often, per few jobs at small batches, where a planning each would cost
-/// more than its plan saves, and its plan did not show among the slow
-/// statements of a growing table: it keeps its generic plan.
-const CUSTOM_PLANS: &str = "SET plan_cache_mode = force_custom_plan;";
+/// How often every connection but the claims' drops its cached plans. A
+/// prepared statement keeps a generic plan once five custom ones cost no
+/// less, and keeps it until an analyze of its tables: plans made while
+/// `jobs` held a few rows read it by sequential scan, and a finish,
+/// heartbeat or reap that reads the whole table leaves more jobs processing
+/// for the next one to read. Replanned this often, a statement sees the
+/// table's size as it is now (the planner scales the last analyze's row
+/// density by the table's pages) without planning each call, which on the
+/// finish's many CTEs cost a drain a tenth of its rate. A claim runs per few
+/// jobs at small batches and did not show among the slow statements of a
+/// growing table: it keeps its plans.
+const REPLAN_EVERY: Duration = Duration::from_secs(1);
 
 /// Which of the worker pool's connections a statement runs on.
 #[derive(Debug, Clone, Copy)]
@@ -84,6 +85,9 @@ pub(super) enum Role {
 /// One open connection and its prepared statements.
 struct Open {
     client: Client,
+    /// When its plans were last dropped; `None` for a claim's connection,
+    /// which keeps them (see [`REPLAN_EVERY`]).
+    replanned: Option<Mutex<Instant>>,
     statements: HotStatements,
     /// The statements of local writes' rows, prepared as they come.
     hooks: HookStatements,
@@ -320,6 +324,7 @@ impl HotPath {
         if let Some(open) = held.as_ref()
             && !open.client.is_closed()
         {
+            open.replan_if_due().await;
             return Some(Arc::clone(open));
         }
         *held = None;
@@ -327,8 +332,8 @@ impl HotPath {
         if lock(&self.closed_until).is_some_and(|until| now < until) {
             return None;
         }
-        let custom_plans = slot >= self.claim_slots;
-        let opened = match tokio::time::timeout(OPEN_TIMEOUT, self.open(custom_plans)).await {
+        let replanned = slot >= self.claim_slots;
+        let opened = match tokio::time::timeout(OPEN_TIMEOUT, self.open(replanned)).await {
             Ok(opened) => opened,
             Err(_) => Err(DbError::Unavailable(format!(
                 "opening a connection took over {}",
@@ -358,9 +363,8 @@ impl HotPath {
         }
     }
 
-    /// `custom_plans`: plan each statement for the table as it is now (see
-    /// [`CUSTOM_PLANS`]).
-    async fn open(&self, custom_plans: bool) -> Result<Open, DbError> {
+    /// `replanned`: drop its plans every [`REPLAN_EVERY`].
+    async fn open(&self, replanned: bool) -> Result<Open, DbError> {
         let session = self
             .session
             .get_or_try_init(|| session_settings(&self.pool))
@@ -373,20 +377,35 @@ impl HotPath {
                 tracing::debug!(error = %DbError::Server(error), "relay connection closed");
             }
         });
-        let session = if custom_plans {
-            format!("{session} {CUSTOM_PLANS}")
-        } else {
-            session.clone()
-        };
         if !session.trim().is_empty() {
-            client.batch_execute(&session).await?;
+            client.batch_execute(session).await?;
         }
         let statements = HotStatements::prepare(&client).await?;
         Ok(Open {
             client,
+            replanned: replanned.then(|| Mutex::new(Instant::now())),
             statements,
             hooks: HookStatements::default(),
         })
+    }
+}
+
+impl Open {
+    /// Drops the connection's cached plans when [`REPLAN_EVERY`] has passed;
+    /// the next call of each statement plans it afresh. A failure is the next
+    /// statement's to report: the connection is what failed.
+    async fn replan_if_due(&self) {
+        let Some(replanned) = &self.replanned else {
+            return;
+        };
+        {
+            let mut at = lock(replanned);
+            if at.elapsed() < REPLAN_EVERY {
+                return;
+            }
+            *at = Instant::now();
+        }
+        let _ = self.client.batch_execute("DISCARD PLANS").await;
     }
 }
 
