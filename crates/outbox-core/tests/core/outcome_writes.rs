@@ -10,8 +10,7 @@ use diesel::prelude::*;
 use diesel::sql_types::{BigInt, Integer, Jsonb};
 use outbox_core::outbox::{CommitHook, Enqueuer, HookRow, JobOptions, LocalWrite};
 use outbox_core::statements::{
-    ClaimRequest, ClaimedJob, Finish, HookStatements, HotStatements, Outcome, ReapRequest,
-    claim_jobs, reap_expired_leases,
+    ClaimedJob, Finish, HookStatements, HotStatements, Outcome, ReapRequest, reap_expired_leases,
 };
 use outbox_core::worker::{EffectError, EffectResult, JobArgs, JobContext, Worker, Workers};
 use serde::{Deserialize, Serialize};
@@ -149,19 +148,7 @@ async fn every_outcome_commits_the_writes_of_its_attempt_rows_or_hooks_alike() {
 }
 
 fn claim(conn: &mut PgConnection, worker: &str) -> ClaimedJob {
-    let kinds = vec!["noted".to_owned()];
-    claim_jobs(
-        conn,
-        &ClaimRequest {
-            worker_id: worker,
-            kinds: &kinds,
-            limit: 1,
-            lease: MINUTE,
-        },
-    )
-    .expect("claim")
-    .pop()
-    .expect("a claimable job")
+    crate::support::claim_one(conn, "noted", worker, MINUTE)
 }
 
 fn noted(job: &ClaimedJob, statement: &'static str) -> (usize, HookRow) {

@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 use diesel::prelude::*;
 use diesel::sql_types::{BigInt, Text};
 use outbox_core::db::{PgPool, PoolOptions, build_pool};
-use outbox_core::statements::{ClaimedJob, JobLease};
+use outbox_core::statements::{ClaimRequest, ClaimedJob, JobLease, claim_jobs};
 use outbox_core::worker::Workers;
 use outbox_core::worker_pool::{PoolSettings, PoolStats, WorkerPool};
 use tokio_util::sync::CancellationToken;
@@ -233,4 +233,25 @@ pub fn leases(jobs: &[ClaimedJob]) -> Vec<JobLease> {
             lease_token: j.lease_token,
         })
         .collect()
+}
+
+/// One job of `kind`, claimed by `worker_id` for `lease`.
+pub fn claim_one(
+    conn: &mut PgConnection,
+    kind: &str,
+    worker_id: &str,
+    lease: Duration,
+) -> ClaimedJob {
+    claim_jobs(
+        conn,
+        &ClaimRequest {
+            worker_id,
+            kinds: &[kind.to_owned()],
+            limit: 1,
+            lease,
+        },
+    )
+    .expect("claim")
+    .pop()
+    .expect("a claimable job")
 }

@@ -8,8 +8,8 @@ use diesel::prelude::*;
 use outbox_core::outbox::{Enqueuer, JobOptions, NewJob, Waker};
 use outbox_core::schema::{jobs, jobs_all};
 use outbox_core::statements::{
-    ClaimRequest, ClaimedJob, Finish, JobLease, Outcome, ReapRequest, claim_jobs, extend_leases,
-    finish_jobs, reap_expired_leases,
+    ClaimedJob, Finish, JobLease, Outcome, ReapRequest, extend_leases, finish_jobs,
+    reap_expired_leases,
 };
 use outbox_core::worker::{EffectError, EffectResult, JobArgs, JobContext, Worker, Workers};
 use serde::{Deserialize, Serialize};
@@ -133,18 +133,7 @@ async fn a_retryable_error_is_retried_then_fails_after_max_attempts() {
 
 /// One job of kind `Tally`, claimed by `worker_id` for `lease`.
 fn claim(conn: &mut PgConnection, worker_id: &str, lease: Duration) -> ClaimedJob {
-    claim_jobs(
-        conn,
-        &ClaimRequest {
-            worker_id,
-            kinds: &[Tally::KIND.to_owned()],
-            limit: 1,
-            lease,
-        },
-    )
-    .expect("claim")
-    .pop()
-    .expect("a job")
+    crate::support::claim_one(conn, Tally::KIND, worker_id, lease)
 }
 
 /// One job enqueued and claimed by `first`, whose lease runs out; the reaper

@@ -364,32 +364,30 @@ pub fn process_cpu_seconds(pid: Option<u32>) -> Option<f64> {
 /// What the server spent on a drain, to set beside the relay's own CPU: on a
 /// machine the two share, a job's cost is the sum.
 pub fn server_cpu_seconds() -> Option<f64> {
-    let mut total = 0.0;
-    let mut found = false;
+    let mut servers = std::collections::HashMap::new();
     for entry in std::fs::read_dir("/proc").ok()?.flatten() {
-        let path = entry.path();
-        if !path
+        let Some(pid) = entry
             .file_name()
-            .and_then(|n| n.to_str())
-            .is_some_and(|n| n.bytes().all(|b| b.is_ascii_digit()))
-        {
-            continue;
-        }
-        let Some(stat) = ProcStat::read(&path.join("stat").to_string_lossy()) else {
+            .to_str()
+            .and_then(|n| n.parse::<u32>().ok())
+        else {
             continue;
         };
-        if stat.comm != "postgres" {
-            continue;
-        }
-        found = true;
-        total += stat.own;
-        // The postmaster reaps every backend: its children's time is theirs.
-        let parent = ProcStat::read(&format!("/proc/{}/stat", stat.ppid));
-        if parent.is_none_or(|p| p.comm != "postgres") {
-            total += stat.children;
+        if let Some(stat) = ProcStat::read(&format!("/proc/{pid}/stat"))
+            && stat.comm == "postgres"
+        {
+            servers.insert(pid, stat);
         }
     }
-    found.then_some(total)
+    let total = servers
+        .values()
+        // The postmaster reaps every backend: its children's time is theirs.
+        .map(|stat| match servers.contains_key(&stat.ppid) {
+            true => stat.own,
+            false => stat.own + stat.children,
+        })
+        .sum();
+    (!servers.is_empty()).then_some(total)
 }
 
 /// The fields of `/proc/PID/stat` the bench reads.
@@ -418,5 +416,30 @@ impl ProcStat {
             own: (field(11)? + field(12)?) / 100.0,
             children: (field(13)? + field(14)?) / 100.0,
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn this_process_reads_as_itself_and_a_command_name_with_spaces_and_parentheses_is_whole() {
+        let me = ProcStat::read("/proc/self/stat").expect("a readable stat");
+        assert_eq!(me.ppid, std::os::unix::process::parent_id());
+        assert!(me.own >= 0.0 && me.children >= 0.0);
+
+        let dir = std::env::temp_dir().join(format!("stat-{}", std::process::id()));
+        std::fs::write(
+            &dir,
+            "42 (post gres) x) S 7 1 1 0 -1 0 0 0 0 0 250 50 3 4 20 0",
+        )
+        .expect("write");
+        let odd = ProcStat::read(&dir.to_string_lossy()).expect("parsed");
+        let _ = std::fs::remove_file(&dir);
+        assert_eq!(odd.comm, "post gres) x");
+        assert_eq!(odd.ppid, 7);
+        assert!((odd.own - 3.0).abs() < 1e-9, "{}", odd.own);
+        assert!((odd.children - 0.07).abs() < 1e-9, "{}", odd.children);
     }
 }
