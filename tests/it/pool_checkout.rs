@@ -58,3 +58,67 @@ fn a_connection_handed_back_a_moment_ago_is_not_pinged_and_one_idle_for_a_second
     assert!(at_once.contains("pg_backend_pid"), "{at_once}");
     assert_eq!(later, "SELECT 1");
 }
+
+#[derive(Debug, QueryableByName)]
+struct Count {
+    #[diesel(sql_type = diesel::sql_types::BigInt)]
+    n: i64,
+}
+
+/// Ends every other session on this test's database, and waits until they
+/// are gone.
+fn terminate_others(observer: &mut PgConnection) {
+    diesel::sql_query(
+        "SELECT count(pg_terminate_backend(pid)) AS n FROM pg_stat_activity \
+         WHERE datname = current_database() AND pid <> pg_backend_pid()",
+    )
+    .get_result::<Count>(observer)
+    .expect("terminate");
+    for _ in 0..200 {
+        let left = diesel::sql_query(
+            "SELECT count(*) AS n FROM pg_stat_activity \
+             WHERE datname = current_database() AND pid <> pg_backend_pid()",
+        )
+        .get_result::<Count>(observer)
+        .expect("count")
+        .n;
+        if left == 0 {
+            return;
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    panic!("the pooled sessions did not end");
+}
+
+#[tokio::test]
+async fn one_lost_connection_has_the_others_handed_back_before_it_pinged() {
+    let db = TestDb::new();
+    let mut observer = db.conn();
+    let pool = order_service::db::build_pool(
+        &db.url,
+        &order_service::db::PoolOptions {
+            size: 3,
+            validate_on_checkout: true,
+            ..order_service::db::PoolOptions::default()
+        },
+    );
+    // Three connections in the pool, all handed back a moment ago.
+    let held: Vec<_> = (0..3).map(|_| pool.get().expect("a connection")).collect();
+    drop(held);
+    terminate_others(&mut observer);
+
+    let select = || {
+        order_service::db::run_blocking(&pool, |conn| {
+            Ok(diesel::sql_query("SELECT 1::bigint AS n").get_result::<Count>(conn)?)
+        })
+    };
+    // The first request meets a dead connection without a ping: it fails as
+    // a connection lost mid-request does.
+    let first = select().await.expect_err("a dead connection");
+    assert!(first.is_unavailable(), "{first}");
+    // That loss has the two others pinged and replaced: no request after it
+    // fails.
+    for _ in 0..3 {
+        assert_eq!(select().await.expect("a live connection").n, 1);
+    }
+}
