@@ -38,7 +38,9 @@ struct StartRecorder {
 /// One job's enqueue-to-start wait, by its `created_at`.
 #[derive(Debug, Clone, Copy)]
 pub(super) struct Wait {
+    pub id: i64,
     pub created_at: chrono::DateTime<chrono::Utc>,
+    pub started_at: chrono::DateTime<chrono::Utc>,
     pub micros: u64,
 }
 
@@ -53,11 +55,14 @@ impl JobHandler for StartRecorder {
         } else if let Some(waits) = &self.waits {
             // Same host, same realtime clock as the server's now(); a
             // step of that clock mid-run could make a wait negative: 0.
-            let waited = (chrono::Utc::now() - job.created_at)
+            let started_at = chrono::Utc::now();
+            let waited = (started_at - job.created_at)
                 .num_microseconds()
                 .unwrap_or(i64::MAX);
             waits.lock().unwrap_or_else(|e| e.into_inner()).push(Wait {
+                id: job.id,
                 created_at: job.created_at,
+                started_at,
                 micros: u64::try_from(waited).unwrap_or(0),
             });
         }
@@ -225,6 +230,27 @@ impl RecordingRelay {
             .collect();
         micros.sort_unstable();
         micros
+    }
+
+    /// The starts noted so far of the jobs created since `from` (empty
+    /// unless started with `record_waits`).
+    pub(super) fn starts_since(
+        &self,
+        from: chrono::DateTime<chrono::Utc>,
+    ) -> Vec<super::phases::Start> {
+        let Some(waits) = &self.waits else {
+            return Vec::new();
+        };
+        let waits = waits.lock().unwrap_or_else(|e| e.into_inner());
+        waits
+            .iter()
+            .filter(|w| w.created_at >= from)
+            .map(|w| super::phases::Start {
+                id: w.id,
+                created_at: w.created_at,
+                started_at: w.started_at,
+            })
+            .collect()
     }
 
     /// Stops the relay and waits for it to have stopped.

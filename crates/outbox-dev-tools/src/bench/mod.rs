@@ -20,6 +20,7 @@ mod listening;
 mod open_loop;
 mod orders;
 mod percentiles;
+mod phases;
 mod placement;
 mod plot;
 mod publish;

@@ -27,6 +27,7 @@ use super::depth::{self, DepthProbe, DepthSample, DepthSummary};
 use super::latency::RecordingRelay;
 use super::orders::{self, ApiUnderTest};
 use super::percentiles::Latency;
+use super::phases::{self, Phases, WaitSampler};
 use super::stats::{self, Background};
 use order_service::worker_pool::PoolSettings;
 
@@ -74,6 +75,9 @@ pub struct OpenLoopRun {
     pub send_lateness: Latency,
     /// Checkpoints and autovacuum passes over `jobs` during the run.
     pub background: Background,
+    /// Where the enqueue-to-start time went; `None` when no started job
+    /// was found finished.
+    pub phases: Option<Phases>,
 }
 
 impl OpenLoopRun {
@@ -118,6 +122,9 @@ pub async fn measure_all(
                 run.background.checkpoints,
                 run.background.jobs_autovacuums,
             );
+            if let Some(phases) = &run.phases {
+                eprintln!("    {}", phases.line());
+            }
             runs.push(run);
         }
     }
@@ -170,12 +177,14 @@ async fn measure(
 
     let background_before = background(url).await?;
     let window_start = chrono::Utc::now();
+    let sampler = WaitSampler::start(url)?;
     let (started, finished) = generator.go().await?;
     let probe = DepthProbe::start(url, started);
     // The depth is sampled while the schedule runs, not through the answers'
     // grace after it.
     tokio::time::sleep_until((started + args.open_loop_duration).into()).await;
     let depth = probe.finish().await?;
+    let server_waits = tokio::task::spawn_blocking(move || sampler.finish()).await??;
     let answers = finished
         .await
         .map_err(|_| anyhow::anyhow!("the load generator's thread ended early"))??;
@@ -185,8 +194,18 @@ async fn measure(
     // Jobs left unstarted are counted below; their waits are not known.
     let drained = wait_until_drained(url, DRAIN_LIMIT).await;
     let waits = relay.waits_of_jobs_created_since(window_start);
+    let starts = relay.starts_since(window_start);
     relay.stop().await?;
     drained?;
+    let phases = {
+        let url = url.to_owned();
+        let run = args.open_loop_duration;
+        tokio::task::spawn_blocking(move || -> anyhow::Result<Option<Phases>> {
+            let mut conn = PgConnection::establish(&url)?;
+            phases::measure(&mut conn, &starts, server_waits, run)
+        })
+        .await??
+    };
     let jobs = jobs_created_since(url, window_start).await?;
     let seconds = args.open_loop_duration.as_secs_f64();
     let started_jobs = i64::try_from(waits.len()).unwrap_or(i64::MAX);
@@ -210,6 +229,7 @@ async fn measure(
         round,
         send_lateness: answers.lateness,
         background: background_after.since(background_before),
+        phases,
     })
 }
 

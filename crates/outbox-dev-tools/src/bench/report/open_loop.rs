@@ -109,6 +109,9 @@ impl BenchReport {
                 run.round,
                 depths.join(" ")
             ));
+            if let Some(phases) = &run.phases {
+                out.push_str(&format!("; {}", phases.line()));
+            }
             if run.unstarted > 0 {
                 out.push_str(&format!(
                     "; {} of {} jobs not started {} s after the orders stopped: the latencies read low",
@@ -217,6 +220,19 @@ impl BenchReport {
                         "series": run.depth.iter().map(|s| json!([
                             (s.at * 1000.0).round() / 1000.0, s.pending, s.processing
                         ])).collect::<Vec<_>>(),
+                    })),
+                    "phases": run.phases.as_ref().map(|p| json!({
+                        "to_claim_ms": { "p50": finite(p.to_claim.p50_ms), "p99": finite(p.to_claim.p99_ms) },
+                        "claim_to_start_ms": {
+                            "p50": finite(p.claim_to_start.p50_ms), "p99": finite(p.claim_to_start.p99_ms)
+                        },
+                        "tail_jobs": p.tail_jobs,
+                        "tail_to_claim_ms": finite(p.tail_to_claim_ms),
+                        "tail_claim_to_start_ms": finite(p.tail_claim_to_start_ms),
+                        "tail_slots": p.tail_slots,
+                        "run_slots": p.run_slots,
+                        "waits": p.waits.iter().map(|(w, n)| json!([w, n])).collect::<Vec<_>>(),
+                        "idle_in_transaction": p.idle_in_transaction,
                     })),
                 })
             })
