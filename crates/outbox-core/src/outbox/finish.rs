@@ -140,7 +140,15 @@ pub struct FinishReport {
     /// Jobs made claimable: the job before them in their ordering key is
     /// now done, or the last parent they waited for has ended.
     pub released: usize,
+    /// The kinds of the dependents among them (their last parent ended),
+    /// sorted. [`finish_jobs`] woke their worker pools with a NOTIFY at commit;
+    /// the worker pool's own finish sends none and wakes them itself.
+    pub woken_kinds: Vec<String>,
 }
+
+/// What every row of the finishing statement repeats: how many jobs it made
+/// claimable, and the kinds of the dependents among them.
+pub(crate) type Released = (i64, Vec<String>);
 
 #[derive(QueryableByName)]
 struct HeldRow {
@@ -152,6 +160,8 @@ struct HeldRow {
     applied: bool,
     #[diesel(sql_type = BigInt)]
     released: i64,
+    #[diesel(sql_type = Array<Text>)]
+    woken_kinds: Vec<String>,
 }
 
 /// Records `finishes` in one transaction: one fenced statement for all of them,
@@ -213,10 +223,13 @@ pub(crate) fn finish_jobs_with(
     } else {
         update.load(conn)?
     };
-    Ok(params.report(
-        rows.into_iter()
-            .map(|r| ((r.id, r.lease_token), r.applied, r.released)),
-    ))
+    Ok(params.report(rows.into_iter().map(|r| {
+        (
+            (r.id, r.lease_token),
+            r.applied,
+            (r.released, r.woken_kinds),
+        )
+    })))
 }
 
 /// The claims whose outcome the finishing statement wrote, from its rows
@@ -337,19 +350,20 @@ impl FinishParams {
     /// beside the current one) get their own answers.
     pub(crate) fn report(
         self,
-        rows: impl IntoIterator<Item = ((i64, i64), bool, i64)>,
+        rows: impl IntoIterator<Item = ((i64, i64), bool, Released)>,
     ) -> FinishReport {
-        let mut released = 0;
+        let mut released = (0, Vec::new());
         let held: HashMap<(i64, i64), bool> = rows
             .into_iter()
             .map(|(id, applied, count)| {
-                // Every row carries the same count of released jobs.
+                // Every row carries the same released jobs.
                 released = count;
                 (id, applied)
             })
             .collect();
         let mut report = FinishReport {
-            released: usize::try_from(released).unwrap_or(0),
+            released: usize::try_from(released.0).unwrap_or(0),
+            woken_kinds: released.1,
             ..FinishReport::default()
         };
         for (id, token) in self.ids.into_iter().zip(self.tokens) {

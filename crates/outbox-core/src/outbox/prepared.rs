@@ -25,7 +25,7 @@ use tokio_postgres::{Client, Row, Statement};
 use super::NOTIFY_CHANNEL;
 use super::claim::{CLAIM_SQL, ClaimPosition, ClaimRequest, ClaimedJob, millis};
 use super::finish::{
-    FINISH_SQL, Finish, FinishParams, FinishReport, HookBatches, HookRow, applied_claims,
+    FINISH_SQL, Finish, FinishParams, FinishReport, HookBatches, HookRow, Released, applied_claims,
     has_local_writes, same_text,
 };
 use super::lease::{EXTEND_SQL, HAND_BACK_SQL, HeartbeatReport, JobLease, heartbeat_report, split};
@@ -271,12 +271,16 @@ impl HotStatements {
         }
     }
 
-    /// The finishing statement's rows: `((id, lease_token), applied, released)`.
+    /// The finishing statement's rows: `((id, lease_token), applied,
+    /// released)`. It sends no NOTIFY: the worker pool wakes the kinds of
+    /// the dependents it released after the commit ([`FinishReport::woken_kinds`]),
+    /// so this commit never holds PostgreSQL's notify lock.
     async fn run_finish(
         &self,
         client: &Client,
         params: &FinishParams,
-    ) -> Result<Vec<((i64, i64), bool, i64)>, tokio_postgres::Error> {
+    ) -> Result<Vec<((i64, i64), bool, Released)>, tokio_postgres::Error> {
+        let no_channel: Option<&str> = None;
         let rows = client
             .query(
                 &self.finish,
@@ -286,7 +290,7 @@ impl HotStatements {
                     &params.statuses,
                     &params.delays,
                     &params.errors,
-                    &NOTIFY_CHANNEL,
+                    &no_channel,
                 ],
             )
             .await?;
@@ -295,7 +299,7 @@ impl HotStatements {
                 Ok((
                     (row.try_get(0)?, row.try_get(1)?),
                     row.try_get(2)?,
-                    row.try_get(3)?,
+                    (row.try_get(3)?, row.try_get(4)?),
                 ))
             })
             .collect()

@@ -258,6 +258,18 @@ async fn write(
                 }
                 *outage = Outage::default();
                 let freed_a_slot = !report.applied.is_empty() && part.iter().any(|c| c.keyed);
+                // Dependents of kinds run elsewhere: their worker pools hear
+                // of them from a NOTIFY sent after this commit, never from
+                // one inside it (see `HotStatements::finish`).
+                let elsewhere: Vec<&str> = report
+                    .woken_kinds
+                    .iter()
+                    .filter(|kind| !shared.settings.kinds.contains(kind))
+                    .map(String::as_str)
+                    .collect();
+                if !elsewhere.is_empty() {
+                    shared.waker.wake(elsewhere);
+                }
                 if report.released > 0 || freed_a_slot {
                     // The next job of an ordering key just became claimable,
                     // or a key held at its limit has room again: claim now,

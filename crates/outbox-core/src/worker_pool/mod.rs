@@ -141,6 +141,10 @@ struct Shared {
     stats: Arc<PoolStats>,
     /// Each kind's metric handles, looked up on its first job.
     kinds: kind_metrics::KindMetricsCache,
+    /// Wakes the worker pools of other kinds, after commit, for the
+    /// dependents this worker pool's finishes release (its own kinds it
+    /// claims at once, through `wake`).
+    waker: crate::outbox::Waker,
 }
 
 impl Shared {
@@ -223,6 +227,7 @@ impl WorkerPool {
                 heartbeat_ok: std::sync::atomic::AtomicBool::new(true),
                 stats: Arc::new(PoolStats::default()),
                 kinds: kind_metrics::KindMetricsCache::default(),
+                waker: crate::outbox::Waker::new(),
             }),
             database_url,
         })
@@ -265,6 +270,12 @@ impl WorkerPool {
                 background.clone(),
             ));
         }
+        tasks.spawn(
+            shared
+                .waker
+                .clone()
+                .run(shared.pool.clone(), background.clone()),
+        );
         tasks.spawn(heartbeat::run(Arc::clone(&shared), background.clone()));
         tasks.spawn(reaper::run(Arc::clone(&shared), background.clone()));
         if !settings.periodic_jobs.is_empty() {

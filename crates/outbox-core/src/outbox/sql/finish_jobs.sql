@@ -2,7 +2,8 @@
 -- fencing tokens of the claims), $3 new statuses ('done', 'pending' for a
 -- retry, 'failed'), $4 retry delays in ms (used for 'pending'), $5 errors
 -- (NULL keeps last_error as it was), $6 the channel to NOTIFY when a
--- dependent becomes claimable. Returns one row per claim still held
+-- dependent becomes claimable (NULL: none; the caller wakes the kinds the
+-- rows name). Returns one row per claim still held
 -- (status 'processing' with the same token), with that token, so two claims
 -- of one job in one call are told apart: `applied` says whether its
 -- outcome was written; false means the row was locked by another transaction
@@ -179,13 +180,21 @@ released AS (
               -- dependents one finish releases.
               n.id IN (SELECT id FROM children) AS dependent
 ),
--- Wakes the worker pools of the kinds whose dependents became claimable (a key's
--- next job stays as before: the worker pool that finished its predecessor claims it).
+-- The kinds whose dependents became claimable (a key's next job stays as
+-- before: the worker pool that finished its predecessor claims it).
+woken_kinds AS MATERIALIZED (
+    SELECT DISTINCT r.kind
+    FROM released AS r
+    WHERE r.dependent AND r.waiting_on = '{}' AND NOT r.blocked
+),
+-- Wakes their worker pools at commit, unless $6 is NULL: the worker pool's
+-- own finish passes NULL and wakes them itself after commit (a NOTIFY here
+-- would hold PostgreSQL's notify lock through this commit's WAL flush, and
+-- every other notifying commit would queue behind it).
 woken AS (
     SELECT pg_notify($6, k.kind)
-    FROM (SELECT DISTINCT r.kind
-          FROM released AS r
-          WHERE r.dependent AND r.waiting_on = '{}' AND NOT r.blocked) AS k
+    FROM woken_kinds AS k
+    WHERE $6::text IS NOT NULL
 ),
 -- The slots of the claims ended here (jobs_free_concurrency_slots, a core
 -- migration); no call when none had a key.
@@ -223,8 +232,10 @@ released_after_freeing AS (
 SELECT l.id,
        l.lease_token,
        (l.id IN (SELECT id FROM written) OR l.id IN (SELECT id FROM archived)) AS applied,
-       (SELECT n FROM released_after_freeing) AS released
+       (SELECT n FROM released_after_freeing) AS released,
+       ARRAY(SELECT kind FROM woken_kinds ORDER BY kind) AS woken_kinds
 FROM lockable AS l
 UNION ALL
-SELECT b.id, b.lease_token, false, (SELECT n FROM released_after_freeing)
+SELECT b.id, b.lease_token, false, (SELECT n FROM released_after_freeing),
+       ARRAY(SELECT kind FROM woken_kinds ORDER BY kind)
 FROM busy AS b

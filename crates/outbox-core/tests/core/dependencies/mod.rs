@@ -23,6 +23,7 @@ mod concurrency;
 mod fencing;
 mod policies;
 mod release;
+mod wake;
 
 use crate::support::{TestDb, count, settings, spawn_relay, wait_until};
 
