@@ -39,6 +39,7 @@ struct StartRecorder {
 #[derive(Debug, Clone, Copy)]
 pub(super) struct Wait {
     pub id: i64,
+    pub kind: &'static str,
     pub created_at: chrono::DateTime<chrono::Utc>,
     pub started_at: chrono::DateTime<chrono::Utc>,
     pub micros: u64,
@@ -61,6 +62,10 @@ impl JobHandler for StartRecorder {
                 .unwrap_or(i64::MAX);
             waits.lock().unwrap_or_else(|e| e.into_inner()).push(Wait {
                 id: job.id,
+                kind: order_service::orders::ORDER_JOB_KINDS
+                    .into_iter()
+                    .find(|k| *k == job.kind)
+                    .unwrap_or("other"),
                 created_at: job.created_at,
                 started_at,
                 micros: u64::try_from(waited).unwrap_or(0),
@@ -247,6 +252,7 @@ impl RecordingRelay {
             .filter(|w| w.created_at >= from)
             .map(|w| super::phases::Start {
                 id: w.id,
+                kind: w.kind,
                 created_at: w.created_at,
                 started_at: w.started_at,
             })

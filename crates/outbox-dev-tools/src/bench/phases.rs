@@ -30,6 +30,7 @@ const SLOT_MS: i64 = 100;
 #[derive(Debug, Clone, Copy)]
 pub(super) struct Start {
     pub id: i64,
+    pub kind: &'static str,
     pub created_at: DateTime<Utc>,
     pub started_at: DateTime<Utc>,
 }
@@ -39,19 +40,28 @@ pub(super) struct Start {
 pub struct Phases {
     /// `created_at` to `locked_at`, every job of the run.
     pub to_claim: Latency,
+    /// From the moment the job could be claimed (its `created_at`, or for a
+    /// job that waited for parents the last parent's `finished_at`) to the
+    /// executor's start, every job of the run: the queue's own latency,
+    /// without the parents' runs a dependent waits through.
+    pub from_claimable: Latency,
     /// `locked_at` to the executor's start, every job of the run.
     pub claim_to_start: Latency,
     /// The slowest 1% of the jobs by enqueue-to-start, and their medians.
     pub tail_jobs: usize,
     pub tail_to_claim_ms: f64,
     pub tail_claim_to_start_ms: f64,
+    /// The tail's jobs by kind, most first.
+    pub tail_kinds: Vec<(&'static str, usize)>,
     /// How many [`SLOT_MS`] slots of the run the tail's jobs were created
     /// in: few means one stall, many a steady share of slow jobs.
     pub tail_slots: usize,
     /// The run's length in those slots.
     pub run_slots: usize,
     /// The server's waits during the run, each with the start of the
-    /// statement that waited: the average number of active sessions in each
+    /// statement that waited (past its comments, unless the server's
+    /// `track_activity_query_size` kept only comments): the average number
+    /// of active sessions in each
     /// (`CPU` when a session waited on nothing), most first, and of sessions
     /// idle inside a transaction.
     pub waits: Vec<(String, f64)>,
@@ -93,8 +103,9 @@ impl WaitSampler {
                     let rows = diesel::sql_query(
                         "SELECT CASE WHEN state = 'idle in transaction' THEN 'idle in transaction' \
                                      ELSE coalesce(wait_event_type || ':' || wait_event, 'CPU') \
-                                          || ' (' || left(btrim(regexp_replace(regexp_replace(query, \
-                                             '--[^\\n]*', '', 'g'), '\\s+', ' ', 'g')), 20) || ')' \
+                                          || ' (' || coalesce(nullif(left(btrim(regexp_replace( \
+                                             regexp_replace(query, '--[^\\n]*', '', 'g'), '\\s+', ' ', 'g')), 20), ''), \
+                                             left(query, 24)) || ')' \
                                 END AS wait, \
                                 count(*) AS sessions \
                          FROM pg_stat_activity \
@@ -134,7 +145,13 @@ struct Claimed {
     id: i64,
     #[diesel(sql_type = Timestamptz)]
     locked_at: DateTime<Utc>,
+    #[diesel(sql_type = diesel::sql_types::Nullable<Timestamptz>)]
+    released_at: Option<DateTime<Utc>>,
 }
+
+/// When a job was claimed, and when its last parent finished (none when it
+/// waited for none).
+type ClaimTimes = (DateTime<Utc>, Option<DateTime<Utc>>);
 
 /// The claim times of `starts`' jobs (done, so in `jobs_done`), and the
 /// breakdown; `None` when no job of the run is found there.
@@ -145,13 +162,16 @@ pub(super) fn measure(
     run: Duration,
 ) -> anyhow::Result<Option<Phases>> {
     let ids: Vec<i64> = starts.iter().map(|s| s.id).collect();
-    let claimed: HashMap<i64, DateTime<Utc>> = diesel::sql_query(
-        "SELECT id, locked_at FROM jobs_done WHERE id = ANY($1) AND locked_at IS NOT NULL",
+    let claimed: HashMap<i64, ClaimTimes> = diesel::sql_query(
+        "SELECT j.id, j.locked_at, \
+                (SELECT max(p.finished_at) FROM jobs_done AS p WHERE p.id = ANY (j.depends_on)) \
+                    AS released_at \
+         FROM jobs_done AS j WHERE j.id = ANY($1) AND j.locked_at IS NOT NULL",
     )
     .bind::<diesel::sql_types::Array<BigInt>, _>(&ids)
     .load::<Claimed>(conn)?
     .into_iter()
-    .map(|c| (c.id, c.locked_at))
+    .map(|c| (c.id, (c.locked_at, c.released_at)))
     .collect();
     Ok(breakdown(starts, &claimed, waits, run))
 }
@@ -167,24 +187,29 @@ fn median_ms(mut values: Vec<u64>) -> f64 {
 
 fn breakdown(
     starts: &[Start],
-    claimed: &HashMap<i64, DateTime<Utc>>,
+    claimed: &HashMap<i64, ClaimTimes>,
     waits: WaitCounts,
     run: Duration,
 ) -> Option<Phases> {
-    // (enqueue-to-start, to claim, claim to start, created_at)
-    let mut jobs: Vec<(u64, u64, u64, DateTime<Utc>)> = starts
+    let mut from_claimable = Vec::with_capacity(starts.len());
+    // (enqueue-to-start, to claim, claim to start, created_at, kind)
+    let mut jobs: Vec<(u64, u64, u64, DateTime<Utc>, &'static str)> = starts
         .iter()
         .filter_map(|s| {
-            let locked_at = *claimed.get(&s.id)?;
+            let (locked_at, released_at) = *claimed.get(&s.id)?;
+            let claimable = released_at.map_or(s.created_at, |at| at.max(s.created_at));
+            from_claimable.push(micros(claimable, s.started_at));
             Some((
                 micros(s.created_at, s.started_at),
                 micros(s.created_at, locked_at),
                 micros(locked_at, s.started_at),
                 s.created_at,
+                s.kind,
             ))
         })
         .collect();
     let first = jobs.iter().map(|j| j.3).min()?;
+    from_claimable.sort_unstable();
     let mut to_claim: Vec<u64> = jobs.iter().map(|j| j.1).collect();
     let mut claim_to_start: Vec<u64> = jobs.iter().map(|j| j.2).collect();
     to_claim.sort_unstable();
@@ -195,6 +220,14 @@ fn breakdown(
         .iter()
         .map(|j| (j.3 - first).num_milliseconds() / SLOT_MS)
         .collect();
+    let mut tail_kinds: Vec<(&'static str, usize)> = Vec::new();
+    for job in tail {
+        match tail_kinds.iter_mut().find(|(kind, _)| *kind == job.4) {
+            Some((_, n)) => *n += 1,
+            None => tail_kinds.push((job.4, 1)),
+        }
+    }
+    tail_kinds.sort_by(|a, b| b.1.cmp(&a.1).then(a.0.cmp(b.0)));
     let samples = waits.samples.max(1) as f64;
     let mut active: Vec<(String, f64)> = waits
         .active
@@ -203,11 +236,13 @@ fn breakdown(
         .collect();
     active.sort_by(|a, b| b.1.total_cmp(&a.1));
     Some(Phases {
+        from_claimable: Latency::from_sorted_micros(&from_claimable),
         to_claim: Latency::from_sorted_micros(&to_claim),
         claim_to_start: Latency::from_sorted_micros(&claim_to_start),
         tail_jobs: tail.len(),
         tail_to_claim_ms: median_ms(tail.iter().map(|j| j.1).collect()),
         tail_claim_to_start_ms: median_ms(tail.iter().map(|j| j.2).collect()),
+        tail_kinds,
         tail_slots: slots.len(),
         run_slots: usize::try_from(run.as_millis() / SLOT_MS as u128).unwrap_or(usize::MAX),
         waits: active,
@@ -218,6 +253,11 @@ fn breakdown(
 impl Phases {
     /// One line for the report: the tail's split, its spread, the top waits.
     pub fn line(&self) -> String {
+        let kinds: Vec<String> = self
+            .tail_kinds
+            .iter()
+            .map(|(kind, n)| format!("{n} {kind}"))
+            .collect();
         let waits: Vec<String> = self
             .waits
             .iter()
@@ -225,14 +265,17 @@ impl Phases {
             .map(|(wait, sessions)| format!("{wait} {sessions:.2}"))
             .collect();
         format!(
-            "to claim p50 {:.2} p99 {:.2} ms, claim to start p50 {:.2} p99 {:.2} ms; \
-             slowest {} jobs: medians {:.2} to claim + {:.2} claim to start, created in {} of {} \
+            "from claimable p50 {:.2} p99 {:.2} ms; to claim p50 {:.2} p99 {:.2} ms, claim to start p50 {:.2} p99 {:.2} ms; \
+             slowest {} jobs ({}): medians {:.2} to claim + {:.2} claim to start, created in {} of {} \
              {SLOT_MS} ms slots; active sessions by wait: {}; idle in transaction {:.2}",
+            self.from_claimable.p50_ms,
+            self.from_claimable.p99_ms,
             self.to_claim.p50_ms,
             self.to_claim.p99_ms,
             self.claim_to_start.p50_ms,
             self.claim_to_start.p99_ms,
             self.tail_jobs,
+            kinds.join(", "),
             self.tail_to_claim_ms,
             self.tail_claim_to_start_ms,
             self.tail_slots,
@@ -258,9 +301,16 @@ mod tests {
         for i in 0..200 {
             let created = ms(i * 10);
             let (to_claim, to_start) = if i == 50 || i == 150 { (40, 2) } else { (1, 1) };
-            claimed.insert(i, created + chrono::Duration::milliseconds(to_claim));
+            // The slow ones waited 30 ms of their 40 for a parent.
+            let released =
+                (i == 50 || i == 150).then(|| created + chrono::Duration::milliseconds(30));
+            claimed.insert(
+                i,
+                (created + chrono::Duration::milliseconds(to_claim), released),
+            );
             starts.push(Start {
                 id: i,
+                kind: if i == 50 { "email" } else { "noop" },
                 created_at: created,
                 started_at: created + chrono::Duration::milliseconds(to_claim + to_start),
             });
@@ -278,6 +328,10 @@ mod tests {
         assert_eq!(phases.tail_claim_to_start_ms, 2.0);
         assert_eq!(phases.to_claim.max_ms, 40.0);
         assert_eq!(phases.tail_slots, 2);
+        assert_eq!(phases.tail_kinds, vec![("email", 1), ("noop", 1)]);
+        // 12 ms from their parent's finish.
+        assert_eq!(phases.from_claimable.max_ms, 12.0);
+        assert_eq!(phases.from_claimable.p50_ms, 2.0);
         assert_eq!(phases.run_slots, 20);
         assert_eq!(phases.waits[0], ("CPU".to_owned(), 1.5));
         assert_eq!(phases.waits[1], ("IO:WALSync".to_owned(), 0.5));

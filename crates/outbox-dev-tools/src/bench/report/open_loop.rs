@@ -222,11 +222,15 @@ impl BenchReport {
                         ])).collect::<Vec<_>>(),
                     })),
                     "phases": run.phases.as_ref().map(|p| json!({
+                        "from_claimable_ms": {
+                            "p50": finite(p.from_claimable.p50_ms), "p99": finite(p.from_claimable.p99_ms)
+                        },
                         "to_claim_ms": { "p50": finite(p.to_claim.p50_ms), "p99": finite(p.to_claim.p99_ms) },
                         "claim_to_start_ms": {
                             "p50": finite(p.claim_to_start.p50_ms), "p99": finite(p.claim_to_start.p99_ms)
                         },
                         "tail_jobs": p.tail_jobs,
+                        "tail_kinds": p.tail_kinds.iter().map(|(k, n)| json!([k, n])).collect::<Vec<_>>(),
                         "tail_to_claim_ms": finite(p.tail_to_claim_ms),
                         "tail_claim_to_start_ms": finite(p.tail_claim_to_start_ms),
                         "tail_slots": p.tail_slots,
