@@ -5,6 +5,7 @@ mod dedupe;
 mod dependencies;
 mod enqueue;
 mod failures;
+mod finish_interleavings;
 mod limits;
 mod outcome_writes;
 mod periodic;

@@ -10,8 +10,9 @@
 -- at that moment, and the caller writes it again shortly. A claim with no row
 -- is lost: reaped and re-claimed, cancelled, or finished by someone else.
 --
--- Index: the primary key (j.id = o.id): the outcomes, unnested, drive one
--- primary-key probe each. Every join below is on a key or hashed, never CTE
+-- Index: the primary key (j.id = ANY($1)): one probe per outcome, in
+-- `locked`; the write (`written`, `moved`) then goes straight to the row
+-- version that probe locked, by its ctid, without a second probe. Every join below is on a key or hashed, never CTE
 -- scan to CTE scan in a nested loop, which would make a batch cost the square
 -- of its outcomes and cap the worker pool's throughput. Done jobs are deleted from `jobs` and
 -- inserted into jobs_done, whose only indexes are BRIN (no entry per row);
@@ -66,8 +67,14 @@ WITH outcome AS MATERIALIZED (
 ),
 -- Locks by id alone (a primary-key probe per id), then keeps the rows whose
 -- token matches: a row of a lost claim is locked only for this statement.
+-- The ctid is the version locked: the newest, which the locking read
+-- rechecked. Should a transaction have changed the row and committed after
+-- this statement's snapshot (a heartbeat's lease extension), that version
+-- is invisible to the snapshot, so `written` and `moved`, which read by
+-- ctid under it, find nothing: the claim is answered not applied (busy)
+-- and written again by a later statement, whose snapshot sees it.
 locked AS (
-    SELECT j.id, j.lease_token
+    SELECT j.ctid, j.id, j.lease_token
     FROM jobs AS j
     WHERE j.id = ANY($1)
       AND j.status = 'processing'
@@ -77,7 +84,7 @@ locked AS (
     FOR UPDATE OF j SKIP LOCKED
 ),
 lockable AS (
-    SELECT o.id, o.lease_token, o.status, o.delay_ms, o.error
+    SELECT k.ctid, o.id, o.lease_token, o.status, o.delay_ms, o.error
     FROM locked AS k
     JOIN outcome AS o ON o.id = k.id AND o.lease_token = k.lease_token
 ),
@@ -91,7 +98,7 @@ written AS (
         locked_at = CASE WHEN l.status = 'pending' THEN NULL ELSE j.locked_at END,
         lease_expires_at = NULL
     FROM lockable AS l
-    WHERE j.id = l.id
+    WHERE j.ctid = l.ctid
       AND l.status <> 'done'
       AND j.status = 'processing'
       AND j.lease_token = l.lease_token
@@ -102,7 +109,7 @@ written AS (
 moved AS (
     DELETE FROM jobs AS j
     USING lockable AS l
-    WHERE j.id = l.id
+    WHERE j.ctid = l.ctid
       AND l.status = 'done'
       AND j.status = 'processing'
       AND j.lease_token = l.lease_token
