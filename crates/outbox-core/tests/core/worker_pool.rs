@@ -258,6 +258,72 @@ async fn a_job_woken_after_commit_starts_long_before_the_next_poll() {
     );
 }
 
+/// Takes 20 ms a job, and counts them.
+#[derive(Clone, Default)]
+struct Slow(Counter);
+
+impl Worker<Tally> for Slow {
+    async fn work(&self, args: Tally, ctx: JobContext) -> EffectResult {
+        tokio::time::sleep(Duration::from_millis(20)).await;
+        self.0.work(args, ctx).await
+    }
+}
+
+/// A backlog of effects slower than claims: slots free one at a time, and
+/// each claim waits a little to take many of them (`ClaimPace`), where it
+/// used to take the few free at that moment. Once the backlog is gone, a
+/// lone job is claimed the moment it is announced.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_backlog_of_slow_jobs_is_claimed_a_full_room_at_a_time_and_a_lone_job_after_it_at_once() {
+    let db = TestDb::new();
+    let mut conn = db.conn();
+    let slow = Slow::default();
+    let workers = Workers::new().register::<Tally, _>(slow.clone());
+    let mut settings = settings("paced", &workers);
+    settings.concurrency = 16;
+    settings.batch_size = 4;
+    settings.poll_interval = Duration::from_secs(30);
+    let waker = Waker::new();
+    let stop_waker = CancellationToken::new();
+    let waking = tokio::spawn(waker.clone().run(db.pool(), stop_waker.clone()));
+    let enqueuer = Enqueuer::new().wake_after_commit(waker);
+    let backlog: Vec<NewJob> = (0..480)
+        .map(|n| NewJob::for_args(&Tally { n }, &JobOptions::default()).expect("job"))
+        .collect();
+    enqueuer.enqueue_many(&mut conn, &backlog).expect("enqueue");
+    let relay = spawn_relay(&db, settings, workers);
+    wait_until("the backlog done", MINUTE, || {
+        count(&mut conn, "done") == 480
+    })
+    .await;
+    let claims = outbox_core::worker_pool::PoolStats::get(&relay.stats.claims);
+    // Effects of 20 ms over 16 slots free a slot about every 1.3 ms: taking
+    // what is free at once made claims of one or two jobs, never more than
+    // the batch size (4).
+    assert!(
+        claims * 8 <= 480,
+        "{claims} claims for 480 jobs: {:.1} a claim",
+        480.0 / claims as f64
+    );
+
+    wait_until("the relay is listening", MINUTE, || listening(&mut conn)).await;
+    let enqueued = Instant::now();
+    enqueuer
+        .transaction(&mut conn, |conn| {
+            enqueuer.enqueue(conn, &Tally { n: 480 }, &JobOptions::default())
+        })
+        .expect("enqueue");
+    wait_until("the lone job ran", MINUTE, || slow.0.runs().len() == 481).await;
+    let latency = enqueued.elapsed();
+    relay.stop().await;
+    stop_waker.cancel();
+    waking.await.expect("the waker stops");
+    assert!(
+        latency < Duration::from_secs(2),
+        "the lone job ran {latency:?} after its enqueue; the poll interval is 30s"
+    );
+}
+
 /// True once a session of this database is waiting on LISTEN.
 fn listening(conn: &mut PgConnection) -> bool {
     #[derive(QueryableByName)]
