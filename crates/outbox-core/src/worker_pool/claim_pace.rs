@@ -157,7 +157,8 @@ pub(super) struct ClaimPace {
 
 impl ClaimPace {
     /// How much room the next claim waits for, and for how long at most;
-    /// `None`: it takes what is free now. `room`: the worker pool's slots.
+    /// `None`: it takes what is free now. `room` is what a claim may hold
+    /// (the slots, or the batch size when that is larger).
     pub(super) fn next(
         &self,
         size: &ClaimSize,

@@ -108,8 +108,11 @@ pub(super) async fn run(
             },
         };
         let mut permits = vec![first];
-        // Room in the slots: a batch larger than the slots never has more.
-        let pace = lock(&state.pace).next(&size, settings.concurrency, shared.effect_time.get());
+        let pace = lock(&state.pace).next(
+            &size,
+            settings.concurrency.max(size.get()),
+            shared.effect_time.get(),
+        );
         match pace {
             None => take_free(&pool, &mut permits, size.get()),
             Some((target, wait)) => gather(&pool, &mut permits, target, wait, &shutdown).await,
