@@ -130,53 +130,6 @@ impl ClaimSize {
     }
 }
 
-/// How long at most a paced claim waits for its room to fill.
-pub(super) const MAX_PACE_WAIT: Duration = Duration::from_millis(20);
-
-/// Whether the next claim waits for more room than is free, and how much.
-///
-/// While a backlog drains through effects that hold the slots, slots free a
-/// few at a time as effects end, and a claim taking whatever is free the
-/// moment a slot frees takes a few jobs: each such claim, and the reads of
-/// its jobs, is a transaction per few jobs (a NATS publish drain made 884
-/// claims of 22 jobs for 20,000 jobs, and in a busier hour many of one).
-/// A paced claim waits, at most [`MAX_PACE_WAIT`] and at most the effects'
-/// average duration, until it has room for every slot of the worker pool:
-/// its jobs start together, so the reads their effects batch (the publish
-/// loader's micro-batches) come in batches as large. The wait is bounded by
-/// the effects' duration, so fast effects (a no-op) hardly wait at all.
-///
-/// Only under a backlog: after a claim that came back short (the queue is
-/// shallow) the next claim takes what is free at once, so a lone job starts
-/// the moment it is announced. Claims ahead of the slots ([`ClaimSize`])
-/// never pace: their room is not the slots.
-#[derive(Debug, Clone, Copy, Default)]
-pub(super) struct ClaimPace {
-    backlog: bool,
-}
-
-impl ClaimPace {
-    /// How much room the next claim waits for, and for how long at most;
-    /// `None`: it takes what is free now. `room` is what a claim may hold
-    /// (the slots, or the batch size when that is larger).
-    pub(super) fn next(
-        &self,
-        size: &ClaimSize,
-        room: usize,
-        effect_time: Duration,
-    ) -> Option<(usize, Duration)> {
-        if !self.backlog || size.ahead() {
-            return None;
-        }
-        Some((room.min(MAX_CLAIM_SIZE), effect_time.min(MAX_PACE_WAIT)))
-    }
-
-    /// A claim asked for `wanted` jobs and got `got` (0 for a failed claim).
-    pub(super) fn claimed(&mut self, got: usize, wanted: usize) {
-        self.backlog = got > 0 && got >= wanted;
-    }
-}
-
 /// A moving average of durations (each new one weighs an eighth), kept by
 /// many tasks without a lock: two updates at once may lose one, which only
 /// weighs the average a little differently.
@@ -323,39 +276,6 @@ mod tests {
         assert_eq!(ClaimSize::most(16, 1024), 256);
         assert_eq!(ClaimSize::most(16, 2), 16, "never under the batch size");
         assert_eq!(ClaimSize::most(1, 16), 64);
-    }
-
-    #[test]
-    fn claims_pace_only_under_a_backlog_and_no_longer_than_an_effect() {
-        let (slow, fast) = (Duration::from_millis(5), Duration::from_micros(20));
-        let size = ClaimSize::new(16, 64);
-        let mut pace = ClaimPace::default();
-        assert_eq!(
-            pace.next(&size, 64, slow),
-            None,
-            "a relay's first claim takes what is free: a lone job starts at once"
-        );
-        pace.claimed(16, 16);
-        assert_eq!(pace.next(&size, 64, slow), Some((64, slow)));
-        assert_eq!(
-            pace.next(&size, 64, Duration::from_secs(2)),
-            Some((64, MAX_PACE_WAIT)),
-            "never longer than MAX_PACE_WAIT"
-        );
-        assert_eq!(pace.next(&size, 1024, slow), Some((MAX_CLAIM_SIZE, slow)));
-        assert_eq!(pace.next(&size, 64, fast), Some((64, fast)), "fast: hardly");
-        let mut ahead = size;
-        ahead.claimed(16, 16, 16, true);
-        assert!(ahead.ahead());
-        assert_eq!(pace.next(&ahead, 64, slow), None, "claims ahead never pace");
-        pace.claimed(3, 16);
-        assert_eq!(
-            pace.next(&size, 64, slow),
-            None,
-            "a short claim: the queue is shallow, the next job starts at once"
-        );
-        pace.claimed(0, 0);
-        assert_eq!(pace.next(&size, 64, slow), None, "a failed claim");
     }
 
     #[test]

@@ -8,7 +8,7 @@ use futures_util::FutureExt as _;
 use tokio::sync::{OwnedSemaphorePermit, mpsc};
 use tokio_util::sync::CancellationToken;
 
-use super::claim_pace::{ClaimPace, ClaimSize, Cursor, InFlightTarget, MovingAverage, most_claims};
+use super::claim_pace::{ClaimSize, Cursor, InFlightTarget, MovingAverage, most_claims};
 use super::completer::Completion;
 use super::in_flight::Claim;
 use super::{PoolStats, Shared, executor};
@@ -34,10 +34,7 @@ use crate::statements::{ClaimPosition, ClaimedJob, JobLease};
 /// for adapts too ([`ClaimSize`]): the batch size while the queue is shallow
 /// or effects hold the slots; growing, on a deep queue of fast effects, to
 /// claims that take jobs ahead of the slots, each holding an `ahead` permit
-/// until a slot frees. Under a backlog, a claim into the slots waits a
-/// little for room for every slot ([`ClaimPace`]), so that jobs start and
-/// load in batches rather than a few at a time. Once
-/// a claim comes back short,
+/// until a slot frees. Once a claim comes back short,
 /// the queue is empty for us: no new claim starts until a NOTIFY, the poll
 /// interval, or a reaped job wakes the producer.
 pub(super) async fn run(
@@ -108,18 +105,7 @@ pub(super) async fn run(
             },
         };
         let mut permits = vec![first];
-        let pace = lock(&state.pace).next(
-            &size,
-            settings.concurrency.max(size.get()),
-            shared.effect_time.get(),
-        );
-        match pace {
-            None => take_free(&pool, &mut permits, size.get()),
-            Some((target, wait)) => gather(&pool, &mut permits, target, wait, &shutdown).await,
-        }
-        if shutdown.is_cancelled() {
-            break;
-        }
+        take_free(&pool, &mut permits, size.get());
         let room = if size.ahead() {
             Room::Ahead(permits)
         } else {
@@ -173,8 +159,6 @@ struct ClaimState {
     target: Mutex<InFlightTarget>,
     /// How many jobs the next claim asks for.
     size: Mutex<ClaimSize>,
-    /// Whether the next claim waits for a fuller room.
-    pace: Mutex<ClaimPace>,
     /// How long claims take to come back.
     claim_time: MovingAverage,
     /// Told whenever a claim returns.
@@ -214,33 +198,6 @@ fn take_free(
         match Arc::clone(pool).try_acquire_owned() {
             Ok(permit) => permits.push(permit),
             Err(_) => break,
-        }
-    }
-}
-
-/// Adds permits of `pool` to `permits` up to `target`, waiting for them at
-/// most `wait` (see [`ClaimPace`]), or until shutdown.
-async fn gather(
-    pool: &Arc<tokio::sync::Semaphore>,
-    permits: &mut Vec<OwnedSemaphorePermit>,
-    target: usize,
-    wait: Duration,
-    shutdown: &CancellationToken,
-) {
-    take_free(pool, permits, target);
-    let deadline = tokio::time::Instant::now() + wait;
-    while permits.len() < target {
-        tokio::select! {
-            biased;
-            () = shutdown.cancelled() => return,
-            () = tokio::time::sleep_until(deadline) => return,
-            permit = Arc::clone(pool).acquire_owned() => match permit {
-                Ok(permit) => {
-                    permits.push(permit);
-                    take_free(pool, permits, target);
-                }
-                Err(_) => return,
-            },
         }
     }
 }
@@ -288,7 +245,6 @@ async fn claim_and_start(
     lock(&state.target).claimed(got, wanted);
     let effects_fast = shared.effect_time.get() <= state.claim_time.get();
     lock(&state.size).claimed(got, wanted, size, effects_fast);
-    lock(&state.pace).claimed(got, wanted);
     state.claim_ended.notify_one();
     let jobs = match claimed {
         Ok(jobs) => {
