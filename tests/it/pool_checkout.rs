@@ -7,6 +7,7 @@ use diesel::prelude::*;
 use diesel::sql_types::{Integer, Text};
 
 use crate::support::TestDb;
+use crate::support::db::terminate_backends;
 
 #[derive(QueryableByName)]
 struct Pid {
@@ -65,31 +66,6 @@ struct Count {
     n: i64,
 }
 
-/// Ends every other session on this test's database, and waits until they
-/// are gone.
-fn terminate_others(observer: &mut PgConnection) {
-    diesel::sql_query(
-        "SELECT count(pg_terminate_backend(pid)) AS n FROM pg_stat_activity \
-         WHERE datname = current_database() AND pid <> pg_backend_pid()",
-    )
-    .get_result::<Count>(observer)
-    .expect("terminate");
-    for _ in 0..200 {
-        let left = diesel::sql_query(
-            "SELECT count(*) AS n FROM pg_stat_activity \
-             WHERE datname = current_database() AND pid <> pg_backend_pid()",
-        )
-        .get_result::<Count>(observer)
-        .expect("count")
-        .n;
-        if left == 0 {
-            return;
-        }
-        std::thread::sleep(Duration::from_millis(10));
-    }
-    panic!("the pooled sessions did not end");
-}
-
 #[tokio::test]
 async fn one_lost_connection_has_the_others_handed_back_before_it_pinged() {
     let db = TestDb::new();
@@ -105,7 +81,8 @@ async fn one_lost_connection_has_the_others_handed_back_before_it_pinged() {
     // Three connections in the pool, all handed back a moment ago.
     let held: Vec<_> = (0..3).map(|_| pool.get().expect("a connection")).collect();
     drop(held);
-    terminate_others(&mut observer);
+    let ended = terminate_backends(&mut observer, &db.name, 0, Duration::from_secs(5));
+    assert_eq!(ended, 3, "the pool's three sessions ended");
 
     let select = || {
         order_service::db::run_blocking(&pool, |conn| {

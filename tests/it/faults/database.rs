@@ -6,14 +6,14 @@
 use std::time::{Duration, Instant};
 
 use diesel::prelude::*;
-use diesel::sql_types::{BigInt, Integer, Text};
+use diesel::sql_types::Integer;
 use outbox_dev_tools::private_pg::PrivatePostgres;
 use reqwest::StatusCode;
 use serde_json::Value;
 
 use super::{Sinks, wait_all_terminal};
 use crate::support::app::{create_api_key, http_client_with_key};
-use crate::support::db::admin_url;
+use crate::support::db::{admin_url, terminate_backends};
 use crate::support::http::Answer;
 use crate::support::process::{BinProcess, Launch};
 use crate::support::{TestDb, order_json, wait_until};
@@ -22,28 +22,9 @@ use order_service::api_keys::Scope;
 const MINUTE: Duration = Duration::from_secs(60);
 
 #[derive(QueryableByName)]
-struct Killed {
-    #[diesel(sql_type = BigInt)]
-    n: i64,
-}
-
-#[derive(QueryableByName)]
 struct Pid {
     #[diesel(sql_type = Integer)]
     pid: i32,
-}
-
-/// `pg_terminate_backend` on every connection to `database` but `spare`.
-fn terminate_backends(admin: &mut PgConnection, database: &str, spare: i32) -> i64 {
-    diesel::sql_query(
-        "SELECT count(pg_terminate_backend(pid)) AS n FROM pg_stat_activity \
-         WHERE datname = $1 AND pid <> $2 AND pid <> pg_backend_pid()",
-    )
-    .bind::<Text, _>(database)
-    .bind::<Integer, _>(spare)
-    .get_result::<Killed>(admin)
-    .expect("terminate backends")
-    .n
 }
 
 /// What one request got: a status and, for errors, the `error.code`.
@@ -117,7 +98,7 @@ async fn connections_killed_under_the_relay_and_the_api_are_replaced_without_a_r
 
     let mut answers = Vec::new();
     for _ in 0..3 {
-        let killed = terminate_backends(&mut admin, &db.name, own_pid);
+        let killed = terminate_backends(&mut admin, &db.name, own_pid, Duration::ZERO);
         assert!(killed > 0, "the relay and the API hold connections");
         answers.push(post_order(&client, &base).await);
         answers.push(get(&client, &format!("{base}/healthz")).await);

@@ -352,3 +352,29 @@ fn drop_together(names: Vec<String>) {
         }
     });
 }
+
+/// `pg_terminate_backend` on every connection to `database` but `spare` and
+/// `conn`'s own, each waited for up to `wait` (zero: signalled, not waited
+/// for); how many were ended (or signalled).
+pub fn terminate_backends(
+    conn: &mut PgConnection,
+    database: &str,
+    spare: i32,
+    wait: std::time::Duration,
+) -> i64 {
+    #[derive(QueryableByName)]
+    struct Killed {
+        #[diesel(sql_type = BigInt)]
+        n: i64,
+    }
+    diesel::sql_query(
+        "SELECT count(*) FILTER (WHERE pg_terminate_backend(pid, $3)) AS n FROM pg_stat_activity \
+         WHERE datname = $1 AND pid <> $2 AND pid <> pg_backend_pid()",
+    )
+    .bind::<Text, _>(database)
+    .bind::<diesel::sql_types::Integer, _>(spare)
+    .bind::<BigInt, _>(i64::try_from(wait.as_millis()).unwrap_or(i64::MAX))
+    .get_result::<Killed>(conn)
+    .expect("terminate backends")
+    .n
+}

@@ -255,3 +255,19 @@ pub fn claim_one(
     .pop()
     .expect("a claimable job")
 }
+
+/// True once a session of this database other than `conn`'s waits on LISTEN.
+pub fn listening(conn: &mut PgConnection) -> bool {
+    #[derive(QueryableByName)]
+    struct Count {
+        #[diesel(sql_type = BigInt)]
+        n: i64,
+    }
+    diesel::sql_query(
+        "SELECT count(*) AS n FROM pg_stat_activity
+         WHERE datname = current_database() AND query LIKE 'LISTEN%' AND pid <> pg_backend_pid()",
+    )
+    .get_result::<Count>(conn)
+    .expect("pg_stat_activity")
+    .n > 0
+}

@@ -15,7 +15,7 @@ use outbox_core::worker::{EffectError, EffectResult, JobArgs, JobContext, Worker
 use serde::{Deserialize, Serialize};
 use tokio_util::sync::CancellationToken;
 
-use crate::support::{TestDb, count, settings, spawn_relay, wait_until};
+use crate::support::{TestDb, count, listening, settings, spawn_relay, wait_until};
 
 #[derive(Debug, Serialize, Deserialize)]
 struct Tally {
@@ -256,20 +256,4 @@ async fn a_job_woken_after_commit_starts_long_before_the_next_poll() {
         latency < Duration::from_secs(10),
         "woken after {latency:?}; the poll interval is 30s"
     );
-}
-
-/// True once a session of this database is waiting on LISTEN.
-fn listening(conn: &mut PgConnection) -> bool {
-    #[derive(QueryableByName)]
-    struct Count {
-        #[diesel(sql_type = diesel::sql_types::BigInt)]
-        n: i64,
-    }
-    diesel::sql_query(
-        "SELECT count(*) AS n FROM pg_stat_activity
-         WHERE datname = current_database() AND query LIKE 'LISTEN%'",
-    )
-    .get_result::<Count>(conn)
-    .expect("pg_stat_activity")
-    .n > 0
 }

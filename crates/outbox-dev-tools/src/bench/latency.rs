@@ -21,6 +21,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::BenchArgs;
 use super::percentiles::Latency;
+use super::phases::Start;
 use order_service::effects::Noop;
 use order_service::effects::{BoxFuture, EffectResult, JobContext, JobHandler};
 use order_service::outbox::{Enqueuer, JobOptions};
@@ -31,18 +32,8 @@ use outbox_core::statements::ClaimedJob;
 /// nothing: the relay's machinery is what is measured.
 struct StartRecorder {
     starts: Arc<Mutex<HashMap<i64, Instant>>>,
-    /// The other jobs' waits from `created_at`, when asked for (open loop).
-    waits: Option<Arc<Mutex<Vec<Wait>>>>,
-}
-
-/// One job's enqueue-to-start wait, by its `created_at`.
-#[derive(Debug, Clone, Copy)]
-pub(super) struct Wait {
-    pub id: i64,
-    pub kind: &'static str,
-    pub created_at: chrono::DateTime<chrono::Utc>,
-    pub started_at: chrono::DateTime<chrono::Utc>,
-    pub micros: u64,
+    /// The other jobs' starts, when asked for (open loop).
+    waits: Option<Arc<Mutex<Vec<Start>>>>,
 }
 
 impl JobHandler for StartRecorder {
@@ -54,21 +45,14 @@ impl JobHandler for StartRecorder {
                 .unwrap_or_else(|e| e.into_inner())
                 .insert(job.id, now);
         } else if let Some(waits) = &self.waits {
-            // Same host, same realtime clock as the server's now(); a
-            // step of that clock mid-run could make a wait negative: 0.
-            let started_at = chrono::Utc::now();
-            let waited = (started_at - job.created_at)
-                .num_microseconds()
-                .unwrap_or(i64::MAX);
-            waits.lock().unwrap_or_else(|e| e.into_inner()).push(Wait {
+            waits.lock().unwrap_or_else(|e| e.into_inner()).push(Start {
                 id: job.id,
                 kind: order_service::orders::ORDER_JOB_KINDS
                     .into_iter()
                     .find(|k| *k == job.kind)
                     .unwrap_or("other"),
                 created_at: job.created_at,
-                started_at,
-                micros: u64::try_from(waited).unwrap_or(0),
+                started_at: chrono::Utc::now(),
             });
         }
         // The loaded run's order jobs succeed unrecorded: only its samples
@@ -153,7 +137,7 @@ pub(super) async fn reset(url: &str) -> anyhow::Result<()> {
 /// (and, when asked, how long every other job waited).
 pub(super) struct RecordingRelay {
     starts: Arc<Mutex<HashMap<i64, Instant>>>,
-    waits: Option<Arc<Mutex<Vec<Wait>>>>,
+    waits: Option<Arc<Mutex<Vec<Start>>>>,
     stop: CancellationToken,
     running: tokio::task::JoinHandle<()>,
 }
@@ -172,7 +156,7 @@ impl RecordingRelay {
     }
 
     /// A relay with `settings`, idle once this returns; with `record_waits`,
-    /// it notes every job's wait from its `created_at` (see [`Self::waits`]).
+    /// it notes every other job's start (see [`Self::starts_since`]).
     pub(super) async fn start_with(
         url: &str,
         settings: PoolSettings,
@@ -218,31 +202,9 @@ impl RecordingRelay {
         })
     }
 
-    /// The waits noted so far of the jobs created since `from`, sorted
-    /// (empty unless started with `record_waits`).
-    pub(super) fn waits_of_jobs_created_since(
-        &self,
-        from: chrono::DateTime<chrono::Utc>,
-    ) -> Vec<u64> {
-        let Some(waits) = &self.waits else {
-            return Vec::new();
-        };
-        let waits = waits.lock().unwrap_or_else(|e| e.into_inner());
-        let mut micros: Vec<u64> = waits
-            .iter()
-            .filter(|w| w.created_at >= from)
-            .map(|w| w.micros)
-            .collect();
-        micros.sort_unstable();
-        micros
-    }
-
     /// The starts noted so far of the jobs created since `from` (empty
     /// unless started with `record_waits`).
-    pub(super) fn starts_since(
-        &self,
-        from: chrono::DateTime<chrono::Utc>,
-    ) -> Vec<super::phases::Start> {
+    pub(super) fn starts_since(&self, from: chrono::DateTime<chrono::Utc>) -> Vec<Start> {
         let Some(waits) = &self.waits else {
             return Vec::new();
         };
@@ -250,12 +212,7 @@ impl RecordingRelay {
         waits
             .iter()
             .filter(|w| w.created_at >= from)
-            .map(|w| super::phases::Start {
-                id: w.id,
-                kind: w.kind,
-                created_at: w.created_at,
-                started_at: w.started_at,
-            })
+            .copied()
             .collect()
     }
 

@@ -193,8 +193,9 @@ async fn measure(
 
     // Jobs left unstarted are counted below; their waits are not known.
     let drained = wait_until_drained(url, DRAIN_LIMIT).await;
-    let waits = relay.waits_of_jobs_created_since(window_start);
     let starts = relay.starts_since(window_start);
+    let mut waits: Vec<u64> = starts.iter().map(phases::Start::wait_micros).collect();
+    waits.sort_unstable();
     relay.stop().await?;
     drained?;
     let phases = {

@@ -35,6 +35,15 @@ pub(super) struct Start {
     pub started_at: DateTime<Utc>,
 }
 
+impl Start {
+    /// Its enqueue-to-start wait. Same host, same realtime clock as the
+    /// server's now(); a step of that clock mid-run could make a wait
+    /// negative: 0.
+    pub(super) fn wait_micros(&self) -> u64 {
+        micros(self.created_at, self.started_at)
+    }
+}
+
 /// Where a run's enqueue-to-start time went.
 #[derive(Debug, Clone)]
 pub struct Phases {
@@ -200,7 +209,7 @@ fn breakdown(
             let claimable = released_at.map_or(s.created_at, |at| at.max(s.created_at));
             from_claimable.push(micros(claimable, s.started_at));
             Some((
-                micros(s.created_at, s.started_at),
+                s.wait_micros(),
                 micros(s.created_at, locked_at),
                 micros(locked_at, s.started_at),
                 s.created_at,

@@ -7,6 +7,7 @@ use std::collections::BTreeSet;
 use std::time::Instant;
 
 use super::*;
+use crate::support::listening;
 
 #[derive(Debug, Serialize, Deserialize)]
 struct Follow {
@@ -121,20 +122,4 @@ async fn a_dependent_of_another_kind_wakes_its_worker_pool_after_the_parents_fin
         took < Duration::from_secs(10),
         "the child started {took:?} after its parent's pool did; the follower pool polls every 30 s"
     );
-}
-
-/// True once a session of this database waits on LISTEN.
-fn listening(conn: &mut PgConnection) -> bool {
-    #[derive(QueryableByName)]
-    struct Count {
-        #[diesel(sql_type = diesel::sql_types::BigInt)]
-        n: i64,
-    }
-    diesel::sql_query(
-        "SELECT count(*) AS n FROM pg_stat_activity
-         WHERE datname = current_database() AND query LIKE 'LISTEN%' AND pid <> pg_backend_pid()",
-    )
-    .get_result::<Count>(conn)
-    .expect("count")
-    .n > 0
 }
