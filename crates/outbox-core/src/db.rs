@@ -6,8 +6,6 @@
 //! `spawn_blocking`, so a slow query never stalls a tokio worker thread.
 
 use std::ops::{Deref, DerefMut};
-use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use diesel::pg::PgConnection;
@@ -38,21 +36,7 @@ const RECENTLY_USED: Duration = Duration::from_secs(1);
 /// when it was last handed back to the pool.
 pub struct PooledPg {
     conn: PgConnection,
-    /// When it was handed back, and the pool's count of lost connections
-    /// then.
-    returned_at: Option<(Instant, u64)>,
-    /// The pool's count of connections found lost (see [`PgManager`]).
-    losses: Arc<AtomicU64>,
-}
-
-impl PooledPg {
-    /// Records that this connection was found lost: every other connection
-    /// handed back before now is pinged on its next checkout, since what
-    /// killed this one (a restart, a failover, an administrator) most likely
-    /// killed them too.
-    fn lost(&self) {
-        self.losses.fetch_add(1, Ordering::Relaxed);
-    }
+    returned_at: Option<Instant>,
 }
 
 impl std::fmt::Debug for PooledPg {
@@ -83,14 +67,9 @@ impl DerefMut for PooledPg {
 /// API: the key's and the placement's) bought nothing but round trips. A
 /// connection that died while idle longer is still caught before a request
 /// uses it; one that died within the last second fails its request as any
-/// connection lost mid-request does (503, and r2d2 drops it). That loss
-/// also ends the exemption for every connection handed back before it, so
-/// one request, not one per pooled connection, pays for a restart.
+/// connection lost mid-request does (503, and r2d2 drops it).
 #[derive(Debug)]
-pub struct PgManager {
-    manager: ConnectionManager<PgConnection>,
-    losses: Arc<AtomicU64>,
-}
+pub struct PgManager(ConnectionManager<PgConnection>);
 
 impl ManageConnection for PgManager {
     type Connection = PooledPg;
@@ -98,31 +77,25 @@ impl ManageConnection for PgManager {
 
     fn connect(&self) -> Result<PooledPg, Self::Error> {
         Ok(PooledPg {
-            conn: self.manager.connect()?,
+            conn: self.0.connect()?,
             returned_at: None,
-            losses: Arc::clone(&self.losses),
         })
     }
 
     fn is_valid(&self, conn: &mut PooledPg) -> Result<(), Self::Error> {
-        let losses = self.losses.load(Ordering::Relaxed);
         if conn
             .returned_at
-            .is_some_and(|(at, then)| at.elapsed() < RECENTLY_USED && then == losses)
+            .is_some_and(|at| at.elapsed() < RECENTLY_USED)
         {
             return Ok(());
         }
-        let valid = self.manager.is_valid(&mut conn.conn);
-        if valid.is_err() {
-            conn.lost();
-        }
-        valid
+        self.0.is_valid(&mut conn.conn)
     }
 
     /// Called by r2d2 whenever a connection is handed back.
     fn has_broken(&self, conn: &mut PooledPg) -> bool {
-        conn.returned_at = Some((Instant::now(), self.losses.load(Ordering::Relaxed)));
-        self.manager.has_broken(&mut conn.conn)
+        conn.returned_at = Some(Instant::now());
+        self.0.has_broken(&mut conn.conn)
     }
 }
 
@@ -189,10 +162,7 @@ impl Default for PoolOptions {
 /// first checkout.
 pub fn build_pool(database_url: &str, options: &PoolOptions) -> PgPool {
     init_openssl();
-    let manager = PgManager {
-        manager: ConnectionManager::<PgConnection>::new(database_url),
-        losses: Arc::default(),
-    };
+    let manager = PgManager(ConnectionManager::<PgConnection>::new(database_url));
     let mut builder = Pool::builder()
         .max_size(options.size.max(1))
         .min_idle(Some(0))
@@ -343,7 +313,6 @@ where
         if let Err(error) = &result
             && must_discard(error)
         {
-            conn.lost();
             discard(&mut conn);
         }
         result
