@@ -61,8 +61,8 @@ impl DerefMut for PooledPg {
 }
 
 /// Diesel's r2d2 manager, whose checkout check ([`PoolOptions::validate_on_checkout`])
-/// pings only a connection that has sat in the pool for a second
-/// or more: one handed back a moment ago had just answered, and under
+/// pings only a connection that has sat in the pool for [`RECENTLY_USED`]
+/// (1 s) or more: one handed back a moment ago had just answered, and under
 /// load every connection is, so a ping per checkout (two per order in the
 /// API: the key's and the placement's) bought nothing but round trips. A
 /// connection that died while idle longer is still caught before a request
