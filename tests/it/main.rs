@@ -43,7 +43,6 @@ mod order_expiry;
 mod orders;
 mod outbox;
 mod placement_rows;
-mod pool_checkout;
 mod queue_core;
 mod receipt_links;
 mod relay;

@@ -5,11 +5,10 @@
 //! [`run_blocking`], which checks a connection out of the r2d2 pool inside
 //! `spawn_blocking`, so a slow query never stalls a tokio worker thread.
 
-use std::ops::{Deref, DerefMut};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use diesel::pg::PgConnection;
-use diesel::r2d2::{ConnectionManager, ManageConnection, Pool};
+use diesel::r2d2::{ConnectionManager, Pool};
 use diesel::sql_types::BigInt;
 use diesel::{RunQueryDsl, sql_query};
 use diesel_migrations::{EmbeddedMigrations, MigrationHarness, embed_migrations};
@@ -26,78 +25,7 @@ pub use prepared::{PrepareOnce, Prepared, prepare_insert};
 /// it. Cheap to clone (clones share the pool), and
 /// safe to share between threads and tasks. Its connections are blocking:
 /// use them from async code only through [`run_blocking`].
-pub type PgPool = Pool<PgManager>;
-
-/// How long after a connection was handed back to the pool its next checkout
-/// takes it as working without asking the server (see [`PgManager`]).
-const RECENTLY_USED: Duration = Duration::from_secs(1);
-
-/// A pooled connection: Diesel's (it derefs to a [`PgConnection`]), and
-/// when it was last handed back to the pool.
-pub struct PooledPg {
-    conn: PgConnection,
-    returned_at: Option<Instant>,
-}
-
-impl std::fmt::Debug for PooledPg {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("PooledPg")
-            .field("returned_at", &self.returned_at)
-            .finish_non_exhaustive()
-    }
-}
-
-impl Deref for PooledPg {
-    type Target = PgConnection;
-    fn deref(&self) -> &PgConnection {
-        &self.conn
-    }
-}
-
-impl DerefMut for PooledPg {
-    fn deref_mut(&mut self) -> &mut PgConnection {
-        &mut self.conn
-    }
-}
-
-/// Diesel's r2d2 manager, whose checkout check ([`PoolOptions::validate_on_checkout`])
-/// pings only a connection that has sat in the pool for [`RECENTLY_USED`]
-/// (1 s) or more: one handed back a moment ago had just answered, and under
-/// load every connection is, so a ping per checkout (two per order in the
-/// API: the key's and the placement's) bought nothing but round trips. A
-/// connection that died while idle longer is still caught before a request
-/// uses it; one that died within the last second fails its request as any
-/// connection lost mid-request does (503, and r2d2 drops it).
-#[derive(Debug)]
-pub struct PgManager(ConnectionManager<PgConnection>);
-
-impl ManageConnection for PgManager {
-    type Connection = PooledPg;
-    type Error = diesel::r2d2::Error;
-
-    fn connect(&self) -> Result<PooledPg, Self::Error> {
-        Ok(PooledPg {
-            conn: self.0.connect()?,
-            returned_at: None,
-        })
-    }
-
-    fn is_valid(&self, conn: &mut PooledPg) -> Result<(), Self::Error> {
-        if conn
-            .returned_at
-            .is_some_and(|at| at.elapsed() < RECENTLY_USED)
-        {
-            return Ok(());
-        }
-        self.0.is_valid(&mut conn.conn)
-    }
-
-    /// Called by r2d2 whenever a connection is handed back.
-    fn has_broken(&self, conn: &mut PooledPg) -> bool {
-        conn.returned_at = Some(Instant::now());
-        self.0.has_broken(&mut conn.conn)
-    }
-}
+pub type PgPool = Pool<ConnectionManager<PgConnection>>;
 
 /// The queue's migrations (this crate's `migrations/`), embedded.
 pub const MIGRATIONS: EmbeddedMigrations = embed_migrations!("migrations");
@@ -116,8 +44,7 @@ pub struct PoolOptions {
     /// Most connections the pool holds (at least 1; 0 is taken as 1).
     /// Opened on demand, none kept idle. Default 10.
     pub size: u32,
-    /// Ping each connection before handing it out, unless it was handed back
-    /// within the last second ([`PgManager`]). An API wants that (a
+    /// Ping each connection before handing it out. An API wants that (a
     /// request should not fail on a connection that died while idle); a worker pool
     /// does not, since a ping would double the round trips of its hot loop
     /// and a failed claim is simply retried (Diesel marks the broken
@@ -162,7 +89,7 @@ impl Default for PoolOptions {
 /// first checkout.
 pub fn build_pool(database_url: &str, options: &PoolOptions) -> PgPool {
     init_openssl();
-    let manager = PgManager(ConnectionManager::<PgConnection>::new(database_url));
+    let manager = ConnectionManager::<PgConnection>::new(database_url);
     let mut builder = Pool::builder()
         .max_size(options.size.max(1))
         .min_idle(Some(0))
@@ -191,8 +118,8 @@ pub fn build_pool(database_url: &str, options: &PoolOptions) -> PgPool {
 #[derive(Debug)]
 struct SetTimeouts(String);
 
-impl diesel::r2d2::CustomizeConnection<PooledPg, diesel::r2d2::Error> for SetTimeouts {
-    fn on_acquire(&self, conn: &mut PooledPg) -> Result<(), diesel::r2d2::Error> {
+impl diesel::r2d2::CustomizeConnection<PgConnection, diesel::r2d2::Error> for SetTimeouts {
+    fn on_acquire(&self, conn: &mut PgConnection) -> Result<(), diesel::r2d2::Error> {
         use diesel::connection::SimpleConnection as _;
         conn.batch_execute(&self.0)
             .map_err(diesel::r2d2::Error::QueryError)
