@@ -13,9 +13,11 @@ use diesel::sql_types::BigInt;
 use diesel::{RunQueryDsl, sql_query};
 use diesel_migrations::{EmbeddedMigrations, MigrationHarness, embed_migrations};
 
+mod checkout;
 mod failure;
 mod prepared;
 
+pub use checkout::{Checkout, run_blocking_checked};
 pub(crate) use failure::connection_unusable;
 pub use failure::{DbError, Failure};
 use failure::{discard, must_discard};
@@ -48,7 +50,9 @@ pub struct PoolOptions {
     /// request should not fail on a connection that died while idle); a worker pool
     /// does not, since a ping would double the round trips of its hot loop
     /// and a failed claim is simply retried (Diesel marks the broken
-    /// connection and r2d2 drops it). Default `false`.
+    /// connection and r2d2 drops it). A pool that leaves this off can still
+    /// ping per call: [`run_blocking_checked`] with [`Checkout::Pinged`]
+    /// pings, [`Checkout::Retried`] does not. Default `false`.
     pub validate_on_checkout: bool,
     /// How long a checkout waits for a connection (including opening one)
     /// before it fails with [`DbError::Unavailable`]. Default

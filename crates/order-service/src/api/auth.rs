@@ -231,7 +231,7 @@ async fn admit(gate: &Gate, request: &mut Request) -> Result<Admitted, ApiError>
             let limiter = gate.limiter.clone();
             let verified = gate
                 .db
-                .run(move |conn| verify(conn, &key, scope, limiter.as_deref()))
+                .read(move |conn| verify(conn, &key, scope, limiter.as_deref()))
                 .await?;
             (verified, Admitted::Key)
         }

@@ -7,9 +7,9 @@ use tokio_util::sync::CancellationToken;
 use super::health::{CHECK_TIMEOUT, HEALTH_CHECK_INTERVAL};
 use super::state::Db;
 
-/// One check; its outcome lands in `db`'s [`Health`](super::health::Health) (see `Db::run`).
+/// One check; its outcome lands in `db`'s [`Health`](super::health::Health) (see `Db::read`).
 pub(crate) async fn check(db: &Db) {
-    let ping = db.run(|conn| {
+    let ping = db.read(|conn| {
         diesel::sql_query("SELECT 1").execute(conn)?;
         Ok(())
     });

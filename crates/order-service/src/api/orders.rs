@@ -342,13 +342,13 @@ pub(super) async fn read_order<T, F>(
     load: F,
 ) -> Result<Json<T>, ApiError>
 where
-    F: FnOnce(&mut PgConnection, i64) -> Result<Option<T>, ApiError> + Send + 'static,
+    F: Fn(&mut PgConnection, i64) -> Result<Option<T>, ApiError> + Send + 'static,
     T: Send + 'static,
 {
     let (raw, id) = order_id(id)?;
     state
         .db
-        .run(move |conn| {
+        .read(move |conn| {
             if !readable(conn, verified, id)? {
                 return Ok(None);
             }

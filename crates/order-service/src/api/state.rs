@@ -9,7 +9,7 @@ use tokio::sync::Semaphore;
 use super::ApiSettings;
 use super::error::ApiError;
 use super::health::Health;
-use crate::db::{PgPool, run_blocking};
+use crate::db::{Checkout, PgPool, run_blocking_checked};
 use crate::outbox::Enqueuer;
 
 #[derive(Debug, Clone)]
@@ -56,7 +56,9 @@ impl Db {
         &self.health
     }
 
-    /// Runs `f` with a connection on the blocking pool.
+    /// Runs `f` with a connection on the blocking pool, pinged first
+    /// ([`Checkout::Pinged`]): for work that must not run twice, a
+    /// placement or a transition.
     ///
     /// The permit moves into the blocking task and is released when the task
     /// ends, not when the request does: a request that times out does not free
@@ -64,6 +66,33 @@ impl Db {
     pub async fn run<T, F>(&self, f: F) -> Result<T, ApiError>
     where
         F: FnOnce(&mut PgConnection) -> Result<T, ApiError> + Send + 'static,
+        T: Send + 'static,
+    {
+        let mut f = Some(f);
+        self.checked(Checkout::Pinged, move |conn| match f.take() {
+            Some(f) => f(conn),
+            None => Err(ApiError::Internal(anyhow::anyhow!(
+                "a pinged checkout ran its work twice"
+            ))),
+        })
+        .await
+    }
+
+    /// Runs `f`, which must be safe to run twice (a read, the key check),
+    /// without a ping first ([`Checkout::Retried`]): should it fail because its
+    /// connection had died while idle, it runs once more on another. Saves
+    /// the ping's round trip on every call that finds its connection alive.
+    pub async fn read<T, F>(&self, f: F) -> Result<T, ApiError>
+    where
+        F: FnMut(&mut PgConnection) -> Result<T, ApiError> + Send + 'static,
+        T: Send + 'static,
+    {
+        self.checked(Checkout::Retried, f).await
+    }
+
+    async fn checked<T, F>(&self, how: Checkout, f: F) -> Result<T, ApiError>
+    where
+        F: FnMut(&mut PgConnection) -> Result<T, ApiError> + Send + 'static,
         T: Send + 'static,
     {
         let permit = tokio::time::timeout(self.wait, Arc::clone(&self.permits).acquire_owned())
@@ -78,9 +107,13 @@ impl Db {
             .map_err(|e| ApiError::Internal(e.into()))?;
         // A wait for a permit says the API is busy, not that the database
         // is down: only what happened past it tells the health check.
-        let outcome = run_blocking(&self.pool, move |conn| {
-            let _permit = permit;
-            Ok(f(conn))
+        let outcome = run_blocking_checked(&self.pool, how, connection_may_be_gone, {
+            let mut f = f;
+            move |conn| {
+                // Held until the blocking task ends, retry included.
+                let _permit = &permit;
+                f(conn)
+            }
         })
         .await
         .map_err(ApiError::from)
@@ -94,4 +127,10 @@ impl Db {
         }
         outcome
     }
+}
+
+/// Whether a failed call may have failed for its connection: the errors
+/// [`ApiError::from`] makes of an unreachable database.
+fn connection_may_be_gone(error: &ApiError) -> bool {
+    matches!(error, ApiError::DatabaseUnavailable { .. })
 }

@@ -25,7 +25,7 @@ use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
 
 use super::NOTIFY_CHANNEL;
-use crate::db::{PgPool, run_blocking};
+use crate::db::{Checkout, DbError, PgPool, run_blocking_checked};
 
 /// Sends coalesced NOTIFYs for jobs committed by this process. Cheap to clone.
 #[derive(Debug, Clone, Default)]
@@ -87,13 +87,23 @@ async fn run(inner: Arc<Inner>, pool: PgPool, shutdown: CancellationToken) {
                 .into_iter()
                 .collect();
         if !kinds.is_empty() {
-            let sent = run_blocking(&pool, move |conn| {
-                Ok(diesel::sql_query(include_str!("sql/notify_kinds.sql"))
-                    .bind::<Text, _>(NOTIFY_CHANNEL)
-                    .bind::<Array<Text>, _>(&kinds)
-                    .execute(conn)?)
-            })
-            .await;
+            // A NOTIFY sent twice wakes a worker pool twice, which is
+            // harmless: no ping first, and once more on another connection if
+            // this one had died while idle.
+            let sent = run_blocking_checked(
+                &pool,
+                Checkout::Retried,
+                DbError::is_unavailable,
+                move |conn| {
+                    diesel::sql_query(include_str!("sql/notify_kinds.sql"))
+                        .bind::<Text, _>(NOTIFY_CHANNEL)
+                        .bind::<Array<Text>, _>(&kinds)
+                        .execute(conn)
+                        .map_err(DbError::from)
+                },
+            )
+            .await
+            .and_then(|sent| sent);
             if let Err(error) = sent {
                 // The worker pools' poll picks the jobs up; say why they were slower.
                 tracing::warn!(error = %error, "could not notify relays of new jobs; they will find them at their next poll");

@@ -1,5 +1,6 @@
 //! The queue core's own tests, on databases that hold only its tables.
 
+mod checkout;
 mod claims;
 mod dedupe;
 mod dependencies;
