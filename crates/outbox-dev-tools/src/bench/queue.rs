@@ -124,13 +124,16 @@ pub(super) fn drain_seconds(
 
 /// True once no job is pending or processing.
 ///
-/// Unfinished jobs are the ones with finished_at IS NULL, the claim index's
-/// own predicate (bench jobs are never blocked). The probe walks that index
-/// backwards: jobs are claimed from its front, so while the drain runs the
-/// last entry is still a pending job and the probe stops there, instead of
-/// stepping over every finished job's entry from the front, which a pinned
-/// horizon keeps from being cleaned away (that walk, ten times a second,
-/// would be the bench's cost, not the relay's).
+/// Unfinished jobs are the ones with finished_at IS NULL (bench jobs are
+/// never blocked). The probe walks the primary key backwards: jobs are
+/// claimed in enqueue order, so while the drain runs the newest job is still
+/// unfinished and the probe stops at the first entry, instead of stepping
+/// over every finished job's entry from the front, which a pinned horizon
+/// keeps from being cleaned away. Not the claim's index: its predicate also
+/// leaves out keyed and waiting jobs, so this filter does not imply it, and
+/// the planner would read the whole table and sort it, ten times a second,
+/// during the relay's drain only (the ceiling's loops never poll): the
+/// bench's cost, charged to the relay.
 pub(super) fn drained(conn: &mut PgConnection) -> anyhow::Result<bool> {
     use diesel::sql_types::Bool;
     #[derive(QueryableByName)]
@@ -142,7 +145,7 @@ pub(super) fn drained(conn: &mut PgConnection) -> anyhow::Result<bool> {
         // Not EXISTS: the planner drops an EXISTS subquery's ORDER BY.
         "SELECT count(*) > 0 AS busy FROM ( \
              SELECT 1 FROM jobs WHERE finished_at IS NULL AND NOT blocked \
-             ORDER BY run_after DESC, id DESC LIMIT 1) AS tail",
+             ORDER BY id DESC LIMIT 1) AS tail",
     )
     .get_result(conn)?;
     Ok(!row.busy)
