@@ -16,13 +16,18 @@ struct Stale {
     event_type: String,
 }
 
-/// The rows that differ from what the endpoints say now.
+/// The rows that differ from what the endpoints say now: their endpoints, or
+/// the count and the id runs an order's fan-out job names them by.
 fn stale_rows(conn: &mut PgConnection) -> Vec<String> {
     diesel::sql_query(
         "SELECT c.event_type FROM event_type_subscribers AS c, \
                 LATERAL order_event_subscribers_now(c.event_type) AS s \
          WHERE (c.webhook_endpoints, c.nats_endpoints, c.any_endpoint) \
                IS DISTINCT FROM (s.webhook_endpoints, s.nats_endpoints, s.any_endpoint) \
+            OR (c.endpoint_count, c.webhook_runs, c.nats_runs) \
+               IS DISTINCT FROM (cardinality(s.webhook_endpoints) + cardinality(s.nats_endpoints), \
+                                 endpoint_id_runs(s.webhook_endpoints), \
+                                 endpoint_id_runs(s.nats_endpoints)) \
          ORDER BY 1",
     )
     .load::<Stale>(conn)
@@ -85,6 +90,24 @@ fn every_change_to_the_endpoints_leaves_each_event_types_row_as_the_endpoints_sa
     .expect("add a NATS endpoint");
     assert_eq!(stale_rows(&mut conn), Vec::<String>::new());
     assert_eq!(placed_subscribers(&mut conn), [all, placed]);
+    #[derive(QueryableByName)]
+    struct Fanout {
+        #[diesel(sql_type = Text)]
+        runs: String,
+        #[diesel(sql_type = diesel::sql_types::Integer)]
+        count: i32,
+    }
+    let fanout: Fanout = diesel::sql_query(
+        "SELECT webhook_runs::text AS runs, endpoint_count AS count \
+         FROM event_type_subscribers WHERE event_type = 'order.placed'",
+    )
+    .get_result(&mut conn)
+    .expect("the row's runs");
+    assert_eq!(
+        (fanout.runs, fanout.count),
+        (format!("[[{all}, {all}], [{placed}, {placed}]]"), 3),
+        "the webhooks by runs of ids (`paid` between them is not subscribed), and the NATS endpoint counted"
+    );
     assert_eq!(
         paid_subscribers(&mut conn),
         [all, paid],

@@ -61,11 +61,19 @@ WITH new_order AS (
     FROM new_order
     RETURNING id
 ), subscribers AS (
+    -- The count and the id runs as event_type_subscribers keeps them (a
+    -- migration computes them when the endpoints change), so that an order
+    -- past FANOUT_INLINE costs the same however many endpoints there are;
+    -- computed here only for a type without a row (none today).
     SELECT s.webhook_endpoints, s.nats_endpoints, s.any_endpoint,
            s.any_endpoint
-           AND cardinality(s.webhook_endpoints) + cardinality(s.nats_endpoints) > $15::bigint
-               AS fan_out
+           AND coalesce(c.endpoint_count,
+                        cardinality(s.webhook_endpoints) + cardinality(s.nats_endpoints)) > $15::bigint
+               AS fan_out,
+           coalesce(c.webhook_runs, endpoint_id_runs(s.webhook_endpoints)) AS webhook_runs,
+           coalesce(c.nats_runs, endpoint_id_runs(s.nats_endpoints)) AS nats_runs
     FROM order_event_subscribers($12) AS s
+    LEFT JOIN event_type_subscribers AS c ON c.event_type = $12
 ), planned AS (
     SELECT job.n, job.kind, job.payload, job.ordering_key, job.concurrency_key
     FROM new_order, event, subscribers AS s, LATERAL (
@@ -83,18 +91,8 @@ WITH new_order AS (
         SELECT 3, $22::text,
                jsonb_build_object(
                    'order_id', new_order.id, 'event_id', event.id, 'max_attempts', $14::int,
-                   'webhook_endpoints', (
-                       SELECT coalesce(jsonb_agg(jsonb_build_array(r.first, r.last) ORDER BY r.first), '[]')
-                       FROM (SELECT min(id) AS first, max(id) AS last
-                             FROM (SELECT id, id - row_number() OVER (ORDER BY id) AS run
-                                   FROM unnest(s.webhook_endpoints) AS id) AS ids
-                             GROUP BY run) AS r),
-                   'nats_endpoints', (
-                       SELECT coalesce(jsonb_agg(jsonb_build_array(r.first, r.last) ORDER BY r.first), '[]')
-                       FROM (SELECT min(id) AS first, max(id) AS last
-                             FROM (SELECT id, id - row_number() OVER (ORDER BY id) AS run
-                                   FROM unnest(s.nats_endpoints) AS id) AS ids
-                             GROUP BY run) AS r)),
+                   'webhook_endpoints', s.webhook_runs,
+                   'nats_endpoints', s.nats_runs),
                'order-' || new_order.id || '-fanout', NULL
         WHERE s.fan_out
         UNION ALL
