@@ -26,3 +26,26 @@ ALTER TABLE event_type_subscribers
         GENERATED ALWAYS AS (endpoint_id_runs(webhook_endpoints)) STORED,
     ADD COLUMN nats_runs jsonb
         GENERATED ALWAYS AS (endpoint_id_runs(nats_endpoints)) STORED;
+
+-- order_event_subscribers as before, with the count and the runs, so that a
+-- placement reads them in the same probe of the row as the endpoints; a
+-- type without a row computes them from the endpoints.
+DROP FUNCTION order_event_subscribers(text);
+CREATE FUNCTION order_event_subscribers(event_type text)
+RETURNS TABLE (webhook_endpoints bigint[], nats_endpoints bigint[], any_endpoint boolean,
+               endpoint_count integer, webhook_runs jsonb, nats_runs jsonb)
+LANGUAGE sql STABLE AS $$
+    SELECT c.webhook_endpoints, c.nats_endpoints, c.any_endpoint,
+           c.endpoint_count, c.webhook_runs, c.nats_runs
+    FROM event_type_subscribers AS c
+    WHERE c.event_type = order_event_subscribers.event_type
+    UNION ALL
+    SELECT s.webhook_endpoints, s.nats_endpoints, s.any_endpoint,
+           cardinality(s.webhook_endpoints) + cardinality(s.nats_endpoints),
+           endpoint_id_runs(s.webhook_endpoints), endpoint_id_runs(s.nats_endpoints)
+    FROM order_event_subscribers_now(order_event_subscribers.event_type) AS s
+    WHERE NOT EXISTS (
+        SELECT 1 FROM event_type_subscribers AS c
+        WHERE c.event_type = order_event_subscribers.event_type
+    )
+$$;

@@ -17,7 +17,7 @@ mod checkout;
 mod failure;
 mod prepared;
 
-pub use checkout::{Checkout, run_blocking_checked};
+pub use checkout::{run_blocking_pinged, run_blocking_retried};
 pub(crate) use failure::connection_unusable;
 pub use failure::{DbError, Failure};
 use failure::{discard, must_discard};
@@ -51,8 +51,8 @@ pub struct PoolOptions {
     /// does not, since a ping would double the round trips of its hot loop
     /// and a failed claim is simply retried (Diesel marks the broken
     /// connection and r2d2 drops it). A pool that leaves this off can still
-    /// ping per call: [`run_blocking_checked`] with [`Checkout::Pinged`]
-    /// pings, [`Checkout::Retried`] does not. Default `false`.
+    /// ping per call: [`run_blocking_pinged`] pings, [`run_blocking_retried`]
+    /// does not. Default `false`.
     pub validate_on_checkout: bool,
     /// How long a checkout waits for a connection (including opening one)
     /// before it fails with [`DbError::Unavailable`]. Default

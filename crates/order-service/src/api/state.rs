@@ -4,12 +4,12 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use diesel::PgConnection;
-use tokio::sync::Semaphore;
+use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
 use super::ApiSettings;
 use super::error::ApiError;
 use super::health::Health;
-use crate::db::{Checkout, PgPool, run_blocking_checked};
+use crate::db::{DbError, PgPool, run_blocking_pinged, run_blocking_retried};
 use crate::outbox::Enqueuer;
 
 #[derive(Debug, Clone)]
@@ -57,7 +57,7 @@ impl Db {
     }
 
     /// Runs `f` with a connection on the blocking pool, pinged first
-    /// ([`Checkout::Pinged`]): for work that must not run twice, a
+    /// ([`run_blocking_pinged`]): for work that must not run twice, a
     /// placement or a transition.
     ///
     /// The permit moves into the blocking task and is released when the task
@@ -68,34 +68,37 @@ impl Db {
         F: FnOnce(&mut PgConnection) -> Result<T, ApiError> + Send + 'static,
         T: Send + 'static,
     {
-        let mut f = Some(f);
-        self.checked(Checkout::Pinged, move |conn| match f.take() {
-            Some(f) => f(conn),
-            None => Err(ApiError::Internal(anyhow::anyhow!(
-                "a pinged checkout ran its work twice"
-            ))),
+        let permit = self.permit().await?;
+        let outcome = run_blocking_pinged(&self.pool, move |conn| {
+            let _permit = permit;
+            f(conn)
         })
-        .await
+        .await;
+        self.settle(outcome)
     }
 
     /// Runs `f`, which must be safe to run twice (a read, the key check),
-    /// without a ping first ([`Checkout::Retried`]): should it fail because its
-    /// connection had died while idle, it runs once more on another. Saves
+    /// without a ping first ([`run_blocking_retried`]): should it fail because
+    /// its connection had died while idle, it runs once more on another. Saves
     /// the ping's round trip on every call that finds its connection alive.
-    pub async fn read<T, F>(&self, f: F) -> Result<T, ApiError>
+    pub async fn read<T, F>(&self, mut f: F) -> Result<T, ApiError>
     where
         F: FnMut(&mut PgConnection) -> Result<T, ApiError> + Send + 'static,
         T: Send + 'static,
     {
-        self.checked(Checkout::Retried, f).await
+        let permit = self.permit().await?;
+        let outcome = run_blocking_retried(&self.pool, connection_may_be_gone, move |conn| {
+            // Held until the blocking task ends, its second run included.
+            let _permit = &permit;
+            f(conn)
+        })
+        .await;
+        self.settle(outcome)
     }
 
-    async fn checked<T, F>(&self, how: Checkout, f: F) -> Result<T, ApiError>
-    where
-        F: FnMut(&mut PgConnection) -> Result<T, ApiError> + Send + 'static,
-        T: Send + 'static,
-    {
-        let permit = tokio::time::timeout(self.wait, Arc::clone(&self.permits).acquire_owned())
+    /// A permit for one connection, waited for asynchronously.
+    async fn permit(&self) -> Result<OwnedSemaphorePermit, ApiError> {
+        tokio::time::timeout(self.wait, Arc::clone(&self.permits).acquire_owned())
             .await
             .map_err(|_| ApiError::DatabaseUnavailable {
                 cause: format!(
@@ -104,20 +107,14 @@ impl Db {
                     humantime::format_duration(self.wait)
                 ),
             })?
-            .map_err(|e| ApiError::Internal(e.into()))?;
-        // A wait for a permit says the API is busy, not that the database
-        // is down: only what happened past it tells the health check.
-        let outcome = run_blocking_checked(&self.pool, how, connection_may_be_gone, {
-            let mut f = f;
-            move |conn| {
-                // Held until the blocking task ends, retry included.
-                let _permit = &permit;
-                f(conn)
-            }
-        })
-        .await
-        .map_err(ApiError::from)
-        .and_then(|result| result);
+            .map_err(|e| ApiError::Internal(e.into()))
+    }
+
+    /// The answer of a call that got its permit, told to the health check
+    /// (a wait for a permit says the API is busy, not that the database is
+    /// down, so only what happened past it counts).
+    fn settle<T>(&self, outcome: Result<Result<T, ApiError>, DbError>) -> Result<T, ApiError> {
+        let outcome = outcome.map_err(ApiError::from).and_then(|result| result);
         match &outcome {
             Err(error @ ApiError::DatabaseUnavailable { .. }) => {
                 self.health

@@ -9,7 +9,8 @@
 //! connection. Both keep the promise that a request does not fail on a
 //! connection that died while idle; the second pays the ping only then.
 //! The order API's key check runs before every request's own work, so this
-//! takes one round trip off every authenticated request.
+//! takes one round trip off every authenticated request: it runs through
+//! [`run_blocking_retried`], placements through [`run_blocking_pinged`].
 
 use std::time::Instant;
 
@@ -21,32 +22,18 @@ use super::{DbError, PgPool, discard};
 /// A pooled connection, as [`checkout`] hands it out.
 type PooledPg = PooledConnection<ConnectionManager<PgConnection>>;
 
-/// How [`run_blocking_checked`] makes sure of its connection.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Checkout {
-    /// A ping before the work, unless the pool's own checkout test pings
-    /// already; a connection that does not answer is dropped and another
-    /// taken. For work that must not run twice.
-    Pinged,
-    /// No ping. When the work fails with an error its caller says may be the
-    /// connection's, and the connection then does not answer a ping, it is
-    /// dropped and the work runs once more on a pinged connection. For work
-    /// that is safe to run twice: a read, a NOTIFY.
-    Retried,
-}
-
-/// Takes a connection from `pool`, pinged when `how` is [`Checkout::Pinged`]
-/// and the pool does not test its checkouts itself. Waits at most the
-/// pool's connection timeout in all, however many dead connections it drops
-/// on the way.
-fn checkout(pool: &PgPool, how: Checkout) -> Result<PooledPg, DbError> {
+/// Takes a connection from `pool`, pinged when `ping` is set and the pool
+/// does not test its checkouts itself; a connection that does not answer is
+/// dropped and another taken. Waits at most the pool's connection timeout in
+/// all, however many dead connections it drops on the way.
+fn checkout(pool: &PgPool, ping: bool) -> Result<PooledPg, DbError> {
     let deadline = Instant::now() + pool.connection_timeout();
     loop {
         let left = deadline.saturating_duration_since(Instant::now());
         let mut conn = pool
             .get_timeout(left)
             .map_err(|e| DbError::Unavailable(e.to_string()))?;
-        if how == Checkout::Retried || pool.test_on_check_out() {
+        if !ping || pool.test_on_check_out() {
             return Ok(conn);
         }
         match conn.ping() {
@@ -64,18 +51,51 @@ fn checkout(pool: &PgPool, how: Checkout) -> Result<PooledPg, DbError> {
     }
 }
 
-/// Runs `work` on a connection of `pool` on tokio's blocking thread pool,
-/// inside the caller's tracing span, checked out as `how` says. With
-/// [`Checkout::Retried`], `work` runs a second time only when its first
-/// run failed with an error `may_be_the_connection` accepts and its
-/// connection no longer answers a ping; never a third time.
+/// Runs `call` with `pool` on tokio's blocking thread pool, inside the
+/// caller's tracing span.
+async fn blocking<R, C>(pool: &PgPool, call: C) -> Result<R, DbError>
+where
+    C: FnOnce(&PgPool) -> Result<R, DbError> + Send + 'static,
+    R: Send + 'static,
+{
+    let pool = pool.clone();
+    let span = tracing::Span::current();
+    tokio::task::spawn_blocking(move || {
+        let _entered = span.enter();
+        call(&pool)
+    })
+    .await
+    .map_err(|e| DbError::Task(e.to_string()))?
+}
+
+/// Runs `work` on a connection of `pool` that answered a ping first (unless
+/// the pool's own checkout test pinged it): for work that must not run
+/// twice, a placement or a transition. A failure of `work` is then its own,
+/// not that of a connection that died while idle.
 ///
 /// The outer error is the checkout's (a timeout is
 /// [`DbError::Unavailable`]) or the task's ([`DbError::Task`]); the inner
 /// one is `work`'s own.
-pub async fn run_blocking_checked<T, E, F>(
+pub async fn run_blocking_pinged<T, E, F>(pool: &PgPool, work: F) -> Result<Result<T, E>, DbError>
+where
+    F: FnOnce(&mut PgConnection) -> Result<T, E> + Send + 'static,
+    T: Send + 'static,
+    E: Send + 'static,
+{
+    blocking(pool, move |pool| {
+        let mut conn = checkout(pool, true)?;
+        Ok(work(&mut conn))
+    })
+    .await
+}
+
+/// Runs `work`, which must be safe to run twice (a read, a NOTIFY), on a
+/// connection of `pool` without a ping first. Should its first run fail with
+/// an error `may_be_the_connection` accepts, on a connection that then does
+/// not answer a ping, it runs a second time, on a pinged connection; never a
+/// third. Errors as [`run_blocking_pinged`]'s.
+pub async fn run_blocking_retried<T, E, F>(
     pool: &PgPool,
-    how: Checkout,
     may_be_the_connection: fn(&E) -> bool,
     mut work: F,
 ) -> Result<Result<T, E>, DbError>
@@ -84,29 +104,20 @@ where
     T: Send + 'static,
     E: Send + 'static,
 {
-    let pool = pool.clone();
-    let span = tracing::Span::current();
-    tokio::task::spawn_blocking(move || {
-        let _entered = span.enter();
-        let mut conn = checkout(&pool, how)?;
-        let first = work(&mut conn);
-        match first {
-            Err(error)
-                if how == Checkout::Retried
-                    && may_be_the_connection(&error)
-                    && conn.ping().is_err() =>
-            {
+    blocking(pool, move |pool| {
+        let mut conn = checkout(pool, false)?;
+        match work(&mut conn) {
+            Err(error) if may_be_the_connection(&error) && conn.ping().is_err() => {
                 tracing::debug!(
-                    "a pooled connection was found dead under a read; reading again on another"
+                    "a pooled connection was found dead under its work; running it again on another"
                 );
                 discard(&mut conn);
                 drop(conn);
-                let mut conn = checkout(&pool, Checkout::Pinged)?;
+                let mut conn = checkout(pool, true)?;
                 Ok(work(&mut conn))
             }
             first => Ok(first),
         }
     })
     .await
-    .map_err(|e| DbError::Task(e.to_string()))?
 }

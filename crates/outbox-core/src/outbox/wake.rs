@@ -25,7 +25,7 @@ use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
 
 use super::NOTIFY_CHANNEL;
-use crate::db::{Checkout, DbError, PgPool, run_blocking_checked};
+use crate::db::{DbError, PgPool, run_blocking_retried};
 
 /// Sends coalesced NOTIFYs for jobs committed by this process. Cheap to clone.
 #[derive(Debug, Clone, Default)]
@@ -90,18 +90,13 @@ async fn run(inner: Arc<Inner>, pool: PgPool, shutdown: CancellationToken) {
             // A NOTIFY sent twice wakes a worker pool twice, which is
             // harmless: no ping first, and once more on another connection if
             // this one had died while idle.
-            let sent = run_blocking_checked(
-                &pool,
-                Checkout::Retried,
-                DbError::is_unavailable,
-                move |conn| {
-                    diesel::sql_query(include_str!("sql/notify_kinds.sql"))
-                        .bind::<Text, _>(NOTIFY_CHANNEL)
-                        .bind::<Array<Text>, _>(&kinds)
-                        .execute(conn)
-                        .map_err(DbError::from)
-                },
-            )
+            let sent = run_blocking_retried(&pool, DbError::is_unavailable, move |conn| {
+                diesel::sql_query(include_str!("sql/notify_kinds.sql"))
+                    .bind::<Text, _>(NOTIFY_CHANNEL)
+                    .bind::<Array<Text>, _>(&kinds)
+                    .execute(conn)
+                    .map_err(DbError::from)
+            })
             .await
             .and_then(|sent| sent);
             if let Err(error) = sent {

@@ -7,7 +7,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 
 use diesel::prelude::*;
 use diesel::sql_types::Integer;
-use outbox_core::db::{Checkout, DbError, PgPool, run_blocking_checked};
+use outbox_core::db::{DbError, PgPool, run_blocking_pinged, run_blocking_retried};
 
 use crate::support::TestDb;
 
@@ -44,14 +44,20 @@ async fn pool_of_dead_connections(db: &TestDb, pool: &PgPool, n: usize) -> Vec<i
     pids
 }
 
-fn counted(
-    calls: &Arc<AtomicUsize>,
-) -> impl FnMut(&mut PgConnection) -> Result<i32, DbError> + Send + 'static {
+/// Runs `backend_pid` pinged or retried, counting its runs in `calls`;
+/// its pid once it ran.
+async fn run_counted(pool: &PgPool, retried: bool, calls: &Arc<AtomicUsize>) -> i32 {
     let calls = Arc::clone(calls);
-    move |conn| {
+    let work = move |conn: &mut PgConnection| {
         calls.fetch_add(1, Ordering::SeqCst);
         backend_pid(conn)
-    }
+    };
+    let outcome = if retried {
+        run_blocking_retried(pool, DbError::is_unavailable, work).await
+    } else {
+        run_blocking_pinged(pool, work).await
+    };
+    outcome.expect("checked out").expect("ran")
 }
 
 #[tokio::test]
@@ -60,15 +66,7 @@ async fn a_pinged_call_never_runs_its_work_on_a_dead_connection() {
     let pool = db.pool();
     let dead = pool_of_dead_connections(&db, &pool, 3).await;
     let calls = Arc::new(AtomicUsize::new(0));
-    let pid = run_blocking_checked(
-        &pool,
-        Checkout::Pinged,
-        DbError::is_unavailable,
-        counted(&calls),
-    )
-    .await
-    .expect("checked out")
-    .expect("ran");
+    let pid = run_counted(&pool, false, &calls).await;
     assert_eq!(calls.load(Ordering::SeqCst), 1, "the work ran once");
     assert!(!dead.contains(&pid), "ran on a live connection");
 }
@@ -79,30 +77,14 @@ async fn a_retried_call_runs_again_on_another_connection_when_its_own_had_died()
     let pool = db.pool();
     let dead = pool_of_dead_connections(&db, &pool, 3).await;
     let calls = Arc::new(AtomicUsize::new(0));
-    let pid = run_blocking_checked(
-        &pool,
-        Checkout::Retried,
-        DbError::is_unavailable,
-        counted(&calls),
-    )
-    .await
-    .expect("checked out")
-    .expect("ran on the second connection");
+    let pid = run_counted(&pool, true, &calls).await;
     // Unpinged, the first run met a dead connection; the second ran on a
     // pinged one, which skipped the other dead ones.
     assert_eq!(calls.load(Ordering::SeqCst), 2);
     assert!(!dead.contains(&pid));
     // The dead connections are gone from the pool, not handed out again.
     let again = Arc::new(AtomicUsize::new(0));
-    run_blocking_checked(
-        &pool,
-        Checkout::Retried,
-        DbError::is_unavailable,
-        counted(&again),
-    )
-    .await
-    .expect("checked out")
-    .expect("ran");
+    run_counted(&pool, true, &again).await;
     assert_eq!(again.load(Ordering::SeqCst), 1, "no dead connection left");
 }
 
@@ -111,24 +93,15 @@ async fn a_retried_call_on_a_live_connection_runs_once_and_keeps_its_error() {
     let db = TestDb::new();
     let pool = db.pool();
     let calls = Arc::new(AtomicUsize::new(0));
-    let pid = run_blocking_checked(
-        &pool,
-        Checkout::Retried,
-        DbError::is_unavailable,
-        counted(&calls),
-    )
-    .await
-    .expect("checked out")
-    .expect("ran");
+    let pid = run_counted(&pool, true, &calls).await;
     assert_eq!(calls.load(Ordering::SeqCst), 1);
 
     // A statement's own failure, even one the caller would take for the
     // connection's, is not run again when the connection still answers.
     let failed = Arc::new(AtomicUsize::new(0));
     let seen = Arc::clone(&failed);
-    let outcome = run_blocking_checked(
+    let outcome = run_blocking_retried(
         &pool,
-        Checkout::Retried,
         |_: &DbError| true,
         move |conn| {
             seen.fetch_add(1, Ordering::SeqCst);
@@ -146,14 +119,6 @@ async fn a_retried_call_on_a_live_connection_runs_once_and_keeps_its_error() {
     assert_eq!(failed.load(Ordering::SeqCst), 1, "not run again");
 
     // The connection stays pooled and usable.
-    let next = run_blocking_checked(
-        &pool,
-        Checkout::Pinged,
-        DbError::is_unavailable,
-        counted(&calls),
-    )
-    .await
-    .expect("checked out")
-    .expect("ran");
+    let next = run_counted(&pool, false, &calls).await;
     assert_eq!(next, pid, "the one pooled connection, reused");
 }

@@ -63,17 +63,11 @@ WITH new_order AS (
 ), subscribers AS (
     -- The count and the id runs as event_type_subscribers keeps them (a
     -- migration computes them when the endpoints change), so that an order
-    -- past FANOUT_INLINE costs the same however many endpoints there are;
-    -- computed here only for a type without a row (none today).
+    -- past FANOUT_INLINE costs the same however many endpoints there are.
     SELECT s.webhook_endpoints, s.nats_endpoints, s.any_endpoint,
-           s.any_endpoint
-           AND coalesce(c.endpoint_count,
-                        cardinality(s.webhook_endpoints) + cardinality(s.nats_endpoints)) > $15::bigint
-               AS fan_out,
-           coalesce(c.webhook_runs, endpoint_id_runs(s.webhook_endpoints)) AS webhook_runs,
-           coalesce(c.nats_runs, endpoint_id_runs(s.nats_endpoints)) AS nats_runs
+           s.any_endpoint AND s.endpoint_count > $15::bigint AS fan_out,
+           s.webhook_runs, s.nats_runs
     FROM order_event_subscribers($12) AS s
-    LEFT JOIN event_type_subscribers AS c ON c.event_type = $12
 ), planned AS (
     SELECT job.n, job.kind, job.payload, job.ordering_key, job.concurrency_key
     FROM new_order, event, subscribers AS s, LATERAL (
