@@ -38,6 +38,7 @@ macro_rules! jobs_table {
             depends_on -> Nullable<Array<Int8>>,
             dependency_policy -> Nullable<Text>,
             unfinished_parents -> Nullable<Array<Int8>>,
+            has_dependents -> Bool,
                 $($extra)*
             }
         }

@@ -252,3 +252,69 @@ async fn a_claim_reaped_and_taken_again_under_the_finish_is_never_written_by_the
         .expect("the owner's finish");
     assert_eq!(current.applied.len(), 2, "{current:?}");
 }
+
+#[derive(Debug, serde::Serialize, serde::Deserialize)]
+struct Noop {}
+
+impl outbox_core::worker::JobArgs for Noop {
+    const KIND: &'static str = "noop";
+}
+
+/// The dependents' lock (`lock_dependency_parents.sql`) keeps a finish off a
+/// parent while a dependent's enqueue is open. This is the window after it:
+/// the enqueue commits once the finish has its snapshot but before it locks
+/// the parent, so the snapshot cannot see the dependent. The finish must not
+/// end the parent then (it answers busy, and the next finish, on a newer
+/// snapshot, releases the dependent), or the dependent would wait for a
+/// parent that is gone.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_dependent_committed_under_the_finish_of_its_parent_is_released() {
+    use outbox_core::outbox::{Enqueuer, JobOptions};
+
+    let db = TestDb::new();
+    let mut conn = db.conn();
+    let parent_id = Enqueuer::new()
+        .enqueue(&mut conn, &Noop {}, &JobOptions::default())
+        .expect("the parent");
+    let parent = claim_one(&mut conn, "noop", "w", MINUTE);
+    assert_eq!(parent.id, parent_id);
+    let finishes = vec![outcome(&parent, done())];
+
+    let mut child = None;
+    let report = finish_across(&db, finishes.clone(), |conn| {
+        child = Some(
+            Enqueuer::new()
+                .enqueue(
+                    conn,
+                    &Noop {},
+                    &JobOptions::default().depends_on([parent_id]),
+                )
+                .expect("the dependent"),
+        );
+    })
+    .await;
+    let child = child.expect("enqueued");
+    assert_eq!(report.busy, vec![parent_id], "{report:?}");
+    assert_eq!(
+        state(&mut conn, parent_id),
+        ("processing".to_owned(), Some(parent.lease_token), 1)
+    );
+
+    let client = connect(&db).await;
+    let statements = HotStatements::prepare(&client).await.expect("prepare");
+    let again = statements
+        .finish(&client, &finishes)
+        .await
+        .expect("finish again");
+    assert_eq!(again.applied, vec![parent_id], "{again:?}");
+    assert_eq!(again.released, 1, "{again:?}");
+    let waiting: Vec<i64> = outbox_core::schema::jobs::table
+        .find(child)
+        .select(outbox_core::schema::jobs::waiting_on)
+        .first(&mut conn)
+        .expect("the dependent");
+    assert!(
+        waiting.is_empty(),
+        "the dependent still waits on {waiting:?}"
+    );
+}

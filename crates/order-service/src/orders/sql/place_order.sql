@@ -115,7 +115,8 @@ WITH new_order AS (
     ON CONFLICT (key) DO NOTHING
 ), written AS (
     INSERT INTO jobs (id, kind, payload, max_attempts, ordering_key, blocked, trace_context,
-                      concurrency_key, waiting_on, depends_on, dependency_policy, order_id)
+                      concurrency_key, waiting_on, depends_on, dependency_policy, has_dependents,
+                      order_id)
     SELECT job_ids.id, planned.kind, planned.payload, greatest($14::int, 1), planned.ordering_key,
            planned.ordering_key IS NOT NULL
                AND row_number() OVER (PARTITION BY planned.ordering_key ORDER BY planned.n) > 1,
@@ -123,6 +124,10 @@ WITH new_order AS (
            CASE WHEN planned.n = 1 THEN ARRAY[receipt.id] ELSE '{}' END,
            CASE WHEN planned.n = 1 THEN ARRAY[receipt.id] END,
            CASE WHEN planned.n = 1 THEN 'run' END,
+           -- The receipt has the email as its dependent: marked as it is
+           -- written, so the dependents' trigger (a core migration) finds
+           -- it marked and writes no second version of it.
+           planned.n = 2,
            new_order.id
     FROM planned
     JOIN job_ids USING (n)

@@ -37,9 +37,10 @@
 -- dependents of policy 'run' (which note them in `unfinished_parents`); a
 -- dependent whose `waiting_on` becomes empty is claimable once this commits,
 -- and a NOTIFY (delivered at the commit) wakes the worker pools of its kind, as an
--- enqueue does. The dependents are found through jobs_waiting_on_idx, which
--- holds only waiting rows: a batch whose jobs have none probes it with
--- nothing to find. Fencing holds: only parents this statement moved or
+-- enqueue does. Only parents marked `has_dependents` (by the enqueue of a
+-- dependent; never cleared) are looked up in jobs_waiting_on_idx: a batch of
+-- jobs that never had dependents does not probe it at all (a GIN probe costs
+-- the square of its ids). Fencing holds: only parents this statement moved or
 -- wrote (under their claim's token) release anything, so a zombie's late
 -- outcome releases nothing.
 -- Two parents of one dependent finishing in concurrent transactions: each
@@ -49,8 +50,11 @@
 -- neither leaves the other's id behind and the last one empties it. The rows
 -- are locked in id order first (`targets`), so two completers releasing the
 -- same dependents cannot deadlock. A dependent enqueued while its parent
--- finishes holds the parent FOR SHARE (lock_dependency_parents.sql): SKIP
--- LOCKED reports the parent busy, and the retry sees the dependent. The
+-- finishes holds the parent's row, which it marks (lock_dependency_parents.sql):
+-- SKIP LOCKED reports the parent busy, and the retry sees the dependent; and
+-- once that enqueue has committed, a snapshot that cannot see the dependent
+-- cannot see the marked version either, so the parent is answered busy then
+-- too (`locked`, below). The
 -- next job of an ordering key and the dependents are updated by one UPDATE
 -- (`released`): two CTEs updating one row would keep only one change.
 --
@@ -102,7 +106,7 @@ written AS (
       AND l.status <> 'done'
       AND j.status = 'processing'
       AND j.lease_token = l.lease_token
-    RETURNING j.id, j.status, j.ordering_key, j.concurrency_key
+    RETURNING j.id, j.status, j.ordering_key, j.concurrency_key, j.has_dependents
 ),
 -- A done job leaves `jobs` (no dead index entries or tuples for a later
 -- DELETE to clean up) and is appended to the day partition of jobs_done.
@@ -116,18 +120,18 @@ moved AS (
     RETURNING j.id, j.kind, j.payload, j.run_after, j.attempts, j.max_attempts,
               j.locked_by, j.locked_at, j.created_at, j.last_error, j.lease_token,
               j.trace_context, j.ordering_key, j.concurrency_key, j.depends_on,
-              j.dependency_policy, j.unfinished_parents
+              j.dependency_policy, j.unfinished_parents, j.has_dependents
 ),
 archived AS (
     INSERT INTO jobs_done (id, kind, payload, status, run_after, attempts,
                            max_attempts, locked_by, locked_at, lease_expires_at, created_at,
                            finished_at, last_error, lease_token, trace_context, ordering_key,
                            blocked, concurrency_key, depends_on, dependency_policy,
-                           unfinished_parents)
+                           unfinished_parents, has_dependents)
     SELECT id, kind, payload, 'done', run_after, attempts, max_attempts, locked_by,
            locked_at, NULL, created_at, now(), last_error, lease_token, trace_context,
            ordering_key, false, concurrency_key, depends_on, dependency_policy,
-           unfinished_parents
+           unfinished_parents, has_dependents
     FROM moved
     RETURNING id
 ),
@@ -143,15 +147,16 @@ key_next AS (
     FROM moved AS w
     WHERE w.ordering_key IS NOT NULL
 ),
--- The parents ended here: done, and failed.
+-- The parents ended here that have dependents: done, and failed.
 ended_parents AS MATERIALIZED (
-    SELECT ARRAY(SELECT id FROM moved) AS done,
-           ARRAY(SELECT id FROM written WHERE status = 'failed') AS failed
+    SELECT ARRAY(SELECT id FROM moved WHERE has_dependents) AS done,
+           ARRAY(SELECT id FROM written WHERE status = 'failed' AND has_dependents) AS failed
 ),
 children AS (
     SELECT c.id
     FROM jobs AS c, ended_parents AS e
-    WHERE c.waiting_on <> '{}'
+    WHERE cardinality(e.done) + cardinality(e.failed) > 0
+      AND c.waiting_on <> '{}'
       AND c.waiting_on && (e.done || e.failed)
       AND (c.waiting_on && e.done
            OR (c.dependency_policy = 'run' AND c.waiting_on && e.failed))

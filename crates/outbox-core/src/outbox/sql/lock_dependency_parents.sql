@@ -1,8 +1,9 @@
--- The parents ($1 ids) of jobs being enqueued: each id found with its status,
--- those still in `jobs` locked FOR KEY SHARE until the enqueuing transaction
--- ends; those in the archive come back 'done'. An id in neither does not
--- exist (or was done and moved after this statement's snapshot: the caller
--- looks for those again in a statement of its own).
+-- The parents ($1 ids) of jobs being enqueued: each id found with its status.
+-- Those still in `jobs` are marked `has_dependents` (a new version of each
+-- row, locked until the enqueuing transaction ends); those in the archive
+-- come back 'done'. An id in neither does not exist (or was done and moved
+-- after this statement's snapshot: the caller looks for those again in a
+-- statement of its own).
 --
 -- Index: the primary key of `jobs`; the BRIN of jobs_done on id for the rest.
 --
@@ -11,16 +12,28 @@
 -- off it until the dependent is committed, so whichever ends it afterwards
 -- sees the dependent and releases or cancels it; without it a parent
 -- finishing meanwhile would miss a dependent it cannot see yet, which would
--- wait forever. KEY SHARE does not conflict with the heartbeat's update of
--- a running parent.
+-- wait forever. The new version closes the window after the lock: a finish
+-- whose snapshot was taken before this commits, and which locks the parent
+-- only after it, cannot see the dependent, and it cannot see the version
+-- this wrote either, so it writes nothing and answers the parent busy
+-- (finish_jobs.sql); its next statement sees both. Rows are locked in id
+-- order, so two enqueues naming the same parents cannot deadlock. The
+-- heartbeat skips a parent locked here for one beat (extend_leases.sql).
 WITH live AS (
-    SELECT j.id, j.status
+    SELECT j.id
     FROM jobs AS j
     WHERE j.id = ANY($1)
     ORDER BY j.id
-    FOR KEY SHARE OF j
+    FOR NO KEY UPDATE OF j
+),
+marked AS (
+    UPDATE jobs AS j
+    SET has_dependents = true
+    FROM live
+    WHERE j.id = live.id
+    RETURNING j.id, j.status
 )
-SELECT id, status FROM live
+SELECT id, status FROM marked
 UNION ALL
 SELECT d.id, d.status
 FROM jobs_done AS d

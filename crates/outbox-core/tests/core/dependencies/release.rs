@@ -147,3 +147,79 @@ fn one_parent_with_10_000_dependents_releases_each_once_in_its_finish() {
         "one finish took {finish_took:?} to release {CHILDREN} dependents"
     );
 }
+
+/// Whether the job's row is marked as having dependents.
+fn marked(conn: &mut PgConnection, id: i64) -> bool {
+    jobs_all::table
+        .find(id)
+        .select(jobs_all::has_dependents)
+        .first(conn)
+        .expect("the job")
+}
+
+/// The finish looks for dependents only of parents marked as having them.
+/// Whatever writes a waiting job marks its parents: the enqueue, within one
+/// enqueue or across two, and a plain INSERT that knows nothing of the mark
+/// (an application's own statement, or an older build still running while a
+/// deployment rolls out), through the table's trigger. A job nothing waits
+/// for stays unmarked, and the mark follows a parent into the archive.
+#[test]
+fn every_writer_of_a_dependent_marks_its_parents_and_the_finish_releases_it() {
+    let db = TestDb::new();
+    let mut conn = db.conn();
+    let lonely = enqueue(&mut conn, 1, &JobOptions::default());
+    let earlier = enqueue(&mut conn, 2, &JobOptions::default());
+    let by_enqueue = enqueue(&mut conn, 3, &JobOptions::default().depends_on([earlier]));
+    let batch = Enqueuer::new()
+        .enqueue_many(
+            &mut conn,
+            &[
+                NewJob::for_args(&Step { n: 4 }, &JobOptions::default()).expect("job"),
+                NewJob::for_args(
+                    &Step { n: 5 },
+                    &JobOptions::default().depends_on([Parent::InBatch(0)]),
+                )
+                .expect("job"),
+            ],
+        )
+        .expect("enqueue");
+    let plain_parent = enqueue(&mut conn, 6, &JobOptions::default());
+    let by_insert: i64 = diesel::insert_into(jobs::table)
+        .values((
+            jobs::kind.eq(Step::KIND),
+            jobs::payload.eq(serde_json::json!({"n": 7})),
+            jobs::waiting_on.eq(vec![plain_parent]),
+            jobs::depends_on.eq(Some(vec![plain_parent])),
+            jobs::dependency_policy.eq(Some("hold")),
+        ))
+        .returning(jobs::id)
+        .get_result(&mut conn)
+        .expect("a plain insert");
+
+    assert!(!marked(&mut conn, lonely));
+    assert!(marked(&mut conn, earlier));
+    assert!(marked(&mut conn, batch[0]));
+    assert!(!marked(&mut conn, batch[1]));
+    assert!(marked(&mut conn, plain_parent));
+
+    let parents = claim(&mut conn, 10);
+    assert_eq!(
+        parents.iter().map(|j| j.id).collect::<Vec<_>>(),
+        vec![lonely, earlier, batch[0], plain_parent]
+    );
+    let finishes: Vec<Finish> = parents
+        .iter()
+        .map(|job| Finish {
+            job_id: job.id,
+            lease_token: job.lease_token,
+            outcome: done(),
+        })
+        .collect();
+    let report = finish_jobs(&mut conn, &finishes).expect("finish");
+    assert_eq!(report.released, 3, "{report:?}");
+    for child in [by_enqueue, batch[1], by_insert] {
+        assert_eq!(waiting_on(&mut conn, child), Vec::<i64>::new());
+    }
+    assert!(marked(&mut conn, earlier), "archived with its mark");
+    assert!(!marked(&mut conn, lonely));
+}
