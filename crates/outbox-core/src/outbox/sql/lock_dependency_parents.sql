@@ -18,7 +18,9 @@
 -- this wrote either, so it writes nothing and answers the parent busy
 -- (finish_jobs.sql); its next statement sees both. Rows are locked in id
 -- order, so two enqueues naming the same parents cannot deadlock. The
--- heartbeat skips a parent locked here for one beat (extend_leases.sql).
+-- heartbeat skips a running parent locked here (extend_leases.sql) until the
+-- enqueuing transaction ends: one open longer than the parent's lease lets
+-- the lease lapse, and the reaper takes the parent back.
 WITH live AS (
     SELECT j.id
     FROM jobs AS j
