@@ -38,7 +38,7 @@ macro_rules! jobs_table {
             depends_on -> Nullable<Array<Int8>>,
             dependency_policy -> Nullable<Text>,
             unfinished_parents -> Nullable<Array<Int8>>,
-            has_dependents -> Bool,
+            has_dependents -> Nullable<Bool>,
                 $($extra)*
             }
         }
@@ -85,6 +85,7 @@ macro_rules! queue_row {
             depends_on: Option<&'a [i64]>,
             dependency_policy: Option<&'a str>,
             unfinished_parents: Option<&'a [i64]>,
+            has_dependents: bool,
         }
 
         impl $name<'_> {
@@ -123,6 +124,7 @@ macro_rules! queue_row {
                     depends_on: job.depends_on_value(),
                     dependency_policy: job.dependency_policy_value(),
                     unfinished_parents: job.unfinished_parents_value(),
+                    has_dependents: job.has_dependents_value(),
                 }
             }
         }

@@ -347,6 +347,21 @@ pub(super) fn assign_batch_ids(conn: &mut PgConnection, jobs: &mut [NewJob]) -> 
             id
         }
     };
+    // The parents within the batch: the finish looks for dependents only of
+    // jobs not known to have none (finish_jobs.sql).
+    let parents: Vec<usize> = jobs
+        .iter()
+        .flat_map(|job| job.parents.iter())
+        .filter_map(|parent| match parent {
+            Parent::InBatch(index) => Some(*index),
+            Parent::Job(_) => None,
+        })
+        .collect();
+    for index in parents {
+        if let Some(parent) = jobs.get_mut(index) {
+            parent.has_dependents = true;
+        }
+    }
     for (job, id) in jobs.iter_mut().zip(&ids) {
         job.id = Some(*id);
         job.waiting_on = job.waiting_on.iter().map(|&p| real(p)).collect();

@@ -37,6 +37,9 @@ pub struct NewJob {
     pub(super) depends_on: Option<Vec<i64>>,
     pub(super) dependency_policy: Option<String>,
     pub(super) unfinished_parents: Option<Vec<i64>>,
+    /// Another job of the same enqueue waits for this one: decided by the
+    /// enqueue, never by callers (as `blocked`).
+    pub(super) has_dependents: bool,
     /// The parents as the options named them, resolved by the enqueue.
     pub(super) parents: Vec<Parent>,
     pub(super) policy: DependencyPolicy,
@@ -77,6 +80,7 @@ impl NewJob {
             depends_on: None,
             dependency_policy: None,
             unfinished_parents: None,
+            has_dependents: false,
             parents: Vec::new(),
             policy: DependencyPolicy::Hold,
             key_is_new: false,
@@ -176,6 +180,11 @@ impl NewJob {
     /// (`jobs.unfinished_parents`).
     pub fn unfinished_parents_value(&self) -> Option<&[i64]> {
         self.unfinished_parents.as_deref()
+    }
+    /// Whether another job of the same enqueue waits for this one
+    /// (`jobs.has_dependents`; a dependent enqueued later marks it itself).
+    pub fn has_dependents_value(&self) -> bool {
+        self.has_dependents
     }
     /// The job's kind.
     pub fn kind(&self) -> &str {

@@ -188,7 +188,8 @@ async fn drain_off_backlog(
     latency::reset(url).await?;
     blocking(url, move |conn| {
         diesel::sql_query(
-            "INSERT INTO jobs (kind, payload) SELECT 'noop', '{}'::jsonb FROM generate_series(1, $1)",
+            "INSERT INTO jobs (kind, payload, has_dependents) \
+             SELECT 'noop', '{}'::jsonb, false FROM generate_series(1, $1)",
         )
         .bind::<BigInt, _>(count(backlog))
         .execute(conn)?;

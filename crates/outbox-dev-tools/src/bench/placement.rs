@@ -71,7 +71,7 @@ const PGBENCH_SCRIPT: &str = r"BEGIN;
 INSERT INTO orders (customer_email, customer_name, currency, total_cents) VALUES ('ada@example.com', 'Ada Lovelace', 'EUR', 2100) RETURNING id AS order_id \gset
 INSERT INTO order_items (order_id, sku, name, quantity, unit_price_cents) VALUES (:order_id, 'TEA-1', 'Green tea', 2, 450), (:order_id, 'MUG-2', 'Mug', 1, 1200);
 INSERT INTO order_events (order_id, seq, type) VALUES (:order_id, 1, 'order.placed') RETURNING id AS event_id \gset
-INSERT INTO jobs (order_id, kind, payload, max_attempts, ordering_key) VALUES (:order_id, 'confirmation_email', jsonb_build_object('order_id', :order_id, 'event_id', :event_id), 8, 'order-' || :order_id || '-emails'), (:order_id, 'receipt_pdf', jsonb_build_object('order_id', :order_id), 8, NULL), (:order_id, 'order_webhook', jsonb_build_object('order_id', :order_id, 'event_id', :event_id), 8, 'order-' || :order_id || '-webhooks') RETURNING id;
+INSERT INTO jobs (order_id, kind, payload, max_attempts, ordering_key, has_dependents) VALUES (:order_id, 'confirmation_email', jsonb_build_object('order_id', :order_id, 'event_id', :event_id), 8, 'order-' || :order_id || '-emails', false), (:order_id, 'receipt_pdf', jsonb_build_object('order_id', :order_id), 8, NULL, true), (:order_id, 'order_webhook', jsonb_build_object('order_id', :order_id, 'event_id', :event_id), 8, 'order-' || :order_id || '-webhooks', false) RETURNING id;
 COMMIT;
 ";
 

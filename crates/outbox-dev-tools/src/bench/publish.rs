@@ -339,11 +339,11 @@ fn enqueue_order_jobs(
                      INSERT INTO order_events (order_id, seq, type) \
                      SELECT id, 1, 'order.placed' FROM placed \
                      RETURNING id, order_id) \
-                 INSERT INTO jobs (order_id, kind, payload, ordering_key) \
+                 INSERT INTO jobs (order_id, kind, payload, ordering_key, has_dependents) \
                  SELECT ev.order_id, $2, \
                         jsonb_build_object('order_id', ev.order_id, 'event_id', ev.id, \
                                            'endpoint_id', e.id), \
-                        'endpoint:' || e.id || ':order:' || ev.order_id \
+                        'endpoint:' || e.id || ':order:' || ev.order_id, false \
                  FROM events ev, endpoints e WHERE e.name = 'bench-nats'",
             )
             .bind::<BigInt, _>(orders)

@@ -14,7 +14,9 @@ pub(super) fn enqueue_noops(
 ) -> anyhow::Result<stats::EnqueueMarks> {
     enqueue_timed(conn, "jobs", "noop", |conn| {
         diesel::sql_query(
-            "INSERT INTO jobs (kind, payload) SELECT 'noop', '{}'::jsonb FROM generate_series(1, $1)",
+            // has_dependents false, as the enqueue writes a job nothing waits for.
+            "INSERT INTO jobs (kind, payload, has_dependents) \
+             SELECT 'noop', '{}'::jsonb, false FROM generate_series(1, $1)",
         )
         .bind::<diesel::sql_types::BigInt, _>(i64::try_from(n).unwrap_or(i64::MAX))
         .execute(conn)
@@ -40,8 +42,9 @@ pub(super) fn enqueue_keyed_noops(
         .bind::<BigInt, _>(keys)
         .execute(conn)?;
         diesel::sql_query(
-            "INSERT INTO jobs (kind, payload, concurrency_key) \
-             SELECT 'noop', '{}'::jsonb, 'bench-' || (g % $2) FROM generate_series(1, $1) AS g",
+            "INSERT INTO jobs (kind, payload, concurrency_key, has_dependents) \
+             SELECT 'noop', '{}'::jsonb, 'bench-' || (g % $2), false \
+             FROM generate_series(1, $1) AS g",
         )
         .bind::<BigInt, _>(i64::try_from(n).unwrap_or(i64::MAX))
         .bind::<BigInt, _>(keys)

@@ -122,8 +122,9 @@ fn enqueue_orders(
                      INSERT INTO order_events (order_id, seq, type) \
                      SELECT id, 1, 'order.placed' FROM placed \
                      RETURNING id, order_id) \
-                 INSERT INTO jobs (order_id, kind, payload) \
-                 SELECT order_id, kind, jsonb_build_object('order_id', order_id, 'event_id', id) \
+                 INSERT INTO jobs (order_id, kind, payload, has_dependents) \
+                 SELECT order_id, kind, jsonb_build_object('order_id', order_id, 'event_id', id), \
+                        false \
                  FROM events, unnest(ARRAY['confirmation_email', 'order_webhook']) AS kind",
             )
             .bind::<BigInt, _>(orders)

@@ -124,9 +124,9 @@ WITH new_order AS (
            CASE WHEN planned.n = 1 THEN ARRAY[receipt.id] ELSE '{}' END,
            CASE WHEN planned.n = 1 THEN ARRAY[receipt.id] END,
            CASE WHEN planned.n = 1 THEN 'run' END,
-           -- The receipt has the email as its dependent: marked as it is
-           -- written, so the dependents' trigger (a core migration) finds
-           -- it marked and writes no second version of it.
+           -- The receipt has the email as its dependent; no other job has
+           -- one (the finish looks for dependents only where this is not
+           -- false).
            planned.n = 2,
            new_order.id
     FROM planned

@@ -37,10 +37,10 @@
 -- dependents of policy 'run' (which note them in `unfinished_parents`); a
 -- dependent whose `waiting_on` becomes empty is claimable once this commits,
 -- and a NOTIFY (delivered at the commit) wakes the worker pools of its kind, as an
--- enqueue does. Only parents marked `has_dependents` (by the enqueue of a
--- dependent; never cleared) are looked up in jobs_waiting_on_idx: a batch of
--- jobs that never had dependents does not probe it at all (a GIN probe costs
--- the square of its ids). Fencing holds: only parents this statement moved or
+-- enqueue does. Parents known to have none (`has_dependents` false, set by
+-- their writer; a dependent enqueued later sets it true) are not looked up
+-- in jobs_waiting_on_idx: a batch of jobs without dependents does not probe
+-- it at all (a GIN probe costs the square of its ids). Fencing holds: only parents this statement moved or
 -- wrote (under their claim's token) release anything, so a zombie's late
 -- outcome releases nothing.
 -- Two parents of one dependent finishing in concurrent transactions: each
@@ -147,10 +147,11 @@ key_next AS (
     FROM moved AS w
     WHERE w.ordering_key IS NOT NULL
 ),
--- The parents ended here that have dependents: done, and failed.
+-- The parents ended here that may have dependents: done, and failed.
 ended_parents AS MATERIALIZED (
-    SELECT ARRAY(SELECT id FROM moved WHERE has_dependents) AS done,
-           ARRAY(SELECT id FROM written WHERE status = 'failed' AND has_dependents) AS failed
+    SELECT ARRAY(SELECT id FROM moved WHERE has_dependents IS NOT FALSE) AS done,
+           ARRAY(SELECT id FROM written
+                 WHERE status = 'failed' AND has_dependents IS NOT FALSE) AS failed
 ),
 children AS (
     SELECT c.id

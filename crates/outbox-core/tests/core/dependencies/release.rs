@@ -148,8 +148,8 @@ fn one_parent_with_10_000_dependents_releases_each_once_in_its_finish() {
     );
 }
 
-/// Whether the job's row is marked as having dependents.
-fn marked(conn: &mut PgConnection, id: i64) -> bool {
+/// The job's `has_dependents`: true, false, or not known (NULL).
+fn marked(conn: &mut PgConnection, id: i64) -> Option<bool> {
     jobs_all::table
         .find(id)
         .select(jobs_all::has_dependents)
@@ -157,12 +157,13 @@ fn marked(conn: &mut PgConnection, id: i64) -> bool {
         .expect("the job")
 }
 
-/// The finish looks for dependents only of parents marked as having them.
-/// Whatever writes a waiting job marks its parents: the enqueue, within one
-/// enqueue or across two, and a plain INSERT that knows nothing of the mark
-/// (an application's own statement, or an older build still running while a
-/// deployment rolls out), through the table's trigger. A job nothing waits
-/// for stays unmarked, and the mark follows a parent into the archive.
+/// The finish does not look for dependents of a parent known to have none.
+/// The enqueue marks its parents, within one enqueue or across two, and
+/// writes every other job known to have none. A plain INSERT that knows
+/// nothing of the mark (an application's own statement, or an older build
+/// still running while a deployment rolls out) leaves its own row not known,
+/// and the table's trigger marks the parents it names, even one the enqueue
+/// wrote as having none. The mark follows a parent into the archive.
 #[test]
 fn every_writer_of_a_dependent_marks_its_parents_and_the_finish_releases_it() {
     let db = TestDb::new();
@@ -196,11 +197,17 @@ fn every_writer_of_a_dependent_marks_its_parents_and_the_finish_releases_it() {
         .get_result(&mut conn)
         .expect("a plain insert");
 
-    assert!(!marked(&mut conn, lonely));
-    assert!(marked(&mut conn, earlier));
-    assert!(marked(&mut conn, batch[0]));
-    assert!(!marked(&mut conn, batch[1]));
-    assert!(marked(&mut conn, plain_parent));
+    assert_eq!(marked(&mut conn, lonely), Some(false));
+    assert_eq!(marked(&mut conn, earlier), Some(true));
+    assert_eq!(marked(&mut conn, by_enqueue), Some(false));
+    assert_eq!(marked(&mut conn, batch[0]), Some(true));
+    assert_eq!(marked(&mut conn, batch[1]), Some(false));
+    assert_eq!(
+        marked(&mut conn, plain_parent),
+        Some(true),
+        "by the trigger"
+    );
+    assert_eq!(marked(&mut conn, by_insert), None, "not known");
 
     let parents = claim(&mut conn, 10);
     assert_eq!(
@@ -220,6 +227,10 @@ fn every_writer_of_a_dependent_marks_its_parents_and_the_finish_releases_it() {
     for child in [by_enqueue, batch[1], by_insert] {
         assert_eq!(waiting_on(&mut conn, child), Vec::<i64>::new());
     }
-    assert!(marked(&mut conn, earlier), "archived with its mark");
-    assert!(!marked(&mut conn, lonely));
+    assert_eq!(
+        marked(&mut conn, earlier),
+        Some(true),
+        "archived with its mark"
+    );
+    assert_eq!(marked(&mut conn, lonely), Some(false));
 }
