@@ -58,6 +58,11 @@ pub(super) async fn run(
         // Reap finished claim tasks so the set does not grow without bound.
         while claims.try_join_next().is_some() {}
 
+        // A wake-up taken while idle. A claim still in flight with an older
+        // snapshot may come back empty after it and mark the queue empty
+        // again; the claim below must go ahead anyway, or the job that
+        // wake-up announced would wait for the poll interval.
+        let mut woken_idle = false;
         if state.queue_empty.load(Ordering::Acquire) || state.failing.load(Ordering::Acquire) {
             let timeout = if state.failing.load(Ordering::Acquire) {
                 settings.poll_interval.min(Duration::from_secs(1))
@@ -65,8 +70,10 @@ pub(super) async fn run(
                 shared.liveness.producer_progressed();
                 settings.poll_interval
             };
-            if wait(&shared, &shutdown, timeout).await {
-                break;
+            match wait(&shared, &shutdown, timeout).await {
+                Waited::Shutdown => break,
+                Waited::Woken => woken_idle = true,
+                Waited::TimedOut => {}
             }
             state.queue_empty.store(false, Ordering::Release);
         }
@@ -113,7 +120,7 @@ pub(super) async fn run(
         };
         // A NOTIFY that came while we were claiming without a pause: the job
         // it announces may be behind the cursor.
-        let woken = shared.wake.notified().now_or_never().is_some();
+        let woken = shared.wake.notified().now_or_never().is_some() || woken_idle;
         if woken {
             lock(&state.cursor).restart();
         }
@@ -428,18 +435,27 @@ async fn hand_back(shared: &Arc<Shared>, jobs: Vec<(ClaimedJob, Claim)>) {
     drop(jobs);
 }
 
+/// How an idle wait ended.
+enum Waited {
+    Shutdown,
+    /// A wake-up (a NOTIFY, a released job, a freed slot): it is spent.
+    Woken,
+    /// The poll interval, or a retry this worker pool scheduled, came due.
+    TimedOut,
+}
+
 /// Sleeps until woken, the timeout, a retry this worker pool scheduled falls due, or
-/// shutdown; true on shutdown.
-async fn wait(shared: &Shared, shutdown: &CancellationToken, timeout: Duration) -> bool {
+/// shutdown.
+async fn wait(shared: &Shared, shutdown: &CancellationToken, timeout: Duration) -> Waited {
     let poll_at = Instant::now() + timeout;
     loop {
         let until = shared.next_wake().map_or(poll_at, |at| at.min(poll_at));
         tokio::select! {
-            () = shutdown.cancelled() => return true,
-            () = shared.wake.notified() => return false,
+            () = shutdown.cancelled() => return Waited::Shutdown,
+            () = shared.wake.notified() => return Waited::Woken,
             // A retry scheduled while we slept may be due before `until`.
             () = shared.rescheduled.notified() => {}
-            () = tokio::time::sleep_until(until.into()) => return false,
+            () = tokio::time::sleep_until(until.into()) => return Waited::TimedOut,
         }
     }
 }
