@@ -40,9 +40,9 @@
 -- enqueue does. Parents known to have none (`has_dependents` false, set by
 -- their writer; a dependent enqueued later sets it true) are not looked up
 -- in jobs_waiting_on_idx: a batch of jobs without dependents does not probe
--- it at all (a GIN probe costs the square of its ids). Fencing holds: only parents this statement moved or
--- wrote (under their claim's token) release anything, so a zombie's late
--- outcome releases nothing.
+-- it at all (a GIN probe costs the square of its ids). Fencing holds: only
+-- parents this statement moved or wrote (under their claim's token) release
+-- anything, so a zombie's late outcome releases nothing.
 -- Two parents of one dependent finishing in concurrent transactions: each
 -- removes its own id from the dependent's `waiting_on` under the row lock,
 -- and the second, waiting on the first's lock, recomputes the array from the
