@@ -365,6 +365,7 @@ fn a_keys_jobs_are_claimed_one_at_a_time_in_enqueue_order_and_a_failed_head_bloc
         run_after: chrono::Utc::now(),
         concurrency_key: None,
         unfinished_parents: None,
+        standalone: false,
     };
 
     // a's head fails for good: a is blocked; b's head succeeds: b moves on.

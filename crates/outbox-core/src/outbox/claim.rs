@@ -4,7 +4,7 @@ use std::time::Duration;
 
 use chrono::{DateTime, Utc};
 use diesel::prelude::*;
-use diesel::sql_types::{Array, BigInt, Integer, Nullable, Text, Timestamptz};
+use diesel::sql_types::{Array, BigInt, Bool, Integer, Nullable, Text, Timestamptz};
 
 /// What a worker pool asks for.
 #[derive(Debug, Clone)]
@@ -75,6 +75,13 @@ pub struct ClaimedJob {
     /// runs without their work. `None` for every other job.
     #[diesel(sql_type = Nullable<Array<BigInt>>)]
     pub unfinished_parents: Option<Vec<i64>>,
+    /// Whether the job's end changes no other row: it has no ordering key,
+    /// no concurrency key and, when claimed, no dependent. The worker pool
+    /// writes such a job's `done` through the shorter finish
+    /// ([`HotStatements::finish_standalone_first`](crate::statements::HotStatements::finish_standalone_first)),
+    /// which checks all three again on the row.
+    #[diesel(sql_type = Bool)]
+    pub standalone: bool,
 }
 
 impl ClaimedJob {

@@ -26,6 +26,7 @@ pub(crate) mod prepared;
 mod prune;
 pub(crate) mod reap;
 mod retry;
+mod standalone;
 mod stats;
 pub(crate) mod text;
 mod wake;

@@ -33,6 +33,7 @@ use super::ordering_keys::{ADVANCE_KEYS_SQL, STRANDED_KEYS_SQL};
 use super::reap::{
     ExpiredRow, ReapPlan, ReapReport, ReapRequest, SELECT_EXPIRED_SQL, UPDATE_REAPED_SQL,
 };
+use super::standalone::FINISH_STANDALONE_SQL;
 
 /// The claim's parameter types, in [`CLAIM_SQL`]'s order: limit, kinds,
 /// worker id, lease in milliseconds, the cursor's `run_after` and id. For a
@@ -62,9 +63,10 @@ const OUTCOME_PARAMS: &[Type] = &[
 /// The files of the statements [`HotStatements`] prepares (in `src/outbox/sql/`),
 /// each with its text: what [`HotStatements::prepare_rewritten`] hands its
 /// rewrite.
-pub const HOT_STATEMENT_FILES: [(&str, &str); 8] = [
+pub const HOT_STATEMENT_FILES: [(&str, &str); 9] = [
     ("claim_jobs.sql", CLAIM_SQL),
     ("finish_jobs.sql", FINISH_SQL),
+    ("finish_standalone_jobs.sql", FINISH_STANDALONE_SQL),
     ("extend_leases.sql", EXTEND_SQL),
     ("hand_back_jobs.sql", HAND_BACK_SQL),
     ("select_expired_leases.sql", SELECT_EXPIRED_SQL),
@@ -80,6 +82,8 @@ pub const HOT_STATEMENT_FILES: [(&str, &str); 8] = [
 pub struct HotStatements {
     claim: Statement,
     finish: Statement,
+    /// `sql/finish_standalone_jobs.sql` (see `standalone.rs`).
+    pub(super) finish_standalone: Statement,
     extend: Statement,
     hand_back: Statement,
     select_expired: Statement,
@@ -107,6 +111,7 @@ impl HotStatements {
         let [
             claim_sql,
             finish_sql,
+            finish_standalone_sql,
             extend_sql,
             hand_back_sql,
             select_expired_sql,
@@ -117,6 +122,7 @@ impl HotStatements {
         let (
             claim,
             finish,
+            finish_standalone,
             extend,
             hand_back,
             select_expired,
@@ -126,6 +132,10 @@ impl HotStatements {
         ) = tokio::try_join!(
             client.prepare_typed(&claim_sql, CLAIM_PARAMS),
             client.prepare_typed(&finish_sql, OUTCOME_PARAMS),
+            client.prepare_typed(
+                &finish_standalone_sql,
+                &[Type::INT8_ARRAY, Type::INT8_ARRAY]
+            ),
             client.prepare_typed(
                 &extend_sql,
                 &[Type::INT8_ARRAY, Type::INT8_ARRAY, Type::INT8]
@@ -142,6 +152,7 @@ impl HotStatements {
         Ok(HotStatements {
             claim,
             finish,
+            finish_standalone,
             extend,
             hand_back,
             select_expired,
@@ -482,6 +493,7 @@ impl ClaimedJob {
             run_after: row.try_get(8)?,
             concurrency_key: row.try_get(9)?,
             unfinished_parents: row.try_get(10)?,
+            standalone: row.try_get(11)?,
         })
     }
 }

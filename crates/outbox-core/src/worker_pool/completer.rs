@@ -51,6 +51,8 @@ pub(super) struct Completion {
     not_before: Option<Instant>,
     /// The job held a slot of a concurrency key, which its outcome gives back.
     keyed: bool,
+    /// Its `done` may take the standalone finish ([`ClaimedJob::standalone`](crate::statements::ClaimedJob::standalone)).
+    standalone: bool,
     /// Writes committed with the outcome, whatever it is
     /// ([`JobContext::write_with_outcome`](crate::worker::JobContext::write_with_outcome)).
     writes: Vec<LocalWrite>,
@@ -64,6 +66,7 @@ impl Completion {
         kind: Arc<KindMetrics>,
         claim: Claim,
         keyed: bool,
+        standalone: bool,
     ) -> Self {
         Completion {
             finish,
@@ -75,6 +78,7 @@ impl Completion {
             rewritten: false,
             not_before: None,
             keyed,
+            standalone,
             writes: Vec::new(),
         }
     }
@@ -249,7 +253,11 @@ async fn write(
             })
             .collect();
         let writes: Vec<Vec<LocalWrite>> = part.iter().map(|c| c.writes.clone()).collect();
-        let result = shared.hot.finish(writer, finishes, writes).await;
+        let standalone: Vec<bool> = part.iter().map(|c| c.standalone).collect();
+        let result = shared
+            .hot
+            .finish(writer, finishes, writes, standalone)
+            .await;
         match result {
             Ok(report) => {
                 PoolStats::add(&shared.stats.outcome_writes, 1);

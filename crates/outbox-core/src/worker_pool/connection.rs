@@ -176,19 +176,28 @@ impl HotPath {
 
     /// Writes `finishes` (see [`finish_jobs`](crate::statements::finish_jobs)),
     /// each with its `writes` (committed with its outcome, whatever it is),
-    /// on writer `writer`'s connection.
+    /// on writer `writer`'s connection. A batch without local writes sends
+    /// the `done`s of claims `standalone` marks to the standalone finish
+    /// ([`HotStatements::finish_standalone_first`](crate::statements::HotStatements::finish_standalone_first)).
     pub(super) async fn finish(
         &self,
         writer: usize,
         finishes: Vec<Finish>,
         writes: Vec<Vec<LocalWrite>>,
+        standalone: Vec<bool>,
     ) -> Result<FinishReport, DbError> {
         if let Some(rows) = hook_rows(&finishes, &writes)
             && let Some(result) = self
                 .on_own(Role::Write(writer), async |open| {
-                    open.statements
-                        .finish_with_rows(&open.client, &open.hooks, &finishes, rows)
-                        .await
+                    if rows.is_empty() {
+                        open.statements
+                            .finish_standalone_first(&open.client, &finishes, &standalone)
+                            .await
+                    } else {
+                        open.statements
+                            .finish_with_rows(&open.client, &open.hooks, &finishes, rows)
+                            .await
+                    }
                 })
                 .await
         {

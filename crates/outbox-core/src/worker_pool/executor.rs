@@ -115,6 +115,7 @@ pub(super) async fn run(
             kind,
             claim,
             job.concurrency_key.is_some(),
+            job.standalone,
         )
         .with_writes(with_outcome.take());
         if completions.send(completion).await.is_err() {

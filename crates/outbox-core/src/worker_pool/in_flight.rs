@@ -131,6 +131,7 @@ mod tests {
             run_after: chrono::Utc::now(),
             concurrency_key: None,
             unfinished_parents: None,
+            standalone: true,
         }
     }
 

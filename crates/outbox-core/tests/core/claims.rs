@@ -343,3 +343,59 @@ fn a_row_whose_job_runs_under_a_newer_claim_is_dropped_and_the_job_kept() {
     assert_eq!(rows[0].locked_by, "alive");
     assert_eq!(rows[0].lease_tokens, vec![second[0].lease_token]);
 }
+
+#[derive(Debug, serde::Serialize, serde::Deserialize)]
+struct Noop {}
+
+impl outbox_core::worker::JobArgs for Noop {
+    const KIND: &'static str = "noop";
+}
+
+/// A claim marks standalone the jobs whose `done` changes no other row (no
+/// ordering key, no concurrency key, no dependent), and only those: the
+/// worker pool sends their outcomes to the shorter finish.
+#[test]
+fn the_claim_marks_standalone_only_jobs_whose_end_touches_no_other_row() {
+    use outbox_core::outbox::{Enqueuer, JobOptions};
+
+    let db = TestDb::new();
+    let mut conn = db.conn();
+    let enqueuer = Enqueuer::new();
+    let mut enqueue = |options: JobOptions| {
+        enqueuer
+            .enqueue(&mut conn, &Noop {}, &options)
+            .expect("enqueue")
+    };
+    let plain = enqueue(JobOptions::default());
+    let ordered = enqueue(JobOptions::default().ordering_key("k"));
+    let limited = enqueue(JobOptions::default().concurrency_key("c"));
+    let parent = enqueue(JobOptions::default());
+    enqueue(JobOptions::default().depends_on([parent]));
+    // A writer that knows nothing of `has_dependents` leaves it unknown.
+    let unknown: i64 = diesel::sql_query("INSERT INTO jobs (kind) VALUES ('noop') RETURNING id")
+        .get_result::<Id>(&mut conn)
+        .expect("a plain insert")
+        .id;
+
+    let marks: Vec<(i64, bool)> = claim(&mut conn, "w", 10)
+        .iter()
+        .map(|j| (j.id, j.standalone))
+        .collect();
+    let mut expected = vec![
+        (plain, true),
+        (ordered, false),
+        (limited, false),
+        (parent, false),
+        (unknown, false),
+    ];
+    expected.sort_unstable();
+    let mut marks = marks;
+    marks.sort_unstable();
+    assert_eq!(marks, expected);
+}
+
+#[derive(QueryableByName)]
+struct Id {
+    #[diesel(sql_type = BigInt)]
+    id: i64,
+}

@@ -29,18 +29,29 @@ const GATE: i64 = 4949;
 /// The locking read's probe, as `finish_jobs.sql` has it.
 const PROBE: &str =
     "    WHERE j.id = ANY($1)\n      AND j.status = 'processing'\n    -- FOR UPDATE";
+/// The same, as `finish_standalone_jobs.sql` has it.
+const STANDALONE_PROBE: &str = "    WHERE j.id = ANY ($1)\n      AND j.lease_token = ANY ($2)";
 
-/// `finish_jobs.sql` with its locking read's ids computed behind [`GATE`]:
-/// the statement has its snapshot, and has locked nothing yet.
+/// The finishing statements with the ids their row locks are taken for
+/// computed behind [`GATE`]: the statement has its snapshot, and has locked
+/// nothing yet.
 fn gated(file: &'static str, text: &'static str) -> String {
-    if file != "finish_jobs.sql" {
-        return text.to_owned();
-    }
-    assert!(text.contains(PROBE), "the finish's locking read moved");
+    let (probe, ids) = match file {
+        "finish_jobs.sql" => (PROBE, "ANY($1)"),
+        "finish_standalone_jobs.sql" => (STANDALONE_PROBE, "ANY ($1)"),
+        _ => return text.to_owned(),
+    };
+    assert!(text.contains(probe), "the locking read of {file} moved");
+    // The gate is a lock wait: the standalone finish's bound on its waits
+    // would end it.
+    let text = text.replace(
+        "set_config('lock_timeout', '50ms', true)",
+        "set_config('lock_timeout', '0', true)",
+    );
     text.replacen(
-        PROBE,
-        &PROBE.replace(
-            "ANY($1)",
+        probe,
+        &probe.replace(
+            ids,
             &format!("ANY((SELECT $1 FROM pg_advisory_xact_lock_shared({GATE}))::bigint[])"),
         ),
         1,
@@ -116,6 +127,17 @@ async fn finish_across(
     finishes: Vec<Finish>,
     meanwhile: impl FnOnce(&mut PgConnection),
 ) -> FinishReport {
+    finish_across_with(db, finishes, false, meanwhile).await
+}
+
+/// [`finish_across`], through the standalone finish first when `standalone`
+/// (every claim marked standalone), which then waits at the gate.
+async fn finish_across_with(
+    db: &TestDb,
+    finishes: Vec<Finish>,
+    standalone: bool,
+    meanwhile: impl FnOnce(&mut PgConnection),
+) -> FinishReport {
     let client = Arc::new(connect(db).await);
     let statements = HotStatements::prepare_rewritten(&client, gated)
         .await
@@ -126,7 +148,12 @@ async fn finish_across(
         .expect("close the gate");
     let finishing = {
         let client = Arc::clone(&client);
-        tokio::spawn(async move { statements.finish(&client, &finishes).await })
+        tokio::spawn(async move {
+            let marks = vec![standalone; finishes.len()];
+            statements
+                .finish_standalone_first(&client, &finishes, &marks)
+                .await
+        })
     };
     let mut watch = db.conn();
     wait_until("the finish waiting at the gate", MINUTE, || {
@@ -316,5 +343,156 @@ async fn a_dependent_committed_under_the_finish_of_its_parent_is_released() {
     assert!(
         waiting.is_empty(),
         "the dependent still waits on {waiting:?}"
+    );
+}
+
+/// The standalone finish of a parent whose dependent commits under it: the
+/// mark the enqueue wrote is a version the locking read rechecks, so the
+/// standalone finish leaves the parent to finish_jobs.sql, which (with a
+/// snapshot that sees the dependent) archives it and releases the dependent,
+/// in the same call.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_dependent_committed_under_the_standalone_finish_of_its_parent_is_released() {
+    use outbox_core::outbox::{Enqueuer, JobOptions};
+
+    let db = TestDb::new();
+    let mut conn = db.conn();
+    let parent_id = Enqueuer::new()
+        .enqueue(&mut conn, &Noop {}, &JobOptions::default())
+        .expect("the parent");
+    let parent = claim_one(&mut conn, "noop", "w", MINUTE);
+    assert!(parent.standalone, "{parent:?}");
+
+    let mut child = None;
+    let report = finish_across_with(&db, vec![outcome(&parent, done())], true, |conn| {
+        child = Some(
+            Enqueuer::new()
+                .enqueue(
+                    conn,
+                    &Noop {},
+                    &JobOptions::default().depends_on([parent_id]),
+                )
+                .expect("the dependent"),
+        );
+    })
+    .await;
+    let child = child.expect("enqueued");
+    assert_eq!(report.applied, vec![parent_id], "{report:?}");
+    assert_eq!(report.released, 1, "{report:?}");
+    assert_eq!(
+        state(&mut conn, parent_id),
+        ("done".to_owned(), Some(parent.lease_token), 1)
+    );
+    let waiting: Vec<i64> = outbox_core::schema::jobs::table
+        .find(child)
+        .select(outbox_core::schema::jobs::waiting_on)
+        .first(&mut conn)
+        .expect("the dependent");
+    assert!(
+        waiting.is_empty(),
+        "the dependent still waits on {waiting:?}"
+    );
+}
+
+/// The standalone finish under a heartbeat, and under a reap and a new
+/// claim: the heartbeat's version is invisible to its DELETE, so the claim
+/// goes on to finish_jobs.sql and is applied once in the same call; the
+/// zombie's token is no row's any more, and its claim is answered lost.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_standalone_finish_applies_once_under_a_heartbeat_and_never_for_a_zombie() {
+    use outbox_core::outbox::{Enqueuer, JobOptions};
+
+    let db = TestDb::new();
+    let mut conn = db.conn();
+    for _ in 0..2 {
+        Enqueuer::new()
+            .enqueue(&mut conn, &Noop {}, &JobOptions::default())
+            .expect("a job");
+    }
+    let beating = claim_one(&mut conn, "noop", "w", MINUTE);
+    let zombie = claim_one(&mut conn, "noop", "w", MINUTE);
+    let finishes = vec![outcome(&beating, done()), outcome(&zombie, done())];
+
+    let mut taken = None;
+    let report = finish_across_with(&db, finishes, true, |conn| {
+        let beat = extend_leases(conn, &leases(std::slice::from_ref(&beating)), MINUTE * 2)
+            .expect("heartbeat");
+        assert_eq!(beat.extended.len(), 1, "{beat:?}");
+        diesel::sql_query(
+            "UPDATE jobs SET lease_expires_at = now() - interval '1 second' WHERE id = $1",
+        )
+        .bind::<BigInt, _>(zombie.id)
+        .execute(conn)
+        .expect("expire the zombie's lease");
+        let reaped =
+            reap_expired_leases(conn, &ReapRequest::new(10), |_| Duration::ZERO).expect("reap");
+        assert_eq!(reaped.requeued, 1, "{reaped:?}");
+        taken = Some(claim_one(conn, "noop", "v", MINUTE));
+    })
+    .await;
+    let taken = taken.expect("claimed again");
+    assert_eq!(taken.id, zombie.id);
+    assert_eq!(report.applied, vec![beating.id], "{report:?}");
+    assert_eq!(report.lost, vec![zombie.id], "{report:?}");
+    assert_eq!(
+        state(&mut conn, beating.id),
+        ("done".to_owned(), Some(beating.lease_token), 1)
+    );
+    assert_eq!(
+        state(&mut conn, zombie.id),
+        ("processing".to_owned(), Some(taken.lease_token), 1)
+    );
+}
+
+/// A standalone job's row held by an open transaction: the standalone
+/// finish waits for it no longer than its bound, writes nothing, and the
+/// claim goes on to finish_jobs.sql, which answers it busy; written again
+/// once the row is free, it is applied once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_row_held_past_the_standalone_bound_is_answered_busy_then_applied_once() {
+    use outbox_core::outbox::{Enqueuer, JobOptions};
+
+    let db = TestDb::new();
+    let mut conn = db.conn();
+    Enqueuer::new()
+        .enqueue(&mut conn, &Noop {}, &JobOptions::default())
+        .expect("a job");
+    let job = claim_one(&mut conn, "noop", "w", MINUTE);
+    let finishes = vec![outcome(&job, done())];
+    let client = connect(&db).await;
+    let statements = HotStatements::prepare(&client).await.expect("prepare");
+
+    let mut holder = db.conn();
+    diesel::sql_query("BEGIN")
+        .execute(&mut holder)
+        .expect("begin");
+    diesel::sql_query("SELECT id FROM jobs WHERE id = $1 FOR UPDATE")
+        .bind::<BigInt, _>(job.id)
+        .execute(&mut holder)
+        .expect("hold the row");
+    let report = tokio::time::timeout(
+        Duration::from_secs(10),
+        statements.finish_standalone_first(&client, &finishes, &[true]),
+    )
+    .await
+    .expect("the finish waits no longer than its bound")
+    .expect("the finish");
+    assert_eq!(report.busy, vec![job.id], "{report:?}");
+    assert_eq!(
+        state(&mut conn, job.id),
+        ("processing".to_owned(), Some(job.lease_token), 1)
+    );
+    diesel::sql_query("COMMIT")
+        .execute(&mut holder)
+        .expect("commit");
+
+    let again = statements
+        .finish_standalone_first(&client, &finishes, &[true])
+        .await
+        .expect("finish again");
+    assert_eq!(again.applied, vec![job.id], "{again:?}");
+    assert_eq!(
+        state(&mut conn, job.id),
+        ("done".to_owned(), Some(job.lease_token), 1)
     );
 }

@@ -152,7 +152,10 @@ FROM async_commit
 WHERE j.id = ANY (ARRAY(SELECT id FROM picked))
 RETURNING j.id, j.kind, j.payload, j.attempts, j.max_attempts, j.lease_token,
           j.created_at, j.trace_context, j.run_after, j.concurrency_key,
-          j.unfinished_parents
+          j.unfinished_parents,
+          -- Whether its end touches no other row (finish_standalone_jobs.sql).
+          (j.ordering_key IS NULL AND j.concurrency_key IS NULL
+           AND j.has_dependents IS FALSE) AS standalone
 ),
 taken AS (
     SELECT concurrency_key AS key, count(*) AS n
@@ -186,5 +189,5 @@ recorded AS (
     HAVING count(*) > 0
 )
 SELECT id, kind, payload, attempts, max_attempts, lease_token, created_at, trace_context,
-       run_after, concurrency_key, unfinished_parents
+       run_after, concurrency_key, unfinished_parents, standalone
 FROM claimed

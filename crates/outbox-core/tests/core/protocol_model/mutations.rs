@@ -23,6 +23,10 @@ pub enum Mutation {
     UncountedClaim,
     /// A job that ends `done` does not advance its ordering key.
     NoAdvance,
+    /// The standalone finish takes any job, keyed or with dependents: it
+    /// ends it without advancing its key, releasing its dependents or
+    /// giving its slot back.
+    UnguardedStandaloneFinish,
 }
 
 /// One textual change to a statement: every occurrence of `from` becomes `to`.
@@ -38,13 +42,14 @@ pub struct Rewrite {
 pub const RECORD_MESSAGE_FILE: &str = "record_message.sql";
 
 impl Mutation {
-    pub const ALL: [Mutation; 6] = [
+    pub const ALL: [Mutation; 7] = [
         Mutation::NoFinishFence,
         Mutation::NoHeadCheck,
         Mutation::HoldReleasedOnFailure,
         Mutation::NoDedupeKey,
         Mutation::UncountedClaim,
         Mutation::NoAdvance,
+        Mutation::UnguardedStandaloneFinish,
     ];
 
     pub fn describe(self) -> &'static str {
@@ -55,6 +60,9 @@ impl Mutation {
             Mutation::NoDedupeKey => "the dedupe without its unique key",
             Mutation::UncountedClaim => "the claim not counting its concurrency slot",
             Mutation::NoAdvance => "a done job not advancing its ordering key",
+            Mutation::UnguardedStandaloneFinish => {
+                "the standalone finish without its checks for keys and dependents"
+            }
         }
     }
 
@@ -66,7 +74,7 @@ impl Mutation {
             Mutation::HoldReleasedOnFailure => DEPENDENCIES,
             Mutation::NoDedupeKey => RECEIVED_ONCE,
             Mutation::UncountedClaim => CONCURRENCY_LIMITS,
-            Mutation::NoAdvance => EVERY_JOB_ENDS,
+            Mutation::NoAdvance | Mutation::UnguardedStandaloneFinish => EVERY_JOB_ENDS,
         }
     }
 
@@ -89,6 +97,11 @@ impl Mutation {
                 Rewrite {
                     file: "finish_jobs.sql",
                     from: "AND j.lease_token = l.lease_token",
+                    to: "",
+                },
+                Rewrite {
+                    file: "finish_standalone_jobs.sql",
+                    from: "AND j.lease_token = ANY ($2)",
                     to: "",
                 },
             ],
@@ -136,6 +149,23 @@ impl Mutation {
                 from: "SET blocked = n.blocked AND n.id <> ALL (ARRAY(SELECT id FROM key_next WHERE id IS NOT NULL)),",
                 to: "SET blocked = n.blocked,",
             }],
+            Mutation::UnguardedStandaloneFinish => &[
+                Rewrite {
+                    file: "finish_standalone_jobs.sql",
+                    from: "AND j.ordering_key IS NULL",
+                    to: "",
+                },
+                Rewrite {
+                    file: "finish_standalone_jobs.sql",
+                    from: "AND j.concurrency_key IS NULL",
+                    to: "",
+                },
+                Rewrite {
+                    file: "finish_standalone_jobs.sql",
+                    from: "AND j.has_dependents = false",
+                    to: "",
+                },
+            ],
         }
     }
 

@@ -302,10 +302,17 @@ impl Sql {
             .map_err(|e| pg("heartbeat", &e))
     }
 
+    /// Every outcome through the standalone finish first, as if its claim
+    /// were marked standalone whatever the job: the model's jobs all have a
+    /// key or a dependent, so the walk holds the standalone finish's own
+    /// checks to the model (the claim's mark only spares it work).
     pub fn finish(&mut self, relay: usize, finish: Finish) -> Result<FinishReport, String> {
         let r = &self.relays[relay];
         self.rt
-            .block_on(r.statements.finish(&r.client, &[finish]))
+            .block_on(
+                r.statements
+                    .finish_standalone_first(&r.client, &[finish], &[true]),
+            )
             .map_err(|e| pg("finish", &e))
     }
 

@@ -235,7 +235,11 @@ impl Protocol {
             Outcome::Done => {
                 j.status = Status::Done;
                 j.outcomes += 1;
-                if ORDERED[job] && !self.broken(Mutation::NoAdvance) {
+                // The model has one finish; a standalone finish that takes a
+                // keyed job is, to it, a done job that does not advance.
+                let advances = !self.broken(Mutation::NoAdvance)
+                    && !self.broken(Mutation::UnguardedStandaloneFinish);
+                if ORDERED[job] && advances {
                     // The key's next job: the one enqueued after, blocked.
                     let seq = j.seq;
                     for (o, ordered) in n.jobs.iter_mut().zip(ORDERED) {
