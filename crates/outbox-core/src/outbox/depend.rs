@@ -49,6 +49,24 @@ pub enum Parent {
     InBatch(usize),
 }
 
+impl Parent {
+    /// The id of a parent enqueued before this call.
+    fn earlier(self) -> Option<i64> {
+        match self {
+            Parent::Job(id) => Some(id),
+            Parent::InBatch(_) => None,
+        }
+    }
+
+    /// The index of a parent in the same call.
+    fn in_batch(self) -> Option<usize> {
+        match self {
+            Parent::InBatch(index) => Some(index),
+            Parent::Job(_) => None,
+        }
+    }
+}
+
 impl From<i64> for Parent {
     fn from(id: i64) -> Self {
         Parent::Job(id)
@@ -250,10 +268,7 @@ pub(super) fn resolve(
     let mut ids: Vec<i64> = jobs
         .iter()
         .flat_map(|j| j.parents.iter())
-        .filter_map(|p| match p {
-            Parent::Job(id) => Some(*id),
-            Parent::InBatch(_) => None,
-        })
+        .filter_map(|p| p.earlier())
         .collect();
     ids.sort_unstable();
     ids.dedup();
@@ -352,10 +367,7 @@ pub(super) fn assign_batch_ids(conn: &mut PgConnection, jobs: &mut [NewJob]) -> 
     let parents: Vec<usize> = jobs
         .iter()
         .flat_map(|job| job.parents.iter())
-        .filter_map(|parent| match parent {
-            Parent::InBatch(index) => Some(*index),
-            Parent::Job(_) => None,
-        })
+        .filter_map(|parent| parent.in_batch())
         .collect();
     for index in parents {
         if let Some(parent) = jobs.get_mut(index) {

@@ -4,7 +4,7 @@
 //! dependents, slots and its busy report. Every claim it does not end goes
 //! on to finish_jobs.sql, which answers it applied, busy or lost as always.
 
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 
 use tokio_postgres::Client;
 use tokio_postgres::error::SqlState;
@@ -22,7 +22,8 @@ impl HotStatements {
     /// marked claim the standalone finish did not end (the claim lost, a
     /// dependent enqueued since, or a row lock it waited for past its bound),
     /// goes through finish_jobs.sql after it. `standalone` may be shorter
-    /// than `finishes` (false for the rest).
+    /// than `finishes` (false for the rest). The report lists the claims in
+    /// the order of `finishes`, as finish_jobs.sql's does.
     ///
     /// Two statements, each its own transaction: an outcome is applied once
     /// or not at all, but not atomically with the rest of its batch. Should
@@ -36,10 +37,12 @@ impl HotStatements {
         finishes: &[Finish],
         standalone: &[bool],
     ) -> Result<FinishReport, tokio_postgres::Error> {
-        let (alone, mut others) = split(finishes, standalone);
-        if alone.is_empty() {
+        // Most batches of an order's jobs have none (their jobs have keys or
+        // dependents): those go on as they are, with nothing copied.
+        if !(0..finishes.len()).any(|i| takes_standalone(finishes, standalone, i)) {
             return self.finish(client, finishes).await;
         }
+        let (alone, mut others) = split(finishes, standalone);
         let ids: Vec<i64> = alone.iter().map(|f| f.job_id).collect();
         let tokens: Vec<i64> = alone.iter().map(|f| f.lease_token).collect();
         let ended: HashSet<(i64, i64)> = match client
@@ -59,39 +62,79 @@ impl HotStatements {
             .partition(|f| ended.contains(&(f.job_id, f.lease_token)));
         others.extend(left);
         let applied: Vec<i64> = applied.iter().map(|f| f.job_id).collect();
-        match self.finish(client, &others).await {
+        let report = match self.finish(client, &others).await {
             Ok(mut report) => {
                 report.applied.extend(applied);
-                Ok(report)
+                report
             }
             Err(error) if !applied.is_empty() => {
                 tracing::warn!(%error, "writing outcomes failed after the standalone finish; the rest will be written again");
-                Ok(FinishReport {
+                FinishReport {
                     applied,
                     busy: others.iter().map(|f| f.job_id).collect(),
                     ..FinishReport::default()
-                })
+                }
             }
-            Err(error) => Err(error),
-        }
+            Err(error) => return Err(error),
+        };
+        Ok(in_order(finishes, report))
     }
 }
 
-/// The finishes the standalone finish may end (`done`, with no local write,
-/// of a claim marked standalone), and the others, each in their order.
-fn split(finishes: &[Finish], standalone: &[bool]) -> (Vec<Finish>, Vec<Finish>) {
-    finishes.iter().enumerate().fold(
-        (Vec::new(), Vec::new()),
-        |(mut alone, mut others), (index, finish)| {
-            let marked = standalone.get(index).copied().unwrap_or(false);
-            if marked && matches!(finish.outcome, Outcome::Done { local: None }) {
-                alone.push(finish.clone());
-            } else {
-                others.push(finish.clone());
+/// `report` with each of its lists in the order of `finishes`, as
+/// finish_jobs.sql's own report is. Two claims of one job in one call are
+/// told apart by count: either order gives the same lists.
+fn in_order(finishes: &[Finish], report: FinishReport) -> FinishReport {
+    let count = |ids: Vec<i64>| {
+        ids.into_iter().fold(HashMap::new(), |mut counts, id| {
+            *counts.entry(id).or_insert(0_usize) += 1;
+            counts
+        })
+    };
+    let mut lists = [
+        (count(report.applied), Vec::new()),
+        (count(report.busy), Vec::new()),
+        (count(report.lost), Vec::new()),
+    ];
+    for finish in finishes {
+        let list = lists
+            .iter_mut()
+            .find(|(counts, _)| counts.get(&finish.job_id).is_some_and(|&n| n > 0));
+        if let Some((counts, ordered)) = list {
+            if let Some(n) = counts.get_mut(&finish.job_id) {
+                *n -= 1;
             }
-            (alone, others)
-        },
-    )
+            ordered.push(finish.job_id);
+        }
+    }
+    let [(_, applied), (_, busy), (_, lost)] = lists;
+    FinishReport {
+        applied,
+        busy,
+        lost,
+        ..report
+    }
+}
+
+/// Whether the standalone finish may end `finishes[index]`: a `done` with no
+/// local write, of a claim `standalone` marks.
+fn takes_standalone(finishes: &[Finish], standalone: &[bool], index: usize) -> bool {
+    standalone.get(index).copied().unwrap_or(false)
+        && matches!(finishes[index].outcome, Outcome::Done { local: None })
+}
+
+/// The finishes the standalone finish may end, and the others, each in
+/// their order.
+fn split(finishes: &[Finish], standalone: &[bool]) -> (Vec<Finish>, Vec<Finish>) {
+    let (mut alone, mut others) = (Vec::new(), Vec::new());
+    for (index, finish) in finishes.iter().enumerate() {
+        if takes_standalone(finishes, standalone, index) {
+            alone.push(finish.clone());
+        } else {
+            others.push(finish.clone());
+        }
+    }
+    (alone, others)
 }
 
 #[cfg(test)]
@@ -147,5 +190,29 @@ mod tests {
         let ids = |f: &[Finish]| f.iter().map(|f| f.job_id).collect::<Vec<_>>();
         assert_eq!(ids(&alone), [1]);
         assert_eq!(ids(&others), [2, 3, 4, 5]);
+    }
+
+    #[test]
+    fn the_report_of_both_statements_lists_the_claims_in_their_order() {
+        // Job 2 twice: a stale claim (lost) beside the current one (applied).
+        let finishes: Vec<Finish> = [3, 2, 1, 2, 4]
+            .into_iter()
+            .map(|id| finish(id, done()))
+            .collect();
+        let report = FinishReport {
+            applied: vec![1, 2, 3],
+            busy: vec![4],
+            lost: vec![2],
+            released: 2,
+            woken_kinds: vec!["mail".to_owned()],
+        };
+        let ordered = in_order(&finishes, report);
+        assert_eq!(ordered.applied, [3, 2, 1]);
+        assert_eq!(ordered.busy, [4]);
+        assert_eq!(ordered.lost, [2]);
+        assert_eq!(
+            (ordered.released, ordered.woken_kinds),
+            (2, vec!["mail".to_owned()])
+        );
     }
 }

@@ -6,6 +6,10 @@
 //! under its own claim, and one not applied is answered busy (written again)
 //! or lost, never dropped while still held.
 //!
+//! The standalone finish (a `DELETE` that takes each row's lock itself)
+//! rechecks a row changed under it in its newest version instead, and leaves
+//! to finish_jobs.sql every claim that recheck refuses.
+//!
 //! The interleaving is forced: the finish under test is the real statement
 //! made to wait on an advisory lock after its snapshot is taken, where it
 //! computes the ids its locking read probes.
@@ -15,6 +19,7 @@ use std::time::Duration;
 
 use diesel::prelude::*;
 use diesel::sql_types::{BigInt, Text};
+use outbox_core::outbox::{Enqueuer, JobOptions};
 use outbox_core::statements::{
     ClaimedJob, Finish, FinishReport, HotStatements, Outcome, ReapRequest, extend_leases,
     reap_expired_leases,
@@ -71,6 +76,27 @@ fn enqueue(conn: &mut PgConnection, n: i64) {
         .bind::<BigInt, _>(n)
         .execute(conn)
         .expect("enqueue");
+}
+
+/// One `noop` job through the enqueue (which marks it, and any parent of
+/// it, for the finish); `parent` makes it that job's dependent.
+fn enqueue_noop(conn: &mut PgConnection, parent: Option<i64>) -> i64 {
+    let options = match parent {
+        Some(parent) => JobOptions::default().depends_on([parent]),
+        None => JobOptions::default(),
+    };
+    Enqueuer::new()
+        .enqueue(conn, &Noop {}, &options)
+        .expect("enqueue")
+}
+
+/// The parents `job` still waits for.
+fn waiting_on(conn: &mut PgConnection, job: i64) -> Vec<i64> {
+    outbox_core::schema::jobs::table
+        .find(job)
+        .select(outbox_core::schema::jobs::waiting_on)
+        .first(conn)
+        .expect("the dependent")
 }
 
 fn outcome(job: &ClaimedJob, outcome: Outcome) -> Finish {
@@ -296,28 +322,16 @@ impl outbox_core::worker::JobArgs for Noop {
 /// parent that is gone.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_dependent_committed_under_the_finish_of_its_parent_is_released() {
-    use outbox_core::outbox::{Enqueuer, JobOptions};
-
     let db = TestDb::new();
     let mut conn = db.conn();
-    let parent_id = Enqueuer::new()
-        .enqueue(&mut conn, &Noop {}, &JobOptions::default())
-        .expect("the parent");
+    let parent_id = enqueue_noop(&mut conn, None);
     let parent = claim_one(&mut conn, "noop", "w", MINUTE);
     assert_eq!(parent.id, parent_id);
     let finishes = vec![outcome(&parent, done())];
 
     let mut child = None;
     let report = finish_across(&db, finishes.clone(), |conn| {
-        child = Some(
-            Enqueuer::new()
-                .enqueue(
-                    conn,
-                    &Noop {},
-                    &JobOptions::default().depends_on([parent_id]),
-                )
-                .expect("the dependent"),
-        );
+        child = Some(enqueue_noop(conn, Some(parent_id)));
     })
     .await;
     let child = child.expect("enqueued");
@@ -335,11 +349,7 @@ async fn a_dependent_committed_under_the_finish_of_its_parent_is_released() {
         .expect("finish again");
     assert_eq!(again.applied, vec![parent_id], "{again:?}");
     assert_eq!(again.released, 1, "{again:?}");
-    let waiting: Vec<i64> = outbox_core::schema::jobs::table
-        .find(child)
-        .select(outbox_core::schema::jobs::waiting_on)
-        .first(&mut conn)
-        .expect("the dependent");
+    let waiting = waiting_on(&mut conn, child);
     assert!(
         waiting.is_empty(),
         "the dependent still waits on {waiting:?}"
@@ -347,33 +357,21 @@ async fn a_dependent_committed_under_the_finish_of_its_parent_is_released() {
 }
 
 /// The standalone finish of a parent whose dependent commits under it: the
-/// mark the enqueue wrote is a version the locking read rechecks, so the
-/// standalone finish leaves the parent to finish_jobs.sql, which (with a
-/// snapshot that sees the dependent) archives it and releases the dependent,
-/// in the same call.
+/// `DELETE` rechecks the mark the enqueue wrote (the row's newest version)
+/// and leaves the parent to finish_jobs.sql, which (with a snapshot that
+/// sees the dependent) archives it and releases the dependent, in the same
+/// call.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_dependent_committed_under_the_standalone_finish_of_its_parent_is_released() {
-    use outbox_core::outbox::{Enqueuer, JobOptions};
-
     let db = TestDb::new();
     let mut conn = db.conn();
-    let parent_id = Enqueuer::new()
-        .enqueue(&mut conn, &Noop {}, &JobOptions::default())
-        .expect("the parent");
+    let parent_id = enqueue_noop(&mut conn, None);
     let parent = claim_one(&mut conn, "noop", "w", MINUTE);
     assert!(parent.standalone, "{parent:?}");
 
     let mut child = None;
     let report = finish_across_with(&db, vec![outcome(&parent, done())], true, |conn| {
-        child = Some(
-            Enqueuer::new()
-                .enqueue(
-                    conn,
-                    &Noop {},
-                    &JobOptions::default().depends_on([parent_id]),
-                )
-                .expect("the dependent"),
-        );
+        child = Some(enqueue_noop(conn, Some(parent_id)));
     })
     .await;
     let child = child.expect("enqueued");
@@ -383,11 +381,7 @@ async fn a_dependent_committed_under_the_standalone_finish_of_its_parent_is_rele
         state(&mut conn, parent_id),
         ("done".to_owned(), Some(parent.lease_token), 1)
     );
-    let waiting: Vec<i64> = outbox_core::schema::jobs::table
-        .find(child)
-        .select(outbox_core::schema::jobs::waiting_on)
-        .first(&mut conn)
-        .expect("the dependent");
+    let waiting = waiting_on(&mut conn, child);
     assert!(
         waiting.is_empty(),
         "the dependent still waits on {waiting:?}"
@@ -395,19 +389,16 @@ async fn a_dependent_committed_under_the_standalone_finish_of_its_parent_is_rele
 }
 
 /// The standalone finish under a heartbeat, and under a reap and a new
-/// claim: the heartbeat's version is invisible to its DELETE, so the claim
-/// goes on to finish_jobs.sql and is applied once in the same call; the
-/// zombie's token is no row's any more, and its claim is answered lost.
+/// claim: the `DELETE` rechecks each row's newest version; the heartbeat's
+/// passes, so that claim is applied once in the same call, and the zombie's
+/// token is no row's any more, so its claim goes on to finish_jobs.sql and is
+/// answered lost.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_standalone_finish_applies_once_under_a_heartbeat_and_never_for_a_zombie() {
-    use outbox_core::outbox::{Enqueuer, JobOptions};
-
     let db = TestDb::new();
     let mut conn = db.conn();
     for _ in 0..2 {
-        Enqueuer::new()
-            .enqueue(&mut conn, &Noop {}, &JobOptions::default())
-            .expect("a job");
+        enqueue_noop(&mut conn, None);
     }
     let beating = claim_one(&mut conn, "noop", "w", MINUTE);
     let zombie = claim_one(&mut conn, "noop", "w", MINUTE);
@@ -450,13 +441,9 @@ async fn the_standalone_finish_applies_once_under_a_heartbeat_and_never_for_a_zo
 /// once the row is free, it is applied once.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_row_held_past_the_standalone_bound_is_answered_busy_then_applied_once() {
-    use outbox_core::outbox::{Enqueuer, JobOptions};
-
     let db = TestDb::new();
     let mut conn = db.conn();
-    Enqueuer::new()
-        .enqueue(&mut conn, &Noop {}, &JobOptions::default())
-        .expect("a job");
+    enqueue_noop(&mut conn, None);
     let job = claim_one(&mut conn, "noop", "w", MINUTE);
     let finishes = vec![outcome(&job, done())];
     let client = connect(&db).await;

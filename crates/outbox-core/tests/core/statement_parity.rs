@@ -5,7 +5,10 @@
 //! the rows itself. Here the same walk runs both ways on two databases cloned
 //! from one template, one way each, and after every step the answers and the
 //! rows must be the same: a parameter bound in another order or type, or a
-//! column decoded from the wrong place, shows as a difference.
+//! column decoded from the wrong place, shows as a difference. The prepared
+//! side finishes as the worker pool does, standalone jobs through
+//! `finish_standalone_jobs.sql`: the archive it writes must be the one
+//! finish_jobs.sql writes.
 
 use std::time::Duration;
 
@@ -35,6 +38,7 @@ struct Claimed {
     lease_token: i64,
     concurrency_key: Option<String>,
     unfinished_parents: Option<Vec<i64>>,
+    standalone: bool,
 }
 
 impl From<&ClaimedJob> for Claimed {
@@ -48,6 +52,7 @@ impl From<&ClaimedJob> for Claimed {
             lease_token: job.lease_token,
             concurrency_key: job.concurrency_key.clone(),
             unfinished_parents: job.unfinished_parents.clone(),
+            standalone: job.standalone,
         }
     }
 }
@@ -82,6 +87,11 @@ struct Row {
     lease_in_10s: Option<i64>,
     #[diesel(sql_type = Bool)]
     finished: bool,
+    /// Every other column as it is, so that a column one statement writes
+    /// and another forgets (the two finishes each list the archive's)
+    /// shows.
+    #[diesel(sql_type = diesel::sql_types::Jsonb)]
+    rest: serde_json::Value,
 }
 
 fn rows(conn: &mut PgConnection) -> Vec<Row> {
@@ -91,8 +101,10 @@ fn rows(conn: &mut PgConnection) -> Vec<Row> {
                 round(extract(epoch FROM greatest(run_after - now(), interval '0')) / 10)::bigint \
                     AS due_in_10s, \
                 round(extract(epoch FROM lease_expires_at - now()) / 10)::bigint AS lease_in_10s, \
-                finished_at IS NOT NULL AS finished \
-         FROM jobs_all ORDER BY id",
+                finished_at IS NOT NULL AS finished, \
+                to_jsonb(a) - '{run_after,lease_expires_at,locked_at,created_at,finished_at}'::text[] \
+                    AS rest \
+         FROM jobs_all AS a ORDER BY id",
     )
     .load(conn)
     .expect("the jobs' rows")
@@ -279,10 +291,23 @@ async fn each_hot_statement_answers_and_writes_the_same_through_diesel_and_prepa
         lease_token: kept[0].lease_token + 1_000,
         outcome: Outcome::Done { local: None },
     });
+    // The prepared side finishes as the worker pool does: the claims marked
+    // standalone through the standalone finish first (the stale token's too).
+    let marks: Vec<bool> = finishes
+        .iter()
+        .map(|f| claimed.iter().any(|j| j.id == f.job_id && j.standalone))
+        .collect();
+    assert!(
+        finishes
+            .iter()
+            .zip(&marks)
+            .any(|(f, &marked)| marked && matches!(f.outcome, Outcome::Done { .. })),
+        "no done outcome takes the standalone finish"
+    );
     let diesel = finish_jobs(&mut pair.diesel, &finishes).expect("Diesel's finish");
     let prepared = pair
         .statements
-        .finish(&pair.client, &finishes)
+        .finish_standalone_first(&pair.client, &finishes, &marks)
         .await
         .expect("the prepared finish");
     assert_eq!(diesel, prepared, "the finishes differ");

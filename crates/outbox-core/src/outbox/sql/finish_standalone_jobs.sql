@@ -9,9 +9,9 @@
 -- Why a second statement: finish_jobs.sql pays for everything an outcome may
 -- touch (keys, dependents, slots, retries, its busy report) even when a
 -- batch touches none of it, and takes each row's lock in a locking read of
--- its own (a WAL record a row) before it writes it: 2.2 to 2.5 µs a job more
--- than this one over batches of 256 (docs/performance.md, "The standalone
--- finish"). The claim says which jobs were standalone when claimed
+-- its own (a WAL record a row) before it writes it: over batches of 256,
+-- 6.7 µs a job against this one's 4.0 (docs/performance.md, "The
+-- standalone finish"). The claim says which jobs were standalone when claimed
 -- (`ClaimedJob::standalone`); this statement checks all three again on the
 -- row it deletes, so a job that has gained a dependent since
 -- (lock_dependency_parents.sql marks it) is left to finish_jobs.sql, which
