@@ -66,6 +66,12 @@ pub type EffectResult = Result<Option<LocalWrite>, EffectError>;
 pub trait Worker<A: JobArgs>: Send + Sync + 'static {
     /// Performs one attempt of one job.
     fn work(&self, args: A, ctx: JobContext) -> impl Future<Output = EffectResult> + Send;
+
+    /// Told of this kind's jobs among those one claim took, before any of
+    /// them starts: see [`JobHandler::claimed`]. The default does nothing.
+    fn claimed(&self, jobs: &[&ClaimedJob]) {
+        let _ = jobs;
+    }
 }
 
 /// One worker per kind; the [`JobHandler`] a worker pool runs.
@@ -122,6 +128,26 @@ impl Workers {
 }
 
 impl JobHandler for Workers {
+    fn claimed(&self, jobs: &[&ClaimedJob]) {
+        // A claim is mostly of one kind: no grouping then.
+        let Some(first) = jobs.first() else { return };
+        if jobs.iter().all(|job| job.kind == first.kind) {
+            if let Some(worker) = self.by_kind.get(first.kind.as_str()) {
+                worker.claimed(jobs);
+            }
+            return;
+        }
+        let mut by_kind: BTreeMap<&str, Vec<&ClaimedJob>> = BTreeMap::new();
+        for job in jobs {
+            by_kind.entry(job.kind.as_str()).or_default().push(job);
+        }
+        for (kind, jobs) in by_kind {
+            if let Some(worker) = self.by_kind.get(kind) {
+                worker.claimed(&jobs);
+            }
+        }
+    }
+
     fn execute<'a>(&'a self, job: &'a ClaimedJob, ctx: JobContext) -> BoxFuture<'a, EffectResult> {
         match self.by_kind.get(job.kind.as_str()) {
             Some(worker) => worker.run(job, ctx),
@@ -158,6 +184,7 @@ fn decode_args<A: JobArgs>(payload: &serde_json::Value) -> Result<A, EffectError
 /// A [`Worker`] with its argument type erased, as the registry keeps it.
 trait ErasedWorker: Send + Sync + 'static {
     fn run<'a>(&'a self, job: &'a ClaimedJob, ctx: JobContext) -> BoxFuture<'a, EffectResult>;
+    fn claimed(&self, jobs: &[&ClaimedJob]);
 }
 
 struct Typed<A, W> {
@@ -171,5 +198,9 @@ impl<A: JobArgs, W: Worker<A>> ErasedWorker for Typed<A, W> {
             Ok(args) => Box::pin(self.worker.work(args, ctx)),
             Err(error) => Box::pin(std::future::ready(Err(error))),
         }
+    }
+
+    fn claimed(&self, jobs: &[&ClaimedJob]) {
+        self.worker.claimed(jobs);
     }
 }

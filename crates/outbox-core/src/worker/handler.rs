@@ -17,4 +17,14 @@ pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
 pub trait JobHandler: Send + Sync + 'static {
     /// Performs one attempt of `job`.
     fn execute<'a>(&'a self, job: &'a ClaimedJob, ctx: JobContext) -> BoxFuture<'a, EffectResult>;
+
+    /// Told of the jobs one claim took, as the claim returns and before any
+    /// of them starts. A handler whose jobs read rows before their effect
+    /// can start one read for the whole claim here, instead of one per job
+    /// as each starts. It must not block (spawn what takes time), and it
+    /// must not rely on being told: a job may start without it. The default
+    /// does nothing.
+    fn claimed(&self, jobs: &[&ClaimedJob]) {
+        let _ = jobs;
+    }
 }

@@ -52,6 +52,23 @@ pub(super) fn most_claims(batch_size: usize, concurrency: usize) -> usize {
 /// Most jobs a claim grows to, however many slots a worker pool has.
 pub(super) const MAX_CLAIM_SIZE: usize = 256;
 
+/// Effects this short count as fast, however quick the claims are. A job
+/// claimed ahead of them waits about (claim size / slots) effects for its
+/// slot: at most four of these, 20 ms, since a claim grows to four times the
+/// slots at most. Claiming only into free slots instead leaves each slot
+/// waiting a claim's round trip (and its jobs' reads) between two effects of
+/// a millisecond or two, a NATS publish's PubAck: with claims ahead, the
+/// publish drain's claims grew from about 22 jobs to the largest, and the
+/// jobs' reads are made as the claim returns, one per claim
+/// ([`JobHandler::claimed`](crate::worker::JobHandler::claimed)).
+pub(super) const SHORT_EFFECT: Duration = Duration::from_millis(5);
+
+/// Whether effects that take `effect` on average are fast enough to claim
+/// ahead of, with claims that take `claim`.
+pub(super) fn effects_fast(effect: Duration, claim: Duration) -> bool {
+    effect <= claim.max(SHORT_EFFECT)
+}
+
 /// How many jobs the next claim asks for: `RELAY_BATCH_SIZE` to start with,
 /// doubled after each claim that came back full with all it asked for, up to
 /// [`ClaimSize::most`] (four times the concurrency, at most
@@ -60,8 +77,9 @@ pub(super) const MAX_CLAIM_SIZE: usize = 256;
 /// claims a job the moment a NOTIFY announces it; a claim that found less
 /// room than its size (effects hold the slots and the jobs claimed ahead
 /// wait for them) halves it, and effects slower on average than a claim's
-/// round trip put it back to the batch size: claiming ahead of slow effects
-/// would only leave jobs waiting in this worker pool that another could run.
+/// round trip and than [`SHORT_EFFECT`] put it back to the batch size:
+/// claiming ahead of slow effects would only leave jobs waiting in this
+/// worker pool that another could run.
 ///
 /// Above the batch size a claim takes jobs ahead of the slots: they wait, in
 /// claim order, for a slot to run in, and `RELAY_CONCURRENCY` still bounds
@@ -291,6 +309,20 @@ mod tests {
         // A batch larger than the slots: one claim, of the batch size.
         assert_eq!(most_claims(32, 8), 1);
         assert_eq!(ClaimSize::ahead_room(32, 8), 32);
+    }
+
+    #[test]
+    fn effects_of_a_few_milliseconds_are_claimed_ahead_of_and_slower_ones_are_not() {
+        let ms = Duration::from_millis;
+        assert!(effects_fast(ms(1), Duration::from_micros(300)));
+        assert!(effects_fast(SHORT_EFFECT, ms(1)));
+        assert!(!effects_fast(ms(6), ms(1)), "slower than both");
+        assert!(
+            effects_fast(ms(40), ms(50)),
+            "no slower than a claim on a slow server"
+        );
+        // A job claimed ahead waits for at most four effects of this length.
+        assert_eq!(ClaimSize::most(16, 64) / 64, 4);
     }
 
     #[test]

@@ -8,7 +8,9 @@ use futures_util::FutureExt as _;
 use tokio::sync::{OwnedSemaphorePermit, mpsc};
 use tokio_util::sync::CancellationToken;
 
-use super::claim_pace::{ClaimSize, Cursor, InFlightTarget, MovingAverage, most_claims};
+use super::claim_pace::{
+    ClaimSize, Cursor, InFlightTarget, MovingAverage, effects_fast, most_claims,
+};
 use super::completer::Completion;
 use super::in_flight::Claim;
 use super::{PoolStats, Shared, executor};
@@ -49,10 +51,8 @@ pub(super) async fn run(
     let claim_gate = Arc::new(tokio::sync::Semaphore::new(most_claims));
     *lock(&state.target) = InFlightTarget::new(most_claims);
     *lock(&state.size) = ClaimSize::new(settings.batch_size, settings.concurrency);
-    let ahead = Arc::new(tokio::sync::Semaphore::new(ClaimSize::ahead_room(
-        settings.batch_size,
-        settings.concurrency,
-    )));
+    let ahead_room = ClaimSize::ahead_room(settings.batch_size, settings.concurrency);
+    let ahead = Arc::new(tokio::sync::Semaphore::new(ahead_room));
     let mut claims = tokio::task::JoinSet::new();
     loop {
         // Reap finished claim tasks so the set does not grow without bound.
@@ -113,6 +113,19 @@ pub(super) async fn run(
         };
         let mut permits = vec![first];
         take_free(&pool, &mut permits, size.get());
+        let busy = Busy {
+            state: &state,
+            ahead: &ahead,
+            ahead_room,
+        };
+        let enough = size.get().min(settings.batch_size).min(if size.ahead() {
+            ahead_room
+        } else {
+            settings.concurrency
+        });
+        if !gather(&pool, &mut permits, enough, &busy, &shutdown).await {
+            break;
+        }
         let room = if size.ahead() {
             Room::Ahead(permits)
         } else {
@@ -195,6 +208,52 @@ fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
         .unwrap_or_else(std::sync::PoisonError::into_inner)
 }
 
+/// What keeps a worker pool's slots busy without a new claim.
+struct Busy<'a> {
+    state: &'a ClaimState,
+    ahead: &'a tokio::sync::Semaphore,
+    ahead_room: usize,
+}
+
+impl Busy<'_> {
+    /// Another claim is under way, or jobs claimed ahead wait for slots.
+    fn now(&self) -> bool {
+        self.state.claiming.load(Ordering::Acquire) > 0
+            || self.ahead.available_permits() < self.ahead_room
+    }
+}
+
+/// Waits until `permits` holds `enough` of `pool`, while the slots are kept
+/// busy otherwise. Without it, on a deep queue of effects that each free a
+/// slot a little apart, every freed slot (or room ahead) started a claim of
+/// its own: the publish drain made claims of one job, a statement each.
+/// With nothing else under way a claim goes with what is free, so an idle
+/// worker pool still claims a job the moment it is announced. `false` at
+/// shutdown.
+async fn gather(
+    pool: &Arc<tokio::sync::Semaphore>,
+    permits: &mut Vec<OwnedSemaphorePermit>,
+    enough: usize,
+    busy: &Busy<'_>,
+    shutdown: &CancellationToken,
+) -> bool {
+    while permits.len() < enough && busy.now() {
+        tokio::select! {
+            biased;
+            () = shutdown.cancelled() => return false,
+            permit = Arc::clone(pool).acquire_owned() => match permit {
+                Ok(permit) => {
+                    permits.push(permit);
+                    take_free(pool, permits, enough);
+                }
+                Err(_) => return false,
+            },
+            () = busy.state.claim_ended.notified() => {}
+        }
+    }
+    true
+}
+
 /// Adds free permits of `pool` to `permits` without waiting, up to `batch`.
 fn take_free(
     pool: &Arc<tokio::sync::Semaphore>,
@@ -250,7 +309,7 @@ async fn claim_and_start(
     drop(gate);
     let got = claimed.as_ref().map_or(0, Vec::len);
     lock(&state.target).claimed(got, wanted);
-    let effects_fast = shared.effect_time.get() <= state.claim_time.get();
+    let effects_fast = effects_fast(shared.effect_time.get(), state.claim_time.get());
     lock(&state.size).claimed(got, wanted, size, effects_fast);
     state.claim_ended.notify_one();
     let jobs = match claimed {
@@ -318,6 +377,9 @@ async fn claim_and_start(
     metrics::histogram!("outbox_claim_batch_size").record(jobs.len() as f64);
     PoolStats::add(&shared.stats.claims, 1);
     PoolStats::add(&shared.stats.claimed, jobs.len() as u64);
+    let taken: Vec<&ClaimedJob> = jobs.iter().map(|(job, _)| job).collect();
+    shared.executor.claimed(&taken);
+    drop(taken);
     match room {
         Room::Slots(mut permits) => start(&shared, jobs, &mut permits, &completions, &interrupt),
         Room::Ahead(permits) => {

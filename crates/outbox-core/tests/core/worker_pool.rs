@@ -224,6 +224,83 @@ fn a_relay_holding_a_stale_and_a_current_claim_of_one_job_is_told_which_it_holds
     assert_eq!(report.lost, vec![id], "{report:?}");
 }
 
+/// Takes 20 ms a job (too long to claim ahead of), and notes which jobs each claim
+/// announced and whether a job had been announced when it started.
+#[derive(Clone, Default)]
+struct Announced {
+    claims: Arc<Mutex<Vec<Vec<i64>>>>,
+    unannounced: Arc<Mutex<Vec<i64>>>,
+}
+
+impl Worker<Tally> for Announced {
+    async fn work(&self, _args: Tally, ctx: JobContext) -> EffectResult {
+        let announced = self
+            .claims
+            .lock()
+            .expect("claims")
+            .iter()
+            .any(|claim| claim.contains(&ctx.id()));
+        if !announced {
+            self.unannounced.lock().expect("unannounced").push(ctx.id());
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+        Ok(None)
+    }
+
+    fn claimed(&self, jobs: &[&ClaimedJob]) {
+        let ids = jobs.iter().map(|job| job.id).collect();
+        self.claims.lock().expect("claims").push(ids);
+    }
+}
+
+/// A deep queue of effects that end a little apart frees slots one at a
+/// time; each freed slot starting a claim of its own made claims of a job or
+/// two, where one claim under way can take every slot freed meanwhile.
+/// And each job's worker hears of it with its claim, before it starts.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_deep_queue_of_short_effects_is_claimed_in_batches_each_announced_before_its_jobs_start()
+{
+    let db = TestDb::new();
+    let mut conn = db.conn();
+    let jobs: Vec<NewJob> = (0..1920)
+        .map(|n| NewJob::for_args(&Tally { n }, &JobOptions::default()).expect("job"))
+        .collect();
+    Enqueuer::new()
+        .enqueue_many(&mut conn, &jobs)
+        .expect("enqueue");
+    let worker = Announced::default();
+    let workers = Workers::new().register::<Tally, _>(worker.clone());
+    let mut settings = settings("relay-batches", &workers);
+    settings.concurrency = 64;
+    settings.batch_size = 16;
+    let relay = spawn_relay(&db, settings, workers);
+    wait_until("every job done", MINUTE, || {
+        count(&mut conn, "done") == 1920
+    })
+    .await;
+    let stats = Arc::clone(&relay.stats);
+    relay.stop().await;
+
+    let claims = worker.claims.lock().expect("claims").clone();
+    let announced: usize = claims.iter().map(Vec::len).sum();
+    assert_eq!(announced, 1920, "each job announced once");
+    assert_eq!(
+        *worker.unannounced.lock().expect("unannounced"),
+        Vec::<i64>::new(),
+        "no job started before its claim was announced"
+    );
+    let (claimed, statements) = (
+        outbox_core::worker_pool::PoolStats::get(&stats.claimed),
+        outbox_core::worker_pool::PoolStats::get(&stats.claims),
+    );
+    assert_eq!(claimed, 1920);
+    assert!(
+        claimed >= statements * 8,
+        "{statements} claims for {claimed} jobs: at least half a batch each on average; sizes {:?}",
+        claims.iter().map(Vec::len).collect::<Vec<_>>()
+    );
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_job_woken_after_commit_starts_long_before_the_next_poll() {
     let db = TestDb::new();

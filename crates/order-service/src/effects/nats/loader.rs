@@ -60,6 +60,21 @@ impl BatchLoader {
         BatchLoader(MicroBatcher::new(Reader { pool }))
     }
 
+    /// Starts reading `pairs` in one batch now, without waiting: what the
+    /// publish jobs of one claim will need, read as the claim returns. Each
+    /// answer is [`Prefetched::get`], in the order of `pairs`.
+    pub fn prefetch(&self, pairs: Vec<(OrderId, EventId)>) -> Vec<Prefetched> {
+        let requests = pairs
+            .into_iter()
+            .map(|(order_id, event_id)| (order_id, event_id.get()))
+            .collect();
+        self.0
+            .ask_all(requests)
+            .into_iter()
+            .map(Prefetched)
+            .collect()
+    }
+
     /// The order and the event, read with those of the other jobs asking at
     /// the same time. A database error is retryable; an order or event that
     /// no longer exists is permanent.
@@ -74,6 +89,18 @@ impl BatchLoader {
     }
 }
 
+/// A read [`BatchLoader::prefetch`] started.
+#[derive(Debug)]
+pub struct Prefetched(tokio::sync::oneshot::Receiver<Loaded>);
+
+impl Prefetched {
+    /// What the read found; `None` if the loader lost the request, which
+    /// the caller then reads again.
+    pub async fn get(self) -> Option<Loaded> {
+        self.0.await.ok()
+    }
+}
+
 /// One statement a batch, on one pooled connection.
 #[derive(Debug)]
 struct Reader {
@@ -84,7 +111,7 @@ impl Batch for Reader {
     type Request = (OrderId, i64);
     type Answer = Loaded;
     /// Most requests read in one batch.
-    const MAX_BATCH: usize = 256;
+    const MAX_BATCH: usize = 64;
     /// Most batches read at once.
     const MAX_IN_FLIGHT: usize = 2;
 

@@ -91,14 +91,37 @@ impl<B: Batch> MicroBatcher<B> {
 
     /// `request`'s answer, served with the other requests waiting now.
     pub async fn ask(&self, request: B::Request) -> Result<B::Answer, Lost> {
-        let inbox = self.inbox.get_or_init(|| {
+        let (reply, answer) = oneshot::channel();
+        self.inbox()
+            .send((request, reply))
+            .map_err(|_| Lost::Stopped)?;
+        answer.await.map_err(|_| Lost::Dropped)
+    }
+
+    /// Sends `requests` at once, so that one batch serves them (up to
+    /// [`Batch::MAX_BATCH`] a batch), without waiting: each answer comes on
+    /// its own receiver, which errs if the request is lost.
+    pub fn ask_all(&self, requests: Vec<B::Request>) -> Vec<oneshot::Receiver<B::Answer>> {
+        let inbox = self.inbox();
+        requests
+            .into_iter()
+            .map(|request| {
+                let (reply, answer) = oneshot::channel();
+                // Refused only once the task has ended: the receiver then
+                // errs, its sender dropped with the request.
+                let _ = inbox.send((request, reply));
+                answer
+            })
+            .collect()
+    }
+
+    /// The task's inbox, starting the task on first use.
+    fn inbox(&self) -> &mpsc::UnboundedSender<Waiting<B>> {
+        self.inbox.get_or_init(|| {
             let (sender, receiver) = mpsc::unbounded_channel();
             tokio::spawn(run(Arc::clone(&self.batch), receiver));
             sender
-        });
-        let (reply, answer) = oneshot::channel();
-        inbox.send((request, reply)).map_err(|_| Lost::Stopped)?;
-        answer.await.map_err(|_| Lost::Dropped)
+        })
     }
 }
 
@@ -193,6 +216,19 @@ mod tests {
             "{sizes:?}"
         );
         assert!(sizes.len() < 10, "some requests shared a batch: {sizes:?}");
+    }
+
+    #[tokio::test]
+    async fn requests_sent_all_at_once_are_served_in_one_batch() {
+        let batcher = MicroBatcher::new(Doubler::default());
+        let answers = batcher.ask_all(vec![1, 2, 3]);
+        let mut got = Vec::new();
+        for answer in answers {
+            got.push(answer.await.expect("answered"));
+        }
+        assert_eq!(got, vec![2, 4, 6]);
+        let sizes = batcher.batch.sizes.lock().expect("not poisoned").clone();
+        assert_eq!(sizes, vec![3]);
     }
 
     /// Answers none of its requests.
