@@ -70,7 +70,8 @@ pub struct Publication<'a> {
     /// The stream the subject must land in (`Nats-Expected-Stream`).
     pub stream: &'a str,
     pub traceparent: Option<String>,
-    pub body: Vec<u8>,
+    /// Shared, not copied, by each attempt's send.
+    pub body: bytes::Bytes,
 }
 
 /// The subject of `event_type` (`order.paid`) of order `order_id` under
@@ -116,7 +117,7 @@ pub async fn classify_publish(
         .publish_with_headers(
             publication.subject.clone(),
             headers(publication),
-            publication.body.clone().into(),
+            publication.body.clone(),
         )
         .await;
     let acked = match sent {
@@ -225,7 +226,7 @@ mod tests {
             message_id: "order-webhook-9",
             stream: "ORDERS",
             traceparent: Some("00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01".into()),
-            body: b"{}".to_vec(),
+            body: bytes::Bytes::from_static(b"{}"),
         };
         let headers = headers(&publication);
         let get = |name: &str| headers.get(name).map(ToString::to_string);

@@ -262,14 +262,14 @@ async fn raw_loop(
     js: &jetstream::Context,
     stream: &str,
     prefix: &str,
-    body: &[u8],
+    body: &bytes::Bytes,
     n: usize,
     concurrency: usize,
 ) -> anyhow::Result<f64> {
     let started = Instant::now();
     let results: Vec<anyhow::Result<()>> = futures_util::stream::iter(0..n)
         .map(|i| {
-            let body = body.to_vec();
+            let body = body.clone();
             async move {
                 let id = format!("raw-{i}");
                 let publication = Publication {
@@ -282,7 +282,7 @@ async fn raw_loop(
                 js.publish_with_headers(
                     publication.subject.clone(),
                     headers(&publication),
-                    publication.body.clone().into(),
+                    publication.body.clone(),
                 )
                 .await?
                 .await?;

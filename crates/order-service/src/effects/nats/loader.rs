@@ -45,8 +45,9 @@ use crate::orders::{
 pub struct Rendered {
     /// The event's type (`order.paid`), for the subject.
     pub event_type: String,
-    /// The webhook body of the order and event, as published.
-    pub body: Vec<u8>,
+    /// The webhook body of the order and event, as published: an event sent
+    /// to several endpoints shares one.
+    pub body: bytes::Bytes,
 }
 
 type Loaded = Result<Rendered, EffectError>;
@@ -308,6 +309,6 @@ fn render(order: &Order, event: &OrderEvent) -> Loaded {
     })?;
     Ok(Rendered {
         event_type: event.event_type.clone(),
-        body,
+        body: body.into(),
     })
 }
