@@ -129,14 +129,6 @@ impl Workers {
 
 impl JobHandler for Workers {
     fn claimed(&self, jobs: &[&ClaimedJob]) {
-        // A claim is mostly of one kind: no grouping then.
-        let Some(first) = jobs.first() else { return };
-        if jobs.iter().all(|job| job.kind == first.kind) {
-            if let Some(worker) = self.by_kind.get(first.kind.as_str()) {
-                worker.claimed(jobs);
-            }
-            return;
-        }
         let mut by_kind: BTreeMap<&str, Vec<&ClaimedJob>> = BTreeMap::new();
         for job in jobs {
             by_kind.entry(job.kind.as_str()).or_default().push(job);

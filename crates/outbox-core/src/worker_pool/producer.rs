@@ -118,11 +118,13 @@ pub(super) async fn run(
             ahead: &ahead,
             ahead_room,
         };
-        let enough = size.get().min(settings.batch_size).min(if size.ahead() {
-            ahead_room
+        // A claim below the batch size takes free slots, never more than
+        // there are; one above it takes room ahead, and waits for a batch.
+        let enough = if size.ahead() {
+            settings.batch_size
         } else {
-            settings.concurrency
-        });
+            settings.batch_size.min(settings.concurrency)
+        };
         if !gather(&pool, &mut permits, enough, &busy, &shutdown).await {
             break;
         }
@@ -377,9 +379,9 @@ async fn claim_and_start(
     metrics::histogram!("outbox_claim_batch_size").record(jobs.len() as f64);
     PoolStats::add(&shared.stats.claims, 1);
     PoolStats::add(&shared.stats.claimed, jobs.len() as u64);
-    let taken: Vec<&ClaimedJob> = jobs.iter().map(|(job, _)| job).collect();
-    shared.executor.claimed(&taken);
-    drop(taken);
+    shared
+        .executor
+        .claimed(&jobs.iter().map(|(job, _)| job).collect::<Vec<_>>());
     match room {
         Room::Slots(mut permits) => start(&shared, jobs, &mut permits, &completions, &interrupt),
         Room::Ahead(permits) => {

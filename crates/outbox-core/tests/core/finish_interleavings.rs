@@ -99,6 +99,15 @@ fn waiting_on(conn: &mut PgConnection, job: i64) -> Vec<i64> {
         .expect("the dependent")
 }
 
+/// `child` waits for nothing any more.
+fn assert_released(conn: &mut PgConnection, child: i64) {
+    let waiting = waiting_on(conn, child);
+    assert!(
+        waiting.is_empty(),
+        "the dependent still waits on {waiting:?}"
+    );
+}
+
 fn outcome(job: &ClaimedJob, outcome: Outcome) -> Finish {
     Finish {
         job_id: job.id,
@@ -349,11 +358,7 @@ async fn a_dependent_committed_under_the_finish_of_its_parent_is_released() {
         .expect("finish again");
     assert_eq!(again.applied, vec![parent_id], "{again:?}");
     assert_eq!(again.released, 1, "{again:?}");
-    let waiting = waiting_on(&mut conn, child);
-    assert!(
-        waiting.is_empty(),
-        "the dependent still waits on {waiting:?}"
-    );
+    assert_released(&mut conn, child);
 }
 
 /// The standalone finish of a parent whose dependent commits under it: the
@@ -381,11 +386,7 @@ async fn a_dependent_committed_under_the_standalone_finish_of_its_parent_is_rele
         state(&mut conn, parent_id),
         ("done".to_owned(), Some(parent.lease_token), 1)
     );
-    let waiting = waiting_on(&mut conn, child);
-    assert!(
-        waiting.is_empty(),
-        "the dependent still waits on {waiting:?}"
-    );
+    assert_released(&mut conn, child);
 }
 
 /// The standalone finish under a heartbeat, and under a reap and a new

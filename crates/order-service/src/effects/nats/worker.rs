@@ -143,23 +143,7 @@ impl PublishWorker {
                 target.name, target.url
             )));
         };
-        let prefetched = self
-            .prefetched
-            .lock()
-            .ok()
-            .and_then(|mut prefetched| prefetched.remove(&ctx.id()));
-        let read = match prefetched {
-            Some((_, read)) => read.get().await,
-            None => None,
-        };
-        let Rendered { event_type, body } = match read {
-            Some(loaded) => loaded?,
-            None => {
-                self.orders
-                    .load(args.order_id, EventId::new(args.event_id))
-                    .await?
-            }
-        };
+        let Rendered { event_type, body } = self.body_of(&args, ctx.id()).await?;
         let message_id = idempotency_key(ctx.id());
         let publication = Publication {
             subject: subject(prefix, &event_type, args.order_id.get()),
@@ -196,6 +180,23 @@ impl PublishWorker {
                 duplicate: published != Published::New,
             },
         )))
+    }
+
+    /// The job's body: the read its claim started, or else one of its own.
+    async fn body_of(&self, args: &OrderPublish, job_id: i64) -> Result<Rendered, EffectError> {
+        let prefetched = self
+            .prefetched
+            .lock()
+            .ok()
+            .and_then(|mut prefetched| prefetched.remove(&job_id));
+        if let Some((_, read)) = prefetched
+            && let Some(loaded) = read.get().await
+        {
+            return loaded;
+        }
+        self.orders
+            .load(args.order_id, EventId::new(args.event_id))
+            .await
     }
 
     /// The publish over the connection of the endpoint's server and
