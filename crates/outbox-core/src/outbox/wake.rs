@@ -25,7 +25,7 @@ use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
 
 use super::NOTIFY_CHANNEL;
-use crate::db::{DbError, PgPool, run_blocking_retried};
+use crate::db::{DbError, PgPool, PrepareOnce as _, run_blocking_retried};
 
 /// Sends coalesced NOTIFYs for jobs committed by this process. Cheap to clone.
 #[derive(Debug, Clone, Default)]
@@ -94,6 +94,7 @@ async fn run(inner: Arc<Inner>, pool: PgPool, shutdown: CancellationToken) {
                 diesel::sql_query(include_str!("sql/notify_kinds.sql"))
                     .bind::<Text, _>(NOTIFY_CHANNEL)
                     .bind::<Array<Text>, _>(&kinds)
+                    .prepared()
                     .execute(conn)
                     .map_err(DbError::from)
             })

@@ -358,6 +358,12 @@ pub fn process_cpu_seconds(pid: Option<u32>) -> Option<f64> {
     Some(stat.own)
 }
 
+/// User + system CPU seconds of the children this process has waited for
+/// (pgbench, say), from /proc.
+pub fn waited_children_cpu_seconds() -> Option<f64> {
+    ProcStat::read("/proc/self/stat").map(|stat| stat.children)
+}
+
 /// User + system CPU seconds of every PostgreSQL process on this machine,
 /// the backends that have exited included (their time is the postmaster's
 /// children's). `None` when no server runs here (a remote `--database-url`).

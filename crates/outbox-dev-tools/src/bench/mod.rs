@@ -13,6 +13,7 @@ mod depth;
 mod drain;
 mod endpoints;
 mod growth;
+mod http_floor;
 mod inbound;
 mod index_entries;
 mod latency;

@@ -15,6 +15,7 @@ use anyhow::Context as _;
 use diesel::prelude::*;
 
 use super::BenchArgs;
+use super::drain::{process_cpu_seconds, server_cpu_seconds, waited_children_cpu_seconds};
 use super::orders::{ApiUnderTest, load, load_client, truncate};
 use super::percentiles::Latency;
 use order_service::api::ApiAuth;
@@ -43,6 +44,66 @@ pub struct Placement {
     /// WAL bytes per order of the API run and of the pgbench run.
     pub api_wal_bytes_per_order: Option<f64>,
     pub pgbench_wal_bytes_per_order: Option<f64>,
+    /// CPU per order of the API run: the server's, and this process's (the
+    /// API and its load generator, which share it).
+    pub api_cpu: CpuPerOrder,
+    /// CPU per order over pgbench's runs: the server's, and pgbench's own.
+    pub pgbench_cpu: CpuPerOrder,
+    /// The same load generator against a server that does no work: what
+    /// HTTP alone costs of `api_cpu.client_us`. `None` when it failed.
+    pub http_floor: Option<super::http_floor::HttpFloor>,
+}
+
+/// CPU per order placed, in microseconds, on either side of the connection.
+/// On a machine the server shares with its client, a placement costs the
+/// sum: this says which side the API's cost beyond pgbench's sits on.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct CpuPerOrder {
+    /// Every PostgreSQL process's CPU over the run; `None` when no server
+    /// runs on this machine.
+    pub server_us: Option<f64>,
+    /// The client side's.
+    pub client_us: Option<f64>,
+}
+
+/// CPU seconds spent, and orders placed, over one or more runs.
+#[derive(Debug, Clone, Copy, Default)]
+struct CpuTally {
+    server: Option<f64>,
+    client: Option<f64>,
+    orders: u64,
+}
+
+impl CpuTally {
+    /// Adds a run: the CPU readings before and after it, and its orders.
+    fn add(
+        &mut self,
+        server: (Option<f64>, Option<f64>),
+        client: (Option<f64>, Option<f64>),
+        orders: u64,
+    ) {
+        let spent =
+            |(before, after): (Option<f64>, Option<f64>)| after.zip(before).map(|(a, b)| a - b);
+        let sum = |total: Option<f64>, run: Option<f64>| match self.orders {
+            0 => run,
+            _ => total.zip(run).map(|(t, r)| t + r),
+        };
+        self.server = sum(self.server, spent(server));
+        self.client = sum(self.client, spent(client));
+        self.orders += orders;
+    }
+
+    fn per_order(&self) -> CpuPerOrder {
+        let per = |seconds: Option<f64>| {
+            seconds
+                .filter(|_| self.orders > 0)
+                .map(|s| s * 1e6 / self.orders as f64)
+        };
+        CpuPerOrder {
+            server_us: per(self.server),
+            client_us: per(self.client),
+        }
+    }
 }
 
 /// Order placement while `connections` clients each hold a connection open
@@ -101,7 +162,14 @@ pub async fn measure(url: &str, args: &BenchArgs) -> anyhow::Result<Placement> {
     pgbench.run(url, clients, duration, "before").await?;
     truncate(url).await?;
     let wal_before = wal_mark(url).await?;
+    let (server_before, client_before) = (server_cpu_seconds(), process_cpu_seconds(None));
     let unloaded = load(&client, &endpoint, clients, duration).await;
+    let mut api_cpu = CpuTally::default();
+    api_cpu.add(
+        (server_before, server_cpu_seconds()),
+        (client_before, process_cpu_seconds(None)),
+        unloaded.ok,
+    );
     let api_wal = wal_per_order(url, &wal_before).await?;
     pgbench.run(url, clients, duration, "between").await?;
     let half_open = if half_open > 0 {
@@ -120,6 +188,12 @@ pub async fn measure(url: &str, args: &BenchArgs) -> anyhow::Result<Placement> {
     };
     let auth_cost = super::auth_cost::measure(url, &api, &client, clients, duration).await?;
     let window_cost = super::window_cost::measure(url, &api, &client, clients, duration).await?;
+    let http_floor = match super::http_floor::api_answer(&client, &endpoint).await {
+        Ok(answer) => super::http_floor::measure(&client, clients, duration, answer).await,
+        Err(error) => Err(error),
+    }
+    .inspect_err(|error| eprintln!("  HTTP floor skipped: {error:#}"))
+    .ok();
     api.stop().await?;
     pgbench.run(url, clients, duration, "after").await?;
     Ok(Placement {
@@ -134,6 +208,9 @@ pub async fn measure(url: &str, args: &BenchArgs) -> anyhow::Result<Placement> {
         pgbench_runs: pgbench.rates,
         api_wal_bytes_per_order: api_wal,
         pgbench_wal_bytes_per_order: pgbench.wal_bytes_per_order,
+        api_cpu: api_cpu.per_order(),
+        pgbench_cpu: pgbench.cpu.per_order(),
+        http_floor,
     })
 }
 
@@ -145,6 +222,7 @@ struct PgbenchRuns {
     wal_bytes_per_order: Option<f64>,
     /// pgbench failed (not installed, say): said once, not tried again.
     skipped: bool,
+    cpu: CpuTally,
 }
 
 impl PgbenchRuns {
@@ -161,13 +239,20 @@ impl PgbenchRuns {
         }
         truncate(url).await?;
         let wal_before = wal_mark(url).await?;
+        let (server_before, client_before) = (server_cpu_seconds(), waited_children_cpu_seconds());
         let rate = tokio::task::spawn_blocking({
             let url = url.to_owned();
             move || pgbench(&url, clients, duration)
         })
         .await?;
+        let (server_after, client_after) = (server_cpu_seconds(), waited_children_cpu_seconds());
         match rate {
             Ok(rate) => {
+                self.cpu.add(
+                    (server_before, server_after),
+                    (client_before, client_after),
+                    orders_in_table(url).await?,
+                );
                 eprintln!("  pgbench {when} the API runs: {rate:.0} orders/s");
                 self.rates.push(rate);
                 if self.wal_bytes_per_order.is_none() {
@@ -209,21 +294,35 @@ async fn wal_mark(url: &str) -> anyhow::Result<String> {
     .await?
 }
 
-/// WAL bytes since `from` over the orders in the table now (`None` if none).
-async fn wal_per_order(url: &str, from: &str) -> anyhow::Result<Option<f64>> {
+/// The orders in the table now: those of the run since the last truncate.
+async fn orders_in_table(url: &str) -> anyhow::Result<u64> {
+    let url = url.to_owned();
+    tokio::task::spawn_blocking(move || -> anyhow::Result<u64> {
+        let mut conn = PgConnection::establish(&url)?;
+        count_orders(&mut conn)
+    })
+    .await?
+}
+
+fn count_orders(conn: &mut PgConnection) -> anyhow::Result<u64> {
     #[derive(QueryableByName)]
     struct Count {
         #[diesel(sql_type = diesel::sql_types::BigInt)]
         n: i64,
     }
+    let orders: Count = diesel::sql_query("SELECT count(*) AS n FROM orders").get_result(conn)?;
+    Ok(u64::try_from(orders.n).unwrap_or(0))
+}
+
+/// WAL bytes since `from` over the orders in the table now (`None` if none).
+async fn wal_per_order(url: &str, from: &str) -> anyhow::Result<Option<f64>> {
     let (url, from) = (url.to_owned(), from.to_owned());
     tokio::task::spawn_blocking(move || -> anyhow::Result<Option<f64>> {
         let mut conn = PgConnection::establish(&url)?;
         let to = super::stats::wal_lsn(&mut conn)?;
         let bytes = super::stats::wal_bytes_between(&mut conn, &from, &to)?;
-        let orders: Count =
-            diesel::sql_query("SELECT count(*) AS n FROM orders").get_result(&mut conn)?;
-        Ok((orders.n > 0).then(|| bytes as f64 / orders.n as f64))
+        let orders = count_orders(&mut conn)?;
+        Ok((orders > 0).then(|| bytes as f64 / orders as f64))
     })
     .await?
 }

@@ -80,6 +80,14 @@ impl BenchReport {
                 "pgbench_min_orders_per_second": p.pgbench_runs.iter().copied().reduce(f64::min),
                 "pgbench_max_orders_per_second": p.pgbench_runs.iter().copied().reduce(f64::max),
                 "api_wal_bytes_per_order": p.api_wal_bytes_per_order,
+                "cpu_us_per_order": {
+                    "api_server": p.api_cpu.server_us,
+                    "api_client": p.api_cpu.client_us,
+                    "pgbench_server": p.pgbench_cpu.server_us,
+                    "pgbench_client": p.pgbench_cpu.client_us,
+                    "http_floor_client": p.http_floor.as_ref().and_then(|f| f.client_us),
+                },
+                "http_floor_orders_per_second": p.http_floor.as_ref().map(|f| f.orders_per_second),
                 "auth_cost": {
                     "with_keys_orders_per_second": p.auth_cost.with_keys_orders_per_second,
                     "without_orders_per_second": p.auth_cost.without_orders_per_second,

@@ -279,6 +279,22 @@ impl BenchReport {
                 wal(p.api_wal_bytes_per_order),
                 wal(p.pgbench_wal_bytes_per_order),
             ));
+            let us = |u: Option<f64>| u.map(|u| format!("{u:.0}")).unwrap_or_else(|| "-".into());
+            out.push_str(&format!(
+                "  CPU us/order: server API {} pgbench {}; client side API and its load generator {}, pgbench {}\n",
+                us(p.api_cpu.server_us),
+                us(p.pgbench_cpu.server_us),
+                us(p.api_cpu.client_us),
+                us(p.pgbench_cpu.client_us),
+            ));
+            if let Some(floor) = &p.http_floor {
+                out.push_str(&format!(
+                    "  HTTP alone (the same load generator against a server answering 201 without work): \
+                     {:.0} orders/s, {} us/order in this process\n",
+                    floor.orders_per_second,
+                    us(floor.client_us),
+                ));
+            }
             let a = &p.auth_cost;
             out.push_str(&format!(
                 "  what API keys cost placement (same database, alternating runs): with keys {:.0} orders/s \
