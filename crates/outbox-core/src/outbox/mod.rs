@@ -12,6 +12,7 @@ pub(crate) mod archive;
 mod args;
 mod cancel;
 pub(crate) mod claim;
+pub(crate) mod claim_plan;
 pub(crate) mod depend;
 mod enqueue;
 pub(crate) mod fence;

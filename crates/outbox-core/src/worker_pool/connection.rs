@@ -31,6 +31,7 @@ use tokio_postgres::Client;
 use super::{BackoffPolicy, PoolSettings};
 use crate::db::{DbError, PgPool, connection_unusable, run_blocking};
 use crate::outbox::LocalWrite;
+use crate::outbox::claim_plan::{CHECK_EVERY, choose_claim_plan};
 use crate::outbox::finish::{finish_jobs_with, hook_rows};
 use crate::outbox::prepared::{HookStatements, HotStatements};
 use crate::statements::{
@@ -88,6 +89,9 @@ struct Open {
     /// When its plans were last dropped; `None` for a claim's connection,
     /// which keeps them (see [`REPLAN_EVERY`]).
     replanned: Option<Mutex<Instant>>,
+    /// A claim's connection: when it last chose its claim's plan
+    /// (`outbox/claim_plan.rs`); `None` for the others.
+    plan_chosen: Option<Mutex<Instant>>,
     statements: HotStatements,
     /// The statements of local writes' rows, prepared as they come.
     hooks: HookStatements,
@@ -334,6 +338,7 @@ impl HotPath {
             && !open.client.is_closed()
         {
             open.replan_if_due().await;
+            open.choose_plan_if_due(&self.kinds).await;
             return Some(Arc::clone(open));
         }
         *held = None;
@@ -390,9 +395,16 @@ impl HotPath {
             client.batch_execute(session).await?;
         }
         let statements = HotStatements::prepare(&client).await?;
+        let plan_chosen = if replanned {
+            None
+        } else {
+            choose_plan(&client, &self.kinds).await;
+            Some(Mutex::new(Instant::now()))
+        };
         Ok(Open {
             client,
             replanned: replanned.then(|| Mutex::new(Instant::now())),
+            plan_chosen,
             statements,
             hooks: HookStatements::default(),
         })
@@ -415,6 +427,35 @@ impl Open {
             *at = Instant::now();
         }
         let _ = self.client.batch_execute("DISCARD PLANS").await;
+    }
+}
+
+impl Open {
+    /// Chooses a claim connection's plan again when [`CHECK_EVERY`] has passed.
+    async fn choose_plan_if_due(&self, kinds: &[String]) {
+        let Some(chosen) = &self.plan_chosen else {
+            return;
+        };
+        {
+            let mut at = lock(chosen);
+            if at.elapsed() < CHECK_EVERY {
+                return;
+            }
+            *at = Instant::now();
+        }
+        choose_plan(&self.client, kinds).await;
+    }
+}
+
+/// [`choose_claim_plan`] on a claim connection. A failure leaves the mode
+/// as it was (PostgreSQL's own choice, on a new connection): the claim is
+/// as correct either way, and reports a broken connection itself.
+async fn choose_plan(client: &Client, kinds: &[String]) {
+    match choose_claim_plan(client, kinds).await {
+        Ok(plan) => tracing::debug!(?plan, "claim plan chosen"),
+        Err(error) => {
+            tracing::debug!(error = %DbError::Server(error), "could not choose the claim's plan")
+        }
     }
 }
 

@@ -25,7 +25,7 @@ use outbox_core::statements::{
     reap_expired_leases,
 };
 
-use crate::support::{TestDb, claim_one, leases, wait_until};
+use crate::support::{TestDb, claim_one, connect, leases, wait_until};
 
 const MINUTE: Duration = Duration::from_secs(60);
 /// The advisory lock the gated finish waits on.
@@ -61,14 +61,6 @@ fn gated(file: &'static str, text: &'static str) -> String {
         ),
         1,
     )
-}
-
-async fn connect(db: &TestDb) -> tokio_postgres::Client {
-    let (client, connection) = tokio_postgres::connect(&db.url, tokio_postgres::NoTls)
-        .await
-        .expect("a tokio-postgres connection");
-    tokio::spawn(connection);
-    client
 }
 
 fn enqueue(conn: &mut PgConnection, n: i64) {

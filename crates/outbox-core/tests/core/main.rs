@@ -1,6 +1,7 @@
 //! The queue core's own tests, on databases that hold only its tables.
 
 mod checkout;
+mod claim_plan;
 mod claims;
 mod dedupe;
 mod dependencies;

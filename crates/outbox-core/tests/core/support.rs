@@ -166,6 +166,16 @@ impl Drop for TestDb {
 }
 
 /// Relay settings for tests: fast polls, short backoff.
+/// A tokio-postgres connection to `db`, as the worker pool's own connections
+/// are, its connection task spawned.
+pub async fn connect(db: &TestDb) -> tokio_postgres::Client {
+    let (client, connection) = tokio_postgres::connect(&db.url, tokio_postgres::NoTls)
+        .await
+        .expect("a tokio-postgres connection");
+    tokio::spawn(connection);
+    client
+}
+
 pub fn settings(worker_id: &str, workers: &Workers) -> PoolSettings {
     let kinds = workers.kinds().iter().map(|k| (*k).to_owned()).collect();
     let mut settings = PoolSettings::new(worker_id, kinds);

@@ -258,8 +258,7 @@ impl Worker<Tally> for Announced {
 /// two, where one claim under way can take every slot freed meanwhile.
 /// And each job's worker hears of it with its claim, before it starts.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_deep_queue_of_short_effects_is_claimed_in_batches_each_announced_before_its_jobs_start()
-{
+async fn a_deep_queue_of_20ms_effects_is_claimed_in_batches_each_announced_before_its_jobs_start() {
     let db = TestDb::new();
     let mut conn = db.conn();
     let jobs: Vec<NewJob> = (0..1920)

@@ -5,16 +5,19 @@
 //! completion (sql/ceiling_finish.sql) moves the batch to jobs_done without
 //! the relay's busy/lost report. Both run prepared on tokio-postgres, as the
 //! relay's do: a ceiling that parsed and planned every statement afresh would
-//! be no ceiling for a relay that does not.
+//! be no ceiling for a relay that does not. Its claims keep a generic plan
+//! exactly when the relay's would (`choose_claim_plan`).
 
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use diesel::prelude::*;
 
 use super::queue::{drain_seconds, enqueue_noops};
 use super::report::DrainRun;
 use super::{BenchArgs, stats};
-use outbox_core::statements::{CLAIM_PARAMS, CLAIM_SQL, ClaimPosition, ClaimedJob};
+use outbox_core::statements::{
+    CHECK_EVERY, CLAIM_PARAMS, CLAIM_SQL, ClaimPosition, ClaimedJob, choose_claim_plan,
+};
 
 pub async fn measure(url: &str, args: &BenchArgs) -> anyhow::Result<DrainRun> {
     measure_at(url, args, args.batch).await
@@ -108,7 +111,14 @@ impl CeilingLoop {
         let kinds = vec!["noop".to_owned()];
         let lease_ms: i64 = 60_000;
         let mut cursor: Option<ClaimPosition> = None;
+        // Planned as the relay's claim connections plan it: chosen now and
+        // again every CHECK_EVERY.
+        let mut plan_chosen: Option<Instant> = None;
         loop {
+            if plan_chosen.is_none_or(|at| at.elapsed() >= CHECK_EVERY) {
+                choose_claim_plan(&self.client, &kinds).await?;
+                plan_chosen = Some(Instant::now());
+            }
             let rows = self
                 .client
                 .query(
