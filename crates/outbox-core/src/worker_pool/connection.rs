@@ -86,12 +86,12 @@ pub(super) enum Role {
 /// One open connection and its prepared statements.
 struct Open {
     client: Client,
-    /// When its plans were last dropped; `None` for a claim's connection,
-    /// which keeps them (see [`REPLAN_EVERY`]).
-    replanned: Option<Mutex<Instant>>,
-    /// A claim's connection: when it last chose its claim's plan
-    /// (`outbox/claim_plan.rs`); `None` for the others.
-    plan_chosen: Option<Mutex<Instant>>,
+    /// A claim's connection keeps its plans and chooses its claim's plan
+    /// (`outbox/claim_plan.rs`) every [`CHECK_EVERY`]; any other drops
+    /// its plans every [`REPLAN_EVERY`].
+    claims: bool,
+    /// When it last did either.
+    planned: Mutex<Instant>,
     statements: HotStatements,
     /// The statements of local writes' rows, prepared as they come.
     hooks: HookStatements,
@@ -337,8 +337,7 @@ impl HotPath {
         if let Some(open) = held.as_ref()
             && !open.client.is_closed()
         {
-            open.replan_if_due().await;
-            open.choose_plan_if_due(&self.kinds).await;
+            open.plan_if_due(&self.kinds).await;
             return Some(Arc::clone(open));
         }
         *held = None;
@@ -346,8 +345,8 @@ impl HotPath {
         if lock(&self.closed_until).is_some_and(|until| now < until) {
             return None;
         }
-        let replanned = slot >= self.claim_slots;
-        let opened = match tokio::time::timeout(OPEN_TIMEOUT, self.open(replanned)).await {
+        let claims = slot < self.claim_slots;
+        let opened = match tokio::time::timeout(OPEN_TIMEOUT, self.open(claims)).await {
             Ok(opened) => opened,
             Err(_) => Err(DbError::Unavailable(format!(
                 "opening a connection took over {}",
@@ -377,8 +376,8 @@ impl HotPath {
         }
     }
 
-    /// `replanned`: drop its plans every [`REPLAN_EVERY`].
-    async fn open(&self, replanned: bool) -> Result<Open, DbError> {
+    /// `claims`: a claim's connection (see [`Open::claims`]).
+    async fn open(&self, claims: bool) -> Result<Open, DbError> {
         let session = self
             .session
             .get_or_try_init(|| session_settings(&self.pool))
@@ -395,16 +394,13 @@ impl HotPath {
             client.batch_execute(session).await?;
         }
         let statements = HotStatements::prepare(&client).await?;
-        let plan_chosen = if replanned {
-            None
-        } else {
+        if claims {
             choose_plan(&client, &self.kinds).await;
-            Some(Mutex::new(Instant::now()))
-        };
+        }
         Ok(Open {
             client,
-            replanned: replanned.then(|| Mutex::new(Instant::now())),
-            plan_chosen,
+            claims,
+            planned: Mutex::new(Instant::now()),
             statements,
             hooks: HookStatements::default(),
         })
@@ -412,38 +408,29 @@ impl HotPath {
 }
 
 impl Open {
-    /// Drops the connection's cached plans when [`REPLAN_EVERY`] has passed;
-    /// the next call of each statement plans it afresh. A failure is the next
-    /// statement's to report: the connection is what failed.
-    async fn replan_if_due(&self) {
-        let Some(replanned) = &self.replanned else {
-            return;
+    /// A claim's connection chooses its claim's plan again when
+    /// [`CHECK_EVERY`] has passed; any other drops its cached plans when
+    /// [`REPLAN_EVERY`] has, and the next call of each statement plans it
+    /// afresh. A failure is the next statement's to report: the connection
+    /// is what failed.
+    async fn plan_if_due(&self, kinds: &[String]) {
+        let every = if self.claims {
+            CHECK_EVERY
+        } else {
+            REPLAN_EVERY
         };
         {
-            let mut at = lock(replanned);
-            if at.elapsed() < REPLAN_EVERY {
+            let mut at = lock(&self.planned);
+            if at.elapsed() < every {
                 return;
             }
             *at = Instant::now();
         }
-        let _ = self.client.batch_execute("DISCARD PLANS").await;
-    }
-}
-
-impl Open {
-    /// Chooses a claim connection's plan again when [`CHECK_EVERY`] has passed.
-    async fn choose_plan_if_due(&self, kinds: &[String]) {
-        let Some(chosen) = &self.plan_chosen else {
-            return;
-        };
-        {
-            let mut at = lock(chosen);
-            if at.elapsed() < CHECK_EVERY {
-                return;
-            }
-            *at = Instant::now();
+        if self.claims {
+            choose_plan(&self.client, kinds).await;
+        } else {
+            let _ = self.client.batch_execute("DISCARD PLANS").await;
         }
-        choose_plan(&self.client, kinds).await;
     }
 }
 

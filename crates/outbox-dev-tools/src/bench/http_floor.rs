@@ -16,7 +16,7 @@ use bytes::Bytes;
 use tokio_util::sync::CancellationToken;
 
 use super::drain::process_cpu_seconds;
-use super::orders::load;
+use super::orders::{load, place_one};
 
 /// One run of the load generator against the no-work server.
 #[derive(Debug, Clone, Copy)]
@@ -83,16 +83,5 @@ pub async fn measure(
 
 /// The API's answer to one order: the bytes the no-work server answers with.
 pub async fn api_answer(client: &reqwest::Client, endpoint: &str) -> anyhow::Result<Bytes> {
-    let response = client
-        .post(endpoint)
-        .header("content-type", "application/json")
-        .body(super::orders::ORDER)
-        .send()
-        .await?;
-    anyhow::ensure!(
-        response.status() == reqwest::StatusCode::CREATED,
-        "the API answered {} to a sample order",
-        response.status()
-    );
-    Ok(response.bytes().await?)
+    Ok(place_one(client, endpoint).await?.bytes().await?)
 }

@@ -287,17 +287,7 @@ async fn place(
     flat_out(clients, (0..n).collect(), |_| {
         let (client, endpoint, ids) = (client.clone(), endpoint.clone(), Arc::clone(&ids));
         async move {
-            let response = client
-                .post(&endpoint)
-                .header("content-type", "application/json")
-                .body(orders::ORDER)
-                .send()
-                .await?;
-            anyhow::ensure!(
-                response.status() == reqwest::StatusCode::CREATED,
-                "placing an order was answered {}",
-                response.status()
-            );
+            let response = orders::place_one(&client, &endpoint).await?;
             let order: serde_json::Value = response.json().await?;
             let id = order["id"].as_i64().context("the placed order has no id")?;
             ids.lock().await.push(id);

@@ -396,10 +396,7 @@ impl Schedule {
                 continue;
             };
             schedule.sent += 1;
-            let request = client
-                .post(endpoint)
-                .header("content-type", "application/json")
-                .body(orders::ORDER);
+            let request = orders::order_request(client, endpoint);
             schedule.tasks.spawn(async move {
                 let sent_at = Instant::now();
                 let placed = matches!(request.send().await,

@@ -164,6 +164,28 @@ impl LoadRun {
     }
 }
 
+/// A POST of [`ORDER`] to `endpoint`: what every placement of the bench sends.
+pub(super) fn order_request(client: &reqwest::Client, endpoint: &str) -> reqwest::RequestBuilder {
+    client
+        .post(endpoint)
+        .header("content-type", "application/json")
+        .body(ORDER)
+}
+
+/// Places one order through `endpoint`: its answer, an error unless `201`.
+pub(super) async fn place_one(
+    client: &reqwest::Client,
+    endpoint: &str,
+) -> anyhow::Result<reqwest::Response> {
+    let response = order_request(client, endpoint).send().await?;
+    anyhow::ensure!(
+        response.status() == reqwest::StatusCode::CREATED,
+        "placing an order was answered {}",
+        response.status()
+    );
+    Ok(response)
+}
+
 /// `clients` loops posting orders for `duration`.
 pub(super) async fn load(
     client: &reqwest::Client,
@@ -204,12 +226,7 @@ pub(super) async fn load_until(
             let mut micros = Vec::new();
             while !stop.is_cancelled() {
                 let sent_at = Instant::now();
-                let sent = client
-                    .post(&endpoint)
-                    .header("content-type", "application/json")
-                    .body(ORDER)
-                    .send()
-                    .await;
+                let sent = order_request(&client, &endpoint).send().await;
                 match sent {
                     Ok(response) if response.status() == reqwest::StatusCode::CREATED => {
                         ok.fetch_add(1, Ordering::Relaxed);

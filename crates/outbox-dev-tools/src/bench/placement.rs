@@ -66,12 +66,23 @@ pub struct CpuPerOrder {
     pub client_us: Option<f64>,
 }
 
-/// CPU seconds spent, and orders placed, over one or more runs.
-#[derive(Debug, Clone, Copy, Default)]
+/// CPU seconds spent, and orders placed, over one or more runs; a side
+/// becomes `None` once a reading of it failed.
+#[derive(Debug, Clone, Copy)]
 struct CpuTally {
     server: Option<f64>,
     client: Option<f64>,
     orders: u64,
+}
+
+impl Default for CpuTally {
+    fn default() -> Self {
+        CpuTally {
+            server: Some(0.0),
+            client: Some(0.0),
+            orders: 0,
+        }
+    }
 }
 
 impl CpuTally {
@@ -82,14 +93,11 @@ impl CpuTally {
         client: (Option<f64>, Option<f64>),
         orders: u64,
     ) {
-        let spent =
-            |(before, after): (Option<f64>, Option<f64>)| after.zip(before).map(|(a, b)| a - b);
-        let sum = |total: Option<f64>, run: Option<f64>| match self.orders {
-            0 => run,
-            _ => total.zip(run).map(|(t, r)| t + r),
+        let add = |total: Option<f64>, (before, after): (Option<f64>, Option<f64>)| {
+            Some(total? + after? - before?)
         };
-        self.server = sum(self.server, spent(server));
-        self.client = sum(self.client, spent(client));
+        self.server = add(self.server, server);
+        self.client = add(self.client, client);
         self.orders += orders;
     }
 
@@ -170,7 +178,7 @@ pub async fn measure(url: &str, args: &BenchArgs) -> anyhow::Result<Placement> {
         (client_before, process_cpu_seconds(None)),
         unloaded.ok,
     );
-    let api_wal = wal_per_order(url, &wal_before).await?;
+    let api_wal = since(url, &wal_before).await?.wal_per_order();
     pgbench.run(url, clients, duration, "between").await?;
     let half_open = if half_open > 0 {
         let held = hold_half_open(app_addr, half_open).await?;
@@ -248,15 +256,16 @@ impl PgbenchRuns {
         let (server_after, client_after) = (server_cpu_seconds(), waited_children_cpu_seconds());
         match rate {
             Ok(rate) => {
+                let run = since(url, &wal_before).await?;
                 self.cpu.add(
                     (server_before, server_after),
                     (client_before, client_after),
-                    orders_in_table(url).await?,
+                    run.orders,
                 );
                 eprintln!("  pgbench {when} the API runs: {rate:.0} orders/s");
                 self.rates.push(rate);
                 if self.wal_bytes_per_order.is_none() {
-                    self.wal_bytes_per_order = wal_per_order(url, &wal_before).await?;
+                    self.wal_bytes_per_order = run.wal_per_order();
                 }
             }
             Err(error) => {
@@ -294,35 +303,38 @@ async fn wal_mark(url: &str) -> anyhow::Result<String> {
     .await?
 }
 
-/// The orders in the table now: those of the run since the last truncate.
-async fn orders_in_table(url: &str) -> anyhow::Result<u64> {
-    let url = url.to_owned();
-    tokio::task::spawn_blocking(move || -> anyhow::Result<u64> {
-        let mut conn = PgConnection::establish(&url)?;
-        count_orders(&mut conn)
-    })
-    .await?
+/// What a run left: the orders in the table (those placed since the last
+/// truncate) and the WAL bytes written since its mark.
+struct RunTotals {
+    orders: u64,
+    wal_bytes: f64,
 }
 
-fn count_orders(conn: &mut PgConnection) -> anyhow::Result<u64> {
+impl RunTotals {
+    /// `None` without an order.
+    fn wal_per_order(&self) -> Option<f64> {
+        (self.orders > 0).then(|| self.wal_bytes / self.orders as f64)
+    }
+}
+
+/// [`RunTotals`] since the WAL position `from`.
+async fn since(url: &str, from: &str) -> anyhow::Result<RunTotals> {
     #[derive(QueryableByName)]
     struct Count {
         #[diesel(sql_type = diesel::sql_types::BigInt)]
         n: i64,
     }
-    let orders: Count = diesel::sql_query("SELECT count(*) AS n FROM orders").get_result(conn)?;
-    Ok(u64::try_from(orders.n).unwrap_or(0))
-}
-
-/// WAL bytes since `from` over the orders in the table now (`None` if none).
-async fn wal_per_order(url: &str, from: &str) -> anyhow::Result<Option<f64>> {
     let (url, from) = (url.to_owned(), from.to_owned());
-    tokio::task::spawn_blocking(move || -> anyhow::Result<Option<f64>> {
+    tokio::task::spawn_blocking(move || -> anyhow::Result<RunTotals> {
         let mut conn = PgConnection::establish(&url)?;
         let to = super::stats::wal_lsn(&mut conn)?;
-        let bytes = super::stats::wal_bytes_between(&mut conn, &from, &to)?;
-        let orders = count_orders(&mut conn)?;
-        Ok((orders > 0).then(|| bytes as f64 / orders as f64))
+        let wal_bytes = super::stats::wal_bytes_between(&mut conn, &from, &to)? as f64;
+        let orders: Count =
+            diesel::sql_query("SELECT count(*) AS n FROM orders").get_result(&mut conn)?;
+        Ok(RunTotals {
+            orders: u64::try_from(orders.n).unwrap_or(0),
+            wal_bytes,
+        })
     })
     .await?
 }
