@@ -121,8 +121,8 @@ pub async fn run(db_args: DatabaseArgs, args: ServeArgs) -> anyhow::Result<()> {
         trusted_proxies,
         ..ApiSettings::default()
     };
-    let pool = api::connect(&db_args.database_url, &settings);
-    let app = Application::build(pool, settings, listener)?.with_metrics(metrics);
+    let database = api::connect(&db_args.database_url, &settings);
+    let app = Application::build(database, settings, listener)?.with_metrics(metrics);
     // On stdout, for people and scripts that asked for port 0.
     println!("serving the order API on http://{}", app.local_addr());
     if args.api_auth == ApiAuth::None {

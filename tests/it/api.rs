@@ -406,6 +406,52 @@ async fn the_same_key_with_another_order_is_a_409_and_writes_nothing() {
     app.stop().await;
 }
 
+/// `fallback_application_name` is an option libpq knows and tokio-postgres
+/// does not: the API's own connections cannot open, so the key check and
+/// the placement run on the pool, with the same answers.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn orders_are_placed_on_the_pool_when_the_apis_own_connections_cannot_open() {
+    let db = TestDb::new();
+    let separator = if db.url.contains('?') { '&' } else { '?' };
+    let url = format!("{}{separator}fallback_application_name=shop", db.url);
+    let settings = test_api_settings();
+    let database = api::connect(&url, &settings);
+    let app = spawn_app_on(db, database, settings).await;
+
+    let first = app.post_order(&order_json("Ada"), Some("order-1")).await;
+    assert_eq!(first.status(), StatusCode::CREATED);
+    let first: Value = first.json().await.expect("JSON");
+    let again = app.post_order(&order_json("Ada"), Some("order-1")).await;
+    assert_eq!(again.status(), StatusCode::OK);
+    assert_eq!(again.json::<Value>().await.expect("JSON"), first);
+    let conflict = app.post_order(&order_json("Grace"), Some("order-1")).await;
+    assert_eq!(
+        error_of(conflict, StatusCode::CONFLICT).await["code"],
+        "idempotency_conflict"
+    );
+    let other = app.post_order(&order_json("Grace"), None).await;
+    assert_eq!(other.status(), StatusCode::CREATED);
+
+    let mut conn = app.db.conn();
+    let used: Option<chrono::DateTime<chrono::Utc>> = order_service::schema::api_keys::table
+        .select(order_service::schema::api_keys::last_used_at)
+        .first(&mut conn)
+        .expect("the test's key");
+    assert!(
+        used.is_some(),
+        "the key check on the pool notes the key's use"
+    );
+    assert_eq!(
+        app.rows(),
+        Rows {
+            orders: 2,
+            items: 4,
+            jobs: 6
+        }
+    );
+    app.stop().await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn ten_concurrent_requests_with_one_key_place_exactly_one_order() {
     let app = spawn_app().await;
@@ -542,8 +588,8 @@ async fn a_database_that_is_down_is_a_503_with_json_never_a_hang() {
         ..test_api_settings()
     };
     // Nothing listens on port 1: every connection attempt is refused.
-    let pool = api::connect("postgres://postgres@127.0.0.1:1/nowhere", &settings);
-    let app = spawn_app_on(TestDb::new(), pool, settings).await;
+    let database = api::connect("postgres://postgres@127.0.0.1:1/nowhere", &settings);
+    let app = spawn_app_on(TestDb::new(), database, settings).await;
 
     let started = Instant::now();
     let response = app.post_order(&order_json("Ada"), Some("k")).await;

@@ -515,8 +515,8 @@ async fn with_the_database_down_a_keyed_request_is_a_503_not_a_401_or_500() {
         db_wait: Duration::from_millis(500),
         ..test_api_settings()
     };
-    let pool = api::connect("postgres://postgres@127.0.0.1:1/nowhere", &settings);
-    let app = spawn_app_on(TestDb::new(), pool, settings).await;
+    let database = api::connect("postgres://postgres@127.0.0.1:1/nowhere", &settings);
+    let app = spawn_app_on(TestDb::new(), database, settings).await;
     let response = app.post_order(&order_json("Ada"), None).await;
     assert!(response.headers().contains_key("retry-after"));
     let error = error_of(response, StatusCode::SERVICE_UNAVAILABLE).await;

@@ -4,8 +4,9 @@
 use diesel::pg::PgConnection;
 use diesel_migrations::{EmbeddedMigrations, embed_migrations};
 pub use outbox_core::db::{
-    DbError, Failure, PgPool, PoolOptions, PrepareOnce, build_pool, establish, init_openssl,
-    prepare_insert, redact_url, run_blocking, run_blocking_pinged, run_blocking_retried,
+    DbError, Failure, OwnConnection, OwnConnections, PgPool, PoolOptions, PrepareOnce, build_pool,
+    establish, init_openssl, prepare_insert, redact_url, run_blocking, run_blocking_pinged,
+    run_blocking_retried,
 };
 
 /// The service's migrations (`migrations/`): its own tables (orders, their

@@ -10,9 +10,9 @@
 //! use order_service::server::Application;
 //!
 //! let settings = ApiSettings::default();
-//! let pool = api::connect("postgres://postgres@127.0.0.1/shop", &settings);
+//! let database = api::connect("postgres://postgres@127.0.0.1/shop", &settings);
 //! let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
-//! let app = Application::build(pool, settings, listener)?;
+//! let app = Application::build(database, settings, listener)?;
 //! println!("listening on http://{}", app.local_addr());
 //! app.run_until_stopped(order_service::shutdown::on_signals()).await
 //! # }
@@ -24,7 +24,7 @@ use std::time::Duration;
 use axum::Router;
 use tokio_util::sync::CancellationToken;
 
-use crate::api::{self, ApiAuth, ApiSettings, Db};
+use crate::api::{self, ApiAuth, ApiDatabase, ApiSettings, Db};
 use crate::db::PgPool;
 use crate::http_server::ConnectionLimits;
 use crate::outbox::Waker;
@@ -59,7 +59,7 @@ impl Application {
     /// Wires the API on `listener` (bind port 0 in tests and read
     /// [`Application::local_addr`]). Nothing runs until `run_until_stopped`.
     pub fn build(
-        pool: PgPool,
+        database: ApiDatabase,
         settings: ApiSettings,
         listener: tokio::net::TcpListener,
     ) -> std::io::Result<Application> {
@@ -74,7 +74,8 @@ impl Application {
                  For local development only."
             );
         }
-        let db = Db::new(pool.clone(), settings.db_wait);
+        let db = database.gate(&settings);
+        let pool = database.pool().clone();
         Ok(Application {
             listener,
             local_addr,

@@ -15,12 +15,13 @@ use diesel_migrations::{EmbeddedMigrations, MigrationHarness, embed_migrations};
 
 mod checkout;
 mod failure;
+mod own;
 mod prepared;
 
 pub use checkout::{run_blocking_pinged, run_blocking_retried};
-pub(crate) use failure::connection_unusable;
 pub use failure::{DbError, Failure};
 use failure::{discard, must_discard};
+pub use own::{OwnConnection, OwnConnections, REOPEN_AFTER};
 pub use prepared::{PrepareOnce, Prepared, prepare_insert};
 
 /// An r2d2 pool of Diesel PostgreSQL connections, as [`build_pool`] builds

@@ -4,9 +4,8 @@ use std::net::SocketAddr;
 use std::time::Duration;
 
 use diesel::prelude::*;
-use order_service::api::{self, ApiSettings};
+use order_service::api::{self, ApiDatabase, ApiSettings};
 use order_service::api_keys::{self, KeyName, Scope};
-use order_service::db::PgPool;
 use order_service::links::{DEFAULT_RECEIPT_LINK_TTL, ReceiptLinks};
 use order_service::schema::{jobs_all, order_items, orders};
 use order_service::server::Application;
@@ -57,13 +56,13 @@ pub async fn spawn_app() -> TestApp {
 
 pub async fn spawn_app_with(settings: ApiSettings) -> TestApp {
     let db = TestDb::new();
-    let pool = api::connect(&db.url, &settings);
-    spawn_app_on(db, pool, settings).await
+    let database = api::connect(&db.url, &settings);
+    spawn_app_on(db, database, settings).await
 }
 
-/// The API on `pool`, which need not point at `db` (tests of a database outage
-/// give it a pool that cannot connect, and still count rows in `db`).
-pub async fn spawn_app_on(db: TestDb, pool: PgPool, settings: ApiSettings) -> TestApp {
+/// The API on `database`, which need not be `db` (tests of a database outage
+/// give it one that cannot connect, and still count rows in `db`).
+pub async fn spawn_app_on(db: TestDb, database: ApiDatabase, settings: ApiSettings) -> TestApp {
     super::init_tracing();
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
         .await
@@ -71,7 +70,7 @@ pub async fn spawn_app_on(db: TestDb, pool: PgPool, settings: ApiSettings) -> Te
     let metrics = tokio::net::TcpListener::bind("127.0.0.1:0")
         .await
         .expect("bind port 0");
-    let app = Application::build(pool, settings, listener)
+    let app = Application::build(database, settings, listener)
         .expect("build the API")
         .with_metrics(metrics);
     let addr = app.local_addr();

@@ -29,7 +29,7 @@ use super::address_limit::Admitted;
 use super::api_key_limit::RateLimiter;
 use super::error::ApiError;
 use super::state::Db;
-use crate::api_keys::{self, ApiKeyState, PresentedKey, Scope};
+use crate::api_keys::{self, ApiKeyState, Authenticated, PresentedKey, Scope};
 use crate::orders::{Cause, Transition};
 
 pub use super::api_key_limit::RateLimit;
@@ -128,7 +128,17 @@ fn verify(
     scope: Option<Scope>,
     limiter: Option<&RateLimiter>,
 ) -> Result<Verified, ApiError> {
-    let Some(found) = api_keys::authenticate(conn, key)? else {
+    verdict(api_keys::authenticate(conn, key)?, scope, limiter)
+}
+
+/// What the key's row (`found`, `None` for no such key) says: its state and
+/// scope, then the rate limit.
+fn verdict(
+    found: Option<Authenticated>,
+    scope: Option<Scope>,
+    limiter: Option<&RateLimiter>,
+) -> Result<Verified, ApiError> {
+    let Some(found) = found else {
         return Err(ApiError::Unauthorized("this API key is not known".into()));
     };
     match found.state {
@@ -229,10 +239,18 @@ async fn admit(gate: &Gate, request: &mut Request) -> Result<Admitted, ApiError>
                 Required::ActionScope => action_of(request).await.and_then(Scope::of_action),
             };
             let limiter = gate.limiter.clone();
-            let verified = gate
+            let found = gate
                 .db
-                .read(move |conn| verify(conn, &key, scope, limiter.as_deref()))
-                .await?;
+                .direct(async |connection| connection.authenticate(&key).await)
+                .await;
+            let verified = match found {
+                Some(found) => verdict(found?, scope, limiter.as_deref())?,
+                None => {
+                    gate.db
+                        .read(move |conn| verify(conn, &key, scope, limiter.as_deref()))
+                        .await?
+                }
+            };
             (verified, Admitted::Key)
         }
     };

@@ -25,6 +25,7 @@ mod address_limit;
 pub mod api_key_limit;
 pub mod auth;
 mod body;
+mod direct;
 mod effects;
 pub mod error;
 mod health;
@@ -163,13 +164,48 @@ impl Default for ApiSettings {
     }
 }
 
+/// What the API runs on: its pool, and the URL it was built from, which the
+/// API's own connections for the key check and the placement open
+/// (`direct`). Made by [`connect`].
+#[derive(Debug, Clone)]
+pub struct ApiDatabase {
+    pool: PgPool,
+    url: String,
+}
+
+impl ApiDatabase {
+    pub fn pool(&self) -> &PgPool {
+        &self.pool
+    }
+
+    /// The gate the handlers call through: the pool, and beside it
+    /// `settings.pool_size` connections of the API's own.
+    pub(crate) fn gate(&self, settings: &ApiSettings) -> Db {
+        // Past its statement_timeout the server has cancelled a statement
+        // and answered; no answer long after that is a dead peer.
+        let deadline = settings.statement_timeout + STATEMENT_GRACE;
+        let direct = direct::Direct::new(
+            self.pool.clone(),
+            self.url.clone(),
+            settings.pool_size as usize,
+            deadline,
+        );
+        Db::new(self.pool.clone(), settings.db_wait).with_direct(direct)
+    }
+}
+
+/// How long past `statement_timeout` a statement on one of the API's own
+/// connections may go unanswered before the connection is taken for dead.
+const STATEMENT_GRACE: Duration = Duration::from_secs(5);
+
 /// The API's pool: checkout bounded by `db_wait`, statements by
 /// `statement_timeout`. r2d2 does not ping its checkouts: the API chooses per
 /// call (`Db::run` pings before a write, `Db::read` runs a read at once and
 /// again on another connection if it found its own dead), so a request
-/// still never fails on a connection that died while idle.
-pub fn connect(database_url: &str, settings: &ApiSettings) -> PgPool {
-    db::build_pool(
+/// still never fails on a connection that died while idle. The API's own
+/// connections open when first needed.
+pub fn connect(database_url: &str, settings: &ApiSettings) -> ApiDatabase {
+    let pool = db::build_pool(
         database_url,
         &PoolOptions {
             size: settings.pool_size,
@@ -178,7 +214,11 @@ pub fn connect(database_url: &str, settings: &ApiSettings) -> PgPool {
             statement_timeout: Some(settings.statement_timeout),
             ..PoolOptions::default()
         },
-    )
+    );
+    ApiDatabase {
+        pool,
+        url: database_url.to_owned(),
+    }
 }
 
 /// The order API's routes (`/orders`, `/healthz`, `/openapi.json`) on `db`,
@@ -336,8 +376,7 @@ mod tests {
             ..ApiSettings::default()
         };
         // Never connects: the router is only built.
-        let pool = connect("postgres://nobody@127.0.0.1:1/nowhere", &settings);
-        let db = Db::new(pool, settings.db_wait);
+        let db = connect("postgres://nobody@127.0.0.1:1/nowhere", &settings).gate(&settings);
         let (api, document) = routes_and_document(db.clone(), &settings, Waker::new());
         // As the server mounts it.
         let router = with_layers(

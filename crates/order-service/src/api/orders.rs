@@ -16,9 +16,9 @@ use super::error::{ApiError, ErrorEnvelope};
 use super::receipt_link::{self, LinkCheck};
 use super::state::AppState;
 use crate::orders::{
-    NewOrder, Order, OrderEvent, OrderId, OrderJob, OrderStatus, PlaceOrderError, Placement,
-    Transition, TransitionError, TransitionOutcome, load_order, load_order_events, load_order_jobs,
-    place_order_by, transition_order_by,
+    NewOrder, Order, OrderEvent, OrderId, OrderJob, OrderStatus, PlaceOrderError, Placed,
+    PlacedOrder, Placement, Placing, Transition, TransitionError, TransitionOutcome, load_order,
+    load_order_events, load_order_jobs, place_order_on, place_with, transition_order_by,
 };
 use crate::schema::{orders, receipts};
 
@@ -31,6 +31,16 @@ pub struct OrderView {
     pub jobs: Vec<OrderJob>,
     /// The order's history, in `seq` order.
     pub events: Vec<OrderEvent>,
+}
+
+impl From<PlacedOrder> for OrderView {
+    fn from(created: PlacedOrder) -> Self {
+        OrderView {
+            order: created.order,
+            jobs: created.jobs,
+            events: created.events,
+        }
+    }
 }
 
 /// Whether order `order_id` exists and `reader` may read it (see
@@ -121,19 +131,30 @@ pub(crate) async fn place(
     let payment_window = state.settings.payment_window;
     let keyed = key.is_some();
     let enqueuer = state.enqueuer.clone();
+    let direct = state
+        .db
+        .direct(async |connection| {
+            let placing =
+                Placing::new(&order, key.as_ref(), verified.cause(), payment_window, jobs);
+            place_order_on(&connection.client, &connection.place, &enqueuer, &placing).await
+        })
+        .await;
+    // A placement that found its key taken wrote nothing: the pool's finds
+    // the earlier order, or the conflict.
+    if let Some(placed) = direct
+        && let Some(Placed {
+            placement,
+            created: Some(created),
+        }) = placed?
+    {
+        return Ok(answer(placement, keyed, created.into()));
+    }
     let (placement, view) = state
         .db
         .run(move |conn| {
-            let placed = place_order_by(
-                conn,
-                &enqueuer,
-                &order,
-                key.as_ref(),
-                jobs,
-                verified.cause(),
-                payment_window,
-            )
-            .map_err(|e| match e {
+            let placing =
+                Placing::new(&order, key.as_ref(), verified.cause(), payment_window, jobs);
+            let placed = place_with(conn, &enqueuer, &placing).map_err(|e| match e {
                 PlaceOrderError::IdempotencyConflict { .. } => ApiError::IdempotencyConflict,
                 PlaceOrderError::Database(e) => ApiError::from(e),
             })?;
@@ -141,12 +162,7 @@ pub(crate) async fn place(
             // A new order is answered with what the placement wrote: reading
             // it back would double the round trips of every placement.
             if let Some(created) = placed.created {
-                let view = OrderView {
-                    order: created.order,
-                    jobs: created.jobs,
-                    events: created.events,
-                };
-                return Ok((placement, view));
+                return Ok((placement, created.into()));
             }
             let id = placement.order_id();
             let view = load_view(conn, id)?.ok_or_else(|| {
@@ -157,7 +173,12 @@ pub(crate) async fn place(
             Ok((placement, view))
         })
         .await?;
+    Ok(answer(placement, keyed, view))
+}
 
+/// A placement's answer: 201 for a new order, 200 for the one placed earlier
+/// with the same Idempotency-Key.
+fn answer(placement: Placement, keyed: bool, view: OrderView) -> Response {
     let status = match placement {
         Placement::Created(id) => {
             tracing::info!(order_id = id, keyed, "order placed");
@@ -172,7 +193,7 @@ pub(crate) async fn place(
         }
     };
     let id = placement.order_id();
-    Ok((status, [(header::LOCATION, location(id))], Json(view)).into_response())
+    (status, [(header::LOCATION, location(id))], Json(view)).into_response()
 }
 
 /// What a transition answers: the whole order to a key that may read it,

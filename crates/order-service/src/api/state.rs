@@ -7,6 +7,7 @@ use diesel::PgConnection;
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
 use super::ApiSettings;
+use super::direct::{ApiConnection, Direct};
 use super::error::ApiError;
 use super::health::Health;
 use crate::db::{DbError, PgPool, run_blocking_pinged, run_blocking_retried};
@@ -39,6 +40,8 @@ pub(crate) struct Db {
     wait: Duration,
     /// What `/healthz` says: every call that reached the pool tells it.
     health: Arc<Health>,
+    /// The API's own connections, for the key check and the placement.
+    direct: Option<Arc<Direct>>,
 }
 
 impl Db {
@@ -49,7 +52,14 @@ impl Db {
             permits,
             wait,
             health: Arc::new(Health::default()),
+            direct: None,
         }
+    }
+
+    /// With `direct` for [`Db::direct`].
+    pub fn with_direct(mut self, direct: Direct) -> Db {
+        self.direct = Some(Arc::new(direct));
+        self
     }
 
     pub fn health(&self) -> &Health {
@@ -94,6 +104,23 @@ impl Db {
         })
         .await;
         self.settle(outcome)
+    }
+
+    /// Runs `statement` on one of the API's own connections (`direct`),
+    /// behind the same permits as the pool's calls; `None` when there is
+    /// none to run it on: the caller runs its pool version. A statement that
+    /// failed is not run again: it may have committed.
+    pub async fn direct<T>(
+        &self,
+        statement: impl AsyncFnOnce(&ApiConnection) -> Result<T, tokio_postgres::Error>,
+    ) -> Option<Result<T, ApiError>> {
+        let direct = self.direct.as_ref()?;
+        let _permit = match self.permit().await {
+            Ok(permit) => permit,
+            Err(error) => return Some(Err(error)),
+        };
+        let outcome = direct.run(statement).await?;
+        Some(self.settle(outcome.map(Ok)))
     }
 
     /// A permit for one connection, waited for asynchronously.

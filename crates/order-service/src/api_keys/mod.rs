@@ -16,6 +16,9 @@ mod store;
 
 pub use scope::{Scope, parse_scopes};
 pub use secret::{KEY_PREFIX, MalformedKey, NewSecret, PresentedKey};
+pub(crate) use store::{
+    AUTHENTICATE_PARAMS, AUTHENTICATE_SQL, TOUCH_PARAMS, TOUCH_SQL, authenticate_on,
+};
 pub use store::{
     ApiKey, ApiKeyState, Authenticated, CreateKeyError, CreatedKey, KeyName, RevokeError, Revoked,
     authenticate, create_key, list_keys, revoke_key,

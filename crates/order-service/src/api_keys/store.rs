@@ -2,10 +2,14 @@
 
 use chrono::{DateTime, Utc};
 use diesel::prelude::*;
+use diesel::sql_types::{Array, BigInt, Binary, Nullable, Text, Timestamptz};
 use serde::Serialize;
+use tokio_postgres::Statement;
+use tokio_postgres::types::Type;
 
 use super::scope::Scope;
 use super::secret::{NewSecret, PresentedKey};
+use crate::db::PrepareOnce as _;
 use crate::schema::api_keys;
 
 /// A key's name: what `keys revoke` and `keys list` call it. Letters,
@@ -175,71 +179,124 @@ pub struct Authenticated {
 /// How stale `last_used_at` may get before a request moves it.
 const LAST_USED_GRANULARITY_SECONDS: i64 = 60;
 
+/// The statement that looks a presented key up, and the one that notes its
+/// use, with their parameters' types: the API prepares them on its own
+/// connections (`api/direct.rs`); [`authenticate`] runs the same text.
+pub(crate) const AUTHENTICATE_SQL: &str = include_str!("sql/authenticate.sql");
+pub(crate) const AUTHENTICATE_PARAMS: &[Type] = &[Type::BYTEA];
+pub(crate) const TOUCH_SQL: &str = include_str!("sql/touch_api_key.sql");
+pub(crate) const TOUCH_PARAMS: &[Type] = &[Type::INT8, Type::TIMESTAMPTZ];
+
+/// A row of [`AUTHENTICATE_SQL`].
+#[derive(QueryableByName)]
+struct KeyRow {
+    #[diesel(sql_type = BigInt)]
+    id: i64,
+    #[diesel(sql_type = Array<Text>)]
+    scopes: Vec<String>,
+    #[diesel(sql_type = Nullable<Timestamptz>)]
+    expires_at: Option<DateTime<Utc>>,
+    #[diesel(sql_type = Nullable<Timestamptz>)]
+    revoked_at: Option<DateTime<Utc>>,
+    #[diesel(sql_type = Nullable<Timestamptz>)]
+    last_used_at: Option<DateTime<Utc>>,
+}
+
+impl KeyRow {
+    fn from_row(row: &tokio_postgres::Row) -> Result<KeyRow, tokio_postgres::Error> {
+        Ok(KeyRow {
+            id: row.try_get("id")?,
+            scopes: row.try_get("scopes")?,
+            expires_at: row.try_get("expires_at")?,
+            revoked_at: row.try_get("revoked_at")?,
+            last_used_at: row.try_get("last_used_at")?,
+        })
+    }
+
+    /// The key as found, and whether its `last_used_at` is due to move (an
+    /// active key last noted more than [`LAST_USED_GRANULARITY_SECONDS`] ago).
+    fn judge(self, now: DateTime<Utc>) -> (Authenticated, bool) {
+        let state = if self.revoked_at.is_some() {
+            ApiKeyState::Revoked
+        } else if self.expires_at.is_some_and(|at| at <= now) {
+            ApiKeyState::Expired
+        } else {
+            ApiKeyState::Active
+        };
+        let stale = self
+            .last_used_at
+            .is_none_or(|at| (now - at).num_seconds() >= LAST_USED_GRANULARITY_SECONDS);
+        let found = Authenticated {
+            id: self.id,
+            scopes: self.scopes,
+            state,
+        };
+        (found, state == ApiKeyState::Active && stale)
+    }
+}
+
+/// What [`TOUCH_SQL`] compares `last_used_at` with.
+fn a_minute_before(now: DateTime<Utc>) -> DateTime<Utc> {
+    now - chrono::Duration::seconds(LAST_USED_GRANULARITY_SECONDS)
+}
+
 /// Looks `key` up by its hash, and notes its use (at most once a minute).
 /// `None`: no such key.
 ///
 /// The look-up is an index probe on the hash, not a comparison of secrets:
 /// its timing can tell an attacker at most how a guess's SHA-256 compares
-/// with stored ones, which says nothing about any secret. It is Diesel's
-/// DSL, so a prepared statement per connection: it runs on every request.
+/// with stored ones, which says nothing about any secret. It runs on every
+/// request, prepared once per connection.
 pub fn authenticate(
     conn: &mut PgConnection,
     key: &PresentedKey,
 ) -> QueryResult<Option<Authenticated>> {
-    type Row = (
-        i64,
-        Vec<String>,
-        Option<DateTime<Utc>>,
-        Option<DateTime<Utc>>,
-        Option<DateTime<Utc>>,
-    );
-    let row: Option<Row> = api_keys::table
-        .filter(api_keys::secret_sha256.eq(key.sha256().as_slice()))
-        .select((
-            api_keys::id,
-            api_keys::scopes,
-            api_keys::expires_at,
-            api_keys::revoked_at,
-            api_keys::last_used_at,
-        ))
-        .first(conn)
+    let row: Option<KeyRow> = diesel::sql_query(AUTHENTICATE_SQL)
+        .bind::<Binary, _>(key.sha256().as_slice())
+        .prepared()
+        .get_result(conn)
         .optional()?;
-    let Some((id, scopes, expires_at, revoked_at, last_used_at)) = row else {
+    let Some(row) = row else {
         return Ok(None);
     };
     let now = Utc::now();
-    let state = if revoked_at.is_some() {
-        ApiKeyState::Revoked
-    } else if expires_at.is_some_and(|at| at <= now) {
-        ApiKeyState::Expired
-    } else {
-        ApiKeyState::Active
-    };
-    let stale =
-        last_used_at.is_none_or(|at| (now - at).num_seconds() >= LAST_USED_GRANULARITY_SECONDS);
-    if state == ApiKeyState::Active && stale {
-        touch(conn, id)?;
+    let (found, touch) = row.judge(now);
+    if touch {
+        diesel::sql_query(TOUCH_SQL)
+            .bind::<BigInt, _>(found.id)
+            .bind::<Timestamptz, _>(a_minute_before(now))
+            .execute(conn)?;
     }
-    Ok(Some(Authenticated { id, scopes, state }))
+    Ok(Some(found))
 }
 
-/// Moves the key's `last_used_at` to now, unless another request did so in
-/// the last minute. So a key is written at most about once a minute, not on
-/// every request (a write per request would add a WAL record and a commit
-/// flush to each). Requests that race at the minute each try: the first
-/// writes, the others wait for its row lock, re-check the condition on the
-/// row it committed, and write nothing.
-fn touch(conn: &mut PgConnection, id: i64) -> QueryResult<usize> {
-    let a_minute_ago = Utc::now() - chrono::Duration::seconds(LAST_USED_GRANULARITY_SECONDS);
-    diesel::update(
-        api_keys::table.find(id).filter(
-            api_keys::last_used_at
-                .is_null()
-                .or(api_keys::last_used_at.lt(a_minute_ago)),
-        ),
-    )
-    .set(api_keys::last_used_at.eq(diesel::dsl::now))
-    .execute(conn)
+/// [`authenticate`] on a tokio-postgres client, with `lookup` and `touch`
+/// its preparations of [`AUTHENTICATE_SQL`] and [`TOUCH_SQL`].
+///
+/// The touch moves `last_used_at` unless another request did so in the last
+/// minute. So a key is written at most about once a minute, not on every
+/// request (a write per request would add a WAL record and a commit flush to
+/// each). Requests that race at the minute each try: the first writes, the
+/// others wait for its row lock, re-check the condition on the row it
+/// committed, and write nothing.
+pub(crate) async fn authenticate_on(
+    client: &tokio_postgres::Client,
+    lookup: &Statement,
+    touch: &Statement,
+    key: &PresentedKey,
+) -> Result<Option<Authenticated>, tokio_postgres::Error> {
+    let hash = key.sha256();
+    let Some(row) = client.query_opt(lookup, &[&hash.as_slice()]).await? else {
+        return Ok(None);
+    };
+    let now = Utc::now();
+    let (found, due) = KeyRow::from_row(&row)?.judge(now);
+    if due {
+        client
+            .execute(touch, &[&found.id, &a_minute_before(now)])
+            .await?;
+    }
+    Ok(Some(found))
 }
 
 #[cfg(test)]

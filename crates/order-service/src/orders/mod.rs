@@ -45,6 +45,7 @@ pub use ledger::{
     EffectEntry, EffectLedger, load_effect_ledger, load_ledger, prune as prune_ledger,
 };
 pub use lock::LockedOrder;
+pub(crate) use place::{PLACE_ORDER_PARAMS, PLACE_ORDER_SQL, Placing, place_order_on, place_with};
 pub use place::{
     PlaceOrderError, Placed, PlacedOrder, Placement, place_order, place_order_by, placement_jobs,
 };

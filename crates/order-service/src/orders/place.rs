@@ -6,6 +6,8 @@ use diesel::sql_types::{Array, BigInt, Integer, Jsonb, Nullable, Text, Timestamp
 use std::time::Duration;
 
 use sha2::{Digest, Sha256};
+use tokio_postgres::types::{ToSql, Type};
+use tracing::Instrument as _;
 
 use chrono::{DateTime, Utc};
 
@@ -98,14 +100,108 @@ struct PlacedRow {
     job_kinds: Vec<String>,
 }
 
+impl PlacedRow {
+    /// The row as a tokio-postgres client read it.
+    fn from_row(row: &tokio_postgres::Row) -> Result<PlacedRow, tokio_postgres::Error> {
+        Ok(PlacedRow {
+            order_id: OrderId::new(row.try_get("order_id")?),
+            created_at: row.try_get("created_at")?,
+            expires_at: row.try_get("expires_at")?,
+            item_ids: row.try_get("item_ids")?,
+            event_id: row.try_get("event_id")?,
+            job_ids: row.try_get("job_ids")?,
+            job_kinds: row.try_get("job_kinds")?,
+        })
+    }
+}
+
+/// The text of a placement's statement, and its parameters' types in
+/// order, for a connection that prepares it itself (the API's own,
+/// `api/direct.rs`).
+pub(crate) const PLACE_ORDER_SQL: &str = include_str!("sql/place_order.sql");
+pub(crate) const PLACE_ORDER_PARAMS: &[Type] = &[
+    Type::TEXT,
+    Type::TEXT,
+    Type::TEXT,
+    Type::INT8,
+    Type::TEXT,
+    Type::TEXT,
+    Type::INT8,
+    Type::TEXT_ARRAY,
+    Type::TEXT_ARRAY,
+    Type::INT4_ARRAY,
+    Type::INT8_ARRAY,
+    Type::TEXT,
+    Type::INT8,
+    Type::INT4,
+    Type::INT8,
+    Type::JSONB,
+    Type::TEXT,
+    Type::TEXT,
+    Type::TEXT,
+    Type::TEXT,
+    Type::TEXT,
+    Type::TEXT,
+];
+
 /// What one placement writes, as the statement binds it.
-struct Placing<'a> {
+pub(crate) struct Placing<'a> {
     order: &'a NewOrder,
-    key: Option<&'a IdempotencyKey>,
-    request_hash: Option<&'a str>,
+    /// Taken in `cause`'s space.
+    key: Option<IdempotencyKey>,
+    /// The order's [`fingerprint`], with a key.
+    request_hash: Option<String>,
     cause: Cause,
     payment_window: Option<Duration>,
     jobs: EventJobs,
+}
+
+impl<'a> Placing<'a> {
+    pub(crate) fn new(
+        order: &'a NewOrder,
+        key: Option<&IdempotencyKey>,
+        cause: Cause,
+        payment_window: Option<Duration>,
+        jobs: EventJobs,
+    ) -> Placing<'a> {
+        let key = cause.scope(key);
+        let request_hash = key.as_ref().map(|_| fingerprint(order));
+        Placing {
+            order,
+            key,
+            request_hash,
+            cause,
+            payment_window,
+            jobs,
+        }
+    }
+}
+
+/// The values a placement binds that are not already in [`Placing`].
+struct Columns<'a> {
+    window_ms: Option<i64>,
+    fanout_inline: i64,
+    skus: Vec<&'a str>,
+    names: Vec<&'a str>,
+    quantities: Vec<i32>,
+    prices: Vec<i64>,
+}
+
+impl<'a> Placing<'a> {
+    fn columns(&self) -> Columns<'a> {
+        let items = self.order.items();
+        Columns {
+            // Whole milliseconds: the window was parsed from text such as `30m`.
+            window_ms: self
+                .payment_window
+                .map(|w| i64::try_from(w.as_millis()).unwrap_or(i64::MAX)),
+            fanout_inline: i64::try_from(self.jobs.fanout_inline).unwrap_or(i64::MAX),
+            skus: items.iter().map(|i| i.sku.as_str()).collect(),
+            names: items.iter().map(|i| i.name.as_str()).collect(),
+            quantities: items.iter().map(|i| i.quantity.get()).collect(),
+            prices: items.iter().map(|i| i.unit_price.cents()).collect(),
+        }
+    }
 }
 
 /// The order, its items, its first event and its jobs in one statement;
@@ -122,32 +218,24 @@ fn insert_placed(
     own: &OwnInsert,
 ) -> QueryResult<Option<PlacedRow>> {
     let order = placing.order;
-    // Whole milliseconds: the window was parsed from text such as `30m`.
-    let window_ms = placing
-        .payment_window
-        .map(|w| i64::try_from(w.as_millis()).unwrap_or(i64::MAX));
-    let fanout_inline = i64::try_from(placing.jobs.fanout_inline).unwrap_or(i64::MAX);
-    let items = order.items();
-    let skus: Vec<&str> = items.iter().map(|i| i.sku.as_str()).collect();
-    let names: Vec<&str> = items.iter().map(|i| i.name.as_str()).collect();
-    let quantities: Vec<i32> = items.iter().map(|i| i.quantity.get()).collect();
-    let prices: Vec<i64> = items.iter().map(|i| i.unit_price.cents()).collect();
-    diesel::sql_query(include_str!("sql/place_order.sql"))
+    let c = placing.columns();
+    // The binds of PLACE_ORDER_PARAMS, in its order.
+    diesel::sql_query(PLACE_ORDER_SQL)
         .bind::<Text, _>(order.customer_email.as_str())
         .bind::<Text, _>(order.customer_name.as_str())
         .bind::<Text, _>(order.currency.code())
         .bind::<BigInt, _>(order.total().cents())
-        .bind::<Nullable<Text>, _>(placing.key.map(IdempotencyKey::as_str))
-        .bind::<Nullable<Text>, _>(placing.request_hash)
+        .bind::<Nullable<Text>, _>(placing.key.as_ref().map(IdempotencyKey::as_str))
+        .bind::<Nullable<Text>, _>(placing.request_hash.as_deref())
         .bind::<Nullable<BigInt>, _>(placing.cause.api_key_id)
-        .bind::<Array<Text>, _>(&skus)
-        .bind::<Array<Text>, _>(&names)
-        .bind::<Array<Integer>, _>(&quantities)
-        .bind::<Array<BigInt>, _>(&prices)
+        .bind::<Array<Text>, _>(&c.skus)
+        .bind::<Array<Text>, _>(&c.names)
+        .bind::<Array<Integer>, _>(&c.quantities)
+        .bind::<Array<BigInt>, _>(&c.prices)
         .bind::<Text, _>(OrderStatus::Placed.event_type())
-        .bind::<Nullable<BigInt>, _>(window_ms)
+        .bind::<Nullable<BigInt>, _>(c.window_ms)
         .bind::<Integer, _>(placing.jobs.max_attempts)
-        .bind::<BigInt, _>(fanout_inline)
+        .bind::<BigInt, _>(c.fanout_inline)
         .bind::<Nullable<Jsonb>, _>(own.trace_context())
         .bind::<Nullable<Text>, _>(own.notify_channel())
         .bind::<Text, _>(ConfirmationEmail::KIND)
@@ -158,6 +246,52 @@ fn insert_placed(
         .prepared()
         .get_result(conn)
         .optional()
+}
+
+/// [`insert_placed`] on a tokio-postgres client, with `statement` the
+/// client's preparation of [`PLACE_ORDER_SQL`]: the same binds, in the
+/// same order.
+async fn insert_placed_on(
+    client: &tokio_postgres::Client,
+    statement: &tokio_postgres::Statement,
+    placing: &Placing<'_>,
+    own: &OwnInsert,
+) -> Result<Option<PlacedRow>, tokio_postgres::Error> {
+    let order = placing.order;
+    let c = placing.columns();
+    let total = order.total().cents();
+    let key = placing.key.as_ref().map(IdempotencyKey::as_str);
+    let request_hash = placing.request_hash.as_deref();
+    let params: [&(dyn ToSql + Sync); 22] = [
+        &order.customer_email.as_str(),
+        &order.customer_name.as_str(),
+        &order.currency.code(),
+        &total,
+        &key,
+        &request_hash,
+        &placing.cause.api_key_id,
+        &c.skus,
+        &c.names,
+        &c.quantities,
+        &c.prices,
+        &OrderStatus::Placed.event_type(),
+        &c.window_ms,
+        &placing.jobs.max_attempts,
+        &c.fanout_inline,
+        &own.trace_context(),
+        &own.notify_channel(),
+        &ConfirmationEmail::KIND,
+        &ReceiptPdf::KIND,
+        &OrderWebhook::KIND,
+        &OrderPublish::KIND,
+        &OrderFanout::KIND,
+    ];
+    client
+        .query_opt(statement, &params)
+        .await?
+        .as_ref()
+        .map(PlacedRow::from_row)
+        .transpose()
 }
 
 /// Writes the order, its items and one job per effect in one statement,
@@ -193,24 +327,56 @@ pub fn place_order_by(
     cause: Cause,
     payment_window: Option<Duration>,
 ) -> Result<Placed, PlaceOrderError> {
-    let event_jobs = jobs.into();
-    let key = cause.scope(key);
-    let key = key.as_ref();
+    place_with(
+        conn,
+        enqueuer,
+        &Placing::new(order, key, cause, payment_window, jobs.into()),
+    )
+}
+
+/// [`place_order_by`] of what `placing` holds.
+pub(crate) fn place_with(
+    conn: &mut PgConnection,
+    enqueuer: &Enqueuer,
+    placing: &Placing<'_>,
+) -> Result<Placed, PlaceOrderError> {
     // The parent of every job this order enqueues (their trace context is
     // this span's), so its effects hang under the placement.
     let span = tracing::info_span!("place_order", order_id = tracing::field::Empty);
     let _entered = span.enter();
-    let fingerprint = key.map(|_| fingerprint(order));
-    let placing = Placing {
-        order,
-        key,
-        request_hash: fingerprint.as_deref(),
-        cause,
-        payment_window,
-        jobs: event_jobs,
-    };
     let own = enqueuer.own_insert(conn);
-    let Some(PlacedRow {
+    let Some(row) = insert_placed(conn, placing, &own)? else {
+        // Nothing written, no one to wake.
+        drop(own);
+        return earlier_placement(conn, placing.key.as_ref(), placing.request_hash.as_deref());
+    };
+    Ok(placed(placing, row, own, &span))
+}
+
+/// [`place_with`] on a tokio-postgres client outside any transaction (the API's
+/// own connection, `api/direct.rs`), `statement` being its preparation of
+/// [`PLACE_ORDER_SQL`]. `None` when the idempotency key was taken: nothing
+/// was written, and [`place_with`] on the pool tells the earlier order from a
+/// conflict (it writes nothing either).
+pub(crate) async fn place_order_on(
+    client: &tokio_postgres::Client,
+    statement: &tokio_postgres::Statement,
+    enqueuer: &Enqueuer,
+    placing: &Placing<'_>,
+) -> Result<Option<Placed>, tokio_postgres::Error> {
+    let span = tracing::info_span!("place_order", order_id = tracing::field::Empty);
+    let own = span.in_scope(|| enqueuer.own_insert_alone());
+    let row = insert_placed_on(client, statement, placing, &own)
+        .instrument(span.clone())
+        .await?;
+    Ok(row.map(|row| placed(placing, row, own, &span)))
+}
+
+/// What a placement that wrote `row` did, told to `own` (which wakes the
+/// relays) and to `span`; built from what it wrote, as `GET /orders/{id}`
+/// shows it right after the commit.
+fn placed(placing: &Placing<'_>, row: PlacedRow, own: OwnInsert, span: &tracing::Span) -> Placed {
+    let PlacedRow {
         order_id,
         created_at,
         expires_at,
@@ -218,17 +384,13 @@ pub fn place_order_by(
         event_id,
         job_ids,
         job_kinds,
-    }) = insert_placed(conn, &placing, &own)?
-    else {
-        // Nothing written, no one to wake.
-        drop(own);
-        return earlier_placement(conn, key, fingerprint.as_deref());
-    };
+    } = row;
+    let order = placing.order;
     own.inserted(job_kinds.iter().map(String::as_str));
     span.record("order_id", order_id.get());
     // Every default timestamp of the statement is its transaction's start,
     // now(): created_at of the order and the event, run_after of the jobs.
-    let max_attempts = event_jobs.max_attempts.max(1);
+    let max_attempts = placing.jobs.max_attempts.max(1);
     let created = PlacedOrder {
         order: Order {
             id: order_id,
@@ -273,10 +435,10 @@ pub fn place_order_by(
             created_at,
         }],
     };
-    Ok(Placed {
+    Placed {
         placement: Placement::Created(order_id.get()),
         created: Some(created),
-    })
+    }
 }
 
 /// The order an earlier request placed under `key`: a concurrent or earlier

@@ -46,10 +46,28 @@ impl Enqueuer {
     /// statement has run without error.
     pub fn own_insert(&self, conn: &mut PgConnection) -> OwnInsert {
         let wake = match &self.waker {
+            Some(waker) if in_transaction(conn) => {
+                if AfterCommit::is_open(waker) {
+                    Wake::AtCommit(waker.clone())
+                } else {
+                    Wake::InStatement
+                }
+            }
+            _ => return self.own_insert_alone(),
+        };
+        OwnInsert {
+            wake,
+            trace_context: crate::trace_context::current(),
+        }
+    }
+
+    /// [`Enqueuer::own_insert`] for a statement sent outside any transaction
+    /// on a connection that is not Diesel's (a tokio-postgres client's): the
+    /// statement is its own transaction.
+    pub fn own_insert_alone(&self) -> OwnInsert {
+        let wake = match &self.waker {
             None => Wake::InStatement,
-            Some(waker) if !in_transaction(conn) => Wake::Now(waker.clone()),
-            Some(waker) if AfterCommit::is_open(waker) => Wake::AtCommit(waker.clone()),
-            Some(_) => Wake::InStatement,
+            Some(waker) => Wake::Now(waker.clone()),
         };
         OwnInsert {
             wake,

@@ -15,21 +15,20 @@
 //! Where no connection of its own can be opened (a URL or TLS setting only
 //! libpq understands, say), the same statements run on the pool through
 //! Diesel, unprepared, as they did before; a warning says so once, and the
-//! worker pool tries its own connections again every [`REOPEN_AFTER`]. Outcomes
+//! worker pool tries its own connections again every
+//! [`REOPEN_AFTER`](crate::db::REOPEN_AFTER). Outcomes
 //! with a local write stay here when each hook hands over its row
 //! ([`HookRow`](crate::outbox::HookRow)); a hook that writes through Diesel
 //! takes its batch there.
 
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
-use diesel::sql_types::Text;
-use diesel::{QueryableByName, RunQueryDsl as _};
 use tokio_postgres::Client;
 
 use super::{BackoffPolicy, PoolSettings};
-use crate::db::{DbError, PgPool, connection_unusable, run_blocking};
+use crate::db::{DbError, OwnConnection, OwnConnections, PgPool, run_blocking};
 use crate::outbox::LocalWrite;
 use crate::outbox::claim_plan::{CHECK_EVERY, choose_claim_plan};
 use crate::outbox::finish::{finish_jobs_with, hook_rows};
@@ -40,12 +39,6 @@ use crate::statements::{
     hand_back_jobs, reap_expired_leases,
 };
 
-/// How long after a failed attempt to open a connection the statements stay
-/// on the pool before the worker pool tries again.
-const REOPEN_AFTER: Duration = Duration::from_secs(5);
-/// The longest one attempt to open a connection (TLS and prepares included)
-/// may take.
-const OPEN_TIMEOUT: Duration = Duration::from_secs(5);
 /// The least time a statement on the worker pool's own connection gets before the
 /// connection is taken for dead (a peer that went silent, a network that drops
 /// packets without a reset): the lease, or this if longer. Past the lease
@@ -97,22 +90,21 @@ struct Open {
     hooks: HookStatements,
 }
 
+impl OwnConnection for Open {
+    fn client(&self) -> &Client {
+        &self.client
+    }
+}
+
 /// The worker pool's connections, opened on first use and again after one breaks.
 pub(super) struct HotPath {
-    database_url: String,
     pool: PgPool,
     worker_id: String,
     kinds: Vec<String>,
     lease: Duration,
-    slots: Vec<tokio::sync::Mutex<Option<Arc<Open>>>>,
+    own: OwnConnections<Open>,
     claim_slots: usize,
     next_claim: AtomicUsize,
-    /// The pool's session timeouts, as `SET` statements, read once.
-    session: tokio::sync::OnceCell<String>,
-    /// Until then, statements go to the pool without trying to open a connection.
-    closed_until: Mutex<Option<Instant>>,
-    /// The last attempt to open a connection failed (logged once per outage).
-    on_pool: AtomicBool,
 }
 
 impl HotPath {
@@ -125,19 +117,19 @@ impl HotPath {
         let claim_slots = super::claim_pace::most_claims(settings.batch_size, settings.concurrency)
             .min(MAX_CLAIM_CONNECTIONS);
         HotPath {
-            database_url,
+            own: OwnConnections::new(
+                pool.clone(),
+                database_url,
+                claim_slots + writers.max(1) + 2,
+                settings.lease.max(MIN_DEADLINE),
+                "the relay's",
+            ),
             pool,
             worker_id: settings.worker_id.clone(),
             kinds: settings.kinds.clone(),
             lease: settings.lease,
-            slots: (0..claim_slots + writers.max(1) + 2)
-                .map(|_| tokio::sync::Mutex::new(None))
-                .collect(),
             claim_slots,
             next_claim: AtomicUsize::new(0),
-            session: tokio::sync::OnceCell::new(),
-            closed_until: Mutex::new(None),
-            on_pool: AtomicBool::new(false),
         }
     }
 
@@ -291,36 +283,29 @@ impl HotPath {
     }
 
     /// Runs `statement` on a connection of `role`; `None` when none could be
-    /// had (the caller runs it on the pool). A connection that failed in a way
-    /// that leaves it unusable is dropped, and the next statement opens another.
+    /// had (the caller runs it on the pool).
     async fn on_own<T>(
         &self,
         role: Role,
         statement: impl AsyncFnOnce(&Open) -> Result<T, tokio_postgres::Error>,
     ) -> Option<Result<T, DbError>> {
         let slot = self.slot(role);
-        let open = self.connection(slot).await?;
-        let deadline = self.lease.max(MIN_DEADLINE);
-        let result = match tokio::time::timeout(deadline, statement(&open)).await {
-            Ok(Ok(value)) => return Some(Ok(value)),
-            Ok(Err(error)) if !connection_unusable(&error) => {
-                return Some(Err(DbError::Server(error)));
-            }
-            Ok(Err(error)) => DbError::Server(error),
-            Err(_) => DbError::Unavailable(format!(
-                "no answer from the database within {}; reconnecting",
-                humantime::format_duration(deadline)
-            )),
-        };
-        let mut held = self.slots[slot].lock().await;
-        if held.as_ref().is_some_and(|h| Arc::ptr_eq(h, &open)) {
-            *held = None;
-        }
-        Some(Err(result))
+        let claims = slot < self.claim_slots;
+        let kinds = &self.kinds;
+        self.own
+            .run(
+                slot,
+                async |client| Open::prepare(client, claims, kinds).await,
+                async |open| {
+                    open.plan_if_due(kinds).await;
+                    statement(open).await
+                },
+            )
+            .await
     }
 
     fn slot(&self, role: Role) -> usize {
-        let reap = self.slots.len() - 1;
+        let reap = self.own.slots() - 1;
         let upkeep = reap - 1;
         let writers = upkeep - self.claim_slots;
         match role {
@@ -330,72 +315,14 @@ impl HotPath {
             Role::Reap => reap,
         }
     }
+}
 
-    /// The slot's connection, opened if it has none (or a closed one).
-    async fn connection(&self, slot: usize) -> Option<Arc<Open>> {
-        let mut held = self.slots[slot].lock().await;
-        if let Some(open) = held.as_ref()
-            && !open.client.is_closed()
-        {
-            open.plan_if_due(&self.kinds).await;
-            return Some(Arc::clone(open));
-        }
-        *held = None;
-        let now = Instant::now();
-        if lock(&self.closed_until).is_some_and(|until| now < until) {
-            return None;
-        }
-        let claims = slot < self.claim_slots;
-        let opened = match tokio::time::timeout(OPEN_TIMEOUT, self.open(claims)).await {
-            Ok(opened) => opened,
-            Err(_) => Err(DbError::Unavailable(format!(
-                "opening a connection took over {}",
-                humantime::format_duration(OPEN_TIMEOUT)
-            ))),
-        };
-        match opened {
-            Ok(open) => {
-                *lock(&self.closed_until) = None;
-                if self.on_pool.swap(false, Ordering::AcqRel) {
-                    tracing::info!("the relay's statements run on its own connections again");
-                }
-                let open = Arc::new(open);
-                *held = Some(Arc::clone(&open));
-                Some(open)
-            }
-            Err(error) => {
-                *lock(&self.closed_until) = Some(now + REOPEN_AFTER);
-                if !self.on_pool.swap(true, Ordering::AcqRel) {
-                    tracing::warn!(
-                        error = %error,
-                        "cannot open the relay's own database connection; its statements run unprepared on the pool until it can"
-                    );
-                }
-                None
-            }
-        }
-    }
-
+impl Open {
     /// `claims`: a claim's connection (see [`Open::claims`]).
-    async fn open(&self, claims: bool) -> Result<Open, DbError> {
-        let session = self
-            .session
-            .get_or_try_init(|| session_settings(&self.pool))
-            .await?;
-        let (client, connection) = super::listener::open(&self.database_url)
-            .await
-            .map_err(|error| DbError::Unavailable(format!("{error:#}")))?;
-        tokio::spawn(async move {
-            if let Err(error) = connection.await {
-                tracing::debug!(error = %DbError::Server(error), "relay connection closed");
-            }
-        });
-        if !session.trim().is_empty() {
-            client.batch_execute(session).await?;
-        }
+    async fn prepare(client: Client, claims: bool, kinds: &[String]) -> Result<Open, DbError> {
         let statements = HotStatements::prepare(&client).await?;
         if claims {
-            choose_plan(&client, &self.kinds).await;
+            choose_plan(&client, kinds).await;
         }
         Ok(Open {
             client,
@@ -405,9 +332,7 @@ impl HotPath {
             hooks: HookStatements::default(),
         })
     }
-}
 
-impl Open {
     /// A claim's connection chooses its claim's plan again when
     /// [`CHECK_EVERY`] has passed; any other drops its cached plans when
     /// [`REPLAN_EVERY`] has, and the next call of each statement plans it
@@ -450,37 +375,4 @@ fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     mutex
         .lock()
         .unwrap_or_else(std::sync::PoisonError::into_inner)
-}
-
-#[derive(QueryableByName)]
-struct Setting {
-    #[diesel(sql_type = Text)]
-    name: String,
-    #[diesel(sql_type = Text)]
-    setting: String,
-}
-
-/// The pool's session timeouts (`PoolOptions`), as `SET` statements for the
-/// worker pool's own connections: a claim stuck behind a lock must give up there as
-/// it does on the pool. Read from a pooled connection, so whatever set them
-/// (the pool's options, the role's or the database's defaults) holds alike.
-async fn session_settings(pool: &PgPool) -> Result<String, DbError> {
-    let settings: Vec<Setting> = run_blocking(pool, |conn| {
-        Ok(diesel::sql_query(
-            "SELECT name, setting FROM pg_settings \
-             WHERE name IN ('statement_timeout', 'lock_timeout', \
-                            'idle_in_transaction_session_timeout') \
-             ORDER BY name",
-        )
-        .load(conn)?)
-    })
-    .await?;
-    // pg_settings gives them in milliseconds, the unit these settings take
-    // when none is written.
-    Ok(settings
-        .iter()
-        .filter(|s| s.setting.bytes().all(|b| b.is_ascii_digit()))
-        .map(|s| format!("SET {} = {};", s.name, s.setting))
-        .collect::<Vec<_>>()
-        .join(" "))
 }

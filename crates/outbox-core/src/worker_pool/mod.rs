@@ -47,6 +47,8 @@ pub use settings::{
 };
 pub use timeouts::JobTimeouts;
 
+pub(crate) use listener::open as open_connection;
+
 use crate::db::PgPool;
 /// What [`WorkerPool::new`] runs jobs with: reachable here, beside the worker pool,
 /// for applications that write their own instead of using
