@@ -36,7 +36,7 @@ use order_service::worker_pool::PoolSettings;
 const LATE: Duration = Duration::from_millis(10);
 /// Requests in flight at most; a slot that finds none free is counted as
 /// failed. Far above what a rate the API sustains needs (rate x latency).
-const MAX_IN_FLIGHT: usize = 1024;
+pub(super) const MAX_IN_FLIGHT: usize = 1024;
 /// How long the requests still in flight when the schedule ends may take.
 const ANSWER_GRACE: Duration = Duration::from_secs(5);
 /// How long the relay may take to start the run's last jobs.
@@ -54,6 +54,13 @@ pub struct OpenLoopRun {
     pub placed: u64,
     /// Other answers, failed requests, and slots with no request free.
     pub errors: u64,
+    /// Of `errors`: slots at which no request was sent, [`MAX_IN_FLIGHT`]
+    /// being in flight already (the generator's bound, not an answer).
+    pub refused: u64,
+    /// Of `errors`: requests that got no HTTP answer (refused, reset).
+    pub failed: u64,
+    /// Of `errors`: the answers other than `201`, by status, ascending.
+    pub statuses: Vec<(u16, u64)>,
     /// Requests sent more than [`LATE`] after their slot.
     pub late_sends: u64,
     /// Requests with no answer within [`ANSWER_GRACE`] of the end.
@@ -219,6 +226,9 @@ async fn measure(
         placed_in_time: answers.placed_in_time,
         placed: answers.placed,
         errors: answers.errors,
+        refused: answers.refused,
+        failed: answers.failed,
+        statuses: answers.statuses,
         late_sends: answers.late_sends,
         unanswered: answers.unanswered,
         post_latency: answers.latency,
@@ -337,7 +347,8 @@ struct Schedule {
 
 /// How one request ended, and when.
 struct Answer {
-    placed: bool,
+    /// The answer's status; `None` for a request that got none.
+    status: Option<u16>,
     at: Instant,
     micros: u64,
 }
@@ -348,6 +359,9 @@ struct Answers {
     placed_in_time: u64,
     placed: u64,
     errors: u64,
+    refused: u64,
+    failed: u64,
+    statuses: Vec<(u16, u64)>,
     late_sends: u64,
     unanswered: u64,
     latency: Latency,
@@ -399,11 +413,10 @@ impl Schedule {
             let request = orders::order_request(client, endpoint);
             schedule.tasks.spawn(async move {
                 let sent_at = Instant::now();
-                let placed = matches!(request.send().await,
-                    Ok(response) if response.status() == reqwest::StatusCode::CREATED);
+                let status = request.send().await.ok().map(|r| r.status().as_u16());
                 drop(permit);
                 Answer {
-                    placed,
+                    status,
                     at: Instant::now(),
                     micros: u64::try_from(sent_at.elapsed().as_micros()).unwrap_or(u64::MAX),
                 }
@@ -423,7 +436,17 @@ impl Schedule {
         .await;
         let unanswered = self.tasks.len() as u64;
         self.tasks.abort_all();
-        let placed: Vec<&Answer> = self.answered.iter().filter(|a| a.placed).collect();
+        let placed: Vec<&Answer> = self
+            .answered
+            .iter()
+            .filter(|a| a.status == Some(201))
+            .collect();
+        let mut statuses = std::collections::BTreeMap::<u16, u64>::new();
+        for status in self.answered.iter().filter_map(|a| a.status) {
+            if status != 201 {
+                *statuses.entry(status).or_default() += 1;
+            }
+        }
         let mut micros: Vec<u64> = placed.iter().map(|a| a.micros).collect();
         micros.sort_unstable();
         let placed_count = placed.len() as u64;
@@ -434,6 +457,9 @@ impl Schedule {
             placed_in_time: placed.iter().filter(|a| a.at <= end).count() as u64,
             placed: placed_count,
             errors: self.refused + (self.answered.len() as u64 - placed_count),
+            refused: self.refused,
+            failed: self.answered.iter().filter(|a| a.status.is_none()).count() as u64,
+            statuses: statuses.into_iter().collect(),
             late_sends: self.late_sends,
             unanswered,
             latency: Latency::from_sorted_micros(&micros),

@@ -4,7 +4,7 @@ use serde_json::json;
 
 use super::BenchReport;
 use crate::bench::ArrivalRate;
-use crate::bench::open_loop::{DRAIN_LIMIT, OpenLoopRun};
+use crate::bench::open_loop::{DRAIN_LIMIT, MAX_IN_FLIGHT, OpenLoopRun};
 use crate::bench::stats::finite;
 
 /// The depth at each whole second: the most of that second's samples.
@@ -112,6 +112,21 @@ impl BenchReport {
             if let Some(phases) = &run.phases {
                 out.push_str(&format!("; {}", phases.line()));
             }
+            if run.errors > 0 {
+                let statuses: Vec<String> = run
+                    .statuses
+                    .iter()
+                    .map(|(status, n)| format!("{n} answered {status}"))
+                    .collect();
+                out.push_str(&format!(
+                    "; errors: {} not sent ({} requests already in flight), {} with no answer{}{}",
+                    run.refused,
+                    MAX_IN_FLIGHT,
+                    run.failed,
+                    if statuses.is_empty() { "" } else { ", " },
+                    statuses.join(", ")
+                ));
+            }
             if run.unstarted > 0 {
                 out.push_str(&format!(
                     "; {} of {} jobs not started {} s after the orders stopped: the latencies read low",
@@ -122,12 +137,14 @@ impl BenchReport {
             }
             out.push('\n');
         }
-        out.push_str(
-            "  errors: non-201 answers, failed requests and requests unanswered 5 s after the run; late: \
+        out.push_str(&format!(
+            "  errors: non-201 answers, failed requests, requests unanswered 5 s after the run, and slots \
+             skipped because {} requests were in flight (each run's line above splits them); late: \
              requests sent over 10 ms after their slot (the load generator, on a thread of its own, starved \
              of CPU); late p99 / max: each send's delay after its slot, in ms; ckpt: checkpoints during the \
              run; av: autovacuum and autoanalyze passes over jobs during the run. POST p99 and e2s in ms.\n",
-        );
+            MAX_IN_FLIGHT
+        ));
         out
     }
 
@@ -199,6 +216,9 @@ impl BenchReport {
                     "placed": run.placed,
                     "placed_in_time": run.placed_in_time,
                     "errors": run.errors,
+                    "refused": run.refused,
+                    "failed": run.failed,
+                    "statuses": run.statuses,
                     "unanswered": run.unanswered,
                     "late_sends": run.late_sends,
                     "post_latency_ms": { "p50": finite(run.post_latency.p50_ms), "p99": finite(run.post_latency.p99_ms) },
