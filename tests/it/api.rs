@@ -406,6 +406,42 @@ async fn the_same_key_with_another_order_is_a_409_and_writes_nothing() {
     app.stop().await;
 }
 
+/// Connections to this test's database besides `conn`.
+fn other_backends(conn: &mut PgConnection) -> i64 {
+    #[derive(QueryableByName)]
+    struct Count {
+        #[diesel(sql_type = diesel::sql_types::BigInt)]
+        n: i64,
+    }
+    diesel::sql_query(
+        "SELECT count(*) AS n FROM pg_stat_activity \
+         WHERE datname = current_database() AND pid <> pg_backend_pid()",
+    )
+    .get_result::<Count>(conn)
+    .expect("count the connections")
+    .n
+}
+
+/// The key check and the placement of each order run on the API's own
+/// connections, which calls take in turn: four keyed orders open eight of
+/// them, beside the pool's.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn orders_are_placed_on_the_apis_own_connections() {
+    let app = spawn_app().await;
+    for n in 0..4 {
+        let placed = app
+            .post_order(&order_json("Ada"), Some(&format!("own-{n}")))
+            .await;
+        assert_eq!(placed.status(), StatusCode::CREATED);
+    }
+    let others = other_backends(&mut app.db.conn());
+    assert!(
+        others >= 8,
+        "{others} other connections: the API's own did not open"
+    );
+    app.stop().await;
+}
+
 /// `fallback_application_name` is an option libpq knows and tokio-postgres
 /// does not: the API's own connections cannot open, so the key check and
 /// the placement run on the pool, with the same answers.
@@ -433,6 +469,14 @@ async fn orders_are_placed_on_the_pool_when_the_apis_own_connections_cannot_open
     assert_eq!(other.status(), StatusCode::CREATED);
 
     let mut conn = app.db.conn();
+    // Eight statements (four key checks, four placements) on the pool's
+    // connections, which serve one request after another: not the eight
+    // connections of the API's own that they would each have taken.
+    let others = other_backends(&mut conn);
+    assert!(
+        others < 8,
+        "{others} other connections: the API's own opened"
+    );
     let used: Option<chrono::DateTime<chrono::Utc>> = order_service::schema::api_keys::table
         .select(order_service::schema::api_keys::last_used_at)
         .first(&mut conn)

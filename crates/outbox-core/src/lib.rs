@@ -56,3 +56,12 @@ pub mod __private {
     pub use chrono;
     pub use serde_json;
 }
+
+/// Locks `mutex`, past a poison: for the mutexes here, whose state is only
+/// ever changed by plain assignments, so a panic while one was held cannot
+/// have left it half-changed.
+pub(crate) fn lock<T>(mutex: &std::sync::Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    mutex
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+}

@@ -24,14 +24,15 @@ use crate::api_keys::{
     authenticate_on,
 };
 use crate::db::{DbError, OwnConnection, OwnConnections, PgPool};
-use crate::orders::{PLACE_ORDER_PARAMS, PLACE_ORDER_SQL};
+use crate::orders::{PLACE_ORDER_PARAMS, PLACE_ORDER_SQL, Placed, Placing, place_order_on};
+use crate::outbox::Enqueuer;
 
 /// One connection and its three statements.
 pub(crate) struct ApiConnection {
-    pub client: Client,
+    client: Client,
     lookup: Statement,
     touch: Statement,
-    pub place: Statement,
+    place: Statement,
 }
 
 impl OwnConnection for ApiConnection {
@@ -61,6 +62,15 @@ impl ApiConnection {
         key: &PresentedKey,
     ) -> Result<Option<Authenticated>, tokio_postgres::Error> {
         authenticate_on(&self.client, &self.lookup, &self.touch, key).await
+    }
+
+    /// [`crate::orders::place_order_on`] on this connection.
+    pub async fn place(
+        &self,
+        enqueuer: &Enqueuer,
+        placing: &Placing<'_>,
+    ) -> Result<Option<Placed>, tokio_postgres::Error> {
+        place_order_on(&self.client, &self.place, enqueuer, placing).await
     }
 }
 

@@ -190,7 +190,7 @@ impl ApiDatabase {
             settings.pool_size as usize,
             deadline,
         );
-        Db::new(self.pool.clone(), settings.db_wait).with_direct(direct)
+        Db::new(self.pool.clone(), direct, settings.db_wait)
     }
 }
 

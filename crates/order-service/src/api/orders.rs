@@ -18,7 +18,7 @@ use super::state::AppState;
 use crate::orders::{
     NewOrder, Order, OrderEvent, OrderId, OrderJob, OrderStatus, PlaceOrderError, Placed,
     PlacedOrder, Placement, Placing, Transition, TransitionError, TransitionOutcome, load_order,
-    load_order_events, load_order_jobs, place_order_on, place_with, transition_order_by,
+    load_order_events, load_order_jobs, place_with, transition_order_by,
 };
 use crate::schema::{orders, receipts};
 
@@ -136,7 +136,7 @@ pub(crate) async fn place(
         .direct(async |connection| {
             let placing =
                 Placing::new(&order, key.as_ref(), verified.cause(), payment_window, jobs);
-            place_order_on(&connection.client, &connection.place, &enqueuer, &placing).await
+            connection.place(&enqueuer, &placing).await
         })
         .await;
     // A placement that found its key taken wrote nothing: the pool's finds

@@ -41,25 +41,20 @@ pub(crate) struct Db {
     /// What `/healthz` says: every call that reached the pool tells it.
     health: Arc<Health>,
     /// The API's own connections, for the key check and the placement.
-    direct: Option<Arc<Direct>>,
+    direct: Arc<Direct>,
 }
 
 impl Db {
-    pub fn new(pool: PgPool, wait: Duration) -> Db {
+    /// `pool`, and `direct` beside it for [`Db::direct`].
+    pub fn new(pool: PgPool, direct: Direct, wait: Duration) -> Db {
         let permits = Arc::new(Semaphore::new(pool.max_size() as usize));
         Db {
             pool,
             permits,
             wait,
             health: Arc::new(Health::default()),
-            direct: None,
+            direct: Arc::new(direct),
         }
-    }
-
-    /// With `direct` for [`Db::direct`].
-    pub fn with_direct(mut self, direct: Direct) -> Db {
-        self.direct = Some(Arc::new(direct));
-        self
     }
 
     pub fn health(&self) -> &Health {
@@ -107,19 +102,18 @@ impl Db {
     }
 
     /// Runs `statement` on one of the API's own connections (`direct`),
-    /// behind the same permits as the pool's calls; `None` when there is
-    /// none to run it on: the caller runs its pool version. A statement that
+    /// behind the same permits as the pool's calls; `None` when none of them
+    /// could be opened: the caller runs its pool version. A statement that
     /// failed is not run again: it may have committed.
     pub async fn direct<T>(
         &self,
         statement: impl AsyncFnOnce(&ApiConnection) -> Result<T, tokio_postgres::Error>,
     ) -> Option<Result<T, ApiError>> {
-        let direct = self.direct.as_ref()?;
         let _permit = match self.permit().await {
             Ok(permit) => permit,
             Err(error) => return Some(Err(error)),
         };
-        let outcome = direct.run(statement).await?;
+        let outcome = self.direct.run(statement).await?;
         Some(self.settle(outcome.map(Ok)))
     }
 

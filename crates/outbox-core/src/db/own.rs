@@ -13,6 +13,7 @@
 //! a warning says so once per outage, and a connection is tried again every
 //! [`REOPEN_AFTER`].
 
+use crate::lock;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -200,12 +201,6 @@ impl<C: OwnConnection> OwnConnections<C> {
         }
         prepare(client).await
     }
-}
-
-fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    mutex
-        .lock()
-        .unwrap_or_else(std::sync::PoisonError::into_inner)
 }
 
 #[derive(QueryableByName)]

@@ -21,6 +21,7 @@
 //! ([`HookRow`](crate::outbox::HookRow)); a hook that writes through Diesel
 //! takes its batch there.
 
+use crate::lock;
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
@@ -369,10 +370,4 @@ async fn choose_plan(client: &Client, kinds: &[String]) {
             tracing::debug!(error = %DbError::Server(error), "could not choose the claim's plan")
         }
     }
-}
-
-fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    mutex
-        .lock()
-        .unwrap_or_else(std::sync::PoisonError::into_inner)
 }

@@ -1,5 +1,6 @@
 //! The producer: claims due jobs into free slots and starts their effects.
 
+use crate::lock;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -201,14 +202,6 @@ const KEYED_POLL: Duration = Duration::from_millis(100);
 /// [`KEYED_POLL`]: longer than the gap between two tokens of a key at 0.2 a
 /// second; slower keys wait for the poll interval or a NOTIFY.
 const KEYED_LINGER: Duration = Duration::from_secs(5);
-
-fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    // A panic while holding the lock cannot leave a Cursor or a target
-    // inconsistent: each is changed by plain assignments.
-    mutex
-        .lock()
-        .unwrap_or_else(std::sync::PoisonError::into_inner)
-}
 
 /// What keeps a worker pool's slots busy without a new claim.
 struct Busy<'a> {

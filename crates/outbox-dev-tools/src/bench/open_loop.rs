@@ -35,7 +35,7 @@ use order_service::worker_pool::PoolSettings;
 /// itself fell behind (a starved CPU), and the load was lighter than asked.
 const LATE: Duration = Duration::from_millis(10);
 /// Requests in flight at most; a slot that finds none free is counted as
-/// failed. Far above what a rate the API sustains needs (rate x latency).
+/// refused. Far above what a rate the API sustains needs (rate x latency).
 pub(super) const MAX_IN_FLIGHT: usize = 1024;
 /// How long the requests still in flight when the schedule ends may take.
 const ANSWER_GRACE: Duration = Duration::from_secs(5);
@@ -52,14 +52,12 @@ pub struct OpenLoopRun {
     pub placed_in_time: u64,
     /// `201`s in all, the late answers included.
     pub placed: u64,
-    /// Other answers, failed requests, and slots with no request free.
-    pub errors: u64,
-    /// Of `errors`: slots at which no request was sent, [`MAX_IN_FLIGHT`]
+    /// Of [`OpenLoopRun::errors`]: slots at which no request was sent, [`MAX_IN_FLIGHT`]
     /// being in flight already (the generator's bound, not an answer).
     pub refused: u64,
-    /// Of `errors`: requests that got no HTTP answer (refused, reset).
+    /// Of [`OpenLoopRun::errors`]: requests that got no HTTP answer (refused, reset).
     pub failed: u64,
-    /// Of `errors`: the answers other than `201`, by status, ascending.
+    /// Of [`OpenLoopRun::errors`]: the answers other than `201`, by status, ascending.
     pub statuses: Vec<(u16, u64)>,
     /// Requests sent more than [`LATE`] after their slot.
     pub late_sends: u64,
@@ -88,6 +86,12 @@ pub struct OpenLoopRun {
 }
 
 impl OpenLoopRun {
+    /// Slots with no request free, failed requests, and answers other than
+    /// `201`.
+    pub fn errors(&self) -> u64 {
+        self.refused + self.failed + self.statuses.iter().map(|(_, n)| n).sum::<u64>()
+    }
+
     pub fn achieved_per_second(&self) -> f64 {
         self.placed_in_time as f64 / self.seconds.max(f64::MIN_POSITIVE)
     }
@@ -225,7 +229,6 @@ async fn measure(
         sent: answers.sent,
         placed_in_time: answers.placed_in_time,
         placed: answers.placed,
-        errors: answers.errors,
         refused: answers.refused,
         failed: answers.failed,
         statuses: answers.statuses,
@@ -358,7 +361,6 @@ struct Answers {
     sent: u64,
     placed_in_time: u64,
     placed: u64,
-    errors: u64,
     refused: u64,
     failed: u64,
     statuses: Vec<(u16, u64)>,
@@ -456,7 +458,6 @@ impl Schedule {
             sent: self.sent,
             placed_in_time: placed.iter().filter(|a| a.at <= end).count() as u64,
             placed: placed_count,
-            errors: self.refused + (self.answered.len() as u64 - placed_count),
             refused: self.refused,
             failed: self.answered.iter().filter(|a| a.status.is_none()).count() as u64,
             statuses: statuses.into_iter().collect(),

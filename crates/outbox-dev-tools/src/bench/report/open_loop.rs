@@ -77,7 +77,7 @@ impl BenchReport {
                 run.round,
                 run.target_per_second,
                 run.achieved_per_second(),
-                run.errors + run.unanswered,
+                run.errors() + run.unanswered,
                 run.late_sends,
                 run.post_latency.p99_ms,
                 run.jobs_per_second(),
@@ -112,7 +112,7 @@ impl BenchReport {
             if let Some(phases) = &run.phases {
                 out.push_str(&format!("; {}", phases.line()));
             }
-            if run.errors > 0 {
+            if run.errors() > 0 {
                 let statuses: Vec<String> = run
                     .statuses
                     .iter()
@@ -215,7 +215,7 @@ impl BenchReport {
                     "sent": run.sent,
                     "placed": run.placed,
                     "placed_in_time": run.placed_in_time,
-                    "errors": run.errors,
+                    "errors": run.errors(),
                     "refused": run.refused,
                     "failed": run.failed,
                     "statuses": run.statuses,
