@@ -31,7 +31,7 @@ use tokio_postgres::Client;
 use super::{BackoffPolicy, PoolSettings};
 use crate::db::{DbError, OwnConnection, OwnConnections, PgPool, run_blocking};
 use crate::outbox::LocalWrite;
-use crate::outbox::claim_plan::{CHECK_EVERY, choose_claim_plan};
+use crate::outbox::claim_plan::{BY_KEY_PLANNING, CHECK_EVERY, choose_claim_plan};
 use crate::outbox::finish::{finish_jobs_with, hook_rows};
 use crate::outbox::prepared::{HookStatements, HotStatements};
 use crate::statements::{
@@ -50,19 +50,6 @@ const MIN_DEADLINE: Duration = Duration::from_secs(30);
 /// index pages, and two cover what a small server runs side by side.
 const MAX_CLAIM_CONNECTIONS: usize = 2;
 
-/// How often every connection but the claims' drops its cached plans. A
-/// prepared statement keeps a generic plan once five custom ones cost no
-/// less, and keeps it until an analyze of its tables: plans made while
-/// `jobs` held a few rows read it by sequential scan, and a finish,
-/// heartbeat or reap that reads the whole table leaves more jobs processing
-/// for the next one to read. Replanned this often, a statement sees the
-/// table's size as it is now (the planner scales the last analyze's row
-/// density by the table's pages) without planning each call, which on the
-/// finish's many CTEs cost a drain a tenth of its rate. A claim runs per few
-/// jobs at small batches and did not show among the slow statements of a
-/// growing table: it keeps its plans.
-const REPLAN_EVERY: Duration = Duration::from_secs(1);
-
 /// Which of the worker pool's connections a statement runs on.
 #[derive(Debug, Clone, Copy)]
 pub(super) enum Role {
@@ -80,11 +67,11 @@ pub(super) enum Role {
 /// One open connection and its prepared statements.
 struct Open {
     client: Client,
-    /// A claim's connection keeps its plans and chooses its claim's plan
-    /// (`outbox/claim_plan.rs`) every [`CHECK_EVERY`]; any other drops
-    /// its plans every [`REPLAN_EVERY`].
+    /// A claim's connection chooses its claim's plan
+    /// (`outbox/claim_plan.rs`) every [`CHECK_EVERY`]; any other plans as
+    /// [`BY_KEY_PLANNING`] says, once.
     claims: bool,
-    /// When it last did either.
+    /// When a claim's connection last chose.
     planned: Mutex<Instant>,
     statements: HotStatements,
     /// The statements of local writes' rows, prepared as they come.
@@ -324,6 +311,8 @@ impl Open {
         let statements = HotStatements::prepare(&client).await?;
         if claims {
             choose_plan(&client, kinds).await;
+        } else {
+            client.batch_execute(BY_KEY_PLANNING).await?;
         }
         Ok(Open {
             client,
@@ -335,28 +324,20 @@ impl Open {
     }
 
     /// A claim's connection chooses its claim's plan again when
-    /// [`CHECK_EVERY`] has passed; any other drops its cached plans when
-    /// [`REPLAN_EVERY`] has, and the next call of each statement plans it
-    /// afresh. A failure is the next statement's to report: the connection
-    /// is what failed.
+    /// [`CHECK_EVERY`] has passed. A failure is the next statement's to
+    /// report: the connection is what failed.
     async fn plan_if_due(&self, kinds: &[String]) {
-        let every = if self.claims {
-            CHECK_EVERY
-        } else {
-            REPLAN_EVERY
-        };
+        if !self.claims {
+            return;
+        }
         {
             let mut at = lock(&self.planned);
-            if at.elapsed() < every {
+            if at.elapsed() < CHECK_EVERY {
                 return;
             }
             *at = Instant::now();
         }
-        if self.claims {
-            choose_plan(&self.client, kinds).await;
-        } else {
-            let _ = self.client.batch_execute("DISCARD PLANS").await;
-        }
+        choose_plan(&self.client, kinds).await;
     }
 }
 
