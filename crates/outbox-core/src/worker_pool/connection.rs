@@ -31,7 +31,7 @@ use tokio_postgres::Client;
 use super::{BackoffPolicy, PoolSettings};
 use crate::db::{DbError, OwnConnection, OwnConnections, PgPool, run_blocking};
 use crate::outbox::LocalWrite;
-use crate::outbox::claim_plan::{BY_KEY_PLANNING, CHECK_EVERY, choose_claim_plan};
+use crate::outbox::claim_plan::{BY_KEY_PLANNING, CHECK_EVERY, ClaimPlanner};
 use crate::outbox::finish::{finish_jobs_with, hook_rows};
 use crate::outbox::prepared::{HookStatements, HotStatements};
 use crate::statements::{
@@ -68,9 +68,9 @@ pub(super) enum Role {
 struct Open {
     client: Client,
     /// A claim's connection chooses its claim's plan
-    /// (`outbox/claim_plan.rs`) every [`CHECK_EVERY`]; any other plans as
-    /// [`BY_KEY_PLANNING`] says, once.
-    claims: bool,
+    /// (`outbox/claim_plan.rs`) every [`CHECK_EVERY`] with this; any other
+    /// plans as [`BY_KEY_PLANNING`] says, once.
+    planner: Option<ClaimPlanner>,
     /// When a claim's connection last chose.
     planned: Mutex<Instant>,
     statements: HotStatements,
@@ -306,17 +306,20 @@ impl HotPath {
 }
 
 impl Open {
-    /// `claims`: a claim's connection (see [`Open::claims`]).
+    /// `claims`: a claim's connection (see [`Open::planner`]).
     async fn prepare(client: Client, claims: bool, kinds: &[String]) -> Result<Open, DbError> {
         let statements = HotStatements::prepare(&client).await?;
-        if claims {
-            choose_plan(&client, kinds).await;
+        let planner = if claims {
+            let planner = ClaimPlanner::prepare(&client).await?;
+            choose_plan(&planner, &client, kinds).await;
+            Some(planner)
         } else {
             client.batch_execute(BY_KEY_PLANNING).await?;
-        }
+            None
+        };
         Ok(Open {
             client,
-            claims,
+            planner,
             planned: Mutex::new(Instant::now()),
             statements,
             hooks: HookStatements::default(),
@@ -327,9 +330,9 @@ impl Open {
     /// [`CHECK_EVERY`] has passed. A failure is the next statement's to
     /// report: the connection is what failed.
     async fn plan_if_due(&self, kinds: &[String]) {
-        if !self.claims {
+        let Some(planner) = &self.planner else {
             return;
-        }
+        };
         {
             let mut at = lock(&self.planned);
             if at.elapsed() < CHECK_EVERY {
@@ -337,15 +340,15 @@ impl Open {
             }
             *at = Instant::now();
         }
-        choose_plan(&self.client, kinds).await;
+        choose_plan(planner, &self.client, kinds).await;
     }
 }
 
-/// [`choose_claim_plan`] on a claim connection. A failure leaves the mode
-/// as it was (PostgreSQL's own choice, on a new connection): the claim is
-/// as correct either way, and reports a broken connection itself.
-async fn choose_plan(client: &Client, kinds: &[String]) {
-    match choose_claim_plan(client, kinds).await {
+/// [`ClaimPlanner::choose`] on a claim connection. A failure leaves the
+/// settings as they were (PostgreSQL's own, on a new connection): the claim
+/// is as correct either way, and reports a broken connection itself.
+async fn choose_plan(planner: &ClaimPlanner, client: &Client, kinds: &[String]) {
+    match planner.choose(client, kinds).await {
         Ok(plan) => tracing::debug!(?plan, "claim plan chosen"),
         Err(error) => {
             tracing::debug!(error = %DbError::Server(error), "could not choose the claim's plan")

@@ -6,7 +6,7 @@
 //! the relay's busy/lost report. Both run prepared on tokio-postgres, as the
 //! relay's do: a ceiling that parsed and planned every statement afresh would
 //! be no ceiling for a relay that does not. Its claims keep a generic plan
-//! exactly when the relay's would (`choose_claim_plan`).
+//! exactly when the relay's would (`ClaimPlanner`).
 
 use std::time::{Duration, Instant};
 
@@ -16,7 +16,7 @@ use super::queue::{drain_seconds, enqueue_noops};
 use super::report::DrainRun;
 use super::{BenchArgs, stats};
 use outbox_core::statements::{
-    CHECK_EVERY, CLAIM_PARAMS, CLAIM_SQL, ClaimPosition, ClaimedJob, choose_claim_plan,
+    CHECK_EVERY, CLAIM_PARAMS, CLAIM_SQL, ClaimPlanner, ClaimPosition, ClaimedJob,
 };
 
 pub async fn measure(url: &str, args: &BenchArgs) -> anyhow::Result<DrainRun> {
@@ -78,6 +78,7 @@ struct CeilingLoop {
     client: tokio_postgres::Client,
     claim: tokio_postgres::Statement,
     finish: tokio_postgres::Statement,
+    planner: ClaimPlanner,
     batch: i64,
 }
 
@@ -89,6 +90,7 @@ impl CeilingLoop {
             let _ = connection.await;
         });
         let claim = client.prepare_typed(CLAIM_SQL, CLAIM_PARAMS).await?;
+        let planner = ClaimPlanner::prepare(&client).await?;
         let finish = client
             .prepare_typed(
                 include_str!("sql/ceiling_finish.sql"),
@@ -101,6 +103,7 @@ impl CeilingLoop {
         Ok(CeilingLoop {
             client,
             claim,
+            planner,
             finish,
             batch: i64::try_from(batch).unwrap_or(1),
         })
@@ -116,7 +119,7 @@ impl CeilingLoop {
         let mut plan_chosen: Option<Instant> = None;
         loop {
             if plan_chosen.is_none_or(|at| at.elapsed() >= CHECK_EVERY) {
-                choose_claim_plan(&self.client, &kinds).await?;
+                self.planner.choose(&self.client, &kinds).await?;
                 plan_chosen = Some(Instant::now());
             }
             let rows = self
