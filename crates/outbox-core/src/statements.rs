@@ -17,7 +17,7 @@ pub use crate::outbox::claim::{
     CLAIM_SQL, ClaimPosition, ClaimRequest, ClaimedJob, claim_jobs, claim_jobs_after,
 };
 pub use crate::outbox::claim_plan::{
-    BY_KEY_PLANNING, CHECK_EVERY, ClaimPlan, ClaimPlanner, GENERIC_SHARE, choose_claim_plan,
+    BY_KEY_PLANNING, CHECK_EVERY, ClaimPlan, ClaimPlanner, GENERIC_SHARE,
 };
 pub use crate::outbox::finish::{Finish, FinishReport, Outcome, finish_jobs};
 pub use crate::outbox::lease::{HeartbeatReport, JobLease, extend_leases, hand_back_jobs};

@@ -171,17 +171,6 @@ impl ClaimPlanner {
     }
 }
 
-/// [`ClaimPlanner::choose`] with the read prepared for this call alone.
-pub async fn choose_claim_plan(
-    client: &Client,
-    kinds: &[String],
-) -> Result<ClaimPlan, tokio_postgres::Error> {
-    ClaimPlanner::prepare(client)
-        .await?
-        .choose(client, kinds)
-        .await
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -7,8 +7,8 @@ use std::time::Duration;
 use diesel::prelude::*;
 use diesel::sql_types::{BigInt, Text};
 use outbox_core::statements::{
-    BY_KEY_PLANNING, CLAIM_PARAMS, CLAIM_SQL, ClaimPlan, ClaimRequest, HOT_STATEMENT_FILES,
-    HotStatements, choose_claim_plan,
+    BY_KEY_PLANNING, CLAIM_PARAMS, CLAIM_SQL, ClaimPlan, ClaimPlanner, ClaimRequest,
+    HOT_STATEMENT_FILES, HotStatements,
 };
 
 use crate::support::{TestDb, connect};
@@ -31,7 +31,12 @@ async fn plan_cache_mode(client: &tokio_postgres::Client) -> String {
 
 async fn choose(client: &tokio_postgres::Client, kinds: &[&str]) -> ClaimPlan {
     let kinds: Vec<String> = kinds.iter().map(|k| (*k).to_owned()).collect();
-    choose_claim_plan(client, &kinds).await.expect("choose")
+    ClaimPlanner::prepare(client)
+        .await
+        .expect("prepare")
+        .choose(client, &kinds)
+        .await
+        .expect("choose")
 }
 
 #[tokio::test]
@@ -122,6 +127,25 @@ async fn under_the_generic_plan_a_claim_takes_only_its_kinds_in_order() {
     assert_eq!(left, 5);
 }
 
+/// Prepares `sql` as `name` with parameters of `types`, and runs it once
+/// with `args`: its plan is made now.
+async fn prepare_and_run(
+    client: &tokio_postgres::Client,
+    name: &str,
+    types: &str,
+    sql: &str,
+    args: &str,
+) {
+    client
+        .batch_execute(&format!("PREPARE {name}({types}) AS {sql}"))
+        .await
+        .expect("prepare");
+    client
+        .batch_execute(&format!("EXECUTE {name}({args})"))
+        .await
+        .expect("execute");
+}
+
 /// `EXPLAIN EXECUTE` of the prepared statement `name` with `args`, one line
 /// a row.
 async fn explain(client: &tokio_postgres::Client, name: &str, args: &str) -> String {
@@ -147,18 +171,8 @@ async fn plans_made_on_an_empty_table_read_it_by_its_indexes_once_it_has_grown()
     let claims = connect(&db).await;
     assert_eq!(choose(&claims, &["common"]).await, ClaimPlan::Generic);
     let types: Vec<&str> = CLAIM_PARAMS.iter().map(|t| t.name()).collect();
-    claims
-        .batch_execute(&format!(
-            "PREPARE claim({}) AS {CLAIM_SQL}",
-            types.join(", ")
-        ))
-        .await
-        .expect("prepare the claim");
     let claim_args = "16, ARRAY['common'], 'w', 60000, NULL, 0";
-    claims
-        .batch_execute(&format!("EXECUTE claim({claim_args})"))
-        .await
-        .expect("claim from an empty table");
+    prepare_and_run(&claims, "claim", &types.join(", "), CLAIM_SQL, claim_args).await;
 
     let writes = connect(&db).await;
     writes
@@ -170,17 +184,15 @@ async fn plans_made_on_an_empty_table_read_it_by_its_indexes_once_it_has_grown()
         .find(|(file, _)| *file == "finish_jobs.sql")
         .map(|(_, text)| *text)
         .expect("the finish");
-    writes
-        .batch_execute(&format!(
-            "PREPARE finish(bigint[], bigint[], text[], bigint[], text[], text) AS {finish}"
-        ))
-        .await
-        .expect("prepare the finish");
     let finish_args = "ARRAY[1], ARRAY[1], ARRAY['done'], ARRAY[0], ARRAY[NULL], 'c'";
-    writes
-        .batch_execute(&format!("EXECUTE finish({finish_args})"))
-        .await
-        .expect("finish on an empty table");
+    prepare_and_run(
+        &writes,
+        "finish",
+        "bigint[], bigint[], text[], bigint[], text[], text",
+        finish,
+        finish_args,
+    )
+    .await;
 
     enqueue(&mut conn, "common", 20_000);
     let claim = explain(&claims, "claim", claim_args).await;
