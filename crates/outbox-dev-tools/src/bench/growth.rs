@@ -2,8 +2,9 @@
 //! against the same measurement on little data, in one run.
 //!
 //! - The drain rate of the first `--growth-drained` jobs off the top of a
-//!   backlog of each `--growth-backlogs` size: a claim takes the front of
-//!   the claim index, so its cost must not grow with what waits behind.
+//!   backlog of each `--growth-backlogs` size, in `--repeat` rounds
+//!   (`backlog.rs`): a claim takes the front of the claim index, so its
+//!   cost must not grow with what waits behind.
 //! - Placement through the API with each `--growth-endpoints` count of
 //!   webhook endpoints subscribed to `order.placed` (one delivery job each in
 //!   the order's transaction up to `FANOUT_INLINE`, one `order_fanout` job
@@ -18,7 +19,7 @@
 //! backlog is checkpointed before its drain is timed, so that no drain pays
 //! for writing back the pages its setup dirtied.
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use anyhow::Context as _;
 use diesel::prelude::*;
@@ -26,14 +27,12 @@ use diesel::sql_types::BigInt;
 use serde_json::json;
 
 use super::BenchArgs;
-use super::buffers::{self, DrainBuffers};
+use super::backlog::{self, BacklogDrain};
 use super::latency::{self, RecordingRelay};
 use super::orders::{self, ApiUnderTest};
 use super::percentiles::Latency;
+use super::placement::median;
 use super::stats::finite;
-
-/// How long the timed part of one drain may take before the row fails.
-const DRAIN_LIMIT: Duration = Duration::from_secs(600);
 
 #[derive(Debug, Clone)]
 pub struct Growth {
@@ -43,18 +42,6 @@ pub struct Growth {
     /// least-squares line through `placements`; `None` under two points.
     pub fan_out_fit: Option<LinearFit>,
     pub archive: Vec<ArchiveLatency>,
-}
-
-/// The drain rate off the top of one backlog.
-#[derive(Debug, Clone)]
-pub struct BacklogDrain {
-    pub backlog: usize,
-    /// Jobs timed: from the first one's finish to the last one's.
-    pub drained: usize,
-    pub jobs_per_second: f64,
-    /// Pages per job over the relay's whole run (its start and whatever it
-    /// finished past the timed jobs included).
-    pub buffers: DrainBuffers,
 }
 
 /// Placement with `endpoints` endpoints subscribed.
@@ -107,17 +94,7 @@ pub struct ArchiveLatency {
 }
 
 pub async fn measure(url: &str, args: &BenchArgs) -> anyhow::Result<Growth> {
-    let mut drains = Vec::new();
-    for &backlog in &args.growth_backlogs {
-        let drain = drain_off_backlog(url, args, backlog)
-            .await
-            .with_context(|| format!("draining off a backlog of {backlog}"))?;
-        eprintln!(
-            "  growth: {} jobs off a backlog of {backlog}: {:.0} jobs/s",
-            drain.drained, drain.jobs_per_second
-        );
-        drains.push(drain);
-    }
+    let drains = backlog::drain_rounds(url, args).await?;
     let mut placements = Vec::new();
     if args.api_clients > 0 {
         for &endpoints in &args.growth_endpoints {
@@ -164,7 +141,7 @@ pub async fn measure(url: &str, args: &BenchArgs) -> anyhow::Result<Growth> {
     })
 }
 
-async fn blocking<T: Send + 'static>(
+pub(super) async fn blocking<T: Send + 'static>(
     url: &str,
     work: impl FnOnce(&mut PgConnection) -> anyhow::Result<T> + Send + 'static,
 ) -> anyhow::Result<T> {
@@ -176,100 +153,8 @@ async fn blocking<T: Send + 'static>(
     .await?
 }
 
-fn count(n: usize) -> i64 {
+pub(super) fn count(n: usize) -> i64 {
     i64::try_from(n).unwrap_or(i64::MAX)
-}
-
-async fn drain_off_backlog(
-    url: &str,
-    args: &BenchArgs,
-    backlog: usize,
-) -> anyhow::Result<BacklogDrain> {
-    latency::reset(url).await?;
-    blocking(url, move |conn| {
-        diesel::sql_query(
-            "INSERT INTO jobs (kind, payload, has_dependents) \
-             SELECT 'noop', '{}'::jsonb, false FROM generate_series(1, $1)",
-        )
-        .bind::<BigInt, _>(count(backlog))
-        .execute(conn)?;
-        // A fresh table and fresh statistics, as the drains start from.
-        diesel::sql_query("VACUUM ANALYZE jobs").execute(conn)?;
-        // The setup's pages written back before the timed drain, for every
-        // backlog alike. A backlog larger than shared_buffers leaves them
-        // full of its dirty pages, so without this the drain's backends (and
-        // the background writer) write back the setup's pages to find room
-        // for their own: a cost of the INSERT above, charged to the larger
-        // backlog's drain only. Not a superuser: the row runs as before.
-        if let Err(error) = diesel::sql_query("CHECKPOINT").execute(conn) {
-            eprintln!(
-                "  growth: no CHECKPOINT after the setup ({error}); the drain off {backlog} \
-                 may write back the setup's pages"
-            );
-        }
-        Ok(())
-    })
-    .await?;
-    let wanted = args.growth_drained.min(backlog);
-    let before = blocking(url, |conn| Ok(buffers::read(conn)?)).await?;
-    let relay = RecordingRelay::start(url, vec!["noop".to_owned()], args).await?;
-    let done = wait_for_done(url, wanted).await;
-    relay.stop().await?;
-    done?;
-    let after = blocking(url, |conn| Ok(buffers::read(conn)?)).await?;
-    #[derive(QueryableByName)]
-    struct Span {
-        #[diesel(sql_type = diesel::sql_types::Nullable<diesel::sql_types::Double>)]
-        seconds: Option<f64>,
-    }
-    // From the first finish to the last of the first `wanted`: the relay's
-    // start and its first claim are left out.
-    let span: Span = blocking(url, move |conn| {
-        Ok(diesel::sql_query(
-            "SELECT extract(epoch FROM max(finished_at) - min(finished_at))::float8 AS seconds \
-             FROM (SELECT finished_at FROM jobs_done ORDER BY finished_at LIMIT $1) AS first",
-        )
-        .bind::<BigInt, _>(count(wanted))
-        .get_result(conn)?)
-    })
-    .await?;
-    let seconds = span.seconds.context("no job finished")?;
-    Ok(BacklogDrain {
-        backlog,
-        drained: wanted,
-        jobs_per_second: wanted.saturating_sub(1) as f64 / seconds.max(1e-6),
-        buffers: DrainBuffers::between(before, after),
-    })
-}
-
-/// Waits until `wanted` jobs are done.
-async fn wait_for_done(url: &str, wanted: usize) -> anyhow::Result<()> {
-    blocking(url, move |conn| {
-        #[derive(QueryableByName)]
-        struct Done {
-            #[diesel(sql_type = BigInt)]
-            n: i64,
-        }
-        let deadline = Instant::now() + DRAIN_LIMIT;
-        loop {
-            let done: Done = diesel::sql_query(
-                "SELECT count(*) AS n FROM (SELECT 1 FROM jobs_done LIMIT $1) AS d",
-            )
-            .bind::<BigInt, _>(count(wanted))
-            .get_result(conn)?;
-            if done.n >= count(wanted) {
-                return Ok(());
-            }
-            anyhow::ensure!(
-                Instant::now() < deadline,
-                "only {} of {wanted} jobs done after {} s",
-                done.n,
-                DRAIN_LIMIT.as_secs()
-            );
-            std::thread::sleep(Duration::from_millis(20));
-        }
-    })
-    .await
 }
 
 async fn place_with_endpoints(
@@ -380,12 +265,16 @@ impl Growth {
         );
         if let Some(base) = self.drains.first() {
             for d in &self.drains {
+                let ratios = d.ratios_to(base);
                 out.push_str(&format!(
-                    "  drain of the first {} jobs off a backlog of {:>9}: {:>8.0} jobs/s  {:.2}x the first backlog's\n",
+                    "  drain of the first {} jobs off a backlog of {:>9}: {:>8.0} jobs/s (median of {}), \
+                     {:.2}x the first backlog's (median of the rounds' ratios: {})\n",
                     d.drained,
                     d.backlog,
                     d.jobs_per_second,
-                    d.jobs_per_second / base.jobs_per_second.max(f64::MIN_POSITIVE)
+                    d.rounds.len(),
+                    median(&ratios).unwrap_or(f64::NAN),
+                    ratios.iter().map(|r| format!("{r:.2}")).collect::<Vec<_>>().join(", ")
                 ));
                 out.push_str(&format!("    {}\n", d.buffers.line()));
             }
@@ -425,6 +314,9 @@ impl Growth {
                 "backlog": d.backlog,
                 "drained": d.drained,
                 "jobs_per_second": finite(d.jobs_per_second),
+                "rounds_jobs_per_second": d.rounds.iter().copied().map(finite).collect::<Vec<_>>(),
+                "over_first_backlog": self.drains.first()
+                    .and_then(|base| median(&d.ratios_to(base))).and_then(finite),
                 "buffers": d.buffers.json(),
             })).collect::<Vec<_>>(),
             "placement": self.placements.iter().map(|p| json!({

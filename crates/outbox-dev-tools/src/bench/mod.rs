@@ -7,6 +7,7 @@
 
 mod arrival;
 mod auth_cost;
+mod backlog;
 mod buffers;
 mod ceiling;
 mod depth;
@@ -58,6 +59,11 @@ pub struct BenchArgs {
     /// Jobs per claim, for the relay and the ceiling alike.
     #[arg(long, default_value_t = order_service::worker_pool::DEFAULT_BATCH_SIZE, value_parser = parse_count)]
     pub batch: usize,
+    /// Also drain at the relay's defaults (RELAY_CONCURRENCY and
+    /// RELAY_BATCH_SIZE unset) in each round, right after the drain at
+    /// `--concurrency` / `--batch`, so the two are compared inside one run.
+    #[arg(long)]
+    pub against_defaults: bool,
     /// Parallel claim loops of the raw-SQL ceiling (default: concurrency / batch,
     /// so that the ceiling holds as many jobs in flight as the relay may).
     #[arg(long, value_parser = parse_count)]
@@ -322,6 +328,21 @@ pub async fn run(args: BenchArgs) -> anyhow::Result<()> {
             relay.server.transactions
         );
         report.relay.push(relay);
+        if args.against_defaults {
+            let defaults = BenchArgs {
+                concurrency: order_service::worker_pool::DEFAULT_CONCURRENCY,
+                batch: order_service::worker_pool::DEFAULT_BATCH_SIZE,
+                ..args.clone()
+            };
+            let run = drain::measure(&scratch.url, &defaults, defaults.batch)
+                .await
+                .context("draining with the relay at its defaults")?;
+            eprintln!(
+                "  relay at the defaults: {:.0} jobs/s",
+                run.jobs_per_second()
+            );
+            report.defaults.push(run);
+        }
         if let Some(exe) = &args.baseline_relay {
             let baseline = drain::measure_baseline(&scratch.url, &args, args.batch, exe)
                 .await

@@ -120,6 +120,9 @@ pub struct BenchReport {
     /// round, each right after that round's `relay` drain.
     pub baseline: Vec<DrainRun>,
     pub baseline_relay: Option<std::path::PathBuf>,
+    /// `--against-defaults`: drains at the relay's defaults, one per round,
+    /// each right after that round's `relay` drain.
+    pub defaults: Vec<DrainRun>,
     /// `--arrival-rate`: `--repeat` runs per rate, in the order given.
     pub open_loop: Vec<super::open_loop::OpenLoopRun>,
     /// `--growth`.
@@ -174,6 +177,7 @@ impl BenchReport {
             concurrency_keys: args.concurrency_keys,
             baseline: Vec::new(),
             baseline_relay: args.baseline_relay.clone(),
+            defaults: Vec::new(),
             open_loop: Vec::new(),
             growth: None,
         }

@@ -152,6 +152,16 @@ impl BenchReport {
                 }),
                 _ => serde_json::Value::Null,
             },
+            "defaults": match (median(&self.defaults), median(&self.relay)) {
+                (Some(defaults), Some(relay)) => json!({
+                    "defaults": run(Some(defaults)),
+                    "relay_jobs_per_second": relay.jobs_per_second(),
+                    "defaults_over_relay": finite(pinned_ratio(defaults, relay)),
+                    "per_round": self.defaults.iter().zip(&self.relay)
+                        .map(|(d, r)| finite(pinned_ratio(d, r))).collect::<Vec<_>>(),
+                }),
+                _ => serde_json::Value::Null,
+            },
             "concurrency_keys": match (median(&self.keyed), median(&self.relay), self.concurrency_keys) {
                 (Some(keyed), Some(free), Some(keys)) => json!({
                     "keys": keys,

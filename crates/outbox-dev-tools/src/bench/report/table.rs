@@ -137,6 +137,30 @@ impl BenchReport {
         )
     }
 
+    fn defaults_lines(&self) -> String {
+        let (Some(defaults), Some(relay)) = (median(&self.defaults), median(&self.relay)) else {
+            return String::new();
+        };
+        let rounds: Vec<String> = self
+            .defaults
+            .iter()
+            .zip(&self.relay)
+            .map(|(d, r)| format!("{:.2}", pinned_ratio(d, r)))
+            .collect();
+        format!(
+            "\nthe defaults against concurrency {} / batch {} (drained in the same rounds):\n\
+             \x20 concurrency {} / batch {} {:.0} jobs/s against {:.0}: ratio {:.2}x (per round {})\n",
+            self.concurrency,
+            relay.batch,
+            order_service::worker_pool::DEFAULT_CONCURRENCY,
+            defaults.batch,
+            defaults.jobs_per_second(),
+            relay.jobs_per_second(),
+            pinned_ratio(defaults, relay),
+            rounds.join(", "),
+        )
+    }
+
     fn pinned_lines(&self) -> String {
         let (Some(pinned), Some(free), Some(hold)) = (
             median(&self.pinned),
@@ -343,6 +367,7 @@ impl BenchReport {
         out.push_str(&self.pinned_lines());
         out.push_str(&self.keyed_lines());
         out.push_str(&self.baseline_lines());
+        out.push_str(&self.defaults_lines());
         out.push_str(
             "\nCPU s/10k: the relay process's CPU (ceiling: the bench process's own client CPU). \
              PG s/10k: every PostgreSQL process's CPU on this machine over the same drain.\n",
