@@ -32,7 +32,7 @@ LANGUAGE plpgsql AS $$
 DECLARE
     s record;
     fan_out boolean;
-    endpoint bigint;
+    endpoints bigint[];
     -- The planned jobs, one element each, in enqueue order (n = index).
     kinds text[];
     payloads jsonb[];
@@ -90,24 +90,17 @@ BEGIN
         ordering_keys := ordering_keys || ('order-' || place_order.order_id || '-fanout');
         concurrency_keys := concurrency_keys || NULL::text;
     ELSE
-        -- Webhooks first, then NATS, each in the arrays' (ascending) order.
-        FOREACH endpoint IN ARRAY s.webhook_endpoints LOOP
-            kinds := kinds || $20;
+        -- Webhooks first, then NATS, each in its array's (ascending) order.
+        endpoints := s.webhook_endpoints || s.nats_endpoints;
+        FOR i IN 1 .. cardinality(endpoints) LOOP
+            kinds := kinds
+                || CASE WHEN i <= cardinality(s.webhook_endpoints) THEN $20 ELSE $21 END;
             payloads := payloads || jsonb_build_object(
                 'order_id', place_order.order_id, 'event_id', place_order.event_id,
-                'endpoint_id', endpoint);
+                'endpoint_id', endpoints[i]);
             ordering_keys := ordering_keys
-                || ('endpoint:' || endpoint || ':order:' || place_order.order_id);
-            concurrency_keys := concurrency_keys || ('endpoint:' || endpoint);
-        END LOOP;
-        FOREACH endpoint IN ARRAY s.nats_endpoints LOOP
-            kinds := kinds || $21;
-            payloads := payloads || jsonb_build_object(
-                'order_id', place_order.order_id, 'event_id', place_order.event_id,
-                'endpoint_id', endpoint);
-            ordering_keys := ordering_keys
-                || ('endpoint:' || endpoint || ':order:' || place_order.order_id);
-            concurrency_keys := concurrency_keys || ('endpoint:' || endpoint);
+                || ('endpoint:' || endpoints[i] || ':order:' || place_order.order_id);
+            concurrency_keys := concurrency_keys || ('endpoint:' || endpoints[i]);
         END LOOP;
         -- As ensure_concurrency_keys.sql (the core's) writes them: existing
         -- rows skipped by a plain read, which never waits, ON CONFLICT DO
