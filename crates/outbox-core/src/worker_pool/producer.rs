@@ -433,13 +433,7 @@ async fn claim(
     let jobs = shared.hot.claim(limit, from).await?;
     // Registered as soon as the claim returns, so the heartbeat covers each
     // job from its first moment.
-    Ok(jobs
-        .into_iter()
-        .map(|job| {
-            let claim = shared.in_flight.register(&job);
-            (job, claim)
-        })
-        .collect())
+    Ok(shared.in_flight.register_all(jobs))
 }
 
 fn start(
