@@ -124,13 +124,17 @@ pub fn run(
         .map(|hold| PinnedHorizon::take(url, hold))
         .transpose()?;
     let before = stats::read(&mut conn, &name)?;
-    let cpu_before = process_cpu_seconds(Some(relay.pid()));
-    let server_cpu_before = server_cpu_seconds();
     let tokens_before = lease_tokens_drawn(&mut conn);
     let marks = match workload.keys {
         Some(keys) => enqueue_keyed_noops(&mut conn, jobs, keys)?,
         None => (workload.enqueue)(&mut conn, jobs)?,
     };
+    // Read once the enqueue has committed, as the ceiling reads them: the
+    // server's CPU for inserting the backlog is not the drain's, and the
+    // ceiling's figure never held it. The relay wakes at
+    // that commit, so what it does before these reads is a claim at most.
+    let cpu_before = process_cpu_seconds(Some(relay.pid()));
+    let server_cpu_before = server_cpu_seconds();
     let start = marks.committed_at;
     let progress = indicatif::ProgressBar::new(jobs as u64);
     progress.set_style(
