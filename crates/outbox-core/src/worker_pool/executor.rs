@@ -25,7 +25,7 @@ pub(super) async fn run(
     claim: Claim,
     permit: OwnedSemaphorePermit,
     completions: mpsc::Sender<Completion>,
-    interrupt: CancellationToken,
+    interrupt: Arc<CancellationToken>,
 ) {
     let span = tracing::info_span!(
         "job",
@@ -45,8 +45,7 @@ pub(super) async fn run(
         // the parent's lock and unlinks when dropped, which was 7% of the
         // relay's CPU in a drain of no-op jobs, for a token whose attempt
         // ends here either way.
-        let cancel = claim.lost().clone();
-        let ctx = JobContext::new(&job, cancel.clone());
+        let ctx = JobContext::new(&job, claim.lost().clone());
         let with_outcome = ctx.outcome_writes();
         let effect = AssertUnwindSafe(shared.executor.execute(&job, ctx)).catch_unwind();
         // Dropping the effect's future is what cancels it: a send in progress is
@@ -75,7 +74,7 @@ pub(super) async fn run(
                 return;
             }
             () = tokio::time::sleep(deadline) => {
-                cancel.cancel();
+                claim.lost().cancel();
                 PoolStats::add(&shared.stats.timed_out, 1);
                 metrics::counter!("outbox_jobs_timed_out_total", "kind" => job.kind.clone()).increment(1);
                 Err(EffectError::retryable(format!(
@@ -84,7 +83,7 @@ pub(super) async fn run(
                 )))
             }
             () = interrupt.cancelled() => {
-                cancel.cancel();
+                claim.lost().cancel();
                 Err(EffectError::retryable(
                     "interrupted: the relay shut down before the effect finished",
                 ))

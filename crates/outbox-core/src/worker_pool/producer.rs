@@ -14,6 +14,7 @@ use super::claim_pace::{
 };
 use super::completer::Completion;
 use super::in_flight::Claim;
+use super::kind_metrics::KindMetrics;
 use super::{PoolStats, Shared, executor};
 use crate::db::Failure;
 use crate::statements::{ClaimPosition, ClaimedJob, JobLease};
@@ -55,6 +56,10 @@ pub(super) async fn run(
     let ahead_room = ClaimSize::ahead_room(settings.batch_size, settings.concurrency);
     let ahead = Arc::new(tokio::sync::Semaphore::new(ahead_room));
     let mut claims = tokio::task::JoinSet::new();
+    // Shared by reference count: every job's runner holds it, and cloning
+    // the token itself takes its lock, one more lock a job on a token every
+    // runner shares.
+    let interrupt = Arc::new(interrupt);
     loop {
         // Reap finished claim tasks so the set does not grow without bound.
         while claims.try_join_next().is_some() {}
@@ -159,7 +164,7 @@ pub(super) async fn run(
             size.get(),
             completions.clone(),
             shutdown.clone(),
-            interrupt.clone(),
+            Arc::clone(&interrupt),
         ));
         // Let the claim task run before deciding whether to claim again, so an
         // empty queue is noticed before we fire more claims at it.
@@ -293,7 +298,7 @@ async fn claim_and_start(
     size: usize,
     completions: mpsc::Sender<Completion>,
     shutdown: CancellationToken,
-    interrupt: CancellationToken,
+    interrupt: Arc<CancellationToken>,
 ) {
     let wanted = room.len();
     let asked = Instant::now();
@@ -392,7 +397,7 @@ async fn start_in_turn(
     mut ahead: Vec<OwnedSemaphorePermit>,
     completions: &mpsc::Sender<Completion>,
     shutdown: &CancellationToken,
-    interrupt: &CancellationToken,
+    interrupt: &Arc<CancellationToken>,
 ) {
     let mut jobs = jobs.into_iter();
     while let Some((job, claim)) = jobs.next() {
@@ -441,10 +446,17 @@ fn start(
     jobs: Vec<(ClaimedJob, Claim)>,
     permits: &mut Vec<OwnedSemaphorePermit>,
     completions: &mpsc::Sender<Completion>,
-    interrupt: &CancellationToken,
+    interrupt: &Arc<CancellationToken>,
 ) {
+    // A claim's jobs are mostly of one kind: its metrics are looked up once
+    // a run of it, not once a job under the cache's shared lock.
+    let mut last: Option<Arc<KindMetrics>> = None;
     for (job, claim) in jobs {
-        let kind = shared.kinds.of(&job.kind);
+        let kind = match last.take() {
+            Some(kind) if *kind.kind == *job.kind => kind,
+            _ => shared.kinds.of(&job.kind),
+        };
+        last = Some(Arc::clone(&kind));
         kind.claimed.increment(1);
         let Some(permit) = permits.pop() else {
             // Cannot happen: the claim asked for permits.len() jobs at most.
@@ -460,7 +472,7 @@ fn start(
             claim,
             permit,
             completions.clone(),
-            interrupt.clone(),
+            Arc::clone(interrupt),
         )));
     }
 }
