@@ -27,3 +27,8 @@ pub use crate::outbox::prepared::{
 };
 pub use crate::outbox::reap::{ReapReport, ReapRequest, reap_expired_leases};
 pub use crate::outbox::text::MAX_ERROR_BYTES;
+/// Opens a tokio-postgres connection as the worker pool's own connections
+/// are opened: TLS as `database_url`'s `sslmode` (or `PGSSLMODE`) says,
+/// `prefer` when neither does, as libpq. A benchmark setting plain loops
+/// beside the pool connects with it, so both pay the same transport.
+pub use crate::worker_pool::open_connection;

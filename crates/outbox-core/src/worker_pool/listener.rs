@@ -150,7 +150,7 @@ async fn listen_once(
 /// A connection to `database_url` with its TLS settings as libpq reads them;
 /// the caller drives the returned connection. The worker pool's hot path opens its
 /// connections here too.
-pub(crate) async fn open(
+pub async fn open(
     database_url: &str,
 ) -> anyhow::Result<(
     tokio_postgres::Client,
@@ -163,7 +163,7 @@ pub(crate) async fn open(
         .with_context(|| format!("connecting with sslmode={}", target.mode))
 }
 
-pub(crate) type TlsStream =
+pub type TlsStream =
     <tokio_postgres_rustls::MakeRustlsConnect as tokio_postgres::tls::MakeTlsConnect<
         tokio_postgres::Socket,
     >>::Stream;

@@ -47,7 +47,7 @@ pub use settings::{
 };
 pub use timeouts::JobTimeouts;
 
-pub(crate) use listener::open as open_connection;
+pub use listener::open as open_connection;
 
 use crate::db::PgPool;
 /// What [`WorkerPool::new`] runs jobs with: reachable here, beside the worker pool,
