@@ -31,4 +31,4 @@ pub use crate::outbox::text::MAX_ERROR_BYTES;
 /// are opened: TLS as `database_url`'s `sslmode` (or `PGSSLMODE`) says,
 /// `prefer` when neither does, as libpq. A benchmark setting plain loops
 /// beside the pool connects with it, so both pay the same transport.
-pub use crate::worker_pool::open_connection;
+pub use crate::worker_pool::listener::open as open_connection;

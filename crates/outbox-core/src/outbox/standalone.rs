@@ -45,24 +45,26 @@ impl HotStatements {
         let (alone, mut others) = split(finishes, standalone);
         let ids: Vec<i64> = alone.iter().map(|f| f.job_id).collect();
         let tokens: Vec<i64> = alone.iter().map(|f| f.lease_token).collect();
-        let ended: HashSet<(i64, i64)> = match client
+        let rows = match client
             .query(&self.finish_standalone, &[&ids, &tokens])
             .await
         {
-            Ok(rows) => rows
-                .iter()
-                .map(|row| Ok((row.try_get(0)?, row.try_get(1)?)))
-                .collect::<Result<_, tokio_postgres::Error>>()?,
+            Ok(rows) => rows,
             // A row held past the bound: nothing was written.
-            Err(error) if error.code() == Some(&SqlState::LOCK_NOT_AVAILABLE) => HashSet::new(),
+            Err(error) if error.code() == Some(&SqlState::LOCK_NOT_AVAILABLE) => Vec::new(),
             Err(error) => return Err(error),
         };
-        // As a rule every claim sent ended: the statement returns one row per
-        // claim it ended, so as many rows as claims means all of them, and
-        // the lookup per claim is skipped.
-        let (applied, left): (Vec<Finish>, Vec<Finish>) = if ended.len() == alone.len() {
+        // As a rule every claim sent ended. The statement returns one row per
+        // claim it ended, and only claims it was sent (a token names one
+        // claim of one job), so as many rows as claims means all of them:
+        // no set of the rows is built and no claim looked up in it.
+        let (applied, left): (Vec<Finish>, Vec<Finish>) = if rows.len() == alone.len() {
             (alone, Vec::new())
         } else {
+            let ended: HashSet<(i64, i64)> = rows
+                .iter()
+                .map(|row| Ok((row.try_get(0)?, row.try_get(1)?)))
+                .collect::<Result<_, tokio_postgres::Error>>()?;
             alone
                 .into_iter()
                 .partition(|f| ended.contains(&(f.job_id, f.lease_token)))

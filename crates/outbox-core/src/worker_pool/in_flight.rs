@@ -49,28 +49,25 @@ impl Hasher for TokenHasher {
     }
 }
 
+/// The entries by fencing token.
+type Entries = HashMap<i64, Entry, BuildHasherDefault<TokenHasher>>;
+
 /// Every claim this worker pool holds, from the claim until its outcome is written.
 #[derive(Debug, Default)]
 pub(super) struct Registry {
-    entries: Mutex<HashMap<i64, Entry, BuildHasherDefault<TokenHasher>>>,
+    entries: Mutex<Entries>,
 }
 
 impl Registry {
-    fn entries(&self) -> MutexGuard<'_, HashMap<i64, Entry, BuildHasherDefault<TokenHasher>>> {
+    fn entries(&self) -> MutexGuard<'_, Entries> {
         // Every critical section is a single insert, remove or read, so a
         // panic elsewhere cannot leave the map half-updated.
         self.entries.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    /// Registers `job`'s claim; the entry lives as long as the returned guard.
-    #[cfg(test)]
-    pub(super) fn register(self: &Arc<Self>, job: &ClaimedJob) -> Claim {
-        let mut entries = self.entries();
-        self.enter(&mut entries, job)
-    }
-
-    /// Registers every job of one claim under one lock, in order: a claim
-    /// of 256 jobs took the lock 256 times against the runners' removals.
+    /// Registers every job of one claim under one lock, in order; each entry
+    /// lives as long as its job's guard. One lock a claim: a claim of 256
+    /// jobs took it 256 times against the runners' removals.
     pub(super) fn register_all(
         self: &Arc<Self>,
         jobs: Vec<ClaimedJob>,
@@ -85,11 +82,7 @@ impl Registry {
             .collect()
     }
 
-    fn enter(
-        self: &Arc<Self>,
-        entries: &mut HashMap<i64, Entry, BuildHasherDefault<TokenHasher>>,
-        job: &ClaimedJob,
-    ) -> Claim {
+    fn enter(self: &Arc<Self>, entries: &mut Entries, job: &ClaimedJob) -> Claim {
         let lost = CancellationToken::new();
         entries.insert(
             job.lease_token,
@@ -189,11 +182,19 @@ mod tests {
         }
     }
 
+    fn one(registry: &Arc<Registry>, job: ClaimedJob) -> Claim {
+        let mut claims = registry.register_all(vec![job]);
+        claims
+            .pop()
+            .map(|(_, claim)| claim)
+            .expect("one job, one claim")
+    }
+
     #[test]
     fn the_end_of_an_old_attempt_leaves_a_new_attempt_of_the_same_job_registered() {
         let registry = Arc::new(Registry::default());
-        let old = registry.register(&job(7, 100));
-        let new = registry.register(&job(7, 205));
+        let old = one(&registry, job(7, 100));
+        let new = one(&registry, job(7, 205));
         assert_eq!(registry.len(), 2);
 
         drop(old);
@@ -214,7 +215,7 @@ mod tests {
     #[test]
     fn a_claim_dropped_in_a_panicking_task_is_still_unregistered() {
         let registry = Arc::new(Registry::default());
-        let claim = registry.register(&job(1, 1));
+        let claim = one(&registry, job(1, 1));
         let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(move || {
             let _held = claim;
             panic!("effect blew up");

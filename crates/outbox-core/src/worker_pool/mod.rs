@@ -25,7 +25,7 @@ mod health;
 mod heartbeat;
 mod in_flight;
 mod kind_metrics;
-mod listener;
+pub(crate) mod listener;
 mod periodic;
 mod producer;
 mod reaper;
@@ -47,7 +47,7 @@ pub use settings::{
 };
 pub use timeouts::JobTimeouts;
 
-pub use listener::open as open_connection;
+pub(crate) use listener::open as open_connection;
 
 use crate::db::PgPool;
 /// What [`WorkerPool::new`] runs jobs with: reachable here, beside the worker pool,

@@ -131,8 +131,8 @@ pub fn run(
     };
     // Read once the enqueue has committed, as the ceiling reads them: the
     // server's CPU for inserting the backlog is not the drain's, and the
-    // ceiling's figure never held it. The relay wakes at
-    // that commit, so what it does before these reads is a claim at most.
+    // ceiling's figure never held it. The relay wakes at that commit, so
+    // what it does before these reads is a claim at most.
     let cpu_before = process_cpu_seconds(Some(relay.pid()));
     let server_cpu_before = server_cpu_seconds();
     let start = marks.committed_at;
