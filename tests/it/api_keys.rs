@@ -23,7 +23,7 @@ const BIN: &str = env!("CARGO_BIN_EXE_outbox-relay");
 
 /// Asserts a 401 in the contract's shape, with `WWW-Authenticate: Bearer`;
 /// its message.
-async fn unauthorized(response: reqwest::Response) -> String {
+pub(crate) async fn unauthorized(response: reqwest::Response) -> String {
     let challenge = response
         .headers()
         .get("www-authenticate")
@@ -37,7 +37,7 @@ async fn unauthorized(response: reqwest::Response) -> String {
 }
 
 /// Asserts a 403 `forbidden` that names `scope`.
-async fn forbidden(response: reqwest::Response, scope: Scope) {
+pub(crate) async fn forbidden(response: reqwest::Response, scope: Scope) {
     assert!(!response.headers().contains_key("www-authenticate"));
     let error = error_of(response, StatusCode::FORBIDDEN).await;
     assert_eq!(error["code"], "forbidden");
@@ -70,7 +70,7 @@ fn only(app: &TestApp, scope: Scope) -> reqwest::Client {
     http_client_with_key(&create_api_key(&app.db.url, &name, &[scope]))
 }
 
-async fn post(client: &reqwest::Client, url: String, body: &Value) -> reqwest::Response {
+pub(crate) async fn post(client: &reqwest::Client, url: String, body: &Value) -> reqwest::Response {
     client
         .post(url)
         .json(body)

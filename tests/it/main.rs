@@ -36,6 +36,7 @@ mod inbox_reconcile_order;
 mod inbox_refunds;
 mod inbox_refusals;
 mod inbox_retention;
+mod key_cache;
 mod metrics;
 mod nats;
 mod nats_attempts;

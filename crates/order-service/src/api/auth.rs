@@ -10,24 +10,28 @@
 //! schema (it never sees a 400, 413, 415 or 422), cannot hold a slot with a
 //! slow body, and costs one index probe, counted against its address by
 //! `address_limit`. The handler gets a `Verified`.
-//! The key is read on every request, never cached: a `keys revoke` takes
-//! effect on the next request, on every replica. The look-up takes its own
-//! connection, apart from the handler's work: holding one connection across
-//! the upload of a body would let slow bodies take the pool. The per-key
-//! rate limit counts in this process (see [`RateLimit`]).
+//! The key's row is read on every request: a `keys revoke` takes effect on
+//! the next request, on every replica. On `POST /orders` a key looked up a
+//! moment ago is let in from a cache (`key_cache`), and the placement's own
+//! statement reads its row ([`Provisional`]), so a placement is one round
+//! trip. The look-up takes its own connection, apart from the handler's
+//! work: holding one connection across the upload of a body would let slow
+//! bodies take the pool. The per-key rate limit counts in this process (see
+//! [`RateLimit`]).
 
 use std::collections::HashMap;
 use std::sync::Arc;
 
 use axum::extract::{Path, Request, State};
-use axum::http::{HeaderMap, header};
+use axum::http::{HeaderMap, StatusCode, header};
 use axum::middleware::Next;
 use axum::response::{IntoResponse as _, Response};
-use diesel::PgConnection;
+use chrono::{DateTime, Utc};
 
 use super::address_limit::Admitted;
 use super::api_key_limit::RateLimiter;
 use super::error::ApiError;
+use super::key_cache::{CachedKey, KeyCache};
 use super::state::Db;
 use crate::api_keys::{self, ApiKeyState, Authenticated, PresentedKey, Scope};
 use crate::orders::{Cause, Transition};
@@ -121,16 +125,6 @@ impl Verified {
     }
 }
 
-/// The key's row, its state and scope, then the rate limit.
-fn verify(
-    conn: &mut PgConnection,
-    key: &PresentedKey,
-    scope: Option<Scope>,
-    limiter: Option<&RateLimiter>,
-) -> Result<Verified, ApiError> {
-    verdict(api_keys::authenticate(conn, key)?, scope, limiter)
-}
-
 /// What the key's row (`found`, `None` for no such key) says: its state and
 /// scope, then the rate limit.
 fn verdict(
@@ -183,6 +177,59 @@ pub(crate) struct Gate {
     pub required: Required,
     pub db: Db,
     pub limiter: Option<Arc<RateLimiter>>,
+    /// `POST /orders`' keys let in a moment ago; `None` on other routes.
+    pub cache: Option<Arc<KeyCache>>,
+}
+
+/// The key's row, its state and scope, then the rate limit, on the API's own
+/// connections or else the pool; and when the key expires.
+async fn look_up(
+    db: &Db,
+    key: PresentedKey,
+    scope: Option<Scope>,
+    limiter: Option<Arc<RateLimiter>>,
+) -> Result<(Verified, Option<DateTime<Utc>>), ApiError> {
+    let found = db
+        .direct(async |connection| connection.authenticate(&key).await)
+        .await;
+    match found {
+        Some(found) => {
+            let found = found?;
+            let expires_at = found.as_ref().and_then(|found| found.expires_at);
+            Ok((verdict(found, scope, limiter.as_deref())?, expires_at))
+        }
+        None => {
+            db.read(move |conn| {
+                let found = api_keys::authenticate(conn, &key)?;
+                let expires_at = found.as_ref().and_then(|found| found.expires_at);
+                Ok((verdict(found, scope, limiter.as_deref())?, expires_at))
+            })
+            .await
+        }
+    }
+}
+
+/// A key let in from the cache of `POST /orders` (`key_cache`), in the
+/// request's extensions: its row has not been read for this request. The
+/// placement's statement reads it; a request that ends any other way calls
+/// [`Provisional::confirm`] before it answers.
+#[derive(Debug, Clone)]
+pub(crate) struct Provisional {
+    key: PresentedKey,
+    cache: Arc<KeyCache>,
+}
+
+impl Provisional {
+    /// Reads the key's row as a key not in the cache is read, and forgets
+    /// the key when the row refuses it: the refusal is the error. The rate
+    /// limit is not counted again.
+    pub async fn confirm(&self, db: &Db) -> Result<(), ApiError> {
+        let checked = look_up(db, self.key, Some(Scope::Place), None).await;
+        if checked.is_err() {
+            self.cache.remove(&self.key.sha256());
+        }
+        checked.map(|_| ())
+    }
 }
 
 /// Checks the request's key against its route's [`Required`], then runs it.
@@ -198,7 +245,12 @@ pub(crate) async fn authorize(
     let mut response = match admit(&gate, &mut request).await {
         Ok(admitted) => {
             let mut response = next.run(request).await;
-            response.extensions_mut().insert(admitted);
+            // A 401 from the handler is a key let in from the cache whose
+            // row then refused it: it spends its address's budget, as the
+            // same refusal at the door does.
+            if response.status() != StatusCode::UNAUTHORIZED {
+                response.extensions_mut().insert(admitted);
+            }
             response
         }
         Err(error) => {
@@ -238,17 +290,36 @@ async fn admit(gate: &Gate, request: &mut Request) -> Result<Admitted, ApiError>
                 Required::Receipt => Some(Scope::Read),
                 Required::ActionScope => action_of(request).await.and_then(Scope::of_action),
             };
-            let limiter = gate.limiter.clone();
-            let found = gate
-                .db
-                .direct(async |connection| connection.authenticate(&key).await)
-                .await;
-            let verified = match found {
-                Some(found) => verdict(found?, scope, limiter.as_deref())?,
+            let limiter = gate.limiter.as_deref();
+            let cached = gate
+                .cache
+                .as_ref()
+                .and_then(|cache| Some((cache, cache.get(&key.sha256())?)));
+            let verified = match cached {
+                Some((cache, found)) => {
+                    if let Some(limiter) = limiter {
+                        limiter.check(found.id)?;
+                    }
+                    request.extensions_mut().insert(Provisional {
+                        key,
+                        cache: Arc::clone(cache),
+                    });
+                    Verified {
+                        api_key_id: Some(found.id),
+                        reads: found.reads,
+                    }
+                }
                 None => {
-                    gate.db
-                        .read(move |conn| verify(conn, &key, scope, limiter.as_deref()))
-                        .await?
+                    let (verified, expires_at) =
+                        look_up(&gate.db, key, scope, gate.limiter.clone()).await?;
+                    if let (Some(cache), Some(id)) = (&gate.cache, verified.api_key_id) {
+                        let found = CachedKey {
+                            id,
+                            reads: verified.reads,
+                        };
+                        cache.insert(key.sha256(), found, expires_at);
+                    }
+                    verified
                 }
             };
             (verified, Admitted::Key)

@@ -1,5 +1,6 @@
-//! The API's own connections, for the two statements of every `POST /orders`:
-//! the key check and the placement.
+//! The API's own connections, for the statements of every `POST /orders`:
+//! the key check and the placement, or the placement alone for a key the
+//! API let in from its cache (`key_cache`), whose statement checks the key.
 //!
 //! Through the pool, each is a hand-off to a blocking thread and back, and a
 //! placement pinged its connection first, a round trip of its own. Profiled
@@ -19,20 +20,25 @@ use std::time::Duration;
 
 use tokio_postgres::{Client, Statement};
 
+use crate::api_keys::Scope;
 use crate::api_keys::{
     AUTHENTICATE_PARAMS, AUTHENTICATE_SQL, Authenticated, PresentedKey, TOUCH_PARAMS, TOUCH_SQL,
     authenticate_on,
 };
 use crate::db::{DbError, OwnConnection, OwnConnections, PgPool};
-use crate::orders::{PLACE_ORDER_PARAMS, PLACE_ORDER_SQL, Placed, Placing, place_order_on};
+use crate::orders::{
+    KeyChecked, PLACE_ORDER_AS_KEY_SQL, PLACE_ORDER_PARAMS, PLACE_ORDER_SQL, Placed, Placing,
+    place_order_as_key_on, place_order_as_key_params, place_order_on,
+};
 use crate::outbox::Enqueuer;
 
-/// One connection and its three statements.
+/// One connection and its four statements.
 pub(crate) struct ApiConnection {
     client: Client,
     lookup: Statement,
     touch: Statement,
     place: Statement,
+    place_as_key: Statement,
 }
 
 impl OwnConnection for ApiConnection {
@@ -43,16 +49,19 @@ impl OwnConnection for ApiConnection {
 
 impl ApiConnection {
     async fn prepare(client: Client) -> Result<ApiConnection, DbError> {
-        let (lookup, touch, place) = tokio::try_join!(
+        let as_key_params = place_order_as_key_params();
+        let (lookup, touch, place, place_as_key) = tokio::try_join!(
             client.prepare_typed(AUTHENTICATE_SQL, AUTHENTICATE_PARAMS),
             client.prepare_typed(TOUCH_SQL, TOUCH_PARAMS),
             client.prepare_typed(PLACE_ORDER_SQL, PLACE_ORDER_PARAMS),
+            client.prepare_typed(PLACE_ORDER_AS_KEY_SQL, &as_key_params),
         )?;
         Ok(ApiConnection {
             client,
             lookup,
             touch,
             place,
+            place_as_key,
         })
     }
 
@@ -71,6 +80,25 @@ impl ApiConnection {
         placing: &Placing<'_>,
     ) -> Result<Option<Placed>, tokio_postgres::Error> {
         place_order_on(&self.client, &self.place, enqueuer, placing).await
+    }
+
+    /// [`Self::place`] for a key let in from the cache (`key_cache`): the
+    /// statement checks the key's row too, and places nothing for a key
+    /// that no longer holds the place scope.
+    pub async fn place_as_key(
+        &self,
+        enqueuer: &Enqueuer,
+        placing: &Placing<'_>,
+    ) -> Result<KeyChecked, tokio_postgres::Error> {
+        let granting = Scope::Place.granting();
+        place_order_as_key_on(
+            &self.client,
+            &self.place_as_key,
+            enqueuer,
+            placing,
+            &granting,
+        )
+        .await
     }
 }
 

@@ -31,10 +31,12 @@ pub mod error;
 mod health;
 mod health_check;
 mod inbound;
+mod key_cache;
 mod middleware;
 mod openapi;
 mod ops;
 mod orders;
+mod place;
 mod receipt_link;
 mod state;
 
@@ -248,6 +250,9 @@ fn routes_and_document(
         .rate_limit
         .and_then(api_key_limit::RateLimiter::new)
         .map(Arc::new);
+    // Only placements let keys in from the cache: their statement checks the
+    // key again (key_cache.rs says why that is enough).
+    let key_cache = Arc::new(key_cache::KeyCache::default());
     // What each route needs, next to it: checked by auth::authorize before
     // the handler reads anything.
     let needs = |required| {
@@ -257,6 +262,7 @@ fn routes_and_document(
                 required,
                 db: state.db.clone(),
                 limiter: limiter.clone(),
+                cache: (required == Required::Scope(Scope::Place)).then(|| Arc::clone(&key_cache)),
             },
             auth::authorize,
         )
@@ -266,7 +272,7 @@ fn routes_and_document(
     let (public, mut document) = OpenApiRouter::with_openapi(openapi::ApiDoc::openapi())
         .merge(
             OpenApiRouter::new()
-                .routes(routes!(orders::place))
+                .routes(routes!(place::place))
                 .route_layer(needs(Required::Scope(Scope::Place))),
         )
         .merge(

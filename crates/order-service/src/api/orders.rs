@@ -16,9 +16,8 @@ use super::error::{ApiError, ErrorEnvelope};
 use super::receipt_link::{self, LinkCheck};
 use super::state::AppState;
 use crate::orders::{
-    NewOrder, Order, OrderEvent, OrderId, OrderJob, OrderStatus, PlaceOrderError, Placed,
-    PlacedOrder, Placement, Placing, Transition, TransitionError, TransitionOutcome, load_order,
-    load_order_events, load_order_jobs, place_with, transition_order_by,
+    Order, OrderEvent, OrderId, OrderJob, OrderStatus, PlacedOrder, Transition, TransitionError,
+    TransitionOutcome, load_order, load_order_events, load_order_jobs, transition_order_by,
 };
 use crate::schema::{orders, receipts};
 
@@ -65,7 +64,10 @@ pub(super) fn readable(
 
 /// Reads an order and its jobs under one snapshot, so the jobs shown are the
 /// jobs of the order shown.
-fn load_view(conn: &mut PgConnection, order_id: i64) -> Result<Option<OrderView>, ApiError> {
+pub(super) fn load_view(
+    conn: &mut PgConnection,
+    order_id: i64,
+) -> Result<Option<OrderView>, ApiError> {
     let order_id = OrderId::new(order_id);
     Ok(conn
         .build_transaction()
@@ -85,115 +87,9 @@ fn load_view(conn: &mut PgConnection, order_id: i64) -> Result<Option<OrderView>
         })?)
 }
 
-fn location(order_id: i64) -> HeaderValue {
+pub(super) fn location(order_id: i64) -> HeaderValue {
     // Digits and slashes only: always a valid header value.
     HeaderValue::from_str(&format!("/orders/{order_id}")).unwrap_or(HeaderValue::from_static("/"))
-}
-
-/// `POST /orders`. The key was verified before the body was read (`auth`);
-/// then checks run cheapest first, and all of them before the order touches
-/// the database: content type (415), Idempotency-Key (400), size (413), JSON
-/// syntax (400), fields (422). Then one transaction writes the order and its
-/// jobs, or, for a repeated key, finds the earlier order.
-#[utoipa::path(
-    post,
-    path = "/orders",
-    tag = "orders",
-    operation_id = "placeOrder",
-    request_body(content = crate::orders::OrderBody, content_type = "application/json"),
-    params(super::openapi::IdempotencyKeyHeader),
-    responses(
-        (status = 201, description = "The order, placed", body = OrderView,
-            headers(("Location" = String, description = "`/orders/{id}`"))),
-        (status = 200, description = "The order placed earlier with this Idempotency-Key", body = OrderView),
-        (status = 400, description = "Not JSON, or a bad Idempotency-Key", body = ErrorEnvelope),
-        (status = 403, description = "The key lacks `orders:place`", body = ErrorEnvelope),
-        (status = 409, description = "This Idempotency-Key was used for another order", body = ErrorEnvelope),
-        (status = 413, description = "A body over 64 KiB", body = ErrorEnvelope),
-        (status = 415, description = "Not `application/json`", body = ErrorEnvelope),
-        (status = 422, description = "A field that is wrong, named in `field`", body = ErrorEnvelope),
-        super::openapi::Refusals,
-    ),
-    security(("api_key" = ["orders:place"])),
-)]
-pub(crate) async fn place(
-    State(state): State<AppState>,
-    Extension(verified): Extension<Verified>,
-    headers: HeaderMap,
-    raw_body: Result<Bytes, BytesRejection>,
-) -> Result<Response, ApiError> {
-    body::require_json(&headers)?;
-    let key = body::idempotency_key(&headers)?;
-    let value = body::parse_json(raw_body)?;
-    let order = NewOrder::parse(&value)?;
-
-    let jobs = state.settings.event_jobs();
-    let payment_window = state.settings.payment_window;
-    let keyed = key.is_some();
-    let enqueuer = state.enqueuer.clone();
-    let direct = state
-        .db
-        .direct(async |connection| {
-            let placing =
-                Placing::new(&order, key.as_ref(), verified.cause(), payment_window, jobs);
-            connection.place(&enqueuer, &placing).await
-        })
-        .await;
-    // A placement that found its key taken wrote nothing: the pool's finds
-    // the earlier order, or the conflict.
-    if let Some(placed) = direct
-        && let Some(Placed {
-            placement,
-            created: Some(created),
-        }) = placed?
-    {
-        return Ok(answer(placement, keyed, created.into()));
-    }
-    let (placement, view) = state
-        .db
-        .run(move |conn| {
-            let placing =
-                Placing::new(&order, key.as_ref(), verified.cause(), payment_window, jobs);
-            let placed = place_with(conn, &enqueuer, &placing).map_err(|e| match e {
-                PlaceOrderError::IdempotencyConflict { .. } => ApiError::IdempotencyConflict,
-                PlaceOrderError::Database(e) => ApiError::from(e),
-            })?;
-            let placement = placed.placement;
-            // A new order is answered with what the placement wrote: reading
-            // it back would double the round trips of every placement.
-            if let Some(created) = placed.created {
-                return Ok((placement, created.into()));
-            }
-            let id = placement.order_id();
-            let view = load_view(conn, id)?.ok_or_else(|| {
-                ApiError::Internal(anyhow::anyhow!(
-                    "order {id} vanished right after placing it"
-                ))
-            })?;
-            Ok((placement, view))
-        })
-        .await?;
-    Ok(answer(placement, keyed, view))
-}
-
-/// A placement's answer: 201 for a new order, 200 for the one placed earlier
-/// with the same Idempotency-Key.
-fn answer(placement: Placement, keyed: bool, view: OrderView) -> Response {
-    let status = match placement {
-        Placement::Created(id) => {
-            tracing::info!(order_id = id, keyed, "order placed");
-            StatusCode::CREATED
-        }
-        Placement::Existing(id) => {
-            tracing::info!(
-                order_id = id,
-                "order already placed with this Idempotency-Key"
-            );
-            StatusCode::OK
-        }
-    };
-    let id = placement.order_id();
-    (status, [(header::LOCATION, location(id))], Json(view)).into_response()
 }
 
 /// What a transition answers: the whole order to a key that may read it,

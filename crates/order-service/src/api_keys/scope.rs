@@ -64,8 +64,14 @@ impl Scope {
 
     /// Whether a key holding `held` (as stored) may act under `self`.
     pub fn granted_by<S: AsRef<str>>(self, held: &[S]) -> bool {
-        held.iter()
-            .any(|s| s.as_ref() == self.as_str() || s.as_ref() == Scope::All.as_str())
+        let granting = self.granting();
+        held.iter().any(|s| granting.contains(&s.as_ref()))
+    }
+
+    /// The stored scopes that grant `self`: itself and the catch-all. What
+    /// [`Self::granted_by`] looks for, for a statement that checks it.
+    pub fn granting(self) -> [&'static str; 2] {
+        [self.as_str(), Scope::All.as_str()]
     }
 }
 

@@ -174,6 +174,7 @@ pub struct Authenticated {
     pub id: i64,
     pub scopes: Vec<String>,
     pub state: ApiKeyState,
+    pub expires_at: Option<DateTime<Utc>>,
 }
 
 /// How stale `last_used_at` may get before a request moves it.
@@ -230,6 +231,7 @@ impl KeyRow {
             id: self.id,
             scopes: self.scopes,
             state,
+            expires_at: self.expires_at,
         };
         (found, state == ApiKeyState::Active && stale)
     }

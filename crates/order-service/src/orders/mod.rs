@@ -21,6 +21,7 @@ mod json;
 mod ledger;
 mod lock;
 mod place;
+mod place_on;
 mod read;
 mod status;
 mod transition;
@@ -45,9 +46,13 @@ pub use ledger::{
     EffectEntry, EffectLedger, load_effect_ledger, load_ledger, prune as prune_ledger,
 };
 pub use lock::LockedOrder;
-pub(crate) use place::{PLACE_ORDER_PARAMS, PLACE_ORDER_SQL, Placing, place_order_on, place_with};
+pub(crate) use place::{PLACE_ORDER_PARAMS, PLACE_ORDER_SQL, Placing, place_with};
 pub use place::{
     PlaceOrderError, Placed, PlacedOrder, Placement, place_order, place_order_by, placement_jobs,
+};
+pub(crate) use place_on::{
+    KeyChecked, PLACE_ORDER_AS_KEY_SQL, place_order_as_key_on, place_order_as_key_params,
+    place_order_on,
 };
 pub use read::{
     Order, OrderEvent, OrderItem, OrderJob, load_event, load_events, load_order, load_order_events,

@@ -6,8 +6,7 @@ use diesel::sql_types::{Array, BigInt, Integer, Jsonb, Nullable, Text, Timestamp
 use std::time::Duration;
 
 use sha2::{Digest, Sha256};
-use tokio_postgres::types::{ToSql, Type};
-use tracing::Instrument as _;
+use tokio_postgres::types::Type;
 
 use chrono::{DateTime, Utc};
 
@@ -80,39 +79,24 @@ pub enum PlaceOrderError {
 
 /// What `sql/place_order.sql` returns for an order it wrote.
 #[derive(QueryableByName)]
-struct PlacedRow {
+pub(super) struct PlacedRow {
     #[diesel(sql_type = BigInt)]
-    order_id: OrderId,
+    pub(super) order_id: OrderId,
     #[diesel(sql_type = Timestamptz)]
-    created_at: DateTime<Utc>,
+    pub(super) created_at: DateTime<Utc>,
     /// `created_at` plus the payment window; none without one.
     #[diesel(sql_type = Nullable<Timestamptz>)]
-    expires_at: Option<DateTime<Utc>>,
+    pub(super) expires_at: Option<DateTime<Utc>>,
     /// In the request's order.
     #[diesel(sql_type = Array<BigInt>)]
-    item_ids: Vec<i64>,
+    pub(super) item_ids: Vec<i64>,
     #[diesel(sql_type = BigInt)]
-    event_id: i64,
+    pub(super) event_id: i64,
     /// In enqueue order, with `job_kinds`.
     #[diesel(sql_type = Array<BigInt>)]
-    job_ids: Vec<i64>,
+    pub(super) job_ids: Vec<i64>,
     #[diesel(sql_type = Array<Text>)]
-    job_kinds: Vec<String>,
-}
-
-impl PlacedRow {
-    /// The row as a tokio-postgres client read it.
-    fn from_row(row: &tokio_postgres::Row) -> Result<PlacedRow, tokio_postgres::Error> {
-        Ok(PlacedRow {
-            order_id: OrderId::new(row.try_get("order_id")?),
-            created_at: row.try_get("created_at")?,
-            expires_at: row.try_get("expires_at")?,
-            item_ids: row.try_get("item_ids")?,
-            event_id: row.try_get("event_id")?,
-            job_ids: row.try_get("job_ids")?,
-            job_kinds: row.try_get("job_kinds")?,
-        })
-    }
+    pub(super) job_kinds: Vec<String>,
 }
 
 /// The text of a placement's statement, and its parameters' types in
@@ -146,14 +130,14 @@ pub(crate) const PLACE_ORDER_PARAMS: &[Type] = &[
 
 /// What one placement writes, as the statement binds it.
 pub(crate) struct Placing<'a> {
-    order: &'a NewOrder,
+    pub(super) order: &'a NewOrder,
     /// Taken in `cause`'s space.
-    key: Option<IdempotencyKey>,
+    pub(super) key: Option<IdempotencyKey>,
     /// The order's [`fingerprint`], with a key.
-    request_hash: Option<String>,
-    cause: Cause,
-    payment_window: Option<Duration>,
-    jobs: EventJobs,
+    pub(super) request_hash: Option<String>,
+    pub(super) cause: Cause,
+    pub(super) payment_window: Option<Duration>,
+    pub(super) jobs: EventJobs,
 }
 
 impl<'a> Placing<'a> {
@@ -178,17 +162,17 @@ impl<'a> Placing<'a> {
 }
 
 /// The values a placement binds that are not already in [`Placing`].
-struct Columns<'a> {
-    window_ms: Option<i64>,
-    fanout_inline: i64,
-    skus: Vec<&'a str>,
-    names: Vec<&'a str>,
-    quantities: Vec<i32>,
-    prices: Vec<i64>,
+pub(super) struct Columns<'a> {
+    pub(super) window_ms: Option<i64>,
+    pub(super) fanout_inline: i64,
+    pub(super) skus: Vec<&'a str>,
+    pub(super) names: Vec<&'a str>,
+    pub(super) quantities: Vec<i32>,
+    pub(super) prices: Vec<i64>,
 }
 
 impl<'a> Placing<'a> {
-    fn columns(&self) -> Columns<'a> {
+    pub(super) fn columns(&self) -> Columns<'a> {
         let items = self.order.items();
         Columns {
             // Whole milliseconds: the window was parsed from text such as `30m`.
@@ -246,52 +230,6 @@ fn insert_placed(
         .prepared()
         .get_result(conn)
         .optional()
-}
-
-/// [`insert_placed`] on a tokio-postgres client, with `statement` the
-/// client's preparation of [`PLACE_ORDER_SQL`]: the same binds, in the
-/// same order.
-async fn insert_placed_on(
-    client: &tokio_postgres::Client,
-    statement: &tokio_postgres::Statement,
-    placing: &Placing<'_>,
-    own: &OwnInsert,
-) -> Result<Option<PlacedRow>, tokio_postgres::Error> {
-    let order = placing.order;
-    let c = placing.columns();
-    let total = order.total().cents();
-    let key = placing.key.as_ref().map(IdempotencyKey::as_str);
-    let request_hash = placing.request_hash.as_deref();
-    let params: [&(dyn ToSql + Sync); 22] = [
-        &order.customer_email.as_str(),
-        &order.customer_name.as_str(),
-        &order.currency.code(),
-        &total,
-        &key,
-        &request_hash,
-        &placing.cause.api_key_id,
-        &c.skus,
-        &c.names,
-        &c.quantities,
-        &c.prices,
-        &OrderStatus::Placed.event_type(),
-        &c.window_ms,
-        &placing.jobs.max_attempts,
-        &c.fanout_inline,
-        &own.trace_context(),
-        &own.notify_channel(),
-        &ConfirmationEmail::KIND,
-        &ReceiptPdf::KIND,
-        &OrderWebhook::KIND,
-        &OrderPublish::KIND,
-        &OrderFanout::KIND,
-    ];
-    client
-        .query_opt(statement, &params)
-        .await?
-        .as_ref()
-        .map(PlacedRow::from_row)
-        .transpose()
 }
 
 /// Writes the order, its items and one job per effect in one statement,
@@ -353,29 +291,15 @@ pub(crate) fn place_with(
     Ok(placed(placing, row, own, &span))
 }
 
-/// [`place_with`] on a tokio-postgres client outside any transaction (the API's
-/// own connection, `api/direct.rs`), `statement` being its preparation of
-/// [`PLACE_ORDER_SQL`]. `None` when the idempotency key was taken: nothing
-/// was written, and [`place_with`] on the pool tells the earlier order from a
-/// conflict (it writes nothing either).
-pub(crate) async fn place_order_on(
-    client: &tokio_postgres::Client,
-    statement: &tokio_postgres::Statement,
-    enqueuer: &Enqueuer,
-    placing: &Placing<'_>,
-) -> Result<Option<Placed>, tokio_postgres::Error> {
-    let span = tracing::info_span!("place_order", order_id = tracing::field::Empty);
-    let own = span.in_scope(|| enqueuer.own_insert_alone());
-    let row = insert_placed_on(client, statement, placing, &own)
-        .instrument(span.clone())
-        .await?;
-    Ok(row.map(|row| placed(placing, row, own, &span)))
-}
-
 /// What a placement that wrote `row` did, told to `own` (which wakes the
 /// relays) and to `span`; built from what it wrote, as `GET /orders/{id}`
 /// shows it right after the commit.
-fn placed(placing: &Placing<'_>, row: PlacedRow, own: OwnInsert, span: &tracing::Span) -> Placed {
+pub(super) fn placed(
+    placing: &Placing<'_>,
+    row: PlacedRow,
+    own: OwnInsert,
+    span: &tracing::Span,
+) -> Placed {
     let PlacedRow {
         order_id,
         created_at,
