@@ -13,7 +13,7 @@
 //! The key's row is read on every request: a `keys revoke` takes effect on
 //! the next request, on every replica. On `POST /orders` a key looked up a
 //! moment ago is let in from a cache (`key_cache`), and the placement's own
-//! statement reads its row ([`Provisional`]), so a placement is one round
+//! statement reads its row (`Provisional`), so a placement is one round
 //! trip. The look-up takes its own connection, apart from the handler's
 //! work: holding one connection across the upload of a body would let slow
 //! bodies take the pool. The per-key rate limit counts in this process (see
