@@ -85,6 +85,25 @@ pub(crate) enum Refusals {
     Unavailable(ErrorEnvelope),
 }
 
+/// The refusals of a write's request before it touches the database, in
+/// the order `body` checks them.
+#[derive(IntoResponses)]
+#[allow(dead_code)] // A description of answers; `ApiError` makes them.
+pub(crate) enum BodyRefusals {
+    /// Not JSON, or a bad Idempotency-Key
+    #[response(status = 400)]
+    BadRequest(ErrorEnvelope),
+    /// A body over 64 KiB
+    #[response(status = 413)]
+    TooLarge(ErrorEnvelope),
+    /// Not `application/json`
+    #[response(status = 415)]
+    UnsupportedMediaType(ErrorEnvelope),
+    /// A field that is wrong, named in `field`
+    #[response(status = 422)]
+    Unprocessable(ErrorEnvelope),
+}
+
 /// The optional `Idempotency-Key` header of the writes.
 #[derive(IntoParams)]
 #[into_params(parameter_in = Header)]
