@@ -58,6 +58,11 @@ pub fn sha256_hex(bytes: &[u8]) -> String {
     hex::encode(Sha256::digest(bytes))
 }
 
+/// Inserts a batch of ledger rows (`$1`, a JSON array of them, each an array
+/// in the statement's column order); the bench replays it to measure what
+/// the ledger costs.
+pub const RECORD_EFFECTS_SQL: &str = include_str!("ledger/record_effects.sql");
+
 struct RecordEffect {
     job_id: i64,
     answer: EffectAnswer,
@@ -69,7 +74,7 @@ impl RecordEffect {
     fn ledger_row(&self) -> HookRow {
         let c = Columns::of(&self.answer);
         HookRow {
-            statement: include_str!("ledger/record_effects.sql"),
+            statement: RECORD_EFFECTS_SQL,
             // An array in the statement's column order, not an object: a
             // row is built, copied and parsed for every job, and its names
             // would be most of it.

@@ -26,6 +26,7 @@ mod phases;
 mod placement;
 mod plot;
 mod publish;
+mod publish_floor;
 mod queue;
 mod real;
 mod report;

@@ -23,6 +23,7 @@ use futures_util::StreamExt as _;
 
 use super::BenchArgs;
 use super::drain::{self, Workload};
+use super::publish_floor::{self, WritesFloor};
 use super::report::DrainRun;
 use order_service::effects::nats::{Publication, headers};
 
@@ -41,6 +42,8 @@ pub struct PublishRun {
     pub raw_in_flight: usize,
     /// Bytes of each message's body, in the drain and the raw loop alike.
     pub body_bytes: usize,
+    /// The drain's attempt and ledger rows, written again alone.
+    pub writes: WritesFloor,
 }
 
 impl PublishRun {
@@ -73,6 +76,29 @@ impl PublishRun {
         per(self.drain.jobs_per_second(), self.bound())
     }
 
+    /// The most a publish drain can reach while it writes the two rows the
+    /// contracts ask of each publish, with nothing else added to its no-op
+    /// twin and a raw publish: 1 / (1/raw + 1/noop + 1/writes), all three
+    /// measured in this run (see `publish_floor.rs`).
+    pub fn bound_with_writes(&self) -> f64 {
+        self.bound_adding(self.writes.both.jobs_per_second)
+    }
+
+    /// [`PublishRun::bound_with_writes`] with the attempt row alone: what a
+    /// ledger kept elsewhere would leave.
+    pub fn bound_with_attempts(&self) -> f64 {
+        self.bound_adding(self.writes.attempt_only.jobs_per_second)
+    }
+
+    fn bound_adding(&self, writes: f64) -> f64 {
+        let (raw, noop) = (self.raw_per_second, self.noop.jobs_per_second());
+        if raw > 0.0 && noop > 0.0 && writes > 0.0 {
+            1.0 / (1.0 / raw + 1.0 / noop + 1.0 / writes)
+        } else {
+            0.0
+        }
+    }
+
     /// The relay process's CPU per publish job, in µs (`None` where the
     /// process's CPU time is not readable).
     pub fn cpu_micros_per_job(&self) -> Option<f64> {
@@ -89,7 +115,10 @@ impl PublishRun {
             "relay (NATS publishes): {:.0} jobs/s; same jobs as noop: {:.0} jobs/s; raw async-nats \
              loop ({} in flight, {} B bodies): {:.0} msgs/s; publish/raw {:.2}, noop/raw {:.2}, \
              publish/noop {:.2}; bound 1/(1/raw+1/noop) {:.0} jobs/s, publish/bound {:.2}; \
-             relay CPU per publish job {}; transactions per job: publish {:.2}, noop {:.2}",
+             relay CPU per publish job {}; transactions per job: publish {:.2}, noop {:.2}; \
+             the attempt and ledger rows written again alone ({} a statement, {} connections): \
+             {:.0} jobs/s, server CPU {} a job; bound with them {:.0} jobs/s, {:.2} of the bound; \
+             with the attempt row alone {:.2} of the bound",
             self.drain.jobs_per_second(),
             self.noop.jobs_per_second(),
             self.raw_in_flight,
@@ -104,6 +133,16 @@ impl PublishRun {
                 .map_or_else(|| "unknown".to_owned(), |us| format!("{us:.1} µs")),
             transactions_per_job(&self.drain),
             transactions_per_job(&self.noop),
+            self.writes.rows_per_statement,
+            self.writes.connections,
+            self.writes.both.jobs_per_second,
+            self.writes
+                .both
+                .server_cpu_micros_per_job
+                .map_or_else(|| "unknown".to_owned(), |us| format!("{us:.1} µs")),
+            self.bound_with_writes(),
+            per(self.bound_with_writes(), self.bound()),
+            per(self.bound_with_attempts(), self.bound()),
         )
     }
 
@@ -125,6 +164,17 @@ impl PublishRun {
             "noop_transactions_per_job": transactions_per_job(&self.noop),
             "publish_relay_cpu_s": self.drain.cpu_seconds,
             "noop_relay_cpu_s": self.noop.cpu_seconds,
+            "writes_alone_jobs": self.writes.jobs,
+            "writes_alone_rows_per_statement": self.writes.rows_per_statement,
+            "writes_alone_jobs_per_s": self.writes.both.jobs_per_second,
+            "writes_alone_server_cpu_us_per_job": self.writes.both.server_cpu_micros_per_job,
+            "writes_alone_client_cpu_us_per_job": self.writes.both.client_cpu_micros_per_job,
+            "attempts_alone_jobs_per_s": self.writes.attempt_only.jobs_per_second,
+            "attempts_alone_server_cpu_us_per_job":
+                self.writes.attempt_only.server_cpu_micros_per_job,
+            "bound_with_writes_jobs_per_s": self.bound_with_writes(),
+            "bound_with_writes_over_bound": per(self.bound_with_writes(), self.bound()),
+            "bound_with_attempts_over_bound": per(self.bound_with_attempts(), self.bound()),
         })
     }
 }
@@ -246,12 +296,19 @@ async fn run(
         .payload;
 
     let raw_per_second = raw_loop(js, stream, prefix, &body, drain.jobs, concurrency).await?;
+    // As many rows a statement as the relay has slots: the most outcomes
+    // one of its finishes can hold.
+    let owned_url = url.to_owned();
+    let writes =
+        tokio::task::spawn_blocking(move || publish_floor::replay(&owned_url, concurrency))
+            .await??;
     Ok(PublishRun {
         drain,
         noop,
         raw_per_second,
         raw_in_flight: concurrency,
         body_bytes: body.len(),
+        writes,
     })
 }
 

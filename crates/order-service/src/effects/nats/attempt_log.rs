@@ -51,11 +51,13 @@ struct AttemptRow {
     row: serde_json::Value,
 }
 
-const RECORD_ATTEMPTS: &str = include_str!("record_attempts.sql");
+/// Inserts a batch of attempt rows (`$1`, a JSON array of [`row`]s); the
+/// bench replays it to measure what the attempt log costs.
+pub const RECORD_ATTEMPTS_SQL: &str = include_str!("record_attempts.sql");
 
 impl CommitHook for AttemptRow {
     fn apply(&self, conn: &mut PgConnection) -> QueryResult<()> {
-        diesel::sql_query(RECORD_ATTEMPTS)
+        diesel::sql_query(RECORD_ATTEMPTS_SQL)
             .bind::<Jsonb, _>(serde_json::Value::Array(vec![self.row.clone()]))
             .execute(conn)
             .map(drop)
@@ -63,7 +65,7 @@ impl CommitHook for AttemptRow {
 
     fn row(&self) -> Option<HookRow> {
         Some(HookRow {
-            statement: RECORD_ATTEMPTS,
+            statement: RECORD_ATTEMPTS_SQL,
             row: self.row.clone(),
         })
     }
