@@ -4,19 +4,19 @@
 //! them, on the same server, with the relay's own statements.
 //!
 //! The bound counts a publish job as its no-op twin plus one raw publish. A
-//! publish job also writes these two rows; nothing else it does is in the
-//! contracts (its order's read, its body, the relay's own handling could all
-//! go). So `1 / (1/raw + 1/noop + 1/writes)` is the most a publish drain can
-//! reach while it keeps them, on the same assumption the bound makes: costs
-//! on a saturated machine add up.
+//! publish job also writes these two rows, which the contracts fix; how it
+//! reads its order and renders its body, and the relay's own handling, are
+//! ours to make cheaper. So `1 / (1/raw + 1/noop + 1/writes)` is the most a
+//! publish drain can reach while it keeps them, on the assumption the bound
+//! itself makes: on a saturated machine, costs add up.
 //!
-//! The replay is the writes at their cheapest, so that the floor is not ours
-//! to lower: both inserts in one statement (no transaction block, no round
-//! trip between them), prepared, with as many rows a statement as the relay
-//! can ever finish at once at this concurrency, without waiting for the
-//! commit's flush, on more connections than there are cores. The relay
-//! writes them in the finish's transaction, after its update, at most as
-//! many a statement; everything it pays beyond the replay is ours.
+//! The replay is the writes at their cheapest, so that what it costs is not
+//! ours to lower: both inserts in one statement (no transaction block, no
+//! round trip between them), prepared, with as many rows a statement as the
+//! relay can ever finish at once at this concurrency, without waiting for
+//! the commit's flush, on more connections than there are cores, into
+//! emptied tables, the fastest of a few replays. The relay writes them in
+//! the finish's transaction, after its update, at most as many a statement.
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Instant;
@@ -189,9 +189,10 @@ fn one_statement() -> String {
     )
 }
 
-/// Each job's attempt row and ledger row, in the relay's row format (the
-/// columns of `record_attempts.sql` and `record_effects.sql`, in order), in
-/// job order.
+/// Each publish job's successful attempt row and its ledger row, in the
+/// relay's row format (the columns of `record_attempts.sql` and
+/// `record_effects.sql`, in order), in job order. Only publishes: with
+/// `--effects real` the tables also hold the webhook drain's rows.
 fn written_rows(
     conn: &mut PgConnection,
 ) -> anyhow::Result<Vec<(serde_json::Value, serde_json::Value)>> {
@@ -210,6 +211,7 @@ fn written_rows(
                 l.webhook_id, l.status_code, l.answer_sha256, l.stream, l.stream_seq, \
                 l.duplicate) AS ledger \
          FROM delivery_attempts AS a JOIN effect_results AS l USING (job_id) \
+         WHERE l.stream IS NOT NULL AND a.outcome = 'ok' \
          ORDER BY a.job_id, a.id",
     )
     .load(conn)?;
