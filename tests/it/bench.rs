@@ -215,6 +215,7 @@ fn bench_runs_a_small_workload_and_reports_every_figure() {
         stdout.contains("order placement, saturation") && stdout.contains("open loop: orders sent"),
         "{stdout}"
     );
+    assert_publish_floor(&stderr, 200);
     // The scratch database (named after the bench's pid) is gone.
     use diesel::RunQueryDsl as _;
     #[derive(diesel::QueryableByName)]
@@ -231,6 +232,47 @@ fn bench_runs_a_small_workload_and_reports_every_figure() {
     .get_result(&mut conn)
     .expect("count");
     assert_eq!(left.n, 0, "the scratch database was left behind");
+}
+
+/// The publish drain's line (where a NATS server answered) has its replay
+/// of the contract's writes: every publish job's two rows and no other job's
+/// (the webhook and email drain before it wrote rows to the same tables),
+/// and a bound with them that is a share of the bound without them.
+fn assert_publish_floor(stderr: &str, publish_jobs: usize) {
+    let Some(line) = stderr
+        .lines()
+        .find(|l| l.contains("relay (NATS publishes)"))
+    else {
+        assert!(stderr.contains("publish drain: SKIPPED"), "{stderr}");
+        return;
+    };
+    // Each figure is the number right after its marker, read in the line's
+    // order from the replay on.
+    let mut rest = line
+        .split_once("written again alone (")
+        .map(|(_, rest)| rest)
+        .unwrap_or_else(|| panic!("the replay in {line}"));
+    let mut next = |marker: &str| -> f64 {
+        let (_, tail) = rest
+            .split_once(marker)
+            .unwrap_or_else(|| panic!("{marker:?} in {line}"));
+        rest = tail;
+        tail.split(|c: char| !(c.is_ascii_digit() || c == '.'))
+            .next()
+            .and_then(|n| n.parse().ok())
+            .unwrap_or_else(|| panic!("a number after {marker:?} in {line}"))
+    };
+    let jobs = next("");
+    let writes_per_second = next("connections): ");
+    let bound_with_writes = next("bound with them ");
+    let share = next("jobs/s, ");
+    let share_with_attempts = next("with the attempt row alone ");
+    assert_eq!(jobs as usize, publish_jobs, "{line}");
+    assert!(writes_per_second > 0.0 && bound_with_writes > 0.0, "{line}");
+    // Any cost added to a job leaves a share of the bound without it.
+    for share in [share, share_with_attempts] {
+        assert!(share > 0.0 && share <= 1.0, "{line}");
+    }
 }
 
 /// pgbench ran before, between and after the API's runs; the figure the API

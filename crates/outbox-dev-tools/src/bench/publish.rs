@@ -116,7 +116,8 @@ impl PublishRun {
              loop ({} in flight, {} B bodies): {:.0} msgs/s; publish/raw {:.2}, noop/raw {:.2}, \
              publish/noop {:.2}; bound 1/(1/raw+1/noop) {:.0} jobs/s, publish/bound {:.2}; \
              relay CPU per publish job {}; transactions per job: publish {:.2}, noop {:.2}; \
-             the attempt and ledger rows written again alone ({} a statement, {} connections): \
+             the attempt and ledger rows written again alone ({} jobs, {} a statement, \
+             {} connections): \
              {:.0} jobs/s, server CPU {} a job; bound with them {:.0} jobs/s, {:.2} of the bound; \
              with the attempt row alone {:.2} of the bound",
             self.drain.jobs_per_second(),
@@ -133,6 +134,7 @@ impl PublishRun {
                 .map_or_else(|| "unknown".to_owned(), |us| format!("{us:.1} µs")),
             transactions_per_job(&self.drain),
             transactions_per_job(&self.noop),
+            self.writes.jobs,
             self.writes.rows_per_statement,
             self.writes.connections,
             self.writes.both.jobs_per_second,
