@@ -51,8 +51,9 @@ struct AttemptRow {
     row: serde_json::Value,
 }
 
-/// Inserts a batch of attempt rows (`$1`, a JSON array of [`row`]s); the
-/// bench replays it to measure what the attempt log costs.
+/// Inserts a batch of attempt rows (`$1`, a JSON array of them, each an
+/// array in the statement's column order); the bench replays it to measure
+/// what the attempt log costs.
 pub const RECORD_ATTEMPTS_SQL: &str = include_str!("record_attempts.sql");
 
 impl CommitHook for AttemptRow {
