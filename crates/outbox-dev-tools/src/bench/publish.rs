@@ -136,7 +136,7 @@ impl PublishRun {
             transactions_per_job(&self.noop),
             self.writes.jobs,
             self.writes.rows_per_statement,
-            self.writes.connections,
+            publish_floor::CONNECTIONS,
             self.writes.both.jobs_per_second,
             self.writes
                 .both

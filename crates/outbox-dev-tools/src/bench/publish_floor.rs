@@ -36,14 +36,13 @@ const PASSES: usize = 3;
 
 /// Connections the replay writes on: two a core of this 2-core machine, so
 /// that one's round trip leaves the cores to the others.
-const CONNECTIONS: usize = 4;
+pub(super) const CONNECTIONS: usize = 4;
 
 /// The contract's writes of a drain's publish jobs, replayed alone.
 #[derive(Debug, Clone)]
 pub struct WritesFloor {
     pub jobs: usize,
     pub rows_per_statement: usize,
-    pub connections: usize,
     /// Both rows of each job.
     pub both: Replayed,
     /// The attempt row alone: what the ledger's row adds is the difference.
@@ -70,20 +69,23 @@ pub fn replay(url: &str, rows_per_statement: usize) -> anyhow::Result<WritesFloo
     let mut conn = PgConnection::establish(url)?;
     let jobs = written_rows(&mut conn)?;
     anyhow::ensure!(!jobs.is_empty(), "the publish drain wrote no attempt");
-    let chunks: Vec<&[(serde_json::Value, serde_json::Value)]> =
-        jobs.chunks(rows_per_statement.max(1)).collect();
-    let attempts: Vec<Vec<serde_json::Value>> = chunks
-        .iter()
-        .map(|chunk| vec![array(chunk.iter().map(|(attempt, _)| attempt))])
-        .collect();
-    let both: Vec<Vec<serde_json::Value>> = chunks
-        .iter()
+    let chunks: Vec<(serde_json::Value, serde_json::Value)> = jobs
+        .chunks(rows_per_statement.max(1))
         .map(|chunk| {
-            vec![
-                array(chunk.iter().map(|(attempt, _)| attempt)),
-                array(chunk.iter().map(|(_, ledger)| ledger)),
-            ]
+            let (attempts, ledger) = chunk.iter().cloned().unzip();
+            (
+                serde_json::Value::Array(attempts),
+                serde_json::Value::Array(ledger),
+            )
         })
+        .collect();
+    let attempts: Vec<Params> = chunks
+        .iter()
+        .map(|(attempts, _)| Params::Attempts(attempts.clone()))
+        .collect();
+    let both: Vec<Params> = chunks
+        .into_iter()
+        .map(|(attempts, ledger)| Params::Both(attempts, ledger))
         .collect();
     let statement = one_statement();
     let (mut best_attempts, mut best_both): (Option<Replayed>, Option<Replayed>) = (None, None);
@@ -98,7 +100,6 @@ pub fn replay(url: &str, rows_per_statement: usize) -> anyhow::Result<WritesFloo
     Ok(WritesFloor {
         jobs: jobs.len(),
         rows_per_statement,
-        connections: CONNECTIONS,
         both: best_both.context("no replay ran")?,
         attempt_only: best_attempts.context("no replay ran")?,
     })
@@ -112,16 +113,34 @@ fn faster(best: Option<Replayed>, this: Replayed) -> Replayed {
     }
 }
 
-fn array<'a>(rows: impl Iterator<Item = &'a serde_json::Value>) -> serde_json::Value {
-    serde_json::Value::Array(rows.cloned().collect())
+/// The parameters of one replayed statement: a JSON array of rows each.
+enum Params {
+    /// The attempts' rows, for `record_attempts.sql`.
+    Attempts(serde_json::Value),
+    /// The attempts' rows and the ledger's, for [`one_statement`].
+    Both(serde_json::Value, serde_json::Value),
 }
 
-/// Runs `statement` once for each of `chunks` (its JSON parameters, one
-/// or two), on [`CONNECTIONS`] connections at once.
+impl Params {
+    fn execute(&self, statement: &str, conn: &mut PgConnection) -> QueryResult<usize> {
+        let query = diesel::sql_query(statement);
+        match self {
+            Params::Attempts(rows) => query.bind::<Jsonb, _>(rows).prepared().execute(conn),
+            Params::Both(attempts, ledger) => query
+                .bind::<Jsonb, _>(attempts)
+                .bind::<Jsonb, _>(ledger)
+                .prepared()
+                .execute(conn),
+        }
+    }
+}
+
+/// Runs `statement` once for each of `chunks`, on [`CONNECTIONS`]
+/// connections at once.
 fn write_all(
     url: &str,
     statement: &str,
-    chunks: &[Vec<serde_json::Value>],
+    chunks: &[Params],
     jobs: usize,
 ) -> anyhow::Result<Replayed> {
     let mut writers = Vec::with_capacity(CONNECTIONS);
@@ -140,18 +159,7 @@ fn write_all(
                 let next = &next;
                 scope.spawn(move || -> QueryResult<()> {
                     while let Some(params) = chunks.get(next.fetch_add(1, Ordering::Relaxed)) {
-                        match params.as_slice() {
-                            [rows] => diesel::sql_query(statement)
-                                .bind::<Jsonb, _>(rows)
-                                .prepared()
-                                .execute(conn)?,
-                            [first, second] => diesel::sql_query(statement)
-                                .bind::<Jsonb, _>(first)
-                                .bind::<Jsonb, _>(second)
-                                .prepared()
-                                .execute(conn)?,
-                            _ => 0,
-                        };
+                        params.execute(statement, conn)?;
                     }
                     Ok(())
                 })
