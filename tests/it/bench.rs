@@ -237,7 +237,9 @@ fn bench_runs_a_small_workload_and_reports_every_figure() {
 /// The publish drain's line (where a NATS server answered) has its replay
 /// of the contract's writes: every publish job's two rows and no other job's
 /// (the webhook and email drain before it wrote rows to the same tables),
-/// and a bound with them that is a share of the bound without them.
+/// and a bound with them that is a share of the bound without them; its
+/// reads made again, each bound with more added a share of the one without;
+/// and a relay CPU floor that is the sum of its two parts.
 fn assert_publish_floor(stderr: &str, publish_jobs: usize) {
     let Some(line) = stderr
         .lines()
@@ -267,12 +269,26 @@ fn assert_publish_floor(stderr: &str, publish_jobs: usize) {
     let bound_with_writes = next("bound with them ");
     let share = next("jobs/s, ");
     let share_with_attempts = next("with the attempt row alone ");
+    let reads_per_second = next("made again alone: ");
+    let events_per_second = next("the events alone by key ");
+    let share_with_read = next("bound with the two rows and the read ");
+    let share_with_event = next("with the two rows and the event by key ");
+    let raw_cpu = next("raw loop's own CPU ");
+    let noop_cpu = next("noop twin ");
+    let cpu_floor = next("+ raw) ");
     assert_eq!(jobs as usize, publish_jobs, "{line}");
     assert!(writes_per_second > 0.0 && bound_with_writes > 0.0, "{line}");
+    assert!(reads_per_second > 0.0 && events_per_second > 0.0, "{line}");
     // Any cost added to a job leaves a share of the bound without it.
     for share in [share, share_with_attempts] {
         assert!(share > 0.0 && share <= 1.0, "{line}");
     }
+    for more in [share_with_read, share_with_event] {
+        assert!(more > 0.0 && more <= share, "{line}");
+    }
+    assert!(raw_cpu > 0.0 && noop_cpu > 0.0, "{line}");
+    // Rounded to a tenth each, as printed.
+    assert!((cpu_floor - (raw_cpu + noop_cpu)).abs() <= 0.15, "{line}");
 }
 
 /// pgbench ran before, between and after the API's runs; the figure the API

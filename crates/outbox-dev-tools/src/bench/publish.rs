@@ -23,7 +23,7 @@ use futures_util::StreamExt as _;
 
 use super::BenchArgs;
 use super::drain::{self, Workload};
-use super::publish_floor::{self, WritesFloor};
+use super::publish_floor::{self, ContractFloor};
 use super::report::DrainRun;
 use order_service::effects::nats::{Publication, headers};
 
@@ -42,8 +42,12 @@ pub struct PublishRun {
     pub raw_in_flight: usize,
     /// Bytes of each message's body, in the drain and the raw loop alike.
     pub body_bytes: usize,
-    /// The drain's attempt and ledger rows, written again alone.
-    pub writes: WritesFloor,
+    /// The bench process's CPU a raw message, µs (`None` where it is not
+    /// readable): the raw loop is all this process runs meanwhile.
+    pub raw_cpu_micros_per_message: Option<f64>,
+    /// The drain's attempt and ledger rows, written again alone, and its
+    /// reads, made again alone.
+    pub writes: ContractFloor,
 }
 
 impl PublishRun {
@@ -90,23 +94,56 @@ impl PublishRun {
         self.bound_adding(self.writes.attempt_only.jobs_per_second)
     }
 
+    /// [`PublishRun::bound_with_writes`] with the relay's read of each
+    /// job's order and event added: the floor with the contracts as they
+    /// stand, where a body is rendered from the order when its job runs.
+    pub fn bound_with_writes_and_read(&self) -> f64 {
+        self.bound_adding_all(&[
+            self.writes.both.jobs_per_second,
+            self.writes.read.jobs_per_second,
+        ])
+    }
+
+    /// [`PublishRun::bound_with_writes`] with each job's event row read by
+    /// key: the floor were each body stored with its event.
+    pub fn bound_with_writes_and_event(&self) -> f64 {
+        self.bound_adding_all(&[
+            self.writes.both.jobs_per_second,
+            self.writes.event_only.jobs_per_second,
+        ])
+    }
+
     fn bound_adding(&self, writes: f64) -> f64 {
+        self.bound_adding_all(&[writes])
+    }
+
+    /// 1 / (1/raw + 1/noop + the sum of 1/each of `more`).
+    fn bound_adding_all(&self, more: &[f64]) -> f64 {
         let (raw, noop) = (self.raw_per_second, self.noop.jobs_per_second());
-        if raw > 0.0 && noop > 0.0 && writes > 0.0 {
-            1.0 / (1.0 / raw + 1.0 / noop + 1.0 / writes)
+        if raw > 0.0 && noop > 0.0 && more.iter().all(|rate| *rate > 0.0) {
+            1.0 / (1.0 / raw + 1.0 / noop + more.iter().map(|rate| 1.0 / rate).sum::<f64>())
         } else {
             0.0
         }
     }
 
+    /// The relay's CPU a no-op twin, µs.
+    pub fn noop_cpu_micros_per_job(&self) -> Option<f64> {
+        cpu_micros_per_job(&self.noop)
+    }
+
+    /// The least relay CPU a publish job can take: its no-op twin's and a
+    /// raw publish's, through the same client library.
+    pub fn cpu_floor_micros_per_job(&self) -> Option<f64> {
+        self.noop_cpu_micros_per_job()
+            .zip(self.raw_cpu_micros_per_message)
+            .map(|(noop, raw)| noop + raw)
+    }
+
     /// The relay process's CPU per publish job, in µs (`None` where the
     /// process's CPU time is not readable).
     pub fn cpu_micros_per_job(&self) -> Option<f64> {
-        let jobs = self.drain.jobs as f64;
-        self.drain
-            .cpu_seconds
-            .filter(|_| jobs > 0.0)
-            .map(|cpu| cpu * 1e6 / jobs)
+        cpu_micros_per_job(&self.drain)
     }
 
     /// One line for the progress output.
@@ -119,7 +156,12 @@ impl PublishRun {
              the attempt and ledger rows written again alone ({} jobs, {} a statement, \
              {} connections): \
              {:.0} jobs/s, server CPU {} a job; bound with them {:.0} jobs/s, {:.2} of the bound; \
-             with the attempt row alone {:.2} of the bound",
+             with the attempt row alone {:.2} of the bound; \
+             the relay's read of the orders and events made again alone: {:.0} jobs/s, \
+             server CPU {} a job; the events alone by key {:.0} jobs/s; \
+             bound with the two rows and the read {:.2} of the bound, \
+             with the two rows and the event by key {:.2}; \
+             raw loop's own CPU {} a message; relay CPU floor (noop twin {} + raw) {}",
             self.drain.jobs_per_second(),
             self.noop.jobs_per_second(),
             self.raw_in_flight,
@@ -130,21 +172,25 @@ impl PublishRun {
             per(self.drain.jobs_per_second(), self.noop.jobs_per_second()),
             self.bound(),
             self.bound_ratio(),
-            self.cpu_micros_per_job()
-                .map_or_else(|| "unknown".to_owned(), |us| format!("{us:.1} µs")),
+            micros(self.cpu_micros_per_job()),
             transactions_per_job(&self.drain),
             transactions_per_job(&self.noop),
             self.writes.jobs,
             self.writes.rows_per_statement,
             publish_floor::CONNECTIONS,
             self.writes.both.jobs_per_second,
-            self.writes
-                .both
-                .server_cpu_micros_per_job
-                .map_or_else(|| "unknown".to_owned(), |us| format!("{us:.1} µs")),
+            micros(self.writes.both.server_cpu_micros_per_job),
             self.bound_with_writes(),
             per(self.bound_with_writes(), self.bound()),
             per(self.bound_with_attempts(), self.bound()),
+            self.writes.read.jobs_per_second,
+            micros(self.writes.read.server_cpu_micros_per_job),
+            self.writes.event_only.jobs_per_second,
+            per(self.bound_with_writes_and_read(), self.bound()),
+            per(self.bound_with_writes_and_event(), self.bound()),
+            micros(self.raw_cpu_micros_per_message),
+            micros(self.noop_cpu_micros_per_job()),
+            micros(self.cpu_floor_micros_per_job()),
         )
     }
 
@@ -177,8 +223,29 @@ impl PublishRun {
             "bound_with_writes_jobs_per_s": self.bound_with_writes(),
             "bound_with_writes_over_bound": per(self.bound_with_writes(), self.bound()),
             "bound_with_attempts_over_bound": per(self.bound_with_attempts(), self.bound()),
+            "read_alone_jobs_per_s": self.writes.read.jobs_per_second,
+            "read_alone_server_cpu_us_per_job": self.writes.read.server_cpu_micros_per_job,
+            "event_alone_jobs_per_s": self.writes.event_only.jobs_per_second,
+            "bound_with_writes_and_read_over_bound":
+                per(self.bound_with_writes_and_read(), self.bound()),
+            "bound_with_writes_and_event_over_bound":
+                per(self.bound_with_writes_and_event(), self.bound()),
+            "raw_cpu_us_per_msg": self.raw_cpu_micros_per_message,
+            "noop_relay_cpu_us_per_job": self.noop_cpu_micros_per_job(),
+            "relay_cpu_floor_us_per_job": self.cpu_floor_micros_per_job(),
         })
     }
+}
+
+fn cpu_micros_per_job(run: &DrainRun) -> Option<f64> {
+    let jobs = run.jobs as f64;
+    run.cpu_seconds
+        .filter(|_| jobs > 0.0)
+        .map(|cpu| cpu * 1e6 / jobs)
+}
+
+fn micros(us: Option<f64>) -> String {
+    us.map_or_else(|| "unknown".to_owned(), |us| format!("{us:.1} µs"))
 }
 
 fn per(a: f64, b: f64) -> f64 {
@@ -297,7 +364,12 @@ async fn run(
         .context("reading back the drain's first message")?
         .payload;
 
+    let cpu_before = drain::process_cpu_seconds(None);
     let raw_per_second = raw_loop(js, stream, prefix, &body, drain.jobs, concurrency).await?;
+    let raw_cpu_micros_per_message = cpu_before
+        .zip(drain::process_cpu_seconds(None))
+        .filter(|_| drain.jobs > 0)
+        .map(|(before, after)| (after - before) * 1e6 / drain.jobs as f64);
     // As many rows a statement as the relay has slots: the most outcomes
     // one of its finishes can hold.
     let owned_url = url.to_owned();
@@ -310,6 +382,7 @@ async fn run(
         raw_per_second,
         raw_in_flight: concurrency,
         body_bytes: body.len(),
+        raw_cpu_micros_per_message,
         writes,
     })
 }

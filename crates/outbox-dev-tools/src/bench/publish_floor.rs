@@ -1,32 +1,39 @@
-//! The floor under the publish row: the two rows the contracts write with
-//! each publish's outcome, its attempt (`delivery_attempts`) and its ledger
-//! entry (`effect_results`), replayed alone right after the drain that wrote
-//! them, on the same server, with the relay's own statements.
+//! The floor under the publish row: what the contracts make each publish
+//! job cost the server beyond its no-op twin and a raw publish, replayed
+//! alone right after the drain, on the same server, with the relay's own
+//! statements:
+//! - the two rows written with its outcome, its attempt
+//!   (`delivery_attempts`) and its ledger entry (`effect_results`);
+//! - the read of its order and event that its body is rendered from
+//!   (`load_batch.sql`), and, as the least any body needs, its event's row
+//!   alone by key: what a body stored with its event would still read.
 //!
-//! The bound counts a publish job as its no-op twin plus one raw publish. A
-//! publish job also writes these two rows, which the contracts fix; how it
-//! reads its order and renders its body, and the relay's own handling, are
-//! ours to make cheaper. So `1 / (1/raw + 1/noop + 1/writes)` is the most a
-//! publish drain can reach while it keeps them, on the assumption the bound
-//! itself makes: on a saturated machine, costs add up.
+//! The bound counts a publish job as its no-op twin plus one raw publish.
+//! So `1 / (1/raw + 1/noop + 1/writes)` is the most a publish drain can reach
+//! while it keeps the contract's rows, and `+ 1/read` the most while it also
+//! reads what it sends, on the assumption the bound itself makes: on a
+//! saturated machine, costs add up. How the relay handles a job, and renders
+//! its body, are ours to make cheaper and are not in the floor.
 //!
-//! The replay is the writes at their cheapest, so that what it costs is not
-//! ours to lower: both inserts in one statement (no transaction block, no
-//! round trip between them), prepared, with as many rows a statement as the
-//! relay can ever finish at once at this concurrency, without waiting for
-//! the commit's flush, on more connections than there are cores, into
-//! emptied tables, the fastest of a few replays. The relay writes them in
-//! the finish's transaction, after its update, at most as many a statement.
+//! The replay is each statement at its cheapest, so that what it costs is
+//! not ours to lower: both inserts in one statement (no transaction block,
+//! no round trip between them), prepared, with as many rows a statement as
+//! the relay can ever finish (or read) at once at this concurrency, without
+//! waiting for the commit's flush, on more connections than there are cores,
+//! into emptied tables, the fastest of a few replays. The relay writes the
+//! rows in the finish's transaction, after its update, at most as many a
+//! statement.
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Instant;
 
 use anyhow::Context as _;
 use diesel::prelude::*;
-use diesel::sql_types::Jsonb;
+use diesel::sql_types::{Array, BigInt, Jsonb};
 use order_service::db::PrepareOnce as _;
 use order_service::effects::ledger::RECORD_EFFECTS_SQL;
 use order_service::effects::nats::attempt_log::RECORD_ATTEMPTS_SQL;
+use order_service::effects::nats::loader::LOAD_BATCH_SQL;
 
 use super::drain::{process_cpu_seconds, server_cpu_seconds};
 
@@ -38,15 +45,20 @@ const PASSES: usize = 3;
 /// that one's round trip leaves the cores to the others.
 pub(super) const CONNECTIONS: usize = 4;
 
-/// The contract's writes of a drain's publish jobs, replayed alone.
+/// The statements the contracts ask of a drain's publish jobs, replayed
+/// alone.
 #[derive(Debug, Clone)]
-pub struct WritesFloor {
+pub struct ContractFloor {
     pub jobs: usize,
     pub rows_per_statement: usize,
     /// Both rows of each job.
     pub both: Replayed,
     /// The attempt row alone: what the ledger's row adds is the difference.
     pub attempt_only: Replayed,
+    /// The relay's read of each job's order, items and event.
+    pub read: Replayed,
+    /// Each job's event row alone, by key: the least a body needs read.
+    pub event_only: Replayed,
 }
 
 /// One replay of the drain's rows.
@@ -61,16 +73,25 @@ pub struct Replayed {
     pub client_cpu_micros_per_job: Option<f64>,
 }
 
-/// Reads the attempt and ledger rows the publish drain wrote, empties both
-/// tables, and writes the rows again, `rows_per_statement` jobs a
-/// statement: the attempts alone first, then (emptied again) both, each
-/// [`PASSES`] times. The tables end as the drain left them.
-pub fn replay(url: &str, rows_per_statement: usize) -> anyhow::Result<WritesFloor> {
+/// Gathers the attempt and ledger rows the publish drain wrote and the
+/// `(order, event)` pairs it read, then replays them, `rows_per_statement`
+/// jobs a statement, each kind [`PASSES`] times: the reads (nothing
+/// changes), then, with both tables emptied, the attempts alone, then
+/// (emptied again) both rows. The tables end as the drain left them.
+pub fn replay(url: &str, rows_per_statement: usize) -> anyhow::Result<ContractFloor> {
     let mut conn = PgConnection::establish(url)?;
     let jobs = written_rows(&mut conn)?;
     anyhow::ensure!(!jobs.is_empty(), "the publish drain wrote no attempt");
+    let pairs = read_pairs(&mut conn)?;
+    anyhow::ensure!(
+        pairs.len() == jobs.len(),
+        "the publish drain read {} pairs for {} jobs",
+        pairs.len(),
+        jobs.len()
+    );
+    let per_statement = rows_per_statement.max(1);
     let chunks: Vec<(serde_json::Value, serde_json::Value)> = jobs
-        .chunks(rows_per_statement.max(1))
+        .chunks(per_statement)
         .map(|chunk| {
             let (attempts, ledger) = chunk.iter().cloned().unzip();
             (
@@ -87,23 +108,42 @@ pub fn replay(url: &str, rows_per_statement: usize) -> anyhow::Result<WritesFloo
         .into_iter()
         .map(|(attempts, ledger)| Params::Both(attempts, ledger))
         .collect();
+    let (reads, events): (Vec<Params>, Vec<Params>) = pairs
+        .chunks(per_statement)
+        .map(|chunk| {
+            let (orders, events): (Vec<i64>, Vec<i64>) = chunk.iter().copied().unzip();
+            (Params::Pairs(orders, events.clone()), Params::Keys(events))
+        })
+        .unzip();
     let statement = one_statement();
-    let (mut best_attempts, mut best_both): (Option<Replayed>, Option<Replayed>) = (None, None);
+    let mut best: [Option<Replayed>; 4] = [None, None, None, None];
     for _ in 0..PASSES {
+        let read = write_all(url, LOAD_BATCH_SQL, &reads, jobs.len())?;
+        let event_only = write_all(url, EVENTS_BY_KEY_SQL, &events, jobs.len())?;
         diesel::sql_query("TRUNCATE delivery_attempts, effect_results").execute(&mut conn)?;
         let attempt_only = write_all(url, RECORD_ATTEMPTS_SQL, &attempts, jobs.len())?;
         diesel::sql_query("TRUNCATE delivery_attempts").execute(&mut conn)?;
         let both = write_all(url, &statement, &both, jobs.len())?;
-        best_attempts = Some(faster(best_attempts, attempt_only));
-        best_both = Some(faster(best_both, both));
+        for (best, this) in best.iter_mut().zip([both, attempt_only, read, event_only]) {
+            *best = Some(faster(best.take(), this));
+        }
     }
-    Ok(WritesFloor {
+    let [Some(both), Some(attempt_only), Some(read), Some(event_only)] = best else {
+        anyhow::bail!("no replay ran");
+    };
+    Ok(ContractFloor {
         jobs: jobs.len(),
         rows_per_statement,
-        both: best_both.context("no replay ran")?,
-        attempt_only: best_attempts.context("no replay ran")?,
+        both,
+        attempt_only,
+        read,
+        event_only,
     })
 }
+
+/// The least read a body needs: its event's row, by key, as a body stored
+/// with its event would be read.
+const EVENTS_BY_KEY_SQL: &str = "SELECT * FROM order_events WHERE id = ANY($1)";
 
 /// The faster of two replays: the floor is the writes at their cheapest.
 fn faster(best: Option<Replayed>, this: Replayed) -> Replayed {
@@ -113,12 +153,16 @@ fn faster(best: Option<Replayed>, this: Replayed) -> Replayed {
     }
 }
 
-/// The parameters of one replayed statement: a JSON array of rows each.
+/// The parameters of one replayed statement.
 enum Params {
     /// The attempts' rows, for `record_attempts.sql`.
     Attempts(serde_json::Value),
     /// The attempts' rows and the ledger's, for [`one_statement`].
     Both(serde_json::Value, serde_json::Value),
+    /// The orders' and the events' ids, side by side, for `load_batch.sql`.
+    Pairs(Vec<i64>, Vec<i64>),
+    /// The events' ids, for [`EVENTS_BY_KEY_SQL`].
+    Keys(Vec<i64>),
 }
 
 impl Params {
@@ -131,12 +175,23 @@ impl Params {
                 .bind::<Jsonb, _>(ledger)
                 .prepared()
                 .execute(conn),
+            // The rows come back to this process as they would to the
+            // relay; only their decoding is left out.
+            Params::Pairs(orders, events) => query
+                .bind::<Array<BigInt>, _>(orders)
+                .bind::<Array<BigInt>, _>(events)
+                .prepared()
+                .execute(conn),
+            Params::Keys(events) => query
+                .bind::<Array<BigInt>, _>(events)
+                .prepared()
+                .execute(conn),
         }
     }
 }
 
 /// Runs `statement` once for each of `chunks`, on [`CONNECTIONS`]
-/// connections at once.
+/// connections at once (a read changes nothing; a write, what it writes).
 fn write_all(
     url: &str,
     statement: &str,
@@ -168,7 +223,7 @@ fn write_all(
         handles
             .into_iter()
             .map(|handle| match handle.join() {
-                Ok(written) => written.context("replaying the contract's writes"),
+                Ok(written) => written.context("replaying the contract's statements"),
                 Err(_) => Err(anyhow::anyhow!("a replay thread panicked")),
             })
             .collect::<anyhow::Result<Vec<()>>>()
@@ -224,6 +279,28 @@ fn written_rows(
     )
     .load(conn)?;
     Ok(rows.into_iter().map(|r| (r.attempt, r.ledger)).collect())
+}
+
+/// The `(order, event)` pair each publish job of the drain read, in the
+/// order of [`written_rows`]: from the payloads of the done jobs whose
+/// ledger entry names a stream.
+fn read_pairs(conn: &mut PgConnection) -> anyhow::Result<Vec<(i64, i64)>> {
+    #[derive(QueryableByName)]
+    struct Pair {
+        #[diesel(sql_type = BigInt)]
+        order_id: i64,
+        #[diesel(sql_type = BigInt)]
+        event_id: i64,
+    }
+    let rows: Vec<Pair> = diesel::sql_query(
+        "SELECT (d.payload ->> 'order_id')::bigint AS order_id, \
+                (d.payload ->> 'event_id')::bigint AS event_id \
+         FROM effect_results AS l JOIN jobs_done AS d ON d.id = l.job_id \
+         WHERE l.stream IS NOT NULL \
+         ORDER BY l.job_id",
+    )
+    .load(conn)?;
+    Ok(rows.into_iter().map(|r| (r.order_id, r.event_id)).collect())
 }
 
 #[cfg(test)]

@@ -52,6 +52,11 @@ pub struct Rendered {
 
 type Loaded = Result<Rendered, EffectError>;
 
+/// Reads a batch of `(order, event)` pairs (`$1` the orders' ids, `$2` the
+/// events', side by side); the bench replays it to measure what a publish's
+/// read costs the server.
+pub const LOAD_BATCH_SQL: &str = include_str!("load_batch.sql");
+
 /// Loads `(order, event)` pairs in batches. Cloning shares the loader.
 #[derive(Debug, Clone)]
 pub struct BatchLoader(MicroBatcher<Reader>);
@@ -142,7 +147,7 @@ fn read_batch(
     let event_ids: Vec<i64> = wanted.iter().map(|(_, event)| *event).collect();
     // Prepared once a connection: unnamed, it was planned on every call,
     // 3.5 µs a publish job (docs/performance.md).
-    let read: Result<Vec<PairRow>, _> = diesel::sql_query(include_str!("load_batch.sql"))
+    let read: Result<Vec<PairRow>, _> = diesel::sql_query(LOAD_BATCH_SQL)
         .bind::<Array<BigInt>, _>(&order_ids)
         .bind::<Array<BigInt>, _>(&event_ids)
         .prepared()
