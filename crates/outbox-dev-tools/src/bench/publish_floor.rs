@@ -77,18 +77,16 @@ pub struct Replayed {
 /// `(order, event)` pairs it read, then replays them, `rows_per_statement`
 /// jobs a statement, each kind [`PASSES`] times: the reads (nothing
 /// changes), then, with both tables emptied, the attempts alone, then
-/// (emptied again) both rows. The tables end as the drain left them.
+/// (emptied again) both rows. The tables end holding the drain's publish
+/// rows alone; the bench reads nothing else of them afterwards.
 pub fn replay(url: &str, rows_per_statement: usize) -> anyhow::Result<ContractFloor> {
     let mut conn = PgConnection::establish(url)?;
-    let jobs = written_rows(&mut conn)?;
-    anyhow::ensure!(!jobs.is_empty(), "the publish drain wrote no attempt");
-    let pairs = read_pairs(&mut conn)?;
-    anyhow::ensure!(
-        pairs.len() == jobs.len(),
-        "the publish drain read {} pairs for {} jobs",
-        pairs.len(),
-        jobs.len()
-    );
+    let rows = drain_rows(&mut conn)?;
+    anyhow::ensure!(!rows.is_empty(), "the publish drain wrote no attempt");
+    let (jobs, pairs): (Vec<_>, Vec<_>) = rows
+        .into_iter()
+        .map(|r| ((r.attempt, r.ledger), (r.order_id, r.event_id)))
+        .unzip();
     let per_statement = rows_per_statement.max(1);
     let chunks: Vec<(serde_json::Value, serde_json::Value)> = jobs
         .chunks(per_statement)
@@ -252,55 +250,42 @@ fn one_statement() -> String {
     )
 }
 
-/// Each publish job's successful attempt row and its ledger row, in the
-/// relay's row format (the columns of `record_attempts.sql` and
-/// `record_effects.sql`, in order), in job order. Only publishes: with
-/// `--effects real` the tables also hold the webhook drain's rows.
-fn written_rows(
-    conn: &mut PgConnection,
-) -> anyhow::Result<Vec<(serde_json::Value, serde_json::Value)>> {
-    #[derive(QueryableByName)]
-    struct Written {
-        #[diesel(sql_type = Jsonb)]
-        attempt: serde_json::Value,
-        #[diesel(sql_type = Jsonb)]
-        ledger: serde_json::Value,
-    }
-    let rows: Vec<Written> = diesel::sql_query(
+/// What one publish job of the drain wrote and read.
+#[derive(QueryableByName)]
+struct DrainRow {
+    /// Its successful attempt, in `record_attempts.sql`'s row format.
+    #[diesel(sql_type = Jsonb)]
+    attempt: serde_json::Value,
+    /// Its ledger entry, in `record_effects.sql`'s row format.
+    #[diesel(sql_type = Jsonb)]
+    ledger: serde_json::Value,
+    #[diesel(sql_type = BigInt)]
+    order_id: i64,
+    #[diesel(sql_type = BigInt)]
+    event_id: i64,
+}
+
+/// Each job of the drain just run (the only jobs `jobs_done` holds: every
+/// drain empties it first) whose ledger entry names a stream, in job order:
+/// not the rows of an earlier round's drain, nor of the webhook and email
+/// drain of `--effects real`, which the same tables hold.
+fn drain_rows(conn: &mut PgConnection) -> anyhow::Result<Vec<DrainRow>> {
+    Ok(diesel::sql_query(
         "SELECT jsonb_build_array(a.job_id, a.endpoint_id, a.attempt, \
                 (extract(epoch FROM a.started_at) * 1000000)::bigint, a.duration_ms, \
                 a.status_code, a.outcome, a.excerpt, a.stream_sequence) AS attempt, \
                 jsonb_build_array(l.job_id, l.message_id, l.smtp_reply, l.endpoint, \
                 l.webhook_id, l.status_code, l.answer_sha256, l.stream, l.stream_seq, \
-                l.duplicate) AS ledger \
-         FROM delivery_attempts AS a JOIN effect_results AS l USING (job_id) \
-         WHERE l.stream IS NOT NULL AND a.outcome = 'ok' \
+                l.duplicate) AS ledger, \
+                (d.payload ->> 'order_id')::bigint AS order_id, \
+                (d.payload ->> 'event_id')::bigint AS event_id \
+         FROM jobs_done AS d \
+         JOIN effect_results AS l ON l.job_id = d.id \
+         JOIN delivery_attempts AS a ON a.job_id = d.id AND a.outcome = 'ok' \
+         WHERE l.stream IS NOT NULL \
          ORDER BY a.job_id, a.id",
     )
-    .load(conn)?;
-    Ok(rows.into_iter().map(|r| (r.attempt, r.ledger)).collect())
-}
-
-/// The `(order, event)` pair each publish job of the drain read, in the
-/// order of [`written_rows`]: from the payloads of the done jobs whose
-/// ledger entry names a stream.
-fn read_pairs(conn: &mut PgConnection) -> anyhow::Result<Vec<(i64, i64)>> {
-    #[derive(QueryableByName)]
-    struct Pair {
-        #[diesel(sql_type = BigInt)]
-        order_id: i64,
-        #[diesel(sql_type = BigInt)]
-        event_id: i64,
-    }
-    let rows: Vec<Pair> = diesel::sql_query(
-        "SELECT (d.payload ->> 'order_id')::bigint AS order_id, \
-                (d.payload ->> 'event_id')::bigint AS event_id \
-         FROM effect_results AS l JOIN jobs_done AS d ON d.id = l.job_id \
-         WHERE l.stream IS NOT NULL \
-         ORDER BY l.job_id",
-    )
-    .load(conn)?;
-    Ok(rows.into_iter().map(|r| (r.order_id, r.event_id)).collect())
+    .load(conn)?)
 }
 
 #[cfg(test)]
