@@ -47,7 +47,7 @@ pub struct PublishRun {
     pub raw_cpu_micros_per_message: Option<f64>,
     /// The drain's attempt and ledger rows, written again alone, and its
     /// reads, made again alone.
-    pub writes: ContractFloor,
+    pub floor: ContractFloor,
 }
 
 impl PublishRun {
@@ -85,13 +85,13 @@ impl PublishRun {
     /// twin and a raw publish: 1 / (1/raw + 1/noop + 1/writes), all three
     /// measured in this run (see `publish_floor.rs`).
     pub fn bound_with_writes(&self) -> f64 {
-        self.bound_adding(self.writes.both.jobs_per_second)
+        self.bound_adding(self.floor.both.jobs_per_second)
     }
 
     /// [`PublishRun::bound_with_writes`] with the attempt row alone: what a
     /// ledger kept elsewhere would leave.
     pub fn bound_with_attempts(&self) -> f64 {
-        self.bound_adding(self.writes.attempt_only.jobs_per_second)
+        self.bound_adding(self.floor.attempt_only.jobs_per_second)
     }
 
     /// [`PublishRun::bound_with_writes`] with the relay's read of each
@@ -99,8 +99,8 @@ impl PublishRun {
     /// stand, where a body is rendered from the order when its job runs.
     pub fn bound_with_writes_and_read(&self) -> f64 {
         self.bound_adding_all(&[
-            self.writes.both.jobs_per_second,
-            self.writes.read.jobs_per_second,
+            self.floor.both.jobs_per_second,
+            self.floor.read.jobs_per_second,
         ])
     }
 
@@ -108,8 +108,8 @@ impl PublishRun {
     /// key: the floor were each body stored with its event.
     pub fn bound_with_writes_and_event(&self) -> f64 {
         self.bound_adding_all(&[
-            self.writes.both.jobs_per_second,
-            self.writes.event_only.jobs_per_second,
+            self.floor.both.jobs_per_second,
+            self.floor.event_only.jobs_per_second,
         ])
     }
 
@@ -175,17 +175,17 @@ impl PublishRun {
             micros(self.cpu_micros_per_job()),
             transactions_per_job(&self.drain),
             transactions_per_job(&self.noop),
-            self.writes.jobs,
-            self.writes.rows_per_statement,
+            self.floor.jobs,
+            self.floor.rows_per_statement,
             publish_floor::CONNECTIONS,
-            self.writes.both.jobs_per_second,
-            micros(self.writes.both.server_cpu_micros_per_job),
+            self.floor.both.jobs_per_second,
+            micros(self.floor.both.server_cpu_micros_per_job),
             self.bound_with_writes(),
             per(self.bound_with_writes(), self.bound()),
             per(self.bound_with_attempts(), self.bound()),
-            self.writes.read.jobs_per_second,
-            micros(self.writes.read.server_cpu_micros_per_job),
-            self.writes.event_only.jobs_per_second,
+            self.floor.read.jobs_per_second,
+            micros(self.floor.read.server_cpu_micros_per_job),
+            self.floor.event_only.jobs_per_second,
             per(self.bound_with_writes_and_read(), self.bound()),
             per(self.bound_with_writes_and_event(), self.bound()),
             micros(self.raw_cpu_micros_per_message),
@@ -212,20 +212,20 @@ impl PublishRun {
             "noop_transactions_per_job": transactions_per_job(&self.noop),
             "publish_relay_cpu_s": self.drain.cpu_seconds,
             "noop_relay_cpu_s": self.noop.cpu_seconds,
-            "writes_alone_jobs": self.writes.jobs,
-            "writes_alone_rows_per_statement": self.writes.rows_per_statement,
-            "writes_alone_jobs_per_s": self.writes.both.jobs_per_second,
-            "writes_alone_server_cpu_us_per_job": self.writes.both.server_cpu_micros_per_job,
-            "writes_alone_client_cpu_us_per_job": self.writes.both.client_cpu_micros_per_job,
-            "attempts_alone_jobs_per_s": self.writes.attempt_only.jobs_per_second,
+            "writes_alone_jobs": self.floor.jobs,
+            "writes_alone_rows_per_statement": self.floor.rows_per_statement,
+            "writes_alone_jobs_per_s": self.floor.both.jobs_per_second,
+            "writes_alone_server_cpu_us_per_job": self.floor.both.server_cpu_micros_per_job,
+            "writes_alone_client_cpu_us_per_job": self.floor.both.client_cpu_micros_per_job,
+            "attempts_alone_jobs_per_s": self.floor.attempt_only.jobs_per_second,
             "attempts_alone_server_cpu_us_per_job":
-                self.writes.attempt_only.server_cpu_micros_per_job,
+                self.floor.attempt_only.server_cpu_micros_per_job,
             "bound_with_writes_jobs_per_s": self.bound_with_writes(),
             "bound_with_writes_over_bound": per(self.bound_with_writes(), self.bound()),
             "bound_with_attempts_over_bound": per(self.bound_with_attempts(), self.bound()),
-            "read_alone_jobs_per_s": self.writes.read.jobs_per_second,
-            "read_alone_server_cpu_us_per_job": self.writes.read.server_cpu_micros_per_job,
-            "event_alone_jobs_per_s": self.writes.event_only.jobs_per_second,
+            "read_alone_jobs_per_s": self.floor.read.jobs_per_second,
+            "read_alone_server_cpu_us_per_job": self.floor.read.server_cpu_micros_per_job,
+            "event_alone_jobs_per_s": self.floor.event_only.jobs_per_second,
             "bound_with_writes_and_read_over_bound":
                 per(self.bound_with_writes_and_read(), self.bound()),
             "bound_with_writes_and_event_over_bound":
@@ -373,9 +373,8 @@ async fn run(
     // As many rows a statement as the relay has slots: the most outcomes
     // one of its finishes can hold.
     let owned_url = url.to_owned();
-    let writes =
-        tokio::task::spawn_blocking(move || publish_floor::replay(&owned_url, concurrency))
-            .await??;
+    let floor = tokio::task::spawn_blocking(move || publish_floor::replay(&owned_url, concurrency))
+        .await??;
     Ok(PublishRun {
         drain,
         noop,
@@ -383,7 +382,7 @@ async fn run(
         raw_in_flight: concurrency,
         body_bytes: body.len(),
         raw_cpu_micros_per_message,
-        writes,
+        floor,
     })
 }
 
