@@ -85,20 +85,20 @@ impl PublishRun {
     /// twin and a raw publish: 1 / (1/raw + 1/noop + 1/writes), all three
     /// measured in this run (see `publish_floor.rs`).
     pub fn bound_with_writes(&self) -> f64 {
-        self.bound_adding(self.floor.both.jobs_per_second)
+        self.bound_adding(&[self.floor.both.jobs_per_second])
     }
 
     /// [`PublishRun::bound_with_writes`] with the attempt row alone: what a
     /// ledger kept elsewhere would leave.
     pub fn bound_with_attempts(&self) -> f64 {
-        self.bound_adding(self.floor.attempt_only.jobs_per_second)
+        self.bound_adding(&[self.floor.attempt_only.jobs_per_second])
     }
 
     /// [`PublishRun::bound_with_writes`] with the relay's read of each
     /// job's order and event added: the floor with the contracts as they
     /// stand, where a body is rendered from the order when its job runs.
     pub fn bound_with_writes_and_read(&self) -> f64 {
-        self.bound_adding_all(&[
+        self.bound_adding(&[
             self.floor.both.jobs_per_second,
             self.floor.read.jobs_per_second,
         ])
@@ -107,18 +107,14 @@ impl PublishRun {
     /// [`PublishRun::bound_with_writes`] with each job's event row read by
     /// key: the floor were each body stored with its event.
     pub fn bound_with_writes_and_event(&self) -> f64 {
-        self.bound_adding_all(&[
+        self.bound_adding(&[
             self.floor.both.jobs_per_second,
             self.floor.event_only.jobs_per_second,
         ])
     }
 
-    fn bound_adding(&self, writes: f64) -> f64 {
-        self.bound_adding_all(&[writes])
-    }
-
     /// 1 / (1/raw + 1/noop + the sum of 1/each of `more`).
-    fn bound_adding_all(&self, more: &[f64]) -> f64 {
+    fn bound_adding(&self, more: &[f64]) -> f64 {
         let (raw, noop) = (self.raw_per_second, self.noop.jobs_per_second());
         if raw > 0.0 && noop > 0.0 && more.iter().all(|rate| *rate > 0.0) {
             1.0 / (1.0 / raw + 1.0 / noop + more.iter().map(|rate| 1.0 / rate).sum::<f64>())

@@ -116,12 +116,12 @@ pub fn replay(url: &str, rows_per_statement: usize) -> anyhow::Result<ContractFl
     let statement = one_statement();
     let mut best: [Option<Replayed>; 4] = [None, None, None, None];
     for _ in 0..PASSES {
-        let read = write_all(url, LOAD_BATCH_SQL, &reads, jobs.len())?;
-        let event_only = write_all(url, EVENTS_BY_KEY_SQL, &events, jobs.len())?;
+        let read = replay_all(url, LOAD_BATCH_SQL, &reads, jobs.len())?;
+        let event_only = replay_all(url, EVENTS_BY_KEY_SQL, &events, jobs.len())?;
         diesel::sql_query("TRUNCATE delivery_attempts, effect_results").execute(&mut conn)?;
-        let attempt_only = write_all(url, RECORD_ATTEMPTS_SQL, &attempts, jobs.len())?;
+        let attempt_only = replay_all(url, RECORD_ATTEMPTS_SQL, &attempts, jobs.len())?;
         diesel::sql_query("TRUNCATE delivery_attempts").execute(&mut conn)?;
-        let both = write_all(url, &statement, &both, jobs.len())?;
+        let both = replay_all(url, &statement, &both, jobs.len())?;
         for (best, this) in best.iter_mut().zip([both, attempt_only, read, event_only]) {
             *best = Some(faster(best.take(), this));
         }
@@ -190,7 +190,7 @@ impl Params {
 
 /// Runs `statement` once for each of `chunks`, on [`CONNECTIONS`]
 /// connections at once (a read changes nothing; a write, what it writes).
-fn write_all(
+fn replay_all(
     url: &str,
     statement: &str,
     chunks: &[Params],
