@@ -260,7 +260,9 @@ struct Key {
 pub struct NatsConnections {
     credentials: Option<NatsCredentials>,
     allow_private: bool,
-    by_url: Arc<tokio::sync::Mutex<HashMap<Key, Connection>>>,
+    /// Shared, not copied, by each publish: a copy of a connection (its URL,
+    /// client and JetStream context) was made and dropped per job.
+    by_url: Arc<tokio::sync::Mutex<HashMap<Key, Arc<Connection>>>>,
 }
 
 impl NatsConnections {
@@ -283,7 +285,7 @@ impl NatsConnections {
         url: &str,
         plaintext: bool,
         own: Option<&EndpointCredentials>,
-    ) -> Result<Connection, ConnectError> {
+    ) -> Result<Arc<Connection>, ConnectError> {
         let transport = Transport {
             plaintext,
             allow_private: self.allow_private,
@@ -296,7 +298,7 @@ impl NatsConnections {
         };
         let mut by_url = self.by_url.lock().await;
         if let Some(connection) = by_url.get(&key) {
-            return Ok(connection.clone());
+            return Ok(Arc::clone(connection));
         }
         transport.check(url).await?;
         let last_server_error: Arc<std::sync::Mutex<Option<(Instant, String)>>> = Arc::default();
@@ -319,13 +321,13 @@ impl NatsConnections {
             })?;
         let mut jetstream = jetstream::new(client.clone());
         jetstream.set_timeout(PUBLISH_TIMEOUT);
-        let connection = Connection {
+        let connection = Arc::new(Connection {
             url: url.to_owned(),
             client,
             jetstream,
             last_server_error,
-        };
-        by_url.insert(key, connection.clone());
+        });
+        by_url.insert(key, Arc::clone(&connection));
         Ok(connection)
     }
 
