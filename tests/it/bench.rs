@@ -274,7 +274,8 @@ fn assert_publish_line(line: &str, publish_jobs: usize) {
     let bound_with_writes = next("bound with them ");
     let share = next("jobs/s, ");
     let share_with_attempts = next("with the attempt row alone ");
-    let reads_per_second = next("made again alone: ");
+    let read_pairs = next("made again alone (");
+    let reads_per_second = next("a statement): ");
     let events_per_second = next("the events alone by key ");
     let share_with_read = next("bound with the two rows and the read ");
     let share_with_event = next("with the two rows and the event by key ");
@@ -283,6 +284,7 @@ fn assert_publish_line(line: &str, publish_jobs: usize) {
     let cpu_floor = next("+ raw) ");
     assert_eq!(jobs as usize, publish_jobs, "{line}");
     assert!(writes_per_second > 0.0 && bound_with_writes > 0.0, "{line}");
+    assert!(read_pairs >= 1.0, "{line}");
     assert!(reads_per_second > 0.0 && events_per_second > 0.0, "{line}");
     // Any cost added to a job leaves a share of the bound without it.
     for share in [share, share_with_attempts] {

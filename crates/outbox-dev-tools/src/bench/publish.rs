@@ -148,12 +148,13 @@ impl PublishRun {
             "relay (NATS publishes): {:.0} jobs/s; same jobs as noop: {:.0} jobs/s; raw async-nats \
              loop ({} in flight, {} B bodies): {:.0} msgs/s; publish/raw {:.2}, noop/raw {:.2}, \
              publish/noop {:.2}; bound 1/(1/raw+1/noop) {:.0} jobs/s, publish/bound {:.2}; \
-             relay CPU per publish job {}; transactions per job: publish {:.2}, noop {:.2}; \
+             relay CPU per publish job {}; transactions per job: publish {:.3}, noop {:.3}; \
              the attempt and ledger rows written again alone ({} jobs, {} a statement, \
              {} connections): \
              {:.0} jobs/s, server CPU {} a job; bound with them {:.0} jobs/s, {:.2} of the bound; \
              with the attempt row alone {:.2} of the bound; \
-             the relay's read of the orders and events made again alone: {:.0} jobs/s, \
+             the relay's read of the orders and events made again alone ({} pairs a \
+             statement): {:.0} jobs/s, \
              server CPU {} a job; the events alone by key {:.0} jobs/s; \
              bound with the two rows and the read {:.2} of the bound, \
              with the two rows and the event by key {:.2}; \
@@ -179,6 +180,7 @@ impl PublishRun {
             self.bound_with_writes(),
             per(self.bound_with_writes(), self.bound()),
             per(self.bound_with_attempts(), self.bound()),
+            publish_floor::READ_PAIRS_PER_STATEMENT,
             self.floor.read.jobs_per_second,
             micros(self.floor.read.server_cpu_micros_per_job),
             self.floor.event_only.jobs_per_second,
@@ -210,6 +212,7 @@ impl PublishRun {
             "noop_relay_cpu_s": self.noop.cpu_seconds,
             "writes_alone_jobs": self.floor.jobs,
             "writes_alone_rows_per_statement": self.floor.rows_per_statement,
+            "read_alone_pairs_per_statement": publish_floor::READ_PAIRS_PER_STATEMENT,
             "writes_alone_jobs_per_s": self.floor.both.jobs_per_second,
             "writes_alone_server_cpu_us_per_job": self.floor.both.server_cpu_micros_per_job,
             "writes_alone_client_cpu_us_per_job": self.floor.both.client_cpu_micros_per_job,

@@ -16,8 +16,16 @@ SELECT o.id AS order_id, o.customer_email, o.customer_name, o.currency::text AS 
        coalesce(i.prices, '{}') AS item_prices
 FROM (SELECT DISTINCT order_id, event_id
       FROM unnest($1::bigint[], $2::bigint[]) AS w(order_id, event_id)) AS w
-JOIN orders AS o ON o.id = w.order_id
-JOIN order_events AS e ON e.id = w.event_id
+-- Each probe by key in a LATERAL with a LIMIT, which the planner keeps as it
+-- is: with plain joins it hash-joined a batch of 256 pairs against seq scans
+-- of both tables once they held 20,000 rows (14.6 ms where the probes take
+-- 0.7), and a claim's read can hold that many pairs.
+CROSS JOIN LATERAL (
+    SELECT * FROM orders AS o WHERE o.id = w.order_id LIMIT 1
+) AS o
+CROSS JOIN LATERAL (
+    SELECT * FROM order_events AS e WHERE e.id = w.event_id LIMIT 1
+) AS e
 CROSS JOIN LATERAL (
     SELECT array_agg(it.id ORDER BY it.id) AS ids,
            array_agg(it.sku ORDER BY it.id) AS skus,

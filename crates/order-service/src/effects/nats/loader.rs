@@ -57,6 +57,13 @@ type Loaded = Result<Rendered, EffectError>;
 /// read costs the server.
 pub const LOAD_BATCH_SQL: &str = include_str!("load_batch.sql");
 
+/// Most `(order, event)` pairs one read asks for: a whole claim's, which at
+/// the default concurrency (64) runs past 64 as the producer claims ahead;
+/// capped at 64, one claim in three was read in two statements, two
+/// transactions (354 reads for 309 claims in a drain of 20,000). The bench
+/// replays the reads this many a statement.
+pub const MAX_PAIRS_PER_READ: usize = 256;
+
 /// Loads `(order, event)` pairs in batches. Cloning shares the loader.
 #[derive(Debug, Clone)]
 pub struct BatchLoader(MicroBatcher<Reader>);
@@ -116,11 +123,7 @@ struct Reader {
 impl Batch for Reader {
     type Request = (OrderId, i64);
     type Answer = Loaded;
-    /// Most requests read in one batch: a whole claim's, which at the
-    /// default concurrency (64) runs past 64 as the producer claims ahead;
-    /// capped at 64, one claim in three was read in two statements, two
-    /// transactions (354 reads for 309 claims in a drain of 20,000).
-    const MAX_BATCH: usize = 256;
+    const MAX_BATCH: usize = MAX_PAIRS_PER_READ;
     /// Most batches read at once.
     const MAX_IN_FLIGHT: usize = 2;
 
