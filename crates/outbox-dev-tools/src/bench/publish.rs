@@ -25,6 +25,7 @@ use super::BenchArgs;
 use super::drain::{self, Workload};
 use super::publish_floor::{self, ContractFloor};
 use super::report::DrainRun;
+use order_service::effects::nats::loader::MAX_PAIRS_PER_READ;
 use order_service::effects::nats::{Publication, headers};
 
 /// The bench's endpoint; its row names the stream the drain publishes to.
@@ -180,7 +181,7 @@ impl PublishRun {
             self.bound_with_writes(),
             per(self.bound_with_writes(), self.bound()),
             per(self.bound_with_attempts(), self.bound()),
-            publish_floor::READ_PAIRS_PER_STATEMENT,
+            MAX_PAIRS_PER_READ,
             self.floor.read.jobs_per_second,
             micros(self.floor.read.server_cpu_micros_per_job),
             self.floor.event_only.jobs_per_second,
@@ -212,7 +213,7 @@ impl PublishRun {
             "noop_relay_cpu_s": self.noop.cpu_seconds,
             "writes_alone_jobs": self.floor.jobs,
             "writes_alone_rows_per_statement": self.floor.rows_per_statement,
-            "read_alone_pairs_per_statement": publish_floor::READ_PAIRS_PER_STATEMENT,
+            "read_alone_pairs_per_statement": MAX_PAIRS_PER_READ,
             "writes_alone_jobs_per_s": self.floor.both.jobs_per_second,
             "writes_alone_server_cpu_us_per_job": self.floor.both.server_cpu_micros_per_job,
             "writes_alone_client_cpu_us_per_job": self.floor.both.client_cpu_micros_per_job,

@@ -46,10 +46,6 @@ const PASSES: usize = 3;
 /// that one's round trip leaves the cores to the others.
 pub(super) const CONNECTIONS: usize = 4;
 
-/// Pairs a replayed read asks for: as many as the relay's loader reads at
-/// once.
-pub(super) const READ_PAIRS_PER_STATEMENT: usize = MAX_PAIRS_PER_READ;
-
 /// The statements the contracts ask of a drain's publish jobs, replayed
 /// alone.
 #[derive(Debug, Clone)]
@@ -80,7 +76,7 @@ pub struct Replayed {
 
 /// Gathers the attempt and ledger rows the publish drain wrote and the
 /// `(order, event)` pairs it read, then replays them, `rows_per_statement`
-/// jobs a statement (the reads [`READ_PAIRS_PER_STATEMENT`]), each kind
+/// jobs a statement (the reads [`MAX_PAIRS_PER_READ`]), each kind
 /// [`PASSES`] times: the reads (nothing
 /// changes), then, with both tables emptied, the attempts alone, then
 /// (emptied again) both rows. The tables end holding the drain's publish
@@ -117,7 +113,7 @@ pub fn replay(url: &str, rows_per_statement: usize) -> anyhow::Result<ContractFl
     // by key keep the writes' batches, where they read fastest (740,773
     // jobs/s at 64 keys a statement, 321,052 to 345,208 at 256).
     let reads: Vec<Params> = pairs
-        .chunks(READ_PAIRS_PER_STATEMENT)
+        .chunks(MAX_PAIRS_PER_READ)
         .map(|chunk| {
             let (orders, events): (Vec<i64>, Vec<i64>) = chunk.iter().copied().unzip();
             Params::Pairs(orders, events)

@@ -16,10 +16,10 @@ SELECT o.id AS order_id, o.customer_email, o.customer_name, o.currency::text AS 
        coalesce(i.prices, '{}') AS item_prices
 FROM (SELECT DISTINCT order_id, event_id
       FROM unnest($1::bigint[], $2::bigint[]) AS w(order_id, event_id)) AS w
--- Each probe by key in a LATERAL with a LIMIT, which the planner keeps as it
--- is: with plain joins it hash-joined a batch of 256 pairs against seq scans
--- of both tables once they held 20,000 rows (14.6 ms where the probes take
--- 0.7), and a claim's read can hold that many pairs.
+-- Each probe by key sits in a LATERAL with a LIMIT, which the planner keeps
+-- as a nested loop of index probes. With plain joins it hash-joined a batch
+-- of 256 pairs (a claim's read can hold that many) against seq scans of both
+-- tables once they held 20,000 rows: 14.6 ms, where the probes take 2.4.
 CROSS JOIN LATERAL (
     SELECT * FROM orders AS o WHERE o.id = w.order_id LIMIT 1
 ) AS o
