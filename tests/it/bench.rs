@@ -4,8 +4,13 @@ use std::process::Command;
 
 #[test]
 fn bench_runs_a_small_workload_and_reports_every_figure() {
-    // It loads the machine and bounds no time: beside one other such test.
-    let _loud = crate::support::seats::loud();
+    // Its open loop bounds a time: half the rate the API placed moments
+    // before, through one pooled connection, must be answered within the
+    // API's two-second wait for that connection, or the run counts errors.
+    // Beside another heavy test on two cores the API's rate can fall under
+    // that half (a CI run counted 82 errors), so no other heavy test runs
+    // beside it.
+    let _heavy = crate::support::seats::heavy();
     let _seat = crate::support::seats::scratch(70);
     let child = Command::new(env!("CARGO_BIN_EXE_outbox-relay"))
         .args([
