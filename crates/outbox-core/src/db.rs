@@ -21,6 +21,7 @@ mod prepared;
 pub use checkout::{run_blocking_pinged, run_blocking_retried};
 pub use failure::{DbError, Failure};
 use failure::{discard, must_discard};
+pub(crate) use own::query_expecting;
 pub use own::{OwnConnection, OwnConnections, REOPEN_AFTER};
 pub use prepared::{PrepareOnce, Prepared, prepare_insert};
 

@@ -167,3 +167,25 @@ pub const CLAIM_SQL: &str = include_str!("sql/claim_jobs.sql");
 pub(crate) fn millis(d: Duration) -> i64 {
     i64::try_from(d.as_millis()).unwrap_or(i64::MAX)
 }
+
+impl ClaimedJob {
+    /// A row of [`CLAIM_SQL`] run on tokio-postgres, in the claim's column
+    /// order (`claim_jobs.sql`'s SELECT). For a benchmark running the claim
+    /// prepared on a connection of its own, as the worker pool does.
+    pub fn from_row(row: &tokio_postgres::Row) -> Result<ClaimedJob, tokio_postgres::Error> {
+        Ok(ClaimedJob {
+            id: row.try_get(0)?,
+            kind: row.try_get(1)?,
+            payload: row.try_get(2)?,
+            attempt: row.try_get(3)?,
+            max_attempts: row.try_get(4)?,
+            lease_token: row.try_get(5)?,
+            created_at: row.try_get(6)?,
+            trace_context: row.try_get(7)?,
+            run_after: row.try_get(8)?,
+            concurrency_key: row.try_get(9)?,
+            unfinished_parents: row.try_get(10)?,
+            standalone: row.try_get(11)?,
+        })
+    }
+}

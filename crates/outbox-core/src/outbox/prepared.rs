@@ -20,7 +20,7 @@ use std::sync::Mutex;
 
 use chrono::{DateTime, Utc};
 use tokio_postgres::types::Type;
-use tokio_postgres::{Client, Row, Statement};
+use tokio_postgres::{Client, Statement};
 
 use super::NOTIFY_CHANNEL;
 use super::claim::{CLAIM_SQL, ClaimPosition, ClaimRequest, ClaimedJob, millis};
@@ -34,6 +34,7 @@ use super::reap::{
     ExpiredRow, ReapPlan, ReapReport, ReapRequest, SELECT_EXPIRED_SQL, UPDATE_REAPED_SQL,
 };
 use super::standalone::FINISH_STANDALONE_SQL;
+use crate::db::query_expecting;
 
 /// The claim's parameter types, in [`CLAIM_SQL`]'s order: limit, kinds,
 /// worker id, lease in milliseconds, the cursor's `run_after` and id. For a
@@ -174,20 +175,27 @@ impl HotStatements {
             return Ok(Vec::new());
         }
         let run_after: Option<DateTime<Utc>> = after.map(|a| a.run_after);
-        let rows = client
-            .query(
-                &self.claim,
-                &[
-                    &request.limit,
-                    &request.kinds,
-                    &request.worker_id,
-                    &millis(request.lease),
-                    &run_after,
-                    &after.map_or(0, |a| a.id),
-                ],
-            )
-            .await?;
-        rows.iter().map(ClaimedJob::from_row).collect()
+        let expected = usize::try_from(request.limit).unwrap_or(0);
+        let rows = query_expecting(
+            client,
+            &self.claim,
+            &[
+                &request.limit,
+                &request.kinds,
+                &request.worker_id,
+                &millis(request.lease),
+                &run_after,
+                &after.map_or(0, |a| a.id),
+            ],
+            expected,
+        )
+        .await?;
+        // A loop, not `collect`: a collect of `Result`s cannot size its vector.
+        let mut jobs = Vec::with_capacity(rows.len());
+        for row in &rows {
+            jobs.push(ClaimedJob::from_row(row)?);
+        }
+        Ok(jobs)
     }
 
     /// [`finish_jobs`](crate::statements::finish_jobs) for outcomes without a
@@ -292,28 +300,29 @@ impl HotStatements {
         params: &FinishParams,
     ) -> Result<Vec<((i64, i64), bool, Released)>, tokio_postgres::Error> {
         let no_channel: Option<&str> = None;
-        let rows = client
-            .query(
-                &self.finish,
-                &[
-                    &params.ids,
-                    &params.tokens,
-                    &params.statuses,
-                    &params.delays,
-                    &params.errors,
-                    &no_channel,
-                ],
-            )
-            .await?;
-        rows.iter()
-            .map(|row| {
-                Ok((
-                    (row.try_get(0)?, row.try_get(1)?),
-                    row.try_get(2)?,
-                    (row.try_get(3)?, row.try_get(4)?),
-                ))
-            })
-            .collect()
+        let rows = query_expecting(
+            client,
+            &self.finish,
+            &[
+                &params.ids,
+                &params.tokens,
+                &params.statuses,
+                &params.delays,
+                &params.errors,
+                &no_channel,
+            ],
+            params.ids.len(),
+        )
+        .await?;
+        let mut finished = Vec::with_capacity(rows.len());
+        for row in &rows {
+            finished.push((
+                (row.try_get(0)?, row.try_get(1)?),
+                row.try_get(2)?,
+                (row.try_get(3)?, row.try_get(4)?),
+            ));
+        }
+        Ok(finished)
     }
 
     /// [`extend_leases`](crate::statements::extend_leases).
@@ -473,27 +482,5 @@ impl HookStatements {
         self.0
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner)
-    }
-}
-
-impl ClaimedJob {
-    /// A row of [`CLAIM_SQL`] run on tokio-postgres, in the claim's column
-    /// order (`claim_jobs.sql`'s SELECT). For a benchmark running the claim
-    /// prepared on a connection of its own, as the worker pool does.
-    pub fn from_row(row: &Row) -> Result<ClaimedJob, tokio_postgres::Error> {
-        Ok(ClaimedJob {
-            id: row.try_get(0)?,
-            kind: row.try_get(1)?,
-            payload: row.try_get(2)?,
-            attempt: row.try_get(3)?,
-            max_attempts: row.try_get(4)?,
-            lease_token: row.try_get(5)?,
-            created_at: row.try_get(6)?,
-            trace_context: row.try_get(7)?,
-            run_after: row.try_get(8)?,
-            concurrency_key: row.try_get(9)?,
-            unfinished_parents: row.try_get(10)?,
-            standalone: row.try_get(11)?,
-        })
     }
 }
